@@ -1,0 +1,113 @@
+"""Harness throughput: evaluations per minute for 20 mixed candidates, cold and warm cache.
+
+The candidates are variants of the shipped gelu_bias_scale candidates: Triton kernels
+with other block sizes and warp counts, CUDA kernels (load_inline) with other launch
+shapes, and PyTorch rewrites. Each variant is a distinct source, so a cold run builds
+every CUDA variant (in the CPU build pool, in parallel) and a warm run builds none.
+
+    python benchmarks/harness_throughput.py --device cuda --json throughput.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+
+PYTORCH_VARIANTS = [
+    "return torch.nn.functional.gelu(x + self.bias) * self.scale",
+    "return torch.nn.functional.gelu(x + self.bias).mul_(self.scale)",
+    "y = x + self.bias\n        return torch.nn.functional.gelu(y, approximate='none') * self.scale",
+    "y = torch.add(x, self.bias)\n        return 0.5 * y * (1.0 + torch.erf(y * 0.7071067811865476)) * self.scale",
+    "y = x + self.bias\n        return y.mul(0.5 * self.scale).mul_(torch.erf(y * 0.7071067811865476).add_(1.0))",
+    "return torch.nn.functional.gelu(x.add(self.bias)).mul(self.scale)",
+]
+
+PYTORCH_TEMPLATE = '''import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, features, scale):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(features))
+        self.scale = scale
+
+    def forward(self, x):
+        {body}
+'''
+
+
+def candidates() -> list[tuple[str, str]]:
+    triton = (EXAMPLES / "gelu_bias_scale_triton.py").read_text()
+    cuda = (EXAMPLES / "gelu_bias_scale_cuda.py").read_text()
+    sources = []
+    for block, warps in [(512, 4), (1024, 4), (1024, 8), (2048, 4), (2048, 8), (4096, 8), (8192, 16)]:
+        sources.append((f"triton BLOCK={block} warps={warps}",
+                        triton.replace("block = 2048", f"block = {block}")
+                              .replace("num_warps=8", f"num_warps={warps}")))
+    for threads, waves in [(128, 8), (256, 4), (256, 8), (256, 16), (512, 4), (512, 8), (1024, 2)]:
+        sources.append((f"cuda threads={threads} blocks/SM={waves}",
+                        cuda.replace("int threads = 256;", f"int threads = {threads};")
+                            .replace("132L * 16", f"132L * {waves}")))
+    for index, body in enumerate(PYTORCH_VARIANTS):
+        sources.append((f"pytorch variant {index}", PYTORCH_TEMPLATE.format(body=body)))
+    return sources
+
+
+def run_pass(label: str, device: str, cache_root: Path, sources, trials: int) -> dict:
+    from kernelpro.harness import EvalOptions, Evaluator, load_problem
+    from kernelpro.harness.cache import BuildCache
+
+    problem = load_problem(EXAMPLES / "gelu_bias_scale.py")
+    options = EvalOptions(device=device, timing_trials=trials)
+    rows = []
+    began = time.monotonic()
+    with Evaluator(device, cache=BuildCache(cache_root), spares=1,
+                   build_workers=min(8, os.cpu_count() or 2)) as evaluator:
+        for _, source in sources:  # all native builds start at once, in the CPU pool
+            evaluator.prebuild(source, options)
+        for name, source in sources:
+            result = evaluator.evaluate(problem, source, options)
+            rows.append({"candidate": name, "verdict": result.verdict.value, "speedup": result.speedup,
+                         "build_cached": result.build_cached, "build_s": result.build_s,
+                         "wall_s": round(result.wall_s, 2)})
+            print(f"  [{label}] {name:34s} {result.verdict.value:13s} "
+                  f"{(result.speedup or 0):6.2f}x  wall {result.wall_s:5.1f} s", flush=True)
+    seconds = time.monotonic() - began
+    return {"pass": label, "evaluations": len(sources), "seconds": round(seconds, 1),
+            "evaluations_per_minute": round(60 * len(sources) / seconds, 2), "rows": rows}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--trials", type=int, default=100)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    sources = candidates()
+    with tempfile.TemporaryDirectory(prefix="kernelpro-bench-") as folder:
+        cache_root = Path(folder) / "builds"
+        cold = run_pass("cold", args.device, cache_root, sources, args.trials)
+        warm = run_pass("warm", args.device, cache_root, sources, args.trials)
+    import torch
+    report = {"device": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu",
+              "torch": torch.__version__, "cpu_count": os.cpu_count(), "date": time.strftime("%Y-%m-%d"),
+              "passes": [cold, warm]}
+    print("\n| pass | evaluations | seconds | evaluations/min |\n|---|---|---|---|")
+    for entry in (cold, warm):
+        print(f"| {entry['pass']} cache | {entry['evaluations']} | {entry['seconds']} | "
+              f"{entry['evaluations_per_minute']} |")
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

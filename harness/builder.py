@@ -1,0 +1,43 @@
+"""The build worker: imports a candidate with no GPU visible, so `load_inline` compiles.
+
+Run by the CPU build pool (`python -m kernelpro.harness.builder FD DEVICE`). The
+extension lands in the candidate's own `TORCH_EXTENSIONS_DIR`, where the GPU worker
+finds it later without recompiling.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from pathlib import Path
+
+from kernelpro.harness import channel
+from kernelpro.harness.worker import (build_failure_reason, error_tail, import_file, is_build_failure,
+                                      one_line)
+
+
+def main() -> None:
+    sock = socket.socket(fileno=int(sys.argv[1]))
+    channel.send(sock, {"type": "ready", "pid": os.getpid()})
+    spec, _ = channel.receive(sock)
+    os.environ["TORCH_EXTENSIONS_DIR"] = spec["extensions_dir"]
+    os.environ["TRITON_CACHE_DIR"] = spec["triton_cache_dir"]
+    path = Path.cwd() / "candidate.py"
+    path.write_text(spec["candidate_source"])
+    try:
+        import_file("kernelpro_candidate", path)
+        reply = {"type": "built"}
+    except BaseException as error:  # the GPU worker decides anything that is not a build failure
+        if is_build_failure(error):
+            reply = {"type": "build_failed", "reason": build_failure_reason(error), "log": error_tail(error)}
+        else:
+            reply = {"type": "import_failed", "reason": one_line(error), "log": error_tail(error)}
+    channel.send(sock, reply)
+    sock.close()
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+"""The private channel between the trusted process and a worker.
+
+A socket pair, never stdout: a frame is an 8-byte big-endian header length, an
+8-byte payload length, a JSON header and an optional binary payload (tensors saved
+with `torch.save`, which the trusted side loads with `weights_only=True`).
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+import struct
+import time
+
+_LENGTHS = struct.Struct(">QQ")
+MAX_HEADER_BYTES = 1 << 20
+MAX_PAYLOAD_BYTES = 1 << 36
+
+
+class ChannelClosed(Exception):
+    """The other end closed the channel (or the worker died)."""
+
+
+class ChannelTimeout(Exception):
+    """No frame arrived before the deadline."""
+
+
+def send(sock: socket.socket, header: dict, payload: bytes = b"") -> None:
+    encoded = json.dumps(header).encode()
+    sock.sendall(_LENGTHS.pack(len(encoded), len(payload)) + encoded)
+    if payload:
+        sock.sendall(payload)
+
+
+def _receive_exactly(sock: socket.socket, size: int, deadline: float | None) -> bytes:
+    chunks = bytearray()
+    while len(chunks) < size:
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ChannelTimeout()
+            ready, _, _ = select.select([sock], [], [], remaining)
+            if not ready:
+                raise ChannelTimeout()
+        chunk = sock.recv(min(size - len(chunks), 1 << 22))
+        if not chunk:
+            raise ChannelClosed()
+        chunks.extend(chunk)
+    return bytes(chunks)
+
+
+def receive(sock: socket.socket, deadline: float | None = None) -> tuple[dict, bytes]:
+    """Receive one frame; `deadline` is a `time.monotonic()` value or None."""
+    header_size, payload_size = _LENGTHS.unpack(_receive_exactly(sock, _LENGTHS.size, deadline))
+    if header_size > MAX_HEADER_BYTES or payload_size > MAX_PAYLOAD_BYTES:
+        raise ChannelClosed(f"oversized frame ({header_size}, {payload_size})")
+    header = json.loads(_receive_exactly(sock, header_size, deadline))
+    payload = _receive_exactly(sock, payload_size, deadline) if payload_size else b""
+    return header, payload

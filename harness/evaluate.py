@@ -1,0 +1,408 @@
+"""Evaluating candidates: the trusted side that decides every verdict.
+
+`Evaluator.evaluate(problem, source, options)` runs: static checks → native build
+(in the CPU build pool, cached by source hash) → reference → load → correctness →
+timing, each phase under its own wall-clock limit, in a fresh worker process that
+is killed with its whole process group afterwards. This process parses the
+candidate but never imports it; it compares the outputs itself.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import signal
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from kernelpro.harness import channel, compare, policy
+from kernelpro.harness.cache import BuildCache, BuildEntry, needs_native_build, source_hash
+from kernelpro.harness.errors import DeviceError, ProblemError
+from kernelpro.harness.problem import Problem
+from kernelpro.harness.process import WorkerProcess
+from kernelpro.harness.records import (CappedLog, EvalOptions, EvalResult, ErrorStats, Floor,
+                                       Phase, TimingStats, Verdict)
+from kernelpro.harness.timing import summarize
+
+SUSPICIOUS_SPEEDUP = 10.0
+REVERIFY_TRIALS = 10
+_STARTUP_LIMIT_S = 180.0
+
+
+def cuda_arch_list() -> str | None:
+    import torch
+    if not torch.cuda.is_available():
+        return None
+    major, minor = torch.cuda.get_device_capability(0)
+    return f"{major}.{minor}"
+
+
+def default_device() -> str:
+    import torch
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def check_device(device: str) -> None:
+    import torch
+    if device == "cuda" and not torch.cuda.is_available():
+        raise DeviceError("--device cuda was asked for, but torch sees no CUDA device "
+                          f"(torch {torch.__version__}); use --device cpu")
+
+
+class WorkerPool:
+    """Spawns workers ahead of need. Each worker serves one candidate, then dies."""
+
+    def __init__(self, device: str, spares: int = 1, env: dict[str, str] | None = None):
+        self.device = device
+        self.env = env or {}
+        self.spares = spares
+        self._ready: list[WorkerProcess] = []
+        self._lock = threading.Lock()
+        self._fill()
+
+    def _spawn(self, module: str = "kernelpro.harness.worker") -> WorkerProcess:
+        return WorkerProcess(self.device, self.env, module=module)
+
+    def _fill(self) -> None:
+        with self._lock:
+            while len(self._ready) < self.spares:
+                self._ready.append(self._spawn())
+
+    def acquire(self) -> WorkerProcess:
+        """A worker for one candidate. No replacement is spawned until `release`, so no
+        interpreter boots next to a timing phase."""
+        with self._lock:
+            worker = self._ready.pop(0) if self._ready else None
+        return worker or self._spawn()
+
+    def release(self, worker: WorkerProcess) -> None:
+        worker.kill()
+        self._fill()
+
+    def builder(self) -> WorkerProcess:
+        return WorkerProcess("cpu", {**self.env, "CUDA_VISIBLE_DEVICES": ""},
+                             module="kernelpro.harness.builder")
+
+    def close(self) -> None:
+        with self._lock:
+            workers, self._ready = self._ready, []
+        for worker in workers:
+            worker.kill()
+
+
+@dataclass
+class _Outcome:
+    """What the trusted side has learned so far about one evaluation."""
+
+    phase: Phase = Phase.STATIC
+    references: list = field(default_factory=list)
+    structures: list = field(default_factory=list)
+    info: dict = field(default_factory=dict)
+    trials_passed: int = 0
+    timing: dict | None = None
+    final_payload: bytes = b""
+
+
+class _Finished(Exception):
+    def __init__(self, verdict: Verdict, reason: str, phase: Phase, errors: list[ErrorStats] | None = None):
+        super().__init__(reason)
+        self.verdict, self.reason, self.phase, self.errors = verdict, reason, phase, errors or []
+
+
+class Evaluator:
+    """Evaluates candidates on one device. Reuse one for many evaluations."""
+
+    def __init__(self, device: str = "cpu", cache: BuildCache | None = None, spares: int = 1,
+                 build_workers: int = 2):
+        check_device(device)
+        self.device = device
+        self.cache = cache or BuildCache()
+        env = {}
+        arch = cuda_arch_list() if device == "cuda" else None
+        if arch:
+            env["TORCH_CUDA_ARCH_LIST"] = arch
+        self.pool = WorkerPool(device, spares=spares, env=env)
+        self.build_pool = ThreadPoolExecutor(max_workers=build_workers, thread_name_prefix="kernelpro-build")
+        self._builds: dict[str, Future] = {}
+        self._builds_lock = threading.Lock()
+
+    def __enter__(self) -> "Evaluator":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.pool.close()
+        self.build_pool.shutdown(wait=False, cancel_futures=True)
+
+    # -- builds ----------------------------------------------------------------
+    def prebuild(self, source: str, options: EvalOptions | None = None) -> Future:
+        """Start (or join) the native build of a source in the CPU pool."""
+        limit = (options or EvalOptions()).limits.build_s
+        key = source_hash(source)
+        with self._builds_lock:
+            if key not in self._builds:
+                self._builds[key] = self.build_pool.submit(self._build, source, limit)
+            return self._builds[key]
+
+    def _build(self, source: str, limit_s: float) -> tuple[bool, float, dict | None]:
+        """(was cached, seconds, failure) — failure is a verdict header or None."""
+        entry = self.cache.entry(source)
+        failure = entry.failure()
+        if failure:
+            return True, 0.0, {"verdict": "compile_error", **failure}
+        if entry.built or not needs_native_build(source):
+            return entry.built, 0.0, None
+        began = time.monotonic()
+        builder = self.pool.builder()
+        try:
+            builder.receive(_STARTUP_LIMIT_S)
+            builder.send({"candidate_source": source, "extensions_dir": str(entry.extensions_dir),
+                          "triton_cache_dir": str(entry.triton_cache_dir)})
+            reply, _ = builder.receive(limit_s)
+        except channel.ChannelTimeout:
+            return False, time.monotonic() - began, {"verdict": "timeout", "phase": "build",
+                                                     "reason": f"the build ran past {limit_s:g} s"}
+        except channel.ChannelClosed:
+            return False, time.monotonic() - began, None  # let the worker report it
+        finally:
+            builder.kill()
+        seconds = time.monotonic() - began
+        if reply["type"] == "built":
+            entry.mark_built(seconds)
+        elif reply["type"] == "build_failed":
+            stdout, stderr = builder.logs()
+            log = (stderr.text() + stdout.text())[-8000:] + "\n" + reply.get("log", "")
+            entry.mark_failed(reply["reason"], log)
+            return False, seconds, {"verdict": "compile_error", "reason": reply["reason"], "log": log}
+        return False, seconds, None
+
+    # -- evaluation ------------------------------------------------------------
+    def evaluate(self, problem: Problem, source: str, options: EvalOptions | None = None) -> EvalResult:
+        options = options or EvalOptions(device=self.device)
+        if options.device != self.device:
+            raise DeviceError(f"this evaluator runs on {self.device}, not {options.device}")
+        result = self._evaluate_once(problem, source, options)
+        return self._reverify_if_suspicious(problem, source, options, result)
+
+    def _reverify_if_suspicious(self, problem, source, options, result: EvalResult) -> EvalResult:
+        if not result.ok:
+            return result
+        floor_ms = result.floor.floor_ms if result.floor else None
+        too_fast = result.speedup is not None and result.speedup > SUSPICIOUS_SPEEDUP
+        under_floor = floor_ms is not None and result.candidate.median_ms < floor_ms
+        if not (too_fast or under_floor):
+            return result
+        why = (f"speedup {result.speedup:.1f}x over {SUSPICIOUS_SPEEDUP:g}x" if too_fast
+               else f"{result.candidate.median_ms:.4f} ms is under the floor {floor_ms:.4f} ms")
+        second = self._evaluate_once(problem, source, options.model_copy(update={
+            "seed": options.seed + 7919, "correct_trials": max(REVERIFY_TRIALS, options.correct_trials)}))
+        if not second.ok:
+            return second.model_copy(update={"reason": f"re-verification after {why}: {second.reason}",
+                                             "flags": second.flags + ["reverification_failed"]})
+        # Keep the more conservative of the two measurements, and say whether they agreed.
+        kept = min(result, second, key=lambda r: r.speedup or 0.0)
+        agreed = max(result.speedup, second.speedup) <= 1.5 * min(result.speedup, second.speedup)
+        flags = [f for f in kept.flags if f != "under_floor"] + ["suspicious_speedup_reverified"]
+        flags += ["under_floor"] if kept.floor and kept.floor.floor_ms and \
+            kept.candidate.median_ms < kept.floor.floor_ms else []
+        flags += [] if agreed else ["speedup_not_reproduced"]
+        return kept.model_copy(update={"flags": flags, "reason": f"{kept.reason} (re-verified after {why})"})
+
+    def _evaluate_once(self, problem: Problem, source: str, options: EvalOptions) -> EvalResult:
+        began = time.monotonic()
+        base = {"tolerance": options.effective_tolerance, "device": self.device,
+                "precision": options.precision, "policy": options.policy,
+                "source_sha256": source_hash(source)}
+        finding = policy.check_candidate(source, problem.source, options.policy)
+        if finding:
+            return _result(Verdict(finding.verdict), Phase.STATIC, finding.reason, base, began)
+        entry = self.cache.entry(source)
+        cached, build_s, failure = self.prebuild(source, options).result()
+        base.update(build_cached=cached if needs_native_build(source) else None, build_s=build_s)
+        if failure:
+            phase = Phase(failure.get("phase", "build"))
+            return _result(Verdict(failure["verdict"]), phase, failure["reason"], base, began,
+                           stderr_text=failure.get("log", ""))
+        worker = self.pool.acquire()
+        outcome = _Outcome()
+        try:
+            self._drive(worker, problem, source, options, entry, outcome)
+            return self._success(outcome, problem, source, options, base, began, worker)
+        except _Finished as finished:
+            return _result(finished.verdict, finished.phase, finished.reason, base, began,
+                           errors=finished.errors, worker=worker, outcome=outcome)
+        finally:
+            self.pool.release(worker)
+
+    def _drive(self, worker: WorkerProcess, problem: Problem, source: str, options: EvalOptions,
+               entry: BuildEntry, outcome: _Outcome) -> None:
+        ready, _ = self._receive(worker, _STARTUP_LIMIT_S, outcome)
+        base_info = {"device_name": ready.get("device_name", ""), "torch_version": ready.get("torch", "")}
+        outcome.info.update(base_info)
+        worker.send({
+            "problem_source": problem.source, "problem_path": str(problem.path),
+            "candidate_source": source, "precision": options.precision, "seed": options.seed,
+            "correct_trials": options.correct_trials, "timing_trials": options.timing_trials,
+            "timing_budget_s": options.timing_budget_s, "warmup_calls": options.warmup_calls,
+            "l2_flush_bytes": options.l2_flush_bytes, "cpu_settle_s": options.cpu_settle_s,
+            "extensions_dir": str(entry.extensions_dir), "triton_cache_dir": str(entry.triton_cache_dir),
+        })
+        outcome.phase = Phase.REFERENCE
+        tolerance = options.effective_tolerance
+        while True:
+            header, payload = self._receive(worker, options.limits.for_phase(outcome.phase), outcome)
+            kind = header["type"]
+            if kind == "phase":
+                outcome.phase = Phase(header["phase"])
+            elif kind == "problem_error":
+                raise ProblemError(problem.path, header["cause"])
+            elif kind == "reference_output":
+                outcome.references.append(self._load(payload, outcome))
+                outcome.structures.append(header["structure"])
+            elif kind == "reference_info":
+                outcome.info.update(flops=header["flops"], bytes_moved=header["bytes_moved"])
+            elif kind == "candidate_output":
+                self._check_trial(header, payload, outcome, tolerance)
+                if outcome.trials_passed == options.correct_trials:
+                    if options.measure_time:
+                        worker.send({"cmd": "time", "baselines": list(options.baselines)})
+                    else:
+                        worker.send({"cmd": "stop"})
+            elif kind == "timing":
+                outcome.timing, outcome.final_payload = header, payload
+            elif kind == "verdict":
+                raise _Finished(Verdict(header["verdict"]), header["reason"], outcome.phase)
+            elif kind == "done":
+                return
+
+    def _receive(self, worker: WorkerProcess, limit_s: float, outcome: _Outcome) -> tuple[dict, bytes]:
+        try:
+            return worker.receive(limit_s)
+        except channel.ChannelTimeout:
+            raise _Finished(Verdict.TIMEOUT, f"the {outcome.phase.value} phase ran past {limit_s:g} s",
+                            outcome.phase) from None
+        except channel.ChannelClosed:
+            raise self._death(worker, outcome) from None
+
+    def _death(self, worker: WorkerProcess, outcome: _Outcome) -> _Finished:
+        status = worker.exit_status()
+        if status is not None and status < 0:
+            name = signal.Signals(-status).name
+            return _Finished(Verdict.CRASH, f"the worker died of {name} in the {outcome.phase.value} phase",
+                             outcome.phase)
+        return _Finished(Verdict.RUNTIME_ERROR,
+                         f"the worker exited with status {status} in the {outcome.phase.value} phase "
+                         "without reporting", outcome.phase)
+
+    def _load(self, payload: bytes, outcome: _Outcome) -> list:
+        try:
+            return compare.load_tensors(payload)
+        except compare.PayloadRejected as error:
+            raise _Finished(Verdict.REJECTED, str(error), outcome.phase) from None
+
+    def _check_trial(self, header: dict, payload: bytes, outcome: _Outcome, tolerance: float) -> None:
+        trial, count = header["trial"], header["count"]
+        values = self._load(payload, outcome)
+        outputs, repeat = values[:count], values[count:]
+        mismatch = compare.compare_outputs(outcome.references[trial], outputs, outcome.structures[trial],
+                                           header["structure"], tolerance, trial)
+        if mismatch:
+            raise _Finished(Verdict.INCORRECT, f"trial {trial}: {mismatch.reason}", Phase.CORRECTNESS,
+                            [mismatch.stats])
+        if header.get("repeat"):
+            again = compare.compare_outputs(outputs, repeat, header["structure"], header["structure"],
+                                            tolerance, trial)
+            if again:
+                raise _Finished(Verdict.INCORRECT, f"a second call on the same inputs disagreed: {again.reason}",
+                                Phase.CORRECTNESS, [again.stats])
+        outcome.trials_passed += 1
+
+    def _success(self, outcome: _Outcome, problem: Problem, source: str, options: EvalOptions,
+                 base: dict, began: float, worker: WorkerProcess) -> EvalResult:
+        flags = []
+        tolerance = options.effective_tolerance
+        if compare.outputs_independent_of_inputs(outcome.references, tolerance):
+            flags.append("degenerate_problem")
+        timing = outcome.timing
+        if not options.measure_time or timing is None:
+            return _result(Verdict.CORRECT, Phase.CORRECTNESS, "correct (not timed)", base, began,
+                           worker=worker, outcome=outcome, flags=flags)
+        final = compare.load_tensors(outcome.final_payload)
+        half = timing["final_count"]
+        mismatch = compare.compare_outputs(final[:half], final[half:], "x", "x", tolerance)
+        if mismatch:
+            raise _Finished(Verdict.REJECTED, "results changed during timing (caching across calls?): "
+                            + mismatch.reason, Phase.TIMING)
+        if options.policy == "strict" and self.device == "cuda" and not policy.launched_custom_kernel(
+                timing["kernels"], source):
+            raise _Finished(Verdict.REJECTED, "strict policy: no custom kernel ran on the GPU", Phase.TIMING)
+        stats = {name: summarize(timing["device_ms"][name], timing["host_ms"][name])
+                 for name in timing["device_ms"]}
+        candidate, eager = stats["candidate"], stats["eager"]
+        if self.device == "cuda" and candidate.median_ms > candidate.host_median_ms * 1.1 + 0.05:
+            flags.append("timer_mismatch")
+        compiled = stats.get("compile")
+        return _result(
+            Verdict.CORRECT, Phase.DONE, f"correct, {eager.median_ms / candidate.median_ms:.3f}x vs eager",
+            base, began, worker=worker, outcome=outcome, flags=flags,
+            speedup=eager.median_ms / candidate.median_ms, candidate=candidate, reference=eager,
+            reference_compile=compiled,
+            speedup_vs_compile=compiled.median_ms / candidate.median_ms if compiled else None,
+            floor=_floor(outcome.info, timing.get("ceilings") or {}),
+            custom_kernels=[k for k in timing["kernels"] if policy.launched_custom_kernel([k], source)],
+        )
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("kernelpro")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _floor(info: dict, ceilings: dict) -> Floor:
+    bandwidth, rate = ceilings.get("bandwidth_gbps"), ceilings.get("flop_rate_tflops")
+    bytes_moved, flops = info.get("bytes_moved", 0), info.get("flops", 0)
+    return Floor(
+        bytes_moved=bytes_moved, flops=flops, bandwidth_gbps=bandwidth, flop_rate_tflops=rate,
+        memory_floor_ms=bytes_moved / (bandwidth * 1e9) * 1e3 if bandwidth and bytes_moved else None,
+        compute_floor_ms=flops / (rate * 1e12) * 1e3 if rate and flops else None,
+    )
+
+
+def _result(verdict: Verdict, phase: Phase, reason: str, base: dict, began: float, *,
+            errors: list[ErrorStats] | None = None, worker: WorkerProcess | None = None,
+            outcome: _Outcome | None = None, flags: list[str] | None = None, stderr_text: str = "",
+            **fields) -> EvalResult:
+    logs = {}
+    if worker is not None:
+        worker.kill()
+        stdout, stderr = worker.logs()
+        logs = {"stdout": stdout, "stderr": stderr}
+    elif stderr_text:
+        logs = {"stderr": CappedLog(head=stderr_text[:16384], tail=stderr_text[16384:][-16384:],
+                                    total_bytes=len(stderr_text))}
+    info = outcome.info if outcome else {}
+    if outcome is not None and outcome.references and verdict is not Verdict.CORRECT:
+        if compare.outputs_independent_of_inputs(outcome.references, base["tolerance"]):
+            flags = (flags or []) + ["degenerate_problem"]
+    return EvalResult(
+        verdict=verdict, phase=phase, reason=" ".join(reason.split())[:500], errors=errors or [],
+        flags=flags or [], wall_s=time.monotonic() - began,
+        correct_trials=outcome.trials_passed if outcome else 0,
+        device_name=info.get("device_name", ""), torch_version=info.get("torch_version", ""),
+        kernelpro_version=_version(), **base, **logs, **fields,
+    )
+
+
+def evaluate(problem: Problem, source: str, options: EvalOptions | None = None) -> EvalResult:
+    """Evaluate one candidate with a one-off evaluator (the library call behind `kernelpro eval`)."""
+    options = options or EvalOptions(device=default_device())
+    with Evaluator(options.device, spares=0) as evaluator:
+        return evaluator.evaluate(problem, source, options)
+
+
+__all__ = ["Evaluator", "WorkerPool", "evaluate", "default_device", "check_device", "TimingStats"]

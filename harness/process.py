@@ -1,0 +1,181 @@
+"""Worker processes, seen from the trusted side.
+
+A worker is a fresh interpreter (spawned, never forked) in its own session and
+process group, with a scrubbed environment, its own temporary directory, stdin
+closed, and stdout/stderr drained by threads into capped buffers. It is used for
+one candidate and then killed with its whole process group (nvcc and ninja
+included), so no candidate can leave anything behind for the next one.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from kernelpro.harness import channel
+from kernelpro.harness.records import CappedLog
+
+#: Variables a worker may see. Everything else (API keys, tokens, cloud
+#: credentials) is dropped.
+ENV_ALLOWED = {
+    "PATH", "LANG", "LANGUAGE", "TERM", "TZ", "USER", "LOGNAME", "SHELL",
+    "PYTHONPATH", "VIRTUAL_ENV", "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH",
+    "CC", "CXX", "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES",
+    "TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+    "TRITON_INTERPRET", "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST",
+    "NVSHMEM_DISABLE_NVLS",
+}
+ENV_ALLOWED_PREFIXES = ("LC_", "NVIDIA_", "CUDA_")
+_SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL", "AUTH")
+LOG_HEAD_BYTES = 16 * 1024
+LOG_TAIL_BYTES = 16 * 1024
+
+
+def scrubbed_environment(extra: dict[str, str] | None = None,
+                         source: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment a worker gets: an allowlist, and never anything secret-looking."""
+    source = dict(os.environ if source is None else source)
+    env = {
+        name: value for name, value in source.items()
+        if (name in ENV_ALLOWED or name.startswith(ENV_ALLOWED_PREFIXES))
+        and not any(marker in name.upper() for marker in _SECRET_MARKERS)
+    }
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.update(extra or {})
+    return env
+
+
+class CappedStream:
+    """Drains a pipe on a thread, keeping its first and last bytes."""
+
+    def __init__(self, pipe, head_bytes: int = LOG_HEAD_BYTES, tail_bytes: int = LOG_TAIL_BYTES):
+        self._head = bytearray()
+        self._tail: collections.deque[bytes] = collections.deque()
+        self._tail_size = 0
+        self._head_bytes = head_bytes
+        self._tail_bytes = tail_bytes
+        self.total_bytes = 0
+        self._thread = threading.Thread(target=self._drain, args=(pipe,), daemon=True)
+        self._thread.start()
+
+    def _drain(self, pipe) -> None:
+        try:
+            while chunk := pipe.read1(1 << 16) if hasattr(pipe, "read1") else pipe.read(1 << 16):
+                self._keep(chunk)
+        except (OSError, ValueError):
+            pass
+
+    def _keep(self, chunk: bytes) -> None:
+        self.total_bytes += len(chunk)
+        room = self._head_bytes - len(self._head)
+        if room > 0:
+            self._head.extend(chunk[:room])
+            chunk = chunk[room:]
+        if chunk:
+            self._tail.append(chunk)
+            self._tail_size += len(chunk)
+            while self._tail_size - len(self._tail[0]) >= self._tail_bytes:
+                self._tail_size -= len(self._tail.popleft())
+
+    def log(self, join_timeout_s: float = 1.0) -> CappedLog:
+        self._thread.join(join_timeout_s)
+        tail = b"".join(self._tail)[-self._tail_bytes:]
+        kept = len(self._head) + len(tail)
+        return CappedLog(head=self._head.decode(errors="replace"), tail=tail.decode(errors="replace"),
+                         total_bytes=self.total_bytes, dropped_bytes=max(0, self.total_bytes - kept))
+
+
+def _descendants(root_pid: int) -> list[int]:
+    """Every live descendant of a process, read from /proc (Linux)."""
+    parents: dict[int, list[int]] = collections.defaultdict(list)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            parent = int(stat.rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        parents[parent].append(int(entry.name))
+    found, stack = [], [root_pid]
+    while stack:
+        for child in parents.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
+class WorkerProcess:
+    """One spawned worker: a process group, a private channel and capped logs."""
+
+    def __init__(self, device: str, env_extra: dict[str, str] | None = None,
+                 module: str = "kernelpro.harness.worker"):
+        self.device = device
+        self.workdir = Path(tempfile.mkdtemp(prefix="kernelpro-worker-"))
+        self._sock, child_sock = socket.socketpair()
+        child_fd = child_sock.fileno()
+        env = scrubbed_environment({"HOME": str(self.workdir), "TMPDIR": str(self.workdir),
+                                    **(env_extra or {})})
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", module, str(child_fd), device],
+            pass_fds=(child_fd,), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, start_new_session=True, env=env, cwd=self.workdir,
+        )
+        child_sock.close()
+        self.stdout = CappedStream(self.process.stdout)
+        self.stderr = CappedStream(self.process.stderr)
+        self.started_at = time.monotonic()
+        self._killed = False
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def send(self, header: dict, payload: bytes = b"") -> None:
+        channel.send(self._sock, header, payload)
+
+    def receive(self, timeout_s: float | None) -> tuple[dict, bytes]:
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        return channel.receive(self._sock, deadline)
+
+    def exit_status(self, wait_s: float = 2.0) -> int | None:
+        """The worker's return code (negative: killed by that signal), or None if alive."""
+        try:
+            return self.process.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def kill(self) -> None:
+        """Kill the whole process group and any descendant that left it."""
+        if self._killed:
+            return
+        self._killed = True
+        stragglers = _descendants(self.process.pid)
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for pid in stragglers:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            pass
+        self._sock.close()
+        subprocess.run(["rm", "-rf", str(self.workdir)], check=False)
+
+    def logs(self) -> tuple[CappedLog, CappedLog]:
+        return self.stdout.log(), self.stderr.log()

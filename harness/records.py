@@ -1,0 +1,194 @@
+"""The harness's records: what goes into an evaluation and what comes out.
+
+Every record is a frozen pydantic model, so it validates on the way in, serializes
+to JSON on the way out, and publishes a JSON Schema (`eval_result_schema()`).
+Units are in the field names: `_ms` milliseconds, `_s` seconds, `_bytes` bytes.
+"""
+
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Verdict(str, enum.Enum):
+    """The outcome of one evaluation (the design's shared vocabulary)."""
+
+    CORRECT = "correct"
+    INCORRECT = "incorrect"
+    REJECTED = "rejected"  # cheating or a policy violation; `reason` says which
+    COMPILE_ERROR = "compile_error"  # Python syntax error or a native build failure
+    LOAD_ERROR = "load_error"  # importing the candidate failed, or it has no ModelNew
+    RUNTIME_ERROR = "runtime_error"  # an exception while running, a CUDA error, an exit
+    CRASH = "crash"  # the worker died of a signal
+    TIMEOUT = "timeout"  # a phase ran out of time; `phase` says which
+
+
+class Phase(str, enum.Enum):
+    """The phases of one evaluation, in order. Each has its own time limit."""
+
+    STATIC = "static"  # parsing and policy checks, in the trusted process
+    BUILD = "build"  # native builds (load_inline) in the CPU build pool
+    REFERENCE = "reference"  # the reference's outputs, before any candidate code runs
+    LOAD = "load"  # importing the candidate (and building, if not pre-built)
+    CORRECTNESS = "correctness"
+    TIMING = "timing"
+    DONE = "done"
+
+
+Policy = Literal["relaxed", "strict"]
+Precision = Literal["fp32", "bf16", "fp16"]
+Baseline = Literal["eager", "compile"]
+
+#: KernelBench's tolerances, used as both atol and rtol.
+DEFAULT_TOLERANCE = {"fp32": 1e-4, "bf16": 1e-2, "fp16": 1e-2}
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class PhaseLimits(_Record):
+    """Wall-clock limits per phase, in seconds."""
+
+    build_s: float = Field(600.0, gt=0)
+    reference_s: float = Field(300.0, gt=0)
+    load_s: float = Field(600.0, gt=0)
+    correctness_s: float = Field(300.0, gt=0)
+    timing_s: float = Field(300.0, gt=0)
+
+    @classmethod
+    def uniform(cls, seconds: float) -> "PhaseLimits":
+        return cls(build_s=seconds, reference_s=seconds, load_s=seconds,
+                   correctness_s=seconds, timing_s=seconds)
+
+    def for_phase(self, phase: Phase) -> float:
+        return float(getattr(self, f"{phase.value}_s", self.load_s))
+
+
+class EvalOptions(_Record):
+    """How to evaluate one candidate against one problem."""
+
+    device: Literal["cpu", "cuda"] = "cpu"
+    policy: Policy = "relaxed"
+    precision: Precision = "fp32"
+    correct_trials: int = Field(5, ge=5, description="correctness trials, each with fresh seed, inputs and weights")
+    timing_trials: int = Field(100, ge=1, description="timed calls per model, unless the time budget ends first")
+    timing_budget_s: float = Field(10.0, gt=0, description="time budget per model for timed calls")
+    warmup_calls: int = Field(3, ge=1)
+    baselines: tuple[Baseline, ...] = ("eager",)
+    tolerance: float | None = Field(None, gt=0, description="atol and rtol; None means the precision's default")
+    limits: PhaseLimits = PhaseLimits()
+    seed: int = 42
+    l2_flush_bytes: int = Field(256 * 1024 * 1024, ge=0, description="bytes written between timed calls on CUDA")
+    cpu_settle_s: float = Field(0.05, ge=0, description="wait before the second output fingerprint on CPU")
+    measure_time: bool = True
+
+    @property
+    def effective_tolerance(self) -> float:
+        return self.tolerance if self.tolerance is not None else DEFAULT_TOLERANCE[self.precision]
+
+
+class ErrorStats(_Record):
+    """How far an output is from the reference (for `incorrect`)."""
+
+    output_index: int
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+    mismatch_fraction: float | None = None
+    shape_mismatch: tuple[list[int], list[int]] | None = None  # (expected, got)
+    dtype_mismatch: tuple[str, str] | None = None  # (expected, got)
+    nan_inf_mismatch: bool = False
+    trial: int = 0
+
+
+class TimingStats(_Record):
+    """Statistics of one model's timed calls, in milliseconds."""
+
+    median_ms: float
+    iqr_ms: float
+    cv: float = Field(description="coefficient of variation: standard deviation over mean")
+    mean_ms: float
+    min_ms: float
+    max_ms: float
+    trials: int
+    host_median_ms: float = Field(description="median host wall-clock time of the same calls")
+
+
+class CappedLog(_Record):
+    """A stream's output with its head and tail kept."""
+
+    head: str = ""
+    tail: str = ""
+    total_bytes: int = 0
+    dropped_bytes: int = 0
+
+    def text(self) -> str:
+        if not self.dropped_bytes:
+            return self.head + self.tail
+        return f"{self.head}\n... [{self.dropped_bytes} bytes dropped] ...\n{self.tail}"
+
+
+class Floor(_Record):
+    """The fastest any implementation could run: bytes over bandwidth, FLOPs over rate."""
+
+    bytes_moved: int
+    flops: int
+    memory_floor_ms: float | None = None
+    compute_floor_ms: float | None = None
+    bandwidth_gbps: float | None = None
+    flop_rate_tflops: float | None = None
+
+    @property
+    def floor_ms(self) -> float | None:
+        values = [v for v in (self.memory_floor_ms, self.compute_floor_ms) if v is not None]
+        return max(values) if values else None
+
+
+class EvalResult(_Record):
+    """The verdict record of one evaluation. Its JSON Schema is published."""
+
+    verdict: Verdict
+    phase: Phase
+    reason: str = Field(description="one line")
+    speedup: float | None = Field(None, description="eager reference median over candidate median; only when correct")
+    speedup_vs_compile: float | None = None
+    candidate: TimingStats | None = None
+    reference: TimingStats | None = None
+    reference_compile: TimingStats | None = None
+    errors: list[ErrorStats] = []
+    flags: list[str] = Field([], description="warnings that do not change the verdict, e.g. degenerate_problem")
+    floor: Floor | None = None
+    tolerance: float
+    device: str
+    device_name: str = ""
+    precision: Precision
+    policy: Policy
+    correct_trials: int = 0
+    source_sha256: str = ""
+    build_cached: bool | None = None
+    build_s: float | None = None
+    wall_s: float = 0.0
+    custom_kernels: list[str] = Field([], description="custom kernels seen at run time (CUDA profiler)")
+    stdout: CappedLog = CappedLog()
+    stderr: CappedLog = CappedLog()
+    kernelpro_version: str = ""
+    torch_version: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict is Verdict.CORRECT
+
+
+def eval_result_schema() -> dict:
+    """The published JSON Schema of `EvalResult`."""
+    schema = EvalResult.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = "https://kernelpro.dev/schemas/eval_result.schema.json"
+    return schema
+
+
+SCHEMA_PATH = Path(__file__).parent / "schemas" / "eval_result.schema.json"

@@ -1,0 +1,139 @@
+"""Timing inside the worker (raw samples) and statistics in the trusted process.
+
+The worker times the reference and the candidate interleaved (A/B/A/B) in one
+process, so a speedup is a back-to-back ratio. Before every timed call, outside the
+timed window, it refills the inputs from a rotating pool (so a cache keyed on the
+input tensor cannot hit) and, on CUDA, writes a 256 MB buffer to flush L2. On CUDA
+a call is timed with events, with a device-wide synchronize before the end event,
+and the host wall clock is kept beside it as a cross-check.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+
+import torch
+
+from kernelpro.harness import guards
+from kernelpro.harness.records import TimingStats
+
+
+def _copy_into(destinations: Sequence[object], sources: Sequence[object]) -> None:
+    for destination, source in zip(destinations, sources):
+        if isinstance(destination, torch.Tensor):
+            destination.copy_(source)
+
+
+def measure_copy_bandwidth_gbps(device: torch.device, nbytes: int = 256 << 20) -> float:
+    """Device-to-device copy bandwidth (bytes read plus written), best of five."""
+    source = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    destination = torch.empty_like(source)
+    destination.copy_(source)
+    best = float("inf")
+    for _ in range(5):
+        start, end = guards.CudaEvent(enable_timing=True), guards.CudaEvent(enable_timing=True)
+        start.record()
+        destination.copy_(source)
+        end.record()
+        end.synchronize()
+        best = min(best, guards._event_elapsed(start, end))
+    return 2 * nbytes / (best * 1e-3) / 1e9
+
+
+def measure_matmul_tflops(device: torch.device, dtype: torch.dtype, size: int = 4096) -> float:
+    """Dense matrix-product rate in this dtype, best of five."""
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
+    a @ b
+    best = float("inf")
+    for _ in range(5):
+        start, end = guards.CudaEvent(enable_timing=True), guards.CudaEvent(enable_timing=True)
+        start.record()
+        a @ b
+        end.record()
+        end.synchronize()
+        best = min(best, guards._event_elapsed(start, end))
+    return 2 * size**3 / (best * 1e-3) / 1e12
+
+
+class InterleavedTimer:
+    """Times several callables A/B/A/B on their own copies of a rotating input pool."""
+
+    def __init__(self, device: torch.device, input_pool: list[list[object]],
+                 flush_bytes: int = 256 << 20):
+        self.device = device
+        self.pool = input_pool
+        self.cuda = device.type == "cuda"
+        self.flush_buffer = (torch.empty(flush_bytes, dtype=torch.uint8, device=device)
+                             if self.cuda and flush_bytes else None)
+
+    def _fresh_inputs(self) -> list[object]:
+        return [x.clone() if isinstance(x, torch.Tensor) else x for x in self.pool[0]]
+
+    def _sync(self) -> None:
+        if self.cuda:
+            guards.cuda_synchronize(self.device)
+
+    def _timed_call(self, function: Callable, inputs: list[object]) -> tuple[object, float, float]:
+        """One call: (output, device ms, host ms)."""
+        self._sync()
+        if not self.cuda:
+            begin = guards.perf_counter()
+            output = function(*inputs)
+            host_ms = (guards.perf_counter() - begin) * 1e3
+            return output, host_ms, host_ms
+        start, end = guards.CudaEvent(enable_timing=True), guards.CudaEvent(enable_timing=True)
+        begin = guards.perf_counter()
+        start.record()
+        output = function(*inputs)
+        guards.cuda_synchronize(self.device)
+        end.record()
+        end.synchronize()
+        host_ms = (guards.perf_counter() - begin) * 1e3
+        return output, guards._event_elapsed(start, end), host_ms
+
+    def run(self, functions: dict[str, Callable], trials: int, budget_s: float,
+            warmup_calls: int) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, object]]:
+        """Returns device samples, host samples (ms) and each function's last output."""
+        own_inputs = {name: self._fresh_inputs() for name in functions}
+        with torch.no_grad():
+            for name, function in functions.items():
+                for _ in range(warmup_calls):
+                    function(*own_inputs[name])
+            self._sync()
+            device_ms = {name: [] for name in functions}
+            host_ms = {name: [] for name in functions}
+            last: dict[str, object] = {}
+            began = guards.perf_counter()
+            for trial in range(trials):
+                for name, function in functions.items():
+                    _copy_into(own_inputs[name], self.pool[trial % len(self.pool)])
+                    if self.flush_buffer is not None:
+                        self.flush_buffer.fill_(trial & 0xFF)
+                    output, on_device, on_host = self._timed_call(function, own_inputs[name])
+                    device_ms[name].append(on_device)
+                    host_ms[name].append(on_host)
+                    last[name] = output
+                if guards.perf_counter() - began > budget_s * len(functions) and trial >= 4:
+                    break
+        return device_ms, host_ms, last
+
+
+def summarize(device_ms: list[float], host_ms: list[float]) -> TimingStats:
+    """Median, IQR and coefficient of variation of one model's samples."""
+    if not device_ms:
+        raise ValueError("no timing samples")
+    ordered = sorted(device_ms)
+    if len(ordered) >= 2:
+        q1, _, q3 = statistics.quantiles(ordered, n=4, method="inclusive")
+    else:
+        q1 = q3 = ordered[0]
+    mean = statistics.fmean(ordered)
+    deviation = statistics.pstdev(ordered) if len(ordered) > 1 else 0.0
+    return TimingStats(
+        median_ms=statistics.median(ordered), iqr_ms=q3 - q1,
+        cv=deviation / mean if mean > 0 else 0.0, mean_ms=mean,
+        min_ms=ordered[0], max_ms=ordered[-1], trials=len(ordered),
+        host_median_ms=statistics.median(host_ms) if host_ms else statistics.median(ordered),
+    )

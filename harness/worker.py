@@ -1,0 +1,405 @@
+"""The worker: one reference and one candidate, in an untrusted process.
+
+Run as `python -m kernelpro.harness.worker FD DEVICE` by `process.WorkerProcess`.
+The order of events is what makes the verdict trustworthy:
+
+1. `guards` is imported first, saving the genuine comparison, timer and
+   synchronize functions.
+2. Reference phase: for every trial, a fresh seed, fresh weights and fresh inputs;
+   the reference outputs go to the trusted process and are deleted here. Free
+   device memory is then poisoned with NaN, so no stale reference result can be
+   returned as `torch.empty(...)`.
+3. Only then is the candidate imported. Each trial builds `ModelNew` with the
+   trial's seed, calls it on clones of the inputs, snapshots the outputs on the
+   current stream at once, synchronizes (on CPU, waits), and checks that nothing
+   changed after the return, that inputs are untouched and that outputs are plain
+   tensors that alias no input. The snapshot goes to the trusted process, which
+   compares it with the reference.
+4. Timing, when the trusted process asks for it.
+
+Nothing here decides a verdict about correctness: this process only reports.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from kernelpro.harness import guards  # noqa: F401  (first: saves the genuine functions)
+
+import importlib.util
+import io
+import os
+import random
+import socket
+import traceback
+from pathlib import Path
+
+import torch
+
+from kernelpro.harness import channel
+from kernelpro.harness.timing import (InterleavedTimer, measure_copy_bandwidth_gbps,
+                                      measure_matmul_tflops)
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+TIMING_POOL_SIZE = 3
+
+
+class Report(Exception):
+    """Stop the job and send this header (a verdict or a problem error)."""
+
+    def __init__(self, header: dict):
+        super().__init__(header.get("reason", ""))
+        self.header = header
+
+
+def set_seed(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy
+        numpy.random.seed(seed % (2**32))
+    except ImportError:
+        pass
+
+
+def tensor_payload(tensors: list) -> bytes:
+    buffer = io.BytesIO()
+    torch.save([t.detach().cpu() if isinstance(t, torch.Tensor) else t for t in tensors], buffer)
+    return buffer.getvalue()
+
+
+def import_file(module_name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def error_tail(error: BaseException, limit: int = 4000) -> str:
+    text = "".join(traceback.format_exception(error))
+    return text[-limit:]
+
+
+def one_line(error: BaseException) -> str:
+    message = str(error).strip().splitlines()
+    first = message[0] if message else ""
+    return f"{type(error).__name__}: {first}"[:300]
+
+
+def compiler_error_line(text: str) -> str | None:
+    """The first `error:` line a compiler printed, if any."""
+    for line in text.splitlines():
+        if " error" in line.lower() and ("error:" in line.lower() or "error " in line.lower()):
+            return line.strip()[:300]
+    return None
+
+
+def build_failure_reason(error: BaseException) -> str:
+    line = compiler_error_line(str(error))
+    return f"build failed: {line}" if line else f"build failed: {one_line(error)}"
+
+
+def is_build_failure(error: BaseException) -> bool:
+    text = f"{type(error).__name__} {error}"
+    return ("Error building extension" in text or "CalledProcessError" in text
+            or "CompilationError" in type(error).__name__ or "nvcc" in str(error)[:2000])
+
+
+class Job:
+    def __init__(self, sock: socket.socket, device: torch.device, spec: dict):
+        self.sock = sock
+        self.device = device
+        self.spec = spec
+        self.dtype = DTYPES[spec["precision"]]
+        self.workdir = Path.cwd()
+        self.trials: list[dict] = []  # per trial: seed, init inputs, inputs
+        self.output_templates: list[torch.Tensor] = []
+
+    # -- helpers ---------------------------------------------------------------
+    def send(self, header: dict, payload: bytes = b"") -> None:
+        channel.send(self.sock, header, payload)
+
+    def phase(self, name: str) -> None:
+        self.send({"type": "phase", "phase": name})
+
+    def cast(self, value):
+        if isinstance(value, torch.Tensor):
+            value = value.to(self.device)
+            return value.to(self.dtype) if value.is_floating_point() else value
+        return value
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            guards.cuda_synchronize(self.device)
+
+    def build_model(self, cls, seed: int, init_inputs: list):
+        set_seed(seed)
+        model = cls(*init_inputs)
+        if isinstance(model, torch.nn.Module):
+            model = model.to(device=self.device, dtype=self.dtype).eval()
+        return model
+
+    # -- phases ----------------------------------------------------------------
+    def reference_phase(self):
+        self.phase("reference")
+        path = self.workdir / "reference.py"
+        path.write_text(self.spec["problem_source"])
+        label = self.spec["problem_path"]
+        try:
+            problem = import_file("kernelpro_reference", path)
+        except Exception as error:  # the problem's own fault
+            raise Report({"type": "problem_error", "cause": f"importing it failed: {one_line(error)}"})
+        for name in ("Model", "get_inputs", "get_init_inputs"):
+            if not callable(getattr(problem, name, None)):
+                raise Report({"type": "problem_error", "cause": f"{name} is missing or not callable"})
+        flops = bytes_moved = 0
+        for trial in range(self.spec["correct_trials"]):
+            seed = self.spec["seed"] + trial
+            init_inputs = self.call_problem(problem.get_init_inputs, seed, "get_init_inputs", label)
+            init_inputs = [self.cast(x) for x in init_inputs]
+            inputs = [self.cast(x) for x in self.call_problem(problem.get_inputs, seed, "get_inputs", label)]
+            try:
+                model = self.build_model(problem.Model, seed, init_inputs)
+                with torch.no_grad():
+                    if trial == 0:
+                        flops, outputs = self.count_flops(model, inputs)
+                    else:
+                        outputs = model(*inputs)
+                self.sync()
+            except Exception as error:
+                raise Report({"type": "problem_error", "cause": f"the reference Model failed: {one_line(error)}"})
+            structure, outputs = flatten_outputs(outputs)
+            if trial == 0:
+                self.output_templates = [o for o in outputs if isinstance(o, torch.Tensor)]
+                bytes_moved = tensor_bytes(inputs) + tensor_bytes(outputs) + parameter_bytes(model)
+                reference_aliases = [any(guards.overlaps(o, x) for x in inputs if isinstance(x, torch.Tensor))
+                                     for o in self.output_templates]
+                self.reference_aliases = reference_aliases
+            self.send({"type": "reference_output", "trial": trial, "structure": structure},
+                      tensor_payload(outputs))
+            self.trials.append({"seed": seed, "init_inputs": init_inputs, "inputs": inputs})
+            del model, outputs
+        self.problem = problem
+        self.output_templates = [torch.empty(t.shape, dtype=t.dtype, device="meta") for t in self.output_templates]
+        self.send({"type": "reference_info", "flops": flops, "bytes_moved": bytes_moved})
+
+    def call_problem(self, function, seed: int, name: str, label: str) -> list:
+        set_seed(seed)
+        try:
+            values = function()
+        except Exception as error:
+            raise Report({"type": "problem_error", "cause": f"{name}() raised {one_line(error)}"})
+        if not isinstance(values, (list, tuple)):
+            raise Report({"type": "problem_error", "cause": f"{name}() returned {type(values).__name__}, not a list"})
+        allowed = (torch.Tensor, int, float, bool, type(None))
+        bad = [type(v).__name__ for v in values if not isinstance(v, allowed)]
+        if bad:
+            raise Report({"type": "problem_error", "cause": f"{name}() returned non-tensors: {', '.join(bad)}"})
+        if name == "get_inputs" and not any(isinstance(v, torch.Tensor) for v in values):
+            raise Report({"type": "problem_error", "cause": "get_inputs() returned no tensor"})
+        return list(values)
+
+    def count_flops(self, model, inputs):
+        try:
+            from torch.utils.flop_counter import FlopCounterMode
+            counter = FlopCounterMode(display=False)
+            with counter:
+                outputs = model(*inputs)
+            return int(counter.get_total_flops()), outputs
+        except Exception:
+            return 0, model(*inputs)
+
+    def poison(self) -> None:
+        guards.prefill_like(self.output_templates, self.device)
+        if self.device.type == "cuda":
+            guards.poison_cuda_free_memory(self.device)
+
+    def load_phase(self):
+        self.phase("load")
+        path = self.workdir / "candidate.py"
+        path.write_text(self.spec["candidate_source"])
+        self.poison()
+        try:
+            candidate = import_file("kernelpro_candidate", path)
+        except SyntaxError as error:
+            raise Report({"type": "verdict", "verdict": "compile_error",
+                          "reason": f"syntax error at line {error.lineno}: {error.msg}", "log": error_tail(error)})
+        except BaseException as error:
+            if is_build_failure(error):
+                raise Report({"type": "verdict", "verdict": "compile_error",
+                              "reason": build_failure_reason(error), "log": error_tail(error)})
+            raise Report({"type": "verdict", "verdict": "load_error",
+                          "reason": f"importing the candidate failed: {one_line(error)}", "log": error_tail(error)})
+        self.check_tampering()
+        if not isinstance(getattr(candidate, "ModelNew", None), type):
+            raise Report({"type": "verdict", "verdict": "load_error",
+                          "reason": "the candidate does not define class ModelNew"})
+        self.candidate = candidate
+        self.send({"type": "loaded"})
+
+    def check_tampering(self) -> None:
+        changed = guards.tampered_names()
+        if changed:
+            raise Report({"type": "verdict", "verdict": "rejected",
+                          "reason": f"the candidate replaced harness functions: {', '.join(changed[:5])}"})
+
+    def run_candidate(self, model, trial: dict) -> tuple[str, list]:
+        """One call, with the checks that need the live objects. Returns the snapshots."""
+        inputs = trial["inputs"]
+        own_inputs = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+        self.poison()
+        with torch.no_grad():
+            raw = model(*own_inputs)
+        structure, outputs = flatten_outputs(raw)
+        for index, output in enumerate(outputs):
+            if isinstance(output, torch.Tensor) and type(output) is not guards.tensor_type:
+                raise Report({"type": "verdict", "verdict": "rejected",
+                              "reason": f"output {index} is a tensor subclass ({type(output).__name__}), "
+                                        "not a plain torch.Tensor"})
+        snapshots = [guards.snapshot(o) if isinstance(o, torch.Tensor) else o for o in outputs]
+        self.sync()
+        if self.device.type == "cpu" and self.spec["cpu_settle_s"]:
+            guards.sleep(self.spec["cpu_settle_s"])
+        self.check_after_call(outputs, snapshots, inputs, own_inputs)
+        return structure, snapshots
+
+    def check_after_call(self, outputs, snapshots, inputs, own_inputs) -> None:
+        for index, (output, snap) in enumerate(zip(outputs, snapshots)):
+            if not isinstance(output, torch.Tensor):
+                continue
+            if output.layout != torch.strided:
+                raise Report({"type": "verdict", "verdict": "rejected",
+                              "reason": f"output {index} is not a dense tensor ({output.layout})"})
+            if not guards.same_bits(snap, output):
+                raise Report({"type": "verdict", "verdict": "rejected",
+                              "reason": f"output {index} changed after forward returned: work was left "
+                                        "running on another stream or thread"})
+            aliases_reference = (index < len(self.reference_aliases) and self.reference_aliases[index])
+            for position, value in enumerate(own_inputs):
+                if isinstance(value, torch.Tensor) and guards.overlaps(output, value) and not aliases_reference:
+                    raise Report({"type": "verdict", "verdict": "rejected",
+                                  "reason": f"output {index} is a view of input {position}"})
+        for position, (pristine, used) in enumerate(zip(inputs, own_inputs)):
+            if isinstance(pristine, torch.Tensor) and not guards.same_bits(pristine, used):
+                raise Report({"type": "verdict", "verdict": "rejected",
+                              "reason": f"the candidate modified input {position}"})
+
+    def correctness_phase(self):
+        self.phase("correctness")
+        for index, trial in enumerate(self.trials):
+            try:
+                model = self.build_model(self.candidate.ModelNew, trial["seed"], trial["init_inputs"])
+                structure, snapshots = self.run_candidate(model, trial)
+                payload_items = list(snapshots)
+                if index == 0:  # determinism: a second call on the same inputs
+                    _, again = self.run_candidate(model, trial)
+                    payload_items += again
+            except Report:
+                raise
+            except BaseException as error:
+                verdict = "compile_error" if is_build_failure(error) else "runtime_error"
+                raise Report({"type": "verdict", "verdict": verdict,
+                              "reason": f"trial {index}: {one_line(error)}", "log": error_tail(error)})
+            self.check_tampering()
+            self.send({"type": "candidate_output", "trial": index, "structure": structure,
+                       "count": len(snapshots), "repeat": index == 0}, tensor_payload(payload_items))
+            del model, snapshots, payload_items
+
+    def timing_phase(self, baselines: list[str]):
+        self.phase("timing")
+        first = self.trials[0]
+        pool = [first["inputs"]]
+        label = self.spec["problem_path"]
+        for extra in range(1, TIMING_POOL_SIZE):
+            seed = self.spec["seed"] + 1000 + extra
+            pool.append([self.cast(x) for x in self.call_problem(self.problem.get_inputs, seed, "get_inputs", label)])
+        reference = self.build_model(self.problem.Model, first["seed"], first["init_inputs"])
+        functions = {"eager": reference}
+        if "compile" in baselines:
+            functions["compile"] = torch.compile(self.build_model(self.problem.Model, first["seed"],
+                                                                  first["init_inputs"]))
+        functions["candidate"] = self.build_model(self.candidate.ModelNew, first["seed"], first["init_inputs"])
+        kernels = self.profile_kernels(functions["candidate"], pool[0]) if self.device.type == "cuda" else []
+        timer = InterleavedTimer(self.device, pool, self.spec["l2_flush_bytes"])
+        device_ms, host_ms, last = timer.run(functions, self.spec["timing_trials"],
+                                             self.spec["timing_budget_s"], self.spec["warmup_calls"])
+        self.check_tampering()
+        ceilings = self.measure_ceilings() if self.device.type == "cuda" else {}
+        _, eager_out = flatten_outputs(last["eager"])
+        _, candidate_out = flatten_outputs(last["candidate"])
+        self.send({"type": "timing", "device_ms": device_ms, "host_ms": host_ms, "kernels": kernels,
+                   "ceilings": ceilings, "final_count": len(eager_out)},
+                  tensor_payload(list(eager_out) + list(candidate_out)))
+
+    def profile_kernels(self, model, inputs) -> list[str]:
+        """Names of the GPU kernels one candidate call launches (for the strict policy)."""
+        from torch.profiler import ProfilerActivity, profile
+        own = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+        with torch.no_grad():
+            model(*own)  # build and JIT-compile outside the profile
+            self.sync()
+            with profile(activities=[ProfilerActivity.CUDA]) as profiler:
+                model(*own)
+                self.sync()
+        names = {event.name for event in profiler.events()
+                 if getattr(event, "device_type", None) == torch.autograd.DeviceType.CUDA}
+        return sorted(names)
+
+    def measure_ceilings(self) -> dict:
+        return {"bandwidth_gbps": measure_copy_bandwidth_gbps(self.device),
+                "flop_rate_tflops": measure_matmul_tflops(self.device, self.dtype)}
+
+
+def flatten_outputs(value) -> tuple[str, list]:
+    if isinstance(value, (tuple, list)):
+        return f"sequence:{len(value)}", list(value)
+    return "single", [value]
+
+
+def tensor_bytes(values: list) -> int:
+    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
+
+
+def parameter_bytes(model) -> int:
+    if not isinstance(model, torch.nn.Module):
+        return 0
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def serve(sock: socket.socket, device_name: str) -> None:
+    device = torch.device("cuda", 0) if device_name == "cuda" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.empty(1, device=device)  # create the context while the worker waits
+    channel.send(sock, {"type": "ready", "pid": os.getpid(), "torch": torch.__version__,
+                        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"})
+    spec, _ = channel.receive(sock)
+    os.environ["TORCH_EXTENSIONS_DIR"] = spec["extensions_dir"]
+    os.environ["TRITON_CACHE_DIR"] = spec["triton_cache_dir"]
+    job = Job(sock, device, spec)
+    try:
+        job.reference_phase()
+        job.load_phase()
+        job.correctness_phase()
+        command, _ = channel.receive(sock)
+        if command.get("cmd") == "time":
+            job.timing_phase(command.get("baselines", ["eager"]))
+        job.send({"type": "done"})
+    except Report as report:
+        channel.send(sock, report.header)
+    except BaseException as error:
+        verdict = "compile_error" if is_build_failure(error) else "runtime_error"
+        channel.send(sock, {"type": "verdict", "verdict": verdict, "reason": one_line(error),
+                            "log": error_tail(error)})
+
+
+def main() -> None:
+    sock = socket.socket(fileno=int(sys.argv[1]))
+    serve(sock, sys.argv[2])
+    sock.close()
+    sys.stdout.flush()
+    os._exit(0)  # skip interpreter teardown: candidate threads and atexit hooks do not matter now
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,3 @@
+from kernelpro.cli import main
+
+main()

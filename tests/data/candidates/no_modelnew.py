@@ -1,0 +1,6 @@
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x

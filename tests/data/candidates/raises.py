@@ -1,0 +1,10 @@
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, width: int):
+        super().__init__()
+        self.linear = nn.Linear(width, width)
+
+    def forward(self, x):
+        raise ValueError("this kernel is not finished")

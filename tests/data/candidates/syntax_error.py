@@ -1,0 +1,6 @@
+import torch.nn as nn
+
+
+class ModelNew(nn.Module)
+    def forward(self, x):
+        return x

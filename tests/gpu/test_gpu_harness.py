@@ -1,0 +1,94 @@
+"""GPU tests: run on the lent H100 with `pytest -m gpu` (scripts/gpu_check.sh)."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+from kernelpro.harness import EvalOptions, Evaluator, PhaseLimits, Verdict, load_problem  # noqa: E402
+
+REPO = Path(__file__).parent.parent.parent
+DATA = REPO / "tests" / "data" / "gpu"
+EXAMPLES = REPO / "examples"
+OPTIONS = EvalOptions(device="cuda", timing_trials=30, limits=PhaseLimits(load_s=600, correctness_s=120))
+
+
+@pytest.fixture(scope="module")
+def gpu_evaluator(tmp_path_factory):
+    from kernelpro.harness.cache import BuildCache
+    evaluator = Evaluator("cuda", cache=BuildCache(tmp_path_factory.mktemp("builds")), spares=1)
+    yield evaluator
+    evaluator.close()
+
+
+@pytest.fixture(scope="module")
+def gelu_problem():
+    return load_problem(EXAMPLES / "gelu_bias_scale.py")
+
+
+def evaluate(evaluator, problem, path: Path, **updates):
+    return evaluator.evaluate(problem, path.read_text(), OPTIONS.model_copy(update=updates))
+
+
+def test_illegal_memory_access_is_contained(gpu_evaluator, gelu_problem):
+    result = evaluate(gpu_evaluator, gelu_problem, DATA / "illegal_access.py")
+    assert result.verdict in (Verdict.RUNTIME_ERROR, Verdict.CRASH), result.reason
+    # The next evaluation gets a fresh worker and a clean CUDA context.
+    after = evaluate(gpu_evaluator, gelu_problem, EXAMPLES / "gelu_bias_scale_triton.py")
+    assert after.verdict is Verdict.CORRECT, after.reason
+
+
+def test_side_stream_early_return_is_rejected(gpu_evaluator, gelu_problem):
+    result = evaluate(gpu_evaluator, gelu_problem, DATA / "side_stream_early_return.py")
+    assert result.verdict is Verdict.REJECTED, result.reason
+    assert "changed after forward returned" in result.reason
+
+
+def test_uncomputed_empty_after_reference_fails(gpu_evaluator, gelu_problem):
+    result = evaluate(gpu_evaluator, gelu_problem, DATA / "empty_after_reference.py")
+    assert result.verdict is Verdict.INCORRECT, result.reason
+
+
+@pytest.mark.parametrize("name", ["gelu_bias_scale_triton.py", "gelu_bias_scale_cuda.py"])
+def test_real_triton_and_load_inline_candidates(gpu_evaluator, gelu_problem, name):
+    result = evaluate(gpu_evaluator, gelu_problem, EXAMPLES / name, policy="strict")
+    assert result.verdict is Verdict.CORRECT, result.reason
+    assert result.custom_kernels, "the profiler saw no custom kernel"
+    assert result.floor is not None and result.floor.memory_floor_ms is not None
+    print(f"{name}: {result.speedup:.2f}x vs eager, {result.candidate.median_ms:.4f} ms, "
+          f"floor {result.floor.floor_ms:.4f} ms")
+
+
+def test_strict_rejects_a_kernel_that_never_runs(gpu_evaluator, gelu_problem):
+    result = evaluate(gpu_evaluator, gelu_problem, DATA / "unused_kernel_strict.py", policy="strict")
+    assert result.verdict is Verdict.REJECTED and "no custom kernel ran" in result.reason
+
+
+def test_build_is_cached_on_reevaluation(gpu_evaluator, gelu_problem):
+    first = evaluate(gpu_evaluator, gelu_problem, EXAMPLES / "gelu_bias_scale_cuda.py")
+    again = evaluate(gpu_evaluator, gelu_problem, EXAMPLES / "gelu_bias_scale_cuda.py")
+    assert first.verdict is Verdict.CORRECT and again.verdict is Verdict.CORRECT
+    assert again.build_cached is True and again.build_s == 0.0
+
+
+def test_timing_is_stable_for_millisecond_kernels(gpu_evaluator):
+    problem = load_problem(DATA / "matmul_2048.py")
+    source = ("import torch\nclass ModelNew(torch.nn.Module):\n"
+              "    def forward(self, a, b):\n        return torch.mm(a, b)\n")
+    medians, cvs = [], []
+    for _ in range(5):
+        result = gpu_evaluator.evaluate(problem, source, OPTIONS.model_copy(update={"tolerance": 1e-2}))
+        assert result.verdict is Verdict.CORRECT, result.reason
+        assert result.candidate.median_ms >= 1.0
+        medians.append(result.candidate.median_ms)
+        cvs.append(result.candidate.cv)
+    across = statistics.pstdev(medians) / statistics.fmean(medians)
+    print(f"medians {medians}, per-run CV {cvs}, CV across runs {across:.4f}")
+    assert across < 0.02
+    assert max(cvs) < 0.02

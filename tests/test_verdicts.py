@@ -1,0 +1,129 @@
+"""Every verdict, produced by a real candidate in a real worker process (CPU)."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import candidate_source
+from kernelpro.harness import EvalOptions, PhaseLimits, Verdict
+
+FAST = EvalOptions(device="cpu", timing_trials=5, timing_budget_s=1.0,
+                   limits=PhaseLimits(correctness_s=15, load_s=60))
+
+EXPECTED = {
+    # name: (verdict, phase, words the reason must contain)
+    "good": (Verdict.CORRECT, "done", "correct"),
+    "segfault": (Verdict.CRASH, "correctness", "SIGSEGV"),
+    "infinite_loop": (Verdict.TIMEOUT, "correctness", "ran past"),
+    "exits": (Verdict.RUNTIME_ERROR, "correctness", "exited with status 3"),
+    "syntax_error": (Verdict.COMPILE_ERROR, "static", "syntax error"),
+    "no_modelnew": (Verdict.LOAD_ERROR, "load", "ModelNew"),
+    "wrong_shape": (Verdict.INCORRECT, "correctness", "shape"),
+    "wrong_dtype": (Verdict.INCORRECT, "correctness", "dtype"),
+    "nan_output": (Verdict.INCORRECT, "correctness", "NaN"),
+    "mutates_input": (Verdict.REJECTED, "correctness", "modified input 0"),
+    "aliases_input": (Verdict.REJECTED, "correctness", "view of input 0"),
+    "caches_across_calls": (Verdict.INCORRECT, "correctness", "trial 1"),
+    "late_thread": (Verdict.REJECTED, "correctness", "changed after forward returned"),
+    "patches_allclose": (Verdict.REJECTED, "load", "torch.allclose"),
+    "tensor_subclass": (Verdict.REJECTED, "correctness", "subclass"),
+    "forged_stdout": (Verdict.INCORRECT, "correctness", "outside tolerance"),
+    "nondeterministic": (Verdict.INCORRECT, "correctness", "second call"),
+    "raises": (Verdict.RUNTIME_ERROR, "correctness", "ValueError"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_candidate_gets_its_verdict(name, cpu_evaluator, linear_problem):
+    verdict, phase, words = EXPECTED[name]
+    result = cpu_evaluator.evaluate(linear_problem, candidate_source(name), FAST)
+    assert result.verdict is verdict, result.reason
+    assert result.phase.value == phase
+    assert words in result.reason
+    assert (result.speedup is not None) == (verdict is Verdict.CORRECT)
+
+
+def test_incorrect_carries_error_measures(cpu_evaluator, linear_problem):
+    result = cpu_evaluator.evaluate(linear_problem, candidate_source("wrong_shape"), FAST)
+    assert result.errors[0].shape_mismatch == ([16, 64], [16, 63])
+    result = cpu_evaluator.evaluate(linear_problem, candidate_source("caches_across_calls"), FAST)
+    error = result.errors[0]
+    assert error.trial == 1 and error.mismatch_fraction > 0.5 and error.max_abs_error > 1e-3
+
+
+def test_twenty_megabytes_of_prints_are_drained_and_capped(cpu_evaluator, linear_problem):
+    result = cpu_evaluator.evaluate(linear_problem, candidate_source("prints_20mb"), FAST)
+    assert result.verdict is Verdict.CORRECT, result.reason
+    assert result.stdout.total_bytes >= 20 * 1024 * 1024
+    assert len(result.stdout.head) + len(result.stdout.tail) <= 64 * 1024
+    assert result.stdout.dropped_bytes > 0
+
+
+def test_forged_result_on_stdout_is_ignored(cpu_evaluator, linear_problem):
+    result = cpu_evaluator.evaluate(linear_problem, candidate_source("forged_stdout"), FAST)
+    assert '"speedup": 1000.0' in result.stdout.text()
+    assert result.verdict is Verdict.INCORRECT and result.speedup is None
+
+
+def test_worker_environment_has_no_secrets(cpu_evaluator, linear_problem, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-secret")
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp-test")
+    from kernelpro.harness.process import scrubbed_environment
+    import os
+    assert "ANTHROPIC_API_KEY" not in scrubbed_environment(source=dict(os.environ))
+    # The evaluator's spare was spawned earlier; a fresh one sees the new environment.
+    from kernelpro.harness import Evaluator
+    with Evaluator("cpu", spares=0) as evaluator:
+        result = evaluator.evaluate(linear_problem, candidate_source("reads_secrets"), FAST)
+    assert result.verdict is Verdict.CORRECT, result.reason
+
+
+STRICT = FAST.model_copy(update={"policy": "strict"})
+
+
+@pytest.mark.parametrize("name, words", [
+    ("strict_try_except", "try/except"),
+    ("strict_inherits", "inherits"),
+    ("strict_torch_ops", "linear, relu"),
+    ("strict_calls_module", "linear"),
+    ("good", "linear"),
+])
+def test_strict_policy_rejections(name, words, cpu_evaluator, linear_problem):
+    result = cpu_evaluator.evaluate(linear_problem, candidate_source(name), STRICT)
+    assert result.verdict is Verdict.REJECTED and result.phase.value == "static"
+    assert words in result.reason
+
+
+def test_relaxed_policy_accepts_what_strict_rejects(cpu_evaluator, linear_problem):
+    result = cpu_evaluator.evaluate(linear_problem, candidate_source("strict_try_except"), FAST)
+    assert result.verdict is Verdict.CORRECT, result.reason
+
+
+def test_worker_survives_every_failure_back_to_back(cpu_evaluator, linear_problem):
+    """One evaluator, every kind of failure in a row, then an honest candidate passes."""
+    sequence = ["segfault", "exits", "late_thread", "patches_allclose", "tensor_subclass",
+                "infinite_loop", "mutates_input", "raises", "good"]
+    short = FAST.model_copy(update={"limits": PhaseLimits(correctness_s=8, load_s=60)})
+    verdicts = [cpu_evaluator.evaluate(linear_problem, candidate_source(n), short).verdict for n in sequence]
+    assert verdicts[-1] is Verdict.CORRECT
+    assert Verdict.CORRECT not in verdicts[:-1]
+
+
+def test_degenerate_problem_is_flagged(cpu_evaluator, tmp_path):
+    from conftest import DATA
+    from kernelpro.harness import load_problem
+    problem = load_problem(DATA / "problems" / "constant_output.py")
+    source = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n" \
+             "        return torch.zeros(x.shape[0])\n"
+    result = cpu_evaluator.evaluate(problem, source, FAST)
+    assert result.verdict is Verdict.CORRECT, result.reason
+    assert "degenerate_problem" in result.flags
+
+
+def test_correctness_uses_fresh_seeds_and_matching_weights(cpu_evaluator, linear_problem):
+    """ModelNew built with the trial seed gets the reference's weights; a different init fails."""
+    source = candidate_source("good").replace(
+        "super().__init__()", "super().__init__()\n        torch.manual_seed(1234)")
+    result = cpu_evaluator.evaluate(linear_problem, source, FAST)
+    assert result.verdict is Verdict.INCORRECT
+    assert result.correct_trials == 0
