@@ -32,6 +32,21 @@ def load_tensors(payload: bytes) -> list:
     return values
 
 
+def _comparison_device() -> torch.device:
+    """Compare on the GPU when this (trusted) process has one: a 128 MB output takes
+    about 1 s on two CPU cores and milliseconds on an H100."""
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+def _all_close(expected: torch.Tensor, got: torch.Tensor, tolerance: float) -> bool:
+    """The fast path: one pass in the native dtype. Details are computed only on failure."""
+    device = _comparison_device()
+    expected, got = expected.to(device), got.to(device)
+    if not (expected.is_floating_point() or expected.is_complex()):
+        return bool(torch.equal(expected, got))
+    return bool(torch.isclose(got, expected, rtol=tolerance, atol=tolerance, equal_nan=True).all())
+
+
 @dataclass(frozen=True)
 class Mismatch:
     reason: str
@@ -53,6 +68,8 @@ def compare_tensor(expected: torch.Tensor, got: object, index: int, tolerance: f
                         ErrorStats(output_index=index, trial=trial,
                                    dtype_mismatch=(str(expected.dtype), str(got.dtype))))
     if expected.numel() == 0:
+        return None
+    if _all_close(expected, got, tolerance):
         return None
     if not (expected.is_floating_point() or expected.is_complex()):
         differs = expected != got

@@ -220,7 +220,10 @@ class Evaluator:
         if finding:
             return _result(Verdict(finding.verdict), Phase.STATIC, finding.reason, base, began)
         entry = self.cache.entry(source)
+        already_built = entry.built or entry.failure() is not None
         cached, build_s, failure = self.prebuild(source, options).result()
+        if already_built:  # the build happened before this evaluation asked for it
+            cached, build_s = True, 0.0
         base.update(build_cached=cached if needs_native_build(source) else None, build_s=build_s)
         if failure:
             phase = Phase(failure.get("phase", "build"))

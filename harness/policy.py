@@ -117,9 +117,11 @@ def _forbidden_ops(reference_tree: ast.Module) -> tuple[set[str], set[str]]:
     model = _class(reference_tree, "Model")
     if model is None:
         return set(), set()
-    names = _compute_names(model) - {"Model", "forward", "__init__"}
-    modules = {name for name in names if name[:1].isupper()}
-    return names - modules, modules
+    # The work is what forward computes; __init__ only creates parameters and modules.
+    forward = next((n for n in model.body if isinstance(n, ast.FunctionDef) and n.name == "forward"), None)
+    functional = {n for n in _compute_names(forward) if not n[:1].isupper()} if forward else set()
+    modules = {n for n in _compute_names(model) if n[:1].isupper()} - {"Model"}
+    return functional, modules
 
 
 def _module_attributes(tree: ast.Module, classes: set[str]) -> set[str]:

@@ -334,7 +334,9 @@ class Job:
 
     def profile_kernels(self, model, inputs) -> list[str]:
         """Names of the GPU kernels one candidate call launches (for the strict policy)."""
+        import warnings
         from torch.profiler import ProfilerActivity, profile
+        warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
         own = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
         with torch.no_grad():
             model(*own)  # build and JIT-compile outside the profile
