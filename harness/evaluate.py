@@ -55,6 +55,9 @@ class WorkerPool:
 
     def __init__(self, device: str, spares: int = 1, env: dict[str, str] | None = None):
         self.device = device
+        # On CUDA a replacement boots while the current worker runs; on CPU it would steal
+        # a core from the timing phase, so it boots only after the evaluation.
+        self.refill_on_acquire = device == "cuda"
         self.env = env or {}
         self.spares = spares
         self._ready: list[WorkerProcess] = []
@@ -70,11 +73,13 @@ class WorkerPool:
                 self._ready.append(self._spawn())
 
     def acquire(self) -> WorkerProcess:
-        """A worker for one candidate. No replacement is spawned until `release`, so no
-        interpreter boots next to a timing phase."""
+        """A worker for one candidate."""
         with self._lock:
             worker = self._ready.pop(0) if self._ready else None
-        return worker or self._spawn()
+        worker = worker or self._spawn()
+        if self.refill_on_acquire:
+            self._fill()
+        return worker
 
     def release(self, worker: WorkerProcess) -> None:
         worker.kill()
@@ -96,12 +101,20 @@ class _Outcome:
     """What the trusted side has learned so far about one evaluation."""
 
     phase: Phase = Phase.STATIC
+    phase_began: float = field(default_factory=time.monotonic)
+    phase_s: dict = field(default_factory=dict)
     references: list = field(default_factory=list)
     structures: list = field(default_factory=list)
     info: dict = field(default_factory=dict)
     trials_passed: int = 0
     timing: dict | None = None
     final_payload: bytes = b""
+
+    def enter(self, phase: Phase) -> None:
+        now = time.monotonic()
+        self.phase_s[self.phase.value] = round(self.phase_s.get(self.phase.value, 0.0)
+                                               + now - self.phase_began, 3)
+        self.phase, self.phase_began = phase, now
 
 
 class _Finished(Exception):
@@ -253,13 +266,13 @@ class Evaluator:
             "l2_flush_bytes": options.l2_flush_bytes, "cpu_settle_s": options.cpu_settle_s,
             "extensions_dir": str(entry.extensions_dir), "triton_cache_dir": str(entry.triton_cache_dir),
         })
-        outcome.phase = Phase.REFERENCE
+        outcome.enter(Phase.REFERENCE)
         tolerance = options.effective_tolerance
         while True:
             header, payload = self._receive(worker, options.limits.for_phase(outcome.phase), outcome)
             kind = header["type"]
             if kind == "phase":
-                outcome.phase = Phase(header["phase"])
+                outcome.enter(Phase(header["phase"]))
             elif kind == "problem_error":
                 raise ProblemError(problem.path, header["cause"])
             elif kind == "reference_output":
@@ -271,7 +284,8 @@ class Evaluator:
                 self._check_trial(header, payload, outcome, tolerance)
                 if outcome.trials_passed == options.correct_trials:
                     if options.measure_time:
-                        worker.send({"cmd": "time", "baselines": list(options.baselines)})
+                        worker.send({"cmd": "time", "baselines": list(options.baselines),
+                                     "profile_kernels": options.policy == "strict"})
                     else:
                         worker.send({"cmd": "stop"})
             elif kind == "timing":
@@ -279,6 +293,7 @@ class Evaluator:
             elif kind == "verdict":
                 raise _Finished(Verdict(header["verdict"]), header["reason"], outcome.phase)
             elif kind == "done":
+                outcome.enter(Phase.DONE)
                 return
 
     def _receive(self, worker: WorkerProcess, limit_s: float, outcome: _Outcome) -> tuple[dict, bytes]:
@@ -389,6 +404,10 @@ def _result(verdict: Verdict, phase: Phase, reason: str, base: dict, began: floa
         logs = {"stderr": CappedLog(head=stderr_text[:16384], tail=stderr_text[16384:][-16384:],
                                     total_bytes=len(stderr_text))}
     info = outcome.info if outcome else {}
+    if outcome is not None and "phase_s" not in fields:
+        if outcome.phase is not Phase.DONE:
+            outcome.enter(outcome.phase)
+        fields["phase_s"] = dict(outcome.phase_s)
     if outcome is not None and outcome.references and verdict is not Verdict.CORRECT:
         if compare.outputs_independent_of_inputs(outcome.references, base["tolerance"]):
             flags = (flags or []) + ["degenerate_problem"]

@@ -172,6 +172,7 @@ class EvalResult(_Record):
     build_cached: bool | None = None
     build_s: float | None = None
     wall_s: float = 0.0
+    phase_s: dict[str, float] = Field({}, description="wall-clock seconds spent in each phase")
     custom_kernels: list[str] = Field([], description="custom kernels seen at run time (CUDA profiler)")
     stdout: CappedLog = CappedLog()
     stderr: CappedLog = CappedLog()

@@ -135,7 +135,8 @@ class Job:
 
     def build_model(self, cls, seed: int, init_inputs: list):
         set_seed(seed)
-        model = cls(*init_inputs)
+        with self.device:  # parameters are created on the device: same values for Model and ModelNew
+            model = cls(*init_inputs)
         if isinstance(model, torch.nn.Module):
             model = model.to(device=self.device, dtype=self.dtype).eval()
         return model
@@ -185,9 +186,19 @@ class Job:
         self.send({"type": "reference_info", "flops": flops, "bytes_moved": bytes_moved})
 
     def call_problem(self, function, seed: int, name: str, label: str) -> list:
-        set_seed(seed)
+        """Call get_inputs/get_init_inputs with the device as default, so random inputs are
+        drawn on the GPU (fast, and identical for reference and candidate); a problem whose
+        input code cannot run that way is called again on the CPU."""
         try:
-            values = function()
+            set_seed(seed)
+            with self.device:
+                values = function()
+        except Exception:
+            values = None
+        try:
+            if values is None:
+                set_seed(seed)
+                values = function()
         except Exception as error:
             raise Report({"type": "problem_error", "cause": f"{name}() raised {one_line(error)}"})
         if not isinstance(values, (list, tuple)):
@@ -306,7 +317,7 @@ class Job:
                        "count": len(snapshots), "repeat": index == 0}, tensor_payload(payload_items))
             del model, snapshots, payload_items
 
-    def timing_phase(self, baselines: list[str]):
+    def timing_phase(self, baselines: list[str], profile_kernels: bool):
         self.phase("timing")
         first = self.trials[0]
         pool = [first["inputs"]]
@@ -320,7 +331,8 @@ class Job:
             functions["compile"] = torch.compile(self.build_model(self.problem.Model, first["seed"],
                                                                   first["init_inputs"]))
         functions["candidate"] = self.build_model(self.candidate.ModelNew, first["seed"], first["init_inputs"])
-        kernels = self.profile_kernels(functions["candidate"], pool[0]) if self.device.type == "cuda" else []
+        kernels = (self.profile_kernels(functions["candidate"], pool[0])
+                   if profile_kernels and self.device.type == "cuda" else [])
         timer = InterleavedTimer(self.device, pool, self.spec["l2_flush_bytes"])
         device_ms, host_ms, last = timer.run(functions, self.spec["timing_trials"],
                                              self.spec["timing_budget_s"], self.spec["warmup_calls"])
@@ -385,7 +397,7 @@ def serve(sock: socket.socket, device_name: str) -> None:
         job.correctness_phase()
         command, _ = channel.receive(sock)
         if command.get("cmd") == "time":
-            job.timing_phase(command.get("baselines", ["eager"]))
+            job.timing_phase(command.get("baselines", ["eager"]), command.get("profile_kernels", True))
         job.send({"type": "done"})
     except Report as report:
         channel.send(sock, report.header)
