@@ -1,0 +1,82 @@
+"""The kernelpro CLI, run as a user would run it (a real subprocess)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from conftest import DATA, REPO
+
+PROBLEM = DATA / "problems" / "linear_relu_residual.py"
+
+
+def kernelpro(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "kernelpro", *map(str, args)], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=240)
+
+
+def test_version_and_help():
+    import kernelpro as package
+    done = kernelpro("--version")
+    assert done.returncode == 0 and done.stdout.strip() == f"kernelpro {package.__version__}"
+    done = kernelpro("eval", "--help")
+    assert done.returncode == 0 and "--policy" in done.stdout and "--json" in done.stdout
+
+
+def test_correct_candidate_exits_zero_and_writes_json(tmp_path):
+    out = tmp_path / "verdict.json"
+    done = kernelpro("eval", PROBLEM, DATA / "candidates" / "good.py", "--trials", "5", "--json", out)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "device: cpu (no CUDA GPU is visible)" in done.stdout
+    assert "correct" in done.stdout
+    record = json.loads(out.read_text())
+    assert record["verdict"] == "correct" and record["speedup"] > 0 and record["phase"] == "done"
+    assert record["reason"]
+
+
+def test_incorrect_candidate_exits_one_and_json_to_stdout():
+    done = kernelpro("eval", PROBLEM, DATA / "candidates" / "wrong_shape.py", "--device", "cpu", "--json", "-")
+    assert done.returncode == 1
+    record = json.loads(done.stdout)
+    assert record["verdict"] == "incorrect" and record["speedup"] is None and "shape" in record["reason"]
+
+
+def test_usage_errors_exit_two():
+    assert kernelpro("eval", PROBLEM).returncode == 2
+    assert kernelpro("eval", PROBLEM, PROBLEM, "--policy", "lenient").returncode == 2
+    assert kernelpro("eval", PROBLEM, PROBLEM, "--correct-trials", "2").returncode == 2
+
+
+def test_project_errors_are_one_line_unless_debugging(tmp_path):
+    done = kernelpro("eval", tmp_path / "missing.py", PROBLEM)
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: ") and "missing.py: no such file" in done.stderr
+    assert "Traceback" not in done.stderr and "KERNELPRO_DEBUG=1" in done.stderr
+    done = kernelpro("eval", tmp_path / "missing.py", PROBLEM, env={"KERNELPRO_DEBUG": "1"})
+    assert "Traceback" in done.stderr
+
+
+def test_cuda_without_a_gpu_is_a_clear_error():
+    import torch
+    if torch.cuda.is_available():
+        return
+    done = kernelpro("eval", PROBLEM, DATA / "candidates" / "good.py", "--device", "cuda")
+    assert done.returncode == 2 and "no CUDA device" in done.stderr
+
+
+def test_timeout_option_limits_every_phase():
+    done = kernelpro("eval", PROBLEM, DATA / "candidates" / "infinite_loop.py", "--timeout", "5", "--json", "-")
+    record = json.loads(done.stdout)
+    assert done.returncode == 1
+    assert record["verdict"] == "timeout" and record["phase"] == "correctness"
+
+
+def test_shipped_example_is_honestly_faster(tmp_path):
+    """The README's demo: an algebraic rewrite that does a fraction of the work."""
+    done = kernelpro("eval", REPO / "examples" / "matmul_rowsum.py", REPO / "examples" / "matmul_rowsum_new.py",
+                     "--trials", "10", "--json", "-")
+    record = json.loads(done.stdout)
+    assert done.returncode == 0, record["reason"]
+    assert record["speedup"] > 1.0

@@ -1,0 +1,64 @@
+"""Worker processes: scrubbed environment, capped logs, whole-group kills."""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+import textwrap
+import time
+
+from kernelpro.harness.process import CappedStream, WorkerProcess, scrubbed_environment
+
+
+def test_environment_is_an_allowlist_without_secrets():
+    env = scrubbed_environment(source={"PATH": "/bin", "ANTHROPIC_API_KEY": "sk", "AWS_SECRET_ACCESS_KEY": "x",
+                                       "CUDA_VISIBLE_DEVICES": "0", "CUDA_API_KEY": "y", "HOME": "/root",
+                                       "LC_ALL": "C"})
+    assert env["PATH"] == "/bin" and env["CUDA_VISIBLE_DEVICES"] == "0" and env["LC_ALL"] == "C"
+    assert not {"ANTHROPIC_API_KEY", "AWS_SECRET_ACCESS_KEY", "CUDA_API_KEY", "HOME"} & env.keys()
+
+
+def test_capped_stream_keeps_head_and_tail():
+    data = b"".join(f"line {i}\n".encode() for i in range(200_000))
+    log = CappedStream(io.BufferedReader(io.BytesIO(data)), head_bytes=1000, tail_bytes=1000).log()
+    assert log.total_bytes == len(data)
+    assert log.head.startswith("line 0\n") and log.tail.endswith("line 199999\n")
+    assert len(log.head) == 1000 and len(log.tail) == 1000
+    assert log.dropped_bytes == len(data) - 2000
+    assert "bytes dropped" in log.text()
+
+
+def test_kill_takes_the_whole_process_group_and_escaped_children(tmp_path):
+    """A worker that starts a grandchild (like nvcc under ninja) and one that leaves the group."""
+    module_dir = tmp_path / "mods"
+    module_dir.mkdir()
+    (module_dir / "spawner.py").write_text(textwrap.dedent(f"""
+        import os, subprocess, sys, time
+        pids = []
+        for new_session in (False, True):
+            child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                                     start_new_session=new_session)
+            pids.append(child.pid)
+        open({str(tmp_path / 'pids')!r}, "w").write(" ".join(map(str, pids)))
+        time.sleep(600)
+    """))
+    worker = WorkerProcess("cpu", {"PYTHONPATH": str(module_dir)}, module="spawner")
+    pids_file = tmp_path / "pids"
+    for _ in range(200):
+        if pids_file.exists() and pids_file.read_text():
+            break
+        time.sleep(0.05)
+    children = [int(p) for p in pids_file.read_text().split()]
+    worker.kill()
+    time.sleep(0.2)
+    for pid in [worker.pid, *children]:
+        assert not _alive(pid), pid
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split(")")[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

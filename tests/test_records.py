@@ -1,0 +1,49 @@
+"""The verdict record and its published JSON Schema."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+
+from kernelpro.harness.records import (SCHEMA_PATH, EvalOptions, EvalResult, Phase, PhaseLimits,
+                                       Verdict, eval_result_schema)
+
+
+def test_published_schema_matches_the_record():
+    """Regenerate with: python -c 'from kernelpro.harness.records import *; ...' (see README)."""
+    published = json.loads(SCHEMA_PATH.read_text())
+    assert published == json.loads(json.dumps(eval_result_schema(), sort_keys=True))
+
+
+def test_a_record_validates_against_the_schema_and_round_trips():
+    result = EvalResult(verdict=Verdict.INCORRECT, phase=Phase.CORRECTNESS, reason="trial 0: shape",
+                        tolerance=1e-4, device="cpu", precision="fp32", policy="relaxed")
+    document = json.loads(result.model_dump_json())
+    jsonschema.validate(document, json.loads(SCHEMA_PATH.read_text()))
+    assert EvalResult.model_validate(document) == result
+    assert {"verdict", "speedup", "reason", "phase"} <= document.keys()
+
+
+def test_a_broken_record_fails_the_schema():
+    document = {"verdict": "fast", "phase": "done", "reason": "x", "tolerance": 1e-4,
+                "device": "cpu", "precision": "fp32", "policy": "relaxed"}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(document, json.loads(SCHEMA_PATH.read_text()))
+
+
+def test_tolerance_follows_precision_unless_set():
+    assert EvalOptions(precision="fp32").effective_tolerance == 1e-4
+    assert EvalOptions(precision="bf16").effective_tolerance == 1e-2
+    assert EvalOptions(precision="fp16", tolerance=5e-3).effective_tolerance == 5e-3
+
+
+def test_options_refuse_fewer_than_five_correctness_trials():
+    with pytest.raises(ValueError):
+        EvalOptions(correct_trials=4)
+
+
+def test_uniform_limits_apply_to_every_phase():
+    limits = PhaseLimits.uniform(7)
+    assert {limits.for_phase(p) for p in (Phase.BUILD, Phase.LOAD, Phase.CORRECTNESS, Phase.TIMING)} == {7}
