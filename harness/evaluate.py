@@ -384,11 +384,11 @@ def _version() -> str:
 def _floor(info: dict, ceilings: dict) -> Floor:
     bandwidth, rate = ceilings.get("bandwidth_gbps"), ceilings.get("flop_rate_tflops")
     bytes_moved, flops = info.get("bytes_moved", 0), info.get("flops", 0)
-    return Floor(
-        bytes_moved=bytes_moved, flops=flops, bandwidth_gbps=bandwidth, flop_rate_tflops=rate,
-        memory_floor_ms=bytes_moved / (bandwidth * 1e9) * 1e3 if bandwidth and bytes_moved else None,
-        compute_floor_ms=flops / (rate * 1e12) * 1e3 if rate and flops else None,
-    )
+    memory_ms = bytes_moved / (bandwidth * 1e9) * 1e3 if bandwidth and bytes_moved else None
+    compute_ms = flops / (rate * 1e12) * 1e3 if rate and flops else None
+    known = [v for v in (memory_ms, compute_ms) if v is not None]
+    return Floor(bytes_moved=bytes_moved, flops=flops, bandwidth_gbps=bandwidth, flop_rate_tflops=rate,
+                 memory_floor_ms=memory_ms, compute_floor_ms=compute_ms, floor_ms=max(known) if known else None)
 
 
 def _result(verdict: Verdict, phase: Phase, reason: str, base: dict, began: float, *,

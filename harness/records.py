@@ -139,13 +139,9 @@ class Floor(_Record):
     flops: int
     memory_floor_ms: float | None = None
     compute_floor_ms: float | None = None
+    floor_ms: float | None = Field(None, description="the larger of the memory and compute floors")
     bandwidth_gbps: float | None = None
     flop_rate_tflops: float | None = None
-
-    @property
-    def floor_ms(self) -> float | None:
-        values = [v for v in (self.memory_floor_ms, self.compute_floor_ms) if v is not None]
-        return max(values) if values else None
 
 
 class EvalResult(_Record):
