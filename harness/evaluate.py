@@ -64,8 +64,8 @@ class WorkerPool:
         self._lock = threading.Lock()
         self._fill()
 
-    def _spawn(self, module: str = "kernelpro.harness.worker") -> WorkerProcess:
-        return WorkerProcess(self.device, self.env, module=module)
+    def _spawn(self) -> WorkerProcess:
+        return WorkerProcess(self.device, self.env)
 
     def _fill(self) -> None:
         with self._lock:
@@ -256,8 +256,7 @@ class Evaluator:
     def _drive(self, worker: WorkerProcess, problem: Problem, source: str, options: EvalOptions,
                entry: BuildEntry, outcome: _Outcome) -> None:
         ready, _ = self._receive(worker, _STARTUP_LIMIT_S, outcome)
-        base_info = {"device_name": ready.get("device_name", ""), "torch_version": ready.get("torch", "")}
-        outcome.info.update(base_info)
+        outcome.info.update(device_name=ready.get("device_name", ""), torch_version=ready.get("torch", ""))
         worker.send({
             "problem_source": problem.source, "problem_path": str(problem.path),
             "candidate_source": source, "precision": options.precision, "seed": options.seed,

@@ -86,8 +86,6 @@ def tampered_names() -> list[str]:
 def bits(tensor: torch.Tensor) -> torch.Tensor:
     """The tensor's bytes as a flat uint8 tensor, so NaNs compare equal to themselves."""
     flat = _reshape(_contiguous(tensor.detach()), (-1,))
-    if flat.dtype == torch.bool:
-        return _view(flat, uint8)
     return _view(flat, uint8) if flat.numel() else flat
 
 

@@ -115,6 +115,8 @@ class Job:
         self.workdir = Path.cwd()
         self.trials: list[dict] = []  # per trial: seed, init inputs, inputs
         self.output_templates: list[torch.Tensor] = []
+        self.output_devices: list[torch.device] = []
+        self.reference_aliases: list[bool] = []  # per output: does the reference's alias an input?
 
     # -- helpers ---------------------------------------------------------------
     def send(self, header: dict, payload: bytes = b"") -> None:
@@ -146,7 +148,6 @@ class Job:
         self.phase("reference")
         path = self.workdir / "reference.py"
         path.write_text(self.spec["problem_source"])
-        label = self.spec["problem_path"]
         try:
             problem = import_file("kernelpro_reference", path)
         except Exception as error:  # the problem's own fault
@@ -157,9 +158,9 @@ class Job:
         flops = bytes_moved = 0
         for trial in range(self.spec["correct_trials"]):
             seed = self.spec["seed"] + trial
-            init_inputs = self.call_problem(problem.get_init_inputs, seed, "get_init_inputs", label)
+            init_inputs = self.call_problem(problem.get_init_inputs, seed, "get_init_inputs")
             init_inputs = [self.cast(x) for x in init_inputs]
-            inputs = [self.cast(x) for x in self.call_problem(problem.get_inputs, seed, "get_inputs", label)]
+            inputs = [self.cast(x) for x in self.call_problem(problem.get_inputs, seed, "get_inputs")]
             try:
                 model = self.build_model(problem.Model, seed, init_inputs)
                 with torch.no_grad():
@@ -174,18 +175,18 @@ class Job:
             if trial == 0:
                 self.output_templates = [o for o in outputs if isinstance(o, torch.Tensor)]
                 bytes_moved = tensor_bytes(inputs) + tensor_bytes(outputs) + parameter_bytes(model)
-                reference_aliases = [any(guards.overlaps(o, x) for x in inputs if isinstance(x, torch.Tensor))
-                                     for o in self.output_templates]
-                self.reference_aliases = reference_aliases
+                self.reference_aliases = [any(guards.overlaps(o, x) for x in inputs if isinstance(x, torch.Tensor))
+                                          for o in self.output_templates]
             self.send({"type": "reference_output", "trial": trial, "structure": structure},
                       tensor_payload(outputs))
             self.trials.append({"seed": seed, "init_inputs": init_inputs, "inputs": inputs})
             del model, outputs
         self.problem = problem
+        self.output_devices = [t.device for t in self.output_templates]
         self.output_templates = [torch.empty(t.shape, dtype=t.dtype, device="meta") for t in self.output_templates]
         self.send({"type": "reference_info", "flops": flops, "bytes_moved": bytes_moved})
 
-    def call_problem(self, function, seed: int, name: str, label: str) -> list:
+    def call_problem(self, function, seed: int, name: str) -> list:
         """Call get_inputs/get_init_inputs with the device as default, so random inputs are
         drawn on the GPU (fast, and identical for reference and candidate); a problem whose
         input code cannot run that way is called again on the CPU."""
@@ -279,6 +280,10 @@ class Job:
         for index, (output, snap) in enumerate(zip(outputs, snapshots)):
             if not isinstance(output, torch.Tensor):
                 continue
+            if index < len(self.output_devices) and output.device != self.output_devices[index]:
+                raise Report({"type": "verdict", "verdict": "incorrect",
+                              "reason": f"output {index} is on {output.device}, the reference's on "
+                                        f"{self.output_devices[index]}"})
             if output.layout != torch.strided:
                 raise Report({"type": "verdict", "verdict": "rejected",
                               "reason": f"output {index} is not a dense tensor ({output.layout})"})
@@ -321,10 +326,9 @@ class Job:
         self.phase("timing")
         first = self.trials[0]
         pool = [first["inputs"]]
-        label = self.spec["problem_path"]
         for extra in range(1, TIMING_POOL_SIZE):
             seed = self.spec["seed"] + 1000 + extra
-            pool.append([self.cast(x) for x in self.call_problem(self.problem.get_inputs, seed, "get_inputs", label)])
+            pool.append([self.cast(x) for x in self.call_problem(self.problem.get_inputs, seed, "get_inputs")])
         reference = self.build_model(self.problem.Model, first["seed"], first["init_inputs"])
         functions = {"eager": reference}
         if "compile" in baselines:

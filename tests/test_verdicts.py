@@ -127,3 +127,32 @@ def test_correctness_uses_fresh_seeds_and_matching_weights(cpu_evaluator, linear
     result = cpu_evaluator.evaluate(linear_problem, source, FAST)
     assert result.verdict is Verdict.INCORRECT
     assert result.correct_trials == 0
+
+
+def test_output_on_another_device_is_incorrect(cpu_evaluator, linear_problem):
+    source = candidate_source("good").replace(".add_(x)", ".add_(x).to('meta')")
+    result = cpu_evaluator.evaluate(linear_problem, source, FAST)
+    assert result.verdict is Verdict.INCORRECT and "is on meta" in result.reason
+
+
+@pytest.mark.parametrize("precision, tolerance", [("bf16", 1e-2), ("fp16", 1e-2)])
+def test_precision_casts_model_and_inputs(cpu_evaluator, linear_problem, precision, tolerance):
+    result = cpu_evaluator.evaluate(linear_problem, candidate_source("good"),
+                                    FAST.model_copy(update={"precision": precision}))
+    assert result.verdict is Verdict.CORRECT, result.reason
+    assert result.tolerance == tolerance and result.precision == precision
+    # A candidate that ignores the precision and returns float32 is caught.
+    stays_fp32 = candidate_source("good").replace(".add_(x)", ".add_(x).float()")
+    result = cpu_evaluator.evaluate(linear_problem, stays_fp32, FAST.model_copy(update={"precision": precision}))
+    assert result.verdict is Verdict.INCORRECT and "dtype" in result.reason
+
+
+@pytest.mark.slow
+def test_torch_compile_baseline_is_reported_separately(cpu_evaluator, linear_problem):
+    options = FAST.model_copy(update={"baselines": ("eager", "compile"),
+                                      "limits": PhaseLimits(timing_s=600)})
+    result = cpu_evaluator.evaluate(linear_problem, candidate_source("good"), options)
+    assert result.verdict is Verdict.CORRECT, result.reason
+    assert result.reference_compile is not None and result.reference_compile.trials >= 5
+    assert result.speedup_vs_compile == pytest.approx(
+        result.reference_compile.median_ms / result.candidate.median_ms)
