@@ -1,0 +1,392 @@
+"""The tree search: ask for expansions, let a coder propose, evaluate, tell.
+
+    search = Search(root_payload, SearchConfig(seed=0))
+    while not search.done(budget):
+        for request in search.ask(n):             # up to n expansions, diverse by virtual loss
+            proposal = expander(request)            # a coder; None = no moves left here
+            if search.propose(request, proposal):   # False: transposition or refused repeat
+                search.tell(request, evaluator(proposal))
+
+`Search.run(expander, evaluator, budget)` is that loop. The root is the reference
+(ratio 1). Strategies differ only in `_choose_expansion`: MCTS here, the baselines
+in `baselines.py`. Nodes are never removed: a closed node stays for the report.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from kernelpro.mcts.calibration import LogRewardCalibration
+from kernelpro.mcts.memory import SearchMemory
+from kernelpro.mcts.policies import SELECTION, WIDENING
+from kernelpro.mcts.records import (Evaluator, Expander, Expansion, ExpansionKind, Node, Outcome,
+                                    PriorHook, Proposal, Status, StopPredicate)
+
+_IMPROVEMENT = 1e-9
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """Knobs of the search. Every field serializes; functions are named by registry key."""
+
+    strategy: str = "mcts"  # mcts | greedy | beam | best_first | random
+    selection: str = "puct"  # a key of policies.SELECTION
+    widening: str = "progressive"  # a key of policies.WIDENING
+    exploration: float = 1.0
+    widen_c: float = 1.0  # progressive widening: at most ceil(C * N^alpha) children
+    widen_alpha: float = 0.5
+    widen_c_root: float = 2.0  # the root widens more, for diverse strategies
+    widen_improved_factor: float = 1.5  # a node that beat its parent widens more
+    fixed_children: int = 3  # widen_fixed, best-first and beam branching
+    repair_children: int = 1  # a failed node gets at most this many (repair) children
+    fail_streak: int = 4  # close a node after k consecutive failures in its subtree
+    stale_limit: int = 6  # close a node after m of its expansions in a row brought no improvement below it
+    prune: bool = True
+    use_memory: bool = True
+    beam_width: int = 3
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Budget:
+    """When to stop: evaluations, wall-clock seconds, or a predicate on the search."""
+
+    evaluations: int | None = None
+    wall_time_s: float | None = None
+    stop: StopPredicate | None = None
+
+
+class Search:
+    """MCTS with progressive widening, asymmetric branching, log-reward calibration,
+    dead-end pruning, search memory and ask/tell batching."""
+
+    def __init__(self, root_payload: Any = None, config: SearchConfig | None = None, *,
+                 root_key: str = "root", root_signature: str = "", prior_hook: PriorHook | None = None):
+        self.config = config or SearchConfig()
+        root = Node(id=0, parent=None, depth=0, key=root_key, signature=root_signature,
+                    payload=root_payload, status=Status.OK, ratio=1.0)
+        self.nodes: list[Node] = [root]
+        self.memory = SearchMemory(prior_hook=prior_hook)
+        self.memory.keys[root_key] = 0
+        self.calibration = LogRewardCalibration()
+        self.rng = random.Random(self.config.seed)
+        self.evaluations = 0
+        self.iterations = 0
+        self.refused = 0  # proposals not evaluated because they repeated a failed move
+        self.best_id = 0
+        self.history: list[tuple[int, float]] = []  # (evaluations, best ratio so far)
+        self._next_ticket = 0
+        self._in_flight: dict[int, dict] = {}  # ticket -> {"target", "child"}
+        self._started = time.monotonic()
+        self._select = SELECTION[self.config.selection]
+        self._widen = WIDENING[self.config.widening]
+
+    # -- queries ------------------------------------------------------------------
+    @property
+    def root(self) -> Node:
+        return self.nodes[0]
+
+    def best(self) -> Node:
+        return self.nodes[self.best_id]
+
+    def value(self, node: Node) -> float:
+        """Q in [0, 1]: the calibrated mean reward of the node's subtree."""
+        return self.calibration.value(node.ok_count, node.fail_count, node.log_sum)
+
+    def children_limit(self, node: Node) -> int:
+        return self._widen(node, self.config)
+
+    def done(self, budget: Budget) -> bool:
+        if self.root.closed:
+            return True
+        if budget.evaluations is not None and self.evaluations >= budget.evaluations:
+            return True
+        if budget.wall_time_s is not None and time.monotonic() - self._started >= budget.wall_time_s:
+            return True
+        return bool(budget.stop and budget.stop(self))
+
+    # -- ask ------------------------------------------------------------------------
+    def ask(self, n: int = 1) -> list[Expansion]:
+        """Up to n expansions to run concurrently (fewer when the tree offers fewer)."""
+        requests = []
+        for _ in range(n):
+            target = self._choose_expansion()
+            if target is None:
+                break
+            requests.append(self._issue(target))
+        return requests
+
+    def _issue(self, node: Node) -> Expansion:
+        ticket = self._next_ticket
+        self._next_ticket += 1
+        for ancestor in self._path(node):
+            ancestor.virtual += 1
+        node.pending_children += 1
+        self._in_flight[ticket] = {"target": node.id, "child": None}
+        if node.status is Status.FAILED:
+            kind = ExpansionKind.REPAIR
+        elif node.parent is None:
+            kind = ExpansionKind.NEW_STRATEGY
+        else:
+            kind = ExpansionKind.REFINE
+        tried = tuple(("+".join(self.nodes[c].moves), self._outcome_label(self.nodes[c])) for c in node.children)
+        use_memory = self.config.use_memory
+        return Expansion(ticket=ticket, node_id=node.id, kind=kind, payload=node.payload, failure=node.failure,
+                         tried=tried, avoid=self.memory.avoid(node.signature) if use_memory else (),
+                         promising=self.memory.promising() if use_memory else ())
+
+    @staticmethod
+    def _outcome_label(node: Node) -> str:
+        if node.status is Status.OK:
+            return f"{node.ratio:.3f}x"
+        return node.status.value if node.status is Status.PENDING else f"failed: {node.failure}"
+
+    def _selectable(self, node: Node, blocked: set[int]) -> bool:
+        return node.status is not Status.PENDING and not node.closed and node.id not in blocked
+
+    def _can_widen(self, node: Node) -> bool:
+        if node.exhausted or node.closed or node.status is Status.PENDING:
+            return False
+        return len(node.children) + node.pending_children < self.children_limit(node)
+
+    def _limit_can_grow(self, node: Node) -> bool:
+        """Whether more visits would ever let this node widen (not for repairs or fixed limits)."""
+        passes = node.passes
+        node.passes = passes + 10**9
+        try:
+            return self.children_limit(node) > len(node.children) + node.pending_children
+        finally:
+            node.passes = passes
+
+    def _choose_expansion(self) -> Node | None:
+        """MCTS: descend by the selection rule until a node may widen."""
+        blocked: set[int] = set()
+        while not self.root.closed and self.root.id not in blocked:
+            node = self.root
+            while True:
+                if self._can_widen(node):
+                    return node
+                children = [self.nodes[c] for c in node.children if self._selectable(self.nodes[c], blocked)]
+                if children:
+                    node = self._select(node, children, self.value, self.config)
+                    continue
+                if node.pending_children or any(self.nodes[c].status is Status.PENDING for c in node.children):
+                    blocked.add(node.id)  # busy below: look elsewhere this time
+                    break
+                if node.exhausted:
+                    self._close(node, "no moves left")
+                    break
+                # At its widening limit with nothing open below: this selection pass counts
+                # as a visit, so the limit grows until the node may widen.
+                if not self._limit_can_grow(node):
+                    self._close(node, "every child closed")
+                    break
+                node.passes += 1
+                if self._can_widen(node):
+                    return node
+                break
+        return None
+
+    # -- propose ----------------------------------------------------------------------
+    def propose(self, request: Expansion, proposal: Proposal | None) -> bool:
+        """Record the expander's answer. True: evaluate `proposal`, then `tell`."""
+        self.iterations += 1
+        target = self.nodes[request.node_id]
+        target.pending_children -= 1
+        if proposal is None:
+            target.exhausted = True
+            return self._drop(request)
+        if self.config.use_memory and target.status is Status.OK and \
+                self.memory.failed_here(target.signature, proposal.moves):
+            self.refused += 1
+            target.stale_expansions += 1
+            return self._drop(request)
+        prior = self.memory.prior(target.signature, proposal.moves, proposal.prior) \
+            if self.config.use_memory else proposal.prior
+        child = Node(id=len(self.nodes), parent=target.id, depth=target.depth + 1, moves=tuple(proposal.moves),
+                     key=proposal.key, signature=proposal.signature or target.signature, prior=prior,
+                     payload=proposal.payload)
+        self.nodes.append(child)
+        target.children.append(child.id)
+        self._in_flight[request.ticket]["child"] = child.id
+        original = self.memory.keys.get(proposal.key)
+        if original is not None:  # a transposition: never evaluated twice
+            child.transposition_of = original
+            known = self.nodes[original]
+            outcome = Outcome(ok=known.status is Status.OK, ratio=known.ratio, failure=known.failure)
+            self._finish(request, outcome, evaluated=False)
+            return False
+        self.memory.keys[proposal.key] = child.id
+        return True
+
+    def _drop(self, request: Expansion) -> bool:
+        for ancestor in self._path(self.nodes[request.node_id]):
+            ancestor.virtual -= 1
+        del self._in_flight[request.ticket]
+        return False
+
+    # -- tell ---------------------------------------------------------------------------
+    def tell(self, request: Expansion, outcome: Outcome) -> Node:
+        """Back up an evaluation. Returns the evaluated node."""
+        if outcome.ok and (outcome.ratio is None or outcome.ratio <= 0):
+            raise ValueError("a successful outcome needs a positive ratio")
+        return self._finish(request, outcome, evaluated=True)
+
+    def _finish(self, request: Expansion, outcome: Outcome, evaluated: bool) -> Node:
+        child = self.nodes[self._in_flight.pop(request.ticket)["child"]]
+        parent = self.nodes[child.parent]
+        for ancestor in self._path(parent):
+            ancestor.virtual -= 1
+        child.status = Status.OK if outcome.ok else Status.FAILED
+        child.ratio = outcome.ratio if outcome.ok else None
+        child.failure = "" if outcome.ok else (outcome.failure or "failed")
+        log_value = math.log(outcome.ratio) if outcome.ok else None
+        child.improved = bool(outcome.ok and parent.status is Status.OK and outcome.ratio > parent.ratio)
+        if evaluated:
+            self.evaluations += 1
+            if log_value is not None:
+                self.calibration.observe(log_value)
+            gain = log_value - math.log(parent.ratio) if outcome.ok and parent.ratio else None
+            self.memory.record(parent.signature, child.moves, outcome.ok, gain)
+        self._backup(child, log_value)
+        if outcome.ok and outcome.ratio > self.best().ratio + _IMPROVEMENT:
+            self.best_id = child.id
+        if evaluated:
+            self.history.append((self.evaluations, self.best().ratio))
+        return child
+
+    def _backup(self, child: Node, log_value: float | None) -> None:
+        ok = log_value is not None
+        for node in self._path(child):
+            node.visits += 1
+            if ok:
+                node.ok_count += 1
+                node.log_sum += log_value
+                node.best_log = log_value if node.best_log is None else max(node.best_log, log_value)
+            node.consecutive_failures = 0 if ok else node.consecutive_failures + 1
+            if node.ratio is not None and ok and log_value > math.log(node.ratio) + _IMPROVEMENT:
+                node.stale_expansions = 0  # something below it improved on it
+            elif node.id == child.parent:
+                node.stale_expansions += 1  # one of its own expansions did not
+            self._prune(node)
+
+    def _prune(self, node: Node) -> None:
+        if not self.config.prune or node.parent is None or node.closed:
+            return
+        if node.consecutive_failures >= self.config.fail_streak:
+            self._close(node, f"{node.consecutive_failures} consecutive failures")
+        elif node.stale_expansions >= self.config.stale_limit:
+            self._close(node, f"{node.stale_expansions} expansions without improvement")
+
+    def _close(self, node: Node, reason: str) -> None:
+        node.closed = reason
+
+    def _path(self, node: Node) -> list[Node]:
+        """The node and its ancestors, up to the root."""
+        path = [node]
+        while path[-1].parent is not None:
+            path.append(self.nodes[path[-1].parent])
+        return path
+
+    # -- the loop -----------------------------------------------------------------------
+    def run(self, expander: Expander, evaluator: Evaluator, budget: Budget, batch: int = 1) -> Node:
+        """Sequential ask/propose/tell until the budget is spent. Returns the best node."""
+        idle = 0
+        while not self.done(budget) and idle < 1000:
+            room = batch if budget.evaluations is None else min(batch, budget.evaluations - self.evaluations)
+            requests = self.ask(max(1, room))
+            if not requests:
+                break
+            before = self.evaluations
+            for request in requests:
+                proposal = expander(request)
+                if self.propose(request, proposal):
+                    self.tell(request, evaluator(proposal))
+            idle = idle + 1 if self.evaluations == before else 0
+        return self.best()
+
+    # -- serialization -------------------------------------------------------------------
+    def to_json(self) -> dict:
+        """The whole search state. In-flight expansions are not saved: they are asked again."""
+        state = self.rng.getstate()
+        return {
+            "format": "kernelpro.mcts/1",
+            "config": asdict(self.config),
+            "nodes": [node.to_json() for node in self.nodes],
+            "memory": self.memory.to_json(),
+            "calibration": self.calibration.to_json(),
+            "rng": [state[0], list(state[1]), state[2]],
+            "counters": {"evaluations": self.evaluations, "iterations": self.iterations,
+                         "refused": self.refused, "best_id": self.best_id, "next_ticket": self._next_ticket},
+            "history": [list(item) for item in self.history],
+            "strategy_state": self._strategy_state(),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict, prior_hook: PriorHook | None = None) -> "Search":
+        from kernelpro.mcts.baselines import STRATEGIES
+        config = SearchConfig(**data["config"])
+        search = STRATEGIES[config.strategy].__new__(STRATEGIES[config.strategy])
+        Search.__init__(search, None, config, prior_hook=prior_hook)
+        search.nodes = [Node.from_json(node) for node in data["nodes"]]
+        search.memory = SearchMemory.from_json(data["memory"], prior_hook)
+        search.calibration = LogRewardCalibration.from_json(data["calibration"])
+        version, internal, gauss = data["rng"]
+        search.rng.setstate((version, tuple(internal), gauss))
+        counters = data["counters"]
+        search.evaluations, search.iterations = counters["evaluations"], counters["iterations"]
+        search.refused, search.best_id = counters["refused"], counters["best_id"]
+        search._next_ticket = counters["next_ticket"]
+        search.history = [tuple(item) for item in data["history"]]
+        search._drop_in_flight()
+        search._load_strategy_state(data.get("strategy_state") or {})
+        return search
+
+    def _drop_in_flight(self) -> None:
+        for node in self.nodes:
+            node.virtual = 0
+            node.pending_children = 0
+            node.children = [c for c in node.children if self.nodes[c].status is not Status.PENDING]
+
+    def _strategy_state(self) -> dict:
+        return {}
+
+    def _load_strategy_state(self, state: dict) -> None:
+        pass
+
+    # -- rendering ----------------------------------------------------------------------
+    def render(self, max_nodes: int = 200) -> str:
+        """A plain-text tree for reports."""
+        lines: list[str] = []
+
+        def label(node: Node) -> str:
+            moves = "+".join(node.moves) or "reference"
+            if node.status is Status.OK:
+                state = f"{node.ratio:.3f}x"
+            else:
+                state = node.status.value + (f" ({node.failure})" if node.failure else "")
+            extras = [f"N={node.visits}", f"Q={self.value(node):.2f}"]
+            if node.id == self.best_id:
+                extras.append("best")
+            if node.transposition_of is not None:
+                extras.append(f"= #{node.transposition_of}")
+            if node.closed:
+                extras.append(f"closed: {node.closed}")
+            return f"#{node.id} [{moves}] {state} " + " ".join(extras)
+
+        def walk(node: Node, prefix: str, last: bool, top: bool) -> None:
+            if len(lines) >= max_nodes:
+                return
+            lines.append(label(node) if top else f"{prefix}{'└─ ' if last else '├─ '}{label(node)}")
+            child_prefix = "" if top else prefix + ("   " if last else "│  ")
+            for index, child in enumerate(node.children):
+                walk(self.nodes[child], child_prefix, index == len(node.children) - 1, False)
+
+        walk(self.root, "", True, True)
+        if len(self.nodes) > max_nodes:
+            lines.append(f"... {len(self.nodes) - max_nodes} more nodes")
+        return "\n".join(lines)
