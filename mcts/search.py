@@ -14,6 +14,7 @@ in `baselines.py`. Nodes are never removed: a closed node stays for the report.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import time
@@ -155,12 +156,8 @@ class Search:
 
     def _limit_can_grow(self, node: Node) -> bool:
         """Whether more visits would ever let this node widen (not for repairs or fixed limits)."""
-        passes = node.passes
-        node.passes = passes + 10**9
-        try:
-            return self.children_limit(node) > len(node.children) + node.pending_children
-        finally:
-            node.passes = passes
+        much_later = dataclasses.replace(node, passes=node.passes + 10**9)
+        return self.children_limit(much_later) > len(node.children) + node.pending_children
 
     def _choose_expansion(self) -> Node | None:
         """MCTS: descend by the selection rule until a node may widen."""
