@@ -1,0 +1,38 @@
+"""`kernelpro tools list`: the installed profiling tools and why any is unavailable."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+
+def list_tools() -> list[dict]:
+    """The library call behind `kernelpro tools list`."""
+    from kernelpro.tools.registry import load_tools
+    return load_tools().describe()
+
+
+def register(app: typer.Typer) -> None:
+    tools_app = typer.Typer(help="Profiling-tool plugins (entry-point group kernelpro.tools).",
+                            no_args_is_help=True)
+
+    @tools_app.command("list")
+    def list_command(json_output: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
+        """Each tool, its level, and whether it can run here (and why not)."""
+        rows = list_tools()
+        if json_output:
+            typer.echo(json.dumps(rows, indent=2))
+            return
+        table = Table(title="kernelpro tools")
+        for column in ("name", "level", "available", "reason", "source"):
+            table.add_column(column)
+        for row in rows:
+            table.add_row(row["name"], row["level"] or "-", "[green]yes[/]" if row["available"] else "[red]no[/]",
+                          row["reason"], row["source"])
+        Console().print(table)
+
+    app.add_typer(tools_app, name="tools")

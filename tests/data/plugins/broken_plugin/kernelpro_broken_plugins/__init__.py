@@ -1,0 +1,1 @@
+NOT_A_TOOL = {"name": "looks like a tool"}

@@ -1,0 +1,1 @@
+raise RuntimeError("this plugin is broken on purpose")
