@@ -18,6 +18,11 @@ python3 -m pip install -q --no-build-isolation --no-deps -e . >"$OUT/install.log
 } 2>&1 | tee "$OUT/machine.txt"
 
 step() { echo; echo "=== $1"; }
+step "ncu facts (metric list, sections, version)"
+mkdir -p "$OUT/ncu"
+{ ncu --version; ncu --list-sections; } >"$OUT/ncu/sections.txt" 2>&1
+timeout 120 ncu --query-metrics >"$OUT/ncu/query_metrics.txt" 2>&1
+export KERNELPRO_CAPTURE_DIR="$OUT/captures"
 step "gpu tests"
 timeout 1500 python3 -m pytest -m gpu tests/gpu -v -s -p no:cacheprovider ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "PASSED|FAILED|ERROR|passed|failed|x vs eager|CV across"
 step "kernelpro eval on the examples"
@@ -31,3 +36,13 @@ step "throughput benchmark"
 if [ "${SKIP_THROUGHPUT:-0}" != 1 ]; then
   timeout 1200 python3 benchmarks/harness_throughput.py --device cuda --json "$OUT/throughput.json" 2>&1 | tee "$OUT/throughput.log" | tail -8
 fi
+step "profile gate benchmark"
+if [ "${SKIP_PROFILE_BENCH:-0}" != 1 ]; then
+  timeout 1200 python3 benchmarks/profile_gate.py --json "$OUT/profile_gate.json" --keep "$OUT/profile_gate" 2>&1 | tee "$OUT/profile_gate.log" | tail -12
+fi
+step "pack captures"
+# Many small files do not all come back from the device tool: pack them.
+for d in captures ncu profile_gate; do
+  [ -d "$OUT/$d" ] && tar czf "$OUT/$d.tgz" -C "$OUT" "$d" && rm -rf "$OUT/$d"
+done
+ls -la "$OUT"

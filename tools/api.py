@@ -40,10 +40,23 @@ class Gate:
         return class_ok and (self.objectives is None or objective in self.objectives)
 
 
+@dataclass(frozen=True)
+class Target:
+    """The program to profile: a problem file, and optionally a candidate that replaces its Model."""
+
+    problem_path: Path
+    candidate_path: Path | None = None
+    device: str = "cpu"
+    precision: str = "fp32"
+    seed: int = 42
+
+
 @dataclass
 class ToolContext:
-    """What a tool gets: the candidate, its built binaries and the kernels that matter."""
+    """What a tool gets: the program, its built binaries, the kernels that matter and what
+    stage 1 already measured (so a tool need not run the program again)."""
 
+    target: Target | None = None
     candidate_source: str = ""
     device: str = "cpu"
     binaries: list[Path] = field(default_factory=list)  # .so / .cubin files to inspect
@@ -53,6 +66,9 @@ class ToolContext:
     objective: str = "time"
     time_limit_s: float = 120.0
     workdir: Path | None = None
+    timeline: dict | None = None  # stage 1's timeline (see kernelpro.tools.target)
+    ncu: list | None = None  # stage 2's shared ncu pass: NcuKernel rows for the kernels above
+    ceilings: Any = None  # kernelpro.tools.ceilings.Ceilings of this device
     extra: dict[str, Any] = field(default_factory=dict)
 
 

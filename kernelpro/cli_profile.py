@@ -1,0 +1,115 @@
+"""`kernelpro profile PROBLEM`: stage 1 (roofline), the gated stage-2 tools, and guidance."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from kernelpro.cli_options import Device, PrecisionChoice, PrecisionOpt
+from kernelpro.errors import CandidateFileError, ProblemError
+
+
+def run_profile(problem_path: Path, *, candidate: Path | None = None, device: str | None = None,
+                tools: list[str] | None = None, objective: str = "time", share: float = 0.8,
+                precision: str = "fp32", use_ncu: bool | None = None, remeasure: bool = False,
+                time_limit_s: float = 600.0, keep_dir: Path | None = None,
+                progress=lambda message: None) -> dict:
+    """The library call behind `kernelpro profile`: the JSON document it prints or writes."""
+    from kernelpro.feedback import build_guidance
+    from kernelpro.harness import check_device, default_device
+    from kernelpro.harness.problem import load_problem
+    from kernelpro.tools.api import Target
+    from kernelpro.tools.pipeline import profile
+
+    load_problem(problem_path)  # a bad problem file gets its clear error here, not in a subprocess
+    if candidate is not None and not Path(candidate).is_file():
+        raise CandidateFileError(f"{candidate}: no such file")
+    chosen = device or default_device()
+    check_device(chosen)
+    target = Target(problem_path=Path(problem_path), candidate_path=Path(candidate) if candidate else None,
+                    device=chosen, precision=precision)
+    result = profile(target, tools=tools, objective=objective, share=share, use_ncu=use_ncu, remeasure=remeasure,
+                     time_limit_s=time_limit_s, keep_dir=keep_dir, progress=progress)
+    guidance = build_guidance(result.program, result.reports)
+    program = result.program
+    return {
+        "problem": str(problem_path), "candidate": str(candidate) if candidate else None,
+        "device": chosen, "device_name": program.device_name, "objective": objective,
+        "classification": program.classification,
+        "wall_ms": program.wall_ms, "floor_ms": program.floor_ms, "idle_fraction": program.idle_fraction,
+        "kernels": [k.model_dump(mode="json") for k in program.kernels],
+        "dominant": program.dominant,
+        "guidance": guidance.text,
+        "techniques": [t.model_dump(mode="json") for t in guidance.techniques],
+        "findings": [i.model_dump(mode="json") for i in guidance.items],
+        "tools_run": result.selected, "tools_skipped": result.skipped,
+        "reports": [r.model_dump(mode="json") for r in result.reports],
+        "ceilings": program.ceilings, "seconds": result.seconds, "notes": result.notes,
+    }
+
+
+def kernel_table(document: dict) -> Table:
+    from kernelpro.tools.ncu import base_name
+
+    table = Table(title=f"{document['problem']} on {document['device_name']}: {document['classification']}",
+                  title_justify="left")
+    for column in ("kernel", "launches", "ms/call", "share", "class", "mem %", "comp %", "floor ms"):
+        table.add_column(column, overflow="fold", min_width=16 if column == "kernel" else None)
+    for kernel in sorted(document["kernels"], key=lambda k: -k["time_share"])[:15]:
+        pct = lambda v: "-" if v is None else f"{v:.0f}"  # noqa: E731
+        table.add_row(base_name(kernel["name"])[:40], f"{kernel['launches_per_call']:.3g}", f"{kernel['ms_per_call']:.4f}",
+                      f"{100 * kernel['time_share']:.1f}%", kernel["roofline_class"], pct(kernel["memory_pct"]),
+                      pct(kernel["compute_pct"]), "-" if kernel["floor_ms"] is None else f"{kernel['floor_ms']:.4f}")
+    return table
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("profile")
+    def profile_command(
+        problem: Annotated[Path, typer.Argument(help="a KernelBench-format problem file (class Model)")],
+        candidate: Annotated[Path | None, typer.Option("--candidate", help="profile this ModelNew instead")] = None,
+        device: Device = None,
+        tools: Annotated[str | None, typer.Option("--tools", help="run exactly these tools (a,b), not the gate")] = None,
+        objective: Annotated[str, typer.Option("--objective", help="time, energy or edp (gates the energy tool)")] =
+        "time",
+        share: Annotated[float, typer.Option("--share", min=0.05, max=1.0,
+                                             help="profile the kernels that take this share of time")] = 0.8,
+        precision: PrecisionOpt = PrecisionChoice.fp32,
+        no_ncu: Annotated[bool, typer.Option("--no-ncu", help="stage 1 from analytic counts only")] = False,
+        remeasure: Annotated[bool, typer.Option("--remeasure", help="measure the device ceilings again")] = False,
+        timeout: Annotated[float, typer.Option("--timeout", min=10, help="limit per profiled run, seconds")] = 600.0,
+        json_path: Annotated[Path | None, typer.Option("--json", help="write the JSON here ('-' for stdout)")] = None,
+        keep: Annotated[Path | None, typer.Option("--keep", help="keep raw outputs (timeline, ncu CSVs) here")] = None,
+    ) -> None:
+        """Classify PROBLEM's kernels on the roofline, run the tools the classes call for, print guidance."""
+        if objective not in ("time", "energy", "edp"):
+            raise typer.BadParameter("must be time, energy or edp", param_hint="--objective")
+        if not problem.is_file():
+            raise ProblemError(problem, "no such file")
+        quiet = json_path is not None and str(json_path) == "-"
+        console = Console(stderr=quiet)
+        names = [t.strip() for t in tools.split(",") if t.strip()] if tools else None
+        with console.status("profiling") as status:
+            document = run_profile(problem, candidate=candidate, device=device.value if device else None,
+                                   tools=names, objective=objective, share=share, precision=precision.value,
+                                   use_ncu=False if no_ncu else None, remeasure=remeasure, time_limit_s=timeout,
+                                   keep_dir=keep,
+                                   progress=lambda message: status.update(f"profiling: {message}"))
+        console.print(kernel_table(document))
+        console.print(document["guidance"], markup=False, highlight=False)
+        ran = ", ".join(document["tools_run"]) or "none"
+        console.print(f"[dim]tools run: {ran}; skipped: "
+                      + "; ".join(f"{k} ({v})" for k, v in sorted(document["tools_skipped"].items())) + "[/]")
+        for note in document["notes"]:
+            console.print(f"[dim]note: {note}[/]", highlight=False)
+        if json_path is not None:
+            text = json.dumps(document, indent=2)
+            if quiet:
+                typer.echo(text)
+            else:
+                json_path.write_text(text + "\n")

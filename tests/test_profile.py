@@ -1,0 +1,189 @@
+"""Stage 1, the stage-2 tools and the feedback operator on real captures (tests/data/profile_captures,
+see CAPTURES.md there), and `kernelpro profile` end to end on the CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import DATA
+from kernelpro.feedback import build_guidance
+from kernelpro.tools import ToolContext, validate_report
+from kernelpro.tools.ceilings import Ceilings
+from kernelpro.tools.ncu import base_name, command, kernel_filter, parse_csv, split_metrics
+from kernelpro.tools.ncu_tools import NcuMemoryTool, NcuOccupancyTool, NcuStallsTool
+from kernelpro.tools.roofline import classify
+from kernelpro.tools.sass import parse_resource_usage, parse_sass
+from kernelpro.tools.system import SystemTool
+
+CAPTURES = DATA / "profile_captures"
+GOLDEN = DATA / "golden"
+EXPECTED = {  # what each program is, by construction (see tests/data/profile and examples/)
+    "h200/memory_elementwise": "memory_bound", "h200/compute_matmul": "compute_bound",
+    "h200/latency_long_row": "latency_bound", "h200/overhead_tiny_chain": "overhead_bound",
+    "h100/memory_elementwise": "memory_bound", "h100/overhead_tiny_chain": "overhead_bound",
+    "h100/matmul_rowsum": "compute_bound", "h100/mlp_block": "compute_bound",
+}
+
+
+def _load(name: str):
+    folder = CAPTURES / name
+    timeline = json.loads((folder / "timeline.json").read_text())
+    ceilings = Ceilings(**json.loads((folder.parent / "ceilings.json").read_text()))
+    stage1 = folder / "stage1_ncu.csv"
+    rows = parse_csv(stage1.read_text()) if stage1.exists() else None
+    return timeline, ceilings, rows
+
+
+def _stage2(name: str, timeline: dict, program) -> list:
+    path = CAPTURES / name / "stage2_ncu.csv"
+    if not path.exists():
+        return []
+    context = ToolContext(kernels=program.dominant, timeline=timeline, ncu=parse_csv(path.read_text()),
+                          time_shares={k.name: k.time_share for k in program.kernels})
+    return [context, [tool.run(context) for tool in (NcuMemoryTool(), NcuOccupancyTool(), NcuStallsTool())]]
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_stage1_classifies_real_captures(name):
+    timeline, ceilings, rows = _load(name)
+    program = classify(timeline, ceilings, rows, device="cuda")
+    assert program.classification == EXPECTED[name]
+    assert abs(sum(k.time_share for k in program.kernels) - 1.0) < 1e-6
+    assert program.dominant and program.floor_ms > 0
+    recorded = CAPTURES / name / "profile.json"
+    if recorded.exists():  # offline, the same answer the GPU run gave
+        assert json.loads(recorded.read_text())["classification"] == program.classification
+
+
+def test_ncu_csv_parse_counts_the_matmul_flops_and_bytes():
+    rows = parse_csv((CAPTURES / "h200/compute_matmul/stage1_ncu.csv").read_text())
+    assert len(rows) == 1
+    from kernelpro.tools.roofline import executed_flops
+    flops, tensor = executed_flops(rows[0])
+    assert abs(flops / (2 * 4096**3) - 1) < 0.01 and not tensor  # fp32 SGEMM runs on FFMA
+    assert rows[0].seconds("gpu__time_duration.sum") > 1e-3
+    assert rows[0].bytes("dram__bytes_read.sum") >= 2 * 4096 * 4096 * 4 * 0.9
+
+
+def test_kernels_that_share_a_function_name_are_paired_by_launch_order():
+    timeline, ceilings, rows = _load("h100/memory_elementwise")
+    names = {base_name(k["name"]) for k in timeline["kernels"]}
+    assert names == {"vectorized_elementwise_kernel"} and len(timeline["kernels"]) == 2
+    program = classify(timeline, ceilings, rows, device="cuda")
+    assert [k.source for k in program.kernels] == ["ncu", "ncu"]
+    assert all(k.memory_pct > 70 for k in program.kernels)
+
+
+def test_memory_bound_floor_is_bytes_over_bandwidth():
+    timeline, ceilings, rows = _load("h200/memory_elementwise")
+    program = classify(timeline, ceilings, rows, device="cuda")
+    assert program.floor_ms == pytest.approx(program.bytes / (ceilings.bandwidth_gbps * 1e9) * 1e3)
+    assert program.wall_ms > program.floor_ms  # two passes where one would do
+
+
+def test_without_ncu_the_classifier_says_it_used_analytic_counts():
+    timeline, ceilings, _ = _load("h200/memory_elementwise")
+    program = classify(timeline, ceilings, None, device="cuda")
+    assert any("analytic" in note for note in program.notes)
+    assert all(k.source == "analytic" for k in program.kernels)
+
+
+def test_latency_bound_tools_name_the_idle_sms_and_the_memory_stalls():
+    timeline, ceilings, rows = _load("h200/latency_long_row")
+    program = classify(timeline, ceilings, rows, device="cuda")
+    _, reports = _stage2("h200/latency_long_row", timeline, program)
+    by_tool = {r.tool: r for r in reports}
+    assert all(validate_report(r, r.tool) for r in reports)
+    waves = [f for f in by_tool["ncu_occupancy"].findings if f.evidence[0].metric == "waves_per_sm"]
+    assert waves and waves[0].evidence[0].value < 0.05 and waves[0].severity == "critical"
+    assert by_tool["ncu_stalls"].findings[0].evidence[0].metric == "stall_long_scoreboard"
+
+
+def test_feedback_drops_occupancy_advice_for_a_kernel_at_its_compute_roof():
+    timeline, ceilings, rows = _load("h200/compute_matmul")
+    program = classify(timeline, ceilings, rows, device="cuda")
+    _, reports = _stage2("h200/compute_matmul", timeline, program)
+    occupancy = next(r for r in reports if r.tool == "ncu_occupancy")
+    assert any("reduce_registers" in f.techniques for f in occupancy.findings)  # cuBLAS uses 254 registers
+    guidance = build_guidance(program, reports)
+    assert guidance.resolved and "compute roofline" in guidance.resolved[0]
+    assert all("reduce_registers" not in item.techniques for item in guidance.items)
+    assert "Within 25% of the floor" in guidance.text
+
+
+def test_system_tool_on_the_launch_bound_chain():
+    timeline, ceilings, _ = _load("h100/overhead_tiny_chain")
+    report = SystemTool().run(ToolContext(timeline=timeline))
+    finding = report.findings[0]
+    assert {"fuse_elementwise", "cuda_graphs"} <= set(finding.techniques)
+    assert finding.evidence[0].value == 72  # 24 tanh + 24 mul + 24 add launches per call
+
+
+@pytest.mark.parametrize("name", sorted(n for n in EXPECTED if n.startswith("h200/")))
+def test_guidance_is_deterministic_and_matches_golden(name):
+    timeline, ceilings, rows = _load(name)
+    program = classify(timeline, ceilings, rows, device="cuda")
+    reports = _stage2(name, timeline, program)[1] if (CAPTURES / name / "stage2_ncu.csv").exists() else []
+    if program.classification == "overhead_bound":
+        reports.append(SystemTool().run(ToolContext(timeline=timeline)))
+    first, second = build_guidance(program, reports), build_guidance(program, reports)
+    assert first == second
+    document = {"text": first.text, "techniques": [t.model_dump() for t in first.techniques]}
+    golden = GOLDEN / f"guidance_{name.replace('/', '_')}.json"
+    if os.environ.get("KERNELPRO_REGEN_GOLDEN") == "1":
+        golden.write_text(json.dumps(document, indent=2) + "\n")
+    assert document == json.loads(golden.read_text())
+    assert len(first.text) < 2000 and first.techniques[0].score == 1.0
+
+
+@pytest.mark.parametrize("binary", ["gelu_bias_scale_cuda/kp_example_gelu_bias_scale.so",
+                                    "gelu_bias_scale_triton/gelu_bias_scale_kernel.cubin"])
+def test_sass_of_real_candidate_binaries(binary):
+    folder = CAPTURES / "h200"
+    kernels = parse_sass((folder / f"{binary}.sass").read_text())
+    parse_resource_usage((folder / f"{binary}.resources").read_text(), kernels)
+    assert kernels
+    kernel = max(kernels.values(), key=lambda k: k.total)
+    assert kernel.registers and kernel.registers > 0 and kernel.total > 20
+    assert kernel.base_count("LDG") > 0 and kernel.base_count("STG") > 0
+
+
+def test_ncu_command_never_touches_clocks_and_filters_by_function_name():
+    argv = command("ncu", Path("ncu.log"), metrics=["a__b.sum"], kernel_regex=kernel_filter(
+        ["void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>(float*)"]), launch_count=3)
+    assert argv[argv.index("--clock-control") + 1] == "none"
+    assert "regex:^(cunn_SoftMaxForward)$" in argv and argv[argv.index("--launch-count") + 1] == "3"
+    kept, dropped = split_metrics(["x__y.sum", "launch__grid_size", "z__w.avg"], {"x__y"})
+    assert kept == ["x__y.sum", "launch__grid_size"] and dropped == ["z__w.avg"]
+
+
+# --- the CLI on the CPU ------------------------------------------------------------------------
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kernelpro", *args], capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ))
+
+
+def test_profile_cli_on_cpu_writes_the_documented_json():
+    done = _cli("profile", str(DATA / "profile" / "overhead_tiny_chain.py"), "--device", "cpu", "--json", "-")
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert {"classification", "kernels", "guidance", "techniques"} <= set(document)
+    assert document["classification"] == "overhead_bound"
+    assert "system" in document["tools_run"]
+    assert any("no ncu" in note for note in document["notes"])
+    assert document["techniques"][0]["score"] == 1.0
+
+
+def test_profile_cli_errors_are_one_clear_line():
+    missing = _cli("profile", "no/such/problem.py", "--device", "cpu")
+    assert missing.returncode == 2 and "no such file" in missing.stderr
+    unknown = _cli("profile", str(DATA / "profile" / "overhead_tiny_chain.py"), "--device", "cpu", "--tools", "nope")
+    assert unknown.returncode == 2 and "unknown tool nope" in unknown.stderr

@@ -1,0 +1,122 @@
+"""Device ceilings, measured once per device and cached (never datasheet numbers).
+
+- bandwidth: a large device-to-device copy (CPU: a large tensor copy), counting
+  bytes read plus bytes written;
+- fp32: a large fp32 matrix product with TF32 off (FFMA on a GPU);
+- tf32: the same with TF32 allowed (tensor cores);
+- bf16, fp16: large matrix products in those types.
+
+Each is the best of several timed repeats after a warm-up. The cache lives in
+`$KERNELPRO_HOME/ceilings/<device>.json`; `kernelpro profile --remeasure` (or
+deleting the file) measures again. Run as `python -m kernelpro.tools.ceilings
+DEVICE` it prints the JSON (the profiler runs it in its own process).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from kernelpro.harness.cache import kernelpro_home
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    device_name: str
+    bandwidth_gbps: float
+    fp32_tflops: float
+    tf32_tflops: float
+    bf16_tflops: float
+    fp16_tflops: float
+    measured_at: str = ""
+    method: str = "measured: copy bandwidth and matrix-product rates, best of repeats"
+
+    def rate_tflops(self, precision: str = "fp32", tensor_cores: bool = False) -> float:
+        """The compute ceiling for work in this precision."""
+        if precision in ("bf16", "fp16"):
+            return getattr(self, f"{precision}_tflops")
+        return self.tf32_tflops if tensor_cores else self.fp32_tflops
+
+    def floor_ms(self, flops: float, nbytes: float, precision: str = "fp32", tensor_cores: bool = False) -> float:
+        """The least time this work can take: bytes over bandwidth or FLOPs over rate, the larger."""
+        memory = nbytes / (self.bandwidth_gbps * 1e9)
+        compute = flops / (self.rate_tflops(precision, tensor_cores) * 1e12)
+        return max(memory, compute) * 1e3
+
+
+def _best_ms(function, repeats: int, timer) -> float:
+    function()
+    return min(timer(function) for _ in range(repeats))
+
+
+def measure(device_name: str = "cpu") -> Ceilings:
+    import torch
+
+    cuda = device_name == "cuda"
+    device = torch.device("cuda", 0) if cuda else torch.device("cpu")
+
+    def timer(function) -> float:
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            function()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end)
+        started = time.perf_counter()
+        function()
+        return (time.perf_counter() - started) * 1e3
+
+    nbytes = (1 << 30) if cuda else (256 << 20)
+    source = torch.empty(nbytes, dtype=torch.uint8, device=device).random_(0, 255)
+    destination = torch.empty_like(source)
+    bandwidth = 2 * nbytes / (_best_ms(lambda: destination.copy_(source), 5, timer) * 1e-3) / 1e9
+    del source, destination
+
+    def matmul_tflops(dtype, size: int, tf32: bool) -> float:
+        previous = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        try:
+            a = torch.randn(size, size, device=device, dtype=dtype)  # random data: zeros run faster
+            b = torch.randn(size, size, device=device, dtype=dtype)
+            return 2 * size**3 / (_best_ms(lambda: a @ b, 5, timer) * 1e-3) / 1e12
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = previous
+
+    size = 8192 if cuda else 1024
+    fp32 = matmul_tflops(torch.float32, size, False)
+    tf32 = matmul_tflops(torch.float32, size, True) if cuda else fp32
+    bf16 = matmul_tflops(torch.bfloat16, size, False)
+    fp16 = matmul_tflops(torch.float16, size, False)
+    name = torch.cuda.get_device_name(device) if cuda else f"cpu ({torch.get_num_threads()} threads)"
+    return Ceilings(device_name=name, bandwidth_gbps=bandwidth, fp32_tflops=fp32, tf32_tflops=tf32,
+                    bf16_tflops=bf16, fp16_tflops=fp16, measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"))
+
+
+def cache_path(device: str, device_name: str) -> Path:
+    slug = re.sub(r"[^A-Za-z0-9]+", "_", f"{device}-{device_name}").strip("_")
+    return kernelpro_home() / "ceilings" / f"{slug}.json"
+
+
+def load_or_measure(device: str, device_name: str, remeasure: bool = False, timeout_s: float = 300) -> Ceilings:
+    """The cached ceilings of this device, measured in a fresh process the first time."""
+    path = cache_path(device, device_name)
+    if path.exists() and not remeasure:
+        return Ceilings(**json.loads(path.read_text()))
+    done = subprocess.run([sys.executable, "-m", "kernelpro.tools.ceilings", device], capture_output=True,
+                          text=True, timeout=timeout_s)
+    if done.returncode != 0:
+        raise RuntimeError(f"measuring the {device} ceilings failed: {done.stderr.strip().splitlines()[-1:]}")
+    ceilings = Ceilings(**json.loads(done.stdout))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(asdict(ceilings), indent=2))
+    return ceilings
+
+
+if __name__ == "__main__":
+    print(json.dumps(asdict(measure(sys.argv[1] if len(sys.argv) > 1 else "cpu"))))
