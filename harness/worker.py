@@ -62,6 +62,24 @@ def set_seed(seed: int) -> None:
         pass
 
 
+def cast_to(value, device: torch.device, dtype: torch.dtype):
+    """A tensor moved to the device, floating-point ones in the evaluated precision; others unchanged."""
+    if isinstance(value, torch.Tensor):
+        value = value.to(device)
+        return value.to(dtype) if value.is_floating_point() else value
+    return value
+
+
+def build_model(cls, seed: int, init_inputs: list, device: torch.device, dtype: torch.dtype):
+    """`cls(*init_inputs)` seeded and built on the device, so Model and ModelNew get the same weights."""
+    set_seed(seed)
+    with device:
+        model = cls(*init_inputs)
+    if isinstance(model, torch.nn.Module):
+        model = model.to(device=device, dtype=dtype).eval()
+    return model
+
+
 def tensor_payload(tensors: list) -> bytes:
     buffer = io.BytesIO()
     torch.save([t.detach().cpu() if isinstance(t, torch.Tensor) else t for t in tensors], buffer)
@@ -126,22 +144,14 @@ class Job:
         self.send({"type": "phase", "phase": name})
 
     def cast(self, value):
-        if isinstance(value, torch.Tensor):
-            value = value.to(self.device)
-            return value.to(self.dtype) if value.is_floating_point() else value
-        return value
+        return cast_to(value, self.device, self.dtype)
 
     def sync(self) -> None:
         if self.device.type == "cuda":
             guards.cuda_synchronize(self.device)
 
     def build_model(self, cls, seed: int, init_inputs: list):
-        set_seed(seed)
-        with self.device:  # parameters are created on the device: same values for Model and ModelNew
-            model = cls(*init_inputs)
-        if isinstance(model, torch.nn.Module):
-            model = model.to(device=self.device, dtype=self.dtype).eval()
-        return model
+        return build_model(cls, seed, init_inputs, self.device, self.dtype)
 
     # -- phases ----------------------------------------------------------------
     def reference_phase(self):

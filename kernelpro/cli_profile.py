@@ -11,7 +11,8 @@ from rich.console import Console
 from rich.table import Table
 
 from kernelpro.cli_options import Device, PrecisionChoice, PrecisionOpt
-from kernelpro.errors import CandidateFileError, ProblemError
+from kernelpro.cli_eval import read_candidate
+from kernelpro.errors import ProblemError
 
 
 def run_profile(problem_path: Path, *, candidate: Path | None = None, device: str | None = None,
@@ -27,8 +28,8 @@ def run_profile(problem_path: Path, *, candidate: Path | None = None, device: st
     from kernelpro.tools.pipeline import profile
 
     load_problem(problem_path)  # a bad problem file gets its clear error here, not in a subprocess
-    if candidate is not None and not Path(candidate).is_file():
-        raise CandidateFileError(f"{candidate}: no such file")
+    if candidate is not None:
+        read_candidate(Path(candidate))  # the same clear errors as `kernelpro eval`
     chosen = device or default_device()
     check_device(chosen)
     target = Target(problem_path=Path(problem_path), candidate_path=Path(candidate) if candidate else None,

@@ -104,11 +104,9 @@ def _roof(program: ProgramProfile) -> dict[str, str]:
 
 def _headline(program: ProgramProfile) -> list[str]:
     above = program.wall_ms / program.floor_ms if program.floor_ms > 0 else float("inf")
+    busy = f"; GPU busy {100 * (1 - program.idle_fraction):.0f}% of the call" if program.device == "cuda" else ""
     lines = [f"Program: {program.classification}; {program.wall_ms:.4g} ms per call, floor {program.floor_ms:.4g} ms "
-             f"({above:.1f}x above it); GPU busy {100 * (1 - program.idle_fraction):.0f}% of the call."
-             if program.device == "cuda" else
-             f"Program: {program.classification}; {program.wall_ms:.4g} ms per call, floor {program.floor_ms:.4g} ms "
-             f"({above:.1f}x above it)."]
+             f"({above:.1f}x above it){busy}."]
     shares = {k.name: k for k in program.kernels}
     for name in program.dominant[:3]:
         kernel = shares[name]

@@ -66,13 +66,16 @@ def _keep(folder: Path | None, stage: str, info: dict) -> None:
         (folder / f"{stage}.json").write_text(json.dumps(info["json"], indent=1))
 
 
+def check_tool_names(registry: Registry, names: list[str] | None) -> None:
+    unknown = sorted(set(names or ()) - set(registry.tools))
+    if unknown:
+        raise UnknownToolError(f"unknown tool {', '.join(unknown)}; installed: {', '.join(sorted(registry.tools))}")
+
+
 def select_tools(registry: Registry, classes: set[str], objective: str,
                  names: list[str] | None = None) -> tuple[list[str], dict[str, str]]:
     """(tools to run, {tool: why not}): by gate, or exactly the named ones."""
-    if names is not None:
-        unknown = sorted(set(names) - set(registry.tools))
-        if unknown:
-            raise UnknownToolError(f"unknown tool {', '.join(unknown)}; installed: {', '.join(sorted(registry.tools))}")
+    check_tool_names(registry, names)
     chosen, skipped = [], {}
     for name, tool in sorted(registry.tools.items()):
         if names is not None and name not in names:
@@ -93,7 +96,7 @@ def profile(target: Target, *, tools: list[str] | None = None, objective: str = 
             registry: Registry | None = None, time_limit_s: float = 600.0, keep_dir: Path | None = None,
             progress: Callable[[str], None] = lambda message: None) -> ProfileResult:
     registry = registry or load_tools()
-    select_tools(registry, set(), objective, tools)  # an unknown --tools name fails before any run
+    check_tool_names(registry, tools)  # an unknown --tools name fails before any run
     seconds: dict[str, float] = {}
     notes: list[str] = []
     progress("timeline (torch.profiler)")

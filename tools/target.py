@@ -28,16 +28,10 @@ from pathlib import Path
 
 import torch
 
-from kernelpro.harness.worker import DTYPES, flatten_outputs, import_file, parameter_bytes, set_seed, tensor_bytes
+from kernelpro.harness.worker import (DTYPES, build_model, cast_to, flatten_outputs, import_file,
+                                      parameter_bytes, set_seed, tensor_bytes)
 
 CALL_RANGE = "kernelpro::call"
-
-
-def _cast(value, device: torch.device, dtype: torch.dtype):
-    if isinstance(value, torch.Tensor):
-        value = value.to(device)
-        return value.to(dtype) if value.is_floating_point() else value
-    return value
 
 
 def _call_problem(function, seed: int, device: torch.device) -> list:
@@ -58,24 +52,16 @@ class Program:
         self.dtype = DTYPES[spec.get("precision", "fp32")]
         seed = spec.get("seed", 42)
         problem = import_file("kernelpro_reference", Path(spec["problem_path"]))
-        init_inputs = [_cast(x, self.device, self.dtype) for x in _call_problem(problem.get_init_inputs, seed,
+        init_inputs = [cast_to(x, self.device, self.dtype) for x in _call_problem(problem.get_init_inputs, seed,
                                                                                   self.device)]
-        self.inputs = [_cast(x, self.device, self.dtype) for x in _call_problem(problem.get_inputs, seed,
+        self.inputs = [cast_to(x, self.device, self.dtype) for x in _call_problem(problem.get_inputs, seed,
                                                                                  self.device)]
-        self.reference = self._build(problem.Model, seed, init_inputs)
+        self.reference = build_model(problem.Model, seed, init_inputs, self.device, self.dtype)
         if spec.get("candidate_path"):
             candidate = import_file("kernelpro_candidate", Path(spec["candidate_path"]))
-            self.model = self._build(candidate.ModelNew, seed, init_inputs)
+            self.model = build_model(candidate.ModelNew, seed, init_inputs, self.device, self.dtype)
         else:
             self.model = self.reference
-
-    def _build(self, cls, seed: int, init_inputs: list):
-        set_seed(seed)
-        with self.device:
-            model = cls(*init_inputs)
-        if isinstance(model, torch.nn.Module):
-            model = model.to(device=self.device, dtype=self.dtype).eval()
-        return model
 
     def sync(self) -> None:
         if self.device.type == "cuda":
