@@ -1,5 +1,5 @@
 # Two commands do all the set-up on a fresh machine (see README):
-#   make demo   create .venv, install kernelpro, run the main job on a shipped example
+#   make demo   create .venv, install kernelpro, search a shipped example (offline coder; CPU without a GPU)
 #   make test   create .venv, install kernelpro with its test extras, run the CPU test suite
 PYTHON ?= python3
 VENV ?= .venv
@@ -14,14 +14,23 @@ $(BIN)/kernelpro: pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[test]"
 	touch $@
 
-.PHONY: install demo test gpu-check
+.PHONY: install demo test gpu-check chromium
 install: $(BIN)/kernelpro
 
+DEMO_OUT ?= runs/demo
+
 demo: $(BIN)/kernelpro
-	$(BIN)/kernelpro eval examples/matmul_rowsum.py examples/matmul_rowsum_new.py
+	rm -rf $(DEMO_OUT)
+	$(BIN)/kernelpro search examples/attention_block.py --budget 8 --out $(DEMO_OUT)
+
+# The report test looks at report.html in Debian's headless Chromium; as root, install it when missing.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  (apt-get install -y -q chromium >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && \
+	   apt-get install -y -q chromium >/dev/null 2>&1)) || echo "chromium not installed: the report test will skip"; }
 
 # pytest exits 5 when it collects no test; that is not a failure of the suite.
-test: $(BIN)/kernelpro
+test: $(BIN)/kernelpro chromium
 	$(BIN)/python -m pytest -m "not gpu" $(PYTEST_ARGS); rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
 gpu-check:

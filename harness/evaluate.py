@@ -21,8 +21,8 @@ from kernelpro.harness.cache import BuildCache, BuildEntry, needs_native_build, 
 from kernelpro.harness.errors import DeviceError, ProblemError
 from kernelpro.harness.problem import Problem
 from kernelpro.harness.process import WorkerProcess
-from kernelpro.harness.records import (CappedLog, EvalOptions, EvalResult, ErrorStats, Floor,
-                                       Phase, TimingStats, Verdict)
+from kernelpro.harness.records import (CappedLog, EnergyStats, EnergyWindow, EvalOptions, EvalResult, ErrorStats,
+                                       Floor, Phase, TimingStats, Verdict)
 from kernelpro.harness.timing import summarize
 
 SUSPICIOUS_SPEEDUP = 10.0
@@ -109,6 +109,9 @@ class _Outcome:
     trials_passed: int = 0
     timing: dict | None = None
     final_payload: bytes = b""
+    idle_power_w: float | None = None
+    energy_reading: object = None
+    energy: dict = field(default_factory=dict)  # "eager" / "candidate" -> EnergyWindow
 
     def enter(self, phase: Phase) -> None:
         now = time.monotonic()
@@ -127,9 +130,12 @@ class Evaluator:
     """Evaluates candidates on one device. Reuse one for many evaluations."""
 
     def __init__(self, device: str = "cpu", cache: BuildCache | None = None, spares: int = 1,
-                 build_workers: int = 2):
+                 build_workers: int = 2, energy_meter=None):
         check_device(device)
         self.device = device
+        # Reads energy around the worker's windows (kernelpro.energy.NvmlMeter or a fake with
+        # start/stop/idle_power_w/min_window_s/method); the harness does not import it.
+        self.energy_meter = energy_meter
         self.cache = cache or BuildCache()
         env = {}
         arch = cuda_arch_list() if device == "cuda" else None
@@ -284,11 +290,24 @@ class Evaluator:
                 if outcome.trials_passed == options.correct_trials:
                     if options.measure_time:
                         worker.send({"cmd": "time", "baselines": list(options.baselines),
-                                     "profile_kernels": options.policy == "strict"})
+                                     "profile_kernels": options.policy == "strict",
+                                     "energy": bool(options.measure_energy and self.energy_meter)})
                     else:
                         worker.send({"cmd": "stop"})
             elif kind == "timing":
                 outcome.timing, outcome.final_payload = header, payload
+            elif kind == "energy_ready":
+                meter = self.energy_meter
+                if outcome.idle_power_w is None:  # the GPU idles while the worker waits for the go
+                    outcome.idle_power_w = meter.idle_power_w()
+                outcome.energy_reading = meter.start()
+                worker.send({"cmd": "go", "min_s": meter.min_window_s})
+            elif kind == "energy_done":
+                joules, seconds = self.energy_meter.stop(outcome.energy_reading)
+                calls = max(1, int(header["calls"]))
+                outcome.energy[header["name"]] = EnergyWindow(
+                    j_per_call=joules / calls, power_w=joules / seconds if seconds else 0.0, calls=calls,
+                    j_per_call_above_idle=(joules - outcome.idle_power_w * seconds) / calls, window_s=seconds)
             elif kind == "verdict":
                 raise _Finished(Verdict(header["verdict"]), header["reason"], outcome.phase)
             elif kind == "done":
@@ -362,11 +381,17 @@ class Evaluator:
         if self.device == "cuda" and candidate.median_ms > candidate.host_median_ms * 1.1 + 0.05:
             flags.append("timer_mismatch")
         compiled = stats.get("compile")
+        energy = None
+        if set(outcome.energy) == {"eager", "candidate"}:
+            meter = self.energy_meter
+            limit = meter.power_limit_w() if hasattr(meter, "power_limit_w") else None
+            energy = EnergyStats(method=meter.method, idle_power_w=outcome.idle_power_w, power_limit_w=limit,
+                                 reference=outcome.energy["eager"], candidate=outcome.energy["candidate"])
         return _result(
             Verdict.CORRECT, Phase.DONE, f"correct, {eager.median_ms / candidate.median_ms:.3f}x vs eager",
             base, began, worker=worker, outcome=outcome, flags=flags,
             speedup=eager.median_ms / candidate.median_ms, candidate=candidate, reference=eager,
-            reference_compile=compiled,
+            reference_compile=compiled, energy=energy,
             speedup_vs_compile=compiled.median_ms / candidate.median_ms if compiled else None,
             floor=_floor(outcome.info, timing.get("ceilings") or {}),
             custom_kernels=[k for k in timing["kernels"] if policy.launched_custom_kernel([k], source)],

@@ -36,6 +36,7 @@ class Phase(str, enum.Enum):
     LOAD = "load"  # importing the candidate (and building, if not pre-built)
     CORRECTNESS = "correctness"
     TIMING = "timing"
+    ENERGY = "energy"  # correct candidates only, after timing, when energy is asked for
     DONE = "done"
 
 
@@ -59,11 +60,12 @@ class PhaseLimits(_Record):
     load_s: float = Field(600.0, gt=0)
     correctness_s: float = Field(300.0, gt=0)
     timing_s: float = Field(300.0, gt=0)
+    energy_s: float = Field(120.0, gt=0)
 
     @classmethod
     def uniform(cls, seconds: float) -> "PhaseLimits":
         return cls(build_s=seconds, reference_s=seconds, load_s=seconds,
-                   correctness_s=seconds, timing_s=seconds)
+                   correctness_s=seconds, timing_s=seconds, energy_s=seconds)
 
     def for_phase(self, phase: Phase) -> float:
         return float(getattr(self, f"{phase.value}_s", self.load_s))
@@ -86,6 +88,8 @@ class EvalOptions(_Record):
     l2_flush_bytes: int = Field(256 * 1024 * 1024, ge=0, description="bytes written between timed calls on CUDA")
     cpu_settle_s: float = Field(0.05, ge=0, description="wait before the second output fingerprint on CPU")
     measure_time: bool = True
+    measure_energy: bool = Field(False, description="after timing, measure J/call of the reference and the "
+                                                    "candidate (needs an energy meter on the Evaluator)")
 
     @property
     def effective_tolerance(self) -> float:
@@ -144,6 +148,26 @@ class Floor(_Record):
     flop_rate_tflops: float | None = None
 
 
+class EnergyWindow(_Record):
+    """One model's energy over a window of back-to-back calls."""
+
+    j_per_call: float = Field(description="joules per call, raw")
+    j_per_call_above_idle: float = Field(description="joules per call minus the idle power over the same time")
+    power_w: float = Field(description="average power over the window")
+    calls: int
+    window_s: float
+
+
+class EnergyStats(_Record):
+    """Energy of the reference and the candidate, measured by the trusted process around the windows."""
+
+    method: str = Field(description="nvml_energy_counter, or nvml_power_sampling where the counter is missing")
+    idle_power_w: float
+    reference: EnergyWindow
+    candidate: EnergyWindow
+    power_limit_w: float | None = None
+
+
 class EvalResult(_Record):
     """The verdict record of one evaluation. Its JSON Schema is published."""
 
@@ -158,6 +182,7 @@ class EvalResult(_Record):
     errors: list[ErrorStats] = []
     flags: list[str] = Field([], description="warnings that do not change the verdict, e.g. degenerate_problem")
     floor: Floor | None = None
+    energy: EnergyStats | None = Field(None, description="when energy was asked for and the candidate is correct")
     tolerance: float
     device: str
     device_name: str = ""

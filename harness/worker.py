@@ -31,6 +31,7 @@ import io
 import os
 import random
 import socket
+import time
 import traceback
 from pathlib import Path
 
@@ -357,6 +358,28 @@ class Job:
         self.send({"type": "timing", "device_ms": device_ms, "host_ms": host_ms, "kernels": kernels,
                    "ceilings": ceilings, "final_count": len(eager_out)},
                   tensor_payload(list(eager_out) + list(candidate_out)))
+        self.timed = {"eager": functions["eager"], "candidate": functions["candidate"]}, pool
+
+    def energy_phase(self):
+        """Back-to-back calls in windows the trusted process measures: it says go and how long."""
+        self.phase("energy")
+        functions, pool = self.timed
+        for name in ("eager", "candidate"):
+            self.send({"type": "energy_ready", "name": name})
+            command, _ = channel.receive(self.sock)
+            model, calls = functions[name], 0
+            began = time.perf_counter()
+            with torch.no_grad():
+                while True:
+                    model(*pool[calls % len(pool)])
+                    calls += 1
+                    if calls % 8 == 0:
+                        self.sync()
+                        if time.perf_counter() - began >= command["min_s"]:
+                            break
+            self.sync()
+            self.send({"type": "energy_done", "name": name, "calls": calls,
+                       "seconds": time.perf_counter() - began})
 
     def profile_kernels(self, model, inputs) -> list[str]:
         """Names of the GPU kernels one candidate call launches (for the strict policy)."""
@@ -412,6 +435,8 @@ def serve(sock: socket.socket, device_name: str) -> None:
         command, _ = channel.receive(sock)
         if command.get("cmd") == "time":
             job.timing_phase(command.get("baselines", ["eager"]), command.get("profile_kernels", True))
+            if command.get("energy"):
+                job.energy_phase()
         job.send({"type": "done"})
     except Report as report:
         channel.send(sock, report.header)

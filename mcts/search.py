@@ -344,6 +344,9 @@ class Search:
         return search
 
     def _drop_in_flight(self) -> None:
+        pending = {node.id for node in self.nodes if node.status is Status.PENDING}
+        # A dropped expansion's state was never evaluated: proposing it again is not a transposition.
+        self.memory.keys = {key: node_id for key, node_id in self.memory.keys.items() if node_id not in pending}
         for node in self.nodes:
             node.virtual = 0
             node.pending_children = 0

@@ -40,9 +40,26 @@ step "profile gate benchmark"
 if [ "${SKIP_PROFILE_BENCH:-0}" != 1 ]; then
   timeout 1200 python3 benchmarks/profile_gate.py --json "$OUT/profile_gate.json" --keep "$OUT/profile_gate" 2>&1 | tee "$OUT/profile_gate.log" | tail -12
 fi
+step "kernelpro search on the shipped examples"
+# SEARCH_EXAMPLES: example names (default below); SEARCH_BUDGET (16); SEARCH_ENERGY: one example for --objective energy.
+if [ "${SKIP_SEARCH:-0}" != 1 ]; then
+  mkdir -p "$OUT/search"
+  for example in ${SEARCH_EXAMPLES-scaled_linear attention_block}; do
+    timeout 560 kernelpro search "examples/$example.py" --budget "${SEARCH_BUDGET:-16}" --device cuda \
+      --out "$OUT/search/$example" --json >"$OUT/search/$example.json" 2>"$OUT/search/$example.log"
+    echo "$example: exit $?"; python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print({k: d[k] for k in ('speedup','speedup_vs_compile','baseline_ms','best_ms','evaluations','verdicts','evaluations_per_minute','best_moves','stopped')})" "$OUT/search/$example.json" 2>&1 | tail -3
+  done
+  if [ -n "${SEARCH_ENERGY:-}" ]; then
+    timeout "${SEARCH_TIMEOUT:-560}" kernelpro search "examples/$SEARCH_ENERGY.py" --objective energy --budget "${SEARCH_ENERGY_BUDGET:-${SEARCH_BUDGET:-16}}" \
+      --device cuda --out "$OUT/search/${SEARCH_ENERGY}_energy" --json >"$OUT/search/${SEARCH_ENERGY}_energy.json" \
+      2>"$OUT/search/${SEARCH_ENERGY}_energy.log"
+    echo "energy: exit $?"; python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print({k: d[k] for k in ('speedup','energy_j','baseline_energy_j','best_moves','evaluations','verdicts')})" "$OUT/search/${SEARCH_ENERGY}_energy.json" 2>&1 | tail -3
+  fi
+fi
+
 step "pack captures"
 # Many small files do not all come back from the device tool: pack them.
-for d in captures ncu profile_gate; do
+for d in captures ncu profile_gate search; do
   [ -d "$OUT/$d" ] && tar czf "$OUT/$d.tgz" -C "$OUT" "$d" && rm -rf "$OUT/$d"
 done
 ls -la "$OUT"

@@ -1,0 +1,66 @@
+"""The search objectives as one number to maximise: a ratio over the reference (above 1 is better).
+
+- `time`: t_reference / t_candidate.
+- `energy`: E_reference / E_candidate (joules per call), for candidates within
+  (1 + epsilon) of the fastest correct time found ("matched speed"); a slower one
+  is discounted by the square of how far it misses that bound.
+- `edp`: (E_reference * t_reference) / (E_candidate * t_candidate), energy times delay.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+OBJECTIVES = ("time", "energy", "edp")
+DEFAULT_EPSILON = 0.05
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One correct evaluation: times in ms, energies in J per call (None when not measured)."""
+
+    candidate_ms: float
+    reference_ms: float
+    candidate_j: float | None = None
+    reference_j: float | None = None
+
+
+def needs_energy(objective: str) -> bool:
+    if objective not in OBJECTIVES:
+        raise ValueError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
+    return objective != "time"
+
+
+def within_matched_speed(candidate_ms: float, fastest_ms: float, epsilon: float = DEFAULT_EPSILON) -> bool:
+    return candidate_ms <= (1 + epsilon) * fastest_ms
+
+
+def ratio(objective: str, measured: Measured, fastest_ms: float | None = None,
+          epsilon: float = DEFAULT_EPSILON) -> float:
+    """The objective's ratio for one candidate. `fastest_ms`: the fastest correct time so far."""
+    speedup = measured.reference_ms / measured.candidate_ms
+    if not needs_energy(objective):
+        return speedup
+    if not measured.candidate_j or not measured.reference_j:
+        raise ValueError(f"the {objective} objective needs the energy of both the reference and the candidate")
+    energy_gain = measured.reference_j / measured.candidate_j
+    if objective == "edp":
+        return energy_gain * speedup
+    bound = (1 + epsilon) * (fastest_ms if fastest_ms is not None else measured.candidate_ms)
+    if measured.candidate_ms <= bound:
+        return energy_gain
+    return energy_gain * (bound / measured.candidate_ms) ** 2
+
+
+def best_index(objective: str, rows: list[Measured], epsilon: float = DEFAULT_EPSILON) -> int | None:
+    """The best row under the objective, with matched speed judged against the fastest of all rows."""
+    if not rows:
+        return None
+    fastest = min(r.candidate_ms for r in rows)
+    if objective == "energy":
+        eligible = [i for i, r in enumerate(rows) if within_matched_speed(r.candidate_ms, fastest, epsilon)
+                    and r.candidate_j]
+        if eligible:
+            return min(eligible, key=lambda i: rows[i].candidate_j)
+    return max(range(len(rows)), key=lambda i: ratio(objective, rows[i], fastest, epsilon)
+               if objective == "time" or rows[i].candidate_j else 0.0)

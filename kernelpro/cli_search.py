@@ -1,0 +1,117 @@
+"""`kernelpro search PROBLEM`: the main command. A thin layer over `driver.SearchRun`."""
+
+from __future__ import annotations
+
+import enum
+import json
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from kernelpro.cli_options import Device, PolicyChoice, PolicyOpt, PrecisionChoice, PrecisionOpt
+
+
+class ObjectiveChoice(str, enum.Enum):
+    time = "time"
+    energy = "energy"
+    edp = "edp"
+
+
+class CoderChoice(str, enum.Enum):
+    offline = "offline"
+    anthropic = "anthropic"
+
+
+class StrategyChoice(str, enum.Enum):
+    mcts = "mcts"
+    greedy = "greedy"
+    beam = "beam"
+    random = "random"
+
+
+def render_status(status) -> Group:
+    elapsed = time.monotonic() - status.started
+    table = Table.grid(padding=(0, 2))
+    table.add_row("evaluations", f"{status.evaluations} done, {max(0, status.budget - status.evaluations)} left "
+                                 f"(budget {status.budget})")
+    table.add_row("best", f"{status.best_ratio:.3f}x  [dim]{status.best_move}[/]")
+    table.add_row("trying", ", ".join(status.in_flight) or "-")
+    table.add_row("verdicts", ", ".join(f"{k} {v}" for k, v in sorted(status.verdicts.items())) or "-")
+    table.add_row("now", f"{status.phase}  [dim]{elapsed:.0f} s[/]")
+    return Group(Text("kernelpro search", style="bold"), table)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("search")
+    def search_command(
+        problem: Annotated[Path, typer.Argument(help="a KernelBench-format problem file (Model, get_inputs, "
+                                                     "get_init_inputs)")],
+        objective: Annotated[ObjectiveChoice, typer.Option(
+            "--objective", help="time; energy (J/call at matched speed); edp (energy x delay)")] = ObjectiveChoice.time,
+        budget: Annotated[int, typer.Option("--budget", help="candidate evaluations")] = 16,
+        time_limit: Annotated[float | None, typer.Option("--time-limit", help="stop after this many minutes")] = None,
+        coder: Annotated[CoderChoice | None, typer.Option(
+            "--coder", help="default: anthropic when ANTHROPIC_API_KEY is set, otherwise offline")] = None,
+        strategy: Annotated[StrategyChoice, typer.Option("--strategy")] = StrategyChoice.mcts,
+        device: Device = None,
+        precision: PrecisionOpt = PrecisionChoice.fp32,
+        policy: PolicyOpt = PolicyChoice.relaxed,
+        parallel: Annotated[int, typer.Option("--parallel", help="candidates evaluated at once")] = 1,
+        seed: Annotated[int, typer.Option("--seed")] = 0,
+        out: Annotated[Path | None, typer.Option("--out", help="output folder (default: runs/<problem name>)")] = None,
+        resume: Annotated[bool, typer.Option("--resume", help="continue the run in --out")] = False,
+        profile: Annotated[bool, typer.Option("--profile/--no-profile",
+                                              help="profile the reference and each new best for guidance")] = True,
+        compile_baseline: Annotated[bool | None, typer.Option(
+            "--compile-baseline/--no-compile-baseline",
+            help="also time torch.compile (the reference and, at the end, the best); default: on with CUDA")] = None,
+        json_output: Annotated[bool, typer.Option("--json", help="no live display; print run.json")] = False,
+    ) -> None:
+        """Search for a faster (or more energy-efficient) implementation of PROBLEM."""
+        from kernelpro.coder import default_coder
+        from kernelpro.driver import SearchRun, SearchSettings
+        from kernelpro.harness import default_device
+
+        chosen_device = device.value if device else default_device()
+        chosen_coder = coder.value if coder else default_coder()
+        console = Console(stderr=True)
+        folder = out or Path("runs") / problem.stem
+        settings = SearchSettings(
+            problem=str(problem), out=str(folder), objective=objective.value, budget=budget,
+            time_limit_min=time_limit, coder=chosen_coder, strategy=strategy.value, device=chosen_device,
+            precision=precision.value, policy=policy.value, parallel=parallel, seed=seed, profile=profile,
+            compile_baseline=compile_baseline if compile_baseline is not None else chosen_device == "cuda")
+        why = "as asked" if coder else ("ANTHROPIC_API_KEY is set" if chosen_coder == "anthropic"
+                                        else "no ANTHROPIC_API_KEY")
+        if not json_output:
+            console.print(f"coder: [bold]{chosen_coder}[/] ({why}); device: [bold]{chosen_device}[/]; "
+                          f"objective: [bold]{objective.value}[/]; output: {folder}")
+        if json_output:
+            document = SearchRun(settings, resume=resume).run()
+            typer.echo(json.dumps(document, indent=2))
+            return
+        with Live(console=console, refresh_per_second=4, transient=False) as live:
+            run = SearchRun(settings, resume=resume, on_change=lambda status: live.update(render_status(status)))
+            document = run.run()
+            live.update(render_status(run.status))
+        summary = Table(title=f"kernelpro search: {problem.name}")
+        summary.add_column("")
+        summary.add_column("")
+        summary.add_row("best", f"{document['best_ms']:.4f} ms ({document['speedup']:.3f}x vs eager "
+                                f"{document['baseline_ms']:.4f} ms)")
+        if document.get("speedup_vs_compile"):
+            summary.add_row("vs torch.compile", f"{document['speedup_vs_compile']:.3f}x")
+        if document.get("energy_j"):
+            summary.add_row("energy", f"{document['energy_j']:.4g} J/call (reference "
+                                      f"{document['baseline_energy_j']:.4g} J/call)")
+        summary.add_row("moves", " + ".join(document["best_moves"]) or "(none beat the reference)")
+        summary.add_row("evaluations", f"{document['evaluations']} ({document['stopped']})")
+        summary.add_row("verdicts", ", ".join(f"{k} {v}" for k, v in sorted(document["verdicts"].items())))
+        summary.add_row("written", f"{folder}/best.py, report.html, report.md, run.json, tree.json, candidates/")
+        Console().print(summary)

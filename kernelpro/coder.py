@@ -1,0 +1,73 @@
+"""The coder protocol: what the search asks a coder for, and what a coder answers.
+
+A coder gets a `CoderRequest` (the problem, the parent candidate with its verdict
+and timings, the kind of expansion, the profiler's guidance and suggested
+techniques, and the moves already tried at that node) and returns a
+`CoderProposal` (a complete candidate source, move labels from the technique
+vocabulary, a one-line rationale), or None when it has no moves left there.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from kernelpro.errors import KernelproError
+
+CODERS = ("offline", "anthropic")
+
+
+class CoderUnavailable(KernelproError):
+    """The asked-for coder cannot run here."""
+
+
+@dataclass(frozen=True)
+class CoderRequest:
+    problem_path: str
+    problem_source: str
+    parent_source: str
+    parent_state: dict  # the coder's own state for the parent (e.g. the offline coder's applied moves)
+    parent_verdict: str  # "reference" for the root
+    parent_ms: float | None
+    parent_speedup: float | None
+    kind: str  # new_strategy | refine | repair
+    failure: str = ""  # why the parent failed (repair)
+    guidance: str = ""
+    techniques: tuple[tuple[str, float], ...] = ()  # (technique, score), best first
+    tried: tuple[tuple[str, str], ...] = ()  # (move, outcome) already tried at this node
+    avoid: tuple[str, ...] = ()  # moves that failed at an equivalent node
+    promising: tuple[str, ...] = ()  # moves that worked elsewhere in this run
+    device: str = "cpu"
+    precision: str = "fp32"
+    policy: str = "relaxed"
+
+
+@dataclass(frozen=True)
+class CoderProposal:
+    source: str
+    techniques: tuple[str, ...]  # from the design's vocabulary
+    rationale: str  # one line
+    move: str = ""  # the coder's own name for the move (for the memory and the report)
+    state: dict = field(default_factory=dict)  # stored with the node, given back as parent_state
+    prior: float = 1.0  # the coder's belief in this move, in (0, 1]
+
+
+class Coder(Protocol):
+    name: str
+
+    def propose(self, request: CoderRequest) -> CoderProposal | None: ...
+
+
+def default_coder() -> str:
+    return "anthropic" if os.environ.get("ANTHROPIC_API_KEY") else "offline"
+
+
+def make_coder(name: str, **options) -> Coder:
+    if name == "offline":
+        from kernelpro.offline import OfflineCoder
+        return OfflineCoder(**options)
+    if name == "anthropic":
+        raise CoderUnavailable("the Anthropic coder is not available in this release yet; run with "
+                               "--coder offline (the default when ANTHROPIC_API_KEY is not set)")
+    raise CoderUnavailable(f"unknown coder {name!r}; choose one of {', '.join(CODERS)}")

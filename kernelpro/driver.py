@@ -1,0 +1,372 @@
+"""`kernelpro search`: the loop that wires the harness, the tree search, the tools and a coder.
+
+1. Evaluate and profile the reference (the baseline time, energy and guidance).
+2. MCTS (or a baseline strategy) asks for expansions; the coder proposes a child
+   from the parent's source, guidance and the moves already tried there; the
+   harness evaluates every child, up to `parallel` at a time.
+3. The objective's ratio (time, energy at matched speed, or EDP) is told back as a
+   calibrated log reward.
+4. A child that becomes the best is profiled; its guidance goes to the coder for
+   the children below it.
+5. The search prunes dead ends and keeps its memory. It stops at the budget, the
+   time limit, or when the best is within 5% of the roofline floor.
+
+Every evaluation is committed with the tree to `state.db` (see `runstore`), so a
+killed run resumes with nothing lost or repeated. `outputs` writes the results.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from collections.abc import Callable
+
+from kernelpro.coder import Coder, CoderProposal, CoderRequest, make_coder
+from kernelpro.energy import objectives
+from kernelpro.errors import KernelproError
+from kernelpro.harness import EvalOptions, check_device
+from kernelpro.harness.evaluate import Evaluator
+from kernelpro.harness.problem import Problem, load_problem
+from kernelpro.harness.records import EvalResult
+from kernelpro.mcts import Budget, Outcome, Proposal, SearchConfig, make_search
+from kernelpro.mcts.search import Search
+from kernelpro.runstore import RunStore
+
+FLOOR_MARGIN = 0.05
+PROFILE_GAIN = 1.10  # profile a new best only when it beats the last profiled one by this much
+STATE_FILES = {"state.db", "state.db-wal", "state.db-shm"}
+
+
+class SearchInputError(KernelproError):
+    """Bad input to `kernelpro search`."""
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    problem: str
+    out: str
+    objective: str = "time"
+    budget: int = 16
+    time_limit_min: float | None = None
+    coder: str = "offline"
+    strategy: str = "mcts"
+    device: str = "cpu"
+    precision: str = "fp32"
+    policy: str = "relaxed"
+    parallel: int = 1
+    seed: int = 0
+    profile: bool = True
+    compile_baseline: bool = False
+    timing_budget_s: float = 2.0
+    epsilon: float = objectives.DEFAULT_EPSILON
+
+
+@dataclass
+class Status:
+    """What the live display shows; the driver updates it and calls `on_change`."""
+
+    budget: int
+    evaluations: int = 0
+    in_flight: list[str] = field(default_factory=list)
+    best_ratio: float = 1.0
+    best_move: str = "reference"
+    verdicts: dict[str, int] = field(default_factory=dict)
+    phase: str = "starting"
+    started: float = field(default_factory=time.monotonic)
+
+
+def source_key(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()
+
+
+def reference_candidate(problem: Problem) -> str:
+    return problem.source.rstrip() + "\n\n\n# The reference itself, as a candidate.\nModelNew = Model\n"
+
+
+def validate(settings: SearchSettings, resume: bool) -> Problem:
+    """Clear errors for bad input, before any work."""
+    if settings.budget < 1:
+        raise SearchInputError(f"--budget must be at least 1 (got {settings.budget})")
+    if settings.parallel < 1:
+        raise SearchInputError(f"--parallel must be at least 1 (got {settings.parallel})")
+    if settings.time_limit_min is not None and settings.time_limit_min <= 0:
+        raise SearchInputError("--time-limit must be a positive number of minutes")
+    objectives.needs_energy(settings.objective)  # unknown objective -> ValueError
+    problem = load_problem(settings.problem)
+    check_device(settings.device)
+    out = Path(settings.out)
+    if out.exists() and not out.is_dir():
+        raise SearchInputError(f"{out} exists and is not a folder")
+    has_state = (out / "state.db").exists()
+    if resume and not has_state:
+        raise SearchInputError(f"--resume: {out} holds no run to resume (no state.db)")
+    if not resume and out.exists() and any(out.iterdir()):
+        raise SearchInputError(f"{out} is not empty; pass --resume to continue the run there, or choose "
+                               "another --out folder")
+    return problem
+
+
+class SearchRun:
+    def __init__(self, settings: SearchSettings, *, resume: bool = False, coder: Coder | None = None,
+                 energy_meter=None, on_change: Callable[[Status], None] = lambda status: None,
+                 evaluator: Evaluator | None = None):
+        self.problem = validate(settings, resume)
+        self.out = Path(settings.out)
+        self.store = RunStore(self.out)
+        if resume:
+            saved = self.store.get("settings")
+            # The run's identity stays; only how long it may go on can change.
+            settings = replace(SearchSettings(**saved), budget=settings.budget, time_limit_min=settings.time_limit_min)
+        self.settings = settings
+        self.coder = coder or make_coder(settings.coder, seed=42)
+        if objectives.needs_energy(settings.objective) and energy_meter is None:
+            from kernelpro.energy import open_meter
+            energy_meter = open_meter(settings.device)
+        self.meter = energy_meter
+        self.status = Status(budget=settings.budget)
+        self.on_change = on_change
+        self._evaluator = evaluator
+        (self.out / "candidates").mkdir(exist_ok=True)
+        self.profiles: dict[int, dict] = self.store.profiles()
+        self.resumed = resume
+
+    # -- options ---------------------------------------------------------------------------
+    def options(self, baselines: tuple[str, ...] = ("eager",)) -> EvalOptions:
+        s = self.settings
+        return EvalOptions(device=s.device, policy=s.policy, precision=s.precision, baselines=baselines,
+                           timing_budget_s=s.timing_budget_s, measure_energy=self.meter is not None,
+                           seed=42 + s.seed)
+
+    def _changed(self, **fields) -> None:
+        for name, value in fields.items():
+            setattr(self.status, name, value)
+        self.on_change(self.status)
+
+    # -- the baseline -------------------------------------------------------------------------
+    def baseline(self, evaluator: Evaluator) -> dict:
+        saved = self.store.get("baseline")
+        if saved:
+            return saved
+        self._changed(phase="evaluating the reference")
+        baselines = ("eager", "compile") if self.settings.compile_baseline else ("eager",)
+        result = evaluator.evaluate(self.problem, reference_candidate(self.problem),
+                                    self.options(baselines).model_copy(update={"policy": "relaxed"}))
+        if not result.ok:
+            raise SearchInputError(f"the reference itself failed in the harness: {result.verdict.value}: "
+                                   f"{result.reason}")
+        baseline = {"result": result.model_dump(mode="json"), "eager_ms": result.reference.median_ms,
+                    "compile_ms": result.reference_compile.median_ms if result.reference_compile else None,
+                    "energy_j": result.energy.reference.j_per_call if result.energy else None,
+                    "device_name": result.device_name, "torch_version": result.torch_version}
+        self.store.put("baseline", baseline)
+        return baseline
+
+    def profile_node(self, node_id: int, candidate: Path | None) -> None:
+        if not self.settings.profile or node_id in self.profiles:
+            return
+        from kernelpro.cli_profile import run_profile
+        self._changed(phase=f"profiling {'the reference' if candidate is None else candidate.name}")
+        try:
+            document = run_profile(Path(self.settings.problem), candidate=candidate, device=self.settings.device,
+                                   precision=self.settings.precision, objective=self.settings.objective,
+                                   time_limit_s=600.0)
+        except KernelproError as error:
+            document = {"error": str(error), "guidance": "", "techniques": [], "classification": "",
+                        "kernels": []}
+        self.profiles[node_id] = document
+        self.store.put_profile(node_id, document)
+
+    def guidance_for(self, search: Search, node_id: int) -> dict:
+        """The profile of the node, or of its nearest profiled ancestor."""
+        current = node_id
+        while current is not None:
+            if current in self.profiles and not self.profiles[current].get("error"):
+                return self.profiles[current]
+            current = search.nodes[current].parent
+        return {}
+
+    # -- the loop ---------------------------------------------------------------------------------
+    def new_search(self) -> Search:
+        saved = self.store.search_state()
+        if saved:
+            return Search.from_json(saved)
+        config = SearchConfig(strategy=self.settings.strategy, seed=self.settings.seed)
+        return make_search({"state": {}, "file": None, "move": "reference", "techniques": []}, config,
+                           root_key=source_key(reference_candidate(self.problem)))
+
+    def request(self, search: Search, expansion) -> CoderRequest:
+        parent = search.nodes[expansion.node_id]
+        payload = parent.payload or {}
+        source = (self.out / payload["file"]).read_text() if payload.get("file") else self.problem.source
+        profile = self.guidance_for(search, parent.id)
+        tried = tuple((search.nodes[c].payload.get("move", ""), search.nodes[c].failure or
+                       f"{search.nodes[c].ratio or 0:.3f}x") for c in parent.children if search.nodes[c].payload)
+        return CoderRequest(
+            problem_path=str(Path(self.settings.problem).resolve()), problem_source=self.problem.source,
+            parent_source=source, parent_state=payload.get("state", {}),
+            parent_verdict="reference" if parent.parent is None else parent.status.value,
+            parent_ms=payload.get("ms"), parent_speedup=parent.ratio, kind=expansion.kind.value,
+            failure=expansion.failure, guidance=profile.get("guidance", ""),
+            techniques=tuple((t["technique"], t["score"]) for t in profile.get("techniques", [])),
+            tried=tried, avoid=expansion.avoid, promising=expansion.promising, device=self.settings.device,
+            precision=self.settings.precision, policy=self.settings.policy)
+
+    def run(self) -> dict:
+        from kernelpro import outputs
+        s = self.settings
+        if not self.resumed:
+            self.store.put("settings", asdict(s))
+            self.store.put("started", time.time())
+        began = time.monotonic()
+        wall_before = self.store.get("wall_s", 0.0)
+        own = self._evaluator is None
+        evaluator = self._evaluator or Evaluator(s.device, spares=min(s.parallel, 2), energy_meter=self.meter)
+        try:
+            baseline = self.baseline(evaluator)
+            self.profile_node(0, None)
+            search = self.new_search()
+            if search.root.signature == "" and self.profiles.get(0, {}).get("classification"):
+                search.root.signature = self.profiles[0]["classification"]
+            self.status.evaluations = search.evaluations
+            for row in self.store.evaluations():
+                self.status.verdicts[row["verdict"]] = self.status.verdicts.get(row["verdict"], 0) + 1
+            stopped = self.loop(search, evaluator, baseline, began, wall_before)
+            self._changed(phase="writing the results")
+            self.store.put("wall_s", wall_before + time.monotonic() - began)
+            final = None
+            if s.compile_baseline and search.best_id != 0:
+                final = self.final_check(search, evaluator)
+            return outputs.write_all(self, search, baseline, stopped, final)
+        finally:
+            if own:
+                evaluator.close()
+
+    def loop(self, search: Search, evaluator: Evaluator, baseline: dict, began: float, wall_before: float) -> str:
+        s = self.settings
+        limit_s = s.time_limit_min * 60 - wall_before if s.time_limit_min else None
+        pending: dict[Future, tuple] = {}
+        idle = 0
+        with ThreadPoolExecutor(max_workers=s.parallel, thread_name_prefix="kernelpro-eval") as pool:
+            while True:
+                why = self.stop_reason(search, began, limit_s)
+                if not why:
+                    room = min(s.parallel - len(pending), s.budget - search.evaluations - len(pending))
+                    for expansion in (search.ask(room) if room > 0 else []):
+                        self.expand(search, expansion, evaluator, pool, pending)
+                if not pending:
+                    if why:
+                        return why
+                    idle += 1
+                    if search.root.closed or idle > 200:
+                        return "no moves left" if search.root.closed or idle > 200 else why
+                    continue
+                idle = 0
+                self._changed(phase="evaluating")
+                done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+                for future in done:
+                    self.tell(search, pending.pop(future), future.result(), baseline)
+
+    def stop_reason(self, search: Search, began: float, limit_s: float | None) -> str:
+        if search.evaluations >= self.settings.budget:
+            return "budget"
+        if limit_s is not None and time.monotonic() - began >= limit_s:
+            return "time limit"
+        best = search.best()
+        floor = (best.payload or {}).get("floor_ms")
+        if best.id and floor and best.payload.get("ms") and best.payload["ms"] <= (1 + FLOOR_MARGIN) * floor:
+            return "within 5% of the roofline floor"
+        return ""
+
+    def expand(self, search: Search, expansion, evaluator: Evaluator, pool, pending: dict) -> None:
+        self._changed(phase="asking the coder")
+        proposal: CoderProposal | None = self.coder.propose(self.request(search, expansion))
+        if proposal is None:
+            search.propose(expansion, None)
+            return
+        key = source_key(proposal.source)
+        mcts_proposal = Proposal(payload=None, moves=tuple(proposal.techniques) + ((proposal.move,) if proposal.move
+                                                                                  else ()),
+                                 key=key, signature=search.nodes[expansion.node_id].signature,
+                                 prior=proposal.prior, rationale=proposal.rationale)
+        node_count = len(search.nodes)
+        evaluate = search.propose(expansion, mcts_proposal)
+        if len(search.nodes) == node_count:
+            return  # refused (a move that failed at an equivalent node)
+        child = search.nodes[-1]
+        name = f"candidates/node_{child.id:04d}.py"
+        child.payload = {"state": proposal.state, "file": name, "move": proposal.move or "+".join(proposal.techniques),
+                         "techniques": list(proposal.techniques), "rationale": proposal.rationale}
+        if not evaluate:  # a transposition: the known outcome was told without evaluating
+            child.payload["file"] = search.nodes[child.transposition_of].payload.get("file")
+            return
+        (self.out / name).write_text(proposal.source)
+        evaluator.prebuild(proposal.source, self.options())  # native builds start in the CPU pool now
+        self.status.in_flight.append(child.payload["move"])
+        self._changed()
+        future = pool.submit(evaluator.evaluate, self.problem, proposal.source, self.options())
+        pending[future] = (expansion, child.id, proposal, key)
+
+    @staticmethod
+    def normalized(result: dict | EvalResult, baseline: dict) -> objectives.Measured:
+        """Times on the baseline's scale: baseline eager ms / the in-evaluation speedup. Absolute times drift
+        between evaluations (clocks, heat); each evaluation's ratio against its own reference does not."""
+        data = result.model_dump(mode="json") if isinstance(result, EvalResult) else result
+        energy = data.get("energy") or {}
+        return objectives.Measured(
+            candidate_ms=baseline["eager_ms"] / data["speedup"], reference_ms=baseline["eager_ms"],
+            candidate_j=(energy.get("candidate") or {}).get("j_per_call"),
+            reference_j=(energy.get("reference") or {}).get("j_per_call"))
+
+    def fastest_ms(self, baseline: dict) -> float:
+        times = [baseline["eager_ms"]] + [self.normalized(row["result"], baseline).candidate_ms
+                                          for row in self.store.evaluations() if row["verdict"] == "correct"]
+        return min(times)
+
+    def tell(self, search: Search, item: tuple, result: EvalResult, baseline: dict) -> None:
+        expansion, node_id, proposal, key = item
+        child = search.nodes[node_id]
+        if result.ok:
+            measured = self.normalized(result, baseline)
+            fastest = min(self.fastest_ms(baseline), measured.candidate_ms)
+            try:
+                ratio = objectives.ratio(self.settings.objective, measured, fastest, self.settings.epsilon)
+                outcome = Outcome(ok=True, ratio=ratio)
+            except ValueError as error:  # energy asked for but not measured
+                ratio, outcome = None, Outcome(ok=False, failure=f"energy: {error}")
+            child.payload.update(ms=result.candidate.median_ms, speedup=result.speedup,
+                                 floor_ms=result.floor.floor_ms if result.floor else None,
+                                 energy_j=measured.candidate_j)
+        else:
+            ratio, outcome = None, Outcome(ok=False, failure=f"{result.verdict.value}: {result.reason}")
+        child.payload["verdict"] = result.verdict.value
+        before = search.best_id
+        search.tell(expansion, outcome)
+        (self.out / f"candidates/node_{node_id:04d}.json").write_text(result.model_dump_json(indent=1))
+        self.store.record({"node_id": node_id, "sha256": key, "verdict": result.verdict.value, "ratio": ratio,
+                           "move": child.payload["move"], "techniques": list(proposal.techniques),
+                           "rationale": proposal.rationale, "source_file": child.payload["file"],
+                           "result": result.model_dump(mode="json")}, search.to_json())
+        status = self.status
+        status.verdicts[result.verdict.value] = status.verdicts.get(result.verdict.value, 0) + 1
+        if child.payload["move"] in status.in_flight:
+            status.in_flight.remove(child.payload["move"])
+        best = search.best()
+        self._changed(evaluations=search.evaluations, best_ratio=best.ratio or 1.0,
+                      best_move=" + ".join((best.payload or {}).get("state", {}).get("applied", [])) or
+                      (best.payload or {}).get("move", "reference"))
+        profiled = [search.nodes[n].ratio or 1.0 for n in self.profiles if n < len(search.nodes)] or [1.0]
+        if search.best_id != before and (best.ratio or 1.0) >= PROFILE_GAIN * max(profiled):
+            self.profile_node(search.best_id, self.out / child.payload["file"])
+            search.nodes[search.best_id].signature = self.profiles.get(search.best_id, {}).get(
+                "classification") or search.nodes[search.best_id].signature
+            self.store.save_search(search.to_json())
+
+    def final_check(self, search: Search, evaluator: Evaluator) -> EvalResult:
+        """The best candidate once more, against eager and torch.compile (not counted in the budget)."""
+        self._changed(phase="re-measuring the best against torch.compile")
+        source = (self.out / search.best().payload["file"]).read_text()
+        return evaluator.evaluate(self.problem, source, self.options(("eager", "compile")))

@@ -1,0 +1,162 @@
+"""A complete, readable candidate source: the reference, then `ModelNew(Model)`.
+
+`ModelNew` keeps the reference's `__init__` (same parameters from the same seed),
+precomputes folded constants as buffers, and runs the rewritten graph as Python
+code that torch.fx generated. The names that code needs are bound in a closure,
+so nothing leaks into the module's globals. Module moves add a line to `__init__`
+or wrap `forward` (channels_last inputs, CUDA-graph replay).
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+
+import torch
+import torch.fx as fx
+
+from kernelpro.offline.fxpasses import fold_boundary
+from kernelpro.offline.moves import MOVES
+
+
+class CodegenError(Exception):
+    """The rewritten graph needs a name we cannot import in a standalone file."""
+
+
+_KNOWN_GLOBALS = {
+    "inf": "from math import inf", "nan": "from math import nan", "device": "from torch import device",
+    "NoneType": "NoneType = type(None)", "fx_pytree": "import torch.fx._pytree as fx_pytree",
+    "pytree": "import torch.utils._pytree as pytree", "torch": "import torch", "getattr": None,
+}
+
+
+def _imports(src: str, globals_: dict) -> list[str]:
+    lines = []
+    for name, value in sorted(globals_.items()):
+        if not re.search(rf"\b{re.escape(name)}\b", src):
+            continue
+        if name in _KNOWN_GLOBALS:
+            if _KNOWN_GLOBALS[name]:
+                lines.append(_KNOWN_GLOBALS[name])
+        elif isinstance(value, type(torch)):
+            lines.append(f"import {value.__name__} as {name}")
+        elif getattr(value, "__module__", None) and "." not in getattr(value, "__qualname__", "."):
+            lines.append(f"from {value.__module__} import {value.__qualname__} as {name}")
+        else:
+            raise CodegenError(f"the rewritten graph uses {name!r}, which a standalone file cannot import")
+    return lines
+
+
+def _functional_name(match: re.Match) -> str:
+    """torch._C._nn.gelu -> torch.nn.functional.gelu where they are the same function (readability)."""
+    name = match.group(1)
+    same = getattr(torch.nn.functional, name, None) is getattr(torch._C._nn, name, object())
+    return f"torch.nn.functional.{name}" if same else match.group(0)
+
+
+def _function(gm: fx.GraphModule, graph: fx.Graph, name: str) -> tuple[list[str], str]:
+    code = graph.python_code(root_module="self")
+    # fx registers wrapped functions with a module-level call; the function itself is imported below.
+    src = "\n".join(line for line in code.src.splitlines()
+                    if not line.startswith("torch.fx._symbolic_trace.wrap(")).strip("\n")
+    src = re.sub(r"^def forward\(self", f"def {name}(self", src.lstrip(), count=1)
+    src = re.sub(r"\btorch\._C\._nn\.(\w+)", _functional_name, src)
+    return _imports(src, code.globals), textwrap.dedent(src)
+
+
+def extract_folds(gm: fx.GraphModule, nodes: list[fx.Node]) -> tuple[fx.Graph | None, int]:
+    """Move the folded nodes into their own graph; the main graph reads `_kp_fold_<i>` buffers instead."""
+    boundary = fold_boundary(gm, nodes)
+    if not boundary:
+        return None, 0
+    fold = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    needed = set(nodes)
+    for node in gm.graph.nodes:
+        if node in needed or (node.op == "get_attr" and any(u in needed for u in node.users)):
+            env[node] = fold.node_copy(node, lambda n: env[n])
+    fold.output(tuple(env[b] for b in boundary))
+    values = fx.GraphModule(gm, fold)()
+    for index, node in enumerate(boundary):
+        name = f"_kp_fold_{index}"
+        gm.register_buffer(name, values[index].detach(), persistent=False)
+        with gm.graph.inserting_before(node):
+            reader = gm.graph.get_attr(name)
+        reader.meta = dict(node.meta)
+        node.replace_all_uses_with(reader)
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    return fold, len(boundary)
+
+
+_CUDA_GRAPH = '''
+    def _kp_replay(self, args):
+        """Replay a CUDA graph of the whole forward: inputs copied in, a fresh output each call."""
+        key = tuple((tuple(a.shape), a.dtype, a.device) if isinstance(a, torch.Tensor) else a for a in args)
+        if getattr(self, "_kp_graph_key", None) != key:
+            self._kp_static = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream), torch.no_grad():
+                for _ in range(3):  # warm up outside the capture (lazy init, autotuning)
+                    self._kp_body(*self._kp_static)
+            torch.cuda.current_stream().wait_stream(stream)
+            self._kp_graph = torch.cuda.CUDAGraph()
+            with torch.no_grad(), torch.cuda.graph(self._kp_graph):
+                self._kp_out = self._kp_body(*self._kp_static)
+            self._kp_graph_key = key
+        for static, value in zip(self._kp_static, args):
+            if isinstance(static, torch.Tensor):
+                static.copy_(value)
+        self._kp_graph.replay()
+        return torch.utils._pytree.tree_map(
+            lambda t: t.clone() if isinstance(t, torch.Tensor) else t, self._kp_out)
+'''
+
+
+def render(problem_source: str, moves: list[str], gm: fx.GraphModule | None, fold_nodes: list[fx.Node]) -> str:
+    """The candidate for `moves` (canonical order); `gm` is the rewritten graph, or None for no graph moves."""
+    header = ["# " + "-" * 78, "# kernelpro offline coder: ModelNew is Model with these moves:"]
+    header += [f"#   - {m} ({MOVES[m].technique}): {MOVES[m].summary}" for m in moves] or ["#   (none)"]
+    header += ["# " + "-" * 78]
+    maker, body_attr = [], "    def _kp_body(self, *args):\n        return super().forward(*args)\n"
+    init = ["        super().__init__(*args, **kwargs)"]
+    if gm is not None:
+        fold_graph, count = extract_folds(gm, fold_nodes) if fold_nodes else (None, 0)
+        imports, forward = _function(gm, gm.graph, "_kp_body")
+        functions = [forward]
+        if fold_graph is not None:
+            fold_imports, fold_src = _function(gm, fold_graph, "_kp_fold_values")
+            imports += fold_imports
+            functions.insert(0, fold_src)
+            names = tuple(f"_kp_fold_{i}" for i in range(count))
+            init += ["        with torch.no_grad():  # folded constants: computed once from the parameters",
+                     f"            for name, value in zip({names!r}, self._kp_fold_values()):",
+                     "                self.register_buffer(name, value.detach().clone(), persistent=False)"]
+        returns = ", ".join(re.match(r"def (\w+)", f).group(1) for f in functions)
+        maker = ["", "", "def _kp_graph_functions():",
+                 '    """The rewritten forward (and folded-constant) code that torch.fx generated."""']
+        maker += ["    " + line for line in dict.fromkeys(imports)]
+        for function in functions:
+            maker += [""] + ["    " + line if line else "" for line in function.splitlines()]
+        maker += ["", f"    return {returns}"]
+        body_attr = f"    {returns} = _kp_graph_functions()\n"
+    if "cudnn_benchmark" in moves:
+        init.append("        torch.backends.cudnn.benchmark = True")
+    if "tf32_matmul" in moves:
+        init += ["        torch.backends.cuda.matmul.allow_tf32 = True",
+                 "        torch.backends.cudnn.allow_tf32 = True"]
+    if "channels_last" in moves:
+        init.append("        self.to(memory_format=torch.channels_last)")
+    forward = ["    def forward(self, *args):"]
+    if "channels_last" in moves:
+        forward.append("        args = tuple(a.contiguous(memory_format=torch.channels_last) "
+                       "if isinstance(a, torch.Tensor) and a.dim() == 4 else a for a in args)")
+    forward.append("        return self._kp_replay(args)" if "cuda_graphs" in moves else
+                   "        return self._kp_body(*args)")
+    lines = [problem_source.rstrip(), "", ""] + header + ["import torch"] + maker + [
+        "", "", "class ModelNew(Model):", "    def __init__(self, *args, **kwargs):"] + init + [""]
+    text = "\n".join(lines) + "\n" + body_attr + "\n" + "\n".join(forward) + "\n"
+    if "cuda_graphs" in moves:
+        text += _CUDA_GRAPH
+    return text

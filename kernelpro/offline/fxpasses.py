@@ -1,0 +1,440 @@
+"""Graph-level rewrites on a torch.fx graph with shapes (ShapeProp's `tensor_meta`).
+
+Each pass changes the graph in place and returns how many rewrites it made. A pass
+only rewrites what is exactly equivalent for finite inputs: identities, reductions
+over size-1 dimensions, double transposes and negations, chains of scalar
+multiplies and adds, a scalar multiply folded into the preceding linear or
+convolution, constant results of a reduction over a size-1 dimension, attention
+written out by hand (to `scaled_dot_product_attention`), and transposes around
+matmuls. Parameter-only subgraphs are left to `foldable_nodes`, which codegen
+precomputes at init.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import torch
+import torch.fx as fx
+import torch.nn.functional as F
+
+SCALAR = (int, float)
+ADD = (operator.add, torch.add)
+SUB = (operator.sub, torch.sub)
+MUL = (operator.mul, torch.mul)
+DIV = (operator.truediv, torch.div)
+NEG = (operator.neg, torch.neg)
+MATMUL = (operator.matmul, torch.matmul, torch.bmm, torch.mm)
+SOFTMAX = (torch.softmax, F.softmax)
+# Elementwise functions with f(0) == 0, so a zero tensor stays zero.
+ZERO_PRESERVING_FN = {F.relu, torch.relu, F.gelu, torch.tanh, F.silu, torch.sin, torch.abs, F.leaky_relu,
+                      F.hardtanh, F.relu6, torch.sinh, torch.asinh, torch.atan, torch.tan, torch.neg, operator.neg}
+ZERO_PRESERVING_METHOD = {"relu", "tanh", "sin", "abs", "neg", "sinh", "atan"}
+ZERO_PRESERVING_MODULE = (torch.nn.ReLU, torch.nn.GELU, torch.nn.Tanh, torch.nn.SiLU, torch.nn.LeakyReLU,
+                          torch.nn.Hardtanh, torch.nn.ReLU6, torch.nn.Identity, torch.nn.Dropout)
+REDUCTIONS = {"sum": (torch.sum,), "mean": (torch.mean,), "amax": (torch.amax,), "amin": (torch.amin,),
+              "logsumexp": (torch.logsumexp,)}
+RANDOM_OPS = {torch.rand, torch.randn, torch.randint, torch.rand_like, torch.randn_like, torch.bernoulli,
+              torch.multinomial, torch.normal, F.dropout}
+
+
+def meta(node) -> torch.fx.passes.shape_prop.TensorMetadata | None:
+    value = node.meta.get("tensor_meta") if isinstance(node, fx.Node) else None
+    return value if hasattr(value, "shape") else None
+
+
+def is_op(node, functions=(), methods=()) -> bool:
+    if not isinstance(node, fx.Node):
+        return False
+    if node.op == "call_function":
+        return node.target in functions
+    return node.op == "call_method" and node.target in methods
+
+
+def arg(node: fx.Node, index: int, name: str, default=None):
+    if len(node.args) > index:
+        return node.args[index]
+    return node.kwargs.get(name, default)
+
+
+def module_of(gm: fx.GraphModule, node) -> torch.nn.Module | None:
+    if isinstance(node, fx.Node) and node.op == "call_module":
+        return gm.get_submodule(node.target)
+    return None
+
+
+def _replace(node: fx.Node, value) -> None:
+    node.replace_all_uses_with(value)
+
+
+def _finish(gm: fx.GraphModule) -> None:
+    gm.graph.eliminate_dead_code()
+    gm.graph.lint()
+    gm.recompile()
+
+
+def _scalar_binary(node: fx.Node, ops) -> tuple[fx.Node, float] | None:
+    """(tensor operand, scalar) for `t op s` (and `s op t` for commutative ops)."""
+    if not is_op(node, ops, {o.__name__ for o in ops if hasattr(o, "__name__")} & {"add", "sub", "mul", "div"}):
+        return None
+    if len(node.args) != 2 or node.kwargs:
+        return None
+    a, b = node.args
+    if isinstance(a, fx.Node) and isinstance(b, SCALAR) and not isinstance(b, bool):
+        return a, float(b)
+    if ops in (ADD, MUL) and isinstance(b, fx.Node) and isinstance(a, SCALAR) and not isinstance(a, bool):
+        return b, float(a)
+    return None
+
+
+def specialize_scalars(gm: fx.GraphModule, inputs: list) -> int:
+    """Python numbers computed from the inputs' shapes (x.shape[0], d // h, math.sqrt(d)) become
+    constants: the problem's shapes are fixed, and the rewrites need to see the scalars."""
+    values: dict[fx.Node, object] = {}
+
+    class Recorder(fx.Interpreter):
+        def run_node(self, node):
+            value = super().run_node(node)
+            values[node] = value
+            return value
+
+    with torch.no_grad():
+        Recorder(gm).run(*inputs)
+    count = 0
+    for node, value in values.items():
+        if node.op in ("call_function", "call_method") and type(value) in (int, float) and node.users:
+            node.replace_all_uses_with(value)  # type: ignore[arg-type]
+            count += 1
+    _finish(gm)
+    return count
+
+
+# -- algebraic simplification ---------------------------------------------------------------------
+def simplify_identities(gm: fx.GraphModule) -> int:
+    """x*1, x/1, x+0, x-0, nn.Identity, dropout in eval, reshape/view/contiguous/to that change nothing."""
+    count = 0
+    for node in list(gm.graph.nodes):
+        source = None
+        for ops, neutral in ((MUL, 1.0), (DIV, 1.0), (ADD, 0.0), (SUB, 0.0)):
+            found = _scalar_binary(node, ops)
+            if found and found[1] == neutral and meta(found[0]) and meta(node) and \
+                    meta(found[0]).shape == meta(node).shape and meta(found[0]).dtype == meta(node).dtype:
+                source = found[0]
+        module = module_of(gm, node)
+        if isinstance(module, (torch.nn.Identity, torch.nn.Dropout)) or \
+                (is_op(node, (F.dropout,)) and arg(node, 2, "training", True) is False):
+            source = node.args[0]
+        if is_op(node, (torch.reshape,), {"reshape", "view", "contiguous", "to", "flatten"}) and \
+                meta(node) and meta(node.args[0]):
+            before, after = meta(node.args[0]), meta(node)
+            same = before.shape == after.shape and before.dtype == after.dtype and before.stride == after.stride
+            if same and node.target != "to" or (node.target == "to" and same and not node.kwargs.get("copy")):
+                source = node.args[0]
+        if isinstance(source, fx.Node):
+            _replace(node, source)
+            count += 1
+    _finish(gm)
+    return count
+
+
+def _reduced_dims(node: fx.Node, rank: int) -> list[int] | None:
+    dims = arg(node, 1, "dim")
+    if dims is None:
+        return None
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    return [d % rank for d in dims] if all(isinstance(d, int) for d in dims) else None
+
+
+def simplify_size1_reductions(gm: fx.GraphModule) -> int:
+    """sum/mean/amax/amin/logsumexp over size-1 dims; max(dim).values over a size-1 dim."""
+    count = 0
+    for node in list(gm.graph.nodes):
+        source = node.args[0] if node.args else None
+        shape = meta(source).shape if meta(source) else None
+        kind = next((name for name, fns in REDUCTIONS.items() if is_op(node, fns, {name})), None)
+        values_of_max = None
+        if kind is None and is_op(node, (torch.max, torch.min), {"max", "min"}) and shape is not None:
+            users = list(node.users)
+            if users and all(u.op == "call_function" and u.target in (getattr, operator.getitem) and
+                             u.args[1] in ("values", 0) for u in users):
+                values_of_max = users
+                kind = "max"
+        if kind is None or shape is None:
+            continue
+        dims = _reduced_dims(node, len(shape))
+        if not dims or any(shape[d] != 1 for d in dims) or node.kwargs.get("dtype") is not None:
+            continue
+        keepdim = bool(arg(node, 2, "keepdim", False))
+        with gm.graph.inserting_after(node):
+            value = source if keepdim else gm.graph.call_method("squeeze", (source, tuple(sorted(dims))))
+        if values_of_max is not None:
+            for user in values_of_max:
+                _replace(user, value)
+        else:
+            _replace(node, value)
+        count += 1
+    _finish(gm)
+    return count
+
+
+def _transpose_dims(node: fx.Node, rank: int) -> tuple[int, int] | None:
+    if is_op(node, (torch.transpose,), {"transpose"}) and len(node.args) == 3:
+        a, b = node.args[1], node.args[2]
+        return tuple(sorted((a % rank, b % rank))) if isinstance(a, int) and isinstance(b, int) else None
+    if is_op(node, (torch.t,), {"t"}) and rank == 2:
+        return (0, 1)
+    return None
+
+
+def simplify_double_ops(gm: fx.GraphModule) -> int:
+    """transpose(transpose(x)) on the same dims, t(t(x)), -(-x)."""
+    count = 0
+    for node in list(gm.graph.nodes):
+        inner = node.args[0] if node.args else None
+        if not isinstance(inner, fx.Node):
+            continue
+        if is_op(node, NEG, {"neg"}) and is_op(inner, NEG, {"neg"}):
+            _replace(node, inner.args[0])
+            count += 1
+            continue
+        rank = len(meta(node).shape) if meta(node) else None
+        if rank and _transpose_dims(node, rank) and _transpose_dims(node, rank) == _transpose_dims(inner, rank):
+            _replace(node, inner.args[0])
+            count += 1
+    _finish(gm)
+    return count
+
+
+def combine_scalar_ops(gm: fx.GraphModule) -> int:
+    """(x*a)*b -> x*(a*b), (x*a)/b -> x*(a/b), (x+a)+b and (x+a)-b -> x+(a±b): one pass over x."""
+    count = 0
+    for node in list(gm.graph.nodes):
+        outer = next(((ops, found) for ops in (MUL, DIV, ADD, SUB) if (found := _scalar_binary(node, ops))), None)
+        if outer is None:
+            continue
+        ops, (inner, b) = outer
+        if len(inner.users) != 1:
+            continue
+        first = next(((iops, found) for iops in (MUL, DIV, ADD, SUB) if (found := _scalar_binary(inner, iops))), None)
+        if first is None:
+            continue
+        iops, (x, a) = first
+        multiplicative = {id(MUL), id(DIV)}
+        if (id(ops) in multiplicative) != (id(iops) in multiplicative):
+            continue
+        if id(ops) in multiplicative:
+            factor = (a if iops is MUL else 1.0 / a) * (b if ops is MUL else 1.0 / b) if a and b else None
+            if factor is None or not math.isfinite(factor):
+                continue
+            new = (operator.mul, (x, factor))
+        else:
+            new = (operator.add, (x, (a if iops is ADD else -a) + (b if ops is ADD else -b)))
+        with gm.graph.inserting_after(node):
+            combined = gm.graph.call_function(*new)
+        combined.meta = dict(node.meta)
+        _replace(node, combined)
+        count += 1
+    _finish(gm)
+    return count
+
+
+def fold_scalar_into_weights(gm: fx.GraphModule) -> int:
+    """linear(x)*s or conv(x)*s (or /s) with one user: scale the weights and bias instead (folded at init)."""
+    count = 0
+    for node in list(gm.graph.nodes):
+        found = _scalar_binary(node, MUL) or _scalar_binary(node, DIV)
+        if not found:
+            continue
+        producer, scalar = found
+        if is_op(node, DIV) or (node.op == "call_method" and node.target == "div"):
+            scalar = 1.0 / scalar if scalar else math.inf
+        module = module_of(gm, producer)
+        if not isinstance(module, (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)) or \
+                len(producer.users) != 1 or not math.isfinite(scalar) or \
+                getattr(module, "padding_mode", "zeros") != "zeros":
+            continue
+        graph = gm.graph
+        with graph.inserting_before(producer):
+            weight = graph.call_function(operator.mul, (graph.get_attr(f"{producer.target}.weight"), scalar))
+            bias = None
+            if module.bias is not None:
+                bias = graph.call_function(operator.mul, (graph.get_attr(f"{producer.target}.bias"), scalar))
+            if isinstance(module, torch.nn.Linear):
+                call = graph.call_function(F.linear, (producer.args[0], weight, bias))
+            else:
+                conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[len(module.kernel_size)]
+                call = graph.call_function(conv, (producer.args[0], weight, bias, module.stride, module.padding,
+                                                  module.dilation, module.groups))
+        for created in (weight, bias):
+            if created is not None:
+                created.meta["kp_fold"] = True
+        call.meta = dict(node.meta)
+        _replace(node, call)
+        count += 1
+    _finish(gm)
+    return count
+
+
+def _constant_kind(gm: fx.GraphModule, node) -> float | None:
+    """0.0 or 1.0 when the node is known to be a tensor of that constant everywhere (finite inputs)."""
+    if not isinstance(node, fx.Node):
+        return None
+    return node.meta.get("kp_constant")
+
+
+def constant_results(gm: fx.GraphModule) -> int:
+    """a - a = 0, softmax over a size-1 dim = 1, log_softmax there = 0, and zeros kept through f(0)=0:
+    a result that is a known constant becomes a fresh tensor of it, and the work behind it goes away."""
+    marked = 0
+    for node in gm.graph.nodes:
+        source = node.args[0] if node.args else None
+        if is_op(node, SUB, {"sub"}) and len(node.args) == 2 and node.args[0] is node.args[1]:
+            node.meta["kp_constant"] = 0.0
+        elif is_op(node, SOFTMAX + (torch.log_softmax, F.log_softmax), {"softmax", "log_softmax"}) and meta(source):
+            dim = arg(node, 1, "dim")
+            shape = meta(source).shape
+            if isinstance(dim, int) and shape[dim % len(shape)] == 1:
+                node.meta["kp_constant"] = 0.0 if "log" in str(getattr(node.target, "__name__", node.target)) else 1.0
+        elif _constant_kind(gm, source) == 0.0 and len(node.args) == 1 and not node.kwargs and (
+                is_op(node, tuple(ZERO_PRESERVING_FN), ZERO_PRESERVING_METHOD)
+                or isinstance(module_of(gm, node), ZERO_PRESERVING_MODULE)):
+            node.meta["kp_constant"] = 0.0
+        elif _constant_kind(gm, source) == 0.0 and (_scalar_binary(node, MUL) or _scalar_binary(node, DIV)):
+            node.meta["kp_constant"] = 0.0
+        else:
+            continue
+        marked += 1
+    if not marked:
+        return 0
+    inputs = [n for n in gm.graph.nodes if n.op == "placeholder" and meta(n) and meta(n).dtype.is_floating_point]
+    count = 0
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    for node in list(gm.graph.nodes):
+        value = node.meta.get("kp_constant")
+        info = meta(node)
+        # Replace the outermost constant nodes (a user that is not itself constant), if the dtype is the inputs'.
+        if value is None or info is None or not inputs or meta(inputs[0]).dtype != info.dtype:
+            continue
+        if all(u.meta.get("kp_constant") is not None for u in node.users) and output not in node.users:
+            continue
+        with gm.graph.inserting_after(inputs[-1]):
+            dtype = gm.graph.call_function(getattr, (inputs[0], "dtype"))
+            device = gm.graph.call_function(getattr, (inputs[0], "device"))
+        with gm.graph.inserting_before(node):
+            fill = torch.zeros if value == 0.0 else torch.ones
+            fresh = gm.graph.call_function(fill, (tuple(info.shape),), {"dtype": dtype, "device": device})
+        fresh.meta = {"tensor_meta": info}
+        _replace(node, fresh)
+        count += 1
+    _finish(gm)
+    return count
+
+
+# -- library calls -----------------------------------------------------------------------------------
+def _is_last_two_transpose(node, rank: int) -> bool:
+    return _transpose_dims(node, rank) == (rank - 2, rank - 1) if rank >= 2 else False
+
+
+def attention_to_sdpa(gm: fx.GraphModule) -> int:
+    """softmax((q @ k^T) * s [/ s]) @ v over the last dim -> scaled_dot_product_attention(q, k, v, scale)."""
+    count = 0
+    for node in list(gm.graph.nodes):
+        if not is_op(node, MATMUL, {"matmul", "bmm"}) or len(node.args) != 2:
+            continue
+        probs, v = node.args
+        if isinstance(module_of(gm, probs), (torch.nn.Dropout, torch.nn.Identity)) and len(probs.users) == 1:
+            probs = probs.args[0]  # dropout is the identity in eval mode
+        if not is_op(probs, SOFTMAX, {"softmax"}) or len(probs.users) != 1 or not meta(probs):
+            continue
+        rank = len(meta(probs).shape)
+        if arg(probs, 1, "dim") not in (-1, rank - 1) or probs.kwargs.get("dtype") is not None:
+            continue
+        scores, scale = probs.args[0], 1.0
+        chain = []
+        while True:
+            found = _scalar_binary(scores, MUL) or _scalar_binary(scores, DIV)
+            if not found:
+                break
+            is_div = scores.target in DIV or scores.target == "div"
+            scale *= 1.0 / found[1] if is_div else found[1]
+            chain.append(scores)
+            scores = found[0]
+        if not is_op(scores, MATMUL, {"matmul", "bmm"}) or not meta(scores) or len(scores.users) != 1:
+            continue
+        q, kt = scores.args
+        if not (meta(q) and meta(kt) and meta(v)) or not _is_last_two_transpose(kt, len(meta(kt).shape)):
+            continue
+        if any(len(meta(t).shape) != rank for t in (q, kt, v)) or any(len(c.users) != 1 for c in chain):
+            continue
+        with gm.graph.inserting_before(node):
+            call = gm.graph.call_function(F.scaled_dot_product_attention, (q, kt.args[0], v), {"scale": scale})
+        call.meta = dict(node.meta)
+        _replace(node, call)
+        count += 1
+    _finish(gm)
+    return count
+
+
+def transposed_matmuls(gm: fx.GraphModule) -> int:
+    """x @ W.t() with a 2-D W -> linear(x, W); (a^T @ b^T)^T -> b @ a: no transposed copies."""
+    count = 0
+    for node in list(gm.graph.nodes):
+        if is_op(node, (operator.matmul, torch.matmul, torch.mm), {"matmul", "mm"}) and len(node.args) == 2:
+            x, wt = node.args
+            if meta(wt) and len(meta(wt).shape) == 2 and _is_last_two_transpose(wt, 2) and meta(x) \
+                    and len(meta(x).shape) >= 1:
+                with gm.graph.inserting_before(node):
+                    call = gm.graph.call_function(F.linear, (x, wt.args[0]))
+                call.meta = dict(node.meta)
+                _replace(node, call)
+                count += 1
+                continue
+        inner = node.args[0] if node.args else None
+        rank = len(meta(node).shape) if meta(node) else 0
+        if _is_last_two_transpose(node, rank) and is_op(inner, MATMUL, {"matmul", "bmm"}) and \
+                len(inner.users) == 1:
+            a, b = inner.args
+            if all(meta(t) and len(meta(t).shape) == rank and _is_last_two_transpose(t, rank) for t in (a, b)):
+                with gm.graph.inserting_before(node):
+                    call = gm.graph.call_function(torch.matmul, (b.args[0], a.args[0]))
+                call.meta = dict(node.meta)
+                _replace(node, call)
+                count += 1
+    _finish(gm)
+    return count
+
+
+# -- constant folding ----------------------------------------------------------------------------------
+def foldable_nodes(gm: fx.GraphModule, only_marked: bool = False) -> list[fx.Node]:
+    """Compute nodes whose inputs are only parameters, buffers and constants (no random ops, no modules)."""
+    constant: set[fx.Node] = set()
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            constant.add(node)
+        elif node.op in ("call_function", "call_method") and node.target not in RANDOM_OPS:
+            inputs = node.all_input_nodes
+            if inputs and all(i in constant for i in inputs):
+                constant.add(node)
+    compute = [n for n in gm.graph.nodes if n in constant and n.op != "get_attr"]
+    if only_marked:
+        compute = [n for n in compute if n.meta.get("kp_fold")]
+    return compute
+
+
+def fold_boundary(gm: fx.GraphModule, nodes: list[fx.Node]) -> list[fx.Node]:
+    """The folded nodes whose values the rest of the graph uses."""
+    chosen = set(nodes)
+    return [n for n in nodes if any(u not in chosen for u in n.users)]
+
+
+PASSES = {
+    "simplify_identities": simplify_identities,
+    "simplify_size1_reductions": simplify_size1_reductions,
+    "simplify_double_ops": simplify_double_ops,
+    "combine_scalar_ops": combine_scalar_ops,
+    "fold_scalar_into_weights": fold_scalar_into_weights,
+    "constant_results": constant_results,
+    "attention_to_sdpa": attention_to_sdpa,
+    "transposed_matmuls": transposed_matmuls,
+}

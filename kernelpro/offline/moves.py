@@ -1,0 +1,77 @@
+"""The offline coder's graph-level moves: what each does, its technique, and where it applies.
+
+A candidate is the reference plus an ordered set of moves. Graph moves rewrite the
+torch.fx graph of `forward` (they need a traceable problem); module moves change how
+the module runs (they need no graph).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Move:
+    name: str
+    technique: str  # from the design's vocabulary
+    graph: bool  # needs the traced graph
+    summary: str
+    cuda_only: bool = False
+    needs_conv: bool = False
+    needs_matmul: bool = False
+    fp32_only: bool = False
+
+
+MOVES: dict[str, Move] = {m.name: m for m in (
+    Move("simplify_identities", "algebraic_simplify", True,
+         "drop identity ops (x*1, x+0, Identity, dropout in eval, no-op reshape/contiguous/to)"),
+    Move("simplify_size1_reductions", "algebraic_simplify", True,
+         "drop reductions over size-1 dimensions (sum/mean/amax/amin/max there are the input)"),
+    Move("simplify_double_ops", "algebraic_simplify", True, "cancel double transposes and double negations"),
+    Move("combine_scalar_ops", "algebraic_simplify", True,
+         "combine consecutive scalar multiplies and adds into one pass"),
+    Move("fold_scalar_into_weights", "algebraic_simplify", True,
+         "fold a scalar multiply into the preceding linear/conv weights and bias, precomputed at init"),
+    Move("constant_results", "algebraic_simplify", True,
+         "replace results that are a known constant (a - a, softmax over a size-1 dim, and what zero "
+         "keeps zero) by a fresh constant tensor, dropping the work behind them"),
+    Move("fold_constants", "constant_fold", True,
+         "precompute subgraphs that depend only on parameters and buffers once, at init"),
+    Move("attention_to_sdpa", "library_call", True,
+         "replace softmax(q @ k^T * scale) @ v by scaled_dot_product_attention", needs_matmul=True),
+    Move("transposed_matmuls", "library_call", True,
+         "call linear / reorder the product instead of materialising transposes around matmuls",
+         needs_matmul=True),
+    Move("channels_last", "channels_last", False,
+         "keep convolution weights and 4-D inputs in channels_last layout", needs_conv=True),
+    Move("cudnn_benchmark", "library_call", False, "let cuDNN benchmark its convolution algorithms",
+         cuda_only=True, needs_conv=True),
+    Move("tf32_matmul", "reduce_precision", False,
+         "allow TF32 tensor cores for fp32 matmuls and convolutions (the tolerance is unchanged)",
+         cuda_only=True, fp32_only=True),
+    Move("cuda_graphs", "cuda_graphs", False,
+         "capture the whole forward in a CUDA graph (static shapes; inputs copied in, fresh outputs)",
+         cuda_only=True),
+)}
+
+#: Applied in this order whatever order the search chose them in, so a set of moves is one candidate.
+ORDER = list(MOVES)
+
+
+def allowed(move: Move, *, device: str, precision: str, policy: str, has_conv: bool, has_matmul: bool) -> str:
+    """'' when the move may apply here, else why not."""
+    if policy == "strict":
+        return "the strict policy wants custom kernels; graph-level moves keep PyTorch ops"
+    if move.cuda_only and device != "cuda":
+        return "needs CUDA"
+    if move.needs_conv and not has_conv:
+        return "no convolution"
+    if move.fp32_only and precision != "fp32":
+        return f"precision is already {precision}"
+    if move.name == "tf32_matmul" and not (has_conv or has_matmul):
+        return "no matmul or convolution"
+    return ""
+
+
+def canonical(moves: list[str]) -> list[str]:
+    return sorted(set(moves), key=ORDER.index)

@@ -1,0 +1,127 @@
+"""What a search leaves in its folder: best.py, run.json, tree.json, report.md and report.html.
+
+Every file is derived from `state.db` and `candidates/`, so a resumed run rewrites
+them all. `best.py` is the best correct candidate under the objective, with a
+header that states what was measured; it is standalone (the offline coder's
+candidates carry the reference `Model` they extend).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+
+from kernelpro import report
+from kernelpro.energy import objectives
+from kernelpro.mcts.search import Search
+from kernelpro.runstore import write_atomic
+
+
+def correct_rows(rows: list[dict]) -> list[dict]:
+    return [r for r in rows if r["verdict"] == "correct" and r["result"].get("candidate")]
+
+
+def choose_best(objective: str, rows: list[dict], epsilon: float, baseline: dict) -> dict | None:
+    """The best correct evaluation under the objective, or None when none beats the reference.
+    Times are compared on the baseline's scale (see `SearchRun.normalized`)."""
+    from kernelpro.driver import SearchRun
+    correct = correct_rows(rows)
+    measured = [SearchRun.normalized(r["result"], baseline) for r in correct]
+    index = objectives.best_index(objective, measured, epsilon)
+    if index is None:
+        return None
+    fastest = min(m.candidate_ms for m in measured)
+    try:
+        value = objectives.ratio(objective, measured[index], fastest, epsilon)
+    except ValueError:
+        return None
+    return {**correct[index], "objective_ratio": value} if value > 1.0 else None
+
+
+def _header(run, best: dict | None, baseline: dict, final) -> str:
+    s = run.settings
+    result = best["result"] if best else baseline["result"]
+    lines = [f"# kernelpro: best candidate for {run.problem.name} ({Path(s.problem).name})"]
+    if best:
+        lines.append(f"# measured speedup: {result['speedup']:.3f}x vs eager ({result['candidate']['median_ms']:.4f} "
+                     f"ms vs {result['reference']['median_ms']:.4f} ms, median of {result['candidate']['trials']} "
+                     "timed calls)")
+        if final is not None and final.ok and final.speedup_vs_compile:
+            lines.append(f"# re-measured: {final.speedup:.3f}x vs eager, {final.speedup_vs_compile:.3f}x vs "
+                         "torch.compile")
+        if result.get("energy"):
+            energy = result["energy"]
+            lines.append(f"# energy: {energy['candidate']['j_per_call']:.4g} J/call vs "
+                         f"{energy['reference']['j_per_call']:.4g} J/call for the reference ({energy['method']})")
+        lines.append(f"# moves: {' + '.join(best['moves']) or best['move']}")
+    else:
+        lines.append("# no candidate beat the reference under this objective: this is the reference itself")
+    lines += [f"# device: {result.get('device_name') or s.device} ({s.device}), precision {s.precision}, "
+              f"policy {s.policy}, torch {result.get('torch_version', '')}",
+              f"# objective: {s.objective}, coder: {s.coder}, strategy: {s.strategy}, "
+              f"date: {datetime.date.today().isoformat()}",
+              "# Standalone: it needs only torch (and the standard library); kernelpro is not imported.", ""]
+    return "\n".join(lines) + "\n"
+
+
+def verdict_counts(rows: list[dict]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row["verdict"]] = counts.get(row["verdict"], 0) + 1
+    return counts
+
+
+def tree_document(search: Search) -> dict:
+    nodes = []
+    for node in search.nodes:
+        payload = node.payload or {}
+        nodes.append({"id": node.id, "parent": node.parent, "depth": node.depth, "move": payload.get("move"),
+                      "techniques": payload.get("techniques", []), "status": node.status.value,
+                      "verdict": payload.get("verdict", "reference" if node.parent is None else None),
+                      "ratio": node.ratio, "speedup": payload.get("speedup"), "ms": payload.get("ms"),
+                      "file": payload.get("file"), "closed": node.closed, "failure": node.failure,
+                      "transposition_of": node.transposition_of, "rationale": payload.get("rationale", "")})
+    return {"format": "kernelpro.tree/1", "best": search.best_id, "nodes": nodes, "search": search.to_json()}
+
+
+def write_all(run, search: Search, baseline: dict, stopped: str, final) -> dict:
+    out, s = run.out, run.settings
+    rows = run.store.evaluations()
+    for row in rows:  # the applied moves, for the header and the report
+        row["moves"] = (search.nodes[row["node_id"]].payload or {}).get("state", {}).get("applied", [])
+    best = choose_best(s.objective, rows, s.epsilon, baseline)
+    if best:
+        source = (out / best["source_file"]).read_text()
+    else:
+        source = (out / "candidates" / "reference.py")
+        source.write_text(run.problem.source.rstrip() + "\n\n\nModelNew = Model\n")
+        source = source.read_text()
+    write_atomic(out / "best.py", _header(run, best, baseline, final) + source)
+    wall_s = run.store.get("wall_s", 0.0)
+    result = best["result"] if best else None
+    energy = result.get("energy") if result else None
+    document = {
+        "problem": str(s.problem), "objective": s.objective, "device": s.device,
+        "device_name": baseline.get("device_name"), "torch_version": baseline.get("torch_version"),
+        "coder": s.coder, "strategy": s.strategy, "precision": s.precision, "policy": s.policy, "seed": s.seed,
+        "budget": s.budget, "evaluations": len(rows), "verdicts": verdict_counts(rows),
+        "baseline_ms": baseline["eager_ms"], "baseline_compile_ms": baseline.get("compile_ms"),
+        "best_ms": result["candidate"]["median_ms"] if result else baseline["eager_ms"],
+        "speedup": result["speedup"] if result else 1.0,
+        "speedup_vs_compile": final.speedup_vs_compile if final is not None and final.ok else None,
+        # The best re-measured once after the search: free of the selection's winner's curse.
+        "final_speedup": final.speedup if final is not None and final.ok else None,
+        "objective_ratio": best["objective_ratio"] if best else 1.0,
+        "best_node": best["node_id"] if best else 0, "best_moves": best["moves"] if best else [],
+        "energy_j": energy["candidate"]["j_per_call"] if energy else None,
+        "baseline_energy_j": baseline.get("energy_j"),
+        "energy": energy, "stopped": stopped, "wall_s": wall_s,
+        "evaluations_per_minute": len(rows) / (wall_s / 60) if wall_s else None,
+        "date": datetime.date.today().isoformat(),
+    }
+    write_atomic(out / "run.json", json.dumps(document, indent=2))
+    write_atomic(out / "tree.json", json.dumps(tree_document(search), indent=1))
+    write_atomic(out / "report.md", report.markdown(document, rows, search, run.profiles))
+    write_atomic(out / "report.html", report.html(document, rows, search, run.profiles))
+    return document

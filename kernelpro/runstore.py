@@ -1,0 +1,101 @@
+"""A search run's state in its output folder: one SQLite file, `state.db`.
+
+Each evaluation is committed in one transaction together with the search tree, so
+after a kill -9 the folder holds every finished evaluation and the tree that
+knows of them, and nothing else: `--resume` continues from there and never
+evaluates a candidate twice. Candidate sources live beside it in `candidates/`.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS evaluations (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    node_id INTEGER NOT NULL,
+    sha256 TEXT NOT NULL,
+    verdict TEXT NOT NULL,
+    ratio REAL,
+    move TEXT NOT NULL,
+    techniques TEXT NOT NULL,
+    rationale TEXT NOT NULL,
+    source_file TEXT NOT NULL,
+    result TEXT NOT NULL,
+    finished_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS profiles (node_id INTEGER PRIMARY KEY, document TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS search (id INTEGER PRIMARY KEY CHECK (id = 1), state TEXT NOT NULL);
+"""
+
+
+class RunStore:
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.path = self.folder / "state.db"
+        self.db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")
+        self.db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- meta ----------------------------------------------------------------------------
+    def get(self, key: str, default=None):
+        row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return json.loads(row[0]) if row else default
+
+    def put(self, key: str, value) -> None:
+        self.db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, json.dumps(value)))
+
+    # -- evaluations ------------------------------------------------------------------------
+    def record(self, evaluation: dict, search_state: dict) -> None:
+        """One evaluation and the tree after telling it, atomically."""
+        with self.db:
+            self.db.execute("BEGIN IMMEDIATE")
+            self.db.execute(
+                "INSERT INTO evaluations (node_id, sha256, verdict, ratio, move, techniques, rationale, source_file,"
+                " result, finished_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (evaluation["node_id"], evaluation["sha256"], evaluation["verdict"], evaluation.get("ratio"),
+                 evaluation["move"], json.dumps(evaluation["techniques"]), evaluation["rationale"],
+                 evaluation["source_file"], json.dumps(evaluation["result"]), time.time()))
+            self.db.execute("INSERT OR REPLACE INTO search (id, state) VALUES (1, ?)", (json.dumps(search_state),))
+
+    def save_search(self, search_state: dict) -> None:
+        self.db.execute("INSERT OR REPLACE INTO search (id, state) VALUES (1, ?)", (json.dumps(search_state),))
+
+    def search_state(self) -> dict | None:
+        row = self.db.execute("SELECT state FROM search WHERE id = 1").fetchone()
+        return json.loads(row[0]) if row else None
+
+    def evaluations(self) -> list[dict]:
+        rows = self.db.execute("SELECT seq, node_id, sha256, verdict, ratio, move, techniques, rationale, "
+                               "source_file, result, finished_at FROM evaluations ORDER BY seq").fetchall()
+        return [{"seq": r[0], "node_id": r[1], "sha256": r[2], "verdict": r[3], "ratio": r[4], "move": r[5],
+                 "techniques": json.loads(r[6]), "rationale": r[7], "source_file": r[8],
+                 "result": json.loads(r[9]), "finished_at": r[10]} for r in rows]
+
+    def count(self) -> int:
+        return self.db.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0]
+
+    # -- profiles ----------------------------------------------------------------------------
+    def put_profile(self, node_id: int, document: dict) -> None:
+        self.db.execute("INSERT OR REPLACE INTO profiles (node_id, document) VALUES (?, ?)",
+                        (node_id, json.dumps(document)))
+
+    def profiles(self) -> dict[int, dict]:
+        return {r[0]: json.loads(r[1]) for r in self.db.execute("SELECT node_id, document FROM profiles")}
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write a file so a reader (or a kill) never sees half of it."""
+    path = Path(path)
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(text)
+    temporary.replace(path)

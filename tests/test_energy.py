@@ -1,0 +1,152 @@
+"""Energy: the NVML meter against a fake NVML library, the objectives, and the harness's energy phase."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from kernelpro.energy import Measured, NvmlMeter, best_index, ratio
+from kernelpro.energy.meter import EnergyUnavailable, open_meter
+from kernelpro.harness import EvalOptions
+from kernelpro.harness.evaluate import Evaluator
+from kernelpro.harness.problem import load_problem
+
+
+class FakeNVMLError(Exception):
+    pass
+
+
+class FakeNvml:
+    """The pynvml functions the meter uses, over a simulated card: `watts` while `busy`, else `idle_w`.
+    The energy counter (mJ) advances in steps of `period_s`, as the real one does."""
+
+    NVMLError = FakeNVMLError
+
+    def __init__(self, idle_w=60.0, busy_w=300.0, period_s=0.01, counter=True):
+        self.idle_w, self.busy_w, self.period_s, self.counter = idle_w, busy_w, period_s, counter
+        self.busy = False
+        self.energy_j = 0.0
+        self.last = time.monotonic()
+        self.initialized = False
+        self.step, self.reported_j = -1, 0.0
+
+    def _advance(self) -> None:
+        now = time.monotonic()
+        self.energy_j += (self.busy_w if self.busy else self.idle_w) * (now - self.last)
+        self.last = now
+
+    def nvmlInit(self):
+        self.initialized = True
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        if not self.initialized:
+            raise FakeNVMLError("not initialized")
+        return ("gpu", index)
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle):
+        if not self.counter:
+            raise FakeNVMLError("Not Supported")
+        self._advance()
+        step = int(self.last / self.period_s)  # the counter only moves once a period
+        if step != self.step:
+            self.step, self.reported_j = step, self.energy_j
+        return int(self.reported_j * 1000)  # mJ
+
+    def nvmlDeviceGetPowerUsage(self, handle):
+        return int((self.busy_w if self.busy else self.idle_w) * 1000)  # mW
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle):
+        return 700_000
+
+
+def test_counter_meter_measures_idle_and_busy_windows():
+    nvml = FakeNvml()
+    meter = NvmlMeter(nvml, min_window_s=0.2)
+    assert meter.method == "nvml_energy_counter" and meter.min_window_s >= 0.2
+    assert meter.idle_power_w(0.2) == pytest.approx(60.0, rel=0.1)
+    nvml.busy = True
+    reading = meter.start()
+    time.sleep(0.3)
+    joules, seconds = meter.stop(reading)
+    assert joules / seconds == pytest.approx(300.0, rel=0.1)
+    assert meter.power_limit_w() == 700.0
+
+
+def test_missing_counter_falls_back_to_sampled_power_and_says_so():
+    nvml = FakeNvml(counter=False, busy_w=200.0)
+    meter = NvmlMeter(nvml, min_window_s=0.2)
+    assert meter.method == "nvml_power_sampling"
+    nvml.busy = True
+    reading = meter.start()
+    time.sleep(0.3)
+    joules, seconds = meter.stop(reading)
+    assert joules / seconds == pytest.approx(200.0, rel=0.1)
+
+
+def test_meter_errors_are_clear():
+    class Broken(FakeNvml):
+        def nvmlInit(self):
+            raise FakeNVMLError("Driver Not Loaded")
+
+    with pytest.raises(EnergyUnavailable, match="Driver Not Loaded"):
+        NvmlMeter(Broken())
+    with pytest.raises(EnergyUnavailable, match="--device cuda"):
+        open_meter("cpu")
+
+
+def test_objectives():
+    fast_hungry = Measured(candidate_ms=1.0, reference_ms=2.0, candidate_j=4.0, reference_j=8.0)
+    slow_frugal = Measured(candidate_ms=1.5, reference_ms=2.0, candidate_j=2.0, reference_j=8.0)
+    matched = Measured(candidate_ms=1.04, reference_ms=2.0, candidate_j=3.0, reference_j=8.0)
+    assert ratio("time", fast_hungry) == 2.0
+    assert ratio("edp", fast_hungry) == pytest.approx(4.0)
+    assert ratio("energy", matched, fastest_ms=1.0) == pytest.approx(8 / 3)
+    # 1.5 ms misses the matched-speed bound (1.05 ms): discounted by (1.05 / 1.5)^2.
+    assert ratio("energy", slow_frugal, fastest_ms=1.0) == pytest.approx(4.0 * (1.05 / 1.5) ** 2)
+    assert best_index("energy", [fast_hungry, slow_frugal, matched]) == 2
+    assert best_index("time", [fast_hungry, slow_frugal, matched]) == 0
+    with pytest.raises(ValueError, match="needs the energy"):
+        ratio("energy", Measured(candidate_ms=1.0, reference_ms=1.0))
+    with pytest.raises(ValueError, match="unknown objective"):
+        ratio("speed", fast_hungry)
+
+
+class FakeMeter:
+    """A meter at the harness's boundary: constant power, so J/call = power x window / calls."""
+
+    method = "fake_constant_power"
+    min_window_s = 0.3
+
+    def __init__(self, watts=100.0, idle_w=20.0):
+        self.watts, self.idle_w = watts, idle_w
+
+    def idle_power_w(self):
+        return self.idle_w
+
+    def start(self):
+        return time.monotonic()
+
+    def stop(self, began):
+        seconds = time.monotonic() - began
+        return self.watts * seconds, seconds
+
+
+def test_harness_measures_energy_after_timing_for_correct_candidates():
+    problem = load_problem(Path(__file__).parent / "data" / "problems" / "linear_relu_residual.py")
+    options = EvalOptions(device="cpu", measure_energy=True, timing_trials=5, timing_budget_s=0.5)
+    with Evaluator("cpu", spares=0, energy_meter=FakeMeter()) as evaluator:
+        good = evaluator.evaluate(problem, problem.source + "\nModelNew = Model\n", options)
+        bad = evaluator.evaluate(problem, problem.source.replace("torch.relu", "torch.sigmoid") + "\nModelNew = Model\n",
+                                 options)
+    assert good.ok and good.energy is not None, good.reason
+    energy = good.energy
+    assert energy.method == "fake_constant_power" and energy.idle_power_w == 20.0
+    for window in (energy.reference, energy.candidate):
+        assert window.window_s >= 0.3 and window.calls >= 8
+        assert window.power_w == pytest.approx(100.0)
+        assert window.j_per_call == pytest.approx(100.0 * window.window_s / window.calls)
+        assert window.j_per_call_above_idle == pytest.approx(80.0 * window.window_s / window.calls)
+    assert "energy" in good.phase_s
+    assert not bad.ok and bad.energy is None

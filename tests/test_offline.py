@@ -1,0 +1,161 @@
+"""The offline coder's graph-level moves: each applies where it should, only there, and every
+candidate it writes is complete, standalone and numerically equal to the reference."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import itertools
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernelpro.coder import CoderRequest
+from kernelpro.offline import OfflineCoder
+from kernelpro.offline.moves import MOVES
+from kernelpro.offline.worker import expand
+from kernelpro.tools.records import TECHNIQUES
+
+DATA = Path(__file__).parent / "data" / "search"
+EXAMPLES = Path(__file__).parent.parent / "examples"
+_counter = itertools.count()
+
+
+def spec(problem: Path, applied=(), device="cpu", precision="fp32", policy="relaxed") -> dict:
+    return {"problem_path": str(problem), "applied": list(applied), "device": device, "precision": precision,
+            "policy": policy, "seed": 42}
+
+
+def load(source: str, tmp_path: Path):
+    path = tmp_path / f"candidate_{next(_counter)}.py"
+    path.write_text(source)
+    module_spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module
+
+
+def assert_equivalent(source: str, tmp_path: Path, seeds=(0, 1)) -> None:
+    module = load(source, tmp_path)
+    for seed in seeds:
+        torch.manual_seed(seed)
+        reference = module.Model(*module.get_init_inputs()).eval()
+        torch.manual_seed(seed)
+        candidate = module.ModelNew(*module.get_init_inputs()).eval()
+        torch.manual_seed(seed + 100)
+        inputs = module.get_inputs()
+        with torch.no_grad():
+            expected, got = reference(*inputs), candidate(*inputs)
+        expected = expected if isinstance(expected, tuple) else (expected,)
+        got = got if isinstance(got, tuple) else (got,)
+        assert len(expected) == len(got)
+        for a, b in zip(expected, got):
+            assert a.shape == b.shape
+            torch.testing.assert_close(b, a, atol=1e-4, rtol=1e-4)
+
+
+def moves_of(answer: dict) -> set[str]:
+    return {option["move"] for option in answer["options"]}
+
+
+def test_every_simplification_applies_and_stays_exact(tmp_path):
+    answer = expand(spec(DATA / "redundant.py"))
+    assert answer["traced"]
+    assert {"simplify_identities", "simplify_size1_reductions", "simplify_double_ops", "combine_scalar_ops",
+            "fold_scalar_into_weights", "fold_constants", "transposed_matmuls"} <= moves_of(answer)
+    assert "constant_results" not in moves_of(answer)  # needs the size-1 mean gone first
+    for option in answer["options"]:
+        assert_equivalent(option["source"], tmp_path)
+
+
+def test_moves_compose_and_expose_constant_results(tmp_path):
+    applied = ["simplify_size1_reductions", "simplify_identities"]
+    answer = expand(spec(DATA / "redundant.py", applied))
+    assert "constant_results" in moves_of(answer)
+    everything = applied + [m for m in moves_of(answer)]
+    final = expand(spec(DATA / "redundant.py", everything))
+    assert_equivalent(final["source"], tmp_path)
+    body = final["source"].split("def _kp_body", 1)[1]
+    assert "torch.zeros(" in body and ".transpose(" not in body and "neg" not in body
+    assert "gelu" not in body  # gelu(m - m) is a known zero: the work behind it is gone
+    # Folded constants are computed once at init, as buffers.
+    assert "_kp_fold_values" in final["source"] and "register_buffer" in final["source"]
+
+
+def test_near_misses_are_left_alone():
+    answer = expand(spec(DATA / "near_misses.py"))
+    assert answer["traced"]
+    offered = moves_of(answer)
+    for move in ("fold_scalar_into_weights", "simplify_size1_reductions", "simplify_double_ops"):
+        assert move not in offered, move
+        assert answer["skipped"][move] == "nothing to rewrite"
+
+
+def test_attention_becomes_sdpa(tmp_path):
+    answer = expand(spec(EXAMPLES / "attention_block.py"))
+    sdpa = next(o for o in answer["options"] if o["move"] == "attention_to_sdpa")
+    assert "scaled_dot_product_attention" in sdpa["source"] and "softmax" not in sdpa["source"].split(
+        "def _kp_body", 1)[1]
+    assert_equivalent(sdpa["source"], tmp_path, seeds=(0,))
+
+
+def test_untraceable_problem_falls_back_to_moves_without_a_graph(tmp_path):
+    answer = expand(spec(DATA / "untraceable.py", device="cuda"))
+    assert not answer["traced"] and answer["trace_error"]
+    assert "cannot be traced" in answer["skipped"]["simplify_identities"]
+    assert moves_of(answer) == {"cuda_graphs"}  # no matmul or conv there, so no tf32 either
+    cpu = expand(spec(DATA / "untraceable.py"))
+    assert not cpu["options"]  # on the CPU nothing applies to it
+
+
+def test_device_precision_and_policy_gate_the_module_moves(tmp_path):
+    cpu = expand(spec(DATA / "convnet.py"))
+    assert "channels_last" in moves_of(cpu)
+    assert cpu["skipped"]["cuda_graphs"] == "needs CUDA"
+    for move in ("channels_last", "fold_scalar_into_weights"):
+        assert_equivalent(next(o["source"] for o in cpu["options"] if o["move"] == move), tmp_path)
+    cuda = expand(spec(DATA / "convnet.py", device="cuda"))
+    assert {"cudnn_benchmark", "tf32_matmul", "cuda_graphs"} <= moves_of(cuda)
+    bf16 = expand(spec(DATA / "convnet.py", device="cuda", precision="bf16"))
+    assert "tf32_matmul" not in moves_of(bf16)
+    strict = expand(spec(DATA / "convnet.py", device="cuda", policy="strict"))
+    assert not strict["options"]
+
+
+def test_candidates_are_standalone_and_parse():
+    answer = expand(spec(DATA / "redundant.py", device="cuda"))
+    for option in answer["options"]:
+        tree = ast.parse(option["source"])
+        imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                    for alias in node.names}
+        imported |= {node.module.split(".")[0] for node in ast.walk(tree)
+                     if isinstance(node, ast.ImportFrom) and node.module}
+        assert imported <= {"torch", "math"}, imported
+        assert any(isinstance(n, ast.ClassDef) and n.name == "ModelNew" for n in tree.body)
+        assert option["technique"] in TECHNIQUES and MOVES[option["move"]].technique == option["technique"]
+        assert "\n" not in option["rationale"]
+
+
+def request(problem: Path, **fields) -> CoderRequest:
+    base = dict(problem_path=str(problem), problem_source=problem.read_text(), parent_source=problem.read_text(),
+                parent_state={}, parent_verdict="reference", parent_ms=1.0, parent_speedup=1.0,
+                kind="new_strategy")
+    return CoderRequest(**{**base, **fields})
+
+
+def test_offline_coder_follows_guidance_skips_tried_moves_and_caches():
+    coder = OfflineCoder()
+    problem = DATA / "redundant.py"
+    first = coder.propose(request(problem, techniques=(("library_call", 0.9),)))
+    assert first.move == "transposed_matmuls" and first.techniques == ("library_call",)
+    assert first.prior > OfflineCoder().propose(request(problem)).prior
+    second = coder.propose(request(problem, tried=(("transposed_matmuls", "1.1x"),),
+                                   techniques=(("library_call", 0.9),)))
+    assert second.move != "transposed_matmuls"
+    assert coder.worker_calls == 1  # the same parent: the graph work is cached
+    child = coder.propose(request(problem, parent_state=first.state, kind="refine"))
+    assert first.move in child.state["applied"] and child.move != first.move
+    assert coder.propose(request(problem, kind="repair", failure="incorrect")) is None
+    everything = [o for o in MOVES]
+    assert coder.propose(request(problem, tried=tuple((m, "x") for m in everything))) is None

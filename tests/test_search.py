@@ -1,0 +1,254 @@
+"""`kernelpro search`: input errors, the coder protocol on a fake harness, an end-to-end CPU search over
+two shipped examples, kill -9 and resume, a standalone best.py, and the report in headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kernelpro.cli import main
+from kernelpro.coder import CoderProposal, default_coder
+from kernelpro.driver import SearchRun, SearchSettings
+from kernelpro.harness.records import EvalResult, Phase, TimingStats, Verdict
+from kernelpro.tools.records import TECHNIQUES
+
+ROOT = Path(__file__).parent.parent
+EXAMPLES = ROOT / "examples"
+DATA = Path(__file__).parent / "data" / "search"
+
+
+def cli(argv: list[str], capsys) -> tuple[int, str]:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    captured = capsys.readouterr()
+    return exit_info.value.code, captured.out + captured.err
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--budget", "0"], "--budget must be at least 1"),
+    (["--parallel", "0"], "--parallel must be at least 1"),
+    (["--resume"], "holds no run to resume"),
+    (["--device", "cuda"], "CUDA"),
+    (["--objective", "energy"], "--device cuda"),
+    (["--coder", "anthropic"], "not available in this release"),
+])
+def test_bad_input_gets_a_clear_error(tmp_path, capsys, extra, message):
+    if "--device" in extra:
+        import torch
+        if torch.cuda.is_available():
+            pytest.skip("this machine has a GPU")
+    code, text = cli(["search", str(DATA / "redundant.py"), "--out", str(tmp_path / "run"), *extra], capsys)
+    assert code == 2 and message in text, text
+
+
+def test_bad_problem_and_busy_folder(tmp_path, capsys):
+    broken = tmp_path / "broken.py"
+    broken.write_text("import torch\nclass Model:\n    pass\n")
+    code, text = cli(["search", str(broken), "--out", str(tmp_path / "a")], capsys)
+    assert code == 2 and "get_inputs" in text
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "notes.txt").write_text("mine")
+    code, text = cli(["search", str(DATA / "redundant.py"), "--out", str(busy)], capsys)
+    assert code == 2 and "not empty" in text and (busy / "notes.txt").read_text() == "mine"
+
+
+def test_default_coder_follows_the_api_key(monkeypatch):
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    assert default_coder() == "offline"
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
+    assert default_coder() == "anthropic"
+
+
+# -- the coder protocol on a fake harness -----------------------------------------------------------
+class FakeHarness:
+    """Judges by the candidate's header: each listed move saves 10% of 1 ms; 'BROKEN' fails to compile."""
+
+    def __init__(self):
+        self.sources: list[str] = []
+
+    def prebuild(self, source, options=None):
+        return None
+
+    def close(self):
+        pass
+
+    def evaluate(self, problem, source, options) -> EvalResult:
+        self.sources.append(source)
+        base = dict(tolerance=1e-4, device="cpu", precision="fp32", policy="relaxed", device_name="fake",
+                    torch_version="fake")
+        if "BROKEN" in source:
+            return EvalResult(verdict=Verdict.COMPILE_ERROR, phase=Phase.LOAD, reason="SyntaxError: BROKEN", **base)
+        moves = len(re.findall(r"^#   - \w+ \(", source, flags=re.M))
+        ms = 1.0 * 0.9 ** moves
+
+        def stats(value):
+            return TimingStats(median_ms=value, iqr_ms=0.0, cv=0.0, mean_ms=value, min_ms=value, max_ms=value,
+                               trials=10, host_median_ms=value)
+        return EvalResult(verdict=Verdict.CORRECT, phase=Phase.DONE, reason="correct", speedup=1.0 / ms,
+                          candidate=stats(ms), reference=stats(1.0), **base)
+
+
+def test_offline_coder_through_the_loop_on_a_fake_harness(tmp_path):
+    harness = FakeHarness()
+    settings = SearchSettings(problem=str(DATA / "redundant.py"), out=str(tmp_path / "run"), budget=6,
+                              profile=False)
+    document = SearchRun(settings, evaluator=harness).run()
+    assert document["evaluations"] == 6 and document["verdicts"] == {"correct": 6}
+    assert document["speedup"] == pytest.approx(1 / 0.9 ** len(document["best_moves"]))
+    assert len(document["best_moves"]) >= 2  # the tree went deeper than the root's children
+    out = tmp_path / "run"
+    tree = json.loads((out / "tree.json").read_text())
+    evaluated = [n for n in tree["nodes"] if n["parent"] is not None and n["transposition_of"] is None]
+    assert len(evaluated) == 6
+    for node in evaluated:
+        assert set(node["techniques"]) <= set(TECHNIQUES)
+        assert (out / node["file"]).exists() and (out / node["file"]).with_suffix(".json").exists()
+    assert "class ModelNew" in (out / "best.py").read_text()
+
+
+class ScriptedCoder:
+    """A test coder: a broken candidate first, then it records what it is asked."""
+
+    name = "scripted"
+
+    def __init__(self, source: str):
+        self.source = source
+        self.requests = []
+
+    def propose(self, request):
+        self.requests.append(request)
+        count = len(self.requests)
+        if count == 1:
+            return CoderProposal(source="BROKEN", techniques=("fuse_elementwise",), rationale="a bad first try",
+                                 move="broken", prior=1.0)  # so PUCT comes back to repair it
+        return CoderProposal(source=self.source + f"\n#   - move{count} (x): y\n", techniques=("library_call",),
+                             rationale="fine", move=f"move{count}", state={"n": count}, prior=0.05)
+
+
+def test_failed_candidates_get_repair_requests_with_the_reason(tmp_path):
+    problem = DATA / "redundant.py"
+    coder = ScriptedCoder(problem.read_text() + "\nModelNew = Model\n")
+    settings = SearchSettings(problem=str(problem), out=str(tmp_path / "run"), budget=12, profile=False)
+    document = SearchRun(settings, evaluator=FakeHarness(), coder=coder).run()
+    assert document["verdicts"] == {"compile_error": 1, "correct": 11}
+    repairs = [r for r in coder.requests if r.kind == "repair"]
+    assert repairs and "BROKEN" in repairs[0].failure and repairs[0].parent_source == "BROKEN"
+    refine = [r for r in coder.requests if r.kind == "refine"]
+    assert refine and all(r.parent_state.get("n") for r in refine)
+
+
+# -- end to end on the CPU, with the real harness ------------------------------------------------------
+def run_cli(*args, cwd=ROOT, env=None, timeout=900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kernelpro", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+@pytest.fixture(scope="module")
+def attention_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("attention") / "run"
+    done = run_cli("search", "examples/attention_block.py", "--budget", "3", "--device", "cpu", "--out", str(out),
+                   "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out, json.loads(done.stdout)
+
+
+def test_end_to_end_search_writes_every_output(attention_run):
+    out, document = attention_run
+    for name in ("best.py", "report.md", "report.html", "run.json", "tree.json", "state.db"):
+        assert (out / name).exists(), name
+    for key in ("baseline_ms", "best_ms", "speedup", "evaluations", "verdicts", "objective", "device", "coder"):
+        assert key in document
+    assert document["coder"] == "offline" and document["device"] == "cpu" and document["objective"] == "time"
+    assert sum(document["verdicts"].values()) == document["evaluations"] <= 3
+    assert document["evaluations"] == 3 or document["stopped"] == "no moves left"
+    profile = sqlite3.connect(out / "state.db").execute("SELECT COUNT(*) FROM profiles").fetchone()[0]
+    assert profile >= 1  # the reference was profiled, and its guidance reached the coder
+    header = (out / "best.py").read_text().splitlines()[:8]
+    assert header[0].startswith("# kernelpro: best candidate") and any("device: cpu" in h for h in header)
+
+
+def test_best_py_runs_without_kernelpro_and_passes_eval(attention_run, tmp_path):
+    out, _ = attention_run
+    check = tmp_path / "standalone.py"
+    check.write_text(
+        "import sys\nsys.modules['kernelpro'] = None  # any import of kernelpro now fails\n"
+        "import importlib.util, torch\n"
+        f"spec = importlib.util.spec_from_file_location('best', {str(out / 'best.py')!r})\n"
+        "best = importlib.util.module_from_spec(spec); spec.loader.exec_module(best)\n"
+        "torch.manual_seed(0); reference = best.Model(*best.get_init_inputs()).eval()\n"
+        "torch.manual_seed(0); candidate = best.ModelNew(*best.get_init_inputs()).eval()\n"
+        "inputs = best.get_inputs()\n"
+        "with torch.no_grad():\n    torch.testing.assert_close(candidate(*inputs), reference(*inputs), "
+        "atol=1e-4, rtol=1e-4)\nprint('standalone ok')\n")
+    done = subprocess.run([sys.executable, str(check)], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0 and "standalone ok" in done.stdout, done.stderr[-2000:]
+    verdict = run_cli("eval", "examples/attention_block.py", str(out / "best.py"), "--device", "cpu",
+                      "--json", "-")
+    assert verdict.returncode == 0, verdict.stderr[-2000:]
+    assert json.loads(verdict.stdout)["verdict"] == "correct"
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian chromium is not installed (make test installs it as root)")
+def test_report_renders_in_headless_chromium(attention_run, tmp_path):
+    out, document = attention_run
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'profile'}"]
+    url = (out / "report.html").resolve().as_uri()
+    dom = subprocess.run([CHROMIUM, *flags, "--dump-dom", url], capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert 'id="summary"' in dom.stdout and dom.stdout.count("<svg") >= 2
+    assert f"{document['speedup']:.2f}x" in dom.stdout
+    shot = tmp_path / "report.png"
+    subprocess.run([CHROMIUM, *flags, f"--screenshot={shot}", "--window-size=1200,1600", url],
+                   capture_output=True, timeout=120)
+    assert shot.exists() and shot.stat().st_size > 20_000  # a rendered page (a blank PNG is a few kB)
+
+
+def test_kill_minus_9_then_resume_loses_and_repeats_nothing(tmp_path):
+    out = tmp_path / "run"
+    args = [sys.executable, "-m", "kernelpro", "search", "examples/scaled_linear.py", "--budget", "4",
+            "--device", "cpu", "--no-profile", "--out", str(out), "--json"]
+    process = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               start_new_session=True)
+    database = out / "state.db"
+    deadline = time.monotonic() + 600
+    count = 0
+    while time.monotonic() < deadline and process.poll() is None:
+        if database.exists():
+            try:
+                count = sqlite3.connect(database).execute("SELECT COUNT(*) FROM evaluations").fetchone()[0]
+            except sqlite3.OperationalError:
+                count = 0
+            if count >= 2:
+                break
+        time.sleep(0.5)
+    assert process.poll() is None, process.stderr.read()[-2000:]
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    before = sqlite3.connect(database).execute("SELECT node_id, sha256 FROM evaluations ORDER BY seq").fetchall()
+    assert len(before) >= 2
+    done = run_cli("search", "examples/scaled_linear.py", "--budget", "4", "--device", "cpu", "--no-profile",
+                   "--out", str(out), "--json", "--resume")
+    assert done.returncode == 0, done.stderr[-3000:]
+    document = json.loads(done.stdout)
+    after = sqlite3.connect(database).execute("SELECT node_id, sha256 FROM evaluations ORDER BY seq").fetchall()
+    assert after[:len(before)] == before  # nothing lost
+    assert len({sha for _, sha in after}) == len(after)  # nothing evaluated twice
+    assert document["evaluations"] == len(after) == 4  # the final count equals the budget
+    again = run_cli("search", "examples/scaled_linear.py", "--out", str(out))
+    assert again.returncode == 2 and "not empty" in again.stderr
