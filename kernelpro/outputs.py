@@ -108,6 +108,8 @@ def write_all(run, search: Search, baseline: dict, stopped: str, final) -> dict:
         "budget": s.budget, "evaluations": len(rows), "verdicts": verdict_counts(rows),
         "baseline_ms": baseline["eager_ms"], "baseline_compile_ms": baseline.get("compile_ms"),
         "best_ms": result["candidate"]["median_ms"] if result else baseline["eager_ms"],
+        # The reference timed in the best's own evaluation: speedup = best_reference_ms / best_ms.
+        "best_reference_ms": result["reference"]["median_ms"] if result else baseline["eager_ms"],
         "speedup": result["speedup"] if result else 1.0,
         "speedup_vs_compile": final.speedup_vs_compile if final is not None and final.ok else None,
         # The best re-measured once after the search: free of the selection's winner's curse.

@@ -252,3 +252,42 @@ def test_kill_minus_9_then_resume_loses_and_repeats_nothing(tmp_path):
     assert document["evaluations"] == len(after) == 4  # the final count equals the budget
     again = run_cli("search", "examples/scaled_linear.py", "--out", str(out))
     assert again.returncode == 2 and "not empty" in again.stderr
+
+
+class SlowFakeHarness(FakeHarness):
+    """The fake harness, slow enough that parallel evaluations overlap; it records the overlap."""
+
+    def __init__(self):
+        super().__init__()
+        import threading
+        self.lock, self.running, self.most = threading.Lock(), 0, 0
+
+    def evaluate(self, problem, source, options):
+        with self.lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+        time.sleep(0.3)
+        with self.lock:
+            self.running -= 1
+        return super().evaluate(problem, source, options)
+
+
+def test_parallel_keeps_several_candidates_in_flight(tmp_path):
+    harness = SlowFakeHarness()
+    settings = SearchSettings(problem=str(DATA / "redundant.py"), out=str(tmp_path / "run"), budget=7,
+                              parallel=3, profile=False)
+    document = SearchRun(settings, evaluator=harness).run()
+    assert document["evaluations"] == 7 and len(harness.sources) == 8  # 7 candidates + the reference
+    assert harness.most == 3
+
+
+def test_energy_objective_end_to_end_with_a_fake_meter(tmp_path):
+    from test_energy import FakeMeter
+    settings = SearchSettings(problem=str(DATA / "redundant.py"), out=str(tmp_path / "run"), budget=2,
+                              objective="energy", profile=False)
+    document = SearchRun(settings, energy_meter=FakeMeter()).run()
+    assert document["objective"] == "energy" and document["baseline_energy_j"] > 0
+    rows = json.loads((tmp_path / "run" / "tree.json").read_text())["nodes"]
+    assert document["evaluations"] == 2 and len(rows) >= 3
+    if document["best_node"]:
+        assert document["energy_j"] > 0 and document["energy"]["method"] == "fake_constant_power"
