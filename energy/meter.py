@@ -93,9 +93,10 @@ class NvmlMeter:
         first = self._counter_mj()
         changes = []
         while time.monotonic() - began < limit_s and len(changes) < 3:
-            if self._counter_mj() != first:
+            value = self._counter_mj()
+            if value != first:
                 changes.append(time.monotonic())
-                first = self._counter_mj()
+                first = value
             time.sleep(0.0005)
         if len(changes) >= 2:
             return (changes[-1] - changes[0]) / (len(changes) - 1)

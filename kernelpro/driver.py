@@ -132,6 +132,7 @@ class SearchRun:
         self._evaluator = evaluator
         (self.out / "candidates").mkdir(exist_ok=True)
         self.profiles: dict[int, dict] = self.store.profiles()
+        self._fastest_ms: float | None = None
         self.resumed = resume
 
     # -- options ---------------------------------------------------------------------------
@@ -262,7 +263,7 @@ class SearchRun:
                         return why
                     idle += 1
                     if search.root.closed or idle > 200:
-                        return "no moves left" if search.root.closed or idle > 200 else why
+                        return "no moves left"
                     continue
                 idle = 0
                 self._changed(phase="evaluating")
@@ -322,16 +323,19 @@ class SearchRun:
             reference_j=(energy.get("reference") or {}).get("j_per_call"))
 
     def fastest_ms(self, baseline: dict) -> float:
-        times = [baseline["eager_ms"]] + [self.normalized(row["result"], baseline).candidate_ms
-                                          for row in self.store.evaluations() if row["verdict"] == "correct"]
-        return min(times)
+        """The fastest correct time so far on the baseline's scale: read from the store once, then kept."""
+        if self._fastest_ms is None:
+            self._fastest_ms = min([baseline["eager_ms"]] + [
+                self.normalized(row["result"], baseline).candidate_ms for row in self.store.evaluations()
+                if row["verdict"] == "correct"])
+        return self._fastest_ms
 
     def tell(self, search: Search, item: tuple, result: EvalResult, baseline: dict) -> None:
         expansion, node_id, proposal, key = item
         child = search.nodes[node_id]
         if result.ok:
             measured = self.normalized(result, baseline)
-            fastest = min(self.fastest_ms(baseline), measured.candidate_ms)
+            fastest = self._fastest_ms = min(self.fastest_ms(baseline), measured.candidate_ms)
             try:
                 ratio = objectives.ratio(self.settings.objective, measured, fastest, self.settings.epsilon)
                 outcome = Outcome(ok=True, ratio=ratio)

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from kernelpro import report
+from kernelpro.driver import SearchRun, reference_candidate
 from kernelpro.energy import objectives
 from kernelpro.mcts.search import Search
 from kernelpro.runstore import write_atomic
@@ -25,7 +26,6 @@ def correct_rows(rows: list[dict]) -> list[dict]:
 def choose_best(objective: str, rows: list[dict], epsilon: float, baseline: dict) -> dict | None:
     """The best correct evaluation under the objective, or None when none beats the reference.
     Times are compared on the baseline's scale (see `SearchRun.normalized`)."""
-    from kernelpro.driver import SearchRun
     correct = correct_rows(rows)
     measured = [SearchRun.normalized(r["result"], baseline) for r in correct]
     index = objectives.best_index(objective, measured, epsilon)
@@ -94,9 +94,8 @@ def write_all(run, search: Search, baseline: dict, stopped: str, final) -> dict:
     if best:
         source = (out / best["source_file"]).read_text()
     else:
-        source = (out / "candidates" / "reference.py")
-        source.write_text(run.problem.source.rstrip() + "\n\n\nModelNew = Model\n")
-        source = source.read_text()
+        source = reference_candidate(run.problem)
+        (out / "candidates" / "reference.py").write_text(source)
     write_atomic(out / "best.py", _header(run, best, baseline, final) + source)
     wall_s = run.store.get("wall_s", 0.0)
     result = best["result"] if best else None

@@ -66,6 +66,12 @@ def _kernels(profile: dict | None, limit: int = 8) -> list[dict]:
     return kernels[:limit]
 
 
+def _profiled(doc: dict, profiles: dict) -> list[tuple[str, list[dict]]]:
+    """(title, top kernels) for the reference and, when it is another node, the best."""
+    nodes = [("reference", 0)] + ([("best", doc["best_node"])] if doc["best_node"] else [])
+    return [(title, kernels) for title, node_id in nodes if (kernels := _kernels(profiles.get(node_id)))]
+
+
 def markdown(doc: dict, rows: list[dict], search: Search, profiles: dict) -> str:
     lines = ["# kernelpro search report", "", "| | |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in _summary_pairs(doc)]
@@ -80,13 +86,11 @@ def markdown(doc: dict, rows: list[dict], search: Search, profiles: dict) -> str
     for entry in technique_rows(rows, search):
         lines.append(f"| {entry['move']} | {entry['technique']} | {entry['tries']} | {entry['correct']} | "
                      f"{_fmt(entry['best_gain'], 3, 'x')} |")
-    for title, node_id in (("reference", 0), ("best", doc["best_node"])):
-        kernels = _kernels(profiles.get(node_id))
-        if kernels:
-            lines += ["", f"## Kernels of the {title} (profiled)", "", "| kernel | ms/call | share | class | floor ms |",
-                      "|---|---|---|---|---|"]
-            lines += [f"| `{k['name'][:70]}` | {k['ms_per_call']:.4f} | {k['time_share']:.0%} | "
-                      f"{k['roofline_class']} | {_fmt(k.get('floor_ms'), 4)} |" for k in kernels]
+    for title, kernels in _profiled(doc, profiles):
+        lines += ["", f"## Kernels of the {title} (profiled)", "", "| kernel | ms/call | share | class | floor ms |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| `{k['name'][:70]}` | {k['ms_per_call']:.4f} | {k['time_share']:.0%} | "
+                  f"{k['roofline_class']} | {_fmt(k.get('floor_ms'), 4)} |" for k in kernels]
     guidance = (profiles.get(0) or {}).get("guidance")
     if guidance:
         lines += ["", "## Guidance for the reference", "", guidance]
@@ -194,11 +198,8 @@ def svg_bars(groups: list[tuple[str, list[tuple[str, float, float | None]]]], un
 
 def html(doc: dict, rows: list[dict], search: Search, profiles: dict) -> str:
     summary = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in _summary_pairs(doc))
-    kernel_groups = []
-    for title, node_id in (("reference", 0), ("best", doc["best_node"])):
-        kernels = _kernels(profiles.get(node_id))
-        if kernels and (node_id != 0 or title == "reference"):
-            kernel_groups.append((title, [(k["name"], k["ms_per_call"], k.get("floor_ms")) for k in kernels]))
+    kernel_groups = [(title, [(k["name"], k["ms_per_call"], k.get("floor_ms")) for k in kernels])
+                     for title, kernels in _profiled(doc, profiles)]
     kernels_svg = svg_bars(kernel_groups, "ms per call") if kernel_groups else \
         "<p>No kernel profile (run without --no-profile to get one).</p>"
     energy = doc.get("energy")

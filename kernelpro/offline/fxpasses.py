@@ -68,6 +68,15 @@ def _replace(node: fx.Node, value) -> None:
     node.replace_all_uses_with(value)
 
 
+def _substitute(gm: fx.GraphModule, node: fx.Node, target, args: tuple, kwargs: dict | None = None) -> fx.Node:
+    """A call to `target` in place of `node`: inserted just before it, with its shape metadata."""
+    with gm.graph.inserting_before(node):
+        call = gm.graph.call_function(target, args, kwargs or {})
+    call.meta = dict(node.meta)
+    node.replace_all_uses_with(call)
+    return call
+
+
 def _finish(gm: fx.GraphModule) -> None:
     gm.graph.eliminate_dead_code()
     gm.graph.lint()
@@ -108,6 +117,17 @@ def specialize_scalars(gm: fx.GraphModule, inputs: list) -> int:
             count += 1
     _finish(gm)
     return count
+
+
+def _scaled(node) -> tuple[fx.Node, float] | None:
+    """(tensor, factor) for `t * s`, `s * t` or `t / s` with a Python scalar s."""
+    found = _scalar_binary(node, MUL)
+    if found:
+        return found
+    found = _scalar_binary(node, DIV)
+    if found:
+        return found[0], (1.0 / found[1] if found[1] else math.inf)
+    return None
 
 
 # -- algebraic simplification ---------------------------------------------------------------------
@@ -227,13 +247,9 @@ def combine_scalar_ops(gm: fx.GraphModule) -> int:
             factor = (a if iops is MUL else 1.0 / a) * (b if ops is MUL else 1.0 / b) if a and b else None
             if factor is None or not math.isfinite(factor):
                 continue
-            new = (operator.mul, (x, factor))
+            _substitute(gm, node, operator.mul, (x, factor))
         else:
-            new = (operator.add, (x, (a if iops is ADD else -a) + (b if ops is ADD else -b)))
-        with gm.graph.inserting_after(node):
-            combined = gm.graph.call_function(*new)
-        combined.meta = dict(node.meta)
-        _replace(node, combined)
+            _substitute(gm, node, operator.add, (x, (a if iops is ADD else -a) + (b if ops is ADD else -b)))
         count += 1
     _finish(gm)
     return count
@@ -243,12 +259,10 @@ def fold_scalar_into_weights(gm: fx.GraphModule) -> int:
     """linear(x)*s or conv(x)*s (or /s) with one user: scale the weights and bias instead (folded at init)."""
     count = 0
     for node in list(gm.graph.nodes):
-        found = _scalar_binary(node, MUL) or _scalar_binary(node, DIV)
+        found = _scaled(node)
         if not found:
             continue
         producer, scalar = found
-        if is_op(node, DIV) or (node.op == "call_method" and node.target == "div"):
-            scalar = 1.0 / scalar if scalar else math.inf
         module = module_of(gm, producer)
         if not isinstance(module, (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)) or \
                 len(producer.users) != 1 or not math.isfinite(scalar) or \
@@ -260,17 +274,15 @@ def fold_scalar_into_weights(gm: fx.GraphModule) -> int:
             bias = None
             if module.bias is not None:
                 bias = graph.call_function(operator.mul, (graph.get_attr(f"{producer.target}.bias"), scalar))
-            if isinstance(module, torch.nn.Linear):
-                call = graph.call_function(F.linear, (producer.args[0], weight, bias))
-            else:
-                conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[len(module.kernel_size)]
-                call = graph.call_function(conv, (producer.args[0], weight, bias, module.stride, module.padding,
-                                                  module.dilation, module.groups))
         for created in (weight, bias):
             if created is not None:
                 created.meta["kp_fold"] = True
-        call.meta = dict(node.meta)
-        _replace(node, call)
+        if isinstance(module, torch.nn.Linear):
+            _substitute(gm, node, F.linear, (producer.args[0], weight, bias))
+        else:
+            conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[len(module.kernel_size)]
+            _substitute(gm, node, conv, (producer.args[0], weight, bias, module.stride, module.padding,
+                                         module.dilation, module.groups))
         count += 1
     _finish(gm)
     return count
@@ -300,7 +312,7 @@ def constant_results(gm: fx.GraphModule) -> int:
                 is_op(node, tuple(ZERO_PRESERVING_FN), ZERO_PRESERVING_METHOD)
                 or isinstance(module_of(gm, node), ZERO_PRESERVING_MODULE)):
             node.meta["kp_constant"] = 0.0
-        elif _constant_kind(gm, source) == 0.0 and (_scalar_binary(node, MUL) or _scalar_binary(node, DIV)):
+        elif _constant_kind(gm, source) == 0.0 and _scaled(node):
             node.meta["kp_constant"] = 0.0
         else:
             continue
@@ -353,11 +365,10 @@ def attention_to_sdpa(gm: fx.GraphModule) -> int:
         scores, scale = probs.args[0], 1.0
         chain = []
         while True:
-            found = _scalar_binary(scores, MUL) or _scalar_binary(scores, DIV)
+            found = _scaled(scores)
             if not found:
                 break
-            is_div = scores.target in DIV or scores.target == "div"
-            scale *= 1.0 / found[1] if is_div else found[1]
+            scale *= found[1]
             chain.append(scores)
             scores = found[0]
         if not is_op(scores, MATMUL, {"matmul", "bmm"}) or not meta(scores) or len(scores.users) != 1:
@@ -365,12 +376,10 @@ def attention_to_sdpa(gm: fx.GraphModule) -> int:
         q, kt = scores.args
         if not (meta(q) and meta(kt) and meta(v)) or not _is_last_two_transpose(kt, len(meta(kt).shape)):
             continue
-        if any(len(meta(t).shape) != rank for t in (q, kt, v)) or any(len(c.users) != 1 for c in chain):
+        if any(len(meta(t).shape) != rank for t in (q, kt, v)) or any(len(c.users) != 1 for c in chain) \
+                or not math.isfinite(scale):
             continue
-        with gm.graph.inserting_before(node):
-            call = gm.graph.call_function(F.scaled_dot_product_attention, (q, kt.args[0], v), {"scale": scale})
-        call.meta = dict(node.meta)
-        _replace(node, call)
+        _substitute(gm, node, F.scaled_dot_product_attention, (q, kt.args[0], v), {"scale": scale})
         count += 1
     _finish(gm)
     return count
@@ -384,10 +393,7 @@ def transposed_matmuls(gm: fx.GraphModule) -> int:
             x, wt = node.args
             if meta(wt) and len(meta(wt).shape) == 2 and _is_last_two_transpose(wt, 2) and meta(x) \
                     and len(meta(x).shape) >= 1:
-                with gm.graph.inserting_before(node):
-                    call = gm.graph.call_function(F.linear, (x, wt.args[0]))
-                call.meta = dict(node.meta)
-                _replace(node, call)
+                _substitute(gm, node, F.linear, (x, wt.args[0]))
                 count += 1
                 continue
         inner = node.args[0] if node.args else None
@@ -396,17 +402,14 @@ def transposed_matmuls(gm: fx.GraphModule) -> int:
                 len(inner.users) == 1:
             a, b = inner.args
             if all(meta(t) and len(meta(t).shape) == rank and _is_last_two_transpose(t, rank) for t in (a, b)):
-                with gm.graph.inserting_before(node):
-                    call = gm.graph.call_function(torch.matmul, (b.args[0], a.args[0]))
-                call.meta = dict(node.meta)
-                _replace(node, call)
+                _substitute(gm, node, torch.matmul, (b.args[0], a.args[0]))
                 count += 1
     _finish(gm)
     return count
 
 
 # -- constant folding ----------------------------------------------------------------------------------
-def foldable_nodes(gm: fx.GraphModule, only_marked: bool = False) -> list[fx.Node]:
+def foldable_nodes(gm: fx.GraphModule) -> list[fx.Node]:
     """Compute nodes whose inputs are only parameters, buffers and constants (no random ops, no modules)."""
     constant: set[fx.Node] = set()
     for node in gm.graph.nodes:
@@ -416,10 +419,7 @@ def foldable_nodes(gm: fx.GraphModule, only_marked: bool = False) -> list[fx.Nod
             inputs = node.all_input_nodes
             if inputs and all(i in constant for i in inputs):
                 constant.add(node)
-    compute = [n for n in gm.graph.nodes if n in constant and n.op != "get_attr"]
-    if only_marked:
-        compute = [n for n in compute if n.meta.get("kp_fold")]
-    return compute
+    return [n for n in gm.graph.nodes if n in constant and n.op != "get_attr"]
 
 
 def fold_boundary(gm: fx.GraphModule, nodes: list[fx.Node]) -> list[fx.Node]:

@@ -63,10 +63,12 @@ class Problem:
                         continue
                     counts[move] = fxpasses.PASSES[move](gm)
                     ShapeProp(gm).propagate(*self.inputs)
-                fold_all = "fold_constants" in graph_moves
-                folds = foldable_nodes(gm, only_marked=not fold_all)
-                if fold_all:
-                    counts["fold_constants"] = len(foldable_nodes(gm)) - len(foldable_nodes(gm, only_marked=True))
+                # Without fold_constants, only what a move marked for folding (scaled weights) is folded.
+                every = foldable_nodes(gm)
+                marked = [n for n in every if n.meta.get("kp_fold")]
+                folds = every if "fold_constants" in graph_moves else marked
+                if "fold_constants" in graph_moves:
+                    counts["fold_constants"] = len(every) - len(marked)
                 return codegen.render(self.source, moves, gm, folds), counts
         return codegen.render(self.source, moves, None, []), counts
 
