@@ -255,18 +255,23 @@ def test_kill_minus_9_then_resume_loses_and_repeats_nothing(tmp_path):
 
 
 class SlowFakeHarness(FakeHarness):
-    """The fake harness, slow enough that parallel evaluations overlap; it records the overlap."""
+    """The fake harness, recording how many evaluations overlap. Until three have overlapped once,
+    each waits (up to 15 s) for the others, so the coder's own latency cannot hide a real overlap."""
 
     def __init__(self):
         super().__init__()
         import threading
         self.lock, self.running, self.most = threading.Lock(), 0, 0
+        self.overlapped = threading.Event()
 
     def evaluate(self, problem, source, options):
         with self.lock:
             self.running += 1
             self.most = max(self.most, self.running)
-        time.sleep(0.3)
+            if self.most >= 3:
+                self.overlapped.set()
+        if "The reference itself" not in source:  # the baseline evaluation runs alone
+            self.overlapped.wait(timeout=15)
         with self.lock:
             self.running -= 1
         return super().evaluate(problem, source, options)
