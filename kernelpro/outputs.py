@@ -85,11 +85,31 @@ def tree_document(search: Search) -> dict:
     return {"format": "kernelpro.tree/1", "best": search.best_id, "nodes": nodes, "search": search.to_json()}
 
 
+def launch_configs(rows: list[dict], search: Search, baseline: dict) -> str:
+    """One JSON line per evaluated candidate with generated kernels: (kernel features, configuration, time).
+
+    The training data for a launch-configuration predictor: every measured time of every
+    configuration the search tried, with what the kernels look like.
+    """
+    lines = []
+    for row in rows:
+        state = (search.nodes[row["node_id"]].payload or {}).get("state", {})
+        if not state.get("kernels"):
+            continue
+        timing = (row["result"] or {}).get("candidate") or {}
+        lines.append(json.dumps({
+            "seq": row["seq"], "node": row["node_id"], "move": row["move"], "verdict": row["verdict"],
+            "median_ms": timing.get("median_ms"), "reference_ms": ((row["result"] or {}).get("reference") or {})
+            .get("median_ms"), "device_name": baseline.get("device_name"), "kernels": state["kernels"]}))
+    return "".join(line + "\n" for line in lines)
+
+
 def write_all(run, search: Search, baseline: dict, stopped: str, final) -> dict:
     out, s = run.out, run.settings
     rows = run.store.evaluations()
-    for row in rows:  # the applied moves, for the header and the report
-        row["moves"] = (search.nodes[row["node_id"]].payload or {}).get("state", {}).get("applied", [])
+    for row in rows:  # the applied moves (and launch-configuration ranks), for the header and the report
+        state = (search.nodes[row["node_id"]].payload or {}).get("state", {})
+        row["moves"] = list(state.get("applied", [])) + [f"tune:{k}={v}" for k, v in state.get("tune", {}).items()]
     best = choose_best(s.objective, rows, s.epsilon, baseline)
     if best:
         source = (out / best["source_file"]).read_text()
@@ -123,6 +143,7 @@ def write_all(run, search: Search, baseline: dict, stopped: str, final) -> dict:
     }
     write_atomic(out / "run.json", json.dumps(document, indent=2))
     write_atomic(out / "tree.json", json.dumps(tree_document(search), indent=1))
+    write_atomic(out / "launch_configs.jsonl", launch_configs(rows, search, baseline))
     write_atomic(out / "report.md", report.markdown(document, rows, search, run.profiles))
     write_atomic(out / "report.html", report.html(document, rows, search, run.profiles))
     return document

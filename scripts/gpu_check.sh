@@ -40,6 +40,11 @@ step "profile gate benchmark"
 if [ "${SKIP_PROFILE_BENCH:-0}" != 1 ]; then
   timeout 1200 python3 benchmarks/profile_gate.py --json "$OUT/profile_gate.json" --keep "$OUT/profile_gate" 2>&1 | tee "$OUT/profile_gate.log" | tail -12
 fi
+step "generated Triton kernels on the fusion examples"
+if [ "${SKIP_FUSION:-0}" != 1 ]; then
+  timeout "${FUSION_TIMEOUT:-540}" python3 benchmarks/fusion_kernels.py --json "$OUT/fusion_kernels.json" \
+    --keep "$OUT/fusion_candidates" ${FUSION_PROBLEMS:-} 2>&1 | tee "$OUT/fusion_kernels.log" | tail -22
+fi
 step "kernelpro search on the shipped examples"
 # SEARCH_EXAMPLES: example names (default below); SEARCH_BUDGET (16); SEARCH_ENERGY: one example for --objective energy.
 if [ "${SKIP_SEARCH:-0}" != 1 ]; then

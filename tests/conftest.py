@@ -3,9 +3,17 @@ per session (each evaluation still gets its own fresh worker process)."""
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 import pytest
+
+# Without a GPU, generated Triton kernels run in Triton's interpreter on CPU tensors. The
+# switch must be on before triton is first imported: its own library functions (tl.sigmoid
+# and the like) are compiled or interpreted from then on.
+if shutil.which("nvidia-smi") is None and not os.path.exists("/dev/nvidia0"):
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 DATA = Path(__file__).parent / "data"
 REPO = Path(__file__).parent.parent

@@ -20,7 +20,7 @@ from pathlib import Path
 from kernelpro.coder import CoderProposal, CoderRequest
 from kernelpro.errors import KernelproError
 from kernelpro.harness.process import scrubbed_environment
-from kernelpro.offline.moves import MOVES, ORDER, canonical
+from kernelpro.offline.moves import MOVES, ORDER, TUNE_PREFIX, canonical
 
 BASE_PRIOR = 0.3
 WORKER_LIMIT_S = 600.0
@@ -42,11 +42,14 @@ class OfflineCoder:
     def options(self, request: CoderRequest) -> dict:
         """The worker's answer for the parent's applied moves (cached)."""
         applied = tuple(canonical(request.parent_state.get("applied", [])))
-        key = (request.problem_path, applied, request.device, request.precision, request.policy)
+        tune = dict(request.parent_state.get("tune", {}))
+        key = (request.problem_path, applied, tuple(sorted(tune.items())), request.device, request.precision,
+               request.policy)
         if key not in self._cache:
             self._cache[key] = self._run_worker({
-                "problem_path": request.problem_path, "applied": list(applied), "device": request.device,
-                "precision": request.precision, "policy": request.policy, "seed": self.seed})
+                "problem_path": request.problem_path, "applied": list(applied), "tune": tune,
+                "device": request.device, "precision": request.precision, "policy": request.policy,
+                "seed": self.seed})
         return self._cache[key]
 
     def _run_worker(self, spec: dict) -> dict:
@@ -82,13 +85,22 @@ class OfflineCoder:
 
         def score(option: dict) -> tuple:
             bonus = 0.2 if option["move"] in promising else 0.0
-            return (-(scores.get(option["technique"], 0.0) + bonus), ORDER.index(option["move"]))
+            order = ORDER.index(option["move"]) if option["move"] in ORDER else len(ORDER)  # tuning moves last
+            return (-(scores.get(option["technique"], 0.0) + bonus), order, option["move"])
 
         best = min(choices, key=score)
-        applied = canonical(list(request.parent_state.get("applied", [])) + [best["move"]])
+        applied = list(request.parent_state.get("applied", []))
+        if not best["move"].startswith(TUNE_PREFIX):
+            applied = canonical(applied + [best["move"]])
         prior = min(1.0, BASE_PRIOR + scores.get(best["technique"], 0.0))
+        state = {"applied": applied}
+        if best.get("tune"):
+            state["tune"] = best["tune"]
+        if best.get("kernels"):
+            state["kernels"] = [{k: kernel[k] for k in ("name", "kind", "rank", "config", "features")}
+                                for kernel in best["kernels"]]
         return CoderProposal(source=best["source"], techniques=(best["technique"],), rationale=best["rationale"],
-                             move=best["move"], state={"applied": applied}, prior=prior)
+                             move=best["move"], state=state, prior=prior)
 
 
 __all__ = ["OfflineCoder", "OfflineCoderError", "MOVES"]

@@ -15,8 +15,10 @@ import textwrap
 import torch
 import torch.fx as fx
 
+from kernelpro.offline.fusion import GENERATED_MODULE
 from kernelpro.offline.fxpasses import fold_boundary
 from kernelpro.offline.moves import MOVES
+from kernelpro.offline.triton_gen import TANH_HELPER
 
 
 class CodegenError(Exception):
@@ -33,8 +35,8 @@ _KNOWN_GLOBALS = {
 def _imports(src: str, globals_: dict) -> list[str]:
     lines = []
     for name, value in sorted(globals_.items()):
-        if not re.search(rf"\b{re.escape(name)}\b", src):
-            continue
+        if not re.search(rf"\b{re.escape(name)}\b", src) or getattr(value, "__module__", "") == GENERATED_MODULE:
+            continue  # generated kernels' wrappers are defined in the candidate file itself
         if name in _KNOWN_GLOBALS:
             if _KNOWN_GLOBALS[name]:
                 lines.append(_KNOWN_GLOBALS[name])
@@ -61,6 +63,7 @@ def _function(gm: fx.GraphModule, graph: fx.Graph, name: str) -> tuple[list[str]
                     if not line.startswith("torch.fx._symbolic_trace.wrap(")).strip("\n")
     src = re.sub(r"^def forward\(self", f"def {name}(self", src.lstrip(), count=1)
     src = re.sub(r"\btorch\._C\._nn\.(\w+)", _functional_name, src)
+    src = src.replace(GENERATED_MODULE + "_", "")  # fx prefixes a function's module to its name
     return _imports(src, code.globals), textwrap.dedent(src)
 
 
@@ -114,11 +117,20 @@ _CUDA_GRAPH = '''
 '''
 
 
-def render(problem_source: str, moves: list[str], gm: fx.GraphModule | None, fold_nodes: list[fx.Node]) -> str:
-    """The candidate for `moves` (canonical order); `gm` is the rewritten graph, or None for no graph moves."""
+def render(problem_source: str, moves: list[str], gm: fx.GraphModule | None, fold_nodes: list[fx.Node],
+           kernels: list[str] = ()) -> str:
+    """The candidate for `moves` (canonical order); `gm` is the rewritten graph, or None for no graph moves.
+
+    `kernels` are generated Triton kernels with their wrappers (the graph calls the wrappers).
+    """
     header = ["# " + "-" * 78, "# kernelpro offline coder: ModelNew is Model with these moves:"]
     header += [f"#   - {m} ({MOVES[m].technique}): {MOVES[m].summary}" for m in moves] or ["#   (none)"]
     header += ["# " + "-" * 78]
+    if kernels:
+        header += ["import triton", "import triton.language as tl", "", ""]
+        header += [TANH_HELPER] if any("_kp_tanh(" in k for k in kernels) else []
+        for kernel in kernels:
+            header += ["", kernel]
     maker, body_attr = [], "    def _kp_body(self, *args):\n        return super().forward(*args)\n"
     init = ["        super().__init__(*args, **kwargs)"]
     if gm is not None:

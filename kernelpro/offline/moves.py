@@ -20,6 +20,7 @@ class Move:
     needs_conv: bool = False
     needs_matmul: bool = False
     fp32_only: bool = False
+    kernels: bool = False  # generates Triton kernels (needs triton where candidates run)
 
 
 MOVES: dict[str, Move] = {m.name: m for m in (
@@ -42,6 +43,12 @@ MOVES: dict[str, Move] = {m.name: m for m in (
     Move("transposed_matmuls", "library_call", True,
          "call linear / reorder the product instead of materialising transposes around matmuls",
          needs_matmul=True),
+    Move("fuse_reductions", "fuse_reduction", True,
+         "generate Triton kernels for reductions, softmax and normalizations, with the pointwise ops around them",
+         cuda_only=True, kernels=True),
+    Move("fuse_pointwise", "fuse_elementwise", True,
+         "generate one Triton kernel per chain of pointwise ops (after a matmul or conv: its epilogue)",
+         cuda_only=True, kernels=True),
     Move("channels_last", "channels_last", False,
          "keep convolution weights and 4-D inputs in channels_last layout", needs_conv=True),
     Move("cudnn_benchmark", "library_call", False, "let cuDNN benchmark its convolution algorithms",
@@ -56,9 +63,13 @@ MOVES: dict[str, Move] = {m.name: m for m in (
 
 #: Applied in this order whatever order the search chose them in, so a set of moves is one candidate.
 ORDER = list(MOVES)
+#: Walks one generated kernel down its ranked launch configurations: "tune:<kernel name>".
+TUNE_PREFIX = "tune:"
+TUNE_TECHNIQUE = "tune_launch_config"
 
 
-def allowed(move: Move, *, device: str, precision: str, policy: str, has_conv: bool, has_matmul: bool) -> str:
+def allowed(move: Move, *, device: str, precision: str, policy: str, has_conv: bool, has_matmul: bool,
+            has_triton: bool = True) -> str:
     """'' when the move may apply here, else why not."""
     if policy == "strict":
         return "the strict policy wants custom kernels; graph-level moves keep PyTorch ops"
@@ -70,6 +81,8 @@ def allowed(move: Move, *, device: str, precision: str, policy: str, has_conv: b
         return f"precision is already {precision}"
     if move.name == "tf32_matmul" and not (has_conv or has_matmul):
         return "no matmul or convolution"
+    if move.kernels and not has_triton:
+        return "triton is not installed"
     return ""
 
 

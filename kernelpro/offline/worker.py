@@ -9,6 +9,7 @@ that applies here, the child candidate's source. It never runs candidate code.
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 import sys
 import traceback
@@ -19,9 +20,12 @@ import torch.fx as fx
 from torch.fx.passes.shape_prop import ShapeProp
 
 from kernelpro.harness.worker import build_model, cast_to, import_file
-from kernelpro.offline import codegen, fxpasses
+from kernelpro.offline import codegen, fusion, fxpasses, triton_gen
 from kernelpro.offline.fxpasses import foldable_nodes
-from kernelpro.offline.moves import MOVES, allowed, canonical
+from kernelpro.offline.moves import MOVES, TUNE_PREFIX, TUNE_TECHNIQUE, allowed, canonical
+
+FUSION_KINDS = {"fuse_reductions": "row", "fuse_pointwise": "pointwise"}
+TUNE_OPTIONS = 2  # tuning moves offered per node: the kernels that move the most bytes
 
 _CONV = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.ConvTranspose2d)
 
@@ -47,19 +51,20 @@ class Problem:
         except Exception as error:  # not traceable: only the moves that need no graph
             self.trace_error = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:300]
 
-    def build(self, moves: list[str]) -> tuple[str, dict[str, int]]:
-        """(candidate source, rewrites made per graph move)."""
+    def build(self, moves: list[str], tune: dict | None = None,
+              device: triton_gen.Device = triton_gen.Device()) -> tuple[str, dict[str, int], list[dict]]:
+        """(candidate source, rewrites made per graph move, the generated kernels with their launch configs)."""
         moves = canonical(moves)
         graph_moves = [m for m in moves if MOVES[m].graph]
         counts: dict[str, int] = {}
-        gm, folds = None, []
+        gm, folds, kernels, sources = None, [], [], []
         if graph_moves:
             if self.graph is None:
                 raise codegen.CodegenError(f"forward cannot be traced ({self.trace_error})")
             gm = copy.deepcopy(self.graph)
             with torch.no_grad():
                 for move in graph_moves:
-                    if move == "fold_constants":
+                    if move == "fold_constants" or move in FUSION_KINDS:
                         continue
                     counts[move] = fxpasses.PASSES[move](gm)
                     ShapeProp(gm).propagate(*self.inputs)
@@ -69,39 +74,87 @@ class Problem:
                 folds = every if "fold_constants" in graph_moves else marked
                 if "fold_constants" in graph_moves:
                     counts["fold_constants"] = len(every) - len(marked)
-                return codegen.render(self.source, moves, gm, folds), counts
-        return codegen.render(self.source, moves, None, []), counts
+                kinds = {FUSION_KINDS[m] for m in graph_moves if m in FUSION_KINDS}
+                if kinds:
+                    groups = fusion.partition(gm, kinds, exclude=set(folds))
+                    for move, kind in FUSION_KINDS.items():
+                        if move in graph_moves:
+                            counts[move] = sum(1 for g in groups if g.kind == kind)
+                    renamed: dict = {}
+                    for group in groups:
+                        ranked = triton_gen.configs(group, device)
+                        rank = min(int((tune or {}).get(group.name, 0)), len(ranked) - 1)
+                        sources.append(triton_gen.render(group, ranked[rank]))
+                        kernels.append({"name": group.name, "kind": group.kind, "ops": group.ops, "rank": rank,
+                                        "configs": len(ranked), "config": ranked[rank],
+                                        "features": triton_gen.features(group), "after_anchor": group.after_anchor,
+                                        "bytes": group.bytes_moved()})
+                        fusion.replace(gm, group, renamed)
+                return codegen.render(self.source, moves, gm, folds, sources), counts, kernels
+        return codegen.render(self.source, moves, None, []), counts, kernels
+
+
+def _device(spec: dict) -> triton_gen.Device:
+    """The GPU the candidates will run on, for the launch-configuration model (H100 numbers otherwise)."""
+    if spec.get("device") == "cuda" and torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        return triton_gen.Device(sms=props.multi_processor_count,
+                                 threads_per_sm=getattr(props, "max_threads_per_multi_processor", 2048),
+                                 registers_per_sm=getattr(props, "regs_per_multiprocessor", 65536))
+    return triton_gen.Device()
 
 
 def expand(spec: dict) -> dict:
     torch.set_num_threads(1)
     problem = Problem(Path(spec["problem_path"]), int(spec.get("seed", 42)))
     applied = canonical(spec.get("applied", []))
-    source, _ = problem.build(applied)
+    tune = dict(spec.get("tune", {}))
+    device = _device(spec)
+    source, _, kernels = problem.build(applied, tune, device)
+    has_triton = importlib.util.find_spec("triton") is not None
     options, skipped = [], {}
     for name, move in MOVES.items():
         if name in applied:
             continue
         why = allowed(move, device=spec["device"], precision=spec["precision"], policy=spec["policy"],
-                      has_conv=problem.has_conv, has_matmul=problem.has_matmul)
+                      has_conv=problem.has_conv, has_matmul=problem.has_matmul, has_triton=has_triton)
         if not why and move.graph and problem.graph is None:
             why = f"forward cannot be traced ({problem.trace_error})"
         if why:
             skipped[name] = why
             continue
         try:
-            child, counts = problem.build(applied + [name])
+            child, counts, child_kernels = problem.build(applied + [name], tune, device)
         except Exception as error:  # a rewrite that fails here is a move that does not apply
             skipped[name] = f"rewrite failed: {type(error).__name__}: {error}"[:300]
             continue
         if move.graph and not counts.get(name):
-            skipped[name] = "nothing to rewrite"
+            skipped[name] = "nothing to rewrite" if not move.kernels else "nothing the generator can fuse"
             continue
-        rewrites = f" ({counts[name]} rewrite{'s' if counts[name] != 1 else ''})" if move.graph else ""
-        options.append({"move": name, "technique": move.technique, "source": child,
-                        "rationale": move.summary + rewrites})
+        rewrites = f" ({counts[name]} {'kernel' if move.kernels else 'rewrite'}{'s' if counts[name] != 1 else ''})" \
+            if move.graph else ""
+        technique = move.technique
+        if name == "fuse_pointwise" and any(k["after_anchor"] for k in child_kernels if k["kind"] == "pointwise"):
+            technique = "fuse_epilogue"
+        options.append({"move": name, "technique": technique, "source": child, "rationale": move.summary + rewrites,
+                        "tune": tune, "kernels": child_kernels})
+    # Tuning: the next-ranked launch configuration of the kernels that move the most bytes.
+    for kernel in sorted(kernels, key=lambda k: -k["bytes"])[:TUNE_OPTIONS]:
+        if kernel["rank"] + 1 >= kernel["configs"]:
+            continue
+        child_tune = dict(tune, **{kernel["name"]: kernel["rank"] + 1})
+        try:
+            child, _, child_kernels = problem.build(applied, child_tune, device)
+        except Exception as error:
+            skipped[TUNE_PREFIX + kernel["name"]] = f"rewrite failed: {type(error).__name__}: {error}"[:300]
+            continue
+        config = next(k["config"] for k in child_kernels if k["name"] == kernel["name"])
+        options.append({"move": TUNE_PREFIX + kernel["name"], "technique": TUNE_TECHNIQUE, "source": child,
+                        "rationale": f"launch {kernel['name']} with its configuration ranked {kernel['rank'] + 2} of "
+                                     f"{kernel['configs']}: " + ", ".join(f"{k}={v}" for k, v in config.items()),
+                        "tune": child_tune, "kernels": child_kernels})
     return {"traced": problem.graph is not None, "trace_error": problem.trace_error, "source": source,
-            "options": options, "skipped": skipped}
+            "kernels": kernels, "options": options, "skipped": skipped}
 
 
 def main() -> None:

@@ -1,0 +1,385 @@
+"""Render a fused group as a readable Triton kernel and the Python wrapper that launches it.
+
+Three shapes of kernel:
+
+- **pointwise**: one element per lane over the flattened output; each input is read
+  at its own broadcast offsets (the dimensions are merged first, so a contiguous
+  input is read at `idx`);
+- **row, one pass**: `BLOCK_R` rows per program, each whole row in registers
+  (`BLOCK_C` >= the row length); reductions along axis 1;
+- **row, looped**: one pass over the row per reduction level (the values a pass
+  needs are recomputed from the inputs), then a last pass that writes the
+  full-shaped outputs.
+
+Every kernel exposes its launch parameters (`BLOCK`, `BLOCK_R`, `BLOCK_C`,
+`num_warps`). `configs` lists them ranked by an analytic model (vector width,
+occupancy from an estimate of registers, waves per SM, bytes in flight);
+tuning moves walk down that list.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from kernelpro.offline.fusion import MAX_ONE_PASS, Group, Step
+
+TANH_HELPER = '''@triton.jit
+def _kp_tanh(x):
+    """tanh from exp (Triton's interpreter has no libdevice): odd, and exact at large |x|."""
+    e = tl.exp(-2.0 * tl.abs(x))
+    t = (1.0 - e) / (1.0 + e)
+    return tl.where(x < 0, -t, t)
+'''
+
+
+@dataclass(frozen=True)
+class Device:
+    """What the analytic model needs to know of the GPU (H100 SXM by default)."""
+    sms: int = 132
+    threads_per_sm: int = 2048
+    registers_per_sm: int = 65536
+    blocks_per_sm: int = 32
+    bytes_in_flight: int = 32768  # per SM to cover DRAM latency at full bandwidth (Little's law)
+
+
+LOOPED_FROM = 1024  # rows longer than this also get looped configurations
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+# -- the iteration space --------------------------------------------------------------------------
+@dataclass
+class Layout:
+    sizes: list[int]
+    reduced: list[bool]
+    strides: dict[str, list[int]]  # access ("full", or an input var) -> stride per dim
+
+
+def layout(group: Group) -> Layout:
+    dims: list[tuple[int, bool]] = []
+    for d, size in enumerate(group.logical):
+        if d in group.split:
+            outer, inner = group.split[d]
+            dims += [(outer, False), (inner, True)]
+        else:
+            dims.append((size, d in group.reduced))
+
+    def expand(view: tuple[int, ...]) -> list[int]:
+        strides = []
+        for d, size in enumerate(view):
+            stride = math.prod(view[d + 1:]) if size != 1 else 0
+            if d in group.split:
+                strides += [stride * group.split[d][1], stride] if size != 1 else [0, 0]
+            else:
+                strides.append(stride)
+        return strides
+
+    accesses = {"full": expand(group.logical)}
+    accesses.update({i.var: expand(i.view) for i in group.inputs})
+    keep = [k for k, (size, _) in enumerate(dims) if size != 1] or [0]  # one element: a dim of size 1
+    sizes, reduced = [dims[k][0] for k in keep], [dims[k][1] for k in keep]
+    strides = {name: [s[k] for k in keep] for name, s in accesses.items()}
+    merged_sizes, merged_reduced, merged = [], [], {name: [] for name in strides}
+    for position, (size, red) in enumerate(zip(sizes, reduced)):
+        if merged_sizes and merged_reduced[-1] == red and all(
+                merged[name][-1] == s[position] * size for name, s in strides.items()):
+            merged_sizes[-1] *= size
+            for name, s in strides.items():
+                merged[name][-1] = s[position]
+            continue
+        merged_sizes.append(size)
+        merged_reduced.append(red)
+        for name, s in strides.items():
+            merged[name].append(s[position])
+    return Layout(merged_sizes, merged_reduced, merged)
+
+
+def _index_lines(layout_: Layout, reduced: bool, source: str, prefix: str) -> tuple[list[str], dict[int, str]]:
+    """Unravel `source` over the kept (or reduced) dims; (lines, dim -> index name)."""
+    dims = [d for d, red in enumerate(layout_.reduced) if red == reduced]
+    lines, names = [], {}
+    if len(dims) == 1:
+        return lines, {dims[0]: source}
+    for position, d in enumerate(dims):
+        divisor = math.prod(layout_.sizes[e] for e in dims[position + 1:])
+        expr = source if divisor == 1 else f"({source} // {divisor})"
+        if position:
+            expr = f"{expr} % {layout_.sizes[d]}"
+        name = f"{prefix}{position}"
+        lines.append(f"{name} = {expr}")
+        names[d] = name
+    return lines, names
+
+
+def _block(offset: str, row_names: set[str], col_names: set[str]) -> str:
+    """A full-shaped offset that spans [BLOCK_R, BLOCK_C] even when it reads along one axis only."""
+    words = set(re.findall(r"\b\w+\b", offset))
+    if not words & (row_names | {"r"}):
+        offset += " + r * 0"
+    if not words & (col_names | {"j"}):
+        offset += " + j * 0"
+    return offset
+
+
+def _load(item, offset: str, mask: str, indent: str) -> str:
+    """An input's values as float32; one element broadcast to every lane is a scalar load."""
+    if offset == "0":
+        return f"{indent}{item.var} = tl.load({item.var}_ptr).to(tl.float32)"
+    return f"{indent}{item.var} = tl.load({item.var}_ptr + {offset}, mask={mask}, other=0.0).to(tl.float32)"
+
+
+def _offset(strides: list[int], names: dict[int, str], dims: list[int]) -> str:
+    terms = [names[d] if strides[d] == 1 else f"{names[d]} * {strides[d]}" for d in dims if strides[d]]
+    return " + ".join(terms) or "0"
+
+
+# -- kernels --------------------------------------------------------------------------------------
+def _header(group: Group) -> str:
+    ops = " -> ".join(op for op in group.ops if op not in ("identity", "getitem"))
+    what = "epilogue of the library call before it: " if group.after_anchor else ""
+    shape = "x".join(str(s) for s in group.logical)
+    return f"    # {what}{ops} over [{shape}], float32 math"
+
+
+def _inputs_doc(group: Group) -> list[str]:
+    return [f"    #   {i.var}: {i.label} {list(i.shape)}" + (" (broadcast)" if i.view != group.logical else "")
+            for i in group.inputs]
+
+
+def _pointwise_kernel(group: Group, lay: Layout) -> list[str]:
+    params = [f"{i.var}_ptr" for i in group.inputs] + [f"out{k}_ptr" for k in range(len(group.outputs))]
+    lines = ["@triton.jit", f"def {group.name}_kernel({', '.join(params)}, n_elements, BLOCK: tl.constexpr):",
+             _header(group)] + _inputs_doc(group)
+    lines += ["    idx = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)", "    mask = idx < n_elements"]
+    index, names = _index_lines(lay, False, "idx", "i")
+    lines += ["    " + line for line in index]
+    dims = list(range(len(lay.sizes)))
+    for item in group.inputs:
+        lines.append(_load(item, _offset(lay.strides[item.var], names, dims), "mask", "    "))
+    lines += [f"    {s.var} = {s.expr}" for s in group.steps]
+    for k, out in enumerate(group.outputs):
+        lines.append(f"    tl.store(out{k}_ptr + idx, {out.var}, mask=mask)")
+    return lines
+
+
+_IDENTITY = {"sum": "0.0", "max": 'float("-inf")', "min": 'float("inf")', "argmax": 'float("-inf")',
+             "argmin": 'float("inf")'}
+
+
+def _needed(group: Group, roots: list[str], kind: str) -> list[Step]:
+    """The steps of `kind` the roots need, in order (per-row values come from earlier passes)."""
+    by_var = {s.var: s for s in group.steps}
+    wanted, stack = set(), list(roots)
+    while stack:
+        var = stack.pop()
+        step = by_var.get(var)
+        if step is None or var in wanted or step.kind != kind:
+            continue
+        wanted.add(var)
+        stack.extend(step.deps if not step.reduce else ())
+    return [s for s in group.steps if s.var in wanted]
+
+
+def _row_kernel(group: Group, lay: Layout, looped: bool) -> list[str]:
+    params = [f"{i.var}_ptr" for i in group.inputs] + [f"out{k}_ptr" for k in range(len(group.outputs))]
+    length = group.row_length
+    lines = ["@triton.jit",
+             f"def {group.name}_kernel({', '.join(params)}, n_rows, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):",
+             _header(group) + f"; rows of {length} reduced element(s), "
+             + ("a loop over each row per pass" if looped else "each row in registers, one pass")]
+    lines += _inputs_doc(group)
+    lines += ["    r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)[:, None]", "    row_mask = r < n_rows"]
+    keep = [d for d, red in enumerate(lay.reduced) if not red]
+    red = [d for d, red_ in enumerate(lay.reduced) if red_]
+    index, keep_names = _index_lines(lay, False, "r", "r")
+    lines += ["    " + line for line in index]
+    for item in group.inputs:
+        if item.kind == "row":
+            lines.append(_load(item, _offset(lay.strides[item.var], keep_names, keep), "row_mask", "    "))
+    full_inputs = [i for i in group.inputs if i.kind == "full"]
+    col_index, col_names = _index_lines(lay, True, "j", "c")
+    names = keep_names | col_names
+
+    def body(steps: list[Step], roots: list[str], indent: str) -> list[str]:
+        """Column indices, the full-shaped loads these steps (and roots) read, then the steps."""
+        used = {d for s in steps for d in s.deps} | set(roots)
+        out = [indent + line for line in col_index]
+        for item in full_inputs:
+            if item.var in used:
+                offset = _offset(lay.strides[item.var], names, keep + red)
+                out.append(_load(item, offset if offset == "0" else _block(offset, row_set, col_set), "mask", indent))
+        return out + [f"{indent}{s.var} = {s.expr}" for s in steps if not s.reduce]
+
+    full_outputs = [(k, o) for k, o in enumerate(group.outputs) if o.kind == "full"]
+    row_set, col_set = set(keep_names.values()), set(col_names.values())
+    full_offset = _block(_offset(lay.strides["full"], names, keep + red), row_set, col_set)
+    row_steps = [s for s in group.steps if s.kind == "row" and not s.reduce]
+
+    def row_lines(level: int) -> list[str]:
+        return [f"    {step.var} = {step.expr}" for step in row_steps if _level_of(group, step) == level]
+
+    lines += row_lines(0)
+    if not looped:  # the steps in order: reductions read the row straight from registers
+        lines += ["    j = tl.arange(0, BLOCK_C)[None, :]", f"    mask = row_mask & (j < {length})"]
+        lines += body([], [i.var for i in full_inputs], "    ")
+        for s in group.steps:
+            if s.reduce:
+                fn = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min", "argmax": "tl.argmax",
+                      "argmin": "tl.argmin"}[s.reduce]
+                lines.append(f"    {s.var} = {fn}(tl.where(mask, {s.operand}, {_IDENTITY[s.reduce]}), 1)[:, None]")
+            elif not (s.kind == "row" and s in row_steps and _level_of(group, s) == 0):
+                lines.append(f"    {s.var} = {s.expr}")
+        lines += [f"    tl.store(out{k}_ptr + {full_offset}, {o.var}, mask=mask)" for k, o in full_outputs]
+    else:
+        for level in range(1, group.levels() + 1):
+            reductions = [s for s in group.steps if s.reduce and s.level == level]
+            for s in reductions:
+                lines.append(f"    acc_{s.var} = tl.full([BLOCK_R, BLOCK_C], {_IDENTITY[s.reduce]}, tl.float32)")
+            lines += [f"    for start in range(0, {length}, BLOCK_C):  # pass {level}",
+                      "        j = start + tl.arange(0, BLOCK_C)[None, :]", f"        mask = row_mask & (j < {length})"]
+            roots = [s.operand for s in reductions]
+            lines += body(_needed(group, roots, "full"), roots, "        ")
+            for s in reductions:
+                value = f"tl.where(mask, {s.operand}, {_IDENTITY[s.reduce]})"
+                update = {"sum": f"acc_{s.var} + {value}", "max": f"tl.maximum(acc_{s.var}, {value})",
+                          "min": f"tl.minimum(acc_{s.var}, {value})"}[s.reduce]
+                lines.append(f"        acc_{s.var} = {update}")
+            for s in reductions:
+                fn = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min"}[s.reduce]
+                lines.append(f"    {s.var} = {fn}(acc_{s.var}, 1)[:, None]")
+            lines += row_lines(level)
+        if full_outputs:
+            lines += [f"    for start in range(0, {length}, BLOCK_C):  # the outputs",
+                      "        j = start + tl.arange(0, BLOCK_C)[None, :]", f"        mask = row_mask & (j < {length})"]
+            roots = [o.var for _, o in full_outputs]
+            lines += body(_needed(group, roots, "full"), roots, "        ")
+            lines += [f"        tl.store(out{k}_ptr + {full_offset}, {o.var}, mask=mask)" for k, o in full_outputs]
+    lines += [f"    tl.store(out{k}_ptr + r, {o.var}, mask=row_mask)" for k, o in enumerate(group.outputs)
+              if o.kind == "row"]
+    return lines
+
+
+def _level_of(group: Group, step: Step) -> int:
+    """The last pass a per-row value waits for (0: it needs no reduction)."""
+    ancestors = _ancestors(group, step.var)
+    return max((t.level for t in group.steps if t.reduce and t.var in ancestors), default=0)
+
+
+def _ancestors(group: Group, var: str) -> set[str]:
+    by_var = {s.var: s for s in group.steps}
+    seen, stack = set(), [var]
+    while stack:
+        v = stack.pop()
+        if v in seen or v not in by_var:
+            continue
+        seen.add(v)
+        stack.extend(by_var[v].deps)
+    seen.discard(var)
+    return seen
+
+
+# -- launch configurations ------------------------------------------------------------------------
+def _occupancy(threads: int, registers: int, device: Device) -> tuple[int, float]:
+    blocks = max(1, min(device.blocks_per_sm, device.threads_per_sm // threads,
+                        device.registers_per_sm // (max(registers, 16) * threads)))
+    return blocks, blocks * threads / device.threads_per_sm
+
+
+def _score(programs: int, threads: int, per_thread: float, loads: int, device: Device, vector: float) -> float:
+    registers = min(255, int(24 + per_thread * (loads + 3)))
+    blocks, occupancy = _occupancy(threads, registers, device)
+    waves = programs / (device.sms * blocks)
+    tail = waves / math.ceil(waves) if waves >= 1 else waves
+    in_flight = min(1.0, blocks * threads * per_thread * 4 * max(1, loads) / device.bytes_in_flight)
+    return round(tail * in_flight * math.sqrt(min(1.0, vector / 4)) * occupancy ** 0.25, 6)
+
+
+def configs(group: Group, device: Device = Device()) -> list[dict]:
+    """Launch configurations for the group's kernel, best first by the analytic model."""
+    loads = max(1, sum(1 for i in group.inputs if i.kind == "full"))
+    ranked = []
+    if group.kind == "pointwise":
+        n = math.prod(group.logical)
+        for block in (256, 512, 1024, 2048, 4096):
+            for warps in (1, 2, 4, 8, 16):
+                per_thread = block / (32 * warps)
+                if 1 <= per_thread <= 16 and (block <= 2 * _next_pow2(n) or block == 256):
+                    score = _score(math.ceil(n / block), 32 * warps, per_thread, loads, device, per_thread)
+                    ranked.append((score, {"BLOCK": block, "num_warps": warps}))
+    else:
+        length, rows = group.row_length, group.row_count
+        if length <= MAX_ONE_PASS:
+            block_c = _next_pow2(length)
+            for block_r in (1, 2, 4, 8, 16, 32, 64):
+                if block_r * block_c > MAX_ONE_PASS or block_r > _next_pow2(rows):
+                    continue
+                for warps in (1, 2, 4, 8, 16):
+                    per_thread = block_r * block_c / (32 * warps)
+                    if (1 <= per_thread or warps == 1) and per_thread <= 64:
+                        score = _score(math.ceil(rows / block_r), 32 * warps, per_thread, loads, device,
+                                       min(per_thread, block_c / 32))
+                        ranked.append((score, {"variant": "one_pass", "BLOCK_R": block_r, "BLOCK_C": block_c,
+                                               "num_warps": warps}))
+        if length > LOOPED_FROM and not any(s.reduce in ('argmax', 'argmin') for s in group.steps):
+            passes = group.levels() + any(o.kind == "full" for o in group.outputs)
+            for block_c in (1024, 2048, 4096):
+                for warps in (4, 8, 16):
+                    per_thread = block_c / (32 * warps)
+                    if per_thread <= 32:
+                        # each extra pass re-reads the row: the model charges for it
+                        score = _score(rows, 32 * warps, per_thread, loads, device, per_thread) / max(1, passes) ** 0.5
+                        ranked.append((score * (0.5 if length <= MAX_ONE_PASS else 1.0),
+                                       {"variant": "looped", "BLOCK_R": 1, "BLOCK_C": block_c, "num_warps": warps}))
+    ranked.sort(key=lambda item: (-item[0], sorted(item[1].items())))
+    return [dict(config, score=score) for score, config in ranked]
+
+
+def features(group: Group) -> dict:
+    """What a launch-configuration model would learn from (recorded with every measured time)."""
+    return {"kind": group.kind, "elements": math.prod(group.logical), "row_length": group.row_length,
+            "rows": group.row_count, "inputs": len(group.inputs), "outputs": len(group.outputs),
+            "steps": len(group.steps), "levels": group.levels(), "bytes": group.bytes_moved()}
+
+
+# -- the wrapper ----------------------------------------------------------------------------------
+def render(group: Group, config: dict) -> str:
+    """The Triton kernel and its Python wrapper, as source."""
+    lay = layout(group)
+    if group.kind == "pointwise":
+        kernel = _pointwise_kernel(group, lay)
+    else:
+        kernel = _row_kernel(group, lay, config.get("variant") == "looped")
+    args = [i.var for i in group.inputs]
+    first_float = args[0]
+    lines = kernel + ["", "", f"def {group.name}({', '.join(args)}):",
+                      f'    """{" -> ".join(o for o in group.ops if o not in ("identity", "getitem"))}: one Triton '
+                      f'kernel (launch: {_describe(config)})."""']
+    lines.append(f"    {', '.join(args)}{',' if len(args) == 1 else ''} = "
+                 f"{', '.join(a + '.contiguous()' for a in args)}{',' if len(args) == 1 else ''}")
+    checks = " and ".join(f"{i.var}.shape == {tuple(i.shape)!r}" for i in group.inputs)
+    lines.append(f'    assert {checks}, "{group.name}: input shapes differ from the traced ones"')
+    outs = []
+    for k, out in enumerate(group.outputs):
+        dtype = "torch.int64" if out.integer else f"{first_float}.dtype"
+        lines.append(f"    out{k} = torch.empty({tuple(out.shape)!r}, device={first_float}.device, dtype={dtype})")
+        outs.append(f"out{k}")
+    launch = ", ".join(args + outs)
+    warps = config["num_warps"]
+    if group.kind == "pointwise":
+        n = math.prod(group.logical)
+        lines.append(f"    {group.name}_kernel[(triton.cdiv({n}, {config['BLOCK']}),)]({launch}, {n}, "
+                     f"BLOCK={config['BLOCK']}, num_warps={warps})")
+    else:
+        rows = group.row_count
+        lines.append(f"    {group.name}_kernel[(triton.cdiv({rows}, {config['BLOCK_R']}),)]({launch}, {rows}, "
+                     f"BLOCK_R={config['BLOCK_R']}, BLOCK_C={config['BLOCK_C']}, num_warps={warps})")
+    lines.append(f"    return {outs[0] if len(outs) == 1 else '(' + ', '.join(outs) + ')'}")
+    return "\n".join(lines) + "\n"
+
+
+def _describe(config: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in config.items() if k != "score")

@@ -1,0 +1,236 @@
+"""Generated Triton kernels, run by Triton's interpreter on CPU tensors (TRITON_INTERPRET=1).
+
+Every template is checked against PyTorch: the shipped fusion examples (at small
+sizes), and property-based tests over random shapes (odd sizes, non-power-of-two
+rows, broadcasting), random op chains and both row variants (one pass, looped).
+Golden files keep the generated source readable and stable.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+from kernelpro.offline import triton_gen  # noqa: E402
+from kernelpro.offline.worker import Problem, expand  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = sorted((ROOT / "examples" / "fusion").glob("*.py"))
+GOLDEN = Path(__file__).parent / "data" / "golden"
+FUSE = ["fuse_reductions", "fuse_pointwise"]
+
+
+if os.environ.get("TRITON_INTERPRET") != "1":
+    pytest.skip("these tests run Triton's interpreter (conftest turns it on where there is no GPU)",
+                allow_module_level=True)
+
+
+def shrink(text: str) -> str:
+    """The example at test size: large size constants divided (64x above 512, 4x from 64)."""
+    def smaller(match: re.Match) -> str:
+        value = int(match.group(2))
+        return f"{match.group(1)} = {value // 64 if value >= 512 else value // 4 if value >= 64 else value}"
+    return re.sub(r"^(\w+) = (\d+)$", smaller, text, flags=re.M)
+
+
+def load(path: Path):
+    name = f"kp_fusion_{uuid.uuid4().hex}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def check(problem_path: Path, moves=FUSE, tune=None, atol=1e-4) -> list[dict]:
+    """Build the candidate, run Model and ModelNew on the same inputs, compare; the kernels made."""
+    source, counts, kernels = Problem(problem_path, 42).build(moves, tune)
+    candidate = problem_path.with_name(problem_path.stem + "_new.py")
+    candidate.write_text(source)
+    module = load(candidate)
+    init = module.get_init_inputs()
+    torch.manual_seed(42)
+    reference = module.Model(*init).eval()
+    torch.manual_seed(42)
+    new = module.ModelNew(*init).eval()
+    torch.manual_seed(7)
+    inputs = module.get_inputs()
+    with torch.no_grad():
+        expected, got = reference(*inputs), new(*inputs)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    got = got if isinstance(got, tuple) else (got,)
+    for e, g in zip(expected, got, strict=True):
+        assert g.shape == e.shape and g.dtype == e.dtype
+        torch.testing.assert_close(g, e, atol=atol, rtol=1e-4)
+    return kernels
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_every_fusion_example_is_fused_and_correct(path, tmp_path):
+    small = tmp_path / path.name
+    small.write_text(shrink(path.read_text()))
+    kernels = check(small)
+    assert kernels, "the generator fused nothing"
+    for kernel in kernels:  # every launch configuration in the ranked list is a valid one
+        assert kernel["configs"] >= 1 and kernel["config"]["num_warps"] in (1, 2, 4, 8, 16)
+
+
+def test_looped_variant_matches_on_every_row_example(tmp_path, monkeypatch):
+    """Force the looped variant (four chunks per row) where one pass would do."""
+    def looped(group, device=triton_gen.Device()):
+        if group.kind == "pointwise":
+            return [{"BLOCK": 1024, "num_warps": 4, "score": 1.0}]
+        if any(s.reduce in ("argmax", "argmin") for s in group.steps):
+            return [{"variant": "one_pass", "BLOCK_R": 2, "BLOCK_C": triton_gen._next_pow2(group.row_length),
+                     "num_warps": 1, "score": 1.0}]
+        return [{"variant": "looped", "BLOCK_R": 16, "BLOCK_C": max(8, triton_gen._next_pow2(group.row_length) // 4),
+                 "num_warps": 4, "score": 1.0}]
+    monkeypatch.setattr(triton_gen, "configs", looped)
+    for path in EXAMPLES:
+        small = tmp_path / path.name
+        small.write_text(shrink(path.read_text()))
+        check(small)
+
+
+# -- property-based: random shapes and op chains --------------------------------------------------
+UNARY = ["torch.relu(h)", "F.gelu(h)", "F.gelu(h, approximate='tanh')", "torch.sigmoid(h)", "torch.tanh(h)",
+         "F.silu(h)", "F.leaky_relu(h, 0.2)", "F.hardtanh(h, -0.5, 0.5)", "F.hardswish(h)", "F.mish(h)",
+         "F.softplus(h)", "F.elu(h)", "F.selu(h)", "torch.clamp(h, min=-1.0, max=2.0)", "torch.abs(h)",
+         "torch.exp(h * 0.1)", "torch.log(h.abs() + 1.0)", "h ** 2", "torch.sqrt(h.abs())", "h * 3.0 - 1.5",
+         "torch.where(h > 0, h, h * 0.5)", "torch.minimum(h, y)", "torch.maximum(h, y)", "h / (y.abs() + 1.0)",
+         "h * y + y", "(h - y) ** 3", "torch.hardswish(h) if False else F.relu6(h)"]
+
+
+def write_problem(tmp_path: Path, body: list[str], shapes: list[tuple], init: str = "") -> Path:
+    inputs = ", ".join(f"torch.randn{shape!r}" for shape in shapes)
+    names = ", ".join(["x", "y"][:len(shapes)])
+    text = "\n".join([
+        "import torch", "import torch.nn as nn", "import torch.nn.functional as F", "", "",
+        "class Model(nn.Module):", "    def __init__(self):", "        super().__init__()" + init, "",
+        f"    def forward(self, {names}):"] + ["        " + line for line in body] + [
+        "", "", f"def get_inputs():\n    return [{inputs}]", "", "", "def get_init_inputs():\n    return []", ""])
+    path = tmp_path / f"p{uuid.uuid4().hex[:8]}.py"
+    path.write_text(text)
+    return path
+
+
+@st.composite
+def broadcast_pair(draw):
+    rank = draw(st.integers(1, 3))
+    shape = tuple(draw(st.integers(1, 37)) for _ in range(rank))
+    other = [1 if draw(st.booleans()) else s for s in shape][draw(st.integers(0, rank - 1)):]
+    return shape, tuple(other) or (1,)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(shapes=broadcast_pair(), ops=st.lists(st.sampled_from(UNARY), min_size=1, max_size=5))
+def test_random_pointwise_chains(tmp_path, shapes, ops):
+    body = ["h = x"] + [f"h = {op}" for op in ops] + ["return h"]
+    path = write_problem(tmp_path, body, [shapes[0], shapes[1]])
+    kernels = check(path, ["fuse_pointwise"])
+    assert len(kernels) == 1 and kernels[0]["kind"] == "pointwise"
+
+
+ROW_OPS = ["x.sum(dim={d}, keepdim={k})", "x.mean(dim={d}, keepdim={k})", "torch.amax(x, dim={d}, keepdim={k})",
+           "torch.amin(x, dim={d}, keepdim={k})", "x.var(dim={d}, keepdim={k})", "torch.std(x, dim={d}, keepdim={k})",
+           "torch.logsumexp(x, dim={d}, keepdim={k})", "torch.softmax(x, dim={d})", "F.log_softmax(x, dim={d})",
+           "torch.max(x, dim={d}, keepdim={k}).values", "torch.argmax(x, dim={d}, keepdim={k})",
+           "F.normalize(x, dim={d})", "F.layer_norm(x, {tail})"]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(shape=st.lists(st.integers(1, 41), min_size=1, max_size=4).map(tuple).filter(lambda s: max(s) > 1),
+       data=st.data(),
+       looped=st.booleans())
+def test_random_row_operations(tmp_path, shape, data, looped):
+    op = data.draw(st.sampled_from(ROW_OPS))
+    dim = data.draw(st.sampled_from([d for d in range(-len(shape), 0) if shape[d] > 1]))
+    keepdim = data.draw(st.booleans())
+    prologue = data.draw(st.sampled_from(["", "x = x * 2.0 + 1.0", "x = torch.exp(x * 0.3)"]))
+    epilogue = data.draw(st.sampled_from(["", "h = torch.relu(h) * 3.0", "h = h - 1.0"]))
+    if "argmax" in op:
+        epilogue = ""
+    line = op.format(d=dim, k=keepdim, tail=tuple(shape[dim:]))
+    body = [text for text in (prologue, f"h = {line}", epilogue) if text] + ["return h"]
+    path = write_problem(tmp_path, body, [shape])
+    with pytest.MonkeyPatch.context() as patch:
+        if looped and "argmax" not in op:  # argmax has one-pass kernels only
+            patch.setattr(triton_gen, "configs", lambda group, device=None: [
+                {"variant": "looped", "BLOCK_R": 4, "BLOCK_C": 8, "num_warps": 1, "score": 1.0}]
+                if group.kind == "row" else [{"BLOCK": 32, "num_warps": 1, "score": 1.0}])
+        kernels = check(path, FUSE, atol=2e-4)
+    assert any(k["kind"] == "row" for k in kernels)
+
+
+@pytest.mark.parametrize("shape,groups", [((3, 6, 5, 7), 3), ((2, 4, 9), 2), ((5, 8, 1, 3), 8)])
+def test_group_instance_and_batch_norms(tmp_path, shape, groups):
+    channels = shape[1]
+    init = (f"\n        self.gn = nn.GroupNorm({groups}, {channels})\n        self.inorm = "
+            f"nn.InstanceNorm{len(shape) - 2}d({channels}, affine=True)\n        self.bn = "
+            f"nn.BatchNorm{max(1, len(shape) - 2)}d({channels})\n        self.bn.running_mean.uniform_(-1, 1)\n"
+            "        self.bn.running_var.uniform_(0.5, 2)\n        with torch.no_grad():\n"
+            "            self.gn.weight.uniform_(0.5, 1.5); self.inorm.bias.uniform_(-1, 1)")
+    body = ["a = F.silu(self.gn(x))", "b = torch.relu(self.inorm(x)) + x", "c = self.bn(x) * 2.0",
+            "d = F.batch_norm(x, None, None, training=True) - 0.5", "return a, b, c, d"]
+    path = write_problem(tmp_path, body, [shape], init)
+    kernels = check(path, atol=5e-4)
+    assert sum(k["kind"] == "row" for k in kernels) >= 3
+
+
+# -- golden sources -------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["layernorm_gelu", "elementwise_chain", "row_range"])
+def test_generated_source_matches_golden(name, tmp_path):
+    """Regenerate: KERNELPRO_REGENERATE_GOLDEN=1 pytest tests/test_fusion.py -k golden."""
+    small = tmp_path / f"{name}.py"
+    small.write_text(shrink((ROOT / "examples" / "fusion" / f"{name}.py").read_text()))
+    source, _, _ = Problem(small, 42).build(FUSE)
+    generated = source[source.index("# kernelpro offline coder"):]
+    golden = GOLDEN / f"fusion_{name}.py.txt"
+    if os.environ.get("KERNELPRO_REGENERATE_GOLDEN"):
+        golden.write_text(generated)
+    assert generated == golden.read_text()
+
+
+# -- the coder's options --------------------------------------------------------------------------
+def test_worker_offers_fusion_on_cuda_then_tuning(tmp_path):
+    small = tmp_path / "softmax_rows.py"
+    small.write_text(shrink((ROOT / "examples" / "fusion" / "softmax_rows.py").read_text()))
+    spec = {"problem_path": str(small), "applied": [], "device": "cpu", "precision": "fp32", "policy": "relaxed"}
+    cpu = expand(spec)
+    assert "fuse_reductions" not in {o["move"] for o in cpu["options"]}
+    assert cpu["skipped"]["fuse_reductions"] == "needs CUDA"
+    cuda = expand(dict(spec, device="cuda"))
+    fuse = next(o for o in cuda["options"] if o["move"] == "fuse_reductions")
+    assert fuse["technique"] == "fuse_reduction" and "1 kernel" in fuse["rationale"]
+    assert next(o for o in cuda["options"] if o["move"] == "fuse_pointwise")["technique"] == "fuse_elementwise"
+    tuned = expand(dict(spec, device="cuda", applied=["fuse_reductions"]))
+    # the division joined the softmax kernel: nothing pointwise is left
+    assert tuned["skipped"]["fuse_pointwise"] == "nothing the generator can fuse"
+    tunes = [o for o in tuned["options"] if o["move"].startswith("tune:")]
+    assert tunes and tunes[0]["technique"] == "tune_launch_config"
+    name = tuned["kernels"][0]["name"]
+    assert tunes[0]["tune"] == {name: 1} and tunes[0]["source"] != tuned["source"]
+    assert tunes[0]["kernels"][0]["config"] != tuned["kernels"][0]["config"]
+
+
+def test_launch_configurations_are_ranked_by_the_model():
+    from kernelpro.offline.fusion import Group, Input
+    big = Group(kind="pointwise", logical=(8192, 8192), inputs=[Input("x0", None, (8192, 8192), (8192, 8192),
+                                                                      "full")])
+    ranked = triton_gen.configs(big)
+    assert ranked == sorted(ranked, key=lambda c: -c["score"])
+    # 16-byte accesses (4 fp32 per lane) and a full machine beat one element per lane
+    best = ranked[0]
+    assert best["BLOCK"] / (32 * best["num_warps"]) >= 4
+    tiny = Group(kind="pointwise", logical=(100,), inputs=[Input("x0", None, (100,), (100,), "full")])
+    assert all(c["BLOCK"] <= 256 for c in triton_gen.configs(tiny))
