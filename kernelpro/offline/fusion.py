@@ -20,6 +20,7 @@ one call to the rendered wrapper.
 
 from __future__ import annotations
 
+import heapq
 import math
 import operator
 import re
@@ -28,12 +29,11 @@ from dataclasses import dataclass, field
 import torch
 import torch.fx as fx
 
-from kernelpro.offline.fusion_ops import Resolved, Unsupported, _Attr, emit_pointwise, lit, resolve
+from kernelpro.offline.fusion_ops import INPLACE_METHODS, Resolved, Unsupported, _Attr, emit_pointwise, lit, resolve
 from kernelpro.offline.fxpasses import meta
 
 MAX_ONE_PASS = 16384  # the longest row the one-pass variant keeps in registers (elements)
 MAX_ELEMENTS = 2**31 - 1  # int32 offsets
-INPLACE_METHODS = {"relu_", "sigmoid_", "tanh_", "clamp_", "mul_", "add_", "sub_", "div_", "neg_", "abs_", "exp_"}
 RESHAPES = {"view", "reshape", "unsqueeze", "squeeze", "flatten"}
 GENERATED_MODULE = "__kp_generated__"
 
@@ -46,7 +46,7 @@ class Step:
     reduce: str = ""  # "sum", "max", "min", "argmax" or "argmin" of `operand` over the reduced dimensions
     operand: str = ""
     deps: tuple[str, ...] = ()
-    level: int = 0  # reductions: the pass over the row that computes them (1 = first)
+    level: int = 0  # the last pass over the row it waits for (a reduction: the pass that computes it; 0: none)
 
 
 @dataclass
@@ -230,25 +230,21 @@ class _Builder:
         self.count += 1
         return f"v{self.count}"
 
+    def _level(self, deps: tuple[str, ...]) -> int:
+        levels = {s.var: s.level for s in self.group.steps}
+        return max((levels.get(d, 0) for d in deps), default=0)  # inputs (x...) wait for no pass
+
     def expr(self, text: str, kind: str) -> str:
         known = {s.var for s in self.group.steps} | {i.var for i in self.group.inputs}
         var = self.fresh()
         deps = tuple(dict.fromkeys(t for t in re.findall(r"\b[vx]\d+\b", text) if t in known))
-        self.group.steps.append(Step(var, kind, expr=text, deps=deps))
+        self.group.steps.append(Step(var, kind, expr=text, deps=deps, level=self._level(deps)))
         return var
 
     def reduce(self, how: str, operand: str) -> str:
-        by_var = {s.var: s for s in self.group.steps}
-        stack, seen, level = [operand], set(), 0
-        while stack:
-            v = stack.pop()
-            if v in seen or v not in by_var:
-                continue
-            seen.add(v)
-            level = max(level, by_var[v].level if by_var[v].reduce else 0)
-            stack.extend(by_var[v].deps)
         var = self.fresh()
-        self.group.steps.append(Step(var, "row", reduce=how, operand=operand, deps=(operand,), level=level + 1))
+        self.group.steps.append(Step(var, "row", reduce=how, operand=operand, deps=(operand,),
+                                     level=self._level((operand,)) + 1))
         return var
 
     # -- one member ---------------------------------------------------------------------------
@@ -395,8 +391,10 @@ class _Builder:
         self.vars[node] = (out, kind, shape if kind == "row" else self.group.logical)
 
     def _attr_shape(self, attr: _Attr) -> tuple[int, ...]:
-        named = dict(self.gm.named_parameters()) | dict(self.gm.named_buffers())
-        return tuple(named[attr.target].shape)
+        try:
+            return tuple(self.gm.get_parameter(attr.target).shape)
+        except AttributeError:
+            return tuple(self.gm.get_buffer(attr.target).shape)
 
 
 def build(gm: fx.GraphModule, kind: str, logical: tuple, reduced: frozenset, split: dict,
@@ -563,7 +561,6 @@ def _toposort(graph: fx.Graph) -> None:
     nodes = list(graph.nodes)
     index = {n: i for i, n in enumerate(nodes)}
     pending = {n: len(set(n.all_input_nodes)) for n in nodes}
-    import heapq
     ready = [(index[n], n.name) for n in nodes if pending[n] == 0]
     by_name = {n.name: n for n in nodes}
     heapq.heapify(ready)
@@ -591,31 +588,25 @@ def stub(name: str):
     return function
 
 
-def replace(gm: fx.GraphModule, group: Group, renamed: dict | None = None) -> dict:
-    """Swap the group's nodes for one call to its wrapper (one result, or a tuple of them).
-
-    `renamed` maps nodes that earlier replacements removed to the results that stand for
-    them now; the map is updated and returned.
-    """
-    renamed = {} if renamed is None else renamed
+def replace(gm: fx.GraphModule, groups: list[Group]) -> None:
+    """Swap each group's nodes for one call to its wrapper (one result, or a tuple of them)."""
     graph = gm.graph
     output = next(n for n in graph.nodes if n.op == "output")
-    args = []
-    with graph.inserting_before(output):
-        for item in group.inputs:
-            args.append(graph.get_attr(item.source.target) if isinstance(item.source, _Attr) else
-                        renamed.get(item.source, item.source))
-        call = graph.call_function(stub(group.name), tuple(args))
-        call._rename(f"{group.name}_out")  # the node must not shadow the function it calls
-        results = [call] if len(group.outputs) == 1 else [graph.call_function(operator.getitem, (call, i))
-                                                         for i in range(len(group.outputs))]
-    for result, out in zip(results, group.outputs):
-        result.meta = dict(out.node.meta)
-        out.node.replace_all_uses_with(result)
-        renamed[out.node] = result
-    for node in reversed(group.nodes):
-        graph.erase_node(node)
+    renamed: dict[fx.Node, fx.Node] = {}  # a removed group output -> the result that stands for it now
+    for group in groups:
+        with graph.inserting_before(output):
+            args = [graph.get_attr(item.source.target) if isinstance(item.source, _Attr) else
+                    renamed.get(item.source, item.source) for item in group.inputs]
+            call = graph.call_function(stub(group.name), tuple(args))
+            call._rename(f"{group.name}_out")  # the node must not shadow the function it calls
+            results = [call] if len(group.outputs) == 1 else [graph.call_function(operator.getitem, (call, i))
+                                                             for i in range(len(group.outputs))]
+        for result, out in zip(results, group.outputs):
+            result.meta = dict(out.node.meta)
+            out.node.replace_all_uses_with(result)
+            renamed[out.node] = result
+        for node in reversed(group.nodes):
+            graph.erase_node(node)
     _toposort(graph)
     graph.lint()
     gm.recompile()
-    return renamed

@@ -163,7 +163,6 @@ POINTWISE: dict[str, Pointwise] = {
     "eq": _pw("input other", lambda a, b: f"({lit(a)} == {lit(b)}).to(tl.float32)"),
     "ne": _pw("input other", lambda a, b: f"({lit(a)} != {lit(b)}).to(tl.float32)"),
     "identity": _pw("input", lambda a: a),
-    "to": Pointwise(("input",), {}, None),  # bound by `resolve` (a dtype check), then an identity
 }
 
 _FUNCTIONS = {
@@ -187,6 +186,7 @@ _METHODS = {name: name for name in POINTWISE if name not in ("identity", "rsub")
 _METHODS.update({"clip": "clamp", "true_divide": "div", "float": "identity", "contiguous": "identity",
                  "relu_": "relu", "sigmoid_": "sigmoid", "tanh_": "tanh", "clamp_": "clamp", "mul_": "mul",
                  "add_": "add", "sub_": "sub", "div_": "div", "neg_": "neg", "abs_": "abs", "exp_": "exp"})
+INPLACE_METHODS = {name for name in _METHODS if name.endswith("_")}  # they mutate their first argument
 _MODULES: dict[type, tuple[str, dict]] = {
     nn.ReLU: ("relu", {}), nn.ReLU6: ("relu6", {}), nn.Sigmoid: ("sigmoid", {}), nn.Tanh: ("tanh", {}),
     nn.SiLU: ("silu", {}), nn.Mish: ("mish", {}), nn.Hardswish: ("hardswish", {}),
@@ -329,11 +329,6 @@ def resolve(gm: fx.GraphModule, node: fx.Node) -> Resolved | None:
 
 
 def emit_pointwise(op: str, operands: dict) -> str:
+    """The op's expression; each emitter formats its own constants (with `lit`)."""
     spec = POINTWISE[op]
-    values = [operands[p] for p in spec.params]
-    if op not in ("add", "sub", "rsub", "mul", "div", "pow", "maximum", "minimum", "where", "gt", "lt", "ge",
-                  "le", "eq", "ne", "clamp", "clamp_min", "clamp_max", "hardtanh", "leaky_relu", "gelu",
-                  "softplus", "elu", "celu"):
-        values = [lit(v) for v in values]
-    emitted = spec.emit(*values)
-    return emitted
+    return spec.emit(*(operands[p] for p in spec.params))

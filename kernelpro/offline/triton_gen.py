@@ -220,7 +220,7 @@ def _row_kernel(group: Group, lay: Layout, looped: bool) -> list[str]:
     row_steps = [s for s in group.steps if s.kind == "row" and not s.reduce]
 
     def row_lines(level: int) -> list[str]:
-        return [f"    {step.var} = {step.expr}" for step in row_steps if _level_of(group, step) == level]
+        return [f"    {step.var} = {step.expr}" for step in row_steps if step.level == level]
 
     lines += row_lines(0)
     if not looped:  # the steps in order: reductions read the row straight from registers
@@ -231,7 +231,7 @@ def _row_kernel(group: Group, lay: Layout, looped: bool) -> list[str]:
                 fn = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min", "argmax": "tl.argmax",
                       "argmin": "tl.argmin"}[s.reduce]
                 lines.append(f"    {s.var} = {fn}(tl.where(mask, {s.operand}, {_IDENTITY[s.reduce]}), 1)[:, None]")
-            elif not (s.kind == "row" and s in row_steps and _level_of(group, s) == 0):
+            elif not (s in row_steps and s.level == 0):
                 lines.append(f"    {s.var} = {s.expr}")
         lines += [f"    tl.store(out{k}_ptr + {full_offset}, {o.var}, mask=mask)" for k, o in full_outputs]
     else:
@@ -261,25 +261,6 @@ def _row_kernel(group: Group, lay: Layout, looped: bool) -> list[str]:
     lines += [f"    tl.store(out{k}_ptr + r, {o.var}, mask=row_mask)" for k, o in enumerate(group.outputs)
               if o.kind == "row"]
     return lines
-
-
-def _level_of(group: Group, step: Step) -> int:
-    """The last pass a per-row value waits for (0: it needs no reduction)."""
-    ancestors = _ancestors(group, step.var)
-    return max((t.level for t in group.steps if t.reduce and t.var in ancestors), default=0)
-
-
-def _ancestors(group: Group, var: str) -> set[str]:
-    by_var = {s.var: s for s in group.steps}
-    seen, stack = set(), [var]
-    while stack:
-        v = stack.pop()
-        if v in seen or v not in by_var:
-            continue
-        seen.add(v)
-        stack.extend(by_var[v].deps)
-    seen.discard(var)
-    return seen
 
 
 # -- launch configurations ------------------------------------------------------------------------

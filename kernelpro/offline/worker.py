@@ -80,7 +80,6 @@ class Problem:
                     for move, kind in FUSION_KINDS.items():
                         if move in graph_moves:
                             counts[move] = sum(1 for g in groups if g.kind == kind)
-                    renamed: dict = {}
                     for group in groups:
                         ranked = triton_gen.configs(group, device)
                         rank = min(int((tune or {}).get(group.name, 0)), len(ranked) - 1)
@@ -89,7 +88,7 @@ class Problem:
                                         "configs": len(ranked), "config": ranked[rank],
                                         "features": triton_gen.features(group), "after_anchor": group.after_anchor,
                                         "bytes": group.bytes_moved()})
-                        fusion.replace(gm, group, renamed)
+                    fusion.replace(gm, groups)
                 return codegen.render(self.source, moves, gm, folds, sources), counts, kernels
         return codegen.render(self.source, moves, None, []), counts, kernels
 
