@@ -40,9 +40,10 @@ step "profile gate benchmark"
 if [ "${SKIP_PROFILE_BENCH:-0}" != 1 ]; then
   timeout 1200 python3 benchmarks/profile_gate.py --json "$OUT/profile_gate.json" --keep "$OUT/profile_gate" 2>&1 | tee "$OUT/profile_gate.log" | tail -12
 fi
-step "generated Triton kernels on the fusion examples"
+step "generated kernels on the fusion examples (FUSION_VARIANTS: triton,cuda,gemm)"
 if [ "${SKIP_FUSION:-0}" != 1 ]; then
   timeout "${FUSION_TIMEOUT:-540}" python3 benchmarks/fusion_kernels.py --json "$OUT/fusion_kernels.json" \
+    --variants "${FUSION_VARIANTS:-triton,cuda,gemm}" \
     --keep "$OUT/fusion_candidates" ${FUSION_PROBLEMS:-} 2>&1 | tee "$OUT/fusion_kernels.log" | tail -22
 fi
 step "kernelpro search on the shipped examples"

@@ -21,6 +21,7 @@ import torch
 pytest.importorskip("triton")
 from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
 
+from conftest import shrink  # noqa: E402
 from kernelpro.offline import triton_gen  # noqa: E402
 from kernelpro.offline.worker import Problem, expand  # noqa: E402
 
@@ -33,14 +34,6 @@ FUSE = ["fuse_reductions", "fuse_pointwise"]
 if os.environ.get("TRITON_INTERPRET") != "1":
     pytest.skip("these tests run Triton's interpreter (conftest turns it on where there is no GPU)",
                 allow_module_level=True)
-
-
-def shrink(text: str) -> str:
-    """The example at test size: large size constants divided (64x above 512, 4x from 64)."""
-    def smaller(match: re.Match) -> str:
-        value = int(match.group(2))
-        return f"{match.group(1)} = {value // 64 if value >= 512 else value // 4 if value >= 64 else value}"
-    return re.sub(r"^(\w+) = (\d+)$", smaller, text, flags=re.M)
 
 
 def load(path: Path):
@@ -113,7 +106,7 @@ UNARY = ["torch.relu(h)", "F.gelu(h)", "F.gelu(h, approximate='tanh')", "torch.s
 
 def write_problem(tmp_path: Path, body: list[str], shapes: list[tuple], init: str = "") -> Path:
     inputs = ", ".join(f"torch.randn{shape!r}" for shape in shapes)
-    names = ", ".join(["x", "y"][:len(shapes)])
+    names = ", ".join(["x", "y", "z"][:len(shapes)])
     text = "\n".join([
         "import torch", "import torch.nn as nn", "import torch.nn.functional as F", "", "",
         "class Model(nn.Module):", "    def __init__(self):", "        super().__init__()" + init, "",
@@ -234,3 +227,53 @@ def test_launch_configurations_are_ranked_by_the_model():
     assert best["BLOCK"] / (32 * best["num_warps"]) >= 4
     tiny = Group(kind="pointwise", logical=(100,), inputs=[Input("x0", None, (100,), (100,), "full")])
     assert all(c["BLOCK"] <= 256 for c in triton_gen.configs(tiny))
+
+
+# -- the Triton GEMM with its epilogue ------------------------------------------------------------
+GEMM_CASES = [  # (forward body, input shapes, init)
+    (["return F.gelu(self.lin(x)) * 0.5 + x[:, :1]"], lambda m, n, k: [(m, k)],
+     lambda m, n, k: f"\n        self.lin = nn.Linear({k}, {n})"),
+    (["h = F.linear(x, y)", "return torch.relu(h - z), torch.sigmoid(h)"], lambda m, n, k: [(m, k), (n, k), (n,)],
+     lambda m, n, k: ""),
+    (["return torch.clamp(x @ y, -1.0, 1.0) * z"], lambda m, n, k: [(2, m, k), (k, n), (m, 1)], lambda m, n, k: ""),
+]
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=st.sampled_from(GEMM_CASES), m=st.integers(16, 70), n=st.integers(16, 70), k=st.integers(16, 90),
+       rank=st.integers(0, 5))
+def test_triton_gemm_with_epilogue(tmp_path, case, m, n, k, rank):
+    """Linear with bias, F.linear without, matmul of a batch by a matrix; broadcast epilogue inputs, two outputs."""
+    from kernelpro.offline import gemm
+    body, shapes, init = case
+    path = write_problem(tmp_path, body, shapes(m, n, k), init(m, n, k))
+    ranked = gemm.configs
+    with pytest.MonkeyPatch.context() as patch:  # any configuration in the list, not only the first
+        patch.setattr(gemm, "configs", lambda group, device=None: ranked(group)[rank % len(ranked(group)):][:1])
+        kernels = check(path, ["triton_gemm"], atol=1e-3)
+    assert [kernel["kind"] for kernel in kernels] == ["gemm"]
+    source = path.with_name(path.stem + "_new.py").read_text()
+    assert "tl.dot(a, b, acc" in source and "linear(" not in source.split("class ModelNew")[1]
+
+
+def test_gemm_configs_fit_shared_memory_and_tf32_only_with_its_move(tmp_path):
+    small = tmp_path / "gemm_bias_gelu.py"
+    small.write_text((ROOT / "examples" / "fusion" / "gemm_bias_gelu.py").read_text())
+    problem = Problem(small, 42)
+    _, counts, kernels = problem.build(["triton_gemm"])
+    assert counts["triton_gemm"] == 1 and kernels[0]["configs"] > 4
+    assert kernels[0]["config"]["precision"] == "tf32x3"  # tensor cores at an error near float32's
+    _, _, tf32 = problem.build(["triton_gemm", "tf32_matmul"])
+    assert tf32[0]["config"]["precision"] == "tf32"
+    from kernelpro.offline import gemm
+    assert all(4 * c["num_stages"] * c["BLOCK_K"] * (c["BLOCK_M"] + c["BLOCK_N"]) <= gemm.SHARED_BYTES
+               for c in gemm.configs(problem_group(problem)))
+
+
+def problem_group(problem):
+    import copy
+    from kernelpro.offline import fusion, gemm
+    gm = copy.deepcopy(problem.graph)
+    groups = fusion.partition(gm, {"pointwise"})
+    gemm.attach(gm, groups, tf32=False)
+    return next(g for g in groups if g.gemm is not None)

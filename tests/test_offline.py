@@ -131,13 +131,14 @@ def test_candidates_are_standalone_and_parse():
                     for alias in node.names}
         imported |= {node.module.split(".")[0] for node in ast.walk(tree)
                      if isinstance(node, ast.ImportFrom) and node.module}
-        # generated kernels are Triton's; everything else is torch
+        # generated kernels are Triton's, or CUDA C++ through torch's load_inline; everything else is torch
         assert imported <= ({"torch", "math", "triton"} if MOVES[option["move"]].kernels else {"torch", "math"}), \
             imported
         assert any(isinstance(n, ast.ClassDef) and n.name == "ModelNew" for n in tree.body)
         assert option["technique"] in TECHNIQUES
         assert MOVES[option["move"]].technique == option["technique"] or (
-            option["move"] == "fuse_pointwise" and option["technique"] == "fuse_epilogue")
+            option["move"], option["technique"]) in (("fuse_pointwise", "fuse_epilogue"),
+                                                     ("cuda_kernels", "warp_reduction"))
         assert "\n" not in option["rationale"]
 
 

@@ -121,16 +121,17 @@ def render(problem_source: str, moves: list[str], gm: fx.GraphModule | None, fol
            kernels: list[str] = ()) -> str:
     """The candidate for `moves` (canonical order); `gm` is the rewritten graph, or None for no graph moves.
 
-    `kernels` are generated Triton kernels with their wrappers (the graph calls the wrappers).
+    `kernels` are generated kernels (Triton, or CUDA C++ with its load_inline) with their wrappers;
+    the graph calls the wrappers.
     """
     header = ["# " + "-" * 78, "# kernelpro offline coder: ModelNew is Model with these moves:"]
     header += [f"#   - {m} ({MOVES[m].technique}): {MOVES[m].summary}" for m in moves] or ["#   (none)"]
     header += ["# " + "-" * 78]
-    if kernels:
+    if any("@triton.jit" in kernel for kernel in kernels):
         header += ["import triton", "import triton.language as tl", "", ""]
         header += [TANH_HELPER] if any("_kp_tanh(" in k for k in kernels) else []
-        for kernel in kernels:
-            header += ["", kernel]
+    for kernel in kernels:
+        header += ["", kernel]
     maker, body_attr = [], "    def _kp_body(self, *args):\n        return super().forward(*args)\n"
     init = ["        super().__init__(*args, **kwargs)"]
     if gm is not None:

@@ -81,6 +81,7 @@ class Group:
     ops: list[str] = field(default_factory=list)  # the reference's ops, in order (names and comments)
     after_anchor: bool = False  # reads a matmul/conv output: an epilogue
     name: str = ""
+    gemm: object = None  # a `gemm.Gemm` when a Triton GEMM computes the product this epilogue reads
 
     @property
     def row_length(self) -> int:
@@ -498,6 +499,9 @@ class _Partitioner:
                     users += [u for i in member.all_input_nodes if i not in members for u in i.users
                               if u not in members and u not in self.grouped and u not in users
                               and self._same_row_op(u, logical, reduced, split)]
+                else:  # every pointwise use of a matmul/conv output joins one epilogue
+                    users += [u for i in member.all_input_nodes if is_anchor(self.gm, i) for u in i.users
+                              if u not in members and u not in self.grouped and u not in users and self.pointwise(u)]
                 for candidate in producers + sorted(users, key=self.order.get):
                     if kind == "pointwise" and candidate in users and _shape(candidate) != tuple(logical):
                         continue
@@ -595,8 +599,10 @@ def replace(gm: fx.GraphModule, groups: list[Group]) -> None:
     renamed: dict[fx.Node, fx.Node] = {}  # a removed group output -> the result that stands for it now
     for group in groups:
         with graph.inserting_before(output):
-            args = [graph.get_attr(item.source.target) if isinstance(item.source, _Attr) else
-                    renamed.get(item.source, item.source) for item in group.inputs]
+            sources = [item.source for item in group.inputs if not (group.gemm and item.var == group.gemm.var)]
+            if group.gemm is not None:  # the kernel computes the product from its operands
+                sources = group.gemm.sources() + sources
+            args = [graph.get_attr(s.target) if isinstance(s, _Attr) else renamed.get(s, s) for s in sources]
             call = graph.call_function(stub(group.name), tuple(args))
             call._rename(f"{group.name}_out")  # the node must not shadow the function it calls
             results = [call] if len(group.outputs) == 1 else [graph.call_function(operator.getitem, (call, i))
@@ -607,6 +613,8 @@ def replace(gm: fx.GraphModule, groups: list[Group]) -> None:
             renamed[out.node] = result
         for node in reversed(group.nodes):
             graph.erase_node(node)
+        if group.gemm is not None:
+            graph.erase_node(group.gemm.node)
     _toposort(graph)
     graph.lint()
     gm.recompile()

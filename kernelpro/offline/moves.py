@@ -49,6 +49,14 @@ MOVES: dict[str, Move] = {m.name: m for m in (
     Move("fuse_pointwise", "fuse_elementwise", True,
          "generate one Triton kernel per chain of pointwise ops (after a matmul or conv: its epilogue)",
          cuda_only=True, kernels=True),
+    Move("triton_gemm", "fuse_epilogue", True,
+         "compute a matmul/linear and the pointwise epilogue after it in one Triton GEMM (tiled, grouped tile "
+         "order, float32 accumulate; the epilogue runs on the accumulator before the single store)",
+         cuda_only=True, needs_matmul=True, kernels=True),
+    Move("cuda_kernels", "vectorize_memory", True,
+         "generate the pointwise chains, reductions and normalizations as CUDA C++ through load_inline instead of "
+         "Triton: 16-byte vector loads and stores, warp-shuffle row reductions",
+         cuda_only=True, fp32_only=True),
     Move("channels_last", "channels_last", False,
          "keep convolution weights and 4-D inputs in channels_last layout", needs_conv=True),
     Move("cudnn_benchmark", "library_call", False, "let cuDNN benchmark its convolution algorithms",
@@ -61,6 +69,9 @@ MOVES: dict[str, Move] = {m.name: m for m in (
          cuda_only=True),
 )}
 
+#: Moves that generate the same groups with another backend: a candidate takes one of each pair.
+EXCLUSIVE = {"cuda_kernels": ("fuse_reductions", "fuse_pointwise"), "fuse_reductions": ("cuda_kernels",),
+             "fuse_pointwise": ("cuda_kernels",)}
 #: Applied in this order whatever order the search chose them in, so a set of moves is one candidate.
 ORDER = list(MOVES)
 #: Walks one generated kernel down its ranked launch configurations: "tune:<kernel name>".

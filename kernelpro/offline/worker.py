@@ -20,11 +20,12 @@ import torch.fx as fx
 from torch.fx.passes.shape_prop import ShapeProp
 
 from kernelpro.harness.worker import build_model, cast_to, import_file
-from kernelpro.offline import codegen, fusion, fxpasses, triton_gen
+from kernelpro.offline import codegen, cuda_gen, fusion, fxpasses, gemm, triton_gen
 from kernelpro.offline.fxpasses import foldable_nodes
-from kernelpro.offline.moves import MOVES, TUNE_PREFIX, TUNE_TECHNIQUE, allowed, canonical
+from kernelpro.offline.moves import EXCLUSIVE, MOVES, TUNE_PREFIX, TUNE_TECHNIQUE, allowed, canonical
 
-FUSION_KINDS = {"fuse_reductions": "row", "fuse_pointwise": "pointwise"}
+FUSION_KINDS = {"fuse_reductions": "row", "fuse_pointwise": "pointwise", "triton_gemm": "pointwise"}
+CUDA_KINDS = {"row", "pointwise"}  # the cuda_kernels move generates both kinds
 TUNE_OPTIONS = 2  # tuning moves offered per node: the kernels that move the most bytes
 
 _CONV = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.ConvTranspose2d)
@@ -64,7 +65,7 @@ class Problem:
             gm = copy.deepcopy(self.graph)
             with torch.no_grad():
                 for move in graph_moves:
-                    if move == "fold_constants" or move in FUSION_KINDS:
+                    if move == "fold_constants" or move in FUSION_KINDS or move == "cuda_kernels":
                         continue
                     counts[move] = fxpasses.PASSES[move](gm)
                     ShapeProp(gm).propagate(*self.inputs)
@@ -74,20 +75,37 @@ class Problem:
                 folds = every if "fold_constants" in graph_moves else marked
                 if "fold_constants" in graph_moves:
                     counts["fold_constants"] = len(every) - len(marked)
-                kinds = {FUSION_KINDS[m] for m in graph_moves if m in FUSION_KINDS}
+                cuda = "cuda_kernels" in graph_moves
+                kinds = {FUSION_KINDS[m] for m in graph_moves if m in FUSION_KINDS} | (CUDA_KINDS if cuda else set())
                 if kinds:
                     groups = fusion.partition(gm, kinds, exclude=set(folds))
-                    for move, kind in FUSION_KINDS.items():
+                    if "triton_gemm" in graph_moves:
+                        counts["triton_gemm"] = gemm.attach(gm, groups, tf32="tf32_matmul" in moves)
+                    if "fuse_pointwise" not in graph_moves and not cuda:  # only the epilogues a GEMM takes in
+                        groups = [g for g in groups if g.kind != "pointwise" or g.gemm is not None]
+                    for move in ("fuse_reductions", "fuse_pointwise"):
                         if move in graph_moves:
-                            counts[move] = sum(1 for g in groups if g.kind == kind)
+                            counts[move] = sum(1 for g in groups if g.kind == FUSION_KINDS[move] and g.gemm is None)
+                    if cuda:
+                        counts["cuda_kernels"] = sum(1 for g in groups if g.gemm is None)
+                    cuda_groups, cuda_configs = [], []
                     for group in groups:
-                        ranked = triton_gen.configs(group, device)
+                        generator = gemm if group.gemm is not None else cuda_gen if cuda else triton_gen
+                        ranked = generator.configs(group, device)
                         rank = min(int((tune or {}).get(group.name, 0)), len(ranked) - 1)
-                        sources.append(triton_gen.render(group, ranked[rank]))
-                        kernels.append({"name": group.name, "kind": group.kind, "ops": group.ops, "rank": rank,
-                                        "configs": len(ranked), "config": ranked[rank],
-                                        "features": triton_gen.features(group), "after_anchor": group.after_anchor,
-                                        "bytes": group.bytes_moved()})
+                        if generator is cuda_gen:
+                            cuda_groups.append(group)
+                            cuda_configs.append(ranked[rank])
+                        else:
+                            sources.append(generator.render(group, ranked[rank]))
+                        kind = "gemm" if group.gemm else group.kind
+                        kernels.append({"name": group.name, "kind": kind, "backend": "cuda" if generator is cuda_gen
+                                        else "triton", "ops": group.ops, "rank": rank, "configs": len(ranked),
+                                        "config": ranked[rank], "features": generator.features(group),
+                                        "after_anchor": group.after_anchor,
+                                        "bytes": generator.features(group)["bytes"]})
+                    if cuda_groups:  # one extension for every CUDA kernel of the candidate: one build
+                        sources.append(cuda_gen.render(cuda_groups, cuda_configs))
                     fusion.replace(gm, groups)
                 return codegen.render(self.source, moves, gm, folds, sources), counts, kernels
         return codegen.render(self.source, moves, None, []), counts, kernels
@@ -119,6 +137,9 @@ def expand(spec: dict) -> dict:
                       has_conv=problem.has_conv, has_matmul=problem.has_matmul, has_triton=has_triton)
         if not why and move.graph and problem.graph is None:
             why = f"forward cannot be traced ({problem.trace_error})"
+        if not why and any(other in applied for other in EXCLUSIVE.get(name, ())):
+            why = "another backend already generates these groups: " + ", ".join(
+                other for other in EXCLUSIVE[name] if other in applied)
         if why:
             skipped[name] = why
             continue
@@ -135,6 +156,8 @@ def expand(spec: dict) -> dict:
         technique = move.technique
         if name == "fuse_pointwise" and any(k["after_anchor"] for k in child_kernels if k["kind"] == "pointwise"):
             technique = "fuse_epilogue"
+        if name == "cuda_kernels" and any(k["kind"] == "row" and k["backend"] == "cuda" for k in child_kernels):
+            technique = "warp_reduction"
         options.append({"move": name, "technique": technique, "source": child, "rationale": move.summary + rewrites,
                         "tune": tune, "kernels": child_kernels})
     # Tuning: the next-ranked launch configuration of the kernels that move the most bytes.

@@ -1,0 +1,432 @@
+"""Render fused groups as CUDA C++ instead of Triton: the `cuda_kernels` move's backend.
+
+The same groups (`kernelpro.offline.fusion`) as the Triton generator, float32 only:
+
+- **pointwise**: each thread handles `vec` consecutive elements; the inputs read at
+  the output's own offsets and the outputs move as one 16-byte `float4` when every
+  such pointer is 16-byte aligned and the size is a multiple of 4 (the launcher
+  checks and otherwise runs the `vec = 1` instance); broadcast inputs are scalar
+  loads that stay in cache;
+- **row**: a warp per row (`rows_per_block` rows per block) or a block per row;
+  each thread walks the row `items` apart, reductions finish with warp shuffles
+  (`__shfl_xor_sync`) and, across warps, one shared-memory exchange. Rows of up to
+  16 items per thread are read once into registers and every pass reuses them.
+
+Host launchers take raw pointers and the stream as integers and are `extern "C"`,
+so the .cu source needs no torch header: nvcc compiles it in seconds, and the same
+text loads through `torch.utils.cpp_extension.load_inline` in a candidate or
+through ctypes in tests. Expressions come from the Triton steps, translated by
+their syntax tree (`c_expr`).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import math
+import re
+
+from kernelpro.offline.fusion import Group, Step
+from kernelpro.offline.triton_gen import Device, Layout, _describe, _needed, layout
+
+CACHE_ITEMS = 16  # a row of at most this many items per thread stays in registers between passes
+
+_FUNCTIONS = {"exp": "expf", "log": "logf", "log2": "log2f", "exp2": "exp2f", "erf": "erff", "sqrt": "sqrtf",
+              "rsqrt": "rsqrtf", "abs": "fabsf", "maximum": "fmaxf", "minimum": "fminf", "sin": "sinf",
+              "cos": "cosf", "floor": "floorf", "ceil": "ceilf", "sigmoid": "kp_sigmoid", "_kp_tanh": "tanhf"}
+_BINARY = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
+_COMPARE = {ast.Gt: ">", ast.Lt: "<", ast.GtE: ">=", ast.LtE: "<=", ast.Eq: "==", ast.NotEq: "!="}
+_SPECIAL = {"inf": "INFINITY", "-inf": "(-INFINITY)", "nan": "NAN"}
+
+
+class Untranslatable(Exception):
+    """A Triton expression with no CUDA counterpart here."""
+
+
+def _c(node: ast.AST) -> str:
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+        value = float(node.value)
+        return _SPECIAL["nan"] if math.isnan(value) else _SPECIAL["inf" if value > 0 else "-inf"] \
+            if math.isinf(value) else f"{value!r}f"
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        return f"({_c(node.left)} {_BINARY[type(node.op)]} {_c(node.right)})"
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return f"(-{_c(node.operand)})"
+    if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _COMPARE:
+        return f"({_c(node.left)} {_COMPARE[type(node.ops[0])]} {_c(node.comparators[0])})"
+    if isinstance(node, ast.Call):
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr == "to" and len(node.args) == 1:
+            return f"((float){_c(func.value)})"  # .to(tl.float32) of a comparison
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        if name == "float" and isinstance(node.args[0], ast.Constant):
+            return _SPECIAL[str(node.args[0].value).lower()]
+        if name == "where" and len(node.args) == 3:
+            cond, a, b = (_c(arg) for arg in node.args)
+            return f"({cond} ? {a} : {b})"
+        if name in _FUNCTIONS:
+            return f"{_FUNCTIONS[name]}({', '.join(_c(arg) for arg in node.args)})"
+    raise Untranslatable(ast.unparse(node))
+
+
+def c_expr(expr: str) -> str:
+    """A Triton float32 expression of the generator as CUDA C (`tl.where` -> `?:`, `tl.exp` -> `expf`, ...)."""
+    return _c(ast.parse(expr, mode="eval").body)
+
+
+# -- indexing -------------------------------------------------------------------------------------
+def _unravel(lay: Layout, reduced: bool, source: str, prefix: str) -> tuple[list[str], dict[int, str]]:
+    dims = [d for d, red in enumerate(lay.reduced) if red == reduced]
+    if len(dims) == 1:
+        return [], {dims[0]: source}
+    lines, names = [], {}
+    for position, d in enumerate(dims):
+        divisor = math.prod(lay.sizes[e] for e in dims[position + 1:])
+        expr = source if divisor == 1 else f"({source} / {divisor}LL)"
+        if position:
+            expr = f"{expr} % {lay.sizes[d]}LL"
+        names[d] = f"{prefix}{position}"
+        lines.append(f"const long long {names[d]} = {expr};")
+    return lines, names
+
+
+def _offset(strides: list[int], names: dict[int, str], dims: list[int]) -> str:
+    terms = [names[d] if strides[d] == 1 else f"{names[d]} * {strides[d]}LL" for d in dims if strides[d]]
+    return " + ".join(terms) or "0"
+
+
+def _prune(lines: list[str]) -> list[str]:
+    """Drop index variables that nothing reads (nvcc warns about them)."""
+    text = "\n".join(lines)
+    kept = []
+    for line in lines:
+        match = re.match(r"\s*const long long (\w+) = ", line)
+        if match and len(re.findall(rf"\b{match.group(1)}\b", text)) == 1:
+            continue
+        kept.append(line)
+    return kept
+
+
+def _params(group: Group) -> list[str]:
+    return [f"const float* __restrict__ {i.var}_ptr" for i in group.inputs] + [
+        f"{'long long' if o.integer else 'float'}* __restrict__ out{k}_ptr" for k, o in enumerate(group.outputs)]
+
+
+def _comment(group: Group) -> list[str]:
+    ops = " -> ".join(op for op in group.ops if op not in ("identity", "getitem"))
+    shape = "x".join(str(s) for s in group.logical)
+    what = "epilogue of the library call before it: " if group.after_anchor else ""
+    return [f"// {group.name}: {what}{ops} over [{shape}], float32 math"] + [
+        f"//   {i.var}: {i.label} {list(i.shape)}" + (" (broadcast)" if i.view != group.logical else "")
+        for i in group.inputs]
+
+
+# -- pointwise ------------------------------------------------------------------------------------
+def _pointwise(group: Group, config: dict) -> tuple[list[str], list[str]]:
+    lay = layout(group)
+    n = math.prod(group.logical)
+    dims = list(range(len(lay.sizes)))
+    direct = [i for i in group.inputs if lay.strides[i.var] == lay.strides["full"]]  # read at the output offset
+    threads = config["threads"]
+    kernel = _comment(group) + [
+        "template <int VEC>",
+        f"__global__ void __launch_bounds__({threads}) {group.name}_kernel({', '.join(_params(group))}) {{",
+        f"    const long long base = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * VEC;",
+        f"    if (base >= {n}LL) return;"]
+    for item in direct:
+        kernel += [f"    float {item.var}_v[VEC];", f"    kp_load<VEC>({item.var}_v, {item.var}_ptr + base);"]
+    kernel += [f"    float out{k}_v[VEC];" for k, o in enumerate(group.outputs)]
+    kernel += ["#pragma unroll", "    for (int e = 0; e < VEC; ++e) {", "        const long long idx = base + e;"]
+    index, names = _unravel(lay, False, "idx", "i")
+    kernel += ["        " + line for line in index]
+    for item in group.inputs:
+        if item in direct:
+            kernel.append(f"        const float {item.var} = {item.var}_v[e];")
+        else:
+            kernel.append(f"        const float {item.var} = __ldg({item.var}_ptr + {_offset(lay.strides[item.var], names, dims)});")
+    kernel += [f"        const float {s.var} = {c_expr(s.expr)};" for s in group.steps]
+    kernel += [f"        out{k}_v[e] = {o.var};" for k, o in enumerate(group.outputs)]
+    kernel += ["    }"] + [f"    kp_store<VEC>(out{k}_ptr + base, out{k}_v);" for k in range(len(group.outputs))]
+    kernel = _prune(kernel + ["}"])
+    vector_pointers = [f"{i.var}" for i in direct] + [f"out{k}" for k in range(len(group.outputs))]
+    aligned = " | ".join(vector_pointers)
+    args = ", ".join([f"(const float*){i.var}" for i in group.inputs] + [f"(float*)out{k}" for k in
+                                                                         range(len(group.outputs))])
+    launcher = [f"    const bool vec4 = {'true' if n % 4 == 0 else 'false'} && config_vec == 4 && "
+                f"(({aligned}) & 15) == 0;",
+                f"    const long long per_block = (long long){threads} * (vec4 ? 4 : 1);",
+                f"    const unsigned blocks = (unsigned)(({n}LL + per_block - 1) / per_block);",
+                f"    if (vec4) {group.name}_kernel<4><<<blocks, {threads}, 0, (cudaStream_t)stream>>>({args});",
+                f"    else {group.name}_kernel<1><<<blocks, {threads}, 0, (cudaStream_t)stream>>>({args});"]
+    return kernel, [f"    const int config_vec = {config['vec']};"] + launcher
+
+
+# -- rows -----------------------------------------------------------------------------------------
+_IDENTITY = {"sum": "0.0f", "max": "(-INFINITY)", "min": "INFINITY", "argmax": "(-INFINITY)", "argmin": "INFINITY"}
+_COMBINE = {"sum": "{a} + {b}", "max": "fmaxf({a}, {b})", "min": "fminf({a}, {b})"}
+
+
+def _row(group: Group, config: dict) -> tuple[list[str], list[str]]:
+    lay = layout(group)
+    length, rows = group.row_length, group.row_count
+    warp = config["variant"] == "warp"
+    threads = 32 * config["rows_per_block"] if warp else config["threads"]
+    width = 32 if warp else threads
+    items = math.ceil(length / width)
+    cached = items <= CACHE_ITEMS
+    keep = [d for d, red in enumerate(lay.reduced) if not red]
+    red = [d for d, red_ in enumerate(lay.reduced) if red_]
+    row_index, keep_names = _unravel(lay, False, "row", "r")
+    col_index, col_names = _unravel(lay, True, "c", "c")
+    names = keep_names | col_names
+    full_inputs = [i for i in group.inputs if i.kind == "full"]
+    kernel = _comment(group) + [
+        f"// rows of {length} element(s): {'a warp' if warp else 'a block'} per row, {items} per thread"
+        + (", read once into registers" if cached else ", re-read every pass"),
+        f"__global__ void __launch_bounds__({threads}) {group.name}_kernel({', '.join(_params(group))}) {{"]
+    if warp:
+        kernel += [f"    const long long row = (long long)blockIdx.x * {config['rows_per_block']} + threadIdx.x / 32;",
+                   "    const int lane = threadIdx.x % 32;", f"    if (row >= {rows}LL) return;  // the whole warp"]
+    else:
+        kernel += ["    const long long row = blockIdx.x;", "    const int lane = threadIdx.x;"]
+    op_code = {"sum": 0, "max": 1, "min": 2}
+    kernel += ["    " + line for line in row_index]
+    for item in group.inputs:
+        if item.kind == "row":
+            kernel.append(f"    const float {item.var} = __ldg({item.var}_ptr + "
+                          f"{_offset(lay.strides[item.var], keep_names, keep)});")
+
+    passes = [_needed(group, [s.operand for s in group.steps if s.reduce and s.level == level], "full")
+              for level in range(1, group.levels() + 1)]
+    read_by_passes = {d for chosen in passes for s in chosen for d in s.deps} | {
+        s.operand for s in group.steps if s.reduce}
+    cache = [i for i in full_inputs if i.var in read_by_passes] if cached else []  # the rest: read where used
+
+    def loop(body: list[str], loads: list) -> list[str]:
+        out = ["#pragma unroll" if cached else "#pragma unroll 4", f"    for (int t = 0; t < {items}; ++t) {{",
+               f"        const long long c = lane + (long long)t * {width};",
+               f"        if (c >= {length}LL) break;"]
+        out += ["        " + line for line in col_index]
+        for item in loads:
+            if item in cache:
+                out.append(f"        const float {item.var} = {item.var}_c[t];")
+            else:
+                out.append(f"        const float {item.var} = __ldg({item.var}_ptr + "
+                           f"{_offset(lay.strides[item.var], names, keep + red)});")
+        return out + ["        " + line for line in body] + ["    }"]
+
+    if cache:  # one read of the row
+        kernel += [f"    float {i.var}_c[{items}];" for i in cache]
+        kernel += ["#pragma unroll", f"    for (int t = 0; t < {items}; ++t) {{",
+                   f"        const long long c = lane + (long long)t * {width};",
+                   f"        if (c >= {length}LL) break;"] + ["        " + line for line in col_index]
+        kernel += [f"        {i.var}_c[t] = __ldg({i.var}_ptr + {_offset(lay.strides[i.var], names, keep + red)});"
+                   for i in cache] + ["    }"]
+    row_steps = [s for s in group.steps if s.kind == "row" and not s.reduce]
+    kernel += [f"    const float {s.var} = {c_expr(s.expr)};" for s in row_steps if s.level == 0]
+
+    def steps(chosen: list[Step]) -> list[str]:
+        return [f"const float {s.var} = {c_expr(s.expr)};" for s in chosen if not s.reduce]
+
+    def used(chosen: list[Step], roots: list[str]) -> list:
+        wanted = {d for s in chosen for d in s.deps} | set(roots)
+        return [i for i in full_inputs if i.var in wanted]
+
+    for level in range(1, group.levels() + 1):
+        reductions = [s for s in group.steps if s.reduce and s.level == level]
+        roots = [s.operand for s in reductions]
+        chosen = _needed(group, roots, "full")
+        body = steps(chosen)
+        for s in reductions:
+            if s.reduce in ("argmax", "argmin"):
+                kernel += [f"    float acc_{s.var} = {_IDENTITY[s.reduce]};", f"    long long at_{s.var} = KP_NO_INDEX;"]
+                better = ">" if s.reduce == "argmax" else "<"
+                body.append(f"if (t == 0 || {s.operand} {better} acc_{s.var}) "
+                            f"{{ acc_{s.var} = {s.operand}; at_{s.var} = c; }}")
+            else:
+                kernel.append(f"    float acc_{s.var} = {_IDENTITY[s.reduce]};")
+                body.append(f"acc_{s.var} = {_COMBINE[s.reduce].format(a=f'acc_{s.var}', b=s.operand)};")
+        kernel += loop(body, used(chosen, roots))
+        for s in reductions:
+            if s.reduce in ("argmax", "argmin"):
+                largest = int(s.reduce == "argmax")
+                call = f"kp_warp_arg<{largest}>" if warp else f"kp_block_arg<{threads}, {largest}>"
+                kernel += [f"    {call}(acc_{s.var}, at_{s.var});", f"    const float {s.var} = (float)at_{s.var};"]
+            else:
+                call = f"kp_warp<{op_code[s.reduce]}>" if warp else f"kp_block<{threads}, {op_code[s.reduce]}>"
+                kernel.append(f"    const float {s.var} = {call}(acc_{s.var});")
+        kernel += [f"    const float {s.var} = {c_expr(s.expr)};" for s in row_steps if s.level == level]
+    full_outputs = [(k, o) for k, o in enumerate(group.outputs) if o.kind == "full"]
+    if full_outputs:
+        roots = [o.var for _, o in full_outputs]
+        chosen = _needed(group, roots, "full")
+        out_offset = _offset(lay.strides["full"], names, keep + red)
+        body = steps(chosen) + [f"out{k}_ptr[{out_offset}] = {o.var};" for k, o in full_outputs]
+        kernel += loop(body, used(chosen, roots))
+    row_outputs = [(k, o) for k, o in enumerate(group.outputs) if o.kind == "row"]
+    if row_outputs:
+        kernel.append("    if (lane == 0) {")
+        kernel += [f"        out{k}_ptr[row] = {'(long long)' if o.integer else ''}{o.var};" for k, o in row_outputs]
+        kernel.append("    }")
+    kernel = _prune(kernel + ["}"])
+    args = ", ".join([f"(const float*){i.var}" for i in group.inputs] + [
+        f"({'long long' if o.integer else 'float'}*)out{k}" for k, o in enumerate(group.outputs)])
+    blocks = math.ceil(rows / config["rows_per_block"]) if warp else rows
+    launcher = [f"    {group.name}_kernel<<<{blocks}u, {threads}, 0, (cudaStream_t)stream>>>({args});"]
+    return kernel, launcher
+
+
+# -- launch configurations ------------------------------------------------------------------------
+def configs(group: Group, device: Device = Device()) -> list[dict]:
+    """Threads per block and elements per thread (pointwise) or the row variant, best first."""
+    ranked = []
+    if group.kind == "pointwise":
+        n = math.prod(group.logical)
+        for threads in (128, 256, 512, 1024):
+            for vec in (4, 1):
+                blocks = math.ceil(n / (threads * vec))
+                resident = min(device.threads_per_sm // threads, device.blocks_per_sm)
+                waves = blocks / (device.sms * resident)
+                tail = waves / math.ceil(waves) if waves >= 1 else waves
+                score = tail * (1.0 if vec == 4 and n % 4 == 0 else 0.6) * (1.0 if threads == 256 else 0.95)
+                ranked.append((round(score, 6), {"threads": threads, "vec": vec}))
+    else:
+        length, rows = group.row_length, group.row_count
+        for per_block in (4, 8, 2, 16):
+            items = math.ceil(length / 32)
+            waves = rows / per_block / (device.sms * min(device.blocks_per_sm, 64 // per_block))
+            tail = min(1.0, waves)
+            score = tail * (1.0 if items <= CACHE_ITEMS else 0.5) * (1.0 if length <= 1024 else 0.6)
+            ranked.append((round(score, 6), {"variant": "warp", "rows_per_block": per_block}))
+        for threads in (128, 256, 512, 1024):
+            items = math.ceil(length / threads)
+            resident = min(device.threads_per_sm // threads, device.blocks_per_sm)
+            tail = min(1.0, rows / (device.sms * resident))
+            fill = min(1.0, length / threads)  # lanes with nothing to read are idle
+            score = tail * fill * (1.0 if items <= CACHE_ITEMS else 0.5) * (0.9 if length <= 1024 else 1.0)
+            ranked.append((round(score, 6), {"variant": "block", "threads": threads}))
+    ranked.sort(key=lambda item: (-item[0], sorted(item[1].items())))
+    return [dict(config, score=score) for score, config in ranked]
+
+
+def features(group: Group) -> dict:
+    return {"backend": "cuda", "kind": group.kind, "elements": math.prod(group.logical),
+            "row_length": group.row_length, "rows": group.row_count, "inputs": len(group.inputs),
+            "outputs": len(group.outputs), "steps": len(group.steps), "levels": group.levels(),
+            "bytes": group.bytes_moved()}
+
+
+# -- the source -----------------------------------------------------------------------------------
+PRELUDE = r'''#include <cuda_runtime.h>
+#include <math.h>
+#include <stdexcept>
+#include <string>
+
+#define KP_NO_INDEX 0x7fffffffffffffffLL
+
+__device__ __forceinline__ float kp_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+template <int VEC> __device__ __forceinline__ void kp_load(float* dst, const float* src) {
+    if constexpr (VEC == 4) *reinterpret_cast<float4*>(dst) = __ldg(reinterpret_cast<const float4*>(src));
+    else dst[0] = __ldg(src);
+}
+template <int VEC> __device__ __forceinline__ void kp_store(float* dst, const float* src) {
+    if constexpr (VEC == 4) *reinterpret_cast<float4*>(dst) = *reinterpret_cast<const float4*>(src);
+    else dst[0] = src[0];
+}
+
+// Warp reductions (OP 0: sum, 1: max, 2: min): five butterfly shuffles leave the result in every lane.
+template <int OP> __device__ __forceinline__ float kp_combine(float a, float b) {
+    return OP == 0 ? a + b : OP == 1 ? fmaxf(a, b) : fminf(a, b);
+}
+template <int OP> __device__ __forceinline__ float kp_warp(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = kp_combine<OP>(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+// The (value, index) of the largest (MAX = 1) or smallest value; ties go to the first index, like torch.
+template <int MAX> __device__ __forceinline__ void kp_warp_arg(float& v, long long& at) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float w = __shfl_xor_sync(0xffffffffu, v, o);
+        const long long b = __shfl_xor_sync(0xffffffffu, at, o);
+        if ((MAX ? w > v : w < v) || (w == v && b < at)) { v = w; at = b; }
+    }
+}
+// Block reductions: each warp reduces by shuffles, then every warp reduces the warps' results.
+template <int THREADS, int OP> __device__ __forceinline__ float kp_block(float v) {
+    __shared__ float part[32];
+    v = kp_warp<OP>(v);
+    __syncthreads();  // the buffer may still be read from the previous reduction
+    if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = v;
+    __syncthreads();
+    const float identity = OP == 0 ? 0.0f : OP == 1 ? -INFINITY : INFINITY;
+    return kp_warp<OP>(threadIdx.x % 32 < THREADS / 32 ? part[threadIdx.x % 32] : identity);
+}
+template <int THREADS, int MAX> __device__ __forceinline__ void kp_block_arg(float& v, long long& at) {
+    __shared__ float values[32];
+    __shared__ long long places[32];
+    kp_warp_arg<MAX>(v, at);
+    __syncthreads();
+    if (threadIdx.x % 32 == 0) { values[threadIdx.x / 32] = v; places[threadIdx.x / 32] = at; }
+    __syncthreads();
+    const bool live = threadIdx.x % 32 < THREADS / 32;
+    v = live ? values[threadIdx.x % 32] : (MAX ? -INFINITY : INFINITY);
+    at = live ? places[threadIdx.x % 32] : KP_NO_INDEX;
+    kp_warp_arg<MAX>(v, at);
+}
+
+static void kp_check(const char* name) {
+    const cudaError_t error = cudaGetLastError();
+    if (error != cudaSuccess) throw std::runtime_error(std::string(name) + ": " + cudaGetErrorString(error));
+}
+'''
+
+
+def render_group(group: Group, config: dict) -> tuple[str, str]:
+    """(kernel + extern "C" launcher as CUDA source, the launcher's C declaration)."""
+    kernel, launch = (_pointwise if group.kind == "pointwise" else _row)(group, config)
+    pointers = [i.var for i in group.inputs] + [f"out{k}" for k in range(len(group.outputs))]
+    signature = f'extern "C" void {group.name}_launch({", ".join(f"long long {p}" for p in pointers)}, long long stream)'
+    source = "\n".join(kernel + ["", signature + " {", f"    // launch: {_describe(config)}"] + launch + [
+        f'    kp_check("{group.name}");', "}"])
+    return source, signature + ";"
+
+
+def cuda_source(parts: list[tuple[str, str]]) -> str:
+    return PRELUDE + "\n" + "\n\n".join(source for source, _ in parts) + "\n"
+
+
+def render(groups: list[Group], chosen: list[dict]) -> str:
+    """One Python block: the CUDA source, its load_inline, and a wrapper per group (named like the group)."""
+    parts = [render_group(g, c) for g, c in zip(groups, chosen)]
+    source = cuda_source(parts)
+    declarations = "\n".join(decl for _, decl in parts)
+    name = "kp_cuda_" + hashlib.sha1(source.encode()).hexdigest()[:12]
+    lines = ["from torch.utils.cpp_extension import load_inline", "", f'_KP_CUDA_SOURCE = r"""{source}"""', "",
+             f'_KP_CUDA_DECLARATIONS = r"""{declarations}"""', "",
+             f"_kp_cuda = load_inline(name={name!r}, cpp_sources=[_KP_CUDA_DECLARATIONS],",
+             "                       cuda_sources=[_KP_CUDA_SOURCE],",
+             f"                       functions={[g.name + '_launch' for g in groups]!r},",
+             '                       extra_cuda_cflags=["-O3"], verbose=False)']
+    for group, config in zip(groups, chosen):
+        args = [i.var for i in group.inputs]
+        ops = " -> ".join(o for o in group.ops if o not in ("identity", "getitem"))
+        lines += ["", "", f"def {group.name}({', '.join(args)}):",
+                  f'    """{ops}: one CUDA kernel (launch: {_describe(config)})."""',
+                  f"    {', '.join(args)}{',' if len(args) == 1 else ''} = "
+                  f"{', '.join(a + '.contiguous()' for a in args)}{',' if len(args) == 1 else ''}"]
+        checks = " and ".join(f"{i.var}.shape == {tuple(i.shape)!r}" for i in group.inputs)
+        dtypes = " and ".join(f"{a}.dtype == torch.float32" for a in args)
+        lines.append(f'    assert {checks} and {dtypes}, "{group.name}: float32 inputs of the traced shapes"')
+        outs = []
+        for k, out in enumerate(group.outputs):
+            dtype = "torch.int64" if out.integer else "torch.float32"
+            lines.append(f"    out{k} = torch.empty({tuple(out.shape)!r}, device={args[0]}.device, dtype={dtype})")
+            outs.append(f"out{k}")
+        pointers = ", ".join(f"{a}.data_ptr()" for a in args + outs)
+        lines.append(f"    _kp_cuda.{group.name}_launch({pointers}, torch.cuda.current_stream().cuda_stream)")
+        lines.append(f"    return {outs[0] if len(outs) == 1 else '(' + ', '.join(outs) + ')'}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,230 @@
+"""A Triton GEMM with its epilogue inside: the alternative to a library matmul plus an epilogue kernel.
+
+`attach` finds the pointwise groups that are the epilogue of a matmul or linear
+(2-D weight, every use of the product inside the group) and marks them with a
+`Gemm`; `render` writes one kernel that tiles the product (grouped tile order so
+neighbouring programs share the panels they read, float32 accumulation), adds the
+bias, applies the epilogue's steps to the accumulator in registers and stores
+each output once. The library call and the round trip of its output through
+memory are gone.
+
+Precision: float32 operands are multiplied with `input_precision="ieee"` (plain
+FMA, like the reference) or "tf32x3" (three TF32 products, an error near
+float32's); plain "tf32" only where the `tf32_matmul` move allowed it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import operator
+from dataclasses import dataclass
+
+import torch
+import torch.fx as fx
+
+from kernelpro.offline.fusion import Group, _shape
+from kernelpro.offline.fusion_ops import _Attr
+from kernelpro.offline.triton_gen import Device, _block, _describe, _index_lines, _load, _next_pow2, _offset, layout
+
+MIN_SIZE = 16  # tl.dot wants every tile dimension >= 16; smaller products stay library calls
+SHARED_BYTES = 227 * 1024  # per block on sm_90
+
+
+@dataclass
+class Gemm:
+    node: fx.Node  # the matmul or linear
+    a: object  # fx.Node [..., K]
+    b: object  # fx.Node or _Attr: [N, K] for linear ("nk"), [K, N] for matmul ("kn")
+    bias: object | None
+    b_layout: str
+    m: int
+    n: int
+    k: int
+    a_shape: tuple[int, ...]
+    b_shape: tuple[int, ...]
+    var: str  # the epilogue's input that is the product
+    tf32: bool = False  # the tf32_matmul move is on
+
+    def sources(self) -> list:
+        return [self.a, self.b] + ([self.bias] if self.bias is not None else [])
+
+
+def _operands(gm: fx.GraphModule, node: fx.Node):
+    """(a, b, bias, b_layout) of a linear or a matmul of a matrix by a 2-D one; None otherwise."""
+    if node.op == "call_module":
+        module = gm.get_submodule(node.target)
+        if type(module) is not torch.nn.Linear or len(node.args) != 1:
+            return None
+        bias = _Attr(f"{node.target}.bias") if module.bias is not None else None
+        return node.args[0], _Attr(f"{node.target}.weight"), bias, "nk"
+    if node.op == "call_function" and node.target is torch.nn.functional.linear:
+        names = ("input", "weight", "bias")
+        bound = dict(zip(names, node.args)) | dict(node.kwargs)
+        if set(bound) - set(names) or "weight" not in bound:
+            return None
+        return bound["input"], bound["weight"], bound.get("bias"), "nk"
+    matmul = (node.op == "call_function" and node.target in (operator.matmul, torch.matmul, torch.mm)) or (
+        node.op == "call_method" and node.target in ("matmul", "mm"))
+    if matmul and len(node.args) == 2 and not node.kwargs:
+        return node.args[0], node.args[1], None, "kn"
+    return None
+
+
+def _attr_shape(gm: fx.GraphModule, value) -> tuple[int, ...] | None:
+    if isinstance(value, _Attr):
+        try:
+            return tuple(gm.get_parameter(value.target).shape)
+        except AttributeError:
+            return tuple(gm.get_buffer(value.target).shape)
+    return _shape(value) if isinstance(value, fx.Node) else None
+
+
+def _gemm_for(gm: fx.GraphModule, group: Group, tf32: bool) -> Gemm | None:
+    for item in group.inputs:
+        node = item.source
+        if not isinstance(node, fx.Node) or item.view != group.logical or _shape(node) != group.logical:
+            continue
+        operands = _operands(gm, node)
+        if operands is None or any(user not in group.nodes for user in node.users):
+            continue
+        a, b, bias, b_layout = operands
+        a_shape, b_shape = _attr_shape(gm, a), _attr_shape(gm, b)
+        if a_shape is None or b_shape is None or len(a_shape) < 2 or len(b_shape) != 2:
+            continue
+        n, k = (b_shape if b_layout == "nk" else b_shape[::-1])
+        m = math.prod(a_shape[:-1])
+        if a_shape[-1] != k or tuple(group.logical) != tuple(a_shape[:-1]) + (n,):
+            continue
+        if bias is not None and _attr_shape(gm, bias) != (n,):
+            continue
+        if min(m, n, k) < MIN_SIZE or max(m * k, n * k, m * n) >= 2**31:
+            continue
+        return Gemm(node, a, b, bias, b_layout, m, n, k, a_shape, b_shape, item.var, tf32)
+    return None
+
+
+def attach(gm: fx.GraphModule, groups: list[Group], tf32: bool) -> int:
+    """Mark the epilogue groups whose product a Triton GEMM can compute; how many."""
+    count = 0
+    for group in groups:
+        if group.kind == "pointwise" and group.after_anchor:
+            group.gemm = _gemm_for(gm, group, tf32)
+            if group.gemm is not None:
+                group.name = group.name.replace("fused_", "gemm_", 1)
+                count += 1
+    return count
+
+
+# -- launch configurations ------------------------------------------------------------------------
+_TILES = ((128, 128, 32, 8, 3), (128, 256, 32, 8, 3), (256, 128, 32, 8, 3), (128, 64, 32, 4, 4),
+          (64, 128, 32, 4, 4), (64, 64, 32, 4, 4), (64, 64, 64, 4, 3), (32, 64, 32, 4, 4), (64, 32, 32, 4, 4),
+          (32, 32, 32, 4, 3))
+
+
+def configs(group: Group, device: Device = Device()) -> list[dict]:
+    """Tile shapes x input precisions, best first: full last waves, then reuse per byte loaded."""
+    g = group.gemm
+    precisions = (("tf32", 1.0),) if g.tf32 else (("tf32x3", 1.0), ("ieee", 0.35))
+    ranked = []
+    for bm, bn, bk, warps, stages in _TILES:
+        if 4 * stages * bk * (bm + bn) > SHARED_BYTES or bm > max(32, _next_pow2(g.m)) \
+                or bn > max(32, _next_pow2(g.n)):
+            continue  # a tile far wider than the matrix only wastes lanes
+        tiles = math.ceil(g.m / bm) * math.ceil(g.n / bn)
+        waves = tiles / device.sms
+        tail = waves / math.ceil(waves) if waves >= 1 else waves
+        reuse = (bm * bn / (bm + bn)) / 64.0  # outputs per element loaded, against 128x128's
+        for precision, weight in precisions:
+            score = round(tail * math.sqrt(min(1.0, reuse)) * weight, 6)
+            ranked.append((score, {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "num_warps": warps,
+                                   "num_stages": stages, "precision": precision}))
+    ranked.sort(key=lambda item: (-item[0], sorted(item[1].items())))
+    return [dict(config, score=score) for score, config in ranked]
+
+
+def features(group: Group) -> dict:
+    g = group.gemm
+    return {"kind": "gemm", "m": g.m, "n": g.n, "k": g.k, "b_layout": g.b_layout, "bias": g.bias is not None,
+            "inputs": len(group.inputs), "outputs": len(group.outputs), "steps": len(group.steps),
+            "bytes": 4 * (g.m * g.k + g.n * g.k + g.m * g.n * len(group.outputs))}
+
+
+# -- the kernel -----------------------------------------------------------------------------------
+def _kernel(group: Group) -> list[str]:
+    g = group.gemm
+    rest = [i for i in group.inputs if i.var != g.var]
+    params = ["a_ptr", "b_ptr"] + (["bias_ptr"] if g.bias is not None else []) + [f"{i.var}_ptr" for i in rest]
+    params += [f"out{k}_ptr" for k in range(len(group.outputs))]
+    ops = " -> ".join(op for op in group.ops if op not in ("identity", "getitem"))
+    b_read = "weight [N, K]" if g.b_layout == "nk" else "[K, N]"
+    lines = ["@triton.jit",
+             f"def {group.name}_kernel({', '.join(params)}, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, "
+             "BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, PRECISION: tl.constexpr):",
+             f"    # [{g.m} x {g.k}] @ {b_read} -> [{g.m} x {g.n}]" + (" + bias" if g.bias is not None else "")
+             + f", float32 accumulate, then the epilogue in registers: {ops}"]
+    lines += [f"    #   {i.var}: {i.label} {list(i.shape)}" + (" (broadcast)" if i.view != group.logical else "")
+              for i in rest]
+    lines += ["    pid = tl.program_id(0)",
+              f"    tiles_m = tl.cdiv({g.m}, BLOCK_M)", f"    tiles_n = tl.cdiv({g.n}, BLOCK_N)",
+              "    # grouped order: GROUP_M row tiles in a row sweep the same columns of b while they are in cache",
+              "    width = GROUP_M * tiles_n", "    first_m = (pid // width) * GROUP_M",
+              "    rows_here = tl.minimum(tiles_m - first_m, GROUP_M)",
+              "    pid_m = first_m + (pid % width) % rows_here", "    pid_n = (pid % width) // rows_here",
+              "    r = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]",
+              "    j = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]",
+              "    kk = tl.arange(0, BLOCK_K)",
+              "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
+              f"    for start in range(0, {g.k}, BLOCK_K):",
+              "        ka = start + kk[None, :]", "        kb = start + kk[:, None]",
+              f"        a = tl.load(a_ptr + r * {g.k} + ka, mask=(r < {g.m}) & (ka < {g.k}), other=0.0)"]
+    b_offset = f"j * {g.k} + kb" if g.b_layout == "nk" else f"kb * {g.n} + j"
+    lines += [f"        b = tl.load(b_ptr + {b_offset}, mask=(kb < {g.k}) & (j < {g.n}), other=0.0)",
+              "        acc = tl.dot(a, b, acc, input_precision=PRECISION)",
+              f"    mask = (r < {g.m}) & (j < {g.n})"]
+    if g.bias is not None:
+        lines.append(f"    {g.var} = acc + tl.load(bias_ptr + j, mask=j < {g.n}, other=0.0).to(tl.float32)")
+    else:
+        lines.append(f"    {g.var} = acc")
+    # The epilogue's other inputs, indexed like a row kernel: kept dims from r, the last dim is j.
+    lay = layout(dataclasses.replace(group, reduced=frozenset({len(group.logical) - 1}), split={}))
+    keep = [d for d, red in enumerate(lay.reduced) if not red]
+    red = [d for d, red_ in enumerate(lay.reduced) if red_]
+    index, names = _index_lines(lay, False, "r", "r")
+    _, col_names = _index_lines(lay, True, "j", "c")
+    names |= col_names
+    row_set, col_set = {n for d, n in names.items() if d in keep}, {n for d, n in names.items() if d in red}
+    lines += ["    " + line for line in index]
+    for item in rest:
+        offset = _offset(lay.strides[item.var], names, keep + red)
+        lines.append(_load(item, offset if offset == "0" else _block(offset, row_set, col_set), "mask", "    "))
+    lines += [f"    {s.var} = {s.expr}" for s in group.steps]
+    out_offset = _block(_offset(lay.strides["full"], names, keep + red), row_set, col_set)
+    lines += [f"    tl.store(out{k}_ptr + {out_offset}, {o.var}, mask=mask)" for k, o in enumerate(group.outputs)]
+    return lines
+
+
+def render(group: Group, config: dict) -> str:
+    """The GEMM kernel and its wrapper, as source (the wrapper takes a, b, bias, then the epilogue's inputs)."""
+    g = group.gemm
+    rest = [i for i in group.inputs if i.var != g.var]
+    args = ["a", "b"] + (["bias"] if g.bias is not None else []) + [i.var for i in rest]
+    shapes = [g.a_shape, g.b_shape] + ([(g.n,)] if g.bias is not None else []) + [i.shape for i in rest]
+    ops = " -> ".join(o for o in group.ops if o not in ("identity", "getitem"))
+    lines = _kernel(group) + ["", "", f"def {group.name}({', '.join(args)}):",
+                              f'    """matmul + {ops}: one Triton GEMM with the epilogue inside '
+                              f'(launch: {_describe(config)})."""',
+                              f"    {', '.join(args)} = {', '.join(a + '.contiguous()' for a in args)}"]
+    checks = " and ".join(f"{a}.shape == {tuple(s)!r}" for a, s in zip(args, shapes))
+    lines.append(f'    assert {checks}, "{group.name}: input shapes differ from the traced ones"')
+    outs = []
+    for k, out in enumerate(group.outputs):
+        lines.append(f"    out{k} = torch.empty({tuple(out.shape)!r}, device=a.device, dtype=a.dtype)")
+        outs.append(f"out{k}")
+    bm, bn = config["BLOCK_M"], config["BLOCK_N"]
+    lines.append(f"    grid = (triton.cdiv({g.m}, {bm}) * triton.cdiv({g.n}, {bn}),)")
+    lines.append(f"    {group.name}_kernel[grid]({', '.join(args + outs)}, BLOCK_M={bm}, BLOCK_N={bn}, "
+                 f"BLOCK_K={config['BLOCK_K']}, GROUP_M={config['GROUP_M']}, PRECISION={config['precision']!r}, "
+                 f"num_warps={config['num_warps']}, num_stages={config['num_stages']})")
+    lines.append(f"    return {outs[0] if len(outs) == 1 else '(' + ', '.join(outs) + ')'}")
+    return "\n".join(lines) + "\n"

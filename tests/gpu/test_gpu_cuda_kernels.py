@@ -1,0 +1,165 @@
+"""GPU: the generated CUDA C++ kernels (`cuda_kernels`) and the Triton GEMM, against PyTorch.
+
+The candidates' CUDA source needs no torch header, so here it is compiled with
+`nvcc -shared` and loaded through ctypes in place of `load_inline` (seconds per
+problem instead of a torch extension build); the text is the candidate's own.
+The harness benchmark (`benchmarks/fusion_kernels.py --variants cuda`) runs the
+same candidates through the real `load_inline` and build cache.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import importlib.util
+import random
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import shrink
+from kernelpro.offline.worker import Problem
+
+pytestmark = pytest.mark.gpu
+ROOT = Path(__file__).resolve().parent.parent.parent
+EXAMPLES = sorted((ROOT / "examples" / "fusion").glob("*.py"))
+
+
+class _Library:
+    def __init__(self, path: Path, functions: list[str]):
+        library = ctypes.CDLL(str(path))
+        for name in functions:
+            function = getattr(library, name)
+            function.restype = None
+            setattr(self, name, self._call(function))
+
+    @staticmethod
+    def _call(function):
+        def call(*args):
+            function.argtypes = [ctypes.c_longlong] * len(args)
+            function(*args)
+        return call
+
+
+def _load_inline_with_nvcc(folder: Path):
+    def load_inline(name, cpp_sources, cuda_sources, functions, **_):
+        source = "\n".join(cuda_sources)
+        library = folder / f"{name}_{hashlib.sha1(source.encode()).hexdigest()[:8]}.so"
+        if not library.exists():
+            cu = library.with_suffix(".cu")
+            cu.write_text(source)
+            subprocess.run(["nvcc", "-O3", "-arch=native", "-shared", "-Xcompiler", "-fPIC", "-o", str(library),
+                            str(cu)], check=True, capture_output=True, text=True)
+        return _Library(library, functions)
+    return load_inline
+
+
+def _run(path: Path, moves: list[str], folder: Path, tune: dict | None = None, atol: float = 1e-4) -> list[dict]:
+    source, _, kernels = Problem(path, 42).build(moves, tune)
+    candidate = folder / f"{path.stem}_{uuid.uuid4().hex[:6]}.py"
+    candidate.write_text(source)
+    import torch.utils.cpp_extension as extension
+    real = extension.load_inline
+    extension.load_inline = _load_inline_with_nvcc(folder)
+    try:
+        name = f"kp_cuda_test_{uuid.uuid4().hex}"
+        spec = importlib.util.spec_from_file_location(name, candidate)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    finally:
+        extension.load_inline = real
+    init = module.get_init_inputs()
+    torch.manual_seed(42)
+    reference = module.Model(*init).cuda().eval()
+    torch.manual_seed(42)
+    new = module.ModelNew(*init).cuda().eval()
+    torch.manual_seed(7)
+    inputs = [i.cuda() if isinstance(i, torch.Tensor) else i for i in module.get_inputs()]
+    with torch.no_grad():
+        expected, got = reference(*inputs), new(*inputs)
+    torch.cuda.synchronize()
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    got = got if isinstance(got, tuple) else (got,)
+    for e, g in zip(expected, got, strict=True):
+        assert g.shape == e.shape and g.dtype == e.dtype
+        torch.testing.assert_close(g, e, atol=atol, rtol=1e-4)
+    return kernels
+
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+
+
+@needs_nvcc
+@pytest.mark.parametrize("size", ["small", "full"])
+def test_every_example_as_cuda_kernels(tmp_path, size):
+    for path in EXAMPLES:
+        problem = tmp_path / path.name
+        problem.write_text(shrink(path.read_text()) if size == "small" else path.read_text())
+        kernels = _run(problem, ["cuda_kernels"], tmp_path, atol=1e-4 if size == "small" else 5e-4)
+        assert kernels and all(k["backend"] == "cuda" for k in kernels)
+
+
+@needs_nvcc
+def test_every_launch_configuration_of_four_examples(tmp_path):
+    for stem in ("softmax_rows", "row_range", "groupnorm_silu", "swish_residual"):
+        problem = tmp_path / f"{stem}.py"
+        problem.write_text(shrink((ROOT / "examples" / "fusion" / f"{stem}.py").read_text()))
+        first = _run(problem, ["cuda_kernels"], tmp_path)
+        for rank in range(1, first[0]["configs"]):
+            _run(problem, ["cuda_kernels"], tmp_path, tune={first[0]["name"]: rank})
+
+
+ROW_OPS = ["x.sum(dim={d}, keepdim={k})", "x.mean(dim={d}, keepdim={k})", "torch.amax(x, dim={d}, keepdim={k})",
+           "x.var(dim={d}, keepdim={k})", "torch.logsumexp(x, dim={d}, keepdim={k})", "torch.softmax(x, dim={d})",
+           "F.log_softmax(x, dim={d})", "torch.argmax(x, dim={d}, keepdim={k})", "torch.argmin(x, dim={d})",
+           "F.normalize(x, dim={d})", "F.layer_norm(x, {tail})"]
+
+
+@needs_nvcc
+def test_random_row_operations_in_both_variants(tmp_path):
+    rng = random.Random(3)
+    for case in range(24):
+        shape = tuple(rng.choice([1, 3, 17, 32, 100, 513, 2049]) for _ in range(rng.randint(1, 3)))
+        if max(shape) == 1:
+            shape = shape + (77,)
+        op = rng.choice(ROW_OPS)
+        dim = rng.choice([d for d in range(-len(shape), 0) if shape[d] > 1])
+        line = op.format(d=dim, k=rng.choice([True, False]), tail=tuple(shape[dim:]))
+        prologue = rng.choice(["", "x = torch.exp(x * 0.3)"])
+        body = "\n        ".join(t for t in (prologue, f"return {line}") if t)
+        problem = tmp_path / f"row{case}.py"
+        problem.write_text("import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
+                           f"class Model(nn.Module):\n    def forward(self, x):\n        {body}\n\n\n"
+                           f"def get_inputs():\n    return [torch.randn{shape!r}]\n\n\n"
+                           "def get_init_inputs():\n    return []\n")
+        try:
+            first = _run(problem, ["cuda_kernels"], tmp_path, atol=2e-4)
+        except Exception as error:
+            raise AssertionError(f"{line} on {shape}: {error}") from error
+        if first[0]["kind"] != "row":
+            continue
+        built = Problem(problem, 42)  # the other variant too: warp per row <-> block per row
+        name, seen = first[0]["name"], {first[0]["config"]["variant"]}
+        for rank in range(1, first[0]["configs"]):
+            config = built.build(["cuda_kernels"], {name: rank})[2][0]["config"]
+            if config["variant"] not in seen:
+                seen.add(config["variant"])
+                _run(problem, ["cuda_kernels"], tmp_path, tune={name: rank}, atol=2e-4)
+        assert seen == {"warp", "block"}
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton")
+def test_triton_gemm_with_epilogue_on_the_gpu(tmp_path):
+    for stem in ("gemm_bias_gelu", "mlp_residual"):
+        problem = tmp_path / f"{stem}.py"
+        problem.write_text((ROOT / "examples" / "fusion" / f"{stem}.py").read_text())
+        kernels = _run(problem, ["triton_gemm"], tmp_path, atol=2e-3)
+        assert [k["kind"] for k in kernels] == ["gemm"]
+        for rank in (1, 2, 3):  # a few other tiles and the ieee precision
+            _run(problem, ["triton_gemm"], tmp_path, tune={kernels[0]["name"]: rank}, atol=2e-3)
