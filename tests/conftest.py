@@ -3,8 +3,11 @@ per session (each evaluation still gets its own fresh worker process)."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
+import sys
+import uuid
 import shutil
 from pathlib import Path
 
@@ -17,6 +20,35 @@ if shutil.which("nvidia-smi") is None and not os.path.exists("/dev/nvidia0"):
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 DATA = Path(__file__).parent / "data"
+
+
+def load_module(path: Path):
+    """Import a problem or candidate file under a fresh module name."""
+    name = f"kp_test_{uuid.uuid4().hex}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def compare_models(module, device: str = "cpu", atol: float = 1e-4) -> None:
+    """Run a candidate module's Model and ModelNew (same seeds) on the same inputs; outputs must match."""
+    import torch
+    init = module.get_init_inputs()
+    torch.manual_seed(42)
+    reference = module.Model(*init).to(device).eval()
+    torch.manual_seed(42)
+    new = module.ModelNew(*init).to(device).eval()
+    torch.manual_seed(7)
+    inputs = [i.to(device) if isinstance(i, torch.Tensor) else i for i in module.get_inputs()]
+    with torch.no_grad():
+        expected, got = reference(*inputs), new(*inputs)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    got = got if isinstance(got, tuple) else (got,)
+    for e, g in zip(expected, got, strict=True):
+        assert g.shape == e.shape and g.dtype == e.dtype
+        torch.testing.assert_close(g, e, atol=atol, rtol=1e-4)
 
 
 def shrink(text: str) -> str:

@@ -8,20 +8,16 @@ Golden files keep the generated source readable and stable.
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import re
-import sys
 import uuid
 from pathlib import Path
 
 import pytest
-import torch
 
 pytest.importorskip("triton")
 from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
 
-from conftest import shrink  # noqa: E402
+from conftest import compare_models, load_module, shrink  # noqa: E402
 from kernelpro.offline import triton_gen  # noqa: E402
 from kernelpro.offline.worker import Problem, expand  # noqa: E402
 
@@ -36,35 +32,12 @@ if os.environ.get("TRITON_INTERPRET") != "1":
                 allow_module_level=True)
 
 
-def load(path: Path):
-    name = f"kp_fusion_{uuid.uuid4().hex}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def check(problem_path: Path, moves=FUSE, tune=None, atol=1e-4) -> list[dict]:
     """Build the candidate, run Model and ModelNew on the same inputs, compare; the kernels made."""
     source, counts, kernels = Problem(problem_path, 42).build(moves, tune)
     candidate = problem_path.with_name(problem_path.stem + "_new.py")
     candidate.write_text(source)
-    module = load(candidate)
-    init = module.get_init_inputs()
-    torch.manual_seed(42)
-    reference = module.Model(*init).eval()
-    torch.manual_seed(42)
-    new = module.ModelNew(*init).eval()
-    torch.manual_seed(7)
-    inputs = module.get_inputs()
-    with torch.no_grad():
-        expected, got = reference(*inputs), new(*inputs)
-    expected = expected if isinstance(expected, tuple) else (expected,)
-    got = got if isinstance(got, tuple) else (got,)
-    for e, g in zip(expected, got, strict=True):
-        assert g.shape == e.shape and g.dtype == e.dtype
-        torch.testing.assert_close(g, e, atol=atol, rtol=1e-4)
+    compare_models(load_module(candidate), atol=atol)
     return kernels
 
 

@@ -26,8 +26,10 @@ import hashlib
 import math
 import re
 
+from kernelpro.offline import triton_gen
 from kernelpro.offline.fusion import Group, Step
-from kernelpro.offline.triton_gen import Device, Layout, _describe, _needed, layout
+from kernelpro.offline.triton_gen import (Device, Dialect, Layout, _describe, _header, _index_lines, _inputs_doc,
+                                          _needed, layout)
 
 CACHE_ITEMS = 16  # a row of at most this many items per thread stays in registers between passes
 
@@ -77,24 +79,15 @@ def c_expr(expr: str) -> str:
 
 
 # -- indexing -------------------------------------------------------------------------------------
+C = Dialect(divide="/", integer="LL", declare="const long long {name} = {expr};")
+
+
 def _unravel(lay: Layout, reduced: bool, source: str, prefix: str) -> tuple[list[str], dict[int, str]]:
-    dims = [d for d, red in enumerate(lay.reduced) if red == reduced]
-    if len(dims) == 1:
-        return [], {dims[0]: source}
-    lines, names = [], {}
-    for position, d in enumerate(dims):
-        divisor = math.prod(lay.sizes[e] for e in dims[position + 1:])
-        expr = source if divisor == 1 else f"({source} / {divisor}LL)"
-        if position:
-            expr = f"{expr} % {lay.sizes[d]}LL"
-        names[d] = f"{prefix}{position}"
-        lines.append(f"const long long {names[d]} = {expr};")
-    return lines, names
+    return _index_lines(lay, reduced, source, prefix, C)
 
 
 def _offset(strides: list[int], names: dict[int, str], dims: list[int]) -> str:
-    terms = [names[d] if strides[d] == 1 else f"{names[d]} * {strides[d]}LL" for d in dims if strides[d]]
-    return " + ".join(terms) or "0"
+    return triton_gen._offset(strides, names, dims, C)
 
 
 def _prune(lines: list[str]) -> list[str]:
@@ -115,12 +108,7 @@ def _params(group: Group) -> list[str]:
 
 
 def _comment(group: Group) -> list[str]:
-    ops = " -> ".join(op for op in group.ops if op not in ("identity", "getitem"))
-    shape = "x".join(str(s) for s in group.logical)
-    what = "epilogue of the library call before it: " if group.after_anchor else ""
-    return [f"// {group.name}: {what}{ops} over [{shape}], float32 math"] + [
-        f"//   {i.var}: {i.label} {list(i.shape)}" + (" (broadcast)" if i.view != group.logical else "")
-        for i in group.inputs]
+    return [f"// {group.name}: {_header(group)}"] + _inputs_doc(group, comment="//")
 
 
 # -- pointwise ------------------------------------------------------------------------------------
@@ -154,13 +142,13 @@ def _pointwise(group: Group, config: dict) -> tuple[list[str], list[str]]:
     aligned = " | ".join(vector_pointers)
     args = ", ".join([f"(const float*){i.var}" for i in group.inputs] + [f"(float*)out{k}" for k in
                                                                          range(len(group.outputs))])
-    launcher = [f"    const bool vec4 = {'true' if n % 4 == 0 else 'false'} && config_vec == 4 && "
-                f"(({aligned}) & 15) == 0;",
+    vectors = n % 4 == 0 and config["vec"] == 4  # then only the pointers' alignment is left to check
+    launcher = [f"    const bool vec4 = (({aligned}) & 15) == 0;" if vectors else "    const bool vec4 = false;",
                 f"    const long long per_block = (long long){threads} * (vec4 ? 4 : 1);",
                 f"    const unsigned blocks = (unsigned)(({n}LL + per_block - 1) / per_block);",
                 f"    if (vec4) {group.name}_kernel<4><<<blocks, {threads}, 0, (cudaStream_t)stream>>>({args});",
                 f"    else {group.name}_kernel<1><<<blocks, {threads}, 0, (cudaStream_t)stream>>>({args});"]
-    return kernel, [f"    const int config_vec = {config['vec']};"] + launcher
+    return kernel, launcher
 
 
 # -- rows -----------------------------------------------------------------------------------------
@@ -234,10 +222,9 @@ def _row(group: Group, config: dict) -> tuple[list[str], list[str]]:
         wanted = {d for s in chosen for d in s.deps} | set(roots)
         return [i for i in full_inputs if i.var in wanted]
 
-    for level in range(1, group.levels() + 1):
+    for level, chosen in enumerate(passes, start=1):
         reductions = [s for s in group.steps if s.reduce and s.level == level]
         roots = [s.operand for s in reductions]
-        chosen = _needed(group, roots, "full")
         body = steps(chosen)
         for s in reductions:
             if s.reduce in ("argmax", "argmin"):
@@ -413,9 +400,8 @@ def render(groups: list[Group], chosen: list[dict]) -> str:
              '                       extra_cuda_cflags=["-O3"], verbose=False)']
     for group, config in zip(groups, chosen):
         args = [i.var for i in group.inputs]
-        ops = " -> ".join(o for o in group.ops if o not in ("identity", "getitem"))
         lines += ["", "", f"def {group.name}({', '.join(args)}):",
-                  f'    """{ops}: one CUDA kernel (launch: {_describe(config)})."""',
+                  f'    """{group.fused_ops}: one CUDA kernel (launch: {_describe(config)})."""',
                   f"    {', '.join(args)}{',' if len(args) == 1 else ''} = "
                   f"{', '.join(a + '.contiguous()' for a in args)}{',' if len(args) == 1 else ''}"]
         checks = " and ".join(f"{i.var}.shape == {tuple(i.shape)!r}" for i in group.inputs)

@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.fx as fx
 
-from kernelpro.offline.fusion_ops import INPLACE_METHODS, Resolved, Unsupported, _Attr, emit_pointwise, lit, resolve
+from kernelpro.offline.fusion_ops import (INPLACE_METHODS, Resolved, Unsupported, _Attr, attr_shape, emit_pointwise,
+                                          lit, resolve)
 from kernelpro.offline.fxpasses import meta
 
 MAX_ONE_PASS = 16384  # the longest row the one-pass variant keeps in registers (elements)
@@ -82,6 +83,11 @@ class Group:
     after_anchor: bool = False  # reads a matmul/conv output: an epilogue
     name: str = ""
     gemm: object = None  # a `gemm.Gemm` when a Triton GEMM computes the product this epilogue reads
+
+    @property
+    def fused_ops(self) -> str:
+        """The reference's ops this group computes, for comments and docstrings."""
+        return " -> ".join(op for op in self.ops if op not in ("identity", "getitem"))
 
     @property
     def row_length(self) -> int:
@@ -207,7 +213,7 @@ class _Builder:
             if isinstance(entry, list):
                 raise Unsupported("a (values, indices) pair used as a tensor")
             return entry
-        shape = self._attr_shape(value) if isinstance(value, _Attr) else _shape(value)
+        shape = attr_shape(self.gm, value) if isinstance(value, _Attr) else _shape(value)
         if shape is None:
             raise Unsupported("an input without a known shape")
         logical = self.group.logical
@@ -390,12 +396,6 @@ class _Builder:
                     out = self.expr(f"({out} {symbol} {param})", "full")
         kind = next(s.kind for s in self.group.steps if s.var == out)
         self.vars[node] = (out, kind, shape if kind == "row" else self.group.logical)
-
-    def _attr_shape(self, attr: _Attr) -> tuple[int, ...]:
-        try:
-            return tuple(self.gm.get_parameter(attr.target).shape)
-        except AttributeError:
-            return tuple(self.gm.get_buffer(attr.target).shape)
 
 
 def build(gm: fx.GraphModule, kind: str, logical: tuple, reduced: frozenset, split: dict,

@@ -293,6 +293,13 @@ class _Attr:
     target: str
 
 
+def attr_shape(gm: fx.GraphModule, attr: _Attr) -> tuple[int, ...]:
+    try:
+        return tuple(gm.get_parameter(attr.target).shape)
+    except AttributeError:
+        return tuple(gm.get_buffer(attr.target).shape)
+
+
 def resolve(gm: fx.GraphModule, node: fx.Node) -> Resolved | None:
     """The op a node performs, with bound arguments; None when the generator has no kernel for it."""
     try:

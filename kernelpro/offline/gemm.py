@@ -24,8 +24,9 @@ import torch
 import torch.fx as fx
 
 from kernelpro.offline.fusion import Group, _shape
-from kernelpro.offline.fusion_ops import _Attr
-from kernelpro.offline.triton_gen import Device, _block, _describe, _index_lines, _load, _next_pow2, _offset, layout
+from kernelpro.offline.fusion_ops import _Attr, attr_shape
+from kernelpro.offline.triton_gen import (Device, _block, _describe, _index_lines, _inputs_doc, _load, _next_pow2,
+                                          _offset, layout)
 
 MIN_SIZE = 16  # tl.dot wants every tile dimension >= 16; smaller products stay library calls
 SHARED_BYTES = 227 * 1024  # per block on sm_90
@@ -71,12 +72,9 @@ def _operands(gm: fx.GraphModule, node: fx.Node):
     return None
 
 
-def _attr_shape(gm: fx.GraphModule, value) -> tuple[int, ...] | None:
+def _operand_shape(gm: fx.GraphModule, value) -> tuple[int, ...] | None:
     if isinstance(value, _Attr):
-        try:
-            return tuple(gm.get_parameter(value.target).shape)
-        except AttributeError:
-            return tuple(gm.get_buffer(value.target).shape)
+        return attr_shape(gm, value)
     return _shape(value) if isinstance(value, fx.Node) else None
 
 
@@ -89,14 +87,14 @@ def _gemm_for(gm: fx.GraphModule, group: Group, tf32: bool) -> Gemm | None:
         if operands is None or any(user not in group.nodes for user in node.users):
             continue
         a, b, bias, b_layout = operands
-        a_shape, b_shape = _attr_shape(gm, a), _attr_shape(gm, b)
+        a_shape, b_shape = _operand_shape(gm, a), _operand_shape(gm, b)
         if a_shape is None or b_shape is None or len(a_shape) < 2 or len(b_shape) != 2:
             continue
         n, k = (b_shape if b_layout == "nk" else b_shape[::-1])
         m = math.prod(a_shape[:-1])
         if a_shape[-1] != k or tuple(group.logical) != tuple(a_shape[:-1]) + (n,):
             continue
-        if bias is not None and _attr_shape(gm, bias) != (n,):
+        if bias is not None and _operand_shape(gm, bias) != (n,):
             continue
         if min(m, n, k) < MIN_SIZE or max(m * k, n * k, m * n) >= 2**31:
             continue
@@ -156,15 +154,13 @@ def _kernel(group: Group) -> list[str]:
     rest = [i for i in group.inputs if i.var != g.var]
     params = ["a_ptr", "b_ptr"] + (["bias_ptr"] if g.bias is not None else []) + [f"{i.var}_ptr" for i in rest]
     params += [f"out{k}_ptr" for k in range(len(group.outputs))]
-    ops = " -> ".join(op for op in group.ops if op not in ("identity", "getitem"))
     b_read = "weight [N, K]" if g.b_layout == "nk" else "[K, N]"
     lines = ["@triton.jit",
              f"def {group.name}_kernel({', '.join(params)}, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, "
              "BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, PRECISION: tl.constexpr):",
              f"    # [{g.m} x {g.k}] @ {b_read} -> [{g.m} x {g.n}]" + (" + bias" if g.bias is not None else "")
-             + f", float32 accumulate, then the epilogue in registers: {ops}"]
-    lines += [f"    #   {i.var}: {i.label} {list(i.shape)}" + (" (broadcast)" if i.view != group.logical else "")
-              for i in rest]
+             + f", float32 accumulate, then the epilogue in registers: {group.fused_ops}"]
+    lines += _inputs_doc(group, rest)
     lines += ["    pid = tl.program_id(0)",
               f"    tiles_m = tl.cdiv({g.m}, BLOCK_M)", f"    tiles_n = tl.cdiv({g.n}, BLOCK_N)",
               "    # grouped order: GROUP_M row tiles in a row sweep the same columns of b while they are in cache",
@@ -210,9 +206,8 @@ def render(group: Group, config: dict) -> str:
     rest = [i for i in group.inputs if i.var != g.var]
     args = ["a", "b"] + (["bias"] if g.bias is not None else []) + [i.var for i in rest]
     shapes = [g.a_shape, g.b_shape] + ([(g.n,)] if g.bias is not None else []) + [i.shape for i in rest]
-    ops = " -> ".join(o for o in group.ops if o not in ("identity", "getitem"))
     lines = _kernel(group) + ["", "", f"def {group.name}({', '.join(args)}):",
-                              f'    """matmul + {ops}: one Triton GEMM with the epilogue inside '
+                              f'    """matmul + {group.fused_ops}: one Triton GEMM with the epilogue inside '
                               f'(launch: {_describe(config)})."""',
                               f"    {', '.join(args)} = {', '.join(a + '.contiguous()' for a in args)}"]
     checks = " and ".join(f"{a}.shape == {tuple(s)!r}" for a, s in zip(args, shapes))

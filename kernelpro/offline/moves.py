@@ -69,9 +69,11 @@ MOVES: dict[str, Move] = {m.name: m for m in (
          cuda_only=True),
 )}
 
-#: Moves that generate the same groups with another backend: a candidate takes one of each pair.
-EXCLUSIVE = {"cuda_kernels": ("fuse_reductions", "fuse_pointwise"), "fuse_reductions": ("cuda_kernels",),
-             "fuse_pointwise": ("cuda_kernels",)}
+#: The backends that generate the fused groups; a candidate takes the moves of one of them.
+BACKENDS = {"triton": ("fuse_reductions", "fuse_pointwise"), "cuda": ("cuda_kernels",)}
+#: move -> the moves of the other backends
+EXCLUSIVE = {move: tuple(other for name, others in BACKENDS.items() if name != backend for other in others)
+             for backend, moves in BACKENDS.items() for move in moves}
 #: Applied in this order whatever order the search chose them in, so a set of moves is one candidate.
 ORDER = list(MOVES)
 #: Walks one generated kernel down its ranked launch configurations: "tune:<kernel name>".

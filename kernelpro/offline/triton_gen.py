@@ -98,7 +98,19 @@ def layout(group: Group) -> Layout:
     return Layout(merged_sizes, merged_reduced, merged)
 
 
-def _index_lines(layout_: Layout, reduced: bool, source: str, prefix: str) -> tuple[list[str], dict[int, str]]:
+@dataclass(frozen=True)
+class Dialect:
+    """How index arithmetic is written: Triton's Python, or C (`cuda_gen`)."""
+    divide: str = "//"
+    integer: str = ""  # suffix of an integer literal
+    declare: str = "{name} = {expr}"
+
+
+TRITON = Dialect()
+
+
+def _index_lines(layout_: Layout, reduced: bool, source: str, prefix: str,
+                 dialect: Dialect = TRITON) -> tuple[list[str], dict[int, str]]:
     """Unravel `source` over the kept (or reduced) dims; (lines, dim -> index name)."""
     dims = [d for d, red in enumerate(layout_.reduced) if red == reduced]
     lines, names = [], {}
@@ -106,11 +118,11 @@ def _index_lines(layout_: Layout, reduced: bool, source: str, prefix: str) -> tu
         return lines, {dims[0]: source}
     for position, d in enumerate(dims):
         divisor = math.prod(layout_.sizes[e] for e in dims[position + 1:])
-        expr = source if divisor == 1 else f"({source} // {divisor})"
+        expr = source if divisor == 1 else f"({source} {dialect.divide} {divisor}{dialect.integer})"
         if position:
-            expr = f"{expr} % {layout_.sizes[d]}"
+            expr = f"{expr} % {layout_.sizes[d]}{dialect.integer}"
         name = f"{prefix}{position}"
-        lines.append(f"{name} = {expr}")
+        lines.append(dialect.declare.format(name=name, expr=expr))
         names[d] = name
     return lines, names
 
@@ -132,28 +144,28 @@ def _load(item, offset: str, mask: str, indent: str) -> str:
     return f"{indent}{item.var} = tl.load({item.var}_ptr + {offset}, mask={mask}, other=0.0).to(tl.float32)"
 
 
-def _offset(strides: list[int], names: dict[int, str], dims: list[int]) -> str:
-    terms = [names[d] if strides[d] == 1 else f"{names[d]} * {strides[d]}" for d in dims if strides[d]]
+def _offset(strides: list[int], names: dict[int, str], dims: list[int], dialect: Dialect = TRITON) -> str:
+    terms = [names[d] if strides[d] == 1 else f"{names[d]} * {strides[d]}{dialect.integer}" for d in dims
+             if strides[d]]
     return " + ".join(terms) or "0"
 
 
 # -- kernels --------------------------------------------------------------------------------------
 def _header(group: Group) -> str:
-    ops = " -> ".join(op for op in group.ops if op not in ("identity", "getitem"))
     what = "epilogue of the library call before it: " if group.after_anchor else ""
     shape = "x".join(str(s) for s in group.logical)
-    return f"    # {what}{ops} over [{shape}], float32 math"
+    return f"{what}{group.fused_ops} over [{shape}], float32 math"
 
 
-def _inputs_doc(group: Group) -> list[str]:
-    return [f"    #   {i.var}: {i.label} {list(i.shape)}" + (" (broadcast)" if i.view != group.logical else "")
-            for i in group.inputs]
+def _inputs_doc(group: Group, inputs=None, comment: str = "    #") -> list[str]:
+    return [f"{comment}   {i.var}: {i.label} {list(i.shape)}" + (" (broadcast)" if i.view != group.logical else "")
+            for i in (group.inputs if inputs is None else inputs)]
 
 
 def _pointwise_kernel(group: Group, lay: Layout) -> list[str]:
     params = [f"{i.var}_ptr" for i in group.inputs] + [f"out{k}_ptr" for k in range(len(group.outputs))]
     lines = ["@triton.jit", f"def {group.name}_kernel({', '.join(params)}, n_elements, BLOCK: tl.constexpr):",
-             _header(group)] + _inputs_doc(group)
+             "    # " + _header(group)] + _inputs_doc(group)
     lines += ["    idx = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)", "    mask = idx < n_elements"]
     index, names = _index_lines(lay, False, "idx", "i")
     lines += ["    " + line for line in index]
@@ -189,7 +201,7 @@ def _row_kernel(group: Group, lay: Layout, looped: bool) -> list[str]:
     length = group.row_length
     lines = ["@triton.jit",
              f"def {group.name}_kernel({', '.join(params)}, n_rows, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):",
-             _header(group) + f"; rows of {length} reduced element(s), "
+             "    # " + _header(group) + f"; rows of {length} reduced element(s), "
              + ("a loop over each row per pass" if looped else "each row in registers, one pass")]
     lines += _inputs_doc(group)
     lines += ["    r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)[:, None]", "    row_mask = r < n_rows"]
@@ -337,7 +349,7 @@ def render(group: Group, config: dict) -> str:
     args = [i.var for i in group.inputs]
     first_float = args[0]
     lines = kernel + ["", "", f"def {group.name}({', '.join(args)}):",
-                      f'    """{" -> ".join(o for o in group.ops if o not in ("identity", "getitem"))}: one Triton '
+                      f'    """{group.fused_ops}: one Triton '
                       f'kernel (launch: {_describe(config)})."""']
     lines.append(f"    {', '.join(args)}{',' if len(args) == 1 else ''} = "
                  f"{', '.join(a + '.contiguous()' for a in args)}{',' if len(args) == 1 else ''}")

@@ -98,12 +98,12 @@ class Problem:
                             cuda_configs.append(ranked[rank])
                         else:
                             sources.append(generator.render(group, ranked[rank]))
-                        kind = "gemm" if group.gemm else group.kind
-                        kernels.append({"name": group.name, "kind": kind, "backend": "cuda" if generator is cuda_gen
-                                        else "triton", "ops": group.ops, "rank": rank, "configs": len(ranked),
-                                        "config": ranked[rank], "features": generator.features(group),
-                                        "after_anchor": group.after_anchor,
-                                        "bytes": generator.features(group)["bytes"]})
+                        features = generator.features(group)
+                        kernels.append({"name": group.name, "kind": "gemm" if group.gemm else group.kind,
+                                        "backend": "cuda" if generator is cuda_gen else "triton", "ops": group.ops,
+                                        "rank": rank, "configs": len(ranked), "config": ranked[rank],
+                                        "features": features, "after_anchor": group.after_anchor,
+                                        "bytes": features["bytes"]})
                     if cuda_groups:  # one extension for every CUDA kernel of the candidate: one build
                         sources.append(cuda_gen.render(cuda_groups, cuda_configs))
                     fusion.replace(gm, groups)

@@ -15,14 +15,13 @@ import importlib.util
 import random
 import shutil
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import shrink
+from conftest import compare_models, load_module, shrink
 from kernelpro.offline.worker import Problem
 
 pytestmark = pytest.mark.gpu
@@ -67,28 +66,10 @@ def _run(path: Path, moves: list[str], folder: Path, tune: dict | None = None, a
     real = extension.load_inline
     extension.load_inline = _load_inline_with_nvcc(folder)
     try:
-        name = f"kp_cuda_test_{uuid.uuid4().hex}"
-        spec = importlib.util.spec_from_file_location(name, candidate)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
+        module = load_module(candidate)
     finally:
         extension.load_inline = real
-    init = module.get_init_inputs()
-    torch.manual_seed(42)
-    reference = module.Model(*init).cuda().eval()
-    torch.manual_seed(42)
-    new = module.ModelNew(*init).cuda().eval()
-    torch.manual_seed(7)
-    inputs = [i.cuda() if isinstance(i, torch.Tensor) else i for i in module.get_inputs()]
-    with torch.no_grad():
-        expected, got = reference(*inputs), new(*inputs)
-    torch.cuda.synchronize()
-    expected = expected if isinstance(expected, tuple) else (expected,)
-    got = got if isinstance(got, tuple) else (got,)
-    for e, g in zip(expected, got, strict=True):
-        assert g.shape == e.shape and g.dtype == e.dtype
-        torch.testing.assert_close(g, e, atol=atol, rtol=1e-4)
+    compare_models(module, "cuda", atol)
     return kernels
 
 
