@@ -13,7 +13,14 @@ evaluation, and torch.compile in the first variant's). Variants:
 This is one step of what `kernelpro search` does, without the search: no other
 moves, no tuning.
 
+With `--profile`, each correct candidate also goes through stage 1 of
+`kernelpro profile` (torch.profiler timeline, then ncu's speed of light and DRAM
+bytes on every kernel): per generated kernel its time, the tools' floor (DRAM
+bytes over the measured copy bandwidth) and the share of the floor it reaches.
+`--no-eval` skips the harness and only profiles.
+
     python benchmarks/fusion_kernels.py --variants triton,cuda,gemm --json out.json [problems...]
+    python benchmarks/fusion_kernels.py --variants cuda --profile --no-eval --json bandwidth.json
 """
 
 from __future__ import annotations
@@ -48,6 +55,38 @@ def candidate(problem: Path, folder: Path, moves: list[str], variant: str) -> tu
     return path, answer["kernels"]
 
 
+def kernel_floors(problem: Path, path: Path, kernels: list[dict]) -> dict:
+    """Stage 1 of `kernelpro profile` on the candidate: each generated kernel's time against its floor.
+
+    The tools' floor counts the DRAM bytes ncu measured (cold caches), so a kernel that
+    reads its input twice has a floor twice as high; `groups` also holds each group's
+    time against its ideal bytes (every input read once, every output written once).
+    """
+    from kernelpro.cli_profile import run_profile
+    from kernelpro.tools.ncu import base_name
+    document = run_profile(problem, candidate=path, device="cuda", tools=[], share=1.0, time_limit_s=300)
+    bandwidth = document["ceilings"]["bandwidth_gbps"]
+    rows, groups = [], {k["name"]: {"group": k["name"], "ms": 0.0, "ideal_ms": k["features"]["bytes"] / bandwidth / 1e6}
+                        for k in kernels if "bytes" in k.get("features", {})}
+    for entry in document["kernels"]:
+        name = base_name(entry["name"])
+        group = next((n for n in (k["name"] for k in kernels) if name.startswith(n + "_")), None)
+        if group is None:
+            continue  # library kernels (matmul, conv) and copies
+        launches = max(entry["launches_per_call"], 1e-9)
+        floor = entry["floor_ms"]
+        rows.append({"kernel": name, "group": group, "launches": entry["launches_per_call"],
+                     "ms": entry["ms_per_call"] / launches, "floor_ms": floor / launches if floor else None,
+                     "floor_share": floor / entry["ms_per_call"] if floor else None,
+                     "dram_bytes": entry["bytes_per_call"], "class": entry["roofline_class"],
+                     "memory_pct": entry["memory_pct"], "source": entry["source"]})
+        if group in groups:
+            groups[group]["ms"] += entry["ms_per_call"]
+    for record in groups.values():
+        record["ideal_share"] = record["ideal_ms"] / record["ms"] if record["ms"] else None
+    return {"kernels": rows, "groups": list(groups.values()), "bandwidth_gbps": bandwidth}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("problems", nargs="*", type=Path,
@@ -55,6 +94,8 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--keep", type=Path, help="keep the generated candidates here")
     parser.add_argument("--variants", default="triton", help="comma-separated: " + ", ".join(VARIANTS))
+    parser.add_argument("--profile", action="store_true", help="each generated kernel's time against its floor")
+    parser.add_argument("--no-eval", action="store_true", help="skip the harness (with --profile: profile only)")
     args = parser.parse_args()
     variants = [v for v in args.variants.split(",") if v]
     unknown = [v for v in variants if v not in VARIANTS]
@@ -70,24 +111,57 @@ def main() -> None:
             path, kernels = candidate(problem, folder, VARIANTS[variant], variant)
             if path is None:
                 continue
-            result = run_eval(problem, path, device="cuda", baseline="compile" if compile_ms is None else "eager")
-            if compile_ms is None and result.reference_compile:
-                compile_ms = result.reference_compile.median_ms
-            ms = result.candidate.median_ms if result.candidate else None
-            row = {"problem": problem.stem, "variant": variant,
-                   "verdict": str(getattr(result.verdict, "value", result.verdict)),
-                   "kernels": [k["name"] for k in kernels], "configs": [k["config"] for k in kernels],
-                   "eager_ms": result.reference.median_ms if result.reference else None,
-                   "compile_ms": compile_ms, "candidate_ms": ms, "speedup": result.speedup,
-                   "speedup_vs_compile": compile_ms / ms if compile_ms and ms else None,
-                   "floor_ms": result.floor.floor_ms if result.floor else None,
-                   "memory_floor_ms": result.floor.memory_floor_ms if result.floor else None,
-                   "seconds": time.perf_counter() - started, "reason": result.reason}
+            row = {"problem": problem.stem, "variant": variant, "kernels": [k["name"] for k in kernels],
+                   "configs": [k["config"] for k in kernels]}
+            if not args.no_eval:
+                result = run_eval(problem, path, device="cuda",
+                                  baseline="compile" if compile_ms is None else "eager")
+                if compile_ms is None and result.reference_compile:
+                    compile_ms = result.reference_compile.median_ms
+                ms = result.candidate.median_ms if result.candidate else None
+                row.update({"verdict": str(getattr(result.verdict, "value", result.verdict)),
+                            "eager_ms": result.reference.median_ms if result.reference else None,
+                            "compile_ms": compile_ms, "candidate_ms": ms, "speedup": result.speedup,
+                            "speedup_vs_compile": compile_ms / ms if compile_ms and ms else None,
+                            "floor_ms": result.floor.floor_ms if result.floor else None,
+                            "memory_floor_ms": result.floor.memory_floor_ms if result.floor else None,
+                            "reason": result.reason})
+            if args.profile and row.get("verdict", "correct") == "correct":
+                try:
+                    row["kernel_floors"] = kernel_floors(problem, path, kernels)
+                except Exception as error:  # a failed profile is reported in the row, the run goes on
+                    row["profile_error"] = f"{type(error).__name__}: {error}"
+            row["seconds"] = time.perf_counter() - started
             rows.append(row)
             print(json.dumps(row), flush=True)
             if args.json:
                 args.json.parent.mkdir(parents=True, exist_ok=True)
                 args.json.write_text(json.dumps(rows, indent=2))
+    if not args.no_eval:
+        summary(rows, variants)
+    floors = [(r, k) for r in rows for k in r.get("kernel_floors", {}).get("kernels", [])]
+    if floors:
+        print("\n| problem | variant | kernel | class | us | floor us | floor share |")
+        print("|---|---|---|---|---|---|---|")
+        for r, k in floors:
+            floor = f"{1e3 * k['floor_ms']:.1f}" if k["floor_ms"] else "-"
+            share = f"{100 * k['floor_share']:.0f}%" if k["floor_share"] else "-"
+            print(f"| {r['problem']} | {r['variant']} | {k['kernel']} | {k['class']} | {1e3 * k['ms']:.1f} | {floor} "
+                  f"| {share} |")
+        print("\n| problem | variant | group | kernels us | ideal us (bytes once / copy bandwidth) | share |")
+        print("|---|---|---|---|---|---|")
+        for r in rows:
+            for g in r.get("kernel_floors", {}).get("groups", []):
+                share = f"{100 * g['ideal_share']:.0f}%" if g["ideal_share"] else "-"
+                print(f"| {r['problem']} | {r['variant']} | {g['group']} | {1e3 * g['ms']:.1f} | "
+                      f"{1e3 * g['ideal_ms']:.1f} | {share} |")
+        memory = [k["floor_share"] for _, k in floors if k["class"] == "memory_bound" and k["floor_share"]]
+        if memory:
+            print(f"\nmemory-bound generated kernels: {sum(v >= 0.8 for v in memory)}/{len(memory)} at >= 80% of "
+                  f"the floor; lowest {100 * min(memory):.0f}%, median {100 * sorted(memory)[len(memory) // 2]:.0f}%")
+
+
+def summary(rows: list[dict], variants: list[str]) -> None:
     geo = lambda values: math.exp(sum(math.log(v) for v in values) / len(values))  # noqa: E731
     for variant in variants:
         good = [r for r in rows if r["variant"] == variant and r["verdict"] == "correct" and r["speedup"]

@@ -21,7 +21,7 @@ step() { echo; echo "=== $1"; }
 step "ncu facts (metric list, sections, version)"
 mkdir -p "$OUT/ncu"
 { ncu --version; ncu --list-sections; } >"$OUT/ncu/sections.txt" 2>&1
-timeout 120 ncu --query-metrics >"$OUT/ncu/query_metrics.txt" 2>&1
+[ "${SKIP_NCU_QUERY:-0}" = 1 ] || timeout 120 ncu --query-metrics >"$OUT/ncu/query_metrics.txt" 2>&1
 export KERNELPRO_CAPTURE_DIR="$OUT/captures"
 step "gpu tests"
 timeout 1500 python3 -m pytest -m gpu tests/gpu -v -s -p no:cacheprovider ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "PASSED|FAILED|ERROR|passed|failed|x vs eager|CV across"
@@ -40,10 +40,10 @@ step "profile gate benchmark"
 if [ "${SKIP_PROFILE_BENCH:-0}" != 1 ]; then
   timeout 1200 python3 benchmarks/profile_gate.py --json "$OUT/profile_gate.json" --keep "$OUT/profile_gate" 2>&1 | tee "$OUT/profile_gate.log" | tail -12
 fi
-step "generated kernels on the fusion examples (FUSION_VARIANTS: triton,cuda,gemm)"
+step "generated kernels on the fusion examples (FUSION_VARIANTS: triton,cuda,gemm; FUSION_FLAGS: --profile, --no-eval)"
 if [ "${SKIP_FUSION:-0}" != 1 ]; then
   timeout "${FUSION_TIMEOUT:-540}" python3 benchmarks/fusion_kernels.py --json "$OUT/fusion_kernels.json" \
-    --variants "${FUSION_VARIANTS:-triton,cuda,gemm}" \
+    --variants "${FUSION_VARIANTS:-triton,cuda,gemm}" ${FUSION_FLAGS:-} \
     --keep "$OUT/fusion_candidates" ${FUSION_PROBLEMS:-} 2>&1 | tee "$OUT/fusion_kernels.log" | tail -22
 fi
 step "kernelpro search on the shipped examples"

@@ -5,7 +5,8 @@
   the Triton one evaluated with torch standing in for `tl`, on the same inputs.
 - Every fusion example's CUDA source compiles for sm_90 with nvcc, and its SASS
   (cuobjdump) shows what the templates promise: 16-byte loads and stores in the
-  pointwise kernels, warp shuffles in the row kernels, nothing spilled.
+  pointwise kernels, warp shuffles in the row kernels, both in the split kernels
+  for few long rows, nothing spilled.
 - The coder offers the move as a backend alternative to the Triton fusion moves.
 
 The kernels' results are checked on the GPU (tests/gpu/test_gpu_cuda_kernels.py).
@@ -120,7 +121,7 @@ NVCC, CUOBJDUMP = shutil.which("nvcc"), find_binary("cuobjdump")
 
 @pytest.mark.skipif(NVCC is None or CUOBJDUMP is None, reason="needs nvcc and cuobjdump")
 def test_every_example_compiles_for_sm90_with_vector_access_and_shuffles(tmp_path):
-    pointwise = rows = 0
+    pointwise = rows = split = 0
     for path in EXAMPLES:
         source, _, kernels = Problem(path, 42).build(["cuda_kernels"])
         cu = re.search(r'_KP_CUDA_SOURCE = r"""(.*?)"""', source, re.S).group(1)
@@ -134,16 +135,21 @@ def test_every_example_compiles_for_sm90_with_vector_access_and_shuffles(tmp_pat
                                capture_output=True, text=True, check=True).stdout
         functions = re.split(r"\n\s*Function : ", sass)[1:]
         for kernel in kernels:
-            body = "\n".join(f for f in functions if kernel["name"] + "_kernel" in f.splitlines()[0])
+            # the group's kernels: {name}_kernel, and {name}_pass<k>_kernel in the split variant
+            body = "\n".join(f for f in functions if re.search(rf"{kernel['name']}_(pass\d+_)?kernel",
+                                                                 f.splitlines()[0]))
             assert body, f"{kernel['name']} not in the SASS"
             if kernel["kind"] == "pointwise":
                 pointwise += 1
                 assert "LDG.E.128" in body and "STG.E.128" in body, f"{kernel['name']}: no 16-byte access"
+            elif kernel["config"]["variant"] == "split":  # few long rows: a block per (chunk, row), 16-byte loads
+                split += 1
+                assert "SHFL.BFLY" in body and "LDG.E.128" in body, f"{kernel['name']}: no shuffle or 16-byte load"
             else:
                 rows += 1
                 assert "SHFL.BFLY" in body, f"{kernel['name']}: no warp shuffle"
         assert "LOCAL:0" in usage and not re.search(r"LOCAL:[1-9]", usage), f"{path.stem}: spills\n{usage}"
-    assert pointwise >= 4 and rows >= 10
+    assert pointwise >= 4 and rows >= 10 and split >= 2
 
 
 def test_worker_offers_the_cuda_backend_as_an_alternative(tmp_path):

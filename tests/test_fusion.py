@@ -2,12 +2,14 @@
 
 Every template is checked against PyTorch: the shipped fusion examples (at small
 sizes), and property-based tests over random shapes (odd sizes, non-power-of-two
-rows, broadcasting), random op chains and both row variants (one pass, looped).
+rows, broadcasting), random op chains and the three row variants (one pass, looped,
+split).
 Golden files keep the generated source readable and stable.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import uuid
 from pathlib import Path
@@ -138,6 +140,55 @@ def test_random_row_operations(tmp_path, shape, data, looped):
     assert any(k["kind"] == "row" for k in kernels)
 
 
+SPLIT = {"variant": "split", "CHUNK": 16, "BLOCK_C": 8, "num_warps": 2, "score": 1.0}
+
+
+def forced_split(group, device=None):
+    """The split variant (chunks of 16) for every row group without argmax; 64-element pointwise blocks."""
+    if group.kind == "pointwise":
+        return [{"BLOCK": 64, "num_warps": 1, "score": 1.0}]
+    if any(s.reduce in ("argmax", "argmin") for s in group.steps):
+        return [{"variant": "one_pass", "BLOCK_R": 1, "BLOCK_C": triton_gen._next_pow2(group.row_length),
+                 "num_warps": 1, "score": 1.0}]
+    return [SPLIT]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(length=st.integers(1, 150), others=st.lists(st.integers(1, 3), min_size=0, max_size=2), data=st.data())
+def test_split_variant_on_few_long_rows(tmp_path, length, others, data):
+    """A program per (row, chunk): partial results per chunk, folded by the next pass; rows of any length."""
+    shape = list(others)
+    shape.insert(data.draw(st.integers(0, len(others))), max(2, length))
+    dim = shape.index(max(2, length)) - len(shape)
+    op = data.draw(st.sampled_from([o for o in ROW_OPS if "argmax" not in o]))
+    line = op.format(d=dim, k=data.draw(st.booleans()), tail=tuple(shape[dim:]))
+    epilogue = data.draw(st.sampled_from(["", "h = torch.relu(h) * 3.0", "h = h - x.mean()"]))
+    if "mean()" in epilogue and "keepdim=False" in line:
+        epilogue = "h = h - 1.0"
+    body = ["x = torch.exp(x * 0.3)", f"h = {line}"] + ([epilogue] if epilogue else []) + ["return h"]
+    path = write_problem(tmp_path, body, [tuple(shape)])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(triton_gen, "configs", forced_split)
+        kernels = check(path, FUSE, atol=2e-4)
+    assert any(k["config"].get("variant") == "split" for k in kernels)
+
+
+def test_split_configurations_only_for_few_long_rows():
+    from kernelpro.offline.fusion import Group, Input, Step
+    steps = [Step("v1", "row", reduce="sum", operand="x0", deps=("x0",), level=1)]
+
+    def ranked(rows, length):
+        group = Group(kind="row", logical=(rows, length), reduced=frozenset({1}), steps=steps,
+                      inputs=[Input("x0", None, (rows, length), (rows, length), "full")])
+        return triton_gen.configs(group)
+    few = ranked(8, 1 << 20)
+    assert few[0]["variant"] == "split"  # 8 programs cannot fill 132 SMs; 8 x 64 chunks can
+    chunks = {math.ceil((1 << 20) / c["CHUNK"]) for c in few if c["variant"] == "split"}
+    assert chunks and max(chunks) <= triton_gen.MAX_CHUNKS and min(chunks) >= 2
+    assert all(c["variant"] != "split" for c in ranked(4096, 1 << 14))  # enough rows: no split
+    assert all(c["variant"] != "split" for c in ranked(8, 1024))  # short rows: no split
+
+
 @pytest.mark.parametrize("shape,groups", [((3, 6, 5, 7), 3), ((2, 4, 9), 2), ((5, 8, 1, 3), 8)])
 def test_group_instance_and_batch_norms(tmp_path, shape, groups):
     channels = shape[1]
@@ -151,6 +202,9 @@ def test_group_instance_and_batch_norms(tmp_path, shape, groups):
     path = write_problem(tmp_path, body, [shape], init)
     kernels = check(path, atol=5e-4)
     assert sum(k["kind"] == "row" for k in kernels) >= 3
+    with pytest.MonkeyPatch.context() as patch:  # and each norm in the split variant
+        patch.setattr(triton_gen, "configs", forced_split)
+        assert sum(k["config"].get("variant") == "split" for k in check(path, atol=5e-4)) >= 3
 
 
 # -- golden sources -------------------------------------------------------------------------------

@@ -156,20 +156,29 @@ _IDENTITY = {"sum": "0.0f", "max": "(-INFINITY)", "min": "INFINITY", "argmax": "
 _COMBINE = {"sum": "{a} + {b}", "max": "fmaxf({a}, {b})", "min": "fminf({a}, {b})"}
 
 
+class _RowSpace:
+    """A row group's index space in C: kept and reduced dims, the unravel lines, the full-shaped inputs."""
+
+    def __init__(self, group: Group):
+        self.lay = lay = layout(group)
+        self.keep = [d for d, red in enumerate(lay.reduced) if not red]
+        self.red = [d for d, red in enumerate(lay.reduced) if red]
+        self.row_index, self.keep_names = _unravel(lay, False, "row", "r")
+        self.col_index, col_names = _unravel(lay, True, "c", "c")
+        self.names = self.keep_names | col_names
+        self.full_inputs = [i for i in group.inputs if i.kind == "full"]
+
+
 def _row(group: Group, config: dict) -> tuple[list[str], list[str]]:
-    lay = layout(group)
+    space = _RowSpace(group)
+    lay, keep, red, names, full_inputs = space.lay, space.keep, space.red, space.names, space.full_inputs
+    row_index, keep_names, col_index = space.row_index, space.keep_names, space.col_index
     length, rows = group.row_length, group.row_count
     warp = config["variant"] == "warp"
     threads = 32 * config["rows_per_block"] if warp else config["threads"]
     width = 32 if warp else threads
     items = math.ceil(length / width)
     cached = items <= CACHE_ITEMS
-    keep = [d for d, red in enumerate(lay.reduced) if not red]
-    red = [d for d, red_ in enumerate(lay.reduced) if red_]
-    row_index, keep_names = _unravel(lay, False, "row", "r")
-    col_index, col_names = _unravel(lay, True, "c", "c")
-    names = keep_names | col_names
-    full_inputs = [i for i in group.inputs if i.kind == "full"]
     kernel = _comment(group) + [
         f"// rows of {length} element(s): {'a warp' if warp else 'a block'} per row, {items} per thread"
         + (", read once into registers" if cached else ", re-read every pass"),
@@ -265,6 +274,137 @@ def _row(group: Group, config: dict) -> tuple[list[str], list[str]]:
     return kernel, launcher
 
 
+def workspaces(group: Group, config: dict) -> list[tuple[str, tuple[int, int]]]:
+    """The split variant's partial-result buffers (name, [rows, chunks]), level by level; none otherwise."""
+    if config.get("variant") != "split":
+        return []
+    shape = (group.row_count, math.ceil(group.row_length / config["chunk"]))
+    return [(f"ws_{s.var}", shape) for level in range(1, group.levels() + 1) for s in group.steps
+            if s.reduce and s.level == level]
+
+
+def _split(group: Group, config: dict) -> tuple[list[str], list[str]]:
+    """Few long rows: a block per (chunk, row); a kernel per reduction level writes each chunk's partial
+    results, the next ones fold them (a block reduction over the chunks), the last writes the outputs."""
+    space = _RowSpace(group)
+    lay, keep, red, names, full_inputs = space.lay, space.keep, space.red, space.names, space.full_inputs
+    row_index, keep_names, col_index = space.row_index, space.keep_names, space.col_index
+    length, rows, levels = group.row_length, group.row_count, group.levels()
+    threads, chunk = config["threads"], config["chunk"]
+    chunks = math.ceil(length / chunk)
+    row_steps = [s for s in group.steps if s.kind == "row" and not s.reduce]
+    spaces = workspaces(group, config)
+    op_code = {"sum": 0, "max": 1, "min": 2}
+
+    def reductions(level: int) -> list[Step]:
+        return [s for s in group.steps if s.reduce and s.level == level]
+
+    def start(name: str, last: int, outputs: bool, what: str) -> list[str]:
+        params = [f"const float* __restrict__ {i.var}_ptr" for i in group.inputs]
+        params += [f"float* __restrict__ {ws}" for ws, _ in spaces[:sum(len(reductions(v)) for v in
+                                                                       range(1, last + 1))]]
+        if outputs:
+            params += [f"{'long long' if o.integer else 'float'}* __restrict__ out{k}_ptr"
+                       for k, o in enumerate(group.outputs)]
+        lines = _comment(group) + [f"// rows of {length} element(s) in {chunks} chunks of {chunk}, a block per "
+                                   f"(chunk, row): {what}",
+                                   *template,
+                                   f"__global__ void __launch_bounds__({threads}) {name}({', '.join(params)}) {{",
+                                   "    const long long row = blockIdx.y;", "    const int lane = threadIdx.x;",
+                                   f"    const long long first = (long long)blockIdx.x * {chunk}LL;"]
+        lines += ["    " + line for line in row_index]
+        lines += [f"    const float {i.var} = __ldg({i.var}_ptr + {_offset(lay.strides[i.var], keep_names, keep)});"
+                  for i in group.inputs if i.kind == "row"]
+        lines += [f"    const float {s.var} = {c_expr(s.expr)};" for s in row_steps if s.level == 0]
+        for level in range(1, last):  # the partial results of the passes before: fold them
+            for s in reductions(level):
+                lines += [f"    float acc_{s.var} = {_IDENTITY[s.reduce]};",
+                          f"    for (int k = lane; k < {chunks}; k += {threads}) "
+                          f"acc_{s.var} = {_COMBINE[s.reduce].format(a=f'acc_{s.var}', b=f'ws_{s.var}[row * {chunks}LL + k]')};",
+                          f"    const float {s.var} = kp_block<{threads}, {op_code[s.reduce]}>(acc_{s.var});"]
+            lines += [f"    const float {s.var} = {c_expr(s.expr)};" for s in row_steps if s.level == level]
+        return lines
+
+    # 16-byte accesses when the reduced part is one contiguous run and every row starts 16-byte aligned (the
+    # launcher checks the pointers and otherwise runs the VEC = 1 instance)
+    contiguous = lambda strides: strides[red[0]] == 1 and all(strides[d] % 4 == 0 for d in keep)  # noqa: E731
+    vector = len(red) == 1 and length % 4 == 0 and contiguous(lay.strides["full"])
+    vectors = [i for i in full_inputs if contiguous(lay.strides[i.var])] if vector else []
+    at_c0 = keep_names | {red[0]: "c0"} if vector else names
+
+    def loop(chosen: list[Step], roots: list[str], tail: list[str], stores=()) -> list[str]:
+        """The chunk's elements (`c`), `VEC` at a time; `stores`: the (output, var) pairs written."""
+        wanted = {d for s in chosen for d in s.deps} | set(roots)
+        out = [f"    const long long last = first + {chunk}LL < {length}LL ? first + {chunk}LL : {length}LL;"]
+        if vector:
+            out += ["#pragma unroll 2", f"    for (long long c0 = first + (long long)lane * VEC; c0 < last; "
+                                        f"c0 += {threads}LL * VEC) {{"]
+            for item in [i for i in vectors if i.var in wanted]:
+                out += [f"        float {item.var}_v[VEC];", f"        kp_load<VEC>({item.var}_v, {item.var}_ptr + "
+                        f"{_offset(lay.strides[item.var], at_c0, keep + red)});"]
+            out += [f"        float out{k}_v[VEC];" for k, _ in stores]
+            out += ["#pragma unroll", "        for (int e = 0; e < VEC; ++e) {", "            const long long c = c0 + e;"]
+        else:
+            out += ["#pragma unroll 4", f"    for (long long c = first + lane; c < last; c += {threads}) {{"]
+        body = " " * (12 if vector else 8)
+        out += [body + line for line in col_index]
+        out += [f"{body}const float {i.var} = {i.var}_v[e];" for i in vectors if i.var in wanted]
+        out += [f"{body}const float {i.var} = __ldg({i.var}_ptr + {_offset(lay.strides[i.var], names, keep + red)});"
+                for i in full_inputs if i.var in wanted and i not in vectors]
+        out += [f"{body}const float {s.var} = {c_expr(s.expr)};" for s in chosen if not s.reduce]
+        if vector:
+            out += [f"{body}out{k}_v[e] = {var};" for k, var in stores]
+            out += [body + line for line in tail] + ["        }"]
+            at = _offset(lay.strides["full"], at_c0, keep + red)
+            out += [f"        kp_store<VEC>(out{k}_ptr + {at}, out{k}_v);" for k, _ in stores]
+        else:
+            out_offset = _offset(lay.strides["full"], names, keep + red)
+            out += [f"{body}out{k}_ptr[{out_offset}] = {var};" for k, var in stores]
+            out += [body + line for line in tail]
+        return out + ["    }"]
+
+    def launch(name: str, grid: str, args: list[str]) -> str:
+        call = f"<<<{grid}, {threads}, 0, (cudaStream_t)stream>>>({', '.join(args)});"
+        return f"    if (vec4) {name}<4>{call}\n    else {name}<1>{call}" if vector else f"    {name}{call}"
+
+    template = ["template <int VEC>"] if vector else []
+
+    full_outputs = [(k, o) for k, o in enumerate(group.outputs) if o.kind == "full"]
+    aligned = [i.var for i in vectors] + [f"out{k}" for k, _ in full_outputs]
+    launcher = [f"    const bool vec4 = (({' | '.join(aligned)}) & 15) == 0;"] if vector else []
+    kernel = []
+    grid = f"dim3({chunks}u, {rows}u)"
+    for level in range(1, levels + 1):
+        name = f"{group.name}_pass{level}_kernel"
+        lines = start(name, level, False, f"pass {level} of {levels}, one chunk's partial results")
+        mine = reductions(level)
+        lines += [f"    float acc_{s.var} = {_IDENTITY[s.reduce]};" for s in mine]
+        roots = [s.operand for s in mine]
+        lines += loop(_needed(group, roots, "full"), roots,
+                      [f"acc_{s.var} = {_COMBINE[s.reduce].format(a=f'acc_{s.var}', b=s.operand)};" for s in mine])
+        for s in mine:
+            lines += [f"    const float part_{s.var} = kp_block<{threads}, {op_code[s.reduce]}>(acc_{s.var});",
+                      f"    if (lane == 0) ws_{s.var}[row * {chunks}LL + blockIdx.x] = part_{s.var};"]
+        kernel += _prune(lines + ["}"]) + [""]
+        args = [f"(const float*){i.var}" for i in group.inputs] + [f"(float*){ws}" for ws, _ in
+                                                                    spaces[:sum(len(reductions(v)) for v in
+                                                                                range(1, level + 1))]]
+        launcher.append(launch(name, grid, args))
+    lines = start(f"{group.name}_kernel", levels + 1, True, "the outputs from the folded partial results")
+    if full_outputs:
+        roots = [o.var for _, o in full_outputs]
+        lines += loop(_needed(group, roots, "full"), roots, [], [(k, o.var) for k, o in full_outputs])
+    row_outputs = [(k, o) for k, o in enumerate(group.outputs) if o.kind == "row"]
+    if row_outputs:
+        lines += ["    if (lane == 0 && blockIdx.x == 0) {"] + [
+            f"        out{k}_ptr[row] = {'(long long)' if o.integer else ''}{o.var};" for k, o in row_outputs] + ["    }"]
+    kernel += _prune(lines + ["}"])
+    args = [f"(const float*){i.var}" for i in group.inputs] + [f"(float*){ws}" for ws, _ in spaces] + [
+        f"({'long long' if o.integer else 'float'}*)out{k}" for k, o in enumerate(group.outputs)]
+    launcher.append(launch(f"{group.name}_kernel", grid if full_outputs else f"dim3(1u, {rows}u)", args))
+    return kernel, launcher
+
+
 # -- launch configurations ------------------------------------------------------------------------
 def configs(group: Group, device: Device = Device()) -> list[dict]:
     """Threads per block and elements per thread (pointwise) or the row variant, best first."""
@@ -294,6 +434,20 @@ def configs(group: Group, device: Device = Device()) -> list[dict]:
             fill = min(1.0, length / threads)  # lanes with nothing to read are idle
             score = tail * fill * (1.0 if items <= CACHE_ITEMS else 0.5) * (0.9 if length <= 1024 else 1.0)
             ranked.append((round(score, 6), {"variant": "block", "threads": threads}))
+        if length >= triton_gen.SPLIT_FROM and rows < 2 * device.sms and not any(
+                s.reduce in ("argmax", "argmin") for s in group.steps):
+            passes = group.levels() + any(o.kind == "full" for o in group.outputs)
+            for chunk in (4096, 8192, 16384, 32768, 65536):
+                chunks = math.ceil(length / chunk)
+                if not 2 <= chunks <= triton_gen.MAX_CHUNKS:
+                    continue
+                for threads in (256, 512, 1024):
+                    resident = min(device.threads_per_sm // threads, device.blocks_per_sm)
+                    waves = rows * chunks / (device.sms * resident)
+                    tail = waves / math.ceil(waves) if waves >= 1 else waves
+                    # the block variant re-reads a long row every pass too; split fills the SMs
+                    score = tail * min(1.0, chunk / (threads * 8)) / max(1, passes) ** 0.25
+                    ranked.append((round(score, 6), {"variant": "split", "threads": threads, "chunk": chunk}))
     ranked.sort(key=lambda item: (-item[0], sorted(item[1].items())))
     return [dict(config, score=score) for score, config in ranked]
 
@@ -374,8 +528,10 @@ static void kp_check(const char* name) {
 
 def render_group(group: Group, config: dict) -> tuple[str, str]:
     """(kernel + extern "C" launcher as CUDA source, the launcher's C declaration)."""
-    kernel, launch = (_pointwise if group.kind == "pointwise" else _row)(group, config)
-    pointers = [i.var for i in group.inputs] + [f"out{k}" for k in range(len(group.outputs))]
+    make = _pointwise if group.kind == "pointwise" else _split if config.get("variant") == "split" else _row
+    kernel, launch = make(group, config)
+    pointers = [i.var for i in group.inputs] + [ws for ws, _ in workspaces(group, config)] + [
+        f"out{k}" for k in range(len(group.outputs))]
     signature = f'extern "C" void {group.name}_launch({", ".join(f"long long {p}" for p in pointers)}, long long stream)'
     source = "\n".join(kernel + ["", signature + " {", f"    // launch: {_describe(config)}"] + launch + [
         f'    kp_check("{group.name}");', "}"])
@@ -401,18 +557,24 @@ def render(groups: list[Group], chosen: list[dict]) -> str:
     for group, config in zip(groups, chosen):
         args = [i.var for i in group.inputs]
         lines += ["", "", f"def {group.name}({', '.join(args)}):",
-                  f'    """{group.fused_ops}: one CUDA kernel (launch: {_describe(config)})."""',
+                  f'    """{group.fused_ops}: {"CUDA kernels" if config.get("variant") == "split" else "one CUDA kernel"} '
+                  f'(launch: {_describe(config)})."""',
                   f"    {', '.join(args)}{',' if len(args) == 1 else ''} = "
                   f"{', '.join(a + '.contiguous()' for a in args)}{',' if len(args) == 1 else ''}"]
         checks = " and ".join(f"{i.var}.shape == {tuple(i.shape)!r}" for i in group.inputs)
         dtypes = " and ".join(f"{a}.dtype == torch.float32" for a in args)
         lines.append(f'    assert {checks} and {dtypes}, "{group.name}: float32 inputs of the traced shapes"')
         outs = []
+        spaces = workspaces(group, config)
+        if spaces:
+            lines.append("    # partial results per (row, chunk) of the split variant")
+        lines += [f"    {ws} = torch.empty({shape!r}, device={args[0]}.device, dtype=torch.float32)"
+                  for ws, shape in spaces]
         for k, out in enumerate(group.outputs):
             dtype = "torch.int64" if out.integer else "torch.float32"
             lines.append(f"    out{k} = torch.empty({tuple(out.shape)!r}, device={args[0]}.device, dtype={dtype})")
             outs.append(f"out{k}")
-        pointers = ", ".join(f"{a}.data_ptr()" for a in args + outs)
+        pointers = ", ".join(f"{a}.data_ptr()" for a in args + [ws for ws, _ in spaces] + outs)
         lines.append(f"    _kp_cuda.{group.name}_launch({pointers}, torch.cuda.current_stream().cuda_stream)")
         lines.append(f"    return {outs[0] if len(outs) == 1 else '(' + ', '.join(outs) + ')'}")
     return "\n".join(lines) + "\n"

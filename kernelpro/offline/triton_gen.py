@@ -45,6 +45,8 @@ class Device:
 
 
 LOOPED_FROM = 1024  # rows longer than this also get looped configurations
+SPLIT_FROM = 8192  # rows at least this long, and fewer rows than two per SM, also get split configurations
+MAX_CHUNKS = 1024  # partial results per row in the split variant
 
 
 def _next_pow2(n: int) -> int:
@@ -196,83 +198,175 @@ def _needed(group: Group, roots: list[str], kind: str) -> list[Step]:
     return [s for s in group.steps if s.var in wanted]
 
 
-def _row_kernel(group: Group, lay: Layout, looped: bool) -> list[str]:
-    params = [f"{i.var}_ptr" for i in group.inputs] + [f"out{k}_ptr" for k in range(len(group.outputs))]
-    length = group.row_length
-    lines = ["@triton.jit",
-             f"def {group.name}_kernel({', '.join(params)}, n_rows, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):",
-             "    # " + _header(group) + f"; rows of {length} reduced element(s), "
-             + ("a loop over each row per pass" if looped else "each row in registers, one pass")]
-    lines += _inputs_doc(group)
-    lines += ["    r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)[:, None]", "    row_mask = r < n_rows"]
-    keep = [d for d, red in enumerate(lay.reduced) if not red]
-    red = [d for d, red_ in enumerate(lay.reduced) if red_]
-    index, keep_names = _index_lines(lay, False, "r", "r")
-    lines += ["    " + line for line in index]
-    for item in group.inputs:
-        if item.kind == "row":
-            lines.append(_load(item, _offset(lay.strides[item.var], keep_names, keep), "row_mask", "    "))
-    full_inputs = [i for i in group.inputs if i.kind == "full"]
-    col_index, col_names = _index_lines(lay, True, "j", "c")
-    names = keep_names | col_names
+class _Rows:
+    """What every row kernel shares: the row index, the row inputs, the column loads, the steps."""
 
-    def body(steps: list[Step], roots: list[str], indent: str) -> list[str]:
+    def __init__(self, group: Group, lay: Layout):
+        self.group, self.lay = group, lay
+        self.length = group.row_length
+        self.keep = [d for d, red in enumerate(lay.reduced) if not red]
+        self.red = [d for d, red in enumerate(lay.reduced) if red]
+        self.row_index, self.keep_names = _index_lines(lay, False, "r", "r")
+        self.col_index, col_names = _index_lines(lay, True, "j", "c")
+        self.names = self.keep_names | col_names
+        self.full_inputs = [i for i in group.inputs if i.kind == "full"]
+        self.full_outputs = [(k, o) for k, o in enumerate(group.outputs) if o.kind == "full"]
+        self.row_set, self.col_set = set(self.keep_names.values()), set(col_names.values())
+        self.full_offset = _block(_offset(lay.strides["full"], self.names, self.keep + self.red),
+                                  self.row_set, self.col_set)
+        self.row_steps = [s for s in group.steps if s.kind == "row" and not s.reduce]
+
+    def start(self, name: str, params: list[str], what: str, program_rows: str) -> list[str]:
+        """The signature, the comment, the row index and the per-row inputs."""
+        lines = ["@triton.jit", f"def {name}({', '.join(params)}):",
+                 "    # " + _header(self.group) + f"; rows of {self.length} reduced element(s), {what}"]
+        lines += _inputs_doc(self.group)
+        lines += [f"    r = {program_rows}", "    row_mask = r < n_rows"]
+        lines += ["    " + line for line in self.row_index]
+        for item in self.group.inputs:
+            if item.kind == "row":
+                lines.append(_load(item, _offset(self.lay.strides[item.var], self.keep_names, self.keep), "row_mask",
+                                   "    "))
+        return lines
+
+    def body(self, steps: list[Step], roots: list[str], indent: str) -> list[str]:
         """Column indices, the full-shaped loads these steps (and roots) read, then the steps."""
         used = {d for s in steps for d in s.deps} | set(roots)
-        out = [indent + line for line in col_index]
-        for item in full_inputs:
+        out = [indent + line for line in self.col_index]
+        for item in self.full_inputs:
             if item.var in used:
-                offset = _offset(lay.strides[item.var], names, keep + red)
-                out.append(_load(item, offset if offset == "0" else _block(offset, row_set, col_set), "mask", indent))
+                offset = _offset(self.lay.strides[item.var], self.names, self.keep + self.red)
+                out.append(_load(item, offset if offset == "0" else _block(offset, self.row_set, self.col_set),
+                                 "mask", indent))
         return out + [f"{indent}{s.var} = {s.expr}" for s in steps if not s.reduce]
 
-    full_outputs = [(k, o) for k, o in enumerate(group.outputs) if o.kind == "full"]
-    row_set, col_set = set(keep_names.values()), set(col_names.values())
-    full_offset = _block(_offset(lay.strides["full"], names, keep + red), row_set, col_set)
-    row_steps = [s for s in group.steps if s.kind == "row" and not s.reduce]
+    def row_lines(self, level: int) -> list[str]:
+        return [f"    {step.var} = {step.expr}" for step in self.row_steps if step.level == level]
 
-    def row_lines(level: int) -> list[str]:
-        return [f"    {step.var} = {step.expr}" for step in row_steps if step.level == level]
+    def reductions(self, level: int) -> list[Step]:
+        return [s for s in self.group.steps if s.reduce and s.level == level]
 
-    lines += row_lines(0)
+    def accumulate(self, level: int, indent: str) -> list[str]:
+        """Inside a loop over the row: the pass's values, folded into `acc_<var>` per reduction."""
+        reductions = self.reductions(level)
+        roots = [s.operand for s in reductions]
+        lines = self.body(_needed(self.group, roots, "full"), roots, indent)
+        for s in reductions:
+            value = f"tl.where(mask, {s.operand}, {_IDENTITY[s.reduce]})"
+            update = {"sum": f"acc_{s.var} + {value}", "max": f"tl.maximum(acc_{s.var}, {value})",
+                      "min": f"tl.minimum(acc_{s.var}, {value})"}[s.reduce]
+            lines.append(f"{indent}acc_{s.var} = {update}")
+        return lines
+
+    def outputs(self, indent: str) -> list[str]:
+        roots = [o.var for _, o in self.full_outputs]
+        lines = self.body(_needed(self.group, roots, "full"), roots, indent)
+        return lines + [f"{indent}tl.store(out{k}_ptr + {self.full_offset}, {o.var}, mask=mask)"
+                        for k, o in self.full_outputs]
+
+
+def _pointers(group: Group) -> tuple[list[str], list[str]]:
+    return [f"{i.var}_ptr" for i in group.inputs], [f"out{k}_ptr" for k in range(len(group.outputs))]
+
+
+_FOLD = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min", "argmax": "tl.argmax", "argmin": "tl.argmin"}
+
+
+def _row_kernel(group: Group, lay: Layout, looped: bool) -> list[str]:
+    inputs, outputs = _pointers(group)
+    rows = _Rows(group, lay)
+    length = rows.length
+    lines = rows.start(f"{group.name}_kernel", inputs + outputs + ["n_rows", "BLOCK_R: tl.constexpr",
+                                                                    "BLOCK_C: tl.constexpr"],
+                       "a loop over each row per pass" if looped else "each row in registers, one pass",
+                       "tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)[:, None]")
+    lines += rows.row_lines(0)
     if not looped:  # the steps in order: reductions read the row straight from registers
         lines += ["    j = tl.arange(0, BLOCK_C)[None, :]", f"    mask = row_mask & (j < {length})"]
-        lines += body([], [i.var for i in full_inputs], "    ")
+        lines += rows.body([], [i.var for i in rows.full_inputs], "    ")
         for s in group.steps:
             if s.reduce:
-                fn = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min", "argmax": "tl.argmax",
-                      "argmin": "tl.argmin"}[s.reduce]
-                lines.append(f"    {s.var} = {fn}(tl.where(mask, {s.operand}, {_IDENTITY[s.reduce]}), 1)[:, None]")
-            elif not (s in row_steps and s.level == 0):
+                lines.append(f"    {s.var} = {_FOLD[s.reduce]}(tl.where(mask, {s.operand}, {_IDENTITY[s.reduce]}), "
+                             "1)[:, None]")
+            elif not (s in rows.row_steps and s.level == 0):
                 lines.append(f"    {s.var} = {s.expr}")
-        lines += [f"    tl.store(out{k}_ptr + {full_offset}, {o.var}, mask=mask)" for k, o in full_outputs]
+        lines += [f"    tl.store(out{k}_ptr + {rows.full_offset}, {o.var}, mask=mask)" for k, o in rows.full_outputs]
     else:
         for level in range(1, group.levels() + 1):
-            reductions = [s for s in group.steps if s.reduce and s.level == level]
-            for s in reductions:
+            for s in rows.reductions(level):
                 lines.append(f"    acc_{s.var} = tl.full([BLOCK_R, BLOCK_C], {_IDENTITY[s.reduce]}, tl.float32)")
             lines += [f"    for start in range(0, {length}, BLOCK_C):  # pass {level}",
                       "        j = start + tl.arange(0, BLOCK_C)[None, :]", f"        mask = row_mask & (j < {length})"]
-            roots = [s.operand for s in reductions]
-            lines += body(_needed(group, roots, "full"), roots, "        ")
-            for s in reductions:
-                value = f"tl.where(mask, {s.operand}, {_IDENTITY[s.reduce]})"
-                update = {"sum": f"acc_{s.var} + {value}", "max": f"tl.maximum(acc_{s.var}, {value})",
-                          "min": f"tl.minimum(acc_{s.var}, {value})"}[s.reduce]
-                lines.append(f"        acc_{s.var} = {update}")
-            for s in reductions:
-                fn = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min"}[s.reduce]
-                lines.append(f"    {s.var} = {fn}(acc_{s.var}, 1)[:, None]")
-            lines += row_lines(level)
-        if full_outputs:
+            lines += rows.accumulate(level, "        ")
+            lines += [f"    {s.var} = {_FOLD[s.reduce]}(acc_{s.var}, 1)[:, None]" for s in rows.reductions(level)]
+            lines += rows.row_lines(level)
+        if rows.full_outputs:
             lines += [f"    for start in range(0, {length}, BLOCK_C):  # the outputs",
                       "        j = start + tl.arange(0, BLOCK_C)[None, :]", f"        mask = row_mask & (j < {length})"]
-            roots = [o.var for _, o in full_outputs]
-            lines += body(_needed(group, roots, "full"), roots, "        ")
-            lines += [f"        tl.store(out{k}_ptr + {full_offset}, {o.var}, mask=mask)" for k, o in full_outputs]
+            lines += rows.outputs("        ")
     lines += [f"    tl.store(out{k}_ptr + r, {o.var}, mask=row_mask)" for k, o in enumerate(group.outputs)
               if o.kind == "row"]
     return lines
+
+
+def _workspaces(group: Group, last: int) -> list[str]:
+    """The split variant's partial-result buffers of the levels up to `last`, level by level."""
+    return [f"ws_{s.var}" for level in range(1, last + 1) for s in group.steps if s.reduce and s.level == level]
+
+
+SPLIT_PARAMS = ["n_rows", "CHUNK: tl.constexpr", "BLOCK_C: tl.constexpr", "NCHUNKS: tl.constexpr",
+                "NCHUNKS_P2: tl.constexpr"]
+
+
+def _split_kernels(group: Group, lay: Layout) -> list[str]:
+    """Few long rows: each row cut into NCHUNKS chunks, a program per (row, chunk).
+
+    One kernel per reduction level writes each chunk's partial result to a
+    workspace `ws_<var>` [rows, NCHUNKS]; later kernels fold the partials of the
+    levels before theirs (NCHUNKS values per row) and go on; the last kernel writes
+    the outputs, chunk by chunk.
+    """
+    inputs, outputs = _pointers(group)
+    rows = _Rows(group, lay)
+    length, levels = rows.length, group.levels()
+    program_rows = "tl.program_id(0) + tl.arange(0, 1)[:, None]"
+    chunk_loop = ["    for start in range(0, CHUNK, BLOCK_C):",
+                  "        j = tl.program_id(1) * CHUNK + start + tl.arange(0, BLOCK_C)[None, :]",
+                  f"        mask = row_mask & (j < {length})"]
+
+    def workspaces(last: int) -> list[str]:
+        return [f"{name}_ptr" for name in _workspaces(group, last)]
+
+    def fold_partials(below: int) -> list[str]:
+        lines = ["    k = tl.arange(0, NCHUNKS_P2)[None, :]"] if below >= 1 else []
+        for level in range(1, below + 1):
+            for s in rows.reductions(level):
+                lines.append(f"    {s.var} = {_FOLD[s.reduce]}(tl.load(ws_{s.var}_ptr + r * NCHUNKS + k, "
+                             f"mask=row_mask & (k < NCHUNKS), other={_IDENTITY[s.reduce]}), 1)[:, None]")
+            lines += rows.row_lines(level)
+        return lines
+
+    kernels = []
+    for level in range(1, levels + 1):
+        lines = rows.start(f"{group.name}_pass{level}_kernel", inputs + workspaces(level) + SPLIT_PARAMS,
+                           f"pass {level} of {levels}: one chunk's partial results", program_rows)
+        lines += rows.row_lines(0) + fold_partials(level - 1)
+        lines += [f"    acc_{s.var} = tl.full([1, BLOCK_C], {_IDENTITY[s.reduce]}, tl.float32)"
+                  for s in rows.reductions(level)]
+        lines += chunk_loop + rows.accumulate(level, "        ")
+        lines += [f"    tl.store(ws_{s.var}_ptr + r * NCHUNKS + tl.program_id(1), {_FOLD[s.reduce]}(acc_{s.var}, 1)"
+                  "[:, None], mask=row_mask)" for s in rows.reductions(level)]
+        kernels += lines + ["", ""]
+    lines = rows.start(f"{group.name}_kernel", inputs + workspaces(levels) + outputs + SPLIT_PARAMS,
+                       "the outputs of one chunk from the folded partials", program_rows)
+    lines += rows.row_lines(0) + fold_partials(levels)
+    if rows.full_outputs:
+        lines += chunk_loop + rows.outputs("        ")
+    row_outputs = [(k, o) for k, o in enumerate(group.outputs) if o.kind == "row"]
+    if row_outputs:  # by the first chunk's program
+        lines.append("    first = (r * 0 + tl.program_id(1)) == 0")
+        lines += [f"    tl.store(out{k}_ptr + r, {o.var}, mask=row_mask & first)" for k, o in row_outputs]
+    return kernels + lines
 
 
 # -- launch configurations ------------------------------------------------------------------------
@@ -327,6 +421,22 @@ def configs(group: Group, device: Device = Device()) -> list[dict]:
                         score = _score(rows, 32 * warps, per_thread, loads, device, per_thread) / max(1, passes) ** 0.5
                         ranked.append((score * (0.5 if length <= MAX_ONE_PASS else 1.0),
                                        {"variant": "looped", "BLOCK_R": 1, "BLOCK_C": block_c, "num_warps": warps}))
+        if length >= SPLIT_FROM and rows < 2 * device.sms and not any(s.reduce in ("argmax", "argmin")
+                                                                      for s in group.steps):
+            passes = group.levels() + any(o.kind == "full" for o in group.outputs)
+            for chunk in (4096, 8192, 16384, 32768, 65536):
+                chunks = math.ceil(length / chunk)
+                if not 2 <= chunks <= MAX_CHUNKS:
+                    continue
+                for block_c in (1024, 2048, 4096):
+                    for warps in (4, 8, 16):
+                        per_thread = block_c / (32 * warps)
+                        if block_c <= chunk and per_thread <= 32:
+                            # a launch per pass; every pass but the last also writes a partial per chunk
+                            score = _score(rows * chunks, 32 * warps, per_thread, loads, device, per_thread)
+                            ranked.append((score / max(1, passes) ** 0.5,
+                                           {"variant": "split", "CHUNK": chunk, "BLOCK_C": block_c,
+                                            "num_warps": warps}))
     ranked.sort(key=lambda item: (-item[0], sorted(item[1].items())))
     return [dict(config, score=score) for score, config in ranked]
 
@@ -340,17 +450,20 @@ def features(group: Group) -> dict:
 
 # -- the wrapper ----------------------------------------------------------------------------------
 def render(group: Group, config: dict) -> str:
-    """The Triton kernel and its Python wrapper, as source."""
+    """The Triton kernel(s) and the Python wrapper that launches them, as source."""
     lay = layout(group)
+    variant = config.get("variant")
     if group.kind == "pointwise":
         kernel = _pointwise_kernel(group, lay)
+    elif variant == "split":
+        kernel = _split_kernels(group, lay)
     else:
-        kernel = _row_kernel(group, lay, config.get("variant") == "looped")
+        kernel = _row_kernel(group, lay, variant == "looped")
     args = [i.var for i in group.inputs]
     first_float = args[0]
     lines = kernel + ["", "", f"def {group.name}({', '.join(args)}):",
-                      f'    """{group.fused_ops}: one Triton '
-                      f'kernel (launch: {_describe(config)})."""']
+                      f'    """{group.fused_ops}: {"one Triton kernel" if variant != "split" else "Triton kernels"} '
+                      f'(launch: {_describe(config)})."""']
     lines.append(f"    {', '.join(args)}{',' if len(args) == 1 else ''} = "
                  f"{', '.join(a + '.contiguous()' for a in args)}{',' if len(args) == 1 else ''}")
     checks = " and ".join(f"{i.var}.shape == {tuple(i.shape)!r}" for i in group.inputs)
@@ -366,12 +479,35 @@ def render(group: Group, config: dict) -> str:
         n = math.prod(group.logical)
         lines.append(f"    {group.name}_kernel[(triton.cdiv({n}, {config['BLOCK']}),)]({launch}, {n}, "
                      f"BLOCK={config['BLOCK']}, num_warps={warps})")
+    elif variant == "split":
+        lines += _split_launches(group, config, first_float)
     else:
         rows = group.row_count
         lines.append(f"    {group.name}_kernel[(triton.cdiv({rows}, {config['BLOCK_R']}),)]({launch}, {rows}, "
                      f"BLOCK_R={config['BLOCK_R']}, BLOCK_C={config['BLOCK_C']}, num_warps={warps})")
     lines.append(f"    return {outs[0] if len(outs) == 1 else '(' + ', '.join(outs) + ')'}")
     return "\n".join(lines) + "\n"
+
+
+def _split_launches(group: Group, config: dict, like: str) -> list[str]:
+    """Workspaces for the partial results, a launch per pass, then the output launch."""
+    rows, chunks = group.row_count, math.ceil(group.row_length / config["CHUNK"])
+    args = [i.var for i in group.inputs]
+    outs = [f"out{k}" for k in range(len(group.outputs))]
+    constants = (f"CHUNK={config['CHUNK']}, BLOCK_C={config['BLOCK_C']}, NCHUNKS={chunks}, "
+                 f"NCHUNKS_P2={_next_pow2(chunks)}, num_warps={config['num_warps']}")
+    reductions = [s for s in group.steps if s.reduce]
+    lines = [f"    # {chunks} chunks of {config['CHUNK']} per row; a partial result per (row, chunk) and reduction"]
+    lines += [f"    ws_{s.var} = torch.empty(({rows}, {chunks}), device={like}.device, dtype=torch.float32)"
+              for s in reductions]
+    for level in range(1, group.levels() + 1):
+        spaces = _workspaces(group, level)
+        lines.append(f"    {group.name}_pass{level}_kernel[({rows}, {chunks})]({', '.join(args + spaces)}, {rows}, "
+                     f"{constants})")
+    grid = chunks if any(o.kind == "full" for o in group.outputs) else 1
+    spaces = _workspaces(group, group.levels())
+    lines.append(f"    {group.name}_kernel[({rows}, {grid})]({', '.join(args + spaces + outs)}, {rows}, {constants})")
+    return lines
 
 
 def _describe(config: dict) -> str:

@@ -135,6 +135,36 @@ def test_random_row_operations_in_both_variants(tmp_path):
         assert seen == {"warp", "block"}
 
 
+@needs_nvcc
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton")
+def test_split_variant_on_few_long_rows_in_both_backends(tmp_path):
+    """Rows too few to fill the GPU and too long for one program: every split configuration ranked, CUDA and
+    Triton, on odd lengths (a last chunk that is partly empty) and on a whole-tensor reduction."""
+    rng = random.Random(5)
+    split_ops = [op for op in ROW_OPS if "arg" not in op] + ["x.sum()", "((x - 0.5) ** 2).mean()"]
+    for case in range(10):
+        shape = (rng.choice([1, 3, 8]), rng.choice([8192, 65537, 300001]))
+        op = split_ops[case % len(split_ops)]
+        line = op.format(d=-1, k=rng.choice([True, False]), tail=shape[-1:])
+        problem = tmp_path / f"split{case}.py"
+        problem.write_text("import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
+                           f"class Model(nn.Module):\n    def forward(self, x):\n        return {line}\n\n\n"
+                           f"def get_inputs():\n    return [torch.randn{shape!r} + 0.1]\n\n\n"
+                           "def get_init_inputs():\n    return []\n")
+        for moves in (["cuda_kernels"], ["fuse_reductions", "fuse_pointwise"]):
+            built = Problem(problem, 42)
+            first = built.build(moves)[2]
+            row = next(k for k in first if k["kind"] == "row")
+            ranks = [rank for rank in range(row["configs"])
+                     if built.build(moves, {row["name"]: rank})[2][first.index(row)]["config"]["variant"] == "split"]
+            assert ranks, f"{line} on {shape}: no split configuration"
+            for rank in ranks[:4]:
+                try:
+                    _run(problem, moves, tmp_path, tune={row["name"]: rank}, atol=1e-3)
+                except Exception as error:
+                    raise AssertionError(f"{moves[0]} rank {rank}: {line} on {shape}: {error}") from error
+
+
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton")
 def test_triton_gemm_with_epilogue_on_the_gpu(tmp_path):
     for stem in ("gemm_bias_gelu", "mlp_residual"):
