@@ -1,4 +1,8 @@
-"""kernelpro.cutlass_index: a searchable index over the CUTLASS/CuTe sources of the
-nvidia-cutlass wheel. Not built yet: see the open issue "The LLM coder"."""
+"""kernelpro.cutlass_index: a searchable index over the CUTLASS/CuTe sources of the installed
+nvidia-cutlass wheel (declarations ranked by BM25 with identifier splitting, plus a symbol
+table), and the include paths for candidates that use those headers."""
 
-__all__: list[str] = []
+from kernelpro.cutlass_index.index import Hit, Index, load_index
+from kernelpro.cutlass_index.source import CutlassMissing, CutlassSource, include_dirs, locate
+
+__all__ = ["CutlassMissing", "CutlassSource", "Hit", "Index", "include_dirs", "load_index", "locate"]

@@ -30,11 +30,12 @@ def _root(version: Annotated[bool, typer.Option("--version", callback=_version, 
 
 
 def _register_commands() -> None:
-    from kernelpro import cli_eval, cli_profile, cli_search, cli_tools
+    from kernelpro import cli_cutlass, cli_eval, cli_profile, cli_search, cli_tools
     cli_search.register(app)
     cli_eval.register(app)
     cli_profile.register(app)
     cli_tools.register(app)
+    cli_cutlass.register(app)
 
 
 _register_commands()

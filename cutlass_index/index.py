@@ -1,0 +1,160 @@
+"""The searchable index: declarations of the CUTLASS/CuTe headers and examples, ranked by BM25.
+
+Built once per `nvidia-cutlass` version into `$KERNELPRO_HOME/cutlass_index/<version>/`
+(written to a temporary folder and renamed, so a killed build leaves nothing half
+made) and rebuilt when the installed version changes. Each chunk is indexed by its
+symbol (weighted three times), its path and its text, all split into identifier parts
+(`chunks.terms`); a query naming a symbol exactly also gets that symbol's chunks first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from kernelpro.cutlass_index.chunks import Chunk, chunk_source, terms
+from kernelpro.cutlass_index.source import CutlassMissing, CutlassSource, locate
+from kernelpro.harness.cache import kernelpro_home
+
+FORMAT = 1  # bump when the chunking or the terms change: old indexes are rebuilt
+SUFFIXES = (".h", ".hpp", ".cuh", ".cu", ".inl", ".cpp")
+SYMBOL_WEIGHT = 3
+SNIPPET_LINES = 8
+
+
+@dataclass
+class Hit:
+    path: str
+    line: int
+    end: int
+    kind: str
+    symbol: str
+    score: float
+    snippet: str
+
+
+def _bm25():
+    try:
+        import bm25s
+    except ImportError as error:
+        raise CutlassMissing("the index ranks with bm25s, which is not installed") from error
+    return bm25s
+
+
+def index_dir(source: CutlassSource) -> Path:
+    return kernelpro_home() / "cutlass_index" / f"{source.version}-f{FORMAT}"
+
+
+def read_chunks(source: CutlassSource) -> list[Chunk]:
+    chunks = []
+    for folder in source.folders:
+        for path in sorted(folder.rglob("*")):
+            if path.suffix in SUFFIXES and path.is_file():
+                chunks += chunk_source(str(path.relative_to(source.root)), path.read_text(errors="replace"))
+    return chunks
+
+
+def _document(chunk: Chunk) -> list[str]:
+    return terms(chunk.symbol) * SYMBOL_WEIGHT + terms(chunk.path) + terms(chunk.text)
+
+
+class Index:
+    def __init__(self, source: CutlassSource, chunks: list[Chunk], retriever, meta: dict):
+        self.source, self.chunks, self.retriever, self.meta = source, chunks, retriever, meta
+        self.symbols: dict[str, list[int]] = {}
+        for number, chunk in enumerate(chunks):
+            self.symbols.setdefault(chunk.symbol.lower(), []).append(number)
+
+    # -- building and loading -------------------------------------------------------------------
+    @classmethod
+    def build(cls, source: CutlassSource, folder: Path) -> "Index":
+        bm25s = _bm25()
+        started = time.perf_counter()
+        chunks = read_chunks(source)
+        retriever = bm25s.BM25()
+        retriever.index([_document(c) for c in chunks], show_progress=False)
+        meta = {"version": source.version, "format": FORMAT, "chunks": len(chunks),
+                "files": len({c.path for c in chunks}), "build_seconds": round(time.perf_counter() - started, 2),
+                "root": str(source.root)}
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
+        try:
+            retriever.save(staging / "bm25", show_progress=False)
+            with open(staging / "chunks.jsonl", "w") as out:
+                for chunk in chunks:
+                    out.write(json.dumps(asdict(chunk)) + "\n")
+            (staging / "meta.json").write_text(json.dumps(meta, indent=2))
+            if folder.exists():
+                shutil.rmtree(folder)
+            os.replace(staging, folder)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return cls(source, chunks, retriever, meta)
+
+    @classmethod
+    def load(cls, folder: Path, source: CutlassSource) -> "Index":
+        bm25s = _bm25()
+        meta = json.loads((folder / "meta.json").read_text())
+        with open(folder / "chunks.jsonl") as lines:
+            chunks = [Chunk(**json.loads(line)) for line in lines]
+        retriever = bm25s.BM25.load(folder / "bm25", show_progress=False)
+        return cls(source, chunks, retriever, meta)
+
+    # -- queries --------------------------------------------------------------------------------
+    def search(self, query: str, k: int = 10) -> list[Hit]:
+        tokens = terms(query)
+        if not tokens:
+            return []
+        scores = self.retriever.get_scores(tokens)
+        words = query.replace(",", " ").split()
+        named = [w.split("::")[-1] for w in words if len(words) == 1 or "_" in w or re.search(r"[a-z][A-Z]", w)]
+        exact = {n for word in named for n in self.symbols.get(word.lower(), [])}
+        if exact:  # a symbol named in full (one word, or a compound identifier) comes first
+            top = float(scores.max()) if len(scores) else 0.0
+            for number in exact:
+                scores[number] += top
+        order = scores.argsort()[::-1][:k]
+        return [self._hit(int(n), float(scores[n])) for n in order if scores[n] > 0]
+
+    def _hit(self, number: int, score: float) -> Hit:
+        chunk = self.chunks[number]
+        lines = chunk.text.splitlines()
+        head = next((i for i, line in enumerate(lines) if chunk.symbol in line), 0)
+        start = max(0, head - 2)
+        snippet = "\n".join(lines[start:start + SNIPPET_LINES])
+        return Hit(chunk.path, chunk.line, chunk.end, chunk.kind, chunk.symbol, round(score, 4), snippet)
+
+    def show(self, path: str, line: int | None = None, context: int = 40) -> tuple[int, list[str]]:
+        """(first line number, lines) of a source file: the declaration at `line`, or `context` lines from it."""
+        target = (self.source.root / path).resolve()
+        if self.source.root.resolve() not in target.parents or not target.is_file():
+            raise FileNotFoundError(f"{path}: not a file of the CUTLASS sources under {self.source.root}")
+        text = target.read_text(errors="replace").splitlines()
+        if line is None:
+            return 1, text
+        if not 1 <= line <= len(text):
+            raise FileNotFoundError(f"{path}: line {line} is outside 1..{len(text)}")
+        around = [c for c in self.chunks if c.path == path and c.line <= line <= c.end]
+        if around:
+            chunk = min(around, key=lambda c: c.end - c.line)
+            return chunk.line, text[chunk.line - 1:chunk.end]
+        return line, text[line - 1:line - 1 + context]
+
+
+def load_index(rebuild: bool = False, progress=lambda message: None) -> Index:
+    """The index of the installed wheel's sources: loaded from the cache, or built (and cached) first."""
+    source = locate()
+    folder = index_dir(source)
+    if not rebuild and (folder / "meta.json").is_file():
+        try:
+            return Index.load(folder, source)
+        except (OSError, ValueError, KeyError):
+            pass  # a damaged cache is rebuilt
+    progress(f"indexing CUTLASS {source.version} (once per version)")
+    return Index.build(source, folder)

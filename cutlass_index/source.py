@@ -1,0 +1,62 @@
+"""Where the CUTLASS/CuTe sources are: the installed `nvidia-cutlass` wheel, never a vendored copy.
+
+The wheel's `cutlass_library` package carries the C++ headers (CuTe included) under
+`source/include` and the examples under `source/examples`. The package is located
+without importing it (its `__init__` loads the whole generator).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernelpro.harness.errors import KernelproError
+
+EXTRA = "pip install 'kernelpro[cutlass]'  (the nvidia-cutlass wheel and bm25s)"
+
+
+class CutlassMissing(KernelproError):
+    """The nvidia-cutlass wheel (or the index's ranking library) is not installed."""
+
+    def __init__(self, what: str):
+        super().__init__(f"{what}; install it with: {EXTRA}")
+
+
+@dataclass(frozen=True)
+class CutlassSource:
+    root: Path  # .../cutlass_library/source
+    version: str
+
+    @property
+    def include(self) -> Path:
+        return self.root / "include"
+
+    @property
+    def folders(self) -> list[Path]:
+        """What the index reads: the headers (cutlass/, cute/) and the examples."""
+        return [p for p in (self.root / "include", self.root / "examples") if p.is_dir()]
+
+    def include_dirs(self) -> list[Path]:
+        """Include paths for a candidate that uses CUTLASS or CuTe headers."""
+        util = self.root / "tools" / "util" / "include"
+        return [self.include] + ([util] if util.is_dir() else [])
+
+
+def locate() -> CutlassSource:
+    spec = importlib.util.find_spec("cutlass_library")
+    if spec is None or not spec.submodule_search_locations:
+        raise CutlassMissing("the CUTLASS/CuTe sources come from the nvidia-cutlass wheel, which is not installed")
+    root = Path(list(spec.submodule_search_locations)[0]) / "source"
+    if not (root / "include" / "cute").is_dir():
+        raise CutlassMissing(f"the installed cutlass_library has no CuTe headers under {root / 'include'}")
+    try:
+        version = importlib.metadata.version("nvidia-cutlass")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    return CutlassSource(root, version)
+
+
+def include_dirs() -> list[Path]:
+    return locate().include_dirs()

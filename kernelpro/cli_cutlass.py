@@ -1,0 +1,78 @@
+"""`kernelpro cutlass search|show|build`: the CUTLASS/CuTe code index (kernelpro.cutlass_index)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.syntax import Syntax
+
+
+def search(query: str, k: int = 10) -> list[dict]:
+    """The library call behind `kernelpro cutlass search --json`."""
+    from kernelpro.cutlass_index import load_index
+    return [asdict(hit) for hit in load_index(progress=_stderr).search(query, k)]
+
+
+def _stderr(message: str) -> None:
+    Console(stderr=True).print(f"[dim]{message}[/]")
+
+
+def _where(spec: str) -> tuple[str, int | None]:
+    path, _, line = spec.rpartition(":") if spec.rpartition(":")[2].isdigit() else (spec, "", "")
+    return path, int(line) if line else None
+
+
+def register(app: typer.Typer) -> None:
+    cutlass_app = typer.Typer(help="Search and read the CUTLASS/CuTe sources of the nvidia-cutlass wheel.",
+                              no_args_is_help=True)
+
+    @cutlass_app.command("search")
+    def search_command(
+        query: Annotated[str, typer.Argument(help="words or identifiers, e.g. 'sm90 tma load' or make_tiled_copy")],
+        k: Annotated[int, typer.Option("-k", "--top", min=1, max=200, help="how many results")] = 10,
+        json_output: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    ) -> None:
+        """Rank the declarations (structs, classes, functions, aliases, macros) that match QUERY."""
+        hits = search(query, k)
+        if json_output:
+            typer.echo(json.dumps(hits, indent=2))
+            return
+        console = Console()
+        if not hits:
+            console.print(f"no declaration matches {query!r}")
+        for hit in hits:
+            console.print(f"[bold]{hit['symbol']}[/] [dim]({hit['kind']}, score {hit['score']:.2f})[/]  "
+                          f"{hit['path']}:{hit['line']}", highlight=False)
+            console.print(Syntax(hit["snippet"], "cpp", line_numbers=False, word_wrap=True))
+
+    @cutlass_app.command("show")
+    def show_command(
+        where: Annotated[str, typer.Argument(help="PATH[:LINE], a path as search prints it")],
+        context: Annotated[int, typer.Option("--context", min=1, help="lines after LINE outside a declaration")] = 40,
+    ) -> None:
+        """Print a source file, or the declaration at PATH:LINE."""
+        from kernelpro.cutlass_index import load_index
+        from kernelpro.harness.errors import KernelproError
+        path, line = _where(where)
+        try:
+            first, lines = load_index(progress=_stderr).show(path, line, context)
+        except FileNotFoundError as error:
+            raise KernelproError(str(error)) from error
+        width = len(str(first + len(lines)))
+        for number, text in enumerate(lines, start=first):
+            typer.echo(f"{number:>{width}}  {text}")
+
+    @cutlass_app.command("build")
+    def build_command(json_output: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
+        """Build the index again (it is built on first use, and again when the wheel's version changes)."""
+        from kernelpro.cutlass_index import load_index
+        meta = load_index(rebuild=True, progress=_stderr).meta
+        typer.echo(json.dumps(meta, indent=2) if json_output else
+                   f"indexed {meta['chunks']} declarations in {meta['files']} files of CUTLASS {meta['version']} "
+                   f"in {meta['build_seconds']:.1f} s")
+
+    app.add_typer(cutlass_app, name="cutlass")

@@ -1,0 +1,148 @@
+"""The CUTLASS/CuTe code index over the real nvidia-cutlass wheel (a test extra), and its CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("bm25s")
+from typer.testing import CliRunner  # noqa: E402
+
+from kernelpro.cli import app  # noqa: E402
+from kernelpro.cutlass_index import CutlassMissing, Index, include_dirs, load_index, locate  # noqa: E402
+from kernelpro.cutlass_index import index as index_module  # noqa: E402
+from kernelpro.cutlass_index import source as source_module  # noqa: E402
+from kernelpro.cutlass_index.chunks import chunk_source, terms  # noqa: E402
+
+SNIPPET = r'''// A header in the style of CuTe.
+namespace cute {
+namespace detail {
+
+/// The doc comment belongs to the struct below.
+template <class T, int N>
+struct TiledThing : Base<T> {
+  int f() { return N; }   // braces in a comment: { { {
+  char const* s = "}}}";
+};
+
+template <class Engine, class Layout,
+          __CUTE_REQUIRES(is_layout<Layout>::value)>
+CUTE_HOST_DEVICE constexpr
+auto
+make_tiled_thing(Engine const& e, Layout const& l)
+{
+  if (true) { return e; }
+  return e;
+}
+
+using SmemLayoutSm90 = decltype(make_layout(Shape<_64, _64>{}));
+
+} // end namespace detail
+} // end namespace cute
+
+#define CUTE_THING_MACRO(x) (x)
+'''
+
+
+def test_declarations_are_chunked_with_their_heads_and_comments():
+    chunks = chunk_source("include/cute/thing.hpp", SNIPPET)
+    found = [(c.kind, c.symbol, c.line, c.end) for c in chunks]
+    assert found == [("struct", "TiledThing", 5, 10), ("function", "make_tiled_thing", 12, 20),
+                     ("alias", "SmemLayoutSm90", 22, 22), ("macro", "CUTE_THING_MACRO", 27, 27)]
+    assert chunks[0].text.startswith("/// The doc comment") and chunks[0].text.endswith("};")
+
+
+def test_identifiers_split_into_search_terms():
+    assert terms("SM90_TMA_LOAD") == ["sm90_tma_load", "sm90", "tma", "load", "sm", "90"]
+    assert {"tiled", "mma", "tiledmma"} <= set(terms("TiledMMA"))
+    assert {"make", "tiled", "copy"} <= set(terms("make_tiled_copy"))
+    assert "wgmma" in terms("wgmma.mma_async")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> tuple[Index, Path]:
+    home = tmp_path_factory.mktemp("home")
+    source = locate()
+    import os
+    old = os.environ.get("KERNELPRO_HOME")
+    os.environ["KERNELPRO_HOME"] = str(home)
+    try:
+        return Index.build(source, index_module.index_dir(source)), home
+    finally:
+        if old is None:
+            os.environ.pop("KERNELPRO_HOME", None)
+        else:
+            os.environ["KERNELPRO_HOME"] = old
+
+
+def test_the_wheel_is_indexed_and_symbols_rank_first(built):
+    index, _ = built
+    assert index.meta["chunks"] > 5000 and index.meta["files"] > 500
+    top = index.search("make_tiled_copy", 5)[0]
+    assert (top.symbol, top.kind, top.path) == ("make_tiled_copy", "function", "include/cute/atom/copy_atom.hpp")
+    hits = index.search("SM90 TMA load multicast", 10)
+    assert any(h.symbol.startswith("SM90_TMA_LOAD_MULTICAST") for h in hits[:5])
+    assert any("sm90" in h.path and "tma" in h.path for h in hits)
+    gemm = index.search("CollectiveBuilder", 20)
+    assert gemm[0].symbol == "CollectiveBuilder" and any("sm90" in h.path for h in gemm)
+    assert index.search("zzzzqqq") == [] and index.search("  ") == []
+
+
+def test_cli_search_json_and_show(built, monkeypatch):
+    _, home = built
+    monkeypatch.setenv("KERNELPRO_HOME", str(home))
+    runner = CliRunner()
+    result = runner.invoke(app, ["cutlass", "search", "local_tile", "--json", "-k", "3"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    assert len(rows) == 3 and {"path", "line", "symbol", "score", "snippet", "kind"} <= set(rows[0])
+    assert rows[0]["symbol"] == "local_tile" and "local_tile" in rows[0]["snippet"]
+    shown = runner.invoke(app, ["cutlass", "show", f"{rows[0]['path']}:{rows[0]['line'] + 3}"])
+    assert shown.exit_code == 0 and shown.stdout.splitlines()[0].startswith(str(rows[0]["line"]))
+    assert "local_tile(" in shown.stdout
+    missing = runner.invoke(app, ["cutlass", "show", "include/../../../etc/passwd"])
+    assert missing.exit_code != 0
+
+
+def test_a_new_wheel_version_rebuilds_and_a_failed_build_leaves_nothing(built, monkeypatch):
+    _, home = built
+    monkeypatch.setenv("KERNELPRO_HOME", str(home))
+    real = locate()
+    assert load_index().meta["version"] == real.version  # from the cache
+    monkeypatch.setattr(index_module, "read_chunks", lambda source: chunk_source("include/x.hpp", SNIPPET))
+    newer = source_module.CutlassSource(real.root, real.version + ".post1")
+    monkeypatch.setattr(index_module, "locate", lambda: newer)
+    rebuilt = load_index()
+    assert rebuilt.meta["version"] == newer.version and rebuilt.meta["chunks"] == 4
+    assert rebuilt.search("make_tiled_thing")[0].symbol == "make_tiled_thing"
+    assert index_module.index_dir(real).is_dir()  # the other version's index is kept
+
+    newest = source_module.CutlassSource(real.root, real.version + ".post2")
+    monkeypatch.setattr(index_module, "locate", lambda: newest)
+    import bm25s
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(bm25s.BM25, "save", killed)
+    with pytest.raises(KeyboardInterrupt):
+        load_index()
+    assert sorted(p.name for p in index_module.index_dir(real).parent.iterdir()) == sorted(
+        [index_module.index_dir(real).name, index_module.index_dir(newer).name])
+
+
+def test_missing_wheel_is_a_clear_error_naming_the_extra(monkeypatch):
+    import importlib.util
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "cutlass_library" else
+                        real(name, *a))
+    with pytest.raises(CutlassMissing, match=r"kernelpro\[cutlass\]"):
+        locate()
+    result = CliRunner().invoke(app, ["cutlass", "search", "gemm"])
+    assert result.exit_code != 0 and isinstance(result.exception, CutlassMissing)
+
+
+def test_include_dirs_hold_cute_and_cutlass_headers():
+    dirs = include_dirs()
+    assert (dirs[0] / "cute" / "tensor.hpp").is_file() and (dirs[0] / "cutlass" / "cutlass.h").is_file()
