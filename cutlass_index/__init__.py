@@ -3,6 +3,6 @@ nvidia-cutlass wheel (declarations ranked by BM25 with identifier splitting, plu
 table), and the include paths for candidates that use those headers."""
 
 from kernelpro.cutlass_index.index import Hit, Index, load_index
-from kernelpro.cutlass_index.source import CutlassMissing, CutlassSource, include_dirs, locate
+from kernelpro.cutlass_index.source import CutlassMissing, CutlassSource, include_dirs, locate, nvcc_flags
 
-__all__ = ["CutlassMissing", "CutlassSource", "Hit", "Index", "include_dirs", "load_index", "locate"]
+__all__ = ["CutlassMissing", "CutlassSource", "Hit", "Index", "include_dirs", "load_index", "locate", "nvcc_flags"]

@@ -60,3 +60,15 @@ def locate() -> CutlassSource:
 
 def include_dirs() -> list[Path]:
     return locate().include_dirs()
+
+
+def nvcc_flags(capability: tuple[int, int]) -> list[str]:
+    """nvcc flags for a CUTLASS/CuTe translation unit on a device of this compute capability.
+
+    C++17 and relaxed constexpr (CuTe's layouts are constexpr all the way down), and the
+    arch-specific target where the tensor-core instructions need it (`sm_90a` for wgmma);
+    the include paths come from `include_dirs()`.
+    """
+    from kernelpro.harness.evaluate import arch_for
+    arch = arch_for(*capability).replace(".", "")
+    return ["-std=c++17", "--expt-relaxed-constexpr", f"-gencode=arch=compute_{arch},code=sm_{arch}"]

@@ -30,12 +30,21 @@ REVERIFY_TRIALS = 10
 _STARTUP_LIMIT_S = 180.0
 
 
+#: Devices whose tensor-core instructions (wgmma on Hopper, tcgen05 on Blackwell) exist only in the
+#: arch-specific target: builds there use it (sm_90a), which runs on that exact device.
+ARCH_SPECIFIC = {(9, 0), (10, 0), (10, 3)}
+
+
+def arch_for(major: int, minor: int) -> str:
+    """The TORCH_CUDA_ARCH_LIST entry for a compute capability: `9.0a` on an H100, `8.0` on an A100."""
+    return f"{major}.{minor}" + ("a" if (major, minor) in ARCH_SPECIFIC else "")
+
+
 def cuda_arch_list() -> str | None:
     import torch
     if not torch.cuda.is_available():
         return None
-    major, minor = torch.cuda.get_device_capability(0)
-    return f"{major}.{minor}"
+    return arch_for(*torch.cuda.get_device_capability(0))
 
 
 def default_device() -> str:

@@ -11,7 +11,8 @@ pytest.importorskip("bm25s")
 from typer.testing import CliRunner  # noqa: E402
 
 from kernelpro.cli import app  # noqa: E402
-from kernelpro.cutlass_index import CutlassMissing, Index, include_dirs, load_index, locate  # noqa: E402
+from kernelpro.cutlass_index import (CutlassMissing, Index, include_dirs, load_index, locate,  # noqa: E402
+                                     nvcc_flags)
 from kernelpro.cutlass_index import index as index_module  # noqa: E402
 from kernelpro.cutlass_index import source as source_module  # noqa: E402
 from kernelpro.cutlass_index.chunks import chunk_source, terms  # noqa: E402
@@ -146,3 +147,28 @@ def test_missing_wheel_is_a_clear_error_naming_the_extra(monkeypatch):
 def test_include_dirs_hold_cute_and_cutlass_headers():
     dirs = include_dirs()
     assert (dirs[0] / "cute" / "tensor.hpp").is_file() and (dirs[0] / "cutlass" / "cutlass.h").is_file()
+
+
+def test_build_flags_follow_the_compute_capability():
+    from kernelpro.harness.evaluate import arch_for
+    assert arch_for(9, 0) == "9.0a" and arch_for(8, 0) == "8.0" and arch_for(10, 0) == "10.0a"
+    assert nvcc_flags((9, 0)) == ["-std=c++17", "--expt-relaxed-constexpr", "-gencode=arch=compute_90a,code=sm_90a"]
+    assert nvcc_flags((8, 9))[-1] == "-gencode=arch=compute_89,code=sm_89"
+
+
+@pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="needs nvcc")
+def test_the_wheels_hopper_wgmma_example_compiles_to_hgmma_with_these_flags(tmp_path):
+    """The include paths and flags a CuTe candidate gets, on CUTLASS's own Hopper tutorial (compiled from the
+    installed wheel, not copied): the SASS must hold warpgroup MMA (HGMMA) instructions."""
+    import subprocess
+    from kernelpro.tools.api import find_binary
+    source = locate().root / "examples" / "cute" / "tutorial" / "hopper" / "wgmma_sm90.cu"
+    cuobjdump = find_binary("cuobjdump")
+    if not source.is_file() or cuobjdump is None:
+        pytest.skip("this wheel has no Hopper tutorial, or no cuobjdump")
+    includes = [f"-I{d}" for d in include_dirs()]
+    subprocess.run(["nvcc", *nvcc_flags((9, 0)), *includes, "-cubin", "-o", str(tmp_path / "wgmma.cubin"),
+                    str(source)], check=True, capture_output=True, text=True)
+    sass = subprocess.run([str(cuobjdump), "-sass", str(tmp_path / "wgmma.cubin")], check=True,
+                          capture_output=True, text=True).stdout
+    assert "HGMMA." in sass
