@@ -10,7 +10,10 @@ The same groups (`kernelpro.offline.fusion`) as the Triton generator, float32 on
 - **row**: a warp per row (`rows_per_block` rows per block) or a block per row;
   each thread walks the row `items` apart, reductions finish with warp shuffles
   (`__shfl_xor_sync`) and, across warps, one shared-memory exchange. Rows of up to
-  16 items per thread are read once into registers and every pass reuses them.
+  16 items per thread are read once into registers and every pass reuses them;
+- **split** (few long rows): a block per (chunk, row), a kernel per reduction level
+  writing partial results to a workspace, a last one writing the outputs; `float4`
+  loads and stores when the reduced part is contiguous.
 
 Host launchers take raw pointers and the stream as integers and are `extern "C"`,
 so the .cu source needs no torch header: nvcc compiles it in seconds, and the same

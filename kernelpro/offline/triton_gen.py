@@ -1,6 +1,6 @@
 """Render a fused group as a readable Triton kernel and the Python wrapper that launches it.
 
-Three shapes of kernel:
+Four shapes of kernel:
 
 - **pointwise**: one element per lane over the flattened output; each input is read
   at its own broadcast offsets (the dimensions are merged first, so a contiguous
@@ -9,10 +9,13 @@ Three shapes of kernel:
   (`BLOCK_C` >= the row length); reductions along axis 1;
 - **row, looped**: one pass over the row per reduction level (the values a pass
   needs are recomputed from the inputs), then a last pass that writes the
-  full-shaped outputs.
+  full-shaped outputs;
+- **row, split** (few long rows): a program per (row, chunk); a kernel per
+  reduction level writes each chunk's partial results to a workspace and folds
+  those of the levels before it, and a last kernel writes the outputs.
 
 Every kernel exposes its launch parameters (`BLOCK`, `BLOCK_R`, `BLOCK_C`,
-`num_warps`). `configs` lists them ranked by an analytic model (vector width,
+`CHUNK`, `num_warps`). `configs` lists them ranked by an analytic model (vector width,
 occupancy from an estimate of registers, waves per SM, bytes in flight);
 tuning moves walk down that list.
 """
