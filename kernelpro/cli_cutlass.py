@@ -37,6 +37,8 @@ def register(app: typer.Typer) -> None:
         json_output: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     ) -> None:
         """Rank the declarations (structs, classes, functions, aliases, macros) that match QUERY."""
+        if not query.strip():
+            raise typer.BadParameter("is empty: give words or identifiers", param_hint="QUERY")
         hits = search(query, k)
         if json_output:
             typer.echo(json.dumps(hits, indent=2))

@@ -105,6 +105,7 @@ def test_cli_search_json_and_show(built, monkeypatch):
     assert "local_tile(" in shown.stdout
     missing = runner.invoke(app, ["cutlass", "show", "include/../../../etc/passwd"])
     assert missing.exit_code != 0
+    assert runner.invoke(app, ["cutlass", "search", "  "]).exit_code == 2
 
 
 def test_a_new_wheel_version_rebuilds_and_a_failed_build_leaves_nothing(built, monkeypatch):
