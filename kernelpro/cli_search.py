@@ -71,6 +71,12 @@ def register(app: typer.Typer) -> None:
         compile_baseline: Annotated[bool | None, typer.Option(
             "--compile-baseline/--no-compile-baseline",
             help="also time torch.compile (the reference and, at the end, the best); default: on with CUDA")] = None,
+        model: Annotated[str, typer.Option("--model", help="the Anthropic coder's model (default: KERNELPRO_MODEL, "
+                                                           "else the coder's default)")] = "",
+        max_cost: Annotated[float | None, typer.Option("--max-cost", min=0, help="stop when the LLM coder's "
+                                                                                 "estimated spend reaches this (USD)")] = None,
+        max_tokens: Annotated[int | None, typer.Option("--max-tokens", min=1, help="stop when the LLM coder has "
+                                                                                   "used this many tokens")] = None,
         json_output: Annotated[bool, typer.Option("--json", help="no live display; print run.json")] = False,
     ) -> None:
         """Search for a faster (or more energy-efficient) implementation of PROBLEM."""
@@ -86,7 +92,8 @@ def register(app: typer.Typer) -> None:
             problem=str(problem), out=str(folder), objective=objective.value, budget=budget,
             time_limit_min=time_limit, coder=chosen_coder, strategy=strategy.value, device=chosen_device,
             precision=precision.value, policy=policy.value, parallel=parallel, seed=seed, profile=profile,
-            compile_baseline=compile_baseline if compile_baseline is not None else chosen_device == "cuda")
+            compile_baseline=compile_baseline if compile_baseline is not None else chosen_device == "cuda",
+            model=model, max_cost_usd=max_cost, max_tokens=max_tokens)
         why = "as asked" if coder else ("ANTHROPIC_API_KEY is set" if chosen_coder == "anthropic"
                                         else "no ANTHROPIC_API_KEY")
         if not json_output:

@@ -22,6 +22,10 @@ class CoderUnavailable(KernelproError):
     """The asked-for coder cannot run here."""
 
 
+class CoderFailed(KernelproError):
+    """One expansion produced no candidate (API errors after retries, max_tokens, a refusal); the search goes on."""
+
+
 @dataclass(frozen=True)
 class CoderRequest:
     problem_path: str
@@ -68,6 +72,6 @@ def make_coder(name: str, **options) -> Coder:
         from kernelpro.offline import OfflineCoder
         return OfflineCoder(**options)
     if name == "anthropic":
-        raise CoderUnavailable("the Anthropic coder is not available in this release yet; run with "
-                               "--coder offline (the default when ANTHROPIC_API_KEY is not set)")
+        from kernelpro.anthropic_coder import AnthropicCoder
+        return AnthropicCoder(**options)
     raise CoderUnavailable(f"unknown coder {name!r}; choose one of {', '.join(CODERS)}")

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from collections.abc import Callable
 
-from kernelpro.coder import Coder, CoderProposal, CoderRequest, make_coder
+from kernelpro.coder import Coder, CoderFailed, CoderProposal, CoderRequest, make_coder
 from kernelpro.energy import objectives
 from kernelpro.errors import KernelproError
 from kernelpro.harness import EvalOptions, check_device
@@ -63,6 +63,12 @@ class SearchSettings:
     compile_baseline: bool = False
     timing_budget_s: float = 2.0
     epsilon: float = objectives.DEFAULT_EPSILON
+    model: str = ""  # the LLM coder's model ("" = its default, or KERNELPRO_MODEL)
+    max_cost_usd: float | None = None  # stop when the LLM coder's estimated spend reaches this
+    max_tokens: int | None = None  # stop when the LLM coder's tokens (in + out) reach this
+
+
+MAX_CODER_FAILURES_IN_ROW = 4  # then the search stops and says why
 
 
 @dataclass
@@ -77,6 +83,9 @@ class Status:
     verdicts: dict[str, int] = field(default_factory=dict)
     phase: str = "starting"
     started: float = field(default_factory=time.monotonic)
+    coder_failures: int = 0
+    coder_failures_in_row: int = 0
+    last_coder_failure: str = ""
 
 
 def source_key(source: str) -> str:
@@ -120,9 +129,11 @@ class SearchRun:
         if resume:
             saved = self.store.get("settings")
             # The run's identity stays; only how long it may go on can change.
-            settings = replace(SearchSettings(**saved), budget=settings.budget, time_limit_min=settings.time_limit_min)
+            settings = replace(SearchSettings(**saved), budget=settings.budget, time_limit_min=settings.time_limit_min,
+                               max_cost_usd=settings.max_cost_usd, max_tokens=settings.max_tokens)
         self.settings = settings
-        self.coder = coder or make_coder(settings.coder, seed=42)
+        options = {"model": settings.model} if settings.model and settings.coder == "anthropic" else {}
+        self.coder = coder or make_coder(settings.coder, seed=42, **options)
         if objectives.needs_energy(settings.objective) and energy_meter is None:
             from kernelpro.energy import open_meter
             energy_meter = open_meter(settings.device)
@@ -274,6 +285,16 @@ class SearchRun:
     def stop_reason(self, search: Search, began: float, limit_s: float | None) -> str:
         if search.evaluations >= self.settings.budget:
             return "budget"
+        usage = getattr(self.coder, "usage", None)
+        if usage is not None and self.settings.max_cost_usd is not None and usage.cost_usd is not None \
+                and usage.cost_usd >= self.settings.max_cost_usd:
+            return f"cost budget (${usage.cost_usd:.2f} of ${self.settings.max_cost_usd:.2f})"
+        if usage is not None and self.settings.max_tokens is not None \
+                and usage.input_tokens + usage.output_tokens >= self.settings.max_tokens:
+            return f"token budget ({usage.input_tokens + usage.output_tokens} of {self.settings.max_tokens})"
+        if self.status.coder_failures_in_row >= MAX_CODER_FAILURES_IN_ROW:
+            return f"the coder failed {self.status.coder_failures_in_row} times in a row " \
+                   f"({self.status.last_coder_failure})"
         if limit_s is not None and time.monotonic() - began >= limit_s:
             return "time limit"
         best = search.best()
@@ -284,7 +305,15 @@ class SearchRun:
 
     def expand(self, search: Search, expansion, evaluator: Evaluator, pool, pending: dict) -> None:
         self._changed(phase="asking the coder")
-        proposal: CoderProposal | None = self.coder.propose(self.request(search, expansion))
+        try:
+            proposal: CoderProposal | None = self.coder.propose(self.request(search, expansion))
+        except CoderFailed as error:  # this expansion yields nothing; the node stays open, the search goes on
+            self.status.coder_failures += 1
+            self.status.coder_failures_in_row += 1
+            self.status.last_coder_failure = str(error)
+            search.abandon(expansion)
+            return
+        self.status.coder_failures_in_row = 0
         if proposal is None:
             search.propose(expansion, None)
             return

@@ -140,6 +140,10 @@ def write_all(run, search: Search, baseline: dict, stopped: str, final) -> dict:
         "energy": energy, "stopped": stopped, "wall_s": wall_s,
         "evaluations_per_minute": len(rows) / (wall_s / 60) if wall_s else None,
         "date": datetime.date.today().isoformat(),
+        # The LLM coder's tokens (in, out, cached) and estimated cost in this process; expansions the
+        # coder could not answer (API errors after retries, max_tokens, refusals).
+        "coder_usage": run.coder.usage.as_dict() if hasattr(getattr(run.coder, "usage", None), "as_dict") else None,
+        "coder_failures": run.status.coder_failures,
     }
     write_atomic(out / "run.json", json.dumps(document, indent=2))
     write_atomic(out / "tree.json", json.dumps(tree_document(search), indent=1))

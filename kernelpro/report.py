@@ -58,6 +58,12 @@ def _summary_pairs(doc: dict) -> list[tuple[str, str]]:
     pairs.append(("verdicts", ", ".join(f"{k} {v}" for k, v in sorted(doc["verdicts"].items()))))
     if doc.get("evaluations_per_minute"):
         pairs.append(("throughput", f"{doc['evaluations_per_minute']:.1f} evaluations/min"))
+    usage = doc.get("coder_usage")
+    if usage:
+        cost = "cost unknown" if usage["cost_usd"] is None else f"about ${usage['cost_usd']:.2f}"
+        pairs.append(("LLM coder", f"{usage['requests']} requests; tokens {usage['input_tokens']} in, "
+                                   f"{usage['output_tokens']} out, {usage['cache_read_tokens']} cached; {cost}; "
+                                   f"{doc.get('coder_failures', 0)} expansions failed"))
     return pairs
 
 

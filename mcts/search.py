@@ -220,6 +220,12 @@ class Search:
         self.memory.keys[proposal.key] = child.id
         return True
 
+    def abandon(self, request: Expansion) -> None:
+        """The expander failed to answer (an API error, say): forget the request, leave the node open."""
+        self.iterations += 1
+        self.nodes[request.node_id].pending_children -= 1
+        self._drop(request)
+
     def _drop(self, request: Expansion) -> bool:
         for ancestor in self._path(self.nodes[request.node_id]):
             ancestor.virtual -= 1

@@ -40,9 +40,10 @@ def cli(argv: list[str], capsys) -> tuple[int, str]:
     (["--resume"], "holds no run to resume"),
     (["--device", "cuda"], "CUDA"),
     (["--objective", "energy"], "--device cuda"),
-    (["--coder", "anthropic"], "not available in this release"),
+    (["--coder", "anthropic"], "needs ANTHROPIC_API_KEY"),
 ])
-def test_bad_input_gets_a_clear_error(tmp_path, capsys, extra, message):
+def test_bad_input_gets_a_clear_error(tmp_path, capsys, monkeypatch, extra, message):
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     if "--device" in extra:
         import torch
         if torch.cuda.is_available():
