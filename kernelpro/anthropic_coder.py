@@ -118,6 +118,9 @@ _FENCE = re.compile(r"```(?:python|py)?\n(.*?)```", re.S)
 class AnthropicCoder:
     name: str = "anthropic"
     model: str = field(default_factory=lambda: os.environ.get("KERNELPRO_MODEL", DEFAULT_MODEL))
+    # The planner role: a short call that picks the technique before the coder writes it. Off unless a
+    # planner model is set (--planner-model / KERNELPRO_PLANNER_MODEL): then the coder's turn carries its plan.
+    planner_model: str = field(default_factory=lambda: os.environ.get("KERNELPRO_PLANNER_MODEL", ""))
     api_key: str | None = None
     max_turns: int = 6
     max_tokens: int = 8192
@@ -149,7 +152,10 @@ class AnthropicCoder:
         self._before = Usage(**self.usage.as_dict())
         system = system_blocks(request, list(TECHNIQUES))
         tools = _tools(self._index is not None, self.profiler is not None)
-        messages: list[dict] = [{"role": "user", "content": user_turn(request)}]
+        prompt = user_turn(request)
+        if self.planner_model:
+            prompt += "\n\nThe planner chose: " + self._plan(system, prompt, list(TECHNIQUES))
+        messages: list[dict] = [{"role": "user", "content": prompt}]
         repaired = False
         for _ in range(self.max_turns):
             response = self._create(system, tools, messages)
@@ -191,13 +197,32 @@ class AnthropicCoder:
             messages.append({"role": "user", "content": results})
         raise CoderFailed(f"no candidate within {self.max_turns} model turns")
 
-    def _create(self, system, tools, messages):
+    def _plan(self, system, prompt: str, techniques: list[str]) -> str:
+        """The planner's answer: one technique from the vocabulary and a one-line plan, as text for the coder."""
+        ask = (prompt + "\n\nDo not write code. Answer with one JSON object: {\"technique\": one of "
+               + ", ".join(techniques) + ", \"plan\": one sentence}.")
+        response = self._create(system, None, [{"role": "user", "content": ask}], model=self.planner_model,
+                                max_tokens=512)
+        answer = "".join(b.text for b in response.content if b.type == "text")
+        match = re.search(r"\{.*\}", answer, re.S)
         try:
-            response = self._client.messages.create(model=self.model, max_tokens=self.max_tokens, system=system,
-                                                    tools=tools, messages=messages)
+            chosen = json.loads(match.group(0)) if match else {}
+        except json.JSONDecodeError:
+            chosen = {}
+        technique = chosen.get("technique") if chosen.get("technique") in techniques else None
+        if technique is None:
+            return "(no usable plan; choose yourself)"
+        return f"{technique}: {str(chosen.get('plan', ''))[:300]}"
+
+    def _create(self, system, tools, messages, model: str | None = None, max_tokens: int | None = None):
+        model = model or self.model
+        extra = {"tools": tools} if tools else {}
+        try:
+            response = self._client.messages.create(model=model, max_tokens=max_tokens or self.max_tokens,
+                                                    system=system, messages=messages, **extra)
         except self._errors as error:  # the SDK has already retried what can be retried
             raise CoderFailed(f"Anthropic API: {type(error).__name__}: {_short(error)}") from None
-        self.usage.add(response.usage, self.model)
+        self.usage.add(response.usage, model)
         return response
 
     def _validate(self, raw) -> tuple[Submission | None, str]:

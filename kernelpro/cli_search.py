@@ -73,6 +73,8 @@ def register(app: typer.Typer) -> None:
             help="also time torch.compile (the reference and, at the end, the best); default: on with CUDA")] = None,
         model: Annotated[str, typer.Option("--model", help="the Anthropic coder's model (default: KERNELPRO_MODEL, "
                                                            "else the coder's default)")] = "",
+        planner_model: Annotated[str, typer.Option("--planner-model", help="a separate model that picks the "
+                                                   "technique before the coder writes it (default: none)")] = "",
         max_cost: Annotated[float | None, typer.Option("--max-cost", min=0, help="stop when the LLM coder's "
                                                                                  "estimated spend reaches this (USD)")] = None,
         max_tokens: Annotated[int | None, typer.Option("--max-tokens", min=1, help="stop when the LLM coder has "
@@ -93,7 +95,7 @@ def register(app: typer.Typer) -> None:
             time_limit_min=time_limit, coder=chosen_coder, strategy=strategy.value, device=chosen_device,
             precision=precision.value, policy=policy.value, parallel=parallel, seed=seed, profile=profile,
             compile_baseline=compile_baseline if compile_baseline is not None else chosen_device == "cuda",
-            model=model, max_cost_usd=max_cost, max_tokens=max_tokens)
+            model=model, planner_model=planner_model, max_cost_usd=max_cost, max_tokens=max_tokens)
         why = "as asked" if coder else ("ANTHROPIC_API_KEY is set" if chosen_coder == "anthropic"
                                         else "no ANTHROPIC_API_KEY")
         if not json_output:

@@ -64,6 +64,7 @@ class SearchSettings:
     timing_budget_s: float = 2.0
     epsilon: float = objectives.DEFAULT_EPSILON
     model: str = ""  # the LLM coder's model ("" = its default, or KERNELPRO_MODEL)
+    planner_model: str = ""  # the LLM planner's model ("" = no separate planner call, or KERNELPRO_PLANNER_MODEL)
     max_cost_usd: float | None = None  # stop when the LLM coder's estimated spend reaches this
     max_tokens: int | None = None  # stop when the LLM coder's tokens (in + out) reach this
 
@@ -132,7 +133,8 @@ class SearchRun:
             settings = replace(SearchSettings(**saved), budget=settings.budget, time_limit_min=settings.time_limit_min,
                                max_cost_usd=settings.max_cost_usd, max_tokens=settings.max_tokens)
         self.settings = settings
-        options = {"model": settings.model} if settings.model and settings.coder == "anthropic" else {}
+        options = {} if settings.coder != "anthropic" else {
+            key: value for key, value in (("model", settings.model), ("planner_model", settings.planner_model)) if value}
         self.coder = coder or make_coder(settings.coder, seed=42, **options)
         if objectives.needs_energy(settings.objective) and energy_meter is None:
             from kernelpro.energy import open_meter

@@ -210,3 +210,15 @@ def test_token_budget_and_repeated_coder_failures_stop_the_search_cleanly(tmp_pa
     run = json.loads((tmp_path / "refused" / "run.json").read_text())
     assert "the coder failed 4 times in a row" in run["stopped"] and run["coder_failures"] == 4
     assert (tmp_path / "refused" / "best.py").is_file() and run["evaluations"] == 0
+
+
+def test_a_planner_model_picks_the_technique_before_the_coder_writes_it(api):
+    fake, coder = api([message([text('{"technique": "fuse_elementwise", "plan": "one kernel for the chain"}')]),
+                       submit()], model="claude-sonnet-4-6", planner_model="claude-haiku-4-5")
+    assert coder.propose(request()).source == GOOD
+    planner, writer = fake.requests
+    assert planner["model"] == "claude-haiku-4-5" and "tools" not in planner and planner["max_tokens"] == 512
+    assert writer["model"] == "claude-sonnet-4-6"
+    assert "The planner chose: fuse_elementwise: one kernel for the chain" in writer["messages"][0]["content"]
+    assert coder.usage.requests == 2
+    assert coder.usage.cost_usd == pytest.approx((100 * 1 + 50 * 5 + 100 * 3 + 50 * 15) / 1e6)
