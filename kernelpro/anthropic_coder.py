@@ -88,6 +88,11 @@ class Usage:
     def as_dict(self) -> dict:
         return dict(self.__dict__)
 
+    def since(self, before: "Usage") -> dict:
+        """What was spent after `before` was taken (a cost is None when either side's price is unknown)."""
+        now, then = self.as_dict(), before.as_dict()
+        return {k: None if now[k] is None or then[k] is None else now[k] - then[k] for k in now}
+
 
 def _tools(with_cutlass: bool, with_profiler: bool) -> list[dict]:
     tools = [{"name": "submit_candidate", "description": "Submit the finished candidate module (the final answer).",
@@ -149,7 +154,7 @@ class AnthropicCoder:
     # -- the conversation -------------------------------------------------------------------------
     def propose(self, request: CoderRequest) -> CoderProposal | None:
         from kernelpro.tools import TECHNIQUES
-        self._before = Usage(**self.usage.as_dict())
+        before = Usage(**self.usage.as_dict())
         system = system_blocks(request, list(TECHNIQUES))
         tools = _tools(self._index is not None, self.profiler is not None)
         prompt = user_turn(request)
@@ -172,7 +177,7 @@ class AnthropicCoder:
                     submission, problem = self._validate({"code": fenced[-1], "plan": text.strip()[:200],
                                                           "techniques": []})
                     if submission:
-                        return self._proposal(submission, request)
+                        return self._proposal(submission, before)
                 else:
                     problem = "no submit_candidate call and no ```python block"
                 if repaired:
@@ -186,7 +191,7 @@ class AnthropicCoder:
                 if call.name == "submit_candidate":
                     submission, problem = self._validate(call.input)
                     if submission:
-                        return self._proposal(submission, request)
+                        return self._proposal(submission, before)
                     if repaired:
                         raise CoderFailed(f"invalid submission after a repair turn: {problem}")
                     repaired = True
@@ -234,16 +239,14 @@ class AnthropicCoder:
             first = error.errors()[0]
             return None, f"{'.'.join(map(str, first['loc'])) or 'input'}: {first['msg']}"
 
-    def _proposal(self, submission: Submission, request: CoderRequest) -> CoderProposal:
+    def _proposal(self, submission: Submission, before: Usage) -> CoderProposal:
         from kernelpro.tools import TECHNIQUES
         techniques = tuple(t for t in submission.techniques if t in TECHNIQUES) or ("algebraic_simplify",)
         rationale = submission.plan.splitlines()[0][:200] if submission.plan else "LLM candidate"
-        before, now = self._before.as_dict(), self.usage.as_dict()
-        spent = {k: (now[k] - before[k]) if isinstance(now[k], (int, float)) and isinstance(before[k], (int, float))
-                 else None for k in now}  # this expansion's tokens and cost
         return CoderProposal(source=submission.code, techniques=techniques, rationale=rationale,
                              move="llm:" + "+".join(techniques),
-                             state={"plan": submission.plan[:1000], "model": self.model, "usage": spent})
+                             state={"plan": submission.plan[:1000], "model": self.model,
+                                    "usage": self.usage.since(before)})  # this expansion's tokens and cost
 
     def _run_tool(self, call, request: CoderRequest) -> dict:
         args = call.input if isinstance(call.input, dict) else {}

@@ -22,8 +22,8 @@ def _stderr(message: str) -> None:
 
 
 def _where(spec: str) -> tuple[str, int | None]:
-    path, _, line = spec.rpartition(":") if spec.rpartition(":")[2].isdigit() else (spec, "", "")
-    return path, int(line) if line else None
+    path, _, line = spec.rpartition(":")
+    return (path, int(line)) if path and line.isdigit() else (spec, None)
 
 
 def register(app: typer.Typer) -> None:

@@ -59,6 +59,7 @@ def test_a_submitted_candidate_becomes_a_proposal_with_cached_prefix_and_usage(a
     assert "memory-bound elementwise chain" in body["messages"][0]["content"]
     assert coder.usage.requests == 1 and coder.usage.input_tokens == 100 and coder.usage.output_tokens == 50
     assert coder.usage.cost_usd == pytest.approx((100 * 3 + 50 * 15) / 1e6)
+    assert proposal.state["usage"]["requests"] == 1 and proposal.state["usage"]["output_tokens"] == 50
     auth = fake.headers[0].get("x-api-key", "") + fake.headers[0].get("authorization", "")
     assert KEY not in json.dumps(fake.requests) and KEY in auth  # the key travels in the auth header only
 

@@ -31,8 +31,8 @@ import re
 
 from kernelpro.offline import triton_gen
 from kernelpro.offline.fusion import Group, Step
-from kernelpro.offline.triton_gen import (Device, Dialect, Layout, _describe, _header, _index_lines, _inputs_doc,
-                                          _needed, layout)
+from kernelpro.offline.triton_gen import (Device, Dialect, Layout, RowSpace, _describe, _header, _index_lines,
+                                          _inputs_doc, _needed, layout)
 
 CACHE_ITEMS = 16  # a row of at most this many items per thread stays in registers between passes
 
@@ -159,21 +159,15 @@ _IDENTITY = {"sum": "0.0f", "max": "(-INFINITY)", "min": "INFINITY", "argmax": "
 _COMBINE = {"sum": "{a} + {b}", "max": "fmaxf({a}, {b})", "min": "fminf({a}, {b})"}
 
 
-class _RowSpace:
-    """A row group's index space in C: kept and reduced dims, the unravel lines, the full-shaped inputs."""
+_OP_CODE = {"sum": 0, "max": 1, "min": 2}  # kp_combine's OP
 
-    def __init__(self, group: Group):
-        self.lay = lay = layout(group)
-        self.keep = [d for d, red in enumerate(lay.reduced) if not red]
-        self.red = [d for d, red in enumerate(lay.reduced) if red]
-        self.row_index, self.keep_names = _unravel(lay, False, "row", "r")
-        self.col_index, col_names = _unravel(lay, True, "c", "c")
-        self.names = self.keep_names | col_names
-        self.full_inputs = [i for i in group.inputs if i.kind == "full"]
+
+def _row_space(group: Group) -> RowSpace:
+    return RowSpace(group, "row", "c", C)
 
 
 def _row(group: Group, config: dict) -> tuple[list[str], list[str]]:
-    space = _RowSpace(group)
+    space = _row_space(group)
     lay, keep, red, names, full_inputs = space.lay, space.keep, space.red, space.names, space.full_inputs
     row_index, keep_names, col_index = space.row_index, space.keep_names, space.col_index
     length, rows = group.row_length, group.row_count
@@ -191,14 +185,13 @@ def _row(group: Group, config: dict) -> tuple[list[str], list[str]]:
                    "    const int lane = threadIdx.x % 32;", f"    if (row >= {rows}LL) return;  // the whole warp"]
     else:
         kernel += ["    const long long row = blockIdx.x;", "    const int lane = threadIdx.x;"]
-    op_code = {"sum": 0, "max": 1, "min": 2}
     kernel += ["    " + line for line in row_index]
     for item in group.inputs:
         if item.kind == "row":
             kernel.append(f"    const float {item.var} = __ldg({item.var}_ptr + "
                           f"{_offset(lay.strides[item.var], keep_names, keep)});")
 
-    passes = [_needed(group, [s.operand for s in group.steps if s.reduce and s.level == level], "full")
+    passes = [_needed(group, [s.operand for s in group.reductions(level)], "full")
               for level in range(1, group.levels() + 1)]
     read_by_passes = {d for chosen in passes for s in chosen for d in s.deps} | {
         s.operand for s in group.steps if s.reduce}
@@ -235,7 +228,7 @@ def _row(group: Group, config: dict) -> tuple[list[str], list[str]]:
         return [i for i in full_inputs if i.var in wanted]
 
     for level, chosen in enumerate(passes, start=1):
-        reductions = [s for s in group.steps if s.reduce and s.level == level]
+        reductions = group.reductions(level)
         roots = [s.operand for s in reductions]
         body = steps(chosen)
         for s in reductions:
@@ -254,7 +247,7 @@ def _row(group: Group, config: dict) -> tuple[list[str], list[str]]:
                 call = f"kp_warp_arg<{largest}>" if warp else f"kp_block_arg<{threads}, {largest}>"
                 kernel += [f"    {call}(acc_{s.var}, at_{s.var});", f"    const float {s.var} = (float)at_{s.var};"]
             else:
-                call = f"kp_warp<{op_code[s.reduce]}>" if warp else f"kp_block<{threads}, {op_code[s.reduce]}>"
+                call = f"kp_warp<{_OP_CODE[s.reduce]}>" if warp else f"kp_block<{threads}, {_OP_CODE[s.reduce]}>"
                 kernel.append(f"    const float {s.var} = {call}(acc_{s.var});")
         kernel += [f"    const float {s.var} = {c_expr(s.expr)};" for s in row_steps if s.level == level]
     full_outputs = [(k, o) for k, o in enumerate(group.outputs) if o.kind == "full"]
@@ -277,35 +270,26 @@ def _row(group: Group, config: dict) -> tuple[list[str], list[str]]:
     return kernel, launcher
 
 
-def workspaces(group: Group, config: dict) -> list[tuple[str, tuple[int, int]]]:
-    """The split variant's partial-result buffers (name, [rows, chunks]), level by level; none otherwise."""
-    if config.get("variant") != "split":
-        return []
-    shape = (group.row_count, math.ceil(group.row_length / config["chunk"]))
-    return [(f"ws_{s.var}", shape) for level in range(1, group.levels() + 1) for s in group.steps
-            if s.reduce and s.level == level]
+def workspaces(group: Group, config: dict, last: int | None = None) -> list[tuple[str, tuple[int, int]]]:
+    """The split variant's partial-result buffers (name, [rows, chunks]) up to level `last`; none otherwise."""
+    return triton_gen.workspaces(group, config["chunk"], last) if config.get("variant") == "split" else []
 
 
 def _split(group: Group, config: dict) -> tuple[list[str], list[str]]:
     """Few long rows: a block per (chunk, row); a kernel per reduction level writes each chunk's partial
     results, the next ones fold them (a block reduction over the chunks), the last writes the outputs."""
-    space = _RowSpace(group)
+    space = _row_space(group)
     lay, keep, red, names, full_inputs = space.lay, space.keep, space.red, space.names, space.full_inputs
     row_index, keep_names, col_index = space.row_index, space.keep_names, space.col_index
     length, rows, levels = group.row_length, group.row_count, group.levels()
     threads, chunk = config["threads"], config["chunk"]
     chunks = math.ceil(length / chunk)
     row_steps = [s for s in group.steps if s.kind == "row" and not s.reduce]
-    spaces = workspaces(group, config)
-    op_code = {"sum": 0, "max": 1, "min": 2}
-
-    def reductions(level: int) -> list[Step]:
-        return [s for s in group.steps if s.reduce and s.level == level]
+    reductions = group.reductions
 
     def start(name: str, last: int, outputs: bool, what: str) -> list[str]:
         params = [f"const float* __restrict__ {i.var}_ptr" for i in group.inputs]
-        params += [f"float* __restrict__ {ws}" for ws, _ in spaces[:sum(len(reductions(v)) for v in
-                                                                       range(1, last + 1))]]
+        params += [f"float* __restrict__ {ws}" for ws, _ in workspaces(group, config, min(last, levels))]
         if outputs:
             params += [f"{'long long' if o.integer else 'float'}* __restrict__ out{k}_ptr"
                        for k, o in enumerate(group.outputs)]
@@ -324,7 +308,7 @@ def _split(group: Group, config: dict) -> tuple[list[str], list[str]]:
                 lines += [f"    float acc_{s.var} = {_IDENTITY[s.reduce]};",
                           f"    for (int k = lane; k < {chunks}; k += {threads}) "
                           f"acc_{s.var} = {_COMBINE[s.reduce].format(a=f'acc_{s.var}', b=f'ws_{s.var}[row * {chunks}LL + k]')};",
-                          f"    const float {s.var} = kp_block<{threads}, {op_code[s.reduce]}>(acc_{s.var});"]
+                          f"    const float {s.var} = kp_block<{threads}, {_OP_CODE[s.reduce]}>(acc_{s.var});"]
             lines += [f"    const float {s.var} = {c_expr(s.expr)};" for s in row_steps if s.level == level]
         return lines
 
@@ -386,12 +370,11 @@ def _split(group: Group, config: dict) -> tuple[list[str], list[str]]:
         lines += loop(_needed(group, roots, "full"), roots,
                       [f"acc_{s.var} = {_COMBINE[s.reduce].format(a=f'acc_{s.var}', b=s.operand)};" for s in mine])
         for s in mine:
-            lines += [f"    const float part_{s.var} = kp_block<{threads}, {op_code[s.reduce]}>(acc_{s.var});",
+            lines += [f"    const float part_{s.var} = kp_block<{threads}, {_OP_CODE[s.reduce]}>(acc_{s.var});",
                       f"    if (lane == 0) ws_{s.var}[row * {chunks}LL + blockIdx.x] = part_{s.var};"]
         kernel += _prune(lines + ["}"]) + [""]
         args = [f"(const float*){i.var}" for i in group.inputs] + [f"(float*){ws}" for ws, _ in
-                                                                    spaces[:sum(len(reductions(v)) for v in
-                                                                                range(1, level + 1))]]
+                                                                    workspaces(group, config, level)]
         launcher.append(launch(name, grid, args))
     lines = start(f"{group.name}_kernel", levels + 1, True, "the outputs from the folded partial results")
     if full_outputs:
@@ -402,7 +385,8 @@ def _split(group: Group, config: dict) -> tuple[list[str], list[str]]:
         lines += ["    if (lane == 0 && blockIdx.x == 0) {"] + [
             f"        out{k}_ptr[row] = {'(long long)' if o.integer else ''}{o.var};" for k, o in row_outputs] + ["    }"]
     kernel += _prune(lines + ["}"])
-    args = [f"(const float*){i.var}" for i in group.inputs] + [f"(float*){ws}" for ws, _ in spaces] + [
+    args = [f"(const float*){i.var}" for i in group.inputs] + [
+        f"(float*){ws}" for ws, _ in workspaces(group, config)] + [
         f"({'long long' if o.integer else 'float'}*)out{k}" for k, o in enumerate(group.outputs)]
     launcher.append(launch(f"{group.name}_kernel", grid if full_outputs else f"dim3(1u, {rows}u)", args))
     return kernel, launcher
@@ -437,20 +421,14 @@ def configs(group: Group, device: Device = Device()) -> list[dict]:
             fill = min(1.0, length / threads)  # lanes with nothing to read are idle
             score = tail * fill * (1.0 if items <= CACHE_ITEMS else 0.5) * (0.9 if length <= 1024 else 1.0)
             ranked.append((round(score, 6), {"variant": "block", "threads": threads}))
-        if length >= triton_gen.SPLIT_FROM and rows < 2 * device.sms and not any(
-                s.reduce in ("argmax", "argmin") for s in group.steps):
-            passes = group.levels() + any(o.kind == "full" for o in group.outputs)
-            for chunk in (4096, 8192, 16384, 32768, 65536):
-                chunks = math.ceil(length / chunk)
-                if not 2 <= chunks <= triton_gen.MAX_CHUNKS:
-                    continue
-                for threads in (256, 512, 1024):
-                    resident = min(device.threads_per_sm // threads, device.blocks_per_sm)
-                    waves = rows * chunks / (device.sms * resident)
-                    tail = waves / math.ceil(waves) if waves >= 1 else waves
-                    # the block variant re-reads a long row every pass too; split fills the SMs
-                    score = tail * min(1.0, chunk / (threads * 8)) / max(1, passes) ** 0.25
-                    ranked.append((round(score, 6), {"variant": "split", "threads": threads, "chunk": chunk}))
+        for chunk in triton_gen.split_chunks(group, device):
+            for threads in (256, 512, 1024):
+                resident = min(device.threads_per_sm // threads, device.blocks_per_sm)
+                waves = rows * math.ceil(length / chunk) / (device.sms * resident)
+                tail = waves / math.ceil(waves) if waves >= 1 else waves
+                # the block variant re-reads a long row every pass too; split fills the SMs
+                score = tail * min(1.0, chunk / (threads * 8)) / max(1, group.passes()) ** 0.25
+                ranked.append((round(score, 6), {"variant": "split", "threads": threads, "chunk": chunk}))
     ranked.sort(key=lambda item: (-item[0], sorted(item[1].items())))
     return [dict(config, score=score) for score, config in ranked]
 

@@ -102,6 +102,14 @@ class Group:
     def levels(self) -> int:
         return max((s.level for s in self.steps if s.reduce), default=0)
 
+    def reductions(self, level: int) -> list[Step]:
+        """The reductions computed by pass `level` over the row, in step order."""
+        return [s for s in self.steps if s.reduce and s.level == level]
+
+    def passes(self) -> int:
+        """Reads of the row by a kernel that cannot keep it: one per reduction level, one for full outputs."""
+        return self.levels() + any(o.kind == "full" for o in self.outputs)
+
     def bytes_moved(self) -> int:
         """Bytes per call at float32: each input read once, each output written once."""
         return 4 * (sum(math.prod(i.shape) for i in self.inputs) + sum(math.prod(o.shape) for o in self.outputs))

@@ -201,20 +201,30 @@ def _needed(group: Group, roots: list[str], kind: str) -> list[Step]:
     return [s for s in group.steps if s.var in wanted]
 
 
-class _Rows:
-    """What every row kernel shares: the row index, the row inputs, the column loads, the steps."""
+class RowSpace:
+    """A row group's index space, in either dialect: the kept and reduced dims, the lines that unravel a
+    row index (`r0, r1, ...`) and a column index (`c0, c1, ...`), and the full-shaped inputs."""
 
-    def __init__(self, group: Group, lay: Layout):
-        self.group, self.lay = group, lay
-        self.length = group.row_length
+    def __init__(self, group: Group, row_source: str, col_source: str, dialect: Dialect = TRITON,
+                 lay: Layout | None = None):
+        self.lay = lay = lay or layout(group)
         self.keep = [d for d, red in enumerate(lay.reduced) if not red]
         self.red = [d for d, red in enumerate(lay.reduced) if red]
-        self.row_index, self.keep_names = _index_lines(lay, False, "r", "r")
-        self.col_index, col_names = _index_lines(lay, True, "j", "c")
-        self.names = self.keep_names | col_names
+        self.row_index, self.keep_names = _index_lines(lay, False, row_source, "r", dialect)
+        self.col_index, self.col_names = _index_lines(lay, True, col_source, "c", dialect)
+        self.names = self.keep_names | self.col_names
         self.full_inputs = [i for i in group.inputs if i.kind == "full"]
+
+
+class _Rows(RowSpace):
+    """What every Triton row kernel shares: the row index, the row inputs, the column loads, the steps."""
+
+    def __init__(self, group: Group, lay: Layout):
+        super().__init__(group, "r", "j", lay=lay)
+        self.group = group
+        self.length = group.row_length
         self.full_outputs = [(k, o) for k, o in enumerate(group.outputs) if o.kind == "full"]
-        self.row_set, self.col_set = set(self.keep_names.values()), set(col_names.values())
+        self.row_set, self.col_set = set(self.keep_names.values()), set(self.col_names.values())
         self.full_offset = _block(_offset(lay.strides["full"], self.names, self.keep + self.red),
                                   self.row_set, self.col_set)
         self.row_steps = [s for s in group.steps if s.kind == "row" and not s.reduce]
@@ -246,12 +256,9 @@ class _Rows:
     def row_lines(self, level: int) -> list[str]:
         return [f"    {step.var} = {step.expr}" for step in self.row_steps if step.level == level]
 
-    def reductions(self, level: int) -> list[Step]:
-        return [s for s in self.group.steps if s.reduce and s.level == level]
-
     def accumulate(self, level: int, indent: str) -> list[str]:
         """Inside a loop over the row: the pass's values, folded into `acc_<var>` per reduction."""
-        reductions = self.reductions(level)
+        reductions = self.group.reductions(level)
         roots = [s.operand for s in reductions]
         lines = self.body(_needed(self.group, roots, "full"), roots, indent)
         for s in reductions:
@@ -296,12 +303,12 @@ def _row_kernel(group: Group, lay: Layout, looped: bool) -> list[str]:
         lines += [f"    tl.store(out{k}_ptr + {rows.full_offset}, {o.var}, mask=mask)" for k, o in rows.full_outputs]
     else:
         for level in range(1, group.levels() + 1):
-            for s in rows.reductions(level):
+            for s in group.reductions(level):
                 lines.append(f"    acc_{s.var} = tl.full([BLOCK_R, BLOCK_C], {_IDENTITY[s.reduce]}, tl.float32)")
             lines += [f"    for start in range(0, {length}, BLOCK_C):  # pass {level}",
                       "        j = start + tl.arange(0, BLOCK_C)[None, :]", f"        mask = row_mask & (j < {length})"]
             lines += rows.accumulate(level, "        ")
-            lines += [f"    {s.var} = {_FOLD[s.reduce]}(acc_{s.var}, 1)[:, None]" for s in rows.reductions(level)]
+            lines += [f"    {s.var} = {_FOLD[s.reduce]}(acc_{s.var}, 1)[:, None]" for s in group.reductions(level)]
             lines += rows.row_lines(level)
         if rows.full_outputs:
             lines += [f"    for start in range(0, {length}, BLOCK_C):  # the outputs",
@@ -312,9 +319,22 @@ def _row_kernel(group: Group, lay: Layout, looped: bool) -> list[str]:
     return lines
 
 
-def _workspaces(group: Group, last: int) -> list[str]:
-    """The split variant's partial-result buffers of the levels up to `last`, level by level."""
-    return [f"ws_{s.var}" for level in range(1, last + 1) for s in group.steps if s.reduce and s.level == level]
+def split_chunks(group: Group, device: Device) -> list[int]:
+    """Chunk lengths the split variant may cut this group's rows into: none unless the rows are long
+    (SPLIT_FROM) and too few to fill the GPU (under two per SM), and no reduction is an argmax/argmin."""
+    if group.row_length < SPLIT_FROM or group.row_count >= 2 * device.sms or any(
+            s.reduce in ("argmax", "argmin") for s in group.steps):
+        return []
+    return [chunk for chunk in (4096, 8192, 16384, 32768, 65536)
+            if 2 <= math.ceil(group.row_length / chunk) <= MAX_CHUNKS]
+
+
+def workspaces(group: Group, chunk: int, last: int | None = None) -> list[tuple[str, tuple[int, int]]]:
+    """The split variant's partial-result buffers (name, [rows, chunks]) of the levels up to `last`
+    (default: all), level by level: the order of the kernels' parameters and of the launches' arguments."""
+    shape = (group.row_count, math.ceil(group.row_length / chunk))
+    last = group.levels() if last is None else last
+    return [(f"ws_{s.var}", shape) for level in range(1, last + 1) for s in group.reductions(level)]
 
 
 SPLIT_PARAMS = ["n_rows", "CHUNK: tl.constexpr", "BLOCK_C: tl.constexpr", "NCHUNKS: tl.constexpr",
@@ -337,13 +357,13 @@ def _split_kernels(group: Group, lay: Layout) -> list[str]:
                   "        j = tl.program_id(1) * CHUNK + start + tl.arange(0, BLOCK_C)[None, :]",
                   f"        mask = row_mask & (j < {length})"]
 
-    def workspaces(last: int) -> list[str]:
-        return [f"{name}_ptr" for name in _workspaces(group, last)]
+    def pointers(last: int) -> list[str]:  # the workspaces' parameters; CHUNK is a launch constant
+        return [f"ws_{s.var}_ptr" for level in range(1, last + 1) for s in group.reductions(level)]
 
     def fold_partials(below: int) -> list[str]:
         lines = ["    k = tl.arange(0, NCHUNKS_P2)[None, :]"] if below >= 1 else []
         for level in range(1, below + 1):
-            for s in rows.reductions(level):
+            for s in group.reductions(level):
                 lines.append(f"    {s.var} = {_FOLD[s.reduce]}(tl.load(ws_{s.var}_ptr + r * NCHUNKS + k, "
                              f"mask=row_mask & (k < NCHUNKS), other={_IDENTITY[s.reduce]}), 1)[:, None]")
             lines += rows.row_lines(level)
@@ -351,16 +371,16 @@ def _split_kernels(group: Group, lay: Layout) -> list[str]:
 
     kernels = []
     for level in range(1, levels + 1):
-        lines = rows.start(f"{group.name}_pass{level}_kernel", inputs + workspaces(level) + SPLIT_PARAMS,
+        lines = rows.start(f"{group.name}_pass{level}_kernel", inputs + pointers(level) + SPLIT_PARAMS,
                            f"pass {level} of {levels}: one chunk's partial results", program_rows)
         lines += rows.row_lines(0) + fold_partials(level - 1)
         lines += [f"    acc_{s.var} = tl.full([1, BLOCK_C], {_IDENTITY[s.reduce]}, tl.float32)"
-                  for s in rows.reductions(level)]
+                  for s in group.reductions(level)]
         lines += chunk_loop + rows.accumulate(level, "        ")
         lines += [f"    tl.store(ws_{s.var}_ptr + r * NCHUNKS + tl.program_id(1), {_FOLD[s.reduce]}(acc_{s.var}, 1)"
-                  "[:, None], mask=row_mask)" for s in rows.reductions(level)]
+                  "[:, None], mask=row_mask)" for s in group.reductions(level)]
         kernels += lines + ["", ""]
-    lines = rows.start(f"{group.name}_kernel", inputs + workspaces(levels) + outputs + SPLIT_PARAMS,
+    lines = rows.start(f"{group.name}_kernel", inputs + pointers(levels) + outputs + SPLIT_PARAMS,
                        "the outputs of one chunk from the folded partials", program_rows)
     lines += rows.row_lines(0) + fold_partials(levels)
     if rows.full_outputs:
@@ -415,31 +435,25 @@ def configs(group: Group, device: Device = Device()) -> list[dict]:
                         ranked.append((score, {"variant": "one_pass", "BLOCK_R": block_r, "BLOCK_C": block_c,
                                                "num_warps": warps}))
         if length > LOOPED_FROM and not any(s.reduce in ('argmax', 'argmin') for s in group.steps):
-            passes = group.levels() + any(o.kind == "full" for o in group.outputs)
             for block_c in (1024, 2048, 4096):
                 for warps in (4, 8, 16):
                     per_thread = block_c / (32 * warps)
                     if per_thread <= 32:
                         # each extra pass re-reads the row: the model charges for it
-                        score = _score(rows, 32 * warps, per_thread, loads, device, per_thread) / max(1, passes) ** 0.5
+                        score = _score(rows, 32 * warps, per_thread, loads, device, per_thread) / max(
+                            1, group.passes()) ** 0.5
                         ranked.append((score * (0.5 if length <= MAX_ONE_PASS else 1.0),
                                        {"variant": "looped", "BLOCK_R": 1, "BLOCK_C": block_c, "num_warps": warps}))
-        if length >= SPLIT_FROM and rows < 2 * device.sms and not any(s.reduce in ("argmax", "argmin")
-                                                                      for s in group.steps):
-            passes = group.levels() + any(o.kind == "full" for o in group.outputs)
-            for chunk in (4096, 8192, 16384, 32768, 65536):
-                chunks = math.ceil(length / chunk)
-                if not 2 <= chunks <= MAX_CHUNKS:
-                    continue
-                for block_c in (1024, 2048, 4096):
-                    for warps in (4, 8, 16):
-                        per_thread = block_c / (32 * warps)
-                        if block_c <= chunk and per_thread <= 32:
-                            # a launch per pass; every pass but the last also writes a partial per chunk
-                            score = _score(rows * chunks, 32 * warps, per_thread, loads, device, per_thread)
-                            ranked.append((score / max(1, passes) ** 0.5,
-                                           {"variant": "split", "CHUNK": chunk, "BLOCK_C": block_c,
-                                            "num_warps": warps}))
+        for chunk in split_chunks(group, device):
+            for block_c in (1024, 2048, 4096):
+                for warps in (4, 8, 16):
+                    per_thread = block_c / (32 * warps)
+                    if block_c <= chunk and per_thread <= 32:
+                        # a launch per pass; every pass but the last also writes a partial per chunk
+                        score = _score(rows * math.ceil(length / chunk), 32 * warps, per_thread, loads, device,
+                                       per_thread)
+                        ranked.append((score / max(1, group.passes()) ** 0.5,
+                                       {"variant": "split", "CHUNK": chunk, "BLOCK_C": block_c, "num_warps": warps}))
     ranked.sort(key=lambda item: (-item[0], sorted(item[1].items())))
     return [dict(config, score=score) for score, config in ranked]
 
@@ -483,7 +497,7 @@ def render(group: Group, config: dict) -> str:
         lines.append(f"    {group.name}_kernel[(triton.cdiv({n}, {config['BLOCK']}),)]({launch}, {n}, "
                      f"BLOCK={config['BLOCK']}, num_warps={warps})")
     elif variant == "split":
-        lines += _split_launches(group, config, first_float)
+        lines += _split_launches(group, config, args, outs)
     else:
         rows = group.row_count
         lines.append(f"    {group.name}_kernel[(triton.cdiv({rows}, {config['BLOCK_R']}),)]({launch}, {rows}, "
@@ -492,23 +506,20 @@ def render(group: Group, config: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _split_launches(group: Group, config: dict, like: str) -> list[str]:
+def _split_launches(group: Group, config: dict, args: list[str], outs: list[str]) -> list[str]:
     """Workspaces for the partial results, a launch per pass, then the output launch."""
     rows, chunks = group.row_count, math.ceil(group.row_length / config["CHUNK"])
-    args = [i.var for i in group.inputs]
-    outs = [f"out{k}" for k in range(len(group.outputs))]
     constants = (f"CHUNK={config['CHUNK']}, BLOCK_C={config['BLOCK_C']}, NCHUNKS={chunks}, "
                  f"NCHUNKS_P2={_next_pow2(chunks)}, num_warps={config['num_warps']}")
-    reductions = [s for s in group.steps if s.reduce]
     lines = [f"    # {chunks} chunks of {config['CHUNK']} per row; a partial result per (row, chunk) and reduction"]
-    lines += [f"    ws_{s.var} = torch.empty(({rows}, {chunks}), device={like}.device, dtype=torch.float32)"
-              for s in reductions]
+    lines += [f"    {ws} = torch.empty({shape!r}, device={args[0]}.device, dtype=torch.float32)"
+              for ws, shape in workspaces(group, config["CHUNK"])]
     for level in range(1, group.levels() + 1):
-        spaces = _workspaces(group, level)
+        spaces = [ws for ws, _ in workspaces(group, config["CHUNK"], level)]
         lines.append(f"    {group.name}_pass{level}_kernel[({rows}, {chunks})]({', '.join(args + spaces)}, {rows}, "
                      f"{constants})")
     grid = chunks if any(o.kind == "full" for o in group.outputs) else 1
-    spaces = _workspaces(group, group.levels())
+    spaces = [ws for ws, _ in workspaces(group, config["CHUNK"])]
     lines.append(f"    {group.name}_kernel[({rows}, {grid})]({', '.join(args + spaces + outs)}, {rows}, {constants})")
     return lines
 
