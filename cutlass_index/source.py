@@ -8,11 +8,11 @@ without importing it (its `__init__` loads the whole generator).
 from __future__ import annotations
 
 import importlib.metadata
-import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
 from kernelpro.harness.errors import KernelproError
+from kernelpro.harness.toolchain import arch_for, cutlass_include_dirs, cutlass_source_root
 
 EXTRA = "pip install 'kernelpro[cutlass]'  (the nvidia-cutlass wheel and bm25s)"
 
@@ -39,16 +39,14 @@ class CutlassSource:
         return [p for p in (self.root / "include", self.root / "examples") if p.is_dir()]
 
     def include_dirs(self) -> list[Path]:
-        """Include paths for a candidate that uses CUTLASS or CuTe headers."""
-        util = self.root / "tools" / "util" / "include"
-        return [self.include] + ([util] if util.is_dir() else [])
+        """Include paths for a candidate that uses CUTLASS or CuTe headers (the harness puts them on CPATH)."""
+        return cutlass_include_dirs(self.root)
 
 
 def locate() -> CutlassSource:
-    spec = importlib.util.find_spec("cutlass_library")
-    if spec is None or not spec.submodule_search_locations:
+    root = cutlass_source_root()
+    if root is None:
         raise CutlassMissing("the CUTLASS/CuTe sources come from the nvidia-cutlass wheel, which is not installed")
-    root = Path(list(spec.submodule_search_locations)[0]) / "source"
     if not (root / "include" / "cute").is_dir():
         raise CutlassMissing(f"the installed cutlass_library has no CuTe headers under {root / 'include'}")
     try:
@@ -69,6 +67,5 @@ def nvcc_flags(capability: tuple[int, int]) -> list[str]:
     arch-specific target where the tensor-core instructions need it (`sm_90a` for wgmma);
     the include paths come from `include_dirs()`.
     """
-    from kernelpro.harness.evaluate import arch_for
     arch = arch_for(*capability).replace(".", "")
     return ["-std=c++17", "--expt-relaxed-constexpr", f"-gencode=arch=compute_{arch},code=sm_{arch}"]

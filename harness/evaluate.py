@@ -24,27 +24,11 @@ from kernelpro.harness.process import WorkerProcess
 from kernelpro.harness.records import (CappedLog, EnergyStats, EnergyWindow, EvalOptions, EvalResult, ErrorStats,
                                        Floor, Phase, TimingStats, Verdict)
 from kernelpro.harness.timing import summarize
+from kernelpro.harness.toolchain import ARCH_SPECIFIC, arch_for, build_environment, cuda_arch_list  # noqa: F401
 
 SUSPICIOUS_SPEEDUP = 10.0
 REVERIFY_TRIALS = 10
 _STARTUP_LIMIT_S = 180.0
-
-
-#: Devices whose tensor-core instructions (wgmma on Hopper, tcgen05 on Blackwell) exist only in the
-#: arch-specific target: builds there use it (sm_90a), which runs on that exact device.
-ARCH_SPECIFIC = {(9, 0), (10, 0), (10, 3)}
-
-
-def arch_for(major: int, minor: int) -> str:
-    """The TORCH_CUDA_ARCH_LIST entry for a compute capability: `9.0a` on an H100, `8.0` on an A100."""
-    return f"{major}.{minor}" + ("a" if (major, minor) in ARCH_SPECIFIC else "")
-
-
-def cuda_arch_list() -> str | None:
-    import torch
-    if not torch.cuda.is_available():
-        return None
-    return arch_for(*torch.cuda.get_device_capability(0))
 
 
 def default_device() -> str:
@@ -146,11 +130,7 @@ class Evaluator:
         # start/stop/idle_power_w/min_window_s/method); the harness does not import it.
         self.energy_meter = energy_meter
         self.cache = cache or BuildCache()
-        env = {}
-        arch = cuda_arch_list() if device == "cuda" else None
-        if arch:
-            env["TORCH_CUDA_ARCH_LIST"] = arch
-        self.pool = WorkerPool(device, spares=spares, env=env)
+        self.pool = WorkerPool(device, spares=spares, env=build_environment(device))
         self.build_pool = ThreadPoolExecutor(max_workers=build_workers, thread_name_prefix="kernelpro-build")
         self._builds: dict[str, Future] = {}
         self._builds_lock = threading.Lock()

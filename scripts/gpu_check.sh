@@ -25,6 +25,11 @@ mkdir -p "$OUT/ncu"
 export KERNELPRO_CAPTURE_DIR="$OUT/captures"
 step "gpu tests"
 timeout 1500 python3 -m pytest -m gpu tests/gpu -v -s -p no:cacheprovider ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "PASSED|FAILED|ERROR|passed|failed|x vs eager|CV across"
+step "CUTLASS GEMM (cute_gemm) against cuBLAS + a separate GELU (CUTE_CONFIGS: top N configurations)"
+if [ "${SKIP_CUTE:-0}" != 1 ]; then
+  timeout "${CUTE_TIMEOUT:-560}" python3 benchmarks/cute_gemm.py --configs "${CUTE_CONFIGS:-3}" --json "$OUT/cute_gemm.json" \
+    --keep "$OUT/cute_candidates" 2>&1 | tee "$OUT/cute_gemm.log" | tail -12
+fi
 step "kernelpro eval on the examples"
 [ "${SKIP_EVALS:-0}" = 1 ] || for candidate in gelu_bias_scale_triton gelu_bias_scale_cuda; do
   kernelpro eval examples/gelu_bias_scale.py "examples/$candidate.py" --baseline compile \

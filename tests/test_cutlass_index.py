@@ -151,25 +151,31 @@ def test_include_dirs_hold_cute_and_cutlass_headers():
 
 
 def test_build_flags_follow_the_compute_capability():
-    from kernelpro.harness.evaluate import arch_for
+    from kernelpro.harness.toolchain import arch_for, build_environment
     assert arch_for(9, 0) == "9.0a" and arch_for(8, 0) == "8.0" and arch_for(10, 0) == "10.0a"
+    # every build and worker process of the harness gets the wheel's headers on CPATH, after the user's own
+    cpath = build_environment("cpu", {"CPATH": "/opt/mine"})["CPATH"].split(":")
+    assert cpath == ["/opt/mine"] + [str(d) for d in include_dirs()]
     assert nvcc_flags((9, 0)) == ["-std=c++17", "--expt-relaxed-constexpr", "-gencode=arch=compute_90a,code=sm_90a"]
     assert nvcc_flags((8, 9))[-1] == "-gencode=arch=compute_89,code=sm_89"
 
 
 @pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="needs nvcc")
 def test_the_wheels_hopper_wgmma_example_compiles_to_hgmma_with_these_flags(tmp_path):
-    """The include paths and flags a CuTe candidate gets, on CUTLASS's own Hopper tutorial (compiled from the
-    installed wheel, not copied): the SASS must hold warpgroup MMA (HGMMA) instructions."""
+    """The headers and flags a CuTe candidate gets, on CUTLASS's own Hopper tutorial (compiled from the
+    installed wheel, not copied): the include paths only through the harness's CPATH, as a candidate that
+    names none gets them; the SASS must hold warpgroup MMA (HGMMA) instructions."""
+    import os
     import subprocess
+    from kernelpro.harness.toolchain import build_environment
     from kernelpro.tools.api import find_binary
     source = locate().root / "examples" / "cute" / "tutorial" / "hopper" / "wgmma_sm90.cu"
     cuobjdump = find_binary("cuobjdump")
     if not source.is_file() or cuobjdump is None:
         pytest.skip("this wheel has no Hopper tutorial, or no cuobjdump")
-    includes = [f"-I{d}" for d in include_dirs()]
-    subprocess.run(["nvcc", *nvcc_flags((9, 0)), *includes, "-cubin", "-o", str(tmp_path / "wgmma.cubin"),
-                    str(source)], check=True, capture_output=True, text=True)
+    env = dict(os.environ, **build_environment("cpu", {}))
+    subprocess.run(["nvcc", *nvcc_flags((9, 0)), "-cubin", "-o", str(tmp_path / "wgmma.cubin"),
+                    str(source)], check=True, capture_output=True, text=True, env=env)
     sass = subprocess.run([str(cuobjdump), "-sass", str(tmp_path / "wgmma.cubin")], check=True,
                           capture_output=True, text=True).stdout
     assert "HGMMA." in sass

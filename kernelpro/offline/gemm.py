@@ -46,6 +46,8 @@ class Gemm:
     b_shape: tuple[int, ...]
     var: str  # the epilogue's input that is the product
     tf32: bool = False  # the tf32_matmul move is on
+    backend: str = "triton"  # "triton" (this module) or "cute" (kernelpro.offline.cute_gemm)
+    dtype: str = "fp32"  # the precision the candidate runs at (the CuTe GEMM is instantiated for it)
 
     def sources(self) -> list:
         return [self.a, self.b] + ([self.bias] if self.bias is not None else [])

@@ -21,6 +21,8 @@ class Move:
     needs_matmul: bool = False
     fp32_only: bool = False
     kernels: bool = False  # generates Triton kernels (needs triton where candidates run)
+    half_only: bool = False  # runs at bf16/fp16 only
+    cutlass: bool = False  # builds CUTLASS/CuTe kernels for Hopper (needs the nvidia-cutlass wheel and sm_90)
 
 
 MOVES: dict[str, Move] = {m.name: m for m in (
@@ -53,6 +55,11 @@ MOVES: dict[str, Move] = {m.name: m for m in (
          "compute a matmul/linear and the pointwise epilogue after it in one Triton GEMM (tiled, grouped tile "
          "order, float32 accumulate; the epilogue runs on the accumulator before the single store)",
          cuda_only=True, needs_matmul=True, kernels=True),
+    Move("cute_gemm", "cute_gemm", True,
+         "compute a matmul/linear and its epilogue (bias, activation, any pointwise steps on the product alone) in "
+         "one CUTLASS 3.x Hopper GEMM: TMA loads, WGMMA tensor cores, warp-specialized persistent kernel, "
+         "clusters; the epilogue runs on the accumulator before the single TMA store",
+         cuda_only=True, needs_matmul=True, half_only=True, cutlass=True),
     Move("cuda_kernels", "vectorize_memory", True,
          "generate the pointwise chains, reductions and normalizations as CUDA C++ through load_inline instead of "
          "Triton: 16-byte vector loads and stores, warp-shuffle row reductions",
@@ -74,6 +81,9 @@ BACKENDS = {"triton": ("fuse_reductions", "fuse_pointwise"), "cuda": ("cuda_kern
 #: move -> the moves of the other backends
 EXCLUSIVE = {move: tuple(other for name, others in BACKENDS.items() if name != backend for other in others)
              for backend, moves in BACKENDS.items() for move in moves}
+#: The GEMM generators take the same epilogues: a candidate takes one of them.
+GEMM_MOVES = ("triton_gemm", "cute_gemm")
+EXCLUSIVE |= {move: tuple(other for other in GEMM_MOVES if other != move) for move in GEMM_MOVES}
 #: Applied in this order whatever order the search chose them in, so a set of moves is one candidate.
 ORDER = list(MOVES)
 #: Walks one generated kernel down its ranked launch configurations: "tune:<kernel name>".
@@ -82,7 +92,7 @@ TUNE_TECHNIQUE = "tune_launch_config"
 
 
 def allowed(move: Move, *, device: str, precision: str, policy: str, has_conv: bool, has_matmul: bool,
-            has_triton: bool = True) -> str:
+            has_triton: bool = True, has_cutlass: bool = True, capability: tuple[int, int] | None = None) -> str:
     """'' when the move may apply here, else why not."""
     if policy == "strict":
         return "the strict policy wants custom kernels; graph-level moves keep PyTorch ops"
@@ -96,6 +106,12 @@ def allowed(move: Move, *, device: str, precision: str, policy: str, has_conv: b
         return "no matmul or convolution"
     if move.kernels and not has_triton:
         return "triton is not installed"
+    if move.half_only and precision not in ("bf16", "fp16"):
+        return f"runs at bf16 or fp16 (--precision bf16), not {precision}"
+    if move.cutlass and not has_cutlass:
+        return "the nvidia-cutlass wheel is not installed (pip install 'kernelpro[cutlass]')"
+    if move.cutlass and capability is not None and capability != (9, 0):
+        return f"needs a Hopper GPU (sm_90); this one is sm_{capability[0]}{capability[1]}"
     return ""
 
 

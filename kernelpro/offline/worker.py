@@ -20,11 +20,12 @@ import torch.fx as fx
 from torch.fx.passes.shape_prop import ShapeProp
 
 from kernelpro.harness.worker import build_model, cast_to, import_file
-from kernelpro.offline import codegen, cuda_gen, fusion, fxpasses, gemm, triton_gen
+from kernelpro.offline import codegen, cuda_gen, cute_gemm, fusion, fxpasses, gemm, triton_gen
 from kernelpro.offline.fxpasses import foldable_nodes
 from kernelpro.offline.moves import EXCLUSIVE, MOVES, TUNE_PREFIX, TUNE_TECHNIQUE, allowed, canonical
 
-FUSION_KINDS = {"fuse_reductions": "row", "fuse_pointwise": "pointwise", "triton_gemm": "pointwise"}
+FUSION_KINDS = {"fuse_reductions": "row", "fuse_pointwise": "pointwise", "triton_gemm": "pointwise",
+                "cute_gemm": "pointwise"}
 CUDA_KINDS = {"row", "pointwise"}  # the cuda_kernels move generates both kinds
 TUNE_OPTIONS = 2  # tuning moves offered per node: the kernels that move the most bytes
 
@@ -43,6 +44,7 @@ class Problem:
         self.has_matmul = any(isinstance(m, torch.nn.Linear) for m in self.model.modules()) or any(
             word in self.source for word in ("matmul", "@", "bmm", "linear", "einsum", ".mm("))
         self.graph: fx.GraphModule | None = None
+        self.left_alone: dict[str, list[str]] = {}  # move -> why the groups it did not take were left alone
         self.trace_error = ""
         try:
             graph = fx.symbolic_trace(self.model)
@@ -52,8 +54,8 @@ class Problem:
         except Exception as error:  # not traceable: only the moves that need no graph
             self.trace_error = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:300]
 
-    def build(self, moves: list[str], tune: dict | None = None,
-              device: triton_gen.Device = triton_gen.Device()) -> tuple[str, dict[str, int], list[dict]]:
+    def build(self, moves: list[str], tune: dict | None = None, device: triton_gen.Device = triton_gen.Device(),
+              precision: str = "fp32") -> tuple[str, dict[str, int], list[dict]]:
         """(candidate source, rewrites made per graph move, the generated kernels with their launch configs)."""
         moves = canonical(moves)
         graph_moves = [m for m in moves if MOVES[m].graph]
@@ -81,6 +83,9 @@ class Problem:
                     groups = fusion.partition(gm, kinds, exclude=set(folds))
                     if "triton_gemm" in graph_moves:
                         counts["triton_gemm"] = gemm.attach(gm, groups, tf32="tf32_matmul" in moves)
+                    if "cute_gemm" in graph_moves:
+                        self.left_alone["cute_gemm"] = []
+                        counts["cute_gemm"] = cute_gemm.attach(gm, groups, precision, self.left_alone["cute_gemm"])
                     if "fuse_pointwise" not in graph_moves and not cuda:  # only the epilogues a GEMM takes in
                         groups = [g for g in groups if g.kind != "pointwise" or g.gemm is not None]
                     for move in ("fuse_reductions", "fuse_pointwise"):
@@ -88,37 +93,43 @@ class Problem:
                             counts[move] = sum(1 for g in groups if g.kind == FUSION_KINDS[move] and g.gemm is None)
                     if cuda:
                         counts["cuda_kernels"] = sum(1 for g in groups if g.gemm is None)
-                    cuda_groups, cuda_configs = [], []
+                    # CUDA and CUTLASS kernels are rendered together per generator: one extension, one build
+                    batched: dict = {cuda_gen: ([], []), cute_gemm: ([], [])}
                     for group in groups:
-                        generator = gemm if group.gemm is not None else cuda_gen if cuda else triton_gen
+                        generator = (cute_gemm if group.gemm.backend == "cute" else gemm) if group.gemm is not None \
+                            else cuda_gen if cuda else triton_gen
                         ranked = generator.configs(group, device)
                         rank = min(int((tune or {}).get(group.name, 0)), len(ranked) - 1)
-                        if generator is cuda_gen:
-                            cuda_groups.append(group)
-                            cuda_configs.append(ranked[rank])
+                        if generator in batched:
+                            batched[generator][0].append(group)
+                            batched[generator][1].append(ranked[rank])
                         else:
                             sources.append(generator.render(group, ranked[rank]))
                         features = generator.features(group)
+                        backend = {cuda_gen: "cuda", cute_gemm: "cutlass"}.get(generator, "triton")
                         kernels.append({"name": group.name, "kind": "gemm" if group.gemm else group.kind,
-                                        "backend": "cuda" if generator is cuda_gen else "triton", "ops": group.ops,
+                                        "backend": backend, "ops": group.ops,
                                         "rank": rank, "configs": len(ranked), "config": ranked[rank],
                                         "features": features, "after_anchor": group.after_anchor,
                                         "bytes": features["bytes"]})
-                    if cuda_groups:  # one extension for every CUDA kernel of the candidate: one build
-                        sources.append(cuda_gen.render(cuda_groups, cuda_configs))
+                    for generator, (chosen_groups, chosen_configs) in batched.items():
+                        if chosen_groups:
+                            sources.append(generator.render(chosen_groups, chosen_configs))
                     fusion.replace(gm, groups)
                 return codegen.render(self.source, moves, gm, folds, sources), counts, kernels
         return codegen.render(self.source, moves, None, []), counts, kernels
 
 
-def _device(spec: dict) -> triton_gen.Device:
-    """The GPU the candidates will run on, for the launch-configuration model (H100 numbers otherwise)."""
+def _device(spec: dict) -> tuple[triton_gen.Device, tuple[int, int] | None]:
+    """The GPU the candidates will run on, for the launch-configuration model (H100 numbers otherwise),
+    and its compute capability (None when this process sees no GPU)."""
     if spec.get("device") == "cuda" and torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
         return triton_gen.Device(sms=props.multi_processor_count,
                                  threads_per_sm=getattr(props, "max_threads_per_multi_processor", 2048),
-                                 registers_per_sm=getattr(props, "regs_per_multiprocessor", 65536))
-    return triton_gen.Device()
+                                 registers_per_sm=getattr(props, "regs_per_multiprocessor", 65536)), \
+            (props.major, props.minor)
+    return triton_gen.Device(), None
 
 
 def expand(spec: dict) -> dict:
@@ -126,15 +137,18 @@ def expand(spec: dict) -> dict:
     problem = Problem(Path(spec["problem_path"]), int(spec.get("seed", 42)))
     applied = canonical(spec.get("applied", []))
     tune = dict(spec.get("tune", {}))
-    device = _device(spec)
-    source, _, kernels = problem.build(applied, tune, device)
+    device, capability = _device(spec)
+    precision = spec.get("precision", "fp32")
+    source, _, kernels = problem.build(applied, tune, device, precision)
     has_triton = importlib.util.find_spec("triton") is not None
+    has_cutlass = importlib.util.find_spec("cutlass_library") is not None
     options, skipped = [], {}
     for name, move in MOVES.items():
         if name in applied:
             continue
         why = allowed(move, device=spec["device"], precision=spec["precision"], policy=spec["policy"],
-                      has_conv=problem.has_conv, has_matmul=problem.has_matmul, has_triton=has_triton)
+                      has_conv=problem.has_conv, has_matmul=problem.has_matmul, has_triton=has_triton,
+                      has_cutlass=has_cutlass, capability=capability)
         if not why and move.graph and problem.graph is None:
             why = f"forward cannot be traced ({problem.trace_error})"
         if not why and any(other in applied for other in EXCLUSIVE.get(name, ())):
@@ -144,12 +158,14 @@ def expand(spec: dict) -> dict:
             skipped[name] = why
             continue
         try:
-            child, counts, child_kernels = problem.build(applied + [name], tune, device)
+            child, counts, child_kernels = problem.build(applied + [name], tune, device, precision)
         except Exception as error:  # a rewrite that fails here is a move that does not apply
             skipped[name] = f"rewrite failed: {type(error).__name__}: {error}"[:300]
             continue
         if move.graph and not counts.get(name):
-            skipped[name] = "nothing to rewrite" if not move.kernels else "nothing the generator can fuse"
+            why = "; ".join(problem.left_alone.get(name, []))
+            skipped[name] = (f"nothing the generator takes ({why})"[:300] if why else "nothing to rewrite"
+                             if not move.kernels else "nothing the generator can fuse")
             continue
         rewrites = f" ({counts[name]} {'kernel' if move.kernels else 'rewrite'}{'s' if counts[name] != 1 else ''})" \
             if move.graph else ""
@@ -166,7 +182,7 @@ def expand(spec: dict) -> dict:
             continue
         child_tune = dict(tune, **{kernel["name"]: kernel["rank"] + 1})
         try:
-            child, _, child_kernels = problem.build(applied, child_tune, device)
+            child, _, child_kernels = problem.build(applied, child_tune, device, precision)
         except Exception as error:
             skipped[TUNE_PREFIX + kernel["name"]] = f"rewrite failed: {type(error).__name__}: {error}"[:300]
             continue
