@@ -124,6 +124,15 @@ def _forbidden_ops(reference_tree: ast.Module) -> tuple[set[str], set[str]]:
     return functional, modules
 
 
+def reference_ops(source: str) -> set[str]:
+    """The ops (functional names and module classes) a reference's forward computes with; empty if it does not parse."""
+    try:
+        functional, modules = _forbidden_ops(ast.parse(source))
+    except SyntaxError:
+        return set()
+    return functional | modules
+
+
 def _module_attributes(tree: ast.Module, classes: set[str]) -> set[str]:
     """Attributes assigned `self.x = nn.Cls(...)` for a reference module class."""
     attributes = set()

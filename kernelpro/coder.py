@@ -45,6 +45,8 @@ class CoderRequest:
     device: str = "cpu"
     precision: str = "fp32"
     policy: str = "relaxed"
+    knowledge: str = ""  # what the knowledge base says worked in similar states (a few lines)
+    kb_factors: tuple[tuple[str, float], ...] = ()  # (technique, prior factor) from the knowledge base
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field, replace
@@ -32,6 +33,7 @@ from kernelpro.harness import EvalOptions, check_device
 from kernelpro.harness.evaluate import Evaluator
 from kernelpro.harness.problem import Problem, load_problem
 from kernelpro.harness.records import EvalResult
+from kernelpro.knowledge import KnowledgeBase, failure_kind, operator_family, state_for
 from kernelpro.mcts import Budget, Outcome, Proposal, SearchConfig, make_search
 from kernelpro.mcts.search import Search
 from kernelpro.runstore import RunStore
@@ -67,6 +69,8 @@ class SearchSettings:
     planner_model: str = ""  # the LLM planner's model ("" = no separate planner call, or KERNELPRO_PLANNER_MODEL)
     max_cost_usd: float | None = None  # stop when the LLM coder's estimated spend reaches this
     max_tokens: int | None = None  # stop when the LLM coder's tokens (in + out) reach this
+    use_kb: bool = True  # read priors from and record outcomes into the knowledge base
+    kb: str = ""  # its path ("" = kernelpro.knowledge.default_path())
 
 
 MAX_CODER_FAILURES_IN_ROW = 4  # then the search stops and says why
@@ -147,6 +151,8 @@ class SearchRun:
         self.profiles: dict[int, dict] = self.store.profiles()
         self._fastest_ms: float | None = None
         self.resumed = resume
+        self.kb = KnowledgeBase(settings.kb or None) if settings.use_kb else None
+        self.kb_recorded = 0
 
     # -- options ---------------------------------------------------------------------------
     def options(self, baselines: tuple[str, ...] = ("eager",)) -> EvalOptions:
@@ -206,11 +212,12 @@ class SearchRun:
     # -- the loop ---------------------------------------------------------------------------------
     def new_search(self) -> Search:
         saved = self.store.search_state()
+        hook = self.kb.prior_hook(operator_family(self.problem.source)) if self.kb is not None else None
         if saved:
-            return Search.from_json(saved)
+            return Search.from_json(saved, prior_hook=hook)
         config = SearchConfig(strategy=self.settings.strategy, seed=self.settings.seed)
         return make_search({"state": {}, "file": None, "move": "reference", "techniques": []}, config,
-                           root_key=source_key(reference_candidate(self.problem)))
+                           root_key=source_key(reference_candidate(self.problem)), prior_hook=hook)
 
     def request(self, search: Search, expansion) -> CoderRequest:
         parent = search.nodes[expansion.node_id]
@@ -227,7 +234,16 @@ class SearchRun:
             failure=expansion.failure, guidance=profile.get("guidance", ""),
             techniques=tuple((t["technique"], t["score"]) for t in profile.get("techniques", [])),
             tried=tried, avoid=expansion.avoid, promising=expansion.promising, device=self.settings.device,
-            precision=self.settings.precision, policy=self.settings.policy)
+            precision=self.settings.precision, policy=self.settings.policy,
+            **self.knowledge_for(profile))
+
+    def knowledge_for(self, profile: dict) -> dict:
+        """The knowledge base's word on the node's state: a summary for an LLM, factors for the offline coder."""
+        if self.kb is None:
+            return {}
+        state = state_for(self.problem.source, profile)
+        return {"knowledge": self.kb.summary(state),
+                "kb_factors": tuple((s.technique, round(s.factor(), 4)) for s in self.kb.stats(state))}
 
     def run(self) -> dict:
         from kernelpro import outputs
@@ -258,6 +274,8 @@ class SearchRun:
         finally:
             if own:
                 evaluator.close()
+            if self.kb is not None:
+                self.kb.close()
 
     def loop(self, search: Search, evaluator: Evaluator, baseline: dict, began: float, wall_before: float) -> str:
         s = self.settings
@@ -385,6 +403,7 @@ class SearchRun:
                            "move": child.payload["move"], "techniques": list(proposal.techniques),
                            "rationale": proposal.rationale, "source_file": child.payload["file"],
                            "result": result.model_dump(mode="json")}, search.to_json())
+        self.learn(search, child, proposal, outcome, result)  # after the run's commit: a kill loses, never doubles
         status = self.status
         status.verdicts[result.verdict.value] = status.verdicts.get(result.verdict.value, 0) + 1
         if child.payload["move"] in status.in_flight:
@@ -399,6 +418,18 @@ class SearchRun:
             search.nodes[search.best_id].signature = self.profiles.get(search.best_id, {}).get(
                 "classification") or search.nodes[search.best_id].signature
             self.store.save_search(search.to_json())
+
+    def learn(self, search: Search, child, proposal: CoderProposal, outcome: Outcome, result: EvalResult) -> None:
+        """Record the outcome in the knowledge base: the parent's state, the techniques, the gain over it."""
+        if self.kb is None or not proposal.techniques:
+            return
+        parent = search.nodes[child.parent]
+        state = state_for(self.problem.source, self.guidance_for(search, parent.id))
+        gain = math.log(child.ratio / (parent.ratio or 1.0)) if outcome.ok and child.ratio else None
+        self.kb_recorded += self.kb.record(
+            state, proposal.techniques, ok=outcome.ok, log_gain=gain, failure=failure_kind(outcome.failure),
+            problem=self.problem.name, move=proposal.move, device=result.device_name or self.settings.device,
+            coder=self.settings.coder)
 
     def final_check(self, search: Search, evaluator: Evaluator) -> EvalResult:
         """The best candidate once more, against eager and torch.compile (not counted in the budget)."""

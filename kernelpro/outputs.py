@@ -144,6 +144,7 @@ def write_all(run, search: Search, baseline: dict, stopped: str, final) -> dict:
         # coder could not answer (API errors after retries, max_tokens, refusals).
         "coder_usage": run.coder.usage.as_dict() if hasattr(getattr(run.coder, "usage", None), "as_dict") else None,
         "coder_failures": run.status.coder_failures,
+        "knowledge_base": {"path": str(run.kb.path), "recorded": run.kb_recorded} if run.kb is not None else None,
     }
     write_atomic(out / "run.json", json.dumps(document, indent=2))
     write_atomic(out / "tree.json", json.dumps(tree_document(search), indent=1))

@@ -55,6 +55,8 @@ def user_turn(request: CoderRequest) -> str:
         parts.append("Failed at an equivalent node, do not repeat: " + ", ".join(request.avoid))
     if request.promising:
         parts.append("Worked elsewhere in this run: " + ", ".join(request.promising))
+    if request.knowledge:
+        parts.append(request.knowledge)
     parts.append({"new_strategy": "Propose a different strategy from what was tried.",
                   "refine": "Improve the parent: keep what works, change one thing.",
                   "repair": "Fix the parent so it is correct; keep its idea."}.get(request.kind, ""))

@@ -3,14 +3,16 @@
 It needs no API key. The graph work (importing the problem, tracing, rewriting)
 runs in a child process (`kernelpro.offline.worker`), once per distinct set of
 applied moves, and the answers are cached. Among the moves that apply at a node
-and were not tried there, it proposes the one the guidance scores highest (then
-the memory's promising moves, then a fixed order). It cannot repair a failed
-candidate: a failed move is dropped, and the search tries a sibling instead.
+and were not tried there, it proposes the one the guidance scores highest, adjusted by
+the memory's promising moves and by what the knowledge base learned in similar states
+(then a fixed order). It cannot repair a failed candidate: a failed move is dropped, and
+the search tries a sibling instead.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -23,6 +25,7 @@ from kernelpro.harness.process import scrubbed_environment
 from kernelpro.offline.moves import MOVES, ORDER, TUNE_PREFIX, canonical
 
 BASE_PRIOR = 0.3
+KB_WEIGHT = 0.25  # how much the knowledge base's factor (log) moves a move's score
 WORKER_LIMIT_S = 600.0
 
 
@@ -78,6 +81,7 @@ class OfflineCoder:
         tried = {move for move, _ in request.tried}
         avoid = set(request.avoid)
         scores = dict(request.techniques)
+        learned = dict(request.kb_factors)  # from earlier runs: > 1 worked in similar states, < 1 kept failing
         promising = {part for entry in request.promising for part in entry.split("+")}
         choices = [o for o in answer["options"] if o["move"] not in tried and o["move"] not in avoid]
         if not choices:
@@ -85,6 +89,7 @@ class OfflineCoder:
 
         def score(option: dict) -> tuple:
             bonus = 0.2 if option["move"] in promising else 0.0
+            bonus += KB_WEIGHT * math.log(learned.get(option["technique"], 1.0))
             order = ORDER.index(option["move"]) if option["move"] in ORDER else len(ORDER)  # tuning moves last
             return (-(scores.get(option["technique"], 0.0) + bonus), order, option["move"])
 
