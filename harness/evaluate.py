@@ -217,7 +217,9 @@ class Evaluator:
         flags += ["under_floor"] if kept.floor and kept.floor.floor_ms and \
             kept.candidate.median_ms < kept.floor.floor_ms else []
         flags += [] if agreed else ["speedup_not_reproduced"]
-        return kept.model_copy(update={"flags": flags, "reason": f"{kept.reason} (re-verified after {why})"})
+        # The build is the first evaluation's (the second found it in the cache).
+        return kept.model_copy(update={"flags": flags, "reason": f"{kept.reason} (re-verified after {why})",
+                                       "build_cached": result.build_cached, "build_s": result.build_s})
 
     def _evaluate_once(self, problem: Problem, source: str, options: EvalOptions) -> EvalResult:
         began = time.monotonic()

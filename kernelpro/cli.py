@@ -30,13 +30,14 @@ def _root(version: Annotated[bool, typer.Option("--version", callback=_version, 
 
 
 def _register_commands() -> None:
-    from kernelpro import cli_cutlass, cli_eval, cli_kb, cli_profile, cli_search, cli_tools
+    from kernelpro import cli_bench, cli_cutlass, cli_eval, cli_kb, cli_profile, cli_search, cli_tools
     cli_search.register(app)
     cli_eval.register(app)
     cli_profile.register(app)
     cli_tools.register(app)
     cli_cutlass.register(app)
     cli_kb.register(app)
+    cli_bench.register(app)
 
 
 _register_commands()

@@ -33,26 +33,34 @@ CREATE TABLE IF NOT EXISTS search (id INTEGER PRIMARY KEY CHECK (id = 1), state 
 """
 
 
-class RunStore:
+class DurableStore:
+    """One SQLite file in a folder (WAL, fsync on commit) with a JSON key-value `meta` table:
+    what the run's store and the bench's store (kernelpro.bench.store) are built on."""
+
+    filename = "state.db"
+    schema = SCHEMA  # must create `meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)`
+
     def __init__(self, folder: Path):
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
-        self.path = self.folder / "state.db"
-        self.db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self.path = self.folder / self.filename
+        self.db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")
-        self.db.executescript(SCHEMA)
+        self.db.executescript(self.schema)
 
     def close(self) -> None:
         self.db.close()
 
-    # -- meta ----------------------------------------------------------------------------
     def get(self, key: str, default=None):
         row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return json.loads(row[0]) if row else default
 
     def put(self, key: str, value) -> None:
         self.db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, json.dumps(value)))
+
+
+class RunStore(DurableStore):
 
     # -- evaluations ------------------------------------------------------------------------
     def record(self, evaluation: dict, search_state: dict) -> None:

@@ -1,0 +1,225 @@
+"""The bench's results: per-problem rows, per-level summaries, and leaderboard.{md,json,html}.
+
+- valid: the search found a correct candidate (the reference does not count);
+- fast_p: the share of the level's problems that are valid with a speedup over eager above
+  p (KernelBench's metric; failed problems count as not fast);
+- geomean speedups over the level's finished problems, vs eager, vs torch.compile (where
+  it was measured) and vs the faster of the two; a problem where nothing beat the
+  reference counts 1.0x vs eager, since the reference is what the search returns.
+
+leaderboard.json is checked against `leaderboard.schema.json` (jsonschema) before it is
+written; the HTML is one self-contained file with its plots as inline SVG.
+"""
+
+from __future__ import annotations
+
+import datetime
+import html
+import json
+import math
+from dataclasses import asdict
+from importlib import resources
+from pathlib import Path
+
+import jsonschema
+
+FAST_P = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
+FORMAT = "kernelpro-leaderboard"
+
+
+def schema() -> dict:
+    return json.loads(resources.files("kernelpro.bench").joinpath("leaderboard.schema.json").read_text())
+
+
+def _geomean(values: list[float]) -> float | None:
+    values = [v for v in values if v and v > 0]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+def problem_row(row: dict) -> dict:
+    result = row["result"] or {}
+    verdicts = result.get("verdicts") or {}
+    speedup = result.get("speedup")
+    vs_compile = result.get("speedup_vs_compile")
+    valid = row["status"] == "done" and bool(verdicts.get("correct")) and result.get("evaluations") is not None
+    return {
+        "key": row["key"], "level": row["level"], "number": row["number"], "name": row["name"],
+        "status": row["status"], "valid": valid,
+        "verdict": "failed" if row["status"] == "failed" else ("improved" if (speedup or 0) > 1 else
+                                                               "no_gain" if valid else row["status"]),
+        # eager as timed in the best's own evaluation, so eager_ms / best_ms is the speedup
+        "eager_ms": result.get("best_reference_ms") or result.get("baseline_ms"),
+        "compile_ms": result.get("baseline_compile_ms"),
+        "best_ms": result.get("best_ms"), "speedup": speedup, "speedup_vs_compile": vs_compile,
+        "speedup_vs_best_baseline": min(speedup, vs_compile) if speedup and vs_compile else speedup,
+        "techniques": result.get("techniques") or [], "moves": result.get("best_moves") or [],
+        "evaluations": result.get("evaluations"), "verdicts": verdicts,
+        "gpu_minutes": round((result.get("wall_s") or row.get("seconds") or 0.0) / 60, 3),
+        "tokens": result.get("tokens"), "cost_usd": result.get("cost_usd"),
+        "energy_j": result.get("energy_j"), "baseline_energy_j": result.get("baseline_energy_j"),
+        "device_name": result.get("device_name"), "error": row["error"] or None,
+    }
+
+
+def level_summary(level, rows: list[dict]) -> dict:
+    finished = [r for r in rows if r["status"] in ("done", "failed")]
+    valid = [r for r in rows if r["valid"]]
+    return {
+        "level": level, "problems": len(rows), "finished": len(finished), "valid": len(valid),
+        "valid_rate": len(valid) / len(rows) if rows else 0.0,
+        "fast_p": {f"{p:g}": sum(1 for r in valid if (r["speedup"] or 0) > p) / len(rows) if rows else 0.0
+                   for p in FAST_P},
+        "geomean_vs_eager": _geomean([r["speedup"] for r in rows if r["status"] == "done"]),
+        "geomean_vs_compile": _geomean([r["speedup_vs_compile"] for r in rows if r["status"] == "done"]),
+        "geomean_vs_best_baseline": _geomean([r["speedup_vs_best_baseline"] for r in rows if r["status"] == "done"]),
+        "gpu_minutes": round(sum(r["gpu_minutes"] for r in rows), 3),
+    }
+
+
+def build(store, settings) -> dict:
+    rows = [problem_row(r) for r in store.rows()]
+    levels = sorted({r["level"] for r in rows}, key=lambda v: (v is None, v or 0))
+    return {
+        "format": FORMAT, "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "settings": asdict(settings), "devices": sorted({r["device_name"] for r in rows if r["device_name"]}),
+        "levels": [level_summary(level, [r for r in rows if r["level"] == level]) for level in levels],
+        "overall": level_summary("all", rows), "problems": rows,
+    }
+
+
+def _cell(value, fmt: str = "{:.3f}", suffix: str = "") -> str:
+    return "-" if value is None else fmt.format(value) + suffix
+
+
+def markdown(document: dict) -> str:
+    s = document["settings"]
+    lines = [f"# kernelpro bench: {Path(s['suite']).name}", "",
+             f"{document['created']}; coder {s['coder']}, strategy {s['strategy']}, budget {s['budget']}, objective "
+             f"{s['objective']}, precision {s['precision']}, policy {s['policy']}; devices: "
+             f"{', '.join(document['devices']) or '-'}", "",
+             "| level | problems | valid | " + " | ".join(f"fast_{p:g}" for p in FAST_P)
+             + " | geomean vs eager | vs compile | vs best baseline | GPU-min |",
+             "|---|---|---|" + "---|" * len(FAST_P) + "---|---|---|---|"]
+    for summary in document["levels"] + [document["overall"]]:
+        lines.append(f"| {summary['level'] if summary['level'] is not None else '-'} | {summary['problems']} | "
+                     f"{summary['valid_rate']:.0%} | " + " | ".join(f"{v:.0%}" for v in summary["fast_p"].values())
+                     + f" | {_cell(summary['geomean_vs_eager'], suffix='x')} | "
+                     f"{_cell(summary['geomean_vs_compile'], suffix='x')} | "
+                     f"{_cell(summary['geomean_vs_best_baseline'], suffix='x')} | {summary['gpu_minutes']:.1f} |")
+    lines += ["", "| problem | eager ms | compile ms | best ms | vs eager | vs compile | verdict | techniques | "
+                  "evaluations | GPU-min | tokens | cost |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in document["problems"]:
+        lines.append(f"| `{r['key']}` | {_cell(r['eager_ms'], '{:.4f}')} | {_cell(r['compile_ms'], '{:.4f}')} | "
+                     f"{_cell(r['best_ms'], '{:.4f}')} | {_cell(r['speedup'], suffix='x')} | "
+                     f"{_cell(r['speedup_vs_compile'], suffix='x')} | {r['verdict']} | "
+                     f"{', '.join(r['techniques']) or '-'} | {_cell(r['evaluations'], '{}')} | {r['gpu_minutes']:.1f} | "
+                     f"{_cell(r['tokens'], '{}')} | {_cell(r['cost_usd'], '${:.2f}')} |")
+    failed = [r for r in document["problems"] if r["error"]]
+    if failed:
+        lines += ["", "Failed problems:", ""] + [f"- `{r['key']}`: {r['error'].splitlines()[0][:300]}" for r in failed]
+    return "\n".join(lines) + "\n"
+
+
+# -- the HTML report ------------------------------------------------------------------------------
+_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf")
+
+
+def _svg_fast_p(document: dict, width: int = 460, height: int = 260) -> str:
+    left, bottom, top, right = 44, 30, 12, 12
+    plot_w, plot_h = width - left - right, height - top - bottom
+    x = lambda p: left + plot_w * p / FAST_P[-1]  # noqa: E731
+    y = lambda v: top + plot_h * (1 - v)  # noqa: E731
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
+             f'aria-label="fast_p by level">', f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" '
+             'fill="none" stroke="#999"/>']
+    for v in (0, 0.25, 0.5, 0.75, 1.0):
+        parts.append(f'<text x="{left - 6}" y="{y(v) + 4:.1f}" font-size="10" text-anchor="end">{v:.0%}</text>')
+    for p in FAST_P:
+        parts.append(f'<text x="{x(p):.1f}" y="{height - 12}" font-size="10" text-anchor="middle">{p:g}</text>')
+    parts.append(f'<text x="{left + plot_w / 2}" y="{height - 1}" font-size="10" text-anchor="middle">'
+                 'p (speedup over eager above)</text>')
+    for index, summary in enumerate(document["levels"] + [document["overall"]]):
+        color = _COLORS[index % len(_COLORS)] if summary["level"] != "all" else "#000"
+        points = " ".join(f"{x(float(p)):.1f},{y(v):.1f}" for p, v in summary["fast_p"].items())
+        label = "all" if summary["level"] == "all" else f"level {summary['level'] if summary['level'] is not None else '-'}"
+        parts.append(f'<polyline points="{points}" fill="none" stroke="{color}" stroke-width="2"/>')
+        parts.append(f'<text x="{width - right - 4}" y="{top + 14 + 13 * index}" font-size="11" fill="{color}" '
+                     f'text-anchor="end">{html.escape(label)}</text>')
+    return "".join(parts) + "</svg>"
+
+
+def _svg_histogram(values: list[float], label: str, width: int = 460, height: int = 220) -> str:
+    """Counts of log2(value) in half-octave bins."""
+    if not values:
+        return f"<p>No {html.escape(label)} to plot.</p>"
+    bins: dict[int, int] = {}
+    for v in values:
+        bins[math.floor(2 * math.log2(v))] = bins.get(math.floor(2 * math.log2(v)), 0) + 1
+    low, high = min(bins), max(bins)
+    count = high - low + 1
+    left, bottom, top = 30, 34, 10
+    bar_w = (width - left - 10) / count
+    peak = max(bins.values())
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
+             f'aria-label="{html.escape(label)}">']
+    for index, b in enumerate(range(low, high + 1)):
+        n = bins.get(b, 0)
+        h = (height - top - bottom) * n / peak
+        x0 = left + index * bar_w
+        parts.append(f'<rect x="{x0 + 1:.1f}" y="{height - bottom - h:.1f}" width="{bar_w - 2:.1f}" height="{h:.1f}" '
+                     f'fill="{"#2ca02c" if b >= 0 else "#d62728"}"><title>{n} in [{2 ** (b / 2):.2f}x, '
+                     f'{2 ** ((b + 1) / 2):.2f}x)</title></rect>')
+        parts.append(f'<text x="{x0 + bar_w / 2:.1f}" y="{height - bottom + 12}" font-size="9" text-anchor="middle">'
+                     f'{2 ** (b / 2):.2g}x</text>')
+    parts.append(f'<text x="{width / 2}" y="{height - 4}" font-size="10" text-anchor="middle">{html.escape(label)}'
+                 '</text>')
+    return "".join(parts) + "</svg>"
+
+
+def render_html(document: dict) -> str:
+    table = markdown(document).split("\n")
+    rows_html = []
+    for r in document["problems"]:
+        cells = [r["key"], _cell(r["eager_ms"], "{:.4f}"), _cell(r["compile_ms"], "{:.4f}"), _cell(r["best_ms"], "{:.4f}"),
+                 _cell(r["speedup"], suffix="x"), _cell(r["speedup_vs_compile"], suffix="x"), r["verdict"],
+                 ", ".join(r["techniques"]) or "-", _cell(r["evaluations"], "{}"), f"{r['gpu_minutes']:.1f}"]
+        rows_html.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
+    summaries = []
+    for s in document["levels"] + [document["overall"]]:
+        cells = [s["level"] if s["level"] is not None else "-", s["problems"], f"{s['valid_rate']:.0%}"] + [
+            f"{v:.0%}" for v in s["fast_p"].values()] + [_cell(s["geomean_vs_eager"], suffix="x"),
+                                                         _cell(s["geomean_vs_compile"], suffix="x"),
+                                                         _cell(s["geomean_vs_best_baseline"], suffix="x")]
+        summaries.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
+    energy = [r["baseline_energy_j"] / r["energy_j"] for r in document["problems"]
+              if r["energy_j"] and r["baseline_energy_j"]]
+    speedups = [r["speedup"] for r in document["problems"] if r["status"] == "done" and r["speedup"]]
+    header = "".join(f"<th>{h}</th>" for h in ["level", "problems", "valid"] + [f"fast_{p:g}" for p in FAST_P]
+                     + ["geomean vs eager", "vs compile", "vs best baseline"])
+    problem_header = "".join(f"<th>{h}</th>" for h in ("problem", "eager ms", "compile ms", "best ms", "vs eager",
+                                                         "vs compile", "verdict", "techniques", "evaluations",
+                                                         "GPU-min"))
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>kernelpro bench</title>
+<style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}}table{{border-collapse:collapse;
+margin:1em 0}}td,th{{border:1px solid #ccc;padding:3px 8px;font-size:13px;text-align:right}}td:first-child,
+th:first-child{{text-align:left}}figure{{display:inline-block;margin:0 1em 1em 0}}</style></head><body>
+<h1>{html.escape(table[0].lstrip('# '))}</h1><p>{html.escape(table[2])}</p>
+<table><tr>{header}</tr>{''.join(summaries)}</table>
+<figure>{_svg_fast_p(document)}<figcaption>fast_p per level</figcaption></figure>
+<figure>{_svg_histogram(speedups, "speedup over eager (half-octave bins)")}<figcaption>speedups</figcaption></figure>
+{f'<figure>{_svg_histogram(energy, "energy saved: reference J / best J")}<figcaption>energy</figcaption></figure>'
+ if energy else ''}
+<table><tr>{problem_header}</tr>{''.join(rows_html)}</table>
+</body></html>
+"""
+
+
+def write_leaderboards(out: Path, store, settings) -> dict:
+    from kernelpro.runstore import write_atomic
+    document = build(store, settings)
+    jsonschema.validate(document, schema())
+    write_atomic(out / "leaderboard.json", json.dumps(document, indent=2))
+    write_atomic(out / "leaderboard.md", markdown(document))
+    write_atomic(out / "leaderboard.html", render_html(document))
+    return document

@@ -1,0 +1,309 @@
+"""The local backend: one worker per GPU (pinned with CUDA_VISIBLE_DEVICES), longest problems first.
+
+Each problem is a full `kernelpro search` in a child process, into its own folder under
+`DIR/problems/<key>/`; the child dies with the bench (PR_SET_PDEATHSIG on Linux), and a
+crash or an error exit is recorded as the problem's failure while the bench goes on.
+A problem that was running when the bench was killed resumes its own search (`--resume`),
+so none of its evaluations is repeated. On a machine without a GPU there is one CPU worker.
+
+"Longest first" uses what is known before running: the cached eager time of the reference
+(a search's cost grows with it, through its timing trials), else the level.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from collections.abc import Callable
+
+from kernelpro.bench.store import FINISHED, BenchStore, source_sha256
+from kernelpro.bench.suite import Entry, discover, select
+from kernelpro.errors import KernelproError
+
+
+class BenchError(KernelproError):
+    """Bad input to `kernelpro bench`."""
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    suite: str
+    out: str
+    levels: str = ""
+    problems: str = ""
+    budget: int = 16
+    coder: str = "offline"
+    objective: str = "time"
+    strategy: str = "mcts"
+    precision: str = "fp32"
+    policy: str = "relaxed"
+    device: str = "cpu"
+    gpus: str = "all"
+    profile: bool = True
+    baselines_only: bool = False
+    use_kb: bool = True
+    kb: str = ""
+    time_limit_min: float | None = None  # per problem
+    backend: str = "local"  # "local" (a worker per local GPU) or "ray" (a task per problem on a Ray cluster)
+    ray_address: str = ""  # "" starts a local Ray instance
+
+
+@dataclass
+class BenchStatus:
+    total: int
+    done: int = 0
+    failed: int = 0
+    workers: dict[str, str] = field(default_factory=dict)  # worker -> problem it runs ("" idle)
+    started: dict[str, float] = field(default_factory=dict)
+    speedups: list[float] = field(default_factory=list)
+    valid: int = 0
+
+    @property
+    def geomean(self) -> float | None:
+        return math.exp(sum(map(math.log, self.speedups)) / len(self.speedups)) if self.speedups else None
+
+
+def gpu_slots(device: str, gpus: str) -> list[str]:
+    """The workers: GPU indices ('0', '1', ...) on CUDA, or one 'cpu'."""
+    if device != "cuda":
+        return ["cpu"]
+    import torch
+    count = torch.cuda.device_count()
+    if count == 0:
+        raise BenchError("--device cuda was asked for, but torch sees no CUDA device")
+    if gpus == "all":
+        return [str(i) for i in range(count)]
+    chosen = [g.strip() for g in gpus.split(",") if g.strip()]
+    bad = [g for g in chosen if not g.isdigit() or int(g) >= count]
+    if bad or not chosen:
+        raise BenchError(f"--gpus {gpus!r}: this machine has GPUs 0-{count - 1}")
+    return list(dict.fromkeys(chosen))
+
+
+def _is_our_search(pid: int, key: str) -> bool:
+    """Whether pid is still a kernelpro child working on this problem (not a reused pid)."""
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return False
+    return "kernelpro" in command and key in command
+
+
+def summarize_run(folder: Path) -> dict:
+    """What the leaderboard needs from a search's run.json (and tree.json for the winning techniques)."""
+    run = json.loads((folder / "run.json").read_text())
+    techniques: list[str] = []
+    tree_path = folder / "tree.json"
+    if tree_path.exists() and run.get("best_node"):
+        nodes = {n["id"]: n for n in json.loads(tree_path.read_text())["nodes"]}
+        node = nodes.get(run["best_node"])
+        while node is not None and node.get("parent") is not None:
+            techniques = list(node.get("techniques", [])) + techniques
+            node = nodes.get(node["parent"])
+    usage = run.get("coder_usage") or {}
+    keep = ("device_name", "torch_version", "baseline_ms", "baseline_compile_ms", "best_ms", "best_reference_ms",
+            "speedup", "speedup_vs_compile", "final_speedup", "best_moves", "evaluations", "verdicts", "wall_s",
+            "energy_j", "baseline_energy_j", "stopped", "coder", "strategy", "objective", "precision", "budget")
+    return {k: run.get(k) for k in keep} | {
+        "techniques": list(dict.fromkeys(techniques)),
+        "tokens": (usage.get("input_tokens", 0) or 0) + (usage.get("output_tokens", 0) or 0) if usage else None,
+        "cost_usd": usage.get("cost_usd") if usage else None}
+
+
+def search_args(entry: Entry, s: BenchSettings, folder: Path, resume: bool) -> list[str]:
+    """The `kernelpro search` command line of one problem."""
+    return ["search", str(entry.path), "--budget", str(s.budget), "--coder", s.coder, "--objective", s.objective,
+            "--strategy", s.strategy, "--precision", s.precision, "--policy", s.policy, "--device", s.device,
+            "--out", str(folder), "--json"] + (["--resume"] if resume else []) + \
+        ([] if s.profile else ["--no-profile"]) + (["--time-limit", str(s.time_limit_min)] if s.time_limit_min else []) + \
+        (["--no-kb"] if not s.use_kb else ["--kb", s.kb] if s.kb else [])
+
+
+def run_child(args: list[str], env: dict, log: Path, on_pid: Callable[[int], None] = lambda pid: None) -> tuple[int, str]:
+    """`python -m kernelpro ARGS` with its stderr in `log`: (exit code, the log's tail)."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as stderr:
+        process = subprocess.Popen([sys.executable, "-m", "kernelpro", *args], env=env, stdout=subprocess.DEVNULL,
+                                   stderr=stderr)
+        on_pid(process.pid)
+        code = process.wait()
+    return code, log.read_text(errors="replace")[-3000:]
+
+
+def run_search(entry: Entry, settings: BenchSettings, out: Path, env: dict,
+               on_pid: Callable[[int], None] = lambda pid: None) -> tuple[dict | None, str]:
+    """One problem's search into `out/problems/<key>/`, resumed if it was cut off: (summary, error)."""
+    folder = out / "problems" / entry.key
+    if (folder / "run.json").exists() and (folder / "state.db").exists():
+        return summarize_run(folder), ""  # it finished before the bench was killed
+    resume = (folder / "state.db").exists()
+    if folder.exists() and not resume:
+        shutil.rmtree(folder)  # killed before its search kept anything
+    code, tail = run_child(search_args(entry, settings, folder, resume), env, out / "logs" / f"{entry.key}.log", on_pid)
+    if code != 0 or not (folder / "run.json").exists():
+        how = f"killed by signal {-code}" if code < 0 else f"exit {code}"
+        return None, f"the search failed ({how}): " + "\n".join(tail.strip().splitlines()[-8:])
+    return summarize_run(folder), ""
+
+
+class Bench:
+    def __init__(self, settings: BenchSettings, *, resume: bool = False,
+                 on_change: Callable[[BenchStatus], None] = lambda status: None):
+        out = Path(settings.out)
+        if not resume and out.exists() and any(out.iterdir()):
+            raise BenchError(f"{out} is not empty; pass --resume to finish the bench there, or choose another --out")
+        if resume and not (out / "bench.db").exists():
+            raise BenchError(f"--resume: {out} holds no bench (no bench.db)")
+        self.store = BenchStore(out)
+        if resume:
+            saved = self.store.get("settings")
+            settings = BenchSettings(**saved) if saved else settings
+        self.settings = settings
+        self.out = out
+        self.entries = select(discover(Path(settings.suite)), settings.levels, settings.problems)
+        self.store.put("settings", asdict(settings))
+        self.store.add(self.entries)
+        if settings.backend not in ("local", "ray"):
+            raise BenchError(f"--backend {settings.backend!r}: local or ray")
+        if settings.backend == "ray" and settings.baselines_only:
+            raise BenchError("--baselines-only runs on the local backend")
+        self.slots = gpu_slots(settings.device, settings.gpus) if settings.backend == "local" else []
+        self.on_change = on_change
+        rows = {r["key"]: r for r in self.store.rows()}
+        for row in rows.values():  # a search left running by a bench killed alone: stop it before resuming it
+            if row["status"] == "running" and row["pid"] and _is_our_search(row["pid"], row["key"]):
+                try:
+                    os.kill(row["pid"], signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        self.status = BenchStatus(total=len(self.entries))
+        for entry in self.entries:
+            self._count(rows[entry.key])
+        self._lock = threading.Lock()
+
+    def _count(self, row: dict) -> None:
+        if row["status"] == "done":
+            self.status.done += 1
+            result = row["result"] or {}
+            if result.get("speedup"):
+                self.status.speedups.append(result["speedup"])
+            if (result.get("verdicts") or {}).get("correct"):
+                self.status.valid += 1
+        elif row["status"] == "failed":
+            self.status.failed += 1
+
+    def estimate(self, entry: Entry) -> float:
+        known = self.store.any_baseline(source_sha256(entry.path), self.settings.precision)
+        return known["eager_ms"] * 1e3 if known else float(entry.level or 1)
+
+    def pending(self) -> list[Entry]:
+        finished = {r["key"] for r in self.store.rows() if r["status"] in FINISHED}
+        todo = [e for e in self.entries if e.key not in finished]
+        return sorted(todo, key=lambda e: -self.estimate(e))
+
+    def run(self) -> dict:
+        from kernelpro.bench.leaderboard import write_leaderboards
+        if self.settings.backend == "ray":
+            from kernelpro.bench.ray_backend import run_on_ray
+            run_on_ray(self, self.pending())
+            return write_leaderboards(self.out, self.store, self.settings)
+        work: queue.Queue = queue.Queue()
+        for entry in self.pending():
+            work.put(entry)
+        threads = [threading.Thread(target=self._worker, args=(slot, work), daemon=True) for slot in self.slots]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return write_leaderboards(self.out, self.store, self.settings)
+
+    def _worker(self, slot: str, work: queue.Queue) -> None:
+        while True:
+            try:
+                entry = work.get_nowait()
+            except queue.Empty:
+                with self._lock:
+                    self.status.workers[slot] = ""
+                    self.on_change(self.status)
+                return
+            with self._lock:
+                self.status.workers[slot] = entry.key
+                self.status.started[slot] = time.monotonic()
+                self.on_change(self.status)
+            self.store.start(entry.key, slot)
+            if self.settings.baselines_only:
+                result, error = self.baseline(entry, slot)
+            else:
+                result, error = self.search(entry, slot)
+            self.record(entry, result, error)
+
+    def record(self, entry: Entry, result: dict | None, error: str) -> None:
+        """A problem's outcome, from a local worker or a Ray task: into the database, the baseline cache, the display."""
+        if result is not None and not self.settings.baselines_only:
+            result = self._with_baseline(entry, result)
+        self.store.finish(entry.key, result, error)
+        with self._lock:
+            self._count({"status": "done" if result is not None and not error else "failed", "result": result})
+            self.on_change(self.status)
+
+    def _env(self, slot: str) -> dict:
+        env = dict(os.environ)
+        if slot != "cpu":
+            env["CUDA_VISIBLE_DEVICES"] = slot
+        return env
+
+    def _child(self, key: str, args: list[str], slot: str, log: Path) -> tuple[int, str]:
+        # the pid is kept so that a resumed bench can stop a search that outlived a bench killed alone
+        return run_child(args, self._env(slot), log, lambda pid: self.store.set_pid(key, pid))
+
+    def search(self, entry: Entry, slot: str) -> tuple[dict | None, str]:
+        return run_search(entry, self.settings, self.out, self._env(slot),
+                          lambda pid: self.store.set_pid(entry.key, pid))
+
+    def _with_baseline(self, entry: Entry, result: dict) -> dict:
+        if result.get("baseline_ms") and result.get("device_name"):
+            self.store.put_baseline(source_sha256(entry.path), result["device_name"], result.get("torch_version") or "",
+                                    self.settings.precision, result["baseline_ms"], result.get("baseline_compile_ms"))
+        return result
+
+    def baseline(self, entry: Entry, slot: str) -> tuple[dict | None, str]:
+        """Eager and torch.compile of the reference (cached per source, device and torch version)."""
+        import torch
+        from kernelpro.driver import reference_candidate
+        from kernelpro.harness.problem import load_problem
+        s = self.settings
+        device_name = torch.cuda.get_device_name(int(slot)) if slot != "cpu" else "cpu"
+        sha = source_sha256(entry.path)
+        cached = self.store.baseline(sha, device_name, torch.__version__, s.precision)
+        if cached:
+            return {"baseline_ms": cached["eager_ms"], "baseline_compile_ms": cached["compile_ms"],
+                    "device_name": device_name, "torch_version": torch.__version__, "cached": True}, ""
+        folder = self.out / "problems" / entry.key
+        folder.mkdir(parents=True, exist_ok=True)
+        reference = folder / "reference_candidate.py"
+        reference.write_text(reference_candidate(load_problem(entry.path)))
+        report = folder / "baseline.json"
+        code, tail = self._child(entry.key, ["eval", str(entry.path), str(reference), "--baseline", "compile", "--device",
+                                  s.device, "--precision", s.precision, "--json", str(report)], slot,
+                                 self.out / "logs" / f"{entry.key}.log")
+        if not report.exists():
+            return None, f"the baseline failed (exit {code}): " + "\n".join(tail.strip().splitlines()[-8:])
+        result = json.loads(report.read_text())
+        if result.get("verdict") != "correct":
+            return None, f"the reference failed in the harness: {result.get('verdict')}: {result.get('reason')}"
+        eager = result["reference"]["median_ms"]
+        compiled = (result.get("reference_compile") or {}).get("median_ms")
+        self.store.put_baseline(sha, result.get("device_name") or device_name, result.get("torch_version") or "",
+                                s.precision, eager, compiled)
+        return {"baseline_ms": eager, "baseline_compile_ms": compiled, "device_name": result.get("device_name"),
+                "torch_version": result.get("torch_version"), "cached": False}, ""

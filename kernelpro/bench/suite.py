@@ -1,0 +1,84 @@
+"""Which problems a bench runs: a KernelBench-style suite (`levelN/ID_Name.py`) or a flat folder."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernelpro.errors import KernelproError
+
+_LEVEL = re.compile(r"^level(\d+)$")
+_NUMBERED = re.compile(r"^(\d+)_(.+)\.py$")
+
+
+class SuiteError(KernelproError):
+    """A suite folder or a selection that names no problem."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    key: str  # "level1/3_Name" or "name": the problem's folder under the bench's output
+    path: Path
+    level: int | None
+    number: int | None
+    name: str
+
+
+def discover(suite: Path) -> list[Entry]:
+    """Every problem of the suite, by level then number (then name)."""
+    suite = Path(suite)
+    if not suite.is_dir():
+        raise SuiteError(f"{suite} is not a folder of problems (levelN/ID_Name.py, or *.py)")
+    entries = []
+    levels = sorted((p for p in suite.iterdir() if p.is_dir() and _LEVEL.match(p.name)),
+                    key=lambda p: int(_LEVEL.match(p.name).group(1)))
+    if levels:
+        for folder in levels:
+            level = int(_LEVEL.match(folder.name).group(1))
+            for path in sorted(folder.glob("*.py")):
+                match = _NUMBERED.match(path.name)
+                number, name = (int(match.group(1)), match.group(2)) if match else (None, path.stem)
+                entries.append(Entry(f"{folder.name}/{path.stem}", path, level, number, name))
+    else:
+        for path in sorted(suite.glob("*.py")):
+            if path.name.startswith("_"):
+                continue
+            match = _NUMBERED.match(path.name)
+            number, name = (int(match.group(1)), match.group(2)) if match else (None, path.stem)
+            entries.append(Entry(path.stem, path, None, number, name))
+    entries.sort(key=lambda e: (e.level or 0, e.number if e.number is not None else 1 << 30, e.name))
+    if not entries:
+        raise SuiteError(f"{suite} holds no problem files")
+    return entries
+
+
+def parse_numbers(spec: str) -> set[int]:
+    """'1-20,35' -> {1, ..., 20, 35}."""
+    numbers: set[int] = set()
+    for part in (p.strip() for p in spec.split(",")):
+        if not part:
+            continue
+        match = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not match:
+            raise SuiteError(f"--problems: {part!r} is not a number or a range like 1-20")
+        low, high = int(match.group(1)), int(match.group(2) or match.group(1))
+        if high < low:
+            raise SuiteError(f"--problems: the range {part!r} runs backwards")
+        numbers.update(range(low, high + 1))
+    return numbers
+
+
+def select(entries: list[Entry], levels: str = "", problems: str = "") -> list[Entry]:
+    """The entries of these levels ('1,2') and problem numbers ('1-20,35'); all when empty."""
+    chosen = entries
+    if levels:
+        wanted = parse_numbers(levels)
+        chosen = [e for e in chosen if e.level in wanted]
+    if problems:
+        wanted = parse_numbers(problems)
+        chosen = [e for e in chosen if e.number in wanted]
+    if not chosen:
+        raise SuiteError("the selection names no problem of the suite"
+                         + (f" (levels {levels})" if levels else "") + (f" (problems {problems})" if problems else ""))
+    return chosen

@@ -1,0 +1,105 @@
+"""`kernelpro bench SUITE` and `kernelpro bench compare DIR_A DIR_B`: a thin layer over kernelpro.bench."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from kernelpro.cli_options import Device, PolicyChoice, PolicyOpt, PrecisionChoice, PrecisionOpt
+from kernelpro.cli_search import CoderChoice, ObjectiveChoice, StrategyChoice
+
+
+def render_status(status) -> Group:
+    table = Table.grid(padding=(0, 2))
+    finished = status.done + status.failed
+    table.add_row("problems", f"{finished} of {status.total} finished ({status.failed} failed)")
+    table.add_row("valid", f"{status.valid} of {finished}" if finished else "-")
+    table.add_row("geomean", f"{status.geomean:.3f}x vs eager" if status.geomean else "-")
+    now = time.monotonic()
+    for worker, problem in sorted(status.workers.items()):
+        label = f"GPU {worker}" if worker != "cpu" else "CPU"
+        table.add_row(label, f"{problem}  [dim]{now - status.started.get(worker, now):.0f} s[/]" if problem else "idle")
+    return Group(Text("kernelpro bench", style="bold"), table)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("bench", context_settings={"help_option_names": ["-h", "--help"]})
+    def bench_command(
+        targets: Annotated[list[str], typer.Argument(
+            help="SUITE (levelN/ID_Name.py, or a flat folder of problems); or: compare DIR_A DIR_B",
+            metavar="SUITE | compare DIR_A DIR_B")],
+        level: Annotated[str, typer.Option("--level", help="levels to run, e.g. 1,2")] = "",
+        problems: Annotated[str, typer.Option("--problems", help="problem numbers, e.g. 1-20,35")] = "",
+        budget: Annotated[int, typer.Option("--budget", min=1, help="evaluations per problem")] = 16,
+        coder: Annotated[CoderChoice | None, typer.Option(
+            "--coder", help="default: anthropic when ANTHROPIC_API_KEY is set, otherwise offline")] = None,
+        objective: Annotated[ObjectiveChoice, typer.Option("--objective")] = ObjectiveChoice.time,
+        strategy: Annotated[StrategyChoice, typer.Option("--strategy")] = StrategyChoice.mcts,
+        precision: PrecisionOpt = PrecisionChoice.fp32,
+        policy: PolicyOpt = PolicyChoice.relaxed,
+        device: Device = None,
+        gpus: Annotated[str, typer.Option("--gpus", help="all, or GPU indices such as 0,1 (one worker each)")] = "all",
+        backend: Annotated[str, typer.Option("--backend", help="local (a worker per local GPU) or ray (a task per "
+                                                               "problem on a Ray cluster)")] = "local",
+        ray_address: Annotated[str, typer.Option("--ray-address", help="the Ray cluster to join (default: start a "
+                                                                       "local Ray instance)")] = "",
+        out: Annotated[Path | None, typer.Option("--out", help="output folder (default: bench/<suite name>)")] = None,
+        resume: Annotated[bool, typer.Option("--resume", help="finish the bench in --out")] = False,
+        baselines_only: Annotated[bool, typer.Option("--baselines-only",
+                                                     help="only time eager and torch.compile of each problem")] = False,
+        profile: Annotated[bool, typer.Option("--profile/--no-profile", help="profile for guidance in each search")] = True,
+        time_limit: Annotated[float | None, typer.Option("--time-limit", help="minutes per problem")] = None,
+        kb: Annotated[Path | None, typer.Option("--kb", help="the knowledge base the searches share")] = None,
+        no_kb: Annotated[bool, typer.Option("--no-kb", help="no knowledge base")] = False,
+        json_output: Annotated[bool, typer.Option("--json", help="no live display; print the JSON document")] = False,
+    ) -> None:
+        """Run a search on every problem of SUITE and write leaderboard.{md,json,html}; or compare two benches."""
+        if targets[0] == "compare":
+            if len(targets) != 3:
+                raise typer.BadParameter("compare takes two bench folders: compare DIR_A DIR_B", param_hint="SUITE")
+            from kernelpro.bench.compare import compare, markdown
+            document = compare(Path(targets[1]), Path(targets[2]))
+            typer.echo(json.dumps(document, indent=2) if json_output else markdown(document), nl=False)
+            return
+        if len(targets) != 1:
+            raise typer.BadParameter("give one suite folder", param_hint="SUITE")
+        if backend not in ("local", "ray"):
+            raise typer.BadParameter("local or ray", param_hint="--backend")
+        if ray_address and backend != "ray":
+            raise typer.BadParameter("needs --backend ray", param_hint="--ray-address")
+        if kb is not None and no_kb:
+            raise typer.BadParameter("--kb and --no-kb exclude each other", param_hint="--kb")
+        from kernelpro.bench import Bench, BenchSettings
+        from kernelpro.coder import default_coder
+        from kernelpro.harness import default_device
+        suite = Path(targets[0])
+        settings = BenchSettings(
+            suite=str(suite), out=str(out or Path("bench") / suite.resolve().name), levels=level, problems=problems,
+            budget=budget, coder=coder.value if coder else default_coder(), objective=objective.value,
+            strategy=strategy.value, precision=precision.value, policy=policy.value,
+            device=device.value if device else default_device(), gpus=gpus, profile=profile,
+            baselines_only=baselines_only, use_kb=not no_kb, kb=str(kb) if kb else "", time_limit_min=time_limit,
+            backend=backend, ray_address=ray_address)
+        console = Console(stderr=True)
+        if json_output:
+            document = Bench(settings, resume=resume).run()
+            typer.echo(json.dumps(document, indent=2))
+            return
+        with Live(console=console, refresh_per_second=2, transient=False) as live:
+            bench = Bench(settings, resume=resume, on_change=lambda status: live.update(render_status(status)))
+            live.update(render_status(bench.status))
+            document = bench.run()
+            live.update(render_status(bench.status))
+        overall = document["overall"]
+        console.print(f"{overall['finished']} of {overall['problems']} problems finished, valid "
+                      f"{overall['valid_rate']:.0%}, geomean "
+                      + (f"{overall['geomean_vs_eager']:.3f}x vs eager" if overall["geomean_vs_eager"] else "-")
+                      + f"; wrote {bench.out}/leaderboard.md, leaderboard.json, leaderboard.html", highlight=False)

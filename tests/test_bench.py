@@ -1,0 +1,197 @@
+"""`kernelpro bench` on CPU: a tiny suite of our own problems, real searches in child processes.
+
+- suite discovery and selection (levels, problem ranges, clear errors);
+- a bench over the suite plus a problem that crashes: every leaderboard file, the JSON
+  against its published schema, the crash recorded while the bench went on;
+- kill -9 of the whole bench mid-run, then --resume: finished problems are not rerun,
+  the interrupted one resumes its own search, everything finishes;
+- --baselines-only, with the cache answering the second time;
+- `kernelpro bench compare` with its paired test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from kernelpro.bench import Bench, BenchError, BenchSettings
+from kernelpro.bench.compare import compare
+from kernelpro.bench.leaderboard import schema
+from kernelpro.bench.suite import SuiteError, discover, parse_numbers, select
+from kernelpro.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+SUITE = ROOT / "tests" / "data" / "bench_suite"
+FAST = dict(budget=2, profile=False, device="cpu", use_kb=False)
+
+
+def test_suite_discovery_and_selection(tmp_path):
+    entries = discover(SUITE)
+    assert [e.key for e in entries] == ["level1/1_DoubleNegation", "level1/2_ScaledSum", "level2/1_LinearScale"]
+    assert [(e.level, e.number, e.name) for e in entries][0] == (1, 1, "DoubleNegation")
+    assert [e.key for e in select(entries, levels="2")] == ["level2/1_LinearScale"]
+    assert [e.key for e in select(entries, problems="2-5")] == ["level1/2_ScaledSum"]
+    assert parse_numbers("1-3,7, 9") == {1, 2, 3, 7, 9}
+    for bad in ("3-1", "x", "1-"):
+        with pytest.raises(SuiteError):
+            parse_numbers(bad)
+    with pytest.raises(SuiteError, match="names no problem"):
+        select(entries, levels="3")
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    shutil.copy(SUITE / "level1" / "1_DoubleNegation.py", flat / "negation.py")
+    assert [(e.key, e.level, e.number) for e in discover(flat)] == [("negation", None, None)]
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SuiteError, match="holds no problem"):
+        discover(tmp_path / "empty")
+    with pytest.raises(SuiteError, match="not a folder"):
+        discover(tmp_path / "missing")
+
+
+@pytest.fixture(scope="module")
+def crash_suite(tmp_path_factory):
+    suite = tmp_path_factory.mktemp("suite")
+    shutil.copytree(SUITE / "level1", suite / "level1")
+    (suite / "level1" / "3_Broken.py").write_text(
+        "import torch\n\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+        "        raise RuntimeError('this forward always fails')\n\n\n"
+        "def get_inputs():\n    return [torch.randn(4)]\n\n\ndef get_init_inputs():\n    return []\n")
+    return suite
+
+
+@pytest.fixture(scope="module")
+def finished_bench(crash_suite, tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench") / "run"
+    home = tmp_path_factory.mktemp("home")
+    old = os.environ.get("KERNELPRO_HOME")
+    os.environ["KERNELPRO_HOME"] = str(home)
+    try:
+        document = Bench(BenchSettings(suite=str(crash_suite), out=str(out), **FAST)).run()
+    finally:
+        os.environ.pop("KERNELPRO_HOME") if old is None else os.environ.__setitem__("KERNELPRO_HOME", old)
+    return out, document
+
+
+def test_a_bench_writes_every_leaderboard_and_records_a_crash(finished_bench):
+    out, document = finished_bench
+    jsonschema.validate(json.loads((out / "leaderboard.json").read_text()), schema())
+    rows = {r["key"]: r for r in document["problems"]}
+    assert rows["level1/3_Broken"]["status"] == "failed" and "this forward always fails" in rows["level1/3_Broken"]["error"]
+    done = [r for r in rows.values() if r["status"] == "done"]
+    assert len(done) == 2 and all(r["valid"] and r["evaluations"] >= 1 and r["techniques"] for r in done)
+    for r in done:  # eager and best come from the same evaluation: their ratio is the speedup
+        assert r["eager_ms"] / r["best_ms"] == pytest.approx(r["speedup"], rel=1e-6)
+    level = document["levels"][0]
+    assert level["problems"] == 3 and level["valid"] == 2 and level["valid_rate"] == pytest.approx(2 / 3)
+    assert level["fast_p"]["0"] == pytest.approx(2 / 3)  # the crash counts as not fast
+    assert level["fast_p"]["1"] == pytest.approx(sum(r["speedup"] > 1 for r in done) / 3)
+    markdown = (out / "leaderboard.md").read_text()
+    assert "| `level1/1_DoubleNegation` |" in markdown and "Failed problems:" in markdown
+    page = (out / "leaderboard.html").read_text()
+    assert page.count("<svg") >= 2 and "fast_p per level" in page and "<script" not in page
+    for r in done:  # each problem's search in its own folder
+        assert (out / "problems" / r["key"] / "run.json").exists() and (out / "problems" / r["key"] / "best.py").exists()
+    with pytest.raises(BenchError, match="not empty"):
+        Bench(BenchSettings(suite=str(SUITE), out=str(out), **FAST))
+
+
+def test_kill_minus_9_then_resume_reruns_nothing_finished(tmp_path):
+    out = tmp_path / "bench"
+    args = [sys.executable, "-m", "kernelpro", "bench", str(SUITE), "--budget", "2", "--no-profile", "--device",
+            "cpu", "--no-kb", "--out", str(out), "--json"]
+    process = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               start_new_session=True)
+    database = out / "bench.db"
+    deadline = time.monotonic() + 600
+    finished: list = []
+    while time.monotonic() < deadline and process.poll() is None:
+        if database.exists():
+            try:
+                finished = sqlite3.connect(database).execute(
+                    "SELECT key, started, finished FROM problems WHERE status = 'done'").fetchall()
+            except sqlite3.OperationalError:
+                finished = []
+            if finished:
+                break
+        time.sleep(0.5)
+    assert process.poll() is None, process.stderr.read()[-2000:]
+    os.killpg(process.pid, signal.SIGKILL)  # the bench and every search it runs
+    process.wait()
+    assert len(finished) >= 1
+    with pytest.raises(SystemExit) as exit_:
+        main(["bench", str(SUITE), "--out", str(out), "--device", "cpu"])  # without --resume: refused
+    assert exit_.value.code == 2
+    done = subprocess.run(args + ["--resume"], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    document = json.loads(done.stdout)
+    assert [r["status"] for r in document["problems"]] == ["done"] * 3
+    after = dict((key, (started, end)) for key, started, end in sqlite3.connect(database).execute(
+        "SELECT key, started, finished FROM problems"))
+    for key, started, end in finished:  # the finished problems kept their record: not run again
+        assert after[key] == (started, end)
+
+
+def test_baselines_only_uses_its_cache_the_second_time(tmp_path):
+    settings = BenchSettings(suite=str(SUITE), out=str(tmp_path / "a"), levels="1", problems="1",
+                             baselines_only=True, **FAST)
+    (row,) = Bench(settings).run()["problems"]
+    assert row["status"] == "done" and row["eager_ms"] > 0 and not row["valid"]  # no search: nothing to validate
+    database = tmp_path / "a" / "bench.db"
+
+    def stored() -> dict:
+        return json.loads(sqlite3.connect(database).execute("SELECT result FROM problems").fetchone()[0])
+    assert stored()["cached"] is False
+    with sqlite3.connect(database) as db:  # as if the problem had not run: the resumed bench runs it again
+        db.execute("UPDATE problems SET status = 'pending'")
+    (again,) = Bench(settings, resume=True).run()["problems"]
+    assert stored()["cached"] is True and again["eager_ms"] == pytest.approx(row["eager_ms"])
+
+
+def test_compare_pairs_problems_and_tests_the_difference(finished_bench, tmp_path, capsys):
+    out, document = finished_bench
+    other = tmp_path / "other"
+    other.mkdir()
+    changed = json.loads((out / "leaderboard.json").read_text())
+    for row in changed["problems"]:
+        if row["speedup"]:
+            row["speedup"] *= 1.5
+    changed["problems"].append(dict(changed["problems"][0], key="level9/1_Extra"))
+    (other / "leaderboard.json").write_text(json.dumps(changed))
+    result = compare(out, other)
+    assert result["n"] == 2 and result["b_better"] == 2 and result["geomean_b_over_a"] == pytest.approx(1.5)
+    assert result["only_b"] == ["level9/1_Extra"] and result["p_value"] is not None
+    with pytest.raises(SystemExit) as exit_:
+        main(["bench", "compare", str(out), str(other)])
+    assert exit_.value.code == 0 and "wilcoxon" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_:
+        main(["bench", "compare", str(out)])
+    assert exit_.value.code == 2
+    with pytest.raises(SystemExit) as exit_:
+        main(["bench", "compare", str(out), str(tmp_path)])
+    assert exit_.value.code == 2 and "no leaderboard.json" in capsys.readouterr().err
+
+
+def test_the_ray_backend_runs_each_problem_as_a_task(tmp_path):
+    pytest.importorskip("ray")
+    out = tmp_path / "ray"
+    settings = BenchSettings(suite=str(SUITE), out=str(out), levels="1", backend="ray", **FAST)
+    document = Bench(settings).run()  # a local Ray instance on this machine's CPUs
+    assert [r["status"] for r in document["problems"]] == ["done", "done"]
+    assert all(r["valid"] and r["speedup"] for r in document["problems"])
+    workers = sqlite3.connect(out / "bench.db").execute("SELECT DISTINCT worker FROM problems").fetchall()
+    assert workers == [("ray",)]
+    for row in document["problems"]:
+        assert (out / "problems" / row["key"] / "run.json").exists()
+    jsonschema.validate(json.loads((out / "leaderboard.json").read_text()), schema())
+    with pytest.raises(BenchError, match="local backend"):
+        Bench(BenchSettings(suite=str(SUITE), out=str(tmp_path / "x"), backend="ray", baselines_only=True, **FAST))
