@@ -68,6 +68,18 @@ if [ "${SKIP_SEARCH:-0}" != 1 ]; then
   fi
 fi
 
+step "kernelpro bench over benchmarks/suite (BENCH=1; BENCH_BUDGET, BENCH_ARGS; resumes across calls while warm)"
+# The bench's folder lives outside $OUT (emptied every call), so a bench cut by the 10-minute limit
+# resumes on the next call of a warm machine; the leaderboards are copied into $OUT.
+if [ "${BENCH:-0}" = 1 ]; then
+  BENCH_DIR=/tmp/kernelpro-bench/suite
+  resume=""; [ -f "$BENCH_DIR/bench.db" ] && resume="--resume"
+  timeout "${BENCH_TIMEOUT:-540}" kernelpro bench benchmarks/suite --budget "${BENCH_BUDGET:-16}" --out "$BENCH_DIR" \
+    $resume ${BENCH_ARGS:-} --json >"$OUT/bench.json" 2>"$OUT/bench.log"; echo "bench: exit $?"
+  mkdir -p "$OUT/bench" && cp "$BENCH_DIR"/leaderboard.* "$OUT/bench/" 2>/dev/null
+  python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('SELECT status, COUNT(*) FROM problems GROUP BY status').fetchall())" "$BENCH_DIR/bench.db"
+fi
+
 step "pack captures"
 # Many small files do not all come back from the device tool: pack them.
 for d in captures ncu profile_gate search; do

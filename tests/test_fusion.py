@@ -92,6 +92,11 @@ def write_problem(tmp_path: Path, body: list[str], shapes: list[tuple], init: st
     return path
 
 
+#: Property tests run many examples in Triton's interpreter: minutes in all on a loaded 2-core machine,
+#: so they get a wider limit than pytest's default per test (they time nothing).
+PROPERTY_TIMEOUT = pytest.mark.timeout(1200)
+
+
 @st.composite
 def broadcast_pair(draw):
     rank = draw(st.integers(1, 3))
@@ -100,6 +105,7 @@ def broadcast_pair(draw):
     return shape, tuple(other) or (1,)
 
 
+@PROPERTY_TIMEOUT
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(shapes=broadcast_pair(), ops=st.lists(st.sampled_from(UNARY), min_size=1, max_size=5))
 def test_random_pointwise_chains(tmp_path, shapes, ops):
@@ -116,8 +122,10 @@ ROW_OPS = ["x.sum(dim={d}, keepdim={k})", "x.mean(dim={d}, keepdim={k})", "torch
            "F.normalize(x, dim={d})", "F.layer_norm(x, {tail})"]
 
 
+@PROPERTY_TIMEOUT
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(shape=st.lists(st.integers(1, 41), min_size=1, max_size=4).map(tuple).filter(lambda s: max(s) > 1),
+@given(shape=st.lists(st.integers(1, 41), min_size=1, max_size=4).map(tuple)
+       .filter(lambda s: max(s) > 1 and math.prod(s) <= 200_000),  # the interpreter runs a program per row
        data=st.data(),
        looped=st.booleans())
 def test_random_row_operations(tmp_path, shape, data, looped):
@@ -153,6 +161,7 @@ def forced_split(group, device=None):
     return [SPLIT]
 
 
+@PROPERTY_TIMEOUT
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(length=st.integers(1, 150), others=st.lists(st.integers(1, 3), min_size=0, max_size=2), data=st.data())
 def test_split_variant_on_few_long_rows(tmp_path, length, others, data):
@@ -266,6 +275,7 @@ GEMM_CASES = [  # (forward body, input shapes, init)
 ]
 
 
+@PROPERTY_TIMEOUT
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=st.sampled_from(GEMM_CASES), m=st.integers(16, 70), n=st.integers(16, 70), k=st.integers(16, 90),
        rank=st.integers(0, 5))

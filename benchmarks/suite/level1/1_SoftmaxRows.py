@@ -1,0 +1,1 @@
+../../../examples/fusion/softmax_rows.py

@@ -1,0 +1,1 @@
+../../../examples/fusion/rmsnorm.py

@@ -1,0 +1,1 @@
+../../../examples/fusion/l2_normalize.py

@@ -1,0 +1,1 @@
+../../../examples/fusion/row_range.py

@@ -1,0 +1,1 @@
+../../../examples/fusion/huber_loss.py

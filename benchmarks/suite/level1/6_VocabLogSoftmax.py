@@ -1,0 +1,1 @@
+../../../examples/fusion/vocab_log_softmax.py

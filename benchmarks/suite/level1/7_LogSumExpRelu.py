@@ -1,0 +1,1 @@
+../../../examples/fusion/logsumexp_relu.py

@@ -1,0 +1,1 @@
+../../../examples/fusion/standardize_rows.py

@@ -1,0 +1,1 @@
+../../../examples/scaled_linear.py

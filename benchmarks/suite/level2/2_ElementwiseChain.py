@@ -1,0 +1,1 @@
+../../../examples/fusion/elementwise_chain.py

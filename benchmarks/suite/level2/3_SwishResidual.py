@@ -1,0 +1,1 @@
+../../../examples/fusion/swish_residual.py

@@ -1,0 +1,1 @@
+../../../examples/fusion/layernorm_gelu.py

@@ -1,0 +1,1 @@
+../../../examples/fusion/groupnorm_silu.py

@@ -1,0 +1,1 @@
+../../../examples/fusion/instancenorm_relu.py

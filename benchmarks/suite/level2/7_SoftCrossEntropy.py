@@ -1,0 +1,1 @@
+../../../examples/fusion/soft_cross_entropy.py

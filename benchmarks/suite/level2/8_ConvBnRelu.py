@@ -1,0 +1,1 @@
+../../../examples/fusion/conv_bn_relu.py

@@ -1,0 +1,1 @@
+../../../examples/fusion/gemm_bias_gelu.py

@@ -1,0 +1,1 @@
+../../../examples/fusion/mlp_residual.py
