@@ -13,7 +13,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from kernelpro.cli_options import Device, PolicyChoice, PolicyOpt, PrecisionChoice, PrecisionOpt
+from kernelpro.cli_options import (Device, KbPath, NoKb, PolicyChoice, PolicyOpt, PrecisionChoice, PrecisionOpt,
+                                   knowledge_base)
 from kernelpro.cli_search import CoderChoice, ObjectiveChoice, StrategyChoice
 
 
@@ -57,8 +58,8 @@ def register(app: typer.Typer) -> None:
                                                      help="only time eager and torch.compile of each problem")] = False,
         profile: Annotated[bool, typer.Option("--profile/--no-profile", help="profile for guidance in each search")] = True,
         time_limit: Annotated[float | None, typer.Option("--time-limit", help="minutes per problem")] = None,
-        kb: Annotated[Path | None, typer.Option("--kb", help="the knowledge base the searches share")] = None,
-        no_kb: Annotated[bool, typer.Option("--no-kb", help="no knowledge base")] = False,
+        kb: KbPath = None,
+        no_kb: NoKb = False,
         json_output: Annotated[bool, typer.Option("--json", help="no live display; print the JSON document")] = False,
     ) -> None:
         """Run a search on every problem of SUITE and write leaderboard.{md,json,html}; or compare two benches."""
@@ -75,8 +76,7 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter("local or ray", param_hint="--backend")
         if ray_address and backend != "ray":
             raise typer.BadParameter("needs --backend ray", param_hint="--ray-address")
-        if kb is not None and no_kb:
-            raise typer.BadParameter("--kb and --no-kb exclude each other", param_hint="--kb")
+        knowledge = knowledge_base(kb, no_kb)
         from kernelpro.bench import Bench, BenchSettings
         from kernelpro.coder import default_coder
         from kernelpro.harness import default_device
@@ -86,7 +86,7 @@ def register(app: typer.Typer) -> None:
             budget=budget, coder=coder.value if coder else default_coder(), objective=objective.value,
             strategy=strategy.value, precision=precision.value, policy=policy.value,
             device=device.value if device else default_device(), gpus=gpus, profile=profile,
-            baselines_only=baselines_only, use_kb=not no_kb, kb=str(kb) if kb else "", time_limit_min=time_limit,
+            baselines_only=baselines_only, time_limit_min=time_limit, **knowledge,
             backend=backend, ray_address=ray_address)
         console = Console(stderr=True)
         if json_output:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -21,10 +22,11 @@ def show(kb: Path | None = None, family: str = "", roofline: str = "") -> dict:
     from kernelpro.knowledge import KnowledgeBase, State
     with KnowledgeBase(kb) as base:
         state = State(family, roofline) if family else None
+        stats = base.stats(state)
         return {"path": str(base.path), "schema_version": base.version, "observations": base.count(),
                 "state": asdict(state) if state else None,
-                "techniques": [asdict(s) | {"factor": round(s.factor(), 4)} for s in base.stats(state)],
-                "summary": base.summary(state) if state else ""}
+                "techniques": [asdict(s) | {"factor": round(s.factor(), 4)} for s in stats],
+                "summary": base.summary(state, stats) if state else ""}
 
 
 def register(app: typer.Typer) -> None:
@@ -53,7 +55,7 @@ def register(app: typer.Typer) -> None:
             table.add_column(column, justify="left" if column == "technique" else "right")
         for t in document["techniques"]:
             table.add_row(t["technique"], f"{t['attempts']:g}", f"{t['successes']:g}",
-                          f"{2.718281828 ** t['mean_gain']:.3f}x", f"{t['spread_gain']:.3f}", f"{t['factor']:.2f}")
+                          f"{math.exp(t['mean_gain']):.3f}x", f"{t['spread_gain']:.3f}", f"{t['factor']:.2f}")
         console.print(table)
         if document["summary"]:
             console.print(document["summary"], highlight=False)

@@ -40,3 +40,13 @@ Timeout = Annotated[float | None, typer.Option(
     "--timeout", min=1, help="wall-clock limit in seconds for every phase (build, load, correctness, timing)")]
 JsonPath = Annotated[Path | None, typer.Option(
     "--json", help="write the verdict record as JSON to this path ('-' for stdout)")]
+KbPath = Annotated[Path | None, typer.Option(
+    "--kb", help="the knowledge base to learn from and add to (default: $KERNELPRO_HOME/kb.sqlite)")]
+NoKb = Annotated[bool, typer.Option("--no-kb", help="neither read nor write a knowledge base")]
+
+
+def knowledge_base(kb: Path | None, no_kb: bool) -> dict:
+    """The settings' `use_kb` and `kb` from --kb PATH / --no-kb (which exclude each other)."""
+    if kb is not None and no_kb:
+        raise typer.BadParameter("--kb and --no-kb exclude each other", param_hint="--kb")
+    return {"use_kb": not no_kb, "kb": str(kb) if kb else ""}

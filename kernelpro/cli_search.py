@@ -14,7 +14,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from kernelpro.cli_options import Device, PolicyChoice, PolicyOpt, PrecisionChoice, PrecisionOpt
+from kernelpro.cli_options import (Device, KbPath, NoKb, PolicyChoice, PolicyOpt, PrecisionChoice, PrecisionOpt,
+                                   knowledge_base)
 
 
 class ObjectiveChoice(str, enum.Enum):
@@ -79,14 +80,12 @@ def register(app: typer.Typer) -> None:
                                                                                  "estimated spend reaches this (USD)")] = None,
         max_tokens: Annotated[int | None, typer.Option("--max-tokens", min=1, help="stop when the LLM coder has "
                                                                                    "used this many tokens")] = None,
-        kb: Annotated[Path | None, typer.Option("--kb", help="the knowledge base to learn from and add to "
-                                                            "(default: $KERNELPRO_HOME/kb.sqlite)")] = None,
-        no_kb: Annotated[bool, typer.Option("--no-kb", help="neither read nor write a knowledge base")] = False,
+        kb: KbPath = None,
+        no_kb: NoKb = False,
         json_output: Annotated[bool, typer.Option("--json", help="no live display; print run.json")] = False,
     ) -> None:
         """Search for a faster (or more energy-efficient) implementation of PROBLEM."""
-        if kb is not None and no_kb:
-            raise typer.BadParameter("--kb and --no-kb exclude each other", param_hint="--kb")
+        knowledge = knowledge_base(kb, no_kb)
         from kernelpro.coder import default_coder
         from kernelpro.driver import SearchRun, SearchSettings
         from kernelpro.harness import default_device
@@ -101,7 +100,7 @@ def register(app: typer.Typer) -> None:
             precision=precision.value, policy=policy.value, parallel=parallel, seed=seed, profile=profile,
             compile_baseline=compile_baseline if compile_baseline is not None else chosen_device == "cuda",
             model=model, planner_model=planner_model, max_cost_usd=max_cost, max_tokens=max_tokens,
-            use_kb=not no_kb, kb=str(kb) if kb else "")
+            **knowledge)
         why = "as asked" if coder else ("ANTHROPIC_API_KEY is set" if chosen_coder == "anthropic"
                                         else "no ANTHROPIC_API_KEY")
         if not json_output:

@@ -242,8 +242,9 @@ class SearchRun:
         if self.kb is None:
             return {}
         state = state_for(self.problem.source, profile)
-        return {"knowledge": self.kb.summary(state),
-                "kb_factors": tuple((s.technique, round(s.factor(), 4)) for s in self.kb.stats(state))}
+        stats = self.kb.stats(state)
+        return {"knowledge": self.kb.summary(state, stats),
+                "kb_factors": tuple((s.technique, round(s.factor(), 4)) for s in stats)}
 
     def run(self) -> dict:
         from kernelpro import outputs

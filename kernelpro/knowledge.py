@@ -30,6 +30,8 @@ from pathlib import Path
 
 from kernelpro.errors import KernelproError
 from kernelpro.harness.policy import reference_ops
+from kernelpro.mcts.memory import prior_factor
+from kernelpro.tools.records import ROOFLINE_CLASSES
 
 FORMAT = "kernelpro-kb"
 #: Ordered schema migrations; a base at version N has the first N applied. Append, never edit.
@@ -58,7 +60,6 @@ MIGRATIONS = (
         FROM observations GROUP BY family, roofline, technique;""",
 )
 SIMILARITY = {"same_state": 1.0, "same_family": 0.5, "same_roofline": 0.25}
-FACTOR_RANGE = (0.25, 4.0)
 _FAMILIES = (  # (family, ops that make it), first match wins
     ("attention", {"scaled_dot_product_attention", "MultiheadAttention"}),
     ("conv", {"conv1d", "conv2d", "conv3d", "conv_transpose2d", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose2d"}),
@@ -108,10 +109,8 @@ class TechniqueStats:
     spread_gain: float
 
     def factor(self) -> float:
-        """Beta(1,1) posterior success rate relative to 1/2, times exp(mean gain), clamped to [1/4, 4]."""
-        rate = (self.successes + 1) / (self.attempts + 2)
-        low, high = FACTOR_RANGE
-        return min(high, max(low, 2 * rate * math.exp(max(-1.0, min(1.0, self.mean_gain)))))
+        """The same factor the search's own memory gives a move (kernelpro.mcts.memory.prior_factor)."""
+        return prior_factor(self.attempts, self.successes, self.mean_gain)
 
 
 class KnowledgeBase:
@@ -210,15 +209,16 @@ class KnowledgeBase:
         cache: dict[str, dict[str, float]] = {}
 
         def hook(signature: str, name: str) -> float:
-            roofline = signature if signature in _ROOFLINE_CLASSES else ""
+            roofline = signature if signature in ROOFLINE_CLASSES else ""
             if roofline not in cache:  # read once per class and run: the base changes slowly
                 cache[roofline] = {s.technique: s.factor() for s in self.stats(State(family, roofline))}
             return cache[roofline].get(name, 1.0)
         return hook
 
-    def summary(self, state: State, limit: int = 5) -> str:
-        """A few lines for the LLM coder: what worked and what kept failing in similar states."""
-        stats = [s for s in self.stats(state) if s.attempts >= 1]
+    def summary(self, state: State, stats: list[TechniqueStats] | None = None, limit: int = 5) -> str:
+        """A few lines for the LLM coder: what worked and what kept failing in similar states
+        (`stats`: `self.stats(state)` when the caller has it already)."""
+        stats = [s for s in (self.stats(state) if stats is None else stats) if s.attempts >= 1]
         if not stats:
             return ""
         worked = [s for s in stats if s.successes and s.mean_gain > 0][:limit]
@@ -262,14 +262,11 @@ class KnowledgeBase:
         return self.count() - before
 
 
-_ROOFLINE_CLASSES = ("memory_bound", "compute_bound", "latency_bound", "overhead_bound")
-
-
 def state_for(problem_source: str, profile: dict) -> State:
     """The state of a node: the problem's family, and from its (or its nearest ancestor's) profile the
     roofline class and the top two suggested techniques."""
     roofline = profile.get("classification", "") if profile else ""
-    roofline = roofline if roofline in _ROOFLINE_CLASSES else ""
+    roofline = roofline if roofline in ROOFLINE_CLASSES else ""
     findings = tuple(t["technique"] for t in (profile or {}).get("techniques", [])[:2])
     return State(operator_family(problem_source), roofline, findings)
 

@@ -14,6 +14,13 @@ from dataclasses import dataclass, field
 from kernelpro.mcts.records import PriorHook
 
 
+def prior_factor(attempts: float, successes: float, mean_gain: float) -> float:
+    """Beta(1,1) posterior success rate relative to 1/2, times exp(mean gain), in [0.25, 4]: the factor a
+    move's record (in this run, or in the knowledge base across runs) multiplies its prior by."""
+    rate = (successes + 1) / (attempts + 2)
+    return min(4.0, max(0.25, 2 * rate * math.exp(max(-1.0, min(1.0, mean_gain)))))
+
+
 @dataclass
 class MoveStats:
     attempts: int = 0
@@ -25,9 +32,7 @@ class MoveStats:
         return self.gain_sum / self.successes if self.successes else 0.0
 
     def factor(self) -> float:
-        """Beta(1,1) posterior success rate relative to 1/2, times exp(mean gain), in [0.25, 4]."""
-        rate = (self.successes + 1) / (self.attempts + 2)
-        return min(4.0, max(0.25, 2 * rate * math.exp(max(-1.0, min(1.0, self.mean_gain)))))
+        return prior_factor(self.attempts, self.successes, self.mean_gain)
 
 
 @dataclass

@@ -12,6 +12,7 @@ import json
 import math
 from pathlib import Path
 
+from kernelpro.bench.leaderboard import geomean
 from kernelpro.bench.runner import BenchError
 
 
@@ -41,9 +42,8 @@ def compare(folder_a: Path, folder_b: Path) -> dict:
         test.update(statistic=float(result.statistic), p_value=float(result.pvalue))
     return {"a": str(folder_a), "b": str(folder_b), "paired": paired,
             "only_a": sorted(rows_a.keys() - rows_b.keys()), "only_b": sorted(rows_b.keys() - rows_a.keys()),
-            "geomean_a": math.exp(sum(math.log(p["a"]) for p in paired) / len(paired)) if paired else None,
-            "geomean_b": math.exp(sum(math.log(p["b"]) for p in paired) / len(paired)) if paired else None,
-            "geomean_b_over_a": math.exp(sum(logs) / len(logs)) if logs else None,
+            "geomean_a": geomean(p["a"] for p in paired), "geomean_b": geomean(p["b"] for p in paired),
+            "geomean_b_over_a": geomean(p["ratio"] for p in paired),
             "b_better": sum(1 for v in logs if v > 0), "a_better": sum(1 for v in logs if v < 0), **test}
 
 

@@ -31,7 +31,8 @@ def schema() -> dict:
     return json.loads(resources.files("kernelpro.bench").joinpath("leaderboard.schema.json").read_text())
 
 
-def _geomean(values: list[float]) -> float | None:
+def geomean(values) -> float | None:
+    """The geometric mean of the positive values (None and 0 are left out); None when there is none."""
     values = [v for v in values if v and v > 0]
     return math.exp(sum(map(math.log, values)) / len(values)) if values else None
 
@@ -69,9 +70,9 @@ def level_summary(level, rows: list[dict]) -> dict:
         "valid_rate": len(valid) / len(rows) if rows else 0.0,
         "fast_p": {f"{p:g}": sum(1 for r in valid if (r["speedup"] or 0) > p) / len(rows) if rows else 0.0
                    for p in FAST_P},
-        "geomean_vs_eager": _geomean([r["speedup"] for r in rows if r["status"] == "done"]),
-        "geomean_vs_compile": _geomean([r["speedup_vs_compile"] for r in rows if r["status"] == "done"]),
-        "geomean_vs_best_baseline": _geomean([r["speedup_vs_best_baseline"] for r in rows if r["status"] == "done"]),
+        "geomean_vs_eager": geomean([r["speedup"] for r in rows if r["status"] == "done"]),
+        "geomean_vs_compile": geomean([r["speedup_vs_compile"] for r in rows if r["status"] == "done"]),
+        "geomean_vs_best_baseline": geomean([r["speedup_vs_best_baseline"] for r in rows if r["status"] == "done"]),
         "gpu_minutes": round(sum(r["gpu_minutes"] for r in rows), 3),
     }
 
@@ -91,12 +92,19 @@ def _cell(value, fmt: str = "{:.3f}", suffix: str = "") -> str:
     return "-" if value is None else fmt.format(value) + suffix
 
 
-def markdown(document: dict) -> str:
+def _title(document: dict) -> str:
+    return f"kernelpro bench: {Path(document['settings']['suite']).name}"
+
+
+def _how(document: dict) -> str:
     s = document["settings"]
-    lines = [f"# kernelpro bench: {Path(s['suite']).name}", "",
-             f"{document['created']}; coder {s['coder']}, strategy {s['strategy']}, budget {s['budget']}, objective "
-             f"{s['objective']}, precision {s['precision']}, policy {s['policy']}; devices: "
-             f"{', '.join(document['devices']) or '-'}", "",
+    return (f"{document['created']}; coder {s['coder']}, strategy {s['strategy']}, budget {s['budget']}, objective "
+            f"{s['objective']}, precision {s['precision']}, policy {s['policy']}; devices: "
+            f"{', '.join(document['devices']) or '-'}")
+
+
+def markdown(document: dict) -> str:
+    lines = [f"# {_title(document)}", "", _how(document), "",
              "| level | problems | valid | " + " | ".join(f"fast_{p:g}" for p in FAST_P)
              + " | geomean vs eager | vs compile | vs best baseline | GPU-min |",
              "|---|---|---|" + "---|" * len(FAST_P) + "---|---|---|---|"]
@@ -177,7 +185,6 @@ def _svg_histogram(values: list[float], label: str, width: int = 460, height: in
 
 
 def render_html(document: dict) -> str:
-    table = markdown(document).split("\n")
     rows_html = []
     for r in document["problems"]:
         cells = [r["key"], _cell(r["eager_ms"], "{:.4f}"), _cell(r["compile_ms"], "{:.4f}"), _cell(r["best_ms"], "{:.4f}"),
@@ -204,7 +211,7 @@ def render_html(document: dict) -> str:
 <style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}}table{{border-collapse:collapse;
 margin:1em 0}}td,th{{border:1px solid #ccc;padding:3px 8px;font-size:13px;text-align:right}}td:first-child,
 th:first-child{{text-align:left}}figure{{display:inline-block;margin:0 1em 1em 0}}</style></head><body>
-<h1>{html.escape(table[0].lstrip('# '))}</h1><p>{html.escape(table[2])}</p>
+<h1>{html.escape(_title(document))}</h1><p>{html.escape(_how(document))}</p>
 <table><tr>{header}</tr>{''.join(summaries)}</table>
 <figure>{_svg_fast_p(document)}<figcaption>fast_p per level</figcaption></figure>
 <figure>{_svg_histogram(speedups, "speedup over eager (half-octave bins)")}<figcaption>speedups</figcaption></figure>

@@ -13,7 +13,6 @@ so none of its evaluations is repeated. On a machine without a GPU there is one 
 from __future__ import annotations
 
 import json
-import math
 import os
 import queue
 import shutil
@@ -26,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from collections.abc import Callable
 
+from kernelpro.bench.leaderboard import geomean, write_leaderboards
 from kernelpro.bench.store import FINISHED, BenchStore, source_sha256
 from kernelpro.bench.suite import Entry, discover, select
 from kernelpro.errors import KernelproError
@@ -70,7 +70,7 @@ class BenchStatus:
 
     @property
     def geomean(self) -> float | None:
-        return math.exp(sum(map(math.log, self.speedups)) / len(self.speedups)) if self.speedups else None
+        return geomean(self.speedups)
 
 
 def gpu_slots(device: str, gpus: str) -> list[str]:
@@ -212,7 +212,6 @@ class Bench:
         return sorted(todo, key=lambda e: -self.estimate(e))
 
     def run(self) -> dict:
-        from kernelpro.bench.leaderboard import write_leaderboards
         if self.settings.backend == "ray":
             from kernelpro.bench.ray_backend import run_on_ray
             run_on_ray(self, self.pending())

@@ -89,10 +89,6 @@ class BenchStore(DurableStore):
             rows.append(row)
         return rows
 
-    def status(self, key: str) -> str | None:
-        row = self.db.execute("SELECT status FROM problems WHERE key = ?", (key,)).fetchone()
-        return row[0] if row else None
-
     # -- baselines -----------------------------------------------------------------------------
     def baseline(self, sha: str, device_name: str, torch_version: str, precision: str) -> dict | None:
         row = self.db.execute("SELECT eager_ms, compile_ms, measured FROM baselines WHERE source_sha256 = ? AND "

@@ -38,28 +38,27 @@ ALIGNMENT = 8  # elements per 16 bytes: TMA wants 16-byte aligned rows
 #: half/bfloat16 conversions instead of the ones torch's default flags switch off.
 NVCC_FLAGS = ["-O3", "-DNDEBUG", "-std=c++17", "--expt-relaxed-constexpr", "-U__CUDA_NO_HALF_OPERATORS__",
               "-U__CUDA_NO_HALF_CONVERSIONS__", "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "-U__CUDA_NO_HALF2_OPERATORS__"]
-HOPPER = (9, 0)
 
 
-def why_not(gm: fx.GraphModule, group: Group, precision: str) -> str:
-    """'' when a CuTe GEMM can compute this epilogue group's product and the epilogue itself, else why not."""
-    g = group.gemm if group.gemm is not None else triton_gemm._gemm_for(gm, group, tf32=False)
+def _takes(gm: fx.GraphModule, group: Group, precision: str) -> tuple[object, str]:
+    """(the product a CuTe GEMM computes with this epilogue group, '') or (None, why it cannot)."""
+    g = triton_gemm._gemm_for(gm, group, tf32=False)
     if g is None:
-        return "not the epilogue of a matmul or linear the GEMM takes"
+        return None, "not the epilogue of a matmul or linear the GEMM takes"
     if precision not in ELEMENT:
-        return f"the CuTe GEMM runs at bf16 or fp16, not {precision}"
+        return None, f"the CuTe GEMM runs at bf16 or fp16, not {precision}"
     if any(item.var != g.var for item in group.inputs):
-        return "the epilogue reads other tensors besides the product"
+        return None, "the epilogue reads other tensors besides the product"
     if len(group.outputs) != 1:
-        return "the epilogue has more than one output"
+        return None, "the epilogue has more than one output"
     if g.k % ALIGNMENT or g.n % ALIGNMENT:
-        return f"K ({g.k}) and N ({g.n}) must be multiples of {ALIGNMENT} for 16-byte TMA rows"
+        return None, f"K ({g.k}) and N ({g.n}) must be multiples of {ALIGNMENT} for 16-byte TMA rows"
     try:
         for step in group.steps:
             c_expr(step.expr)
     except Untranslatable as error:
-        return f"the epilogue has an expression with no C++ counterpart here: {error}"
-    return ""
+        return None, f"the epilogue has an expression with no C++ counterpart here: {error}"
+    return g, ""
 
 
 def attach(gm: fx.GraphModule, groups: list[Group], precision: str, reasons: list[str] | None = None) -> int:
@@ -70,12 +69,11 @@ def attach(gm: fx.GraphModule, groups: list[Group], precision: str, reasons: lis
     for group in groups:
         if group.kind != "pointwise" or not group.after_anchor or group.gemm is not None:
             continue
-        why = why_not(gm, group, precision)
-        if why:
+        found, why = _takes(gm, group, precision)
+        if found is None:
             if reasons is not None:
                 reasons.append(f"{group.name}: {why}")
             continue
-        found = triton_gemm._gemm_for(gm, group, tf32=False)
         group.gemm = dataclasses.replace(found, backend="cute", dtype=precision)
         group.name = group.name.replace("fused_", "cute_gemm_", 1)
         count += 1
