@@ -20,8 +20,8 @@ from kernelpro.tools.api import Target
 from kernelpro.tools.pipeline import profile, profile_all_sections
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT = ["examples/mlp_block.py", "examples/conv_block.py", "tests/data/profile/overhead_tiny_chain.py",
-           "examples/matmul_rowsum.py"]
+DEFAULT = ["examples/transformer_layers.py", "examples/resnet_blocks.py", "examples/attention_block.py", "examples/conv_block.py",
+           "examples/mlp_block.py", "examples/matmul_rowsum.py", "tests/data/profile/overhead_tiny_chain.py"]
 
 
 def main() -> None:
@@ -54,14 +54,14 @@ def main() -> None:
         rows.append(row)
         print(f"{problem}: {row['kernels']} kernels, {row['dominant']} dominant, {row['classification']}, "
               f"gated {gated:.1f} s vs all sections {full:.1f} s = {row['reduction']:.1f}x", flush=True)
+        if args.json:  # after every problem, so a run cut short keeps what it measured
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(rows, indent=2))
     print(f"\n| problem | kernels (dominant) | class | stage 1 + gated stage 2 | every section, every kernel | cut |")
     print("|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {Path(r['problem']).name} | {r['kernels']} ({r['dominant']}) | {r['classification']} | "
               f"{r['gated_s']:.1f} s | {r['all_sections_s']:.1f} s | {r['reduction']:.1f}x |")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(rows, indent=2))
 
 
 if __name__ == "__main__":

@@ -24,7 +24,8 @@ from kernelpro.harness.process import WorkerProcess
 from kernelpro.harness.records import (CappedLog, EnergyStats, EnergyWindow, EvalOptions, EvalResult, ErrorStats,
                                        Floor, Phase, TimingStats, Verdict)
 from kernelpro.harness.timing import summarize
-from kernelpro.harness.toolchain import ARCH_SPECIFIC, arch_for, build_environment, cuda_arch_list  # noqa: F401
+from kernelpro.harness.toolchain import (ARCH_SPECIFIC, arch_for, build_environment, cuda_arch_list,  # noqa: F401
+                                         cuda_available)
 
 SUSPICIOUS_SPEEDUP = 10.0
 REVERIFY_TRIALS = 10
@@ -32,13 +33,12 @@ _STARTUP_LIMIT_S = 180.0
 
 
 def default_device() -> str:
-    import torch
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    return "cuda" if cuda_available() else "cpu"
 
 
 def check_device(device: str) -> None:
     import torch
-    if device == "cuda" and not torch.cuda.is_available():
+    if device == "cuda" and not cuda_available():
         raise DeviceError("--device cuda was asked for, but torch sees no CUDA device "
                           f"(torch {torch.__version__}); use --device cpu")
 

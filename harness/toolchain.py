@@ -27,6 +27,22 @@ def arch_for(major: int, minor: int) -> str:
     return f"{major}.{minor}" + ("a" if (major, minor) in ARCH_SPECIFIC else "")
 
 
+def cuda_available() -> bool:
+    """Whether torch sees a CUDA device, asked through NVML (torch's PYTORCH_NVML_BASED_CUDA_CHECK)
+    so that the asking process does not initialize CUDA, seconds on a large GPU, when only its
+    worker processes will use the device."""
+    import torch
+    previous = os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK")
+    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
+    try:
+        return torch.cuda.is_available()
+    finally:
+        if previous is None:
+            os.environ.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)
+        else:
+            os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = previous
+
+
 def cuda_arch_list() -> str | None:
     import torch
     if not torch.cuda.is_available():

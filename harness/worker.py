@@ -26,10 +26,8 @@ import sys
 
 from kernelpro.harness import guards  # noqa: F401  (first: saves the genuine functions)
 
-import importlib.util
 import io
 import os
-import random
 import socket
 import time
 import traceback
@@ -38,10 +36,11 @@ from pathlib import Path
 import torch
 
 from kernelpro.harness import channel
+from kernelpro.harness.modelio import (DTYPES, build_model, cast_to, flatten_outputs, import_file,  # noqa: F401
+                                      parameter_bytes, set_seed, tensor_bytes)
 from kernelpro.harness.timing import (InterleavedTimer, measure_copy_bandwidth_gbps,
                                       measure_matmul_tflops)
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 TIMING_POOL_SIZE = 3
 
 
@@ -53,46 +52,10 @@ class Report(Exception):
         self.header = header
 
 
-def set_seed(seed: int) -> None:
-    random.seed(seed)
-    torch.manual_seed(seed)
-    try:
-        import numpy
-        numpy.random.seed(seed % (2**32))
-    except ImportError:
-        pass
-
-
-def cast_to(value, device: torch.device, dtype: torch.dtype):
-    """A tensor moved to the device, floating-point ones in the evaluated precision; others unchanged."""
-    if isinstance(value, torch.Tensor):
-        value = value.to(device)
-        return value.to(dtype) if value.is_floating_point() else value
-    return value
-
-
-def build_model(cls, seed: int, init_inputs: list, device: torch.device, dtype: torch.dtype):
-    """`cls(*init_inputs)` seeded and built on the device, so Model and ModelNew get the same weights."""
-    set_seed(seed)
-    with device:
-        model = cls(*init_inputs)
-    if isinstance(model, torch.nn.Module):
-        model = model.to(device=device, dtype=dtype).eval()
-    return model
-
-
 def tensor_payload(tensors: list) -> bytes:
     buffer = io.BytesIO()
     torch.save([t.detach().cpu() if isinstance(t, torch.Tensor) else t for t in tensors], buffer)
     return buffer.getvalue()
-
-
-def import_file(module_name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def error_tail(error: BaseException, limit: int = 4000) -> str:
@@ -400,22 +363,6 @@ class Job:
     def measure_ceilings(self) -> dict:
         return {"bandwidth_gbps": measure_copy_bandwidth_gbps(self.device),
                 "flop_rate_tflops": measure_matmul_tflops(self.device, self.dtype)}
-
-
-def flatten_outputs(value) -> tuple[str, list]:
-    if isinstance(value, (tuple, list)):
-        return f"sequence:{len(value)}", list(value)
-    return "single", [value]
-
-
-def tensor_bytes(values: list) -> int:
-    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
-
-
-def parameter_bytes(model) -> int:
-    if not isinstance(model, torch.nn.Module):
-        return 0
-    return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
 def serve(sock: socket.socket, device_name: str) -> None:

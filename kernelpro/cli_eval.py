@@ -31,7 +31,8 @@ def run_eval(problem_path: Path, candidate_path: Path, *, device: str | None = N
              correct_trials: int = 5, timeout: float | None = None, baseline: str = "eager",
              tolerance: float | None = None, seed: int = 42, console: Console | None = None):
     """The library call behind `kernelpro eval`. Returns an `EvalResult`."""
-    from kernelpro.harness import EvalOptions, PhaseLimits, check_device, default_device, evaluate
+    from kernelpro.harness import EvalOptions, PhaseLimits, check_device, default_device
+    from kernelpro.harness.evaluate import evaluate
     from kernelpro.harness.problem import load_problem
 
     problem = load_problem(problem_path)

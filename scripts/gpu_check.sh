@@ -41,9 +41,10 @@ step "throughput benchmark"
 if [ "${SKIP_THROUGHPUT:-0}" != 1 ]; then
   timeout 1200 python3 benchmarks/harness_throughput.py --device cuda --json "$OUT/throughput.json" 2>&1 | tee "$OUT/throughput.log" | tail -8
 fi
-step "profile gate benchmark"
+step "profile gate benchmark (PROFILE_PROBLEMS: problem files, default the script's list; PROFILE_TIMEOUT)"
 if [ "${SKIP_PROFILE_BENCH:-0}" != 1 ]; then
-  timeout 1200 python3 benchmarks/profile_gate.py --json "$OUT/profile_gate.json" --keep "$OUT/profile_gate" 2>&1 | tee "$OUT/profile_gate.log" | tail -12
+  timeout "${PROFILE_TIMEOUT:-1200}" python3 benchmarks/profile_gate.py --json "$OUT/profile_gate.json" --keep "$OUT/profile_gate" \
+    ${PROFILE_PROBLEMS:-} 2>&1 | tee "$OUT/profile_gate.log" | tail -14
 fi
 step "generated kernels on the fusion examples (FUSION_VARIANTS: triton,cuda,gemm; FUSION_FLAGS: --profile, --no-eval)"
 if [ "${SKIP_FUSION:-0}" != 1 ]; then
@@ -68,15 +69,21 @@ if [ "${SKIP_SEARCH:-0}" != 1 ]; then
   fi
 fi
 
-step "kernelpro bench over benchmarks/suite (BENCH=1; BENCH_BUDGET, BENCH_ARGS; resumes across calls while warm)"
+step "kernelpro bench over benchmarks/suite (BENCH=1; BENCH_BUDGET, BENCH_ARGS, BENCH_STATE)"
 # The bench's folder lives outside $OUT (emptied every call), so a bench cut by the 10-minute limit
-# resumes on the next call of a warm machine; the leaderboards are copied into $OUT.
+# resumes on the next call of a warm machine; the leaderboards are copied into $OUT. On a fresh
+# machine, BENCH_STATE=path/to/bench_state.tgz (a carried copy of an earlier call's
+# $OUT/bench_state.tgz) restores the folder first, so a bench resumes across machines and sessions.
 if [ "${BENCH:-0}" = 1 ]; then
   BENCH_DIR=/tmp/kernelpro-bench/suite
+  if [ -n "${BENCH_STATE:-}" ] && [ ! -f "$BENCH_DIR/bench.db" ]; then
+    mkdir -p "$BENCH_DIR" && tar xzf "$BENCH_STATE" -C "$BENCH_DIR" && echo "restored $BENCH_STATE"
+  fi
   resume=""; [ -f "$BENCH_DIR/bench.db" ] && resume="--resume"
   timeout "${BENCH_TIMEOUT:-540}" kernelpro bench benchmarks/suite --budget "${BENCH_BUDGET:-16}" --out "$BENCH_DIR" \
     $resume ${BENCH_ARGS:-} --json >"$OUT/bench.json" 2>"$OUT/bench.log"; echo "bench: exit $?"
   mkdir -p "$OUT/bench" && cp "$BENCH_DIR"/leaderboard.* "$OUT/bench/" 2>/dev/null
+  tar czf "$OUT/bench_state.tgz" -C "$BENCH_DIR" . && ls -la "$OUT/bench_state.tgz"
   python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('SELECT status, COUNT(*) FROM problems GROUP BY status').fetchall())" "$BENCH_DIR/bench.db"
 fi
 

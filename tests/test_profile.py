@@ -17,7 +17,9 @@ from kernelpro.tools import ToolContext, validate_report
 from kernelpro.tools.ceilings import Ceilings
 from kernelpro.tools.ncu import base_name, command, kernel_filter, parse_csv, split_metrics
 from kernelpro.tools.ncu_tools import NcuMemoryTool, NcuOccupancyTool, NcuStallsTool
-from kernelpro.tools.roofline import classify
+from kernelpro.tools.pipeline import UnknownToolError, plan_ncu
+from kernelpro.tools.registry import load_tools
+from kernelpro.tools.roofline import STAGE1_METRICS, classify
 from kernelpro.tools.sass import parse_resource_usage, parse_sass
 from kernelpro.tools.system import SystemTool
 
@@ -28,6 +30,8 @@ EXPECTED = {  # what each program is, by construction (see tests/data/profile an
     "h200/latency_long_row": "latency_bound", "h200/overhead_tiny_chain": "overhead_bound",
     "h100/memory_elementwise": "memory_bound", "h100/overhead_tiny_chain": "overhead_bound",
     "h100/matmul_rowsum": "compute_bound", "h100/mlp_block": "compute_bound",
+    "h100/transformer_layers": "compute_bound", "h100/transformer_layers_planned": "compute_bound",
+    "h100/resnet_blocks": "overhead_bound",
 }
 
 
@@ -35,15 +39,16 @@ def _load(name: str):
     folder = CAPTURES / name
     timeline = json.loads((folder / "timeline.json").read_text())
     ceilings = Ceilings(**json.loads((folder.parent / "ceilings.json").read_text()))
-    stage1 = folder / "stage1_ncu.csv"
-    rows = parse_csv(stage1.read_text()) if stage1.exists() else None
+    # one ncu pass per profile since 2026-11-22 (ncu.csv); older captures have stage1/stage2 passes
+    stage1 = next((folder / n for n in ("ncu.csv", "stage1_ncu.csv") if (folder / n).exists()), None)
+    rows = parse_csv(stage1.read_text()) if stage1 else None
     return timeline, ceilings, rows
 
 
 def _stage2(name: str, timeline: dict, program) -> list:
-    path = CAPTURES / name / "stage2_ncu.csv"
-    if not path.exists():
-        return []
+    path = next((CAPTURES / name / n for n in ("ncu.csv", "stage2_ncu.csv") if (CAPTURES / name / n).exists()), None)
+    if path is None:
+        return [None, []]
     context = ToolContext(kernels=program.dominant, timeline=timeline, ncu=parse_csv(path.read_text()),
                           time_shares={k.name: k.time_share for k in program.kernels})
     return [context, [tool.run(context) for tool in (NcuMemoryTool(), NcuOccupancyTool(), NcuStallsTool())]]
@@ -67,7 +72,9 @@ def test_ncu_csv_parse_counts_the_matmul_flops_and_bytes():
     from kernelpro.tools.roofline import executed_flops
     flops, tensor = executed_flops(rows[0])
     assert abs(flops / (2 * 4096**3) - 1) < 0.01 and not tensor  # fp32 SGEMM runs on FFMA
-    assert rows[0].seconds("gpu__time_duration.sum") > 1e-3
+    seconds = rows[0].seconds("gpu__time_duration.sum")  # ncu writes "ns": a 4096^3 SGEMM takes milliseconds
+    assert 1e-3 < seconds < 0.1
+    assert 10 < flops / seconds / 1e12 < 80  # achieved fp32 TFLOP/s, under the H200's FFMA peak
     assert rows[0].bytes("dram__bytes_read.sum") >= 2 * 4096 * 4096 * 4 * 0.9
 
 
@@ -117,6 +124,85 @@ def test_feedback_drops_occupancy_advice_for_a_kernel_at_its_compute_roof():
     assert "Within 25% of the floor" in guidance.text
 
 
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_one_ncu_pass_carries_every_counter_the_final_gate_asks_for(name):
+    """The pass planned from the timeline alone covers the ncu tools that the classes found with its
+    counters select, so no profile needs a second ncu process; launch-sized programs need none."""
+    timeline, ceilings, rows = _load(name)
+    registry = load_tools()
+    first = classify(timeline, ceilings, None, device="cuda")
+    plan = plan_ncu(first, registry)
+    final = classify(timeline, ceilings, rows, device="cuda")
+    assert final.dominant == first.dominant  # time shares come from the timeline, not the counters
+    gated = {n for n, tool in registry.tools.items() if getattr(tool, "ncu_metrics", None)
+             and tool.gate.matches(final.classes_of_dominant(), "time")}
+    assert gated <= set(plan.tools)
+    assert {m for n in gated for m in registry.tools[n].ncu_metrics} <= set(plan.metrics)
+    assert set(STAGE1_METRICS) <= set(plan.metrics)
+    if final.classification == "overhead_bound" and all(k.roofline_class == "overhead_bound" for k in final.kernels
+                                                         if k.name in final.dominant):
+        assert plan.kernels == [] and plan.tools == []
+    else:
+        assert plan.kernels == final.dominant and plan.measured
+
+
+def test_a_repeated_layer_is_profiled_once_and_gives_the_same_classes():
+    """transformer_layers repeats one layer four times. Its capture profiled every matching launch;
+    the planned pass takes only the first launches that hold each dominant kernel (each instance, where
+    the timeline has per-launch durations). Classes come out the same and floors close."""
+    timeline, ceilings, rows = _load("h100/transformer_layers")
+    first = classify(timeline, ceilings, None, device="cuda")
+    plan = plan_ncu(first, load_tools(), sequence=timeline["sequence"], durations_us=timeline.get("sequence_us"))
+    ordered = sorted(rows, key=lambda r: r.id)
+    assert plan.launch_count < len(ordered) / 2
+    full = classify(timeline, ceilings, ordered, device="cuda")
+    sampled = classify(timeline, ceilings, ordered[:plan.launch_count], device="cuda")
+    measured = [k for k in full.kernels if k.source == "ncu"]
+    assert {k.name for k in measured} >= set(plan.measured)
+    by_name = {k.name: k for k in sampled.kernels}
+    for kernel in measured:
+        other = by_name[kernel.name]
+        assert other.source == "ncu" and other.roofline_class == kernel.roofline_class
+        assert other.floor_ms == pytest.approx(kernel.floor_ms, rel=0.25)
+    assert sampled.classification == full.classification
+
+
+def test_the_planned_pass_of_a_later_run_matches_the_full_one():
+    """transformer_layers_planned is a later run that profiled only the planned launches (10 of 40,
+    chosen with per-launch durations); its classes and floors match the run that profiled them all."""
+    timeline, ceilings, rows = _load("h100/transformer_layers_planned")
+    first = classify(timeline, ceilings, None, device="cuda")
+    plan = plan_ncu(first, load_tools(), sequence=timeline["sequence"], durations_us=timeline["sequence_us"])
+    assert plan.launch_count == len(rows)  # what the pipeline asked ncu for is what came back
+    assert f"--launch-count {plan.launch_count} " in (CAPTURES / "h100/transformer_layers_planned/ncu.command.txt"
+                                                     ).read_text()
+    planned = {k.name: k for k in classify(timeline, ceilings, rows, device="cuda").kernels}
+    full_timeline, _, full_rows = _load("h100/transformer_layers")
+    for kernel in classify(full_timeline, ceilings, full_rows, device="cuda").kernels:
+        if kernel.source == "ncu":
+            assert planned[kernel.name].roofline_class == kernel.roofline_class
+            assert planned[kernel.name].floor_ms == pytest.approx(kernel.floor_ms, rel=0.25)
+
+
+def test_launches_cover_every_instance_of_a_kernel():
+    from kernelpro.tools.pipeline import _launches
+    sequence = ["gemm", "copy", "gemm", "add", "gemm", "copy", "gemm", "add"]
+    durations = [10.0, 2.0, 40.0, 1.0, 10.5, 2.1, 39.0, 1.0]  # a layer of two GEMM shapes, run twice
+    assert _launches([], ["gemm", "copy"], sequence, durations) == 3  # matches: gemm, copy, gemm(40)
+    assert _launches([], ["gemm", "copy"], sequence, None) == 2  # by name alone: the first of each
+    assert _launches([], ["gemm"], sequence, [10.0] * 8) == 1
+
+
+def test_named_tools_ride_alone_and_unknown_names_fail():
+    timeline, ceilings, _ = _load("h100/mlp_block")
+    first = classify(timeline, ceilings, None, device="cuda")
+    plan = plan_ncu(first, load_tools(), tools=["ncu_stalls"])
+    assert plan.tools == ["ncu_stalls"]
+    assert not any("l1tex" in m for m in plan.metrics)  # the memory tool's counters stay out
+    with pytest.raises(UnknownToolError):
+        plan_ncu(first, load_tools(), tools=["ncu_nonesuch"])
+
+
 def test_system_tool_on_the_launch_bound_chain():
     timeline, ceilings, _ = _load("h100/overhead_tiny_chain")
     report = SystemTool().run(ToolContext(timeline=timeline))
@@ -129,7 +215,7 @@ def test_system_tool_on_the_launch_bound_chain():
 def test_guidance_is_deterministic_and_matches_golden(name):
     timeline, ceilings, rows = _load(name)
     program = classify(timeline, ceilings, rows, device="cuda")
-    reports = _stage2(name, timeline, program)[1] if (CAPTURES / name / "stage2_ncu.csv").exists() else []
+    reports = _stage2(name, timeline, program)[1]
     if program.classification == "overhead_bound":
         reports.append(SystemTool().run(ToolContext(timeline=timeline)))
     first, second = build_guidance(program, reports), build_guidance(program, reports)

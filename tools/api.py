@@ -117,7 +117,7 @@ def availability(tool: object) -> tuple[bool, str]:
         if importlib.util.find_spec(package) is None:
             return False, f"package {package} missing"
     if requires.gpu:
-        import torch
-        if not torch.cuda.is_available():
+        from kernelpro.harness.toolchain import cuda_available
+        if not cuda_available():
             return False, "no CUDA device"
     return True, ""

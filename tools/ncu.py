@@ -26,8 +26,10 @@ PERMISSION_HELP = (
 #: `--query-metrics` lists them (seen on the H100: sm__maximum_warps_per_active_cycle_pct).
 ALWAYS_VALID_PREFIXES = ("launch__", "device__", "profiler__", "sm__maximum_warps")
 _METRIC_LINE = re.compile(r"^([a-z0-9]+__[a-z0-9_]+)\s")
+#: To seconds and bytes. ncu spells units either way ("nsecond" in some versions, "ns" in CUDA 13's).
 _UNITS_SCALE = {"nsecond": 1e-9, "usecond": 1e-6, "msecond": 1e-3, "second": 1.0,
-                "byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9}
+                "ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0,
+                "byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "B": 1.0, "KB": 1e3, "MB": 1e6, "GB": 1e9}
 
 
 class NcuError(RuntimeError):

@@ -1,13 +1,18 @@
 """The two-stage invocation: stage 1 always, then only the tools its classes call for.
 
 1. A `torch.profiler` timeline of the program (kernels, time shares, idle gaps) and
-   the device's cached ceilings; on a GPU with ncu, one small ncu pass (speed of
-   light, DRAM bytes, executed FLOPs) over the kernels of one call. The roofline
-   classifier names a class per kernel and for the program.
-2. The kernels that take `share` of the time (default 80%, cumulative) are the
-   dominant ones. Only tools whose gate matches their classes (or the objective)
-   run, and only on them: the ncu tools share a single ncu pass filtered by kernel
-   name and launch count. `tools=[...]` names the tools to run instead.
+   the device's cached ceilings. The kernels that take `share` of the time (default
+   80%, cumulative) are the dominant ones. On a GPU with ncu, one ncu pass over the
+   dominant kernels of one call (filtered by kernel name and launch count) reads
+   the speed of light, DRAM bytes and executed FLOPs. The roofline classifier names
+   a class per kernel and for the program.
+2. Only tools whose gate matches the dominant kernels' classes (or the objective)
+   run, and only on those kernels. `tools=[...]` names the tools to run instead.
+   The ncu tools read counters that stage 1's pass already collected: that pass
+   also asks for the counters of every ncu tool whose gate the classes the
+   timeline leaves open could match, so the profiled program starts under ncu
+   once (a process start costs more than a few extra replay passes). A tool the
+   timeline did not foresee gets one more pass.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from kernelpro.tools.roofline import DEFAULT_SHARE, STAGE1_METRICS, ProgramProfi
 from kernelpro.tools.runner import ProfileError, run_ncu, run_target
 
 MAX_NCU_LAUNCHES = 64
+#: The classes ncu's counters decide between for a kernel that is not launch-sized.
+OPEN_CLASSES = ("memory_bound", "compute_bound", "latency_bound")
 
 
 class UnknownToolError(KernelproError):
@@ -45,11 +52,43 @@ class ProfileResult:
     notes: list[str] = field(default_factory=list)
 
 
-def _launches(all_kernels, wanted: list[str]) -> int:
-    """Launches per call that ncu's function-name filter will match (other kernels may share a name)."""
+def _matching(all_kernels, wanted: list[str]) -> float:
+    """Launches per call that ncu's function-name filter matches (other kernels may share a name)."""
     bases = {base_name(name) for name in wanted}
-    launches = sum(k.launches_per_call for k in all_kernels if base_name(k.name) in bases)
-    return min(MAX_NCU_LAUNCHES, max(1, math.ceil(launches)))
+    return sum(k.launches_per_call for k in all_kernels if base_name(k.name) in bases)
+
+
+#: Two launches of one kernel whose durations differ by more than this are different instances (shapes).
+SAME_INSTANCE = 0.25
+
+
+def _launches(all_kernels, wanted: list[str], sequence: list[str] | None = None,
+              durations_us: list[float] | None = None) -> int:
+    """How many launches passing ncu's function-name filter to profile.
+
+    With the timeline's launch order: the shortest start of the call that holds every instance of the
+    wanted kernels once, an instance being a kernel at one duration (within SAME_INSTANCE), so a GEMM
+    kernel run at two shapes is profiled at both. Repeats, such as a model's identical layers, only cost
+    replays; per-call counts are then scaled from the profiled launches by time. Without the order: all
+    matching launches. At most MAX_NCU_LAUNCHES."""
+    bases, wanted_set = {base_name(name) for name in wanted}, set(wanted)
+    durations = durations_us if durations_us and len(durations_us) == len(sequence or []) else None
+    seen: dict[str, list[float]] = {}
+    count = needed = 0
+    for index, name in enumerate(sequence or []):
+        if base_name(name) not in bases:
+            continue
+        count += 1
+        if name not in wanted_set:
+            continue
+        duration = durations[index] if durations else 0.0
+        known = seen.setdefault(name, [])
+        if not any(abs(duration - d) <= SAME_INSTANCE * max(duration, d) for d in known):
+            known.append(duration)
+            needed = count
+    if sequence and wanted_set <= set(seen):
+        return min(MAX_NCU_LAUNCHES, max(1, needed))
+    return min(MAX_NCU_LAUNCHES, max(1, math.ceil(_matching(all_kernels, wanted))))
 
 
 def _keep(folder: Path | None, stage: str, info: dict) -> None:
@@ -91,6 +130,39 @@ def select_tools(registry: Registry, classes: set[str], objective: str,
     return chosen, skipped
 
 
+@dataclass
+class NcuPlan:
+    """Stage 1's ncu pass: on which kernels, which counters, and for which stage-2 tools."""
+
+    kernels: list[str]  # the dominant kernels to profile (empty: no pass)
+    launch_count: int  # launches that pass ncu's name filter to profile (see _launches)
+    measured: list[str]  # those whose class the counters decide (not launch-sized)
+    metrics: list[str]
+    tools: list[str]  # ncu tools whose counters ride along
+
+
+def plan_ncu(first: ProgramProfile, registry: Registry, objective: str = "time",
+             tools: list[str] | None = None, sequence: list[str] | None = None,
+             durations_us: list[float] | None = None) -> NcuPlan:
+    """The ncu pass for a program classified from its timeline alone (`first`).
+
+    Time shares, hence the dominant kernels, come from the timeline; a launch-sized kernel is
+    overhead-bound whatever its counters say. The other dominant kernels may turn out memory-,
+    compute- or latency-bound, so the counters of every ncu tool gated on a class still open
+    (or named in `tools`) are collected in the same pass. The plan only runs where ncu does, so
+    it goes by gates alone; availability is checked when the tools are chosen."""
+    dominant = set(first.dominant)
+    measured = [k.name for k in first.kernels if k.name in dominant and k.roofline_class != "overhead_bound"]
+    possible = first.classes_of_dominant() | (set(OPEN_CLASSES) if measured else set())
+    check_tool_names(registry, tools)
+    riders = [name for name, tool in sorted(registry.tools.items()) if getattr(tool, "ncu_metrics", None)
+              and (name in tools if tools is not None else tool.gate.matches(possible, objective))]
+    extra = sorted({m for name in riders for m in registry.tools[name].ncu_metrics} - set(STAGE1_METRICS))
+    kernels = list(first.dominant) if riders else measured
+    return NcuPlan(kernels=kernels, launch_count=_launches(first.kernels, kernels, sequence, durations_us) if kernels else 0,
+                   measured=measured, metrics=STAGE1_METRICS + extra, tools=riders)
+
+
 def profile(target: Target, *, tools: list[str] | None = None, objective: str = "time",
             share: float = DEFAULT_SHARE, use_ncu: bool | None = None, remeasure: bool = False,
             registry: Registry | None = None, time_limit_s: float = 600.0, keep_dir: Path | None = None,
@@ -106,30 +178,38 @@ def profile(target: Target, *, tools: list[str] | None = None, objective: str = 
     progress("device ceilings (cached after the first run)")
     ceilings: Ceilings = load_or_measure(target.device, timeline["device_name"], remeasure=remeasure)
     seconds["ceilings"] = time.perf_counter() - started
-    rows = None
     if use_ncu is None:
         use_ncu = target.device == "cuda" and find_binary("ncu") is not None
-    # The timeline alone already names the dominant kernels and the launch-sized ones (overhead-bound
-    # whatever their counters say): only the other dominant kernels need ncu's speed of light.
+    # The timeline alone already names the dominant kernels (time shares do not depend on counters) and the
+    # launch-sized ones (overhead-bound whatever their counters say). One ncu pass over the dominant kernels
+    # collects stage 1's speed of light and, with it, the counters of every ncu tool whose gate the
+    # remaining classes could still match, so a profile starts the profiled program under ncu once.
     first = classify(timeline, ceilings, None, share=share, device=target.device)
-    wanted = [k for k in first.kernels if k.name in set(first.dominant) and k.roofline_class != "overhead_bound"]
-    if use_ncu and wanted:
-        progress(f"stage 1: ncu speed of light on {len(wanted)} of {len(first.kernels)} kernel(s)")
+    plan = plan_ncu(first, registry, objective, tools, timeline.get("sequence"), timeline.get("sequence_us"))
+    rows = None
+    if use_ncu and plan.kernels:
+        progress(f"ncu: speed of light{' and ' + ', '.join(plan.tools) if plan.tools else ''} "
+                 f"on {len(plan.kernels)} of {len(first.kernels)} kernel(s)")
         try:
-            rows, info = run_ncu(target, metrics=STAGE1_METRICS, kernels=[k.name for k in wanted],
-                                 launch_count=_launches(first.kernels, [k.name for k in wanted]), time_limit_s=time_limit_s,
+            rows, info = run_ncu(target, metrics=plan.metrics, kernels=plan.kernels,
+                                 launch_count=plan.launch_count, time_limit_s=time_limit_s,
                                  device_key=timeline["device_name"])
-            seconds["stage1_ncu"] = info["seconds"]
+            matching = _matching(first.kernels, plan.kernels)
+            if plan.launch_count < matching:
+                notes.append(f"ncu profiled the first {plan.launch_count} of {matching:g} launches per call that "
+                             "match the dominant kernels' names, every instance (kernel and duration) at least once; "
+                             "per-call counts are scaled from them by time")
+            seconds["ncu"] = info["seconds"]
             notes += info["notes"]
-            _keep(keep_dir, "stage1_ncu", info)
+            _keep(keep_dir, "ncu", info)
         except (NcuError, ProfileError) as error:  # NcuPermissionError says how to enable counters
-            notes.append(f"stage 1 ncu failed, analytic fallback: {error}")
+            notes.append(f"ncu failed, analytic fallback: {error}")
     elif use_ncu:
-        notes.append("stage 1 ran no ncu pass: every dominant kernel is launch-sized")
+        notes.append("no ncu pass: every dominant kernel is launch-sized")
     program = classify(timeline, ceilings, rows, share=share, device=target.device) if rows is not None else first
     if rows is not None:
         program.notes = [n for n in program.notes if not n.startswith("ncu rows matched")]
-        program.notes.append(f"ncu measured {len(wanted)} dominant kernel(s); the others use timeline and "
+        program.notes.append(f"ncu measured {len(plan.measured)} dominant kernel(s); the others use timeline and "
                              "analytic counts")
     classes = program.classes_of_dominant()
     selected, skipped = select_tools(registry, classes, objective, tools)
@@ -141,14 +221,18 @@ def profile(target: Target, *, tools: list[str] | None = None, objective: str = 
         time_shares={k.name: k.time_share for k in program.kernels}, objective=objective,
         time_limit_s=time_limit_s, timeline=timeline, ceilings=ceilings)
     ncu_tools = [registry.tools[name] for name in selected if getattr(registry.tools[name], "ncu_metrics", None)]
-    if ncu_tools and program.dominant:
-        metrics = [m for tool in ncu_tools for m in tool.ncu_metrics]
-        progress(f"stage 2: one ncu pass for {', '.join(t.name for t in ncu_tools)} on "
+    missing = {m for tool in ncu_tools for m in tool.ncu_metrics} - set(plan.metrics)
+    if ncu_tools and program.dominant and rows is not None and not missing:
+        context.ncu = rows
+    elif ncu_tools and program.dominant:  # a tool the timeline did not foresee (or the first pass failed)
+        progress(f"stage 2: one more ncu pass for {', '.join(t.name for t in ncu_tools)} on "
                  f"{len(program.dominant)} kernel(s)")
         started = time.perf_counter()
         try:
-            context.ncu, info = run_ncu(target, metrics=metrics, kernels=program.dominant,
-                                        launch_count=_launches(program.kernels, program.dominant),
+            context.ncu, info = run_ncu(target, metrics=[m for tool in ncu_tools for m in tool.ncu_metrics],
+                                        kernels=program.dominant,
+                                        launch_count=_launches(program.kernels, program.dominant,
+                                                               timeline.get("sequence"), timeline.get("sequence_us")),
                                         time_limit_s=time_limit_s, device_key=timeline["device_name"])
             result.notes += info["notes"]
             _keep(keep_dir, "stage2_ncu", info)

@@ -170,7 +170,13 @@ def _from_ncu(entry: dict, rows: list[NcuKernel], ceilings: Ceilings, precision:
     for row in rows:
         f, t = executed_flops(row)
         flops, tensor = flops + f, tensor or t
-    scale = entry["launches_per_call"] / len(rows)  # ncu saw one call; rows may be fewer than launches
+    # ncu saw one call. Where it profiled fewer launches than the call makes (the pipeline profiles each
+    # instance of a repeated kernel once), the profiled launches' counts per second stand for the kernel's
+    # whole time per call in the timeline.
+    if len(rows) < entry["launches_per_call"] and seconds:
+        scale = entry["ms_per_call"] * 1e-3 / seconds
+    else:
+        scale = entry["launches_per_call"] / len(rows)
     result = {"memory_pct": memory_pct, "compute_pct": compute_pct, "flops_per_call": flops * scale,
               "bytes_per_call": nbytes * scale, "tensor_cores": tensor, "source": "ncu"}
     if seconds:

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import torch
 
-from kernelpro.harness.worker import (DTYPES, build_model, cast_to, flatten_outputs, import_file,
-                                      parameter_bytes, set_seed, tensor_bytes)
+from kernelpro.harness.modelio import (DTYPES, build_model, cast_to, flatten_outputs, import_file,
+                                       parameter_bytes, set_seed, tensor_bytes)
 
 CALL_RANGE = "kernelpro::call"
 
@@ -173,7 +173,8 @@ def timeline(program: Program, spec: dict) -> dict:
     intervals.sort()
     gaps = [b[0] - a[1] for a, b in zip(intervals, intervals[1:]) if b[0] > a[1]]
     # The launch order of one call: ncu rows come in this order, which pairs them with kernels exactly.
-    sequence = [name for _, _, name in intervals[: len(intervals) // calls]] if len(intervals) % calls == 0 else []
+    first_call = intervals[: len(intervals) // calls] if len(intervals) % calls == 0 else []
+    sequence = [name for _, _, name in first_call]
     per_call = 1.0 / calls
     return {
         "device_name": torch.cuda.get_device_name(program.device) if cuda else "cpu",
@@ -186,6 +187,7 @@ def timeline(program: Program, spec: dict) -> dict:
         "gap_ms_per_call": sum(gaps) * per_call / 1e3,
         "copies_per_call": {kind: n * per_call for kind, n in copies.items()},
         "sequence": sequence,
+        "sequence_us": [end - start for start, end, _ in first_call],  # each launch's duration, in that order
         "analytic": analytic_counts(program),
         "precision": spec.get("precision", "fp32"),
         "binaries": _binaries(spec),

@@ -19,7 +19,7 @@ import torch
 import torch.fx as fx
 from torch.fx.passes.shape_prop import ShapeProp
 
-from kernelpro.harness.worker import build_model, cast_to, import_file
+from kernelpro.harness.modelio import build_model, cast_to, import_file
 from kernelpro.offline import codegen, cuda_gen, cute_gemm, fusion, fxpasses, gemm, triton_gen
 from kernelpro.offline.fxpasses import foldable_nodes
 from kernelpro.offline.moves import EXCLUSIVE, MOVES, TUNE_PREFIX, TUNE_TECHNIQUE, allowed, canonical

@@ -1,0 +1,68 @@
+"""Loading a problem's model and tensors inside a worker: seeds, casts, builds, byte counts.
+
+Light on purpose (torch only): the profiled program and the offline coder's graph
+worker use these without the evaluation worker's guards, which import torch._dynamo.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import sys
+from pathlib import Path
+
+import torch
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def set_seed(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy
+        numpy.random.seed(seed % (2**32))
+    except ImportError:
+        pass
+
+
+def cast_to(value, device: torch.device, dtype: torch.dtype):
+    """A tensor moved to the device, floating-point ones in the evaluated precision; others unchanged."""
+    if isinstance(value, torch.Tensor):
+        value = value.to(device)
+        return value.to(dtype) if value.is_floating_point() else value
+    return value
+
+
+def build_model(cls, seed: int, init_inputs: list, device: torch.device, dtype: torch.dtype):
+    """`cls(*init_inputs)` seeded and built on the device, so Model and ModelNew get the same weights."""
+    set_seed(seed)
+    with device:
+        model = cls(*init_inputs)
+    if isinstance(model, torch.nn.Module):
+        model = model.to(device=device, dtype=dtype).eval()
+    return model
+
+
+def import_file(module_name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def flatten_outputs(value) -> tuple[str, list]:
+    if isinstance(value, (tuple, list)):
+        return f"sequence:{len(value)}", list(value)
+    return "single", [value]
+
+
+def tensor_bytes(values: list) -> int:
+    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
+
+
+def parameter_bytes(model) -> int:
+    if not isinstance(model, torch.nn.Module):
+        return 0
+    return sum(p.numel() * p.element_size() for p in model.parameters())
