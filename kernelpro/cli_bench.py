@@ -39,7 +39,8 @@ def register(app: typer.Typer) -> None:
             metavar="SUITE | compare DIR_A DIR_B")],
         level: Annotated[str, typer.Option("--level", help="levels to run, e.g. 1,2")] = "",
         problems: Annotated[str, typer.Option("--problems", help="problem numbers, e.g. 1-20,35")] = "",
-        budget: Annotated[int, typer.Option("--budget", min=1, help="evaluations per problem")] = 16,
+        budget: Annotated[int | None, typer.Option("--budget", min=1, help="evaluations per problem (default 16); "
+                                                   "with --resume, a larger one extends every finished search")] = None,
         coder: Annotated[CoderChoice | None, typer.Option(
             "--coder", help="default: anthropic when ANTHROPIC_API_KEY is set, otherwise offline")] = None,
         objective: Annotated[ObjectiveChoice, typer.Option("--objective")] = ObjectiveChoice.time,
@@ -83,18 +84,19 @@ def register(app: typer.Typer) -> None:
         suite = Path(targets[0])
         settings = BenchSettings(
             suite=str(suite), out=str(out or Path("bench") / suite.resolve().name), levels=level, problems=problems,
-            budget=budget, coder=coder.value if coder else default_coder(), objective=objective.value,
+            budget=budget or 16, coder=coder.value if coder else default_coder(), objective=objective.value,
             strategy=strategy.value, precision=precision.value, policy=policy.value,
             device=device.value if device else default_device(), gpus=gpus, profile=profile,
             baselines_only=baselines_only, time_limit_min=time_limit, **knowledge,
             backend=backend, ray_address=ray_address)
         console = Console(stderr=True)
         if json_output:
-            document = Bench(settings, resume=resume).run()
+            document = Bench(settings, resume=resume, extend_budget=budget if resume else None).run()
             typer.echo(json.dumps(document, indent=2))
             return
         with Live(console=console, refresh_per_second=2, transient=False) as live:
-            bench = Bench(settings, resume=resume, on_change=lambda status: live.update(render_status(status)))
+            bench = Bench(settings, resume=resume, extend_budget=budget if resume else None,
+                          on_change=lambda status: live.update(render_status(status)))
             live.update(render_status(bench.status))
             document = bench.run()
             live.update(render_status(bench.status))

@@ -76,14 +76,20 @@ step "kernelpro bench over benchmarks/suite (BENCH=1; BENCH_BUDGET, BENCH_ARGS, 
 # $OUT/bench_state.tgz) restores the folder first, so a bench resumes across machines and sessions.
 if [ "${BENCH:-0}" = 1 ]; then
   BENCH_DIR=/tmp/kernelpro-bench/suite
+  KB_FILE=$(python3 -c "from kernelpro.knowledge import default_path; print(default_path())")
   if [ -n "${BENCH_STATE:-}" ] && [ ! -f "$BENCH_DIR/bench.db" ]; then
     mkdir -p "$BENCH_DIR" && tar xzf "$BENCH_STATE" -C "$BENCH_DIR" && echo "restored $BENCH_STATE"
+    # the knowledge base the bench's searches read and write (the default one) travels with it
+    [ -f "$BENCH_DIR/_knowledge.db" ] && mkdir -p "$(dirname "$KB_FILE")" && mv "$BENCH_DIR/_knowledge.db" "$KB_FILE"
   fi
   resume=""; [ -f "$BENCH_DIR/bench.db" ] && resume="--resume"
   timeout "${BENCH_TIMEOUT:-540}" kernelpro bench benchmarks/suite --budget "${BENCH_BUDGET:-16}" --out "$BENCH_DIR" \
     $resume ${BENCH_ARGS:-} --json >"$OUT/bench.json" 2>"$OUT/bench.log"; echo "bench: exit $?"
   mkdir -p "$OUT/bench" && cp "$BENCH_DIR"/leaderboard.* "$OUT/bench/" 2>/dev/null
-  tar czf "$OUT/bench_state.tgz" -C "$BENCH_DIR" . && ls -la "$OUT/bench_state.tgz"
+  rm -f "$BENCH_DIR/_knowledge.db"
+  [ -f "$KB_FILE" ] && python3 -c "import sqlite3,sys; sqlite3.connect(sys.argv[1]).execute('VACUUM INTO ?', (sys.argv[2],))" \
+    "$KB_FILE" "$BENCH_DIR/_knowledge.db"
+  tar czf "$OUT/bench_state.tgz" -C "$BENCH_DIR" . && rm -f "$BENCH_DIR/_knowledge.db" && ls -la "$OUT/bench_state.tgz"
   python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('SELECT status, COUNT(*) FROM problems GROUP BY status').fetchall())" "$BENCH_DIR/bench.db"
 fi
 

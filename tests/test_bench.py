@@ -181,6 +181,29 @@ def test_compare_pairs_problems_and_tests_the_difference(finished_bench, tmp_pat
     assert exit_.value.code == 2 and "no leaderboard.json" in capsys.readouterr().err
 
 
+def test_resume_with_a_larger_budget_extends_every_search(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNELPRO_HOME", str(tmp_path / "home"))
+    out = tmp_path / "bench"
+    settings = BenchSettings(suite=str(SUITE), out=str(out), levels="1", problems="1", **dict(FAST, budget=1))
+    (first,) = Bench(settings).run()["problems"]
+    assert first["evaluations"] == 1
+    state = out / "problems" / first["key"] / "state.db"
+    seq_one = sqlite3.connect(state).execute("SELECT result FROM evaluations WHERE seq = 1").fetchone()
+    with pytest.raises(BenchError, match="with --resume"):
+        Bench(settings, extend_budget=2)
+    with pytest.raises(BenchError, match="only extends"):
+        Bench(settings, resume=True, extend_budget=0)
+    document = Bench(settings, resume=True, extend_budget=3).run()
+    (row,) = document["problems"]
+    assert row["status"] == "done" and row["evaluations"] == 3 and document["settings"]["budget"] == 3
+    # the same search went on: its first evaluation is the one the budget-1 bench made
+    assert sqlite3.connect(state).execute("SELECT result FROM evaluations WHERE seq = 1").fetchone() == seq_one
+    kept = json.loads((out / "leaderboard_budget1.json").read_text())
+    assert kept["settings"]["budget"] == 1 and kept["problems"][0]["evaluations"] == 1
+    jsonschema.validate(json.loads((out / "leaderboard.json").read_text()), schema())
+    assert (out / "leaderboard_budget1.md").exists() and (out / "leaderboard_budget1.html").exists()
+
+
 def test_the_ray_backend_runs_each_problem_as_a_task(tmp_path):
     pytest.importorskip("ray")
     out = tmp_path / "ray"

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from collections.abc import Callable
 
@@ -120,6 +120,11 @@ def summarize_run(folder: Path) -> dict:
         "cost_usd": usage.get("cost_usd") if usage else None}
 
 
+def extends(summary: dict | None, budget: int) -> bool:
+    """Whether a finished search would go on under a larger budget: it stopped because it spent its own."""
+    return bool(summary) and summary.get("stopped") == "budget" and (summary.get("budget") or budget) < budget
+
+
 def search_args(entry: Entry, s: BenchSettings, folder: Path, resume: bool) -> list[str]:
     """The `kernelpro search` command line of one problem."""
     return ["search", str(entry.path), "--budget", str(s.budget), "--coder", s.coder, "--objective", s.objective,
@@ -145,7 +150,10 @@ def run_search(entry: Entry, settings: BenchSettings, out: Path, env: dict,
     """One problem's search into `out/problems/<key>/`, resumed if it was cut off: (summary, error)."""
     folder = out / "problems" / entry.key
     if (folder / "run.json").exists() and (folder / "state.db").exists():
-        return summarize_run(folder), ""  # it finished before the bench was killed
+        summary = summarize_run(folder)
+        if not extends(summary, settings.budget):
+            return summary, ""  # it finished before the bench was killed
+    # a search cut off, or one that spent a smaller budget, resumes its own state (and extends it)
     resume = (folder / "state.db").exists()
     if folder.exists() and not resume:
         shutil.rmtree(folder)  # killed before its search kept anything
@@ -157,19 +165,26 @@ def run_search(entry: Entry, settings: BenchSettings, out: Path, env: dict,
 
 
 class Bench:
-    def __init__(self, settings: BenchSettings, *, resume: bool = False,
+    def __init__(self, settings: BenchSettings, *, resume: bool = False, extend_budget: int | None = None,
                  on_change: Callable[[BenchStatus], None] = lambda status: None):
+        """`resume` finishes the bench in settings.out with its saved settings; `extend_budget` (with
+        resume) raises its budget: each search that spent the old one goes on from its own state, and
+        the leaderboards of the old budget are kept as leaderboard_budget<N>.*."""
         out = Path(settings.out)
+        if extend_budget is not None and not resume:
+            raise BenchError("a larger budget extends a finished bench: give it with --resume")
         if not resume and out.exists() and any(out.iterdir()):
             raise BenchError(f"{out} is not empty; pass --resume to finish the bench there, or choose another --out")
         if resume and not (out / "bench.db").exists():
             raise BenchError(f"--resume: {out} holds no bench (no bench.db)")
         self.store = BenchStore(out)
+        self.out = out
         if resume:
             saved = self.store.get("settings")
             settings = BenchSettings(**saved) if saved else settings
+        if extend_budget is not None and extend_budget != settings.budget:
+            settings = self._extend(settings, extend_budget)
         self.settings = settings
-        self.out = out
         self.entries = select(discover(Path(settings.suite)), settings.levels, settings.problems)
         self.store.put("settings", asdict(settings))
         self.store.add(self.entries)
@@ -190,6 +205,18 @@ class Bench:
         for entry in self.entries:
             self._count(rows[entry.key])
         self._lock = threading.Lock()
+
+    def _extend(self, settings: BenchSettings, budget: int) -> BenchSettings:
+        if budget < settings.budget:
+            raise BenchError(f"--budget {budget} is below this bench's budget {settings.budget}; a bench only "
+                             "extends (use another --out for a smaller one)")
+        if settings.baselines_only:
+            raise BenchError("a --baselines-only bench has no searches to extend")
+        for path in sorted(self.out.glob("leaderboard.*")):
+            path.replace(path.with_name(f"leaderboard_budget{settings.budget}{path.suffix}"))
+        self.store.reopen([r["key"] for r in self.store.rows()
+                           if r["status"] == "done" and extends(r["result"], budget)])
+        return replace(settings, budget=budget)
 
     def _count(self, row: dict) -> None:
         if row["status"] == "done":

@@ -79,6 +79,11 @@ class BenchStore(DurableStore):
                             (status, time.time(), time.time(), time.time(),
                              json.dumps(result) if result is not None else None, error[-4000:], key))
 
+    def reopen(self, keys: list[str]) -> None:
+        """Finished problems to run again (a bench extended to a larger budget)."""
+        with self.db:
+            self.db.executemany("UPDATE problems SET status = 'pending' WHERE key = ?", [(k,) for k in keys])
+
     def rows(self) -> list[dict]:
         columns = ("key", "path", "level", "number", "name", "status", "worker", "started", "finished", "seconds",
                    "result", "error", "pid")
