@@ -183,7 +183,7 @@ def test_split_variant_on_few_long_rows(tmp_path, length, others, data):
 
 
 def test_split_configurations_only_for_few_long_rows():
-    from kernelpro.offline.fusion import Group, Input, Step
+    from kernelpro.offline.fusion_build import Group, Input, Step
     steps = [Step("v1", "row", reduce="sum", operand="x0", deps=("x0",), level=1)]
 
     def ranked(rows, length):
@@ -253,7 +253,7 @@ def test_worker_offers_fusion_on_cuda_then_tuning(tmp_path):
 
 
 def test_launch_configurations_are_ranked_by_the_model():
-    from kernelpro.offline.fusion import Group, Input
+    from kernelpro.offline.fusion_build import Group, Input
     big = Group(kind="pointwise", logical=(8192, 8192), inputs=[Input("x0", None, (8192, 8192), (8192, 8192),
                                                                       "full")])
     ranked = triton_gen.configs(big)

@@ -15,7 +15,7 @@ import textwrap
 import torch
 import torch.fx as fx
 
-from kernelpro.offline.fusion import GENERATED_MODULE
+from kernelpro.offline.fusion_build import GENERATED_MODULE
 from kernelpro.offline.fxpasses import fold_boundary
 from kernelpro.offline.moves import MOVES
 from kernelpro.offline.triton_gen import TANH_HELPER

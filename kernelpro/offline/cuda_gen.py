@@ -30,7 +30,7 @@ import math
 import re
 
 from kernelpro.offline import triton_gen
-from kernelpro.offline.fusion import Group, Step
+from kernelpro.offline.fusion_build import Group, Step
 from kernelpro.offline.triton_gen import (Device, Dialect, Layout, RowSpace, _describe, _header, _index_lines,
                                           _inputs_doc, _needed, layout)
 

@@ -27,7 +27,7 @@ import torch.fx as fx
 
 from kernelpro.offline import gemm as triton_gemm
 from kernelpro.offline.cuda_gen import Untranslatable, c_expr
-from kernelpro.offline.fusion import Group
+from kernelpro.offline.fusion_build import Group
 from kernelpro.offline.triton_gen import Device, _describe
 
 ELEMENT = {"bf16": "cutlass::bfloat16_t", "fp16": "cutlass::half_t"}

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 import torch.fx as fx
 
-from kernelpro.offline.fusion import Group, _shape
+from kernelpro.offline.fusion_build import Group, shape_of
 from kernelpro.offline.fusion_ops import _Attr, attr_shape
 from kernelpro.offline.triton_gen import (Device, _block, _describe, _index_lines, _inputs_doc, _load, _next_pow2,
                                           _offset, layout)
@@ -77,13 +77,13 @@ def _operands(gm: fx.GraphModule, node: fx.Node):
 def _operand_shape(gm: fx.GraphModule, value) -> tuple[int, ...] | None:
     if isinstance(value, _Attr):
         return attr_shape(gm, value)
-    return _shape(value) if isinstance(value, fx.Node) else None
+    return shape_of(value) if isinstance(value, fx.Node) else None
 
 
 def _gemm_for(gm: fx.GraphModule, group: Group, tf32: bool) -> Gemm | None:
     for item in group.inputs:
         node = item.source
-        if not isinstance(node, fx.Node) or item.view != group.logical or _shape(node) != group.logical:
+        if not isinstance(node, fx.Node) or item.view != group.logical or shape_of(node) != group.logical:
             continue
         operands = _operands(gm, node)
         if operands is None or any(user not in group.nodes for user in node.users):

@@ -26,7 +26,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from kernelpro.offline.fusion import MAX_ONE_PASS, Group, Step
+from kernelpro.offline.fusion_build import MAX_ONE_PASS, Group, Step
 
 TANH_HELPER = '''@triton.jit
 def _kp_tanh(x):
