@@ -159,8 +159,9 @@ def plan_ncu(first: ProgramProfile, registry: Registry, objective: str = "time",
               and (name in tools if tools is not None else tool.gate.matches(possible, objective))]
     extra = sorted({m for name in riders for m in registry.tools[name].ncu_metrics} - set(STAGE1_METRICS))
     kernels = list(first.dominant) if riders else measured
-    return NcuPlan(kernels=kernels, launch_count=_launches(first.kernels, kernels, sequence, durations_us) if kernels else 0,
-                   measured=measured, metrics=STAGE1_METRICS + extra, tools=riders)
+    launch_count = _launches(first.kernels, kernels, sequence, durations_us) if kernels else 0
+    return NcuPlan(kernels=kernels, launch_count=launch_count, measured=measured, metrics=STAGE1_METRICS + extra,
+                   tools=riders)
 
 
 def profile(target: Target, *, tools: list[str] | None = None, objective: str = "time",
@@ -221,16 +222,15 @@ def profile(target: Target, *, tools: list[str] | None = None, objective: str = 
         time_shares={k.name: k.time_share for k in program.kernels}, objective=objective,
         time_limit_s=time_limit_s, timeline=timeline, ceilings=ceilings)
     ncu_tools = [registry.tools[name] for name in selected if getattr(registry.tools[name], "ncu_metrics", None)]
-    missing = {m for tool in ncu_tools for m in tool.ncu_metrics} - set(plan.metrics)
-    if ncu_tools and program.dominant and rows is not None and not missing:
+    wanted = list(dict.fromkeys(m for tool in ncu_tools for m in tool.ncu_metrics))
+    if ncu_tools and program.dominant and rows is not None and set(wanted) <= set(plan.metrics):
         context.ncu = rows
     elif ncu_tools and program.dominant:  # a tool the timeline did not foresee (or the first pass failed)
         progress(f"stage 2: one more ncu pass for {', '.join(t.name for t in ncu_tools)} on "
                  f"{len(program.dominant)} kernel(s)")
         started = time.perf_counter()
         try:
-            context.ncu, info = run_ncu(target, metrics=[m for tool in ncu_tools for m in tool.ncu_metrics],
-                                        kernels=program.dominant,
+            context.ncu, info = run_ncu(target, metrics=wanted, kernels=program.dominant,
                                         launch_count=_launches(program.kernels, program.dominant,
                                                                timeline.get("sequence"), timeline.get("sequence_us")),
                                         time_limit_s=time_limit_s, device_key=timeline["device_name"])
