@@ -91,3 +91,23 @@ def test_timing_is_stable_for_millisecond_kernels(gpu_evaluator):
     across = statistics.pstdev(medians) / statistics.fmean(medians)
     print(f"medians {medians}, per-run CV of samples {cvs}, CV across runs {across:.4f}")
     assert across < 0.02
+
+
+def test_fp32_compute_ceiling_is_the_tf32_rate_and_leaves_the_flag():
+    """A TF32 candidate must not sit under the fp32 floor; the candidate's flag is put back."""
+    from kernelpro.harness.timing import measure_matmul_tflops
+    flags = torch.backends.cuda.matmul
+    flags.allow_tf32 = False
+    device = torch.device("cuda", 0)
+    ceiling = measure_matmul_tflops(device, torch.float32)
+    assert flags.allow_tf32 is False
+    a = torch.randn(4096, 4096, device=device)
+    a @ a
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    a @ a
+    end.record()
+    end.synchronize()
+    plain_fp32 = 2 * 4096**3 / (start.elapsed_time(end) * 1e-3) / 1e12
+    assert ceiling > 1.5 * plain_fp32
