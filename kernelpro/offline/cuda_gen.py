@@ -33,6 +33,7 @@ from kernelpro.offline import triton_gen
 from kernelpro.offline.fusion_build import Group, Step
 from kernelpro.offline.triton_gen import (Device, Dialect, Layout, RowSpace, _describe, _header, _index_lines,
                                           _inputs_doc, _needed, layout)
+from kernelpro.offline.wrapper import Wrapper, output_names, python_wrapper
 
 CACHE_ITEMS = 16  # a row of at most this many items per thread stays in registers between passes
 
@@ -124,7 +125,7 @@ def _pointwise(group: Group, config: dict) -> tuple[list[str], list[str]]:
     kernel = _comment(group) + [
         "template <int VEC>",
         f"__global__ void __launch_bounds__({threads}) {group.name}_kernel({', '.join(_params(group))}) {{",
-        f"    const long long base = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * VEC;",
+        "    const long long base = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * VEC;",
         f"    if (base >= {n}LL) return;"]
     for item in direct:
         kernel += [f"    float {item.var}_v[VEC];", f"    kp_load<VEC>({item.var}_v, {item.var}_ptr + base);"]
@@ -537,25 +538,18 @@ def render(groups: list[Group], chosen: list[dict]) -> str:
              '                       extra_cuda_cflags=["-O3"], verbose=False)']
     for group, config in zip(groups, chosen):
         args = [i.var for i in group.inputs]
-        lines += ["", "", f"def {group.name}({', '.join(args)}):",
-                  f'    """{group.fused_ops}: {"CUDA kernels" if config.get("variant") == "split" else "one CUDA kernel"} '
-                  f'(launch: {_describe(config)})."""',
-                  f"    {', '.join(args)}{',' if len(args) == 1 else ''} = "
-                  f"{', '.join(a + '.contiguous()' for a in args)}{',' if len(args) == 1 else ''}"]
-        checks = " and ".join(f"{i.var}.shape == {tuple(i.shape)!r}" for i in group.inputs)
-        dtypes = " and ".join(f"{a}.dtype == torch.float32" for a in args)
-        lines.append(f'    assert {checks} and {dtypes}, "{group.name}: float32 inputs of the traced shapes"')
-        outs = []
         spaces = workspaces(group, config)
-        if spaces:
-            lines.append("    # partial results per (row, chunk) of the split variant")
-        lines += [f"    {ws} = torch.empty({shape!r}, device={args[0]}.device, dtype=torch.float32)"
-                  for ws, shape in spaces]
-        for k, out in enumerate(group.outputs):
-            dtype = "torch.int64" if out.integer else "torch.float32"
-            lines.append(f"    out{k} = torch.empty({tuple(out.shape)!r}, device={args[0]}.device, dtype={dtype})")
-            outs.append(f"out{k}")
-        pointers = ", ".join(f"{a}.data_ptr()" for a in args + [ws for ws, _ in spaces] + outs)
-        lines.append(f"    _kp_cuda.{group.name}_launch({pointers}, torch.cuda.current_stream().cuda_stream)")
-        lines.append(f"    return {outs[0] if len(outs) == 1 else '(' + ', '.join(outs) + ')'}")
+        pointers = ", ".join(f"{a}.data_ptr()" for a in args + [ws for ws, _ in spaces] +
+                             output_names(len(group.outputs)))
+        lines += ["", ""] + python_wrapper(Wrapper(
+            name=group.name, args=args, shapes=[i.shape for i in group.inputs],
+            doc=f'{group.fused_ops}: {"CUDA kernels" if config.get("variant") == "split" else "one CUDA kernel"} '
+                f'(launch: {_describe(config)}).',
+            dtype="torch.float32", message="float32 inputs of the traced shapes",
+            workspaces=(["    # partial results per (row, chunk) of the split variant"] if spaces else []) +
+                       [f"    {ws} = torch.empty({shape!r}, device={args[0]}.device, dtype=torch.float32)"
+                        for ws, shape in spaces],
+            outputs=[(out.shape, "torch.int64" if out.integer else "torch.float32") for out in group.outputs],
+            device=f"{args[0]}.device",
+            launch=[f"    _kp_cuda.{group.name}_launch({pointers}, torch.cuda.current_stream().cuda_stream)"]))
     return "\n".join(lines) + "\n"

@@ -29,6 +29,7 @@ from kernelpro.offline import gemm as triton_gemm
 from kernelpro.offline.cuda_gen import Untranslatable, c_expr
 from kernelpro.offline.fusion_build import Group
 from kernelpro.offline.triton_gen import Device, _describe
+from kernelpro.offline.wrapper import Wrapper, python_wrapper
 
 ELEMENT = {"bf16": "cutlass::bfloat16_t", "fp16": "cutlass::half_t"}
 TORCH_DTYPE = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}
@@ -186,7 +187,7 @@ def _epilogue_functor(group: Group) -> list[str]:
             f"        return T({group.outputs[0].var});", "    }", "};",
             f"template <class T, int N> struct {name}<cutlass::Array<T, N>> {{",
             "    CUTLASS_HOST_DEVICE cutlass::Array<T, N> operator()(cutlass::Array<T, N> const& in) const {",
-            f"        cutlass::Array<T, N> out;", f"        {name}<T> op;",
+            "        cutlass::Array<T, N> out;", f"        {name}<T> op;",
             "        CUTLASS_PRAGMA_UNROLL", "        for (int i = 0; i < N; ++i) out[i] = op(in[i]);",
             "        return out;", "    }", "};"]
 
@@ -329,22 +330,19 @@ def render(groups: list[Group], chosen: list[dict]) -> str:
         args = ["a", "b"] + (["bias"] if g.bias is not None else [])
         shapes = [g.a_shape, g.b_shape] + ([(g.n,)] if g.bias is not None else [])
         dtype = TORCH_DTYPE[g.dtype]
-        out = group.outputs[0]
-        lines += ["", "", f"def {group.name}({', '.join(args)}):",
-                  f'    """matmul + {group.fused_ops}: one CUTLASS Hopper GEMM (TMA, WGMMA, warp-specialized) with '
-                  f'the epilogue fused (launch: {_describe(config)})."""',
-                  f"    {', '.join(args)} = {', '.join(f'_kp_aligned({a}.contiguous())' for a in args)}"]
-        checks = " and ".join(f"{a}.shape == {tuple(s)!r}" for a, s in zip(args, shapes))
-        dtypes = " and ".join(f"{a}.dtype == {dtype}" for a in args)
-        lines += [f'    assert {checks} and {dtypes}, "{group.name}: {g.dtype} inputs of the traced shapes"',
-                  f"    out0 = torch.empty({tuple(out.shape)!r}, device=a.device, dtype={dtype})",
-                  "    pointers = (a.data_ptr(), b.data_ptr(), "
-                  + ("bias.data_ptr()" if g.bias is not None else "0") + ", out0.data_ptr())",
-                  f"    size = _KP_CUTE_WORKSPACE.get(({group.name!r}, a.device.index))",
-                  "    if size is None:  # fixed shapes: the size depends only on the device",
-                  f"        size = _KP_CUTE_WORKSPACE[({group.name!r}, a.device.index)] = _kp_cute.{group.name}_workspace(*pointers)",
-                  "    workspace = torch.empty(size, device=a.device, dtype=torch.uint8) if size else None",
-                  f"    _kp_cute.{group.name}_launch(*pointers, workspace.data_ptr() if size else 0, "
-                  "torch.cuda.current_stream().cuda_stream)",
-                  "    return out0"]
+        lines += ["", ""] + python_wrapper(Wrapper(
+            name=group.name, args=args, shapes=shapes,
+            doc=f"matmul + {group.fused_ops}: one CUTLASS Hopper GEMM (TMA, WGMMA, warp-specialized) with "
+                f"the epilogue fused (launch: {_describe(config)}).",
+            dtype=dtype, message=f"{g.dtype} inputs of the traced shapes", ready="_kp_aligned({}.contiguous())",
+            outputs=[(group.outputs[0].shape, dtype)], device="a.device",
+            launch=["    pointers = (a.data_ptr(), b.data_ptr(), "
+                    + ("bias.data_ptr()" if g.bias is not None else "0") + ", out0.data_ptr())",
+                    f"    size = _KP_CUTE_WORKSPACE.get(({group.name!r}, a.device.index))",
+                    "    if size is None:  # fixed shapes: the size depends only on the device",
+                    f"        size = _KP_CUTE_WORKSPACE[({group.name!r}, a.device.index)] = "
+                    f"_kp_cute.{group.name}_workspace(*pointers)",
+                    "    workspace = torch.empty(size, device=a.device, dtype=torch.uint8) if size else None",
+                    f"    _kp_cute.{group.name}_launch(*pointers, workspace.data_ptr() if size else 0, "
+                    "torch.cuda.current_stream().cuda_stream)"]))
     return "\n".join(lines) + "\n"

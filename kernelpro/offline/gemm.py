@@ -27,6 +27,7 @@ from kernelpro.offline.fusion_build import Group, shape_of
 from kernelpro.offline.fusion_ops import _Attr, attr_shape
 from kernelpro.offline.triton_gen import (Device, _block, _describe, _index_lines, _inputs_doc, _load, _next_pow2,
                                           _offset, layout)
+from kernelpro.offline.wrapper import Wrapper, output_names, python_wrapper
 
 MIN_SIZE = 16  # tl.dot wants every tile dimension >= 16; smaller products stay library calls
 SHARED_BYTES = 227 * 1024  # per block on sm_90
@@ -208,20 +209,14 @@ def render(group: Group, config: dict) -> str:
     rest = [i for i in group.inputs if i.var != g.var]
     args = ["a", "b"] + (["bias"] if g.bias is not None else []) + [i.var for i in rest]
     shapes = [g.a_shape, g.b_shape] + ([(g.n,)] if g.bias is not None else []) + [i.shape for i in rest]
-    lines = _kernel(group) + ["", "", f"def {group.name}({', '.join(args)}):",
-                              f'    """matmul + {group.fused_ops}: one Triton GEMM with the epilogue inside '
-                              f'(launch: {_describe(config)})."""',
-                              f"    {', '.join(args)} = {', '.join(a + '.contiguous()' for a in args)}"]
-    checks = " and ".join(f"{a}.shape == {tuple(s)!r}" for a, s in zip(args, shapes))
-    lines.append(f'    assert {checks}, "{group.name}: input shapes differ from the traced ones"')
-    outs = []
-    for k, out in enumerate(group.outputs):
-        lines.append(f"    out{k} = torch.empty({tuple(out.shape)!r}, device=a.device, dtype=a.dtype)")
-        outs.append(f"out{k}")
+    outs = output_names(len(group.outputs))
     bm, bn = config["BLOCK_M"], config["BLOCK_N"]
-    lines.append(f"    grid = (triton.cdiv({g.m}, {bm}) * triton.cdiv({g.n}, {bn}),)")
-    lines.append(f"    {group.name}_kernel[grid]({', '.join(args + outs)}, BLOCK_M={bm}, BLOCK_N={bn}, "
-                 f"BLOCK_K={config['BLOCK_K']}, GROUP_M={config['GROUP_M']}, PRECISION={config['precision']!r}, "
-                 f"num_warps={config['num_warps']}, num_stages={config['num_stages']})")
-    lines.append(f"    return {outs[0] if len(outs) == 1 else '(' + ', '.join(outs) + ')'}")
-    return "\n".join(lines) + "\n"
+    launch = [f"    grid = (triton.cdiv({g.m}, {bm}) * triton.cdiv({g.n}, {bn}),)",
+              f"    {group.name}_kernel[grid]({', '.join(args + outs)}, BLOCK_M={bm}, BLOCK_N={bn}, "
+              f"BLOCK_K={config['BLOCK_K']}, GROUP_M={config['GROUP_M']}, PRECISION={config['precision']!r}, "
+              f"num_warps={config['num_warps']}, num_stages={config['num_stages']})"]
+    wrapper = Wrapper(name=group.name, args=args, shapes=shapes,
+                      doc=f"matmul + {group.fused_ops}: one Triton GEMM with the epilogue inside "
+                          f"(launch: {_describe(config)}).",
+                      outputs=[(out.shape, "a.dtype") for out in group.outputs], device="a.device", launch=launch)
+    return "\n".join(_kernel(group) + ["", ""] + python_wrapper(wrapper)) + "\n"

@@ -27,6 +27,7 @@ import re
 from dataclasses import dataclass
 
 from kernelpro.offline.fusion_build import MAX_ONE_PASS, Group, Step
+from kernelpro.offline.wrapper import Wrapper, output_names, python_wrapper
 
 TANH_HELPER = '''@triton.jit
 def _kp_tanh(x):
@@ -478,32 +479,26 @@ def render(group: Group, config: dict) -> str:
         kernel = _row_kernel(group, lay, variant == "looped")
     args = [i.var for i in group.inputs]
     first_float = args[0]
-    lines = kernel + ["", "", f"def {group.name}({', '.join(args)}):",
-                      f'    """{group.fused_ops}: {"one Triton kernel" if variant != "split" else "Triton kernels"} '
-                      f'(launch: {_describe(config)})."""']
-    lines.append(f"    {', '.join(args)}{',' if len(args) == 1 else ''} = "
-                 f"{', '.join(a + '.contiguous()' for a in args)}{',' if len(args) == 1 else ''}")
-    checks = " and ".join(f"{i.var}.shape == {tuple(i.shape)!r}" for i in group.inputs)
-    lines.append(f'    assert {checks}, "{group.name}: input shapes differ from the traced ones"')
-    outs = []
-    for k, out in enumerate(group.outputs):
-        dtype = "torch.int64" if out.integer else f"{first_float}.dtype"
-        lines.append(f"    out{k} = torch.empty({tuple(out.shape)!r}, device={first_float}.device, dtype={dtype})")
-        outs.append(f"out{k}")
+    outs = output_names(len(group.outputs))
     launch = ", ".join(args + outs)
     warps = config["num_warps"]
     if group.kind == "pointwise":
         n = math.prod(group.logical)
-        lines.append(f"    {group.name}_kernel[(triton.cdiv({n}, {config['BLOCK']}),)]({launch}, {n}, "
-                     f"BLOCK={config['BLOCK']}, num_warps={warps})")
+        launches = [f"    {group.name}_kernel[(triton.cdiv({n}, {config['BLOCK']}),)]({launch}, {n}, "
+                    f"BLOCK={config['BLOCK']}, num_warps={warps})"]
     elif variant == "split":
-        lines += _split_launches(group, config, args, outs)
+        launches = _split_launches(group, config, args, outs)
     else:
         rows = group.row_count
-        lines.append(f"    {group.name}_kernel[(triton.cdiv({rows}, {config['BLOCK_R']}),)]({launch}, {rows}, "
-                     f"BLOCK_R={config['BLOCK_R']}, BLOCK_C={config['BLOCK_C']}, num_warps={warps})")
-    lines.append(f"    return {outs[0] if len(outs) == 1 else '(' + ', '.join(outs) + ')'}")
-    return "\n".join(lines) + "\n"
+        launches = [f"    {group.name}_kernel[(triton.cdiv({rows}, {config['BLOCK_R']}),)]({launch}, {rows}, "
+                    f"BLOCK_R={config['BLOCK_R']}, BLOCK_C={config['BLOCK_C']}, num_warps={warps})"]
+    wrapper = Wrapper(
+        name=group.name, args=args, shapes=[i.shape for i in group.inputs],
+        doc=f'{group.fused_ops}: {"one Triton kernel" if variant != "split" else "Triton kernels"} '
+            f'(launch: {_describe(config)}).',
+        outputs=[(out.shape, "torch.int64" if out.integer else f"{first_float}.dtype") for out in group.outputs],
+        device=f"{first_float}.device", launch=launches)
+    return "\n".join(kernel + ["", ""] + python_wrapper(wrapper)) + "\n"
 
 
 def _split_launches(group: Group, config: dict, args: list[str], outs: list[str]) -> list[str]:
