@@ -15,9 +15,12 @@ The kernels' results are checked on the GPU (tests/gpu/test_gpu_cuda_kernels.py)
 from __future__ import annotations
 
 import copy
+import importlib.util
+import os
 import re
 import shutil
 import subprocess
+import sysconfig
 import types
 from pathlib import Path
 
@@ -150,6 +153,43 @@ def test_every_example_compiles_for_sm90_with_vector_access_and_shuffles(tmp_pat
                 assert "SHFL.BFLY" in body, f"{kernel['name']}: no warp shuffle"
         assert "LOCAL:0" in usage and not re.search(r"LOCAL:[1-9]", usage), f"{path.stem}: spills\n{usage}"
     assert pointwise >= 4 and rows >= 10 and split >= 2
+
+
+@pytest.mark.skipif(NVCC is None, reason="needs nvcc")
+def test_candidate_builds_without_torch_headers_and_reports_cuda_errors(tmp_path, monkeypatch):
+    """torch's own load_inline compiles both translation units (no torch headers in either); without
+    a GPU (or a CUDA build of torch) only its link to torch's CUDA libraries can fail, so the objects
+    are linked here against cudart alone, imported, and a launch must come back as a Python error."""
+    from torch.utils import cpp_extension
+    home = next((Path(h) for h in (os.environ.get("CUDA_HOME"), "/usr/local/cuda", Path(NVCC).resolve().parent.parent)
+                 if h and (Path(h) / "include" / "cuda_runtime.h").exists()), None)
+    library = next((d for d in (home / "lib64", home / "lib") if (d / "libcudart.so").exists()), None) if home else None
+    if library is None:
+        pytest.skip("no CUDA toolkit with cudart beside nvcc")
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", str(home))
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
+    source, _, kernels = Problem(ROOT / "examples" / "fusion" / "softmax_rows.py", 42).build(["cuda_kernels"])
+    start = source.index("from torch.utils.cpp_extension import load_inline")
+    block = source[start:source.index("\n\n\ndef ", start)]
+    assert "no_implicit_headers=True" in block and "#include <torch" not in block
+    try:
+        exec(block, {})
+        return  # a CUDA build of torch linked it: nothing left to check here
+    except RuntimeError as error:
+        assert "Error building extension" in str(error) and "cannot find -l" in str(error), str(error)[-2000:]
+    build = next((tmp_path / "ext").iterdir())
+    assert "#include <torch" not in (build / "main.cpp").read_text() + (build / "cuda.cu").read_text()
+    module = build / f"kp_probe{sysconfig.get_config_var('EXT_SUFFIX')}"
+    subprocess.run(["c++", "-shared", "main.o", "cuda.cuda.o", f"-L{library}", "-lcudart", f"-Wl,-rpath,{library}",
+                    "-o", str(module)], cwd=build, check=True)
+    spec = importlib.util.spec_from_file_location(build.name, module)
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    name = kernels[0]["name"]
+    arguments = re.search(rf'void {name}_launch\((.*?)\);', block).group(1).count("long long")
+    with pytest.raises(RuntimeError, match=name):  # no usable device: the launcher's check throws
+        getattr(probe, f"{name}_launch")(*[0] * arguments)
 
 
 def test_worker_offers_the_cuda_backend_as_an_alternative(tmp_path):

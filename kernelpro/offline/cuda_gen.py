@@ -508,6 +508,15 @@ static void kp_check(const char* name) {
 '''
 
 
+# The launchers take raw pointers and a stream, so neither translation unit needs torch's
+# headers: without load_inline's implicit ones (torch/types.h in the .cu, torch/extension.h in
+# the binding) a build takes seconds instead of ~40 s (nvcc: 1.8 s vs 40.6 s on one kernel;
+# the pybind11-only binding: 6.7 s vs 35.6 s with g++).
+BINDING_INCLUDE = "#include <pybind11/pybind11.h>"
+LIGHT_BUILD = "with_pytorch_error_handling=False, no_implicit_headers=True"
+LIGHT_BUILD_COMMENT = "# Raw pointers only: no torch headers in either translation unit, so it builds in seconds."
+
+
 def render_group(group: Group, config: dict) -> tuple[str, str]:
     """(kernel + extern "C" launcher as CUDA source, the launcher's C declaration)."""
     make = _pointwise if group.kind == "pointwise" else _split if config.get("variant") == "split" else _row
@@ -528,14 +537,14 @@ def render(groups: list[Group], chosen: list[dict]) -> str:
     """One Python block: the CUDA source, its load_inline, and a wrapper per group (named like the group)."""
     parts = [render_group(g, c) for g, c in zip(groups, chosen)]
     source = cuda_source(parts)
-    declarations = "\n".join(decl for _, decl in parts)
+    declarations = "\n".join([BINDING_INCLUDE] + [decl for _, decl in parts])
     name = "kp_cuda_" + hashlib.sha1(source.encode()).hexdigest()[:12]
     lines = ["from torch.utils.cpp_extension import load_inline", "", f'_KP_CUDA_SOURCE = r"""{source}"""', "",
-             f'_KP_CUDA_DECLARATIONS = r"""{declarations}"""', "",
+             f'_KP_CUDA_DECLARATIONS = r"""{declarations}"""', "", LIGHT_BUILD_COMMENT,
              f"_kp_cuda = load_inline(name={name!r}, cpp_sources=[_KP_CUDA_DECLARATIONS],",
              "                       cuda_sources=[_KP_CUDA_SOURCE],",
              f"                       functions={[g.name + '_launch' for g in groups]!r},",
-             '                       extra_cuda_cflags=["-O3"], verbose=False)']
+             f'                       extra_cuda_cflags=["-O3"], {LIGHT_BUILD}, verbose=False)']
     for group, config in zip(groups, chosen):
         args = [i.var for i in group.inputs]
         spaces = workspaces(group, config)

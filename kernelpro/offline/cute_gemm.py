@@ -26,7 +26,7 @@ import math
 import torch.fx as fx
 
 from kernelpro.offline import gemm as triton_gemm
-from kernelpro.offline.cuda_gen import Untranslatable, c_expr
+from kernelpro.offline.cuda_gen import BINDING_INCLUDE, LIGHT_BUILD, LIGHT_BUILD_COMMENT, Untranslatable, c_expr
 from kernelpro.offline.fusion_build import Group
 from kernelpro.offline.triton_gen import Device, _describe
 from kernelpro.offline.wrapper import Wrapper, python_wrapper
@@ -313,15 +313,16 @@ def render(groups: list[Group], chosen: list[dict]) -> str:
     """One Python block: the CUDA source, its load_inline, and a wrapper per group (named like the group)."""
     parts = [render_group(g, c) for g, c in zip(groups, chosen)]
     source = cuda_source(parts)
-    declarations = "\n".join(decl for _, decls in parts for decl in decls)
+    declarations = "\n".join([BINDING_INCLUDE] + [decl for _, decls in parts for decl in decls])
     name = "kp_cute_" + hashlib.sha1(source.encode()).hexdigest()[:12]
     functions = [f"{g.name}_{entry}" for g in groups for entry in ("workspace", "launch")]
     lines = ["from torch.utils.cpp_extension import load_inline" + _INCLUDES.format(flags=NVCC_FLAGS), "",
              f'_KP_CUTE_SOURCE = r"""{source}"""', "", f'_KP_CUTE_DECLARATIONS = r"""{declarations}"""', "",
+             LIGHT_BUILD_COMMENT,
              f"_kp_cute = load_inline(name={name!r}, cpp_sources=[_KP_CUTE_DECLARATIONS],",
              "                       cuda_sources=[_KP_CUTE_SOURCE], functions=" + repr(functions) + ",",
              "                       extra_include_paths=_kp_cutlass_includes(),",
-             "                       extra_cuda_cflags=_kp_cutlass_flags(), verbose=False)", "", "",
+             f"                       extra_cuda_cflags=_kp_cutlass_flags(), {LIGHT_BUILD}, verbose=False)", "", "",
              "_KP_CUTE_WORKSPACE = {}  # (GEMM, device) -> workspace bytes", "", "",
              "def _kp_aligned(t):", '    """TMA reads and writes 16-byte aligned addresses."""',
              "    return t if t.data_ptr() % 16 == 0 else t.clone()"]
