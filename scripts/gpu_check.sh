@@ -24,7 +24,7 @@ mkdir -p "$OUT/ncu"
 [ "${SKIP_NCU_QUERY:-0}" = 1 ] || timeout 120 ncu --query-metrics >"$OUT/ncu/query_metrics.txt" 2>&1
 export KERNELPRO_CAPTURE_DIR="$OUT/captures"
 step "gpu tests"
-timeout 1500 python3 -m pytest -m gpu tests/gpu -v -s -p no:cacheprovider ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "PASSED|FAILED|ERROR|passed|failed|x vs eager|CV across"
+timeout "${GPU_TESTS_TIMEOUT:-1500}" python3 -m pytest -m gpu tests/gpu -v -s -p no:cacheprovider ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "PASSED|FAILED|ERROR|passed|failed|x vs eager|CV across"
 step "CUTLASS GEMM (cute_gemm) against cuBLAS + a separate GELU (CUTE_CONFIGS: top N configurations)"
 if [ "${SKIP_CUTE:-0}" != 1 ]; then
   timeout "${CUTE_TIMEOUT:-560}" python3 benchmarks/cute_gemm.py --configs "${CUTE_CONFIGS:-3}" --json "$OUT/cute_gemm.json" \

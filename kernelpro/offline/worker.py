@@ -1,7 +1,8 @@
 """The offline coder's graph work, in its own process: `python -m kernelpro.offline.worker SPEC OUT`.
 
 It imports the problem (user code), builds the model on the CPU with the harness's
-seeding, traces `forward` with torch.fx and propagates shapes from real inputs. For
+seeding, traces `forward` with torch.fx and propagates shapes and dtypes on fake tensors
+of the inputs' shapes (nothing is computed: the problems' tensors are GPU-sized). For
 the moves already applied it returns the candidate source, and for every other move
 that applies here, the child candidate's source. It never runs candidate code.
 """
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import torch
 import torch.fx as fx
+from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.passes.shape_prop import ShapeProp
 
 from kernelpro.harness.modelio import build_model, cast_to, import_file
@@ -30,6 +32,13 @@ CUDA_KINDS = {"row", "pointwise"}  # the cuda_kernels move generates both kinds
 TUNE_OPTIONS = 2  # tuning moves offered per node: the kernels that move the most bytes
 
 _CONV = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.ConvTranspose2d)
+
+
+def propagate_shapes(gm: fx.GraphModule, inputs: list) -> None:
+    """ShapeProp's `tensor_meta` on every node, from fake tensors: a real run on the CPU took
+    seconds per build on the problems' GPU-sized inputs, and a node expands a dozen builds."""
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        ShapeProp(gm).propagate(*[mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in inputs])
 
 
 class Problem:
@@ -49,7 +58,7 @@ class Problem:
         try:
             graph = fx.symbolic_trace(self.model)
             fxpasses.specialize_scalars(graph, self.inputs)
-            ShapeProp(graph).propagate(*self.inputs)
+            propagate_shapes(graph, self.inputs)
             self.graph = graph
         except Exception as error:  # not traceable: only the moves that need no graph
             self.trace_error = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:300]
@@ -70,7 +79,7 @@ class Problem:
                     if move == "fold_constants" or move in FUSION_KINDS or move == "cuda_kernels":
                         continue
                     counts[move] = fxpasses.PASSES[move](gm)
-                    ShapeProp(gm).propagate(*self.inputs)
+                    propagate_shapes(gm, self.inputs)
                 # Without fold_constants, only what a move marked for folding (scaled weights) is folded.
                 every = foldable_nodes(gm)
                 marked = [n for n in every if n.meta.get("kp_fold")]
