@@ -254,6 +254,7 @@ class SearchRun:
             self.store.put("started", time.time())
         began = time.monotonic()
         wall_before = self.store.get("wall_s", 0.0)
+        self._clock = (began, wall_before)  # the run's time so far is stored with every evaluation
         own = self._evaluator is None
         evaluator = self._evaluator or Evaluator(s.device, spares=min(s.parallel, 2), energy_meter=self.meter)
         try:
@@ -404,6 +405,8 @@ class SearchRun:
                            "move": child.payload["move"], "techniques": list(proposal.techniques),
                            "rationale": proposal.rationale, "source_file": child.payload["file"],
                            "result": result.model_dump(mode="json")}, search.to_json())
+        began, wall_before = self._clock
+        self.store.put("wall_s", wall_before + time.monotonic() - began)  # a killed run's time counts too
         self.learn(search, child, proposal, outcome, result)  # after the run's commit: a kill loses, never doubles
         status = self.status
         status.verdicts[result.verdict.value] = status.verdicts.get(result.verdict.value, 0) + 1

@@ -243,6 +243,8 @@ def test_kill_minus_9_then_resume_loses_and_repeats_nothing(tmp_path):
     process.wait()
     before = sqlite3.connect(database).execute("SELECT node_id, sha256 FROM evaluations ORDER BY seq").fetchall()
     assert len(before) >= 2
+    killed_s = json.loads(sqlite3.connect(database).execute("SELECT value FROM meta WHERE key = 'wall_s'").fetchone()[0])
+    assert killed_s > 0  # the killed segment's time is kept
     done = run_cli("search", "examples/scaled_linear.py", "--budget", "4", "--device", "cpu", "--no-profile",
                    "--out", str(out), "--json", "--resume")
     assert done.returncode == 0, done.stderr[-3000:]
@@ -251,6 +253,7 @@ def test_kill_minus_9_then_resume_loses_and_repeats_nothing(tmp_path):
     assert after[:len(before)] == before  # nothing lost
     assert len({sha for _, sha in after}) == len(after)  # nothing evaluated twice
     assert document["evaluations"] == len(after) == 4  # the final count equals the budget
+    assert json.loads((out / "run.json").read_text())["wall_s"] > killed_s  # both segments' time
     again = run_cli("search", "examples/scaled_linear.py", "--out", str(out))
     assert again.returncode == 2 and "not empty" in again.stderr
 
