@@ -18,7 +18,6 @@ killed run resumes with nothing lost or repeated. `outputs` writes the results.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -34,7 +33,7 @@ from kernelpro.harness.evaluate import Evaluator
 from kernelpro.harness.problem import Problem, load_problem
 from kernelpro.harness.records import EvalResult
 from kernelpro.knowledge import KnowledgeBase, failure_kind, operator_family, state_for
-from kernelpro.mcts import Budget, Outcome, Proposal, SearchConfig, make_search
+from kernelpro.mcts import Outcome, Proposal, SearchConfig, make_search
 from kernelpro.mcts.search import Search
 from kernelpro.runstore import RunStore
 
@@ -255,6 +254,7 @@ class SearchRun:
         began = time.monotonic()
         wall_before = self.store.get("wall_s", 0.0)
         self._clock = (began, wall_before)  # the run's time so far is stored with every evaluation
+        self._coder_s = self.store.get("coder_s", 0.0)  # time spent waiting on the coder, all segments
         own = self._evaluator is None
         evaluator = self._evaluator or Evaluator(s.device, spares=min(s.parallel, 2), energy_meter=self.meter)
         try:
@@ -327,6 +327,7 @@ class SearchRun:
 
     def expand(self, search: Search, expansion, evaluator: Evaluator, pool, pending: dict) -> None:
         self._changed(phase="asking the coder")
+        asked = time.monotonic()
         try:
             proposal: CoderProposal | None = self.coder.propose(self.request(search, expansion))
         except CoderFailed as error:  # this expansion yields nothing; the node stays open, the search goes on
@@ -335,6 +336,9 @@ class SearchRun:
             self.status.last_coder_failure = str(error)
             search.abandon(expansion)
             return
+        finally:
+            self._coder_s += time.monotonic() - asked
+            self.store.put("coder_s", self._coder_s)
         self.status.coder_failures_in_row = 0
         if proposal is None:
             search.propose(expansion, None)

@@ -139,6 +139,11 @@ def write_all(run, search: Search, baseline: dict, stopped: str, final) -> dict:
         "baseline_energy_j": baseline.get("energy_j"),
         "energy": energy, "stopped": stopped, "wall_s": wall_s,
         "evaluations_per_minute": len(rows) / (wall_s / 60) if wall_s else None,
+        # Where the wall time went: waiting on the coder, and inside evaluations (native builds
+        # included); with --parallel > 1 evaluations overlap, so the parts may exceed the wall.
+        "time_split_s": {"coder": run.store.get("coder_s", 0.0),
+                         "evaluations": sum(r["result"].get("wall_s") or 0.0 for r in rows),
+                         "builds": sum(r["result"].get("build_s") or 0.0 for r in rows)},
         "date": datetime.date.today().isoformat(),
         # The LLM coder's tokens (in, out, cached) and estimated cost in this process; expansions the
         # coder could not answer (API errors after retries, max_tokens, refusals).

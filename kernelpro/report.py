@@ -57,7 +57,10 @@ def _summary_pairs(doc: dict) -> list[tuple[str, str]]:
                                 f"J/call reference; idle {e['idle_power_w']:.0f} W ({e['method']})"))
     pairs.append(("verdicts", ", ".join(f"{k} {v}" for k, v in sorted(doc["verdicts"].items()))))
     if doc.get("evaluations_per_minute"):
-        pairs.append(("throughput", f"{doc['evaluations_per_minute']:.1f} evaluations/min"))
+        split = doc.get("time_split_s") or {}
+        where = (f"; of {doc['wall_s']:.0f} s: coder {split['coder']:.0f} s, evaluations {split['evaluations']:.0f} s "
+                 f"(native builds {split['builds']:.0f} s)") if split else ""
+        pairs.append(("throughput", f"{doc['evaluations_per_minute']:.1f} evaluations/min{where}"))
     usage = doc.get("coder_usage")
     if usage:
         cost = "cost unknown" if usage["cost_usd"] is None else f"about ${usage['cost_usd']:.2f}"

@@ -173,6 +173,9 @@ def test_end_to_end_search_writes_every_output(attention_run):
     assert document["coder"] == "offline" and document["device"] == "cpu" and document["objective"] == "time"
     assert sum(document["verdicts"].values()) == document["evaluations"] <= 3
     assert document["evaluations"] == 3 or document["stopped"] == "no moves left"
+    split = document["time_split_s"]  # the offline coder's graph worker and the evaluations both took time
+    assert split["coder"] > 0 and split["evaluations"] > 0 and split["coder"] + split["evaluations"] <= document["wall_s"]
+    assert "native builds" in (out / "report.md").read_text()
     profile = sqlite3.connect(out / "state.db").execute("SELECT COUNT(*) FROM profiles").fetchone()[0]
     assert profile >= 1  # the reference was profiled, and its guidance reached the coder
     header = (out / "best.py").read_text().splitlines()[:8]
