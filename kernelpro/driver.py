@@ -278,6 +278,8 @@ class SearchRun:
                 evaluator.close()
             if self.kb is not None:
                 self.kb.close()
+            if callable(getattr(self.coder, "close", None)):
+                self.coder.close()  # e.g. the offline coder's graph worker
 
     def loop(self, search: Search, evaluator: Evaluator, baseline: dict, began: float, wall_before: float) -> str:
         s = self.settings

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from kernelpro.coder import CoderRequest
-from kernelpro.offline import OfflineCoder
+from kernelpro.offline import OfflineCoder, OfflineCoderError
 from kernelpro.offline.moves import MOVES
 from kernelpro.offline.worker import expand
 from kernelpro.tools.records import TECHNIQUES
@@ -161,6 +161,25 @@ def test_offline_coder_follows_guidance_skips_tried_moves_and_caches():
     assert coder.worker_calls == 1  # the same parent: the graph work is cached
     child = coder.propose(request(problem, parent_state=first.state, kind="refine"))
     assert first.move in child.state["applied"] and child.move != first.move
+    assert coder.worker_calls == 2 and coder.worker_starts == 1  # one graph worker serves the search
     assert coder.propose(request(problem, kind="repair", failure="incorrect")) is None
     everything = [o for o in MOVES]
     assert coder.propose(request(problem, tried=tuple((m, "x") for m in everything))) is None
+    coder.close()
+
+
+def test_the_graph_worker_is_restarted_after_it_dies_and_reports_a_bad_problem(tmp_path):
+    coder = OfflineCoder()
+    problem = DATA / "redundant.py"
+    coder.propose(request(problem))
+    coder._worker.kill()  # as the OOM killer would
+    coder._worker.wait()
+    child = coder.propose(request(problem, parent_state={"applied": ["transposed_matmuls"]}, kind="refine"))
+    assert child is not None and coder.worker_starts == 2
+    broken = tmp_path / "broken.py"
+    broken.write_text("import torch\nraise RuntimeError('no model here')\n")
+    with pytest.raises(OfflineCoderError, match="no model here"):
+        coder.propose(request(broken))
+    assert coder.worker_starts == 2  # a problem that fails to load does not take the worker down
+    coder.close()
+    assert coder._worker is None

@@ -1,8 +1,9 @@
 """The offline coder (graph level): candidates are the reference plus a set of moves.
 
 It needs no API key. The graph work (importing the problem, tracing, rewriting)
-runs in a child process (`kernelpro.offline.worker`), once per distinct set of
-applied moves, and the answers are cached. Among the moves that apply at a node
+runs in a child process (`kernelpro.offline.worker --serve`, one per search, which loads
+and traces the problem once), asked once per distinct set of applied moves; the answers
+are cached. Among the moves that apply at a node
 and were not tried there, it proposes the one the guidance scores highest, adjusted by
 the memory's promising moves and by what the knowledge base learned in similar states
 (then a fixed order). It cannot repair a failed candidate: a failed move is dropped, and
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import selectors
 import subprocess
 import sys
 import tempfile
@@ -40,7 +42,10 @@ class OfflineCoder:
         self.seed = seed
         self.time_limit_s = time_limit_s
         self._cache: dict[tuple, dict] = {}
-        self.worker_calls = 0
+        self.worker_calls = 0  # answers asked of the graph worker
+        self.worker_starts = 0  # processes started for them: one per search unless one failed
+        self._worker: subprocess.Popen | None = None
+        self._folder: tempfile.TemporaryDirectory | None = None
 
     def options(self, request: CoderRequest) -> dict:
         """The worker's answer for the parent's applied moves (cached)."""
@@ -55,24 +60,60 @@ class OfflineCoder:
                 "seed": self.seed})
         return self._cache[key]
 
+    def _start_worker(self) -> subprocess.Popen:
+        """The serving graph worker, in a scratch folder and a scrubbed environment (no API keys)."""
+        self._folder = tempfile.TemporaryDirectory(prefix="kernelpro-offline-")
+        folder = self._folder.name
+        self.worker_starts += 1
+        return subprocess.Popen(
+            [sys.executable, "-m", "kernelpro.offline.worker", "--serve"], cwd=folder, text=True,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(Path(folder) / "stderr.log", "w"),
+            env=scrubbed_environment({"HOME": folder, "PYTHONPATH": os.pathsep.join(sys.path)}))
+
+    def _stderr_tail(self) -> str:
+        log = Path(self._folder.name) / "stderr.log" if self._folder else None
+        return "\n".join(log.read_text(errors="replace").strip().splitlines()[-5:]) if log and log.exists() else ""
+
     def _run_worker(self, spec: dict) -> dict:
         self.worker_calls += 1
-        with tempfile.TemporaryDirectory(prefix="kernelpro-offline-") as folder:
-            spec_path, out_path = Path(folder) / "spec.json", Path(folder) / "out.json"
-            spec_path.write_text(json.dumps(spec))
-            try:
-                done = subprocess.run([sys.executable, "-m", "kernelpro.offline.worker", str(spec_path),
-                                       str(out_path)], cwd=folder, capture_output=True, text=True,
-                                      timeout=self.time_limit_s, env=scrubbed_environment({"HOME": folder, "PYTHONPATH": os.pathsep.join(sys.path)}))
-            except subprocess.TimeoutExpired:
+        if self._worker is None or self._worker.poll() is not None:
+            self._worker = self._start_worker()
+        worker = self._worker
+        try:
+            worker.stdin.write(json.dumps(spec) + "\n")
+            worker.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass  # it died: reported below
+        with selectors.DefaultSelector() as selector:
+            selector.register(worker.stdout, selectors.EVENT_READ)
+            ready = selector.select(timeout=self.time_limit_s)
+        line = worker.stdout.readline() if ready else None
+        if line is None or not line.strip():
+            tail = self._stderr_tail()
+            self.close()
+            if line is None:
                 raise OfflineCoderError(f"the offline coder's graph worker ran past {self.time_limit_s:g} s")
-            if not out_path.exists():
-                tail = "\n".join(done.stderr.strip().splitlines()[-5:])
-                raise OfflineCoderError(f"the offline coder's graph worker failed (exit {done.returncode}): {tail}")
-            result = json.loads(out_path.read_text())
+            raise OfflineCoderError(f"the offline coder's graph worker failed: {tail}")
+        result = json.loads(line)
         if "error" in result:
             raise OfflineCoderError(f"the offline coder could not load the problem: {result['error']}")
         return result
+
+    def close(self) -> None:
+        """Stop the graph worker (it also stops by itself when this process ends: its stdin closes)."""
+        if self._worker is not None:
+            if self._worker.poll() is None:
+                self._worker.kill()
+            self._worker.wait()
+            for stream in (self._worker.stdin, self._worker.stdout):
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+            self._worker = None
+        if self._folder is not None:
+            self._folder.cleanup()
+            self._folder = None
 
     def propose(self, request: CoderRequest) -> CoderProposal | None:
         if request.kind == "repair":

@@ -1,4 +1,6 @@
-"""The offline coder's graph work, in its own process: `python -m kernelpro.offline.worker SPEC OUT`.
+"""The offline coder's graph work, in its own process: `python -m kernelpro.offline.worker SPEC OUT`,
+or `--serve` (a spec per line on stdin, an answer per line on stdout) so that one process serves a
+whole search: torch is imported and the problem loaded and traced once, not at every node.
 
 It imports the problem (user code), builds the model on the CPU with the harness's
 seeding, traces `forward` with torch.fx and propagates shapes and dtypes on fake tensors
@@ -12,6 +14,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -141,9 +144,20 @@ def _device(spec: dict) -> tuple[triton_gen.Device, tuple[int, int] | None]:
     return triton_gen.Device(), None
 
 
+_PROBLEMS: dict[tuple, Problem] = {}  # a serving worker loads and traces each problem once
+
+
+def _problem(path: Path, seed: int) -> Problem:
+    stat = path.stat()
+    key = (str(path.resolve()), seed, stat.st_mtime_ns, stat.st_size)
+    if key not in _PROBLEMS:
+        _PROBLEMS[key] = Problem(path, seed)
+    return _PROBLEMS[key]
+
+
 def expand(spec: dict) -> dict:
     torch.set_num_threads(1)
-    problem = Problem(Path(spec["problem_path"]), int(spec.get("seed", 42)))
+    problem = _problem(Path(spec["problem_path"]), int(spec.get("seed", 42)))
     applied = canonical(spec.get("applied", []))
     tune = dict(spec.get("tune", {}))
     device, capability = _device(spec)
@@ -204,13 +218,31 @@ def expand(spec: dict) -> dict:
             "kernels": kernels, "options": options, "skipped": skipped}
 
 
-def main() -> None:
-    spec = json.loads(Path(sys.argv[1]).read_text())
+def answer(spec: dict) -> dict:
     try:
-        result = expand(spec)
+        return expand(spec)
     except Exception as error:
-        result = {"error": f"{type(error).__name__}: {error}"[:500], "traceback": traceback.format_exc()[-4000:]}
-    Path(sys.argv[2]).write_text(json.dumps(result))
+        return {"error": f"{type(error).__name__}: {error}"[:500], "traceback": traceback.format_exc()[-4000:]}
+
+
+def serve() -> None:
+    """`--serve`: one JSON spec per line on stdin, one JSON answer per line on the original stdout,
+    until stdin closes (the coder's process ended). Whatever the problem's code prints goes to stderr."""
+    answers = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    for line in sys.stdin:
+        if line.strip():
+            answers.write(json.dumps(answer(json.loads(line))) + "\n")
+            answers.flush()
+
+
+def main() -> None:
+    if sys.argv[1:] == ["--serve"]:
+        serve()
+        return
+    spec = json.loads(Path(sys.argv[1]).read_text())
+    Path(sys.argv[2]).write_text(json.dumps(answer(spec)))
 
 
 if __name__ == "__main__":
