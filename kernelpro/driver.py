@@ -253,7 +253,7 @@ class SearchRun:
             self.store.put("started", time.time())
         began = time.monotonic()
         wall_before = self.store.get("wall_s", 0.0)
-        self._clock = (began, wall_before)  # the run's time so far is stored with every evaluation
+        self._clock = (began, wall_before)  # for _store_wall
         self._coder_s = self.store.get("coder_s", 0.0)  # time spent waiting on the coder, all segments
         own = self._evaluator is None
         evaluator = self._evaluator or Evaluator(s.device, spares=min(s.parallel, 2), energy_meter=self.meter)
@@ -268,7 +268,7 @@ class SearchRun:
                 self.status.verdicts[row["verdict"]] = self.status.verdicts.get(row["verdict"], 0) + 1
             stopped = self.loop(search, evaluator, baseline, began, wall_before)
             self._changed(phase="writing the results")
-            self.store.put("wall_s", wall_before + time.monotonic() - began)
+            self._store_wall()
             final = None
             if s.compile_baseline and search.best_id != 0:
                 final = self.final_check(search, evaluator)
@@ -280,6 +280,11 @@ class SearchRun:
                 self.kb.close()
             if callable(getattr(self.coder, "close", None)):
                 self.coder.close()  # e.g. the offline coder's graph worker
+
+    def _store_wall(self) -> None:
+        """The run's wall time over all its segments (this one and those before a resume)."""
+        began, wall_before = self._clock
+        self.store.put("wall_s", wall_before + time.monotonic() - began)
 
     def loop(self, search: Search, evaluator: Evaluator, baseline: dict, began: float, wall_before: float) -> str:
         s = self.settings
@@ -411,8 +416,7 @@ class SearchRun:
                            "move": child.payload["move"], "techniques": list(proposal.techniques),
                            "rationale": proposal.rationale, "source_file": child.payload["file"],
                            "result": result.model_dump(mode="json")}, search.to_json())
-        began, wall_before = self._clock
-        self.store.put("wall_s", wall_before + time.monotonic() - began)  # a killed run's time counts too
+        self._store_wall()  # with every evaluation: a killed run's time counts too
         self.learn(search, child, proposal, outcome, result)  # after the run's commit: a kill loses, never doubles
         status = self.status
         status.verdicts[result.verdict.value] = status.verdicts.get(result.verdict.value, 0) + 1

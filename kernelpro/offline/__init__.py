@@ -65,10 +65,11 @@ class OfflineCoder:
         self._folder = tempfile.TemporaryDirectory(prefix="kernelpro-offline-")
         folder = self._folder.name
         self.worker_starts += 1
-        return subprocess.Popen(
-            [sys.executable, "-m", "kernelpro.offline.worker", "--serve"], cwd=folder, text=True,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(Path(folder) / "stderr.log", "w"),
-            env=scrubbed_environment({"HOME": folder, "PYTHONPATH": os.pathsep.join(sys.path)}))
+        with open(Path(folder) / "stderr.log", "w") as stderr:  # the child keeps its own copy
+            return subprocess.Popen(
+                [sys.executable, "-m", "kernelpro.offline.worker", "--serve"], cwd=folder, text=True,
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                env=scrubbed_environment({"HOME": folder, "PYTHONPATH": os.pathsep.join(sys.path)}))
 
     def _stderr_tail(self) -> str:
         log = Path(self._folder.name) / "stderr.log" if self._folder else None
