@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 import importlib.util
 import itertools
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -182,4 +184,11 @@ def test_the_graph_worker_is_restarted_after_it_dies_and_reports_a_bad_problem(t
         coder.propose(request(broken))
     assert coder.worker_starts == 2  # a problem that fails to load does not take the worker down
     coder.close()
+    assert coder._worker is None
+    # a worker that dies in the middle of its answer: reported as the worker's failure, then replaced
+    coder._worker = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.readline(); sys.stdout.write('{\"options\": ['); sys.exit(1)"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    with pytest.raises(OfflineCoderError, match="graph worker failed"):
+        coder.propose(request(problem, parent_state={"applied": ["simplify_identities"]}, kind="refine"))
     assert coder._worker is None

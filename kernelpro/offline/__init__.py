@@ -89,7 +89,7 @@ class OfflineCoder:
             selector.register(worker.stdout, selectors.EVENT_READ)
             ready = selector.select(timeout=self.time_limit_s)
         line = worker.stdout.readline() if ready else None
-        if line is None or not line.strip():
+        if line is None or not line.endswith("\n"):  # no answer in time, or the worker died (mid-answer)
             tail = self._stderr_tail()
             self.close()
             if line is None:
