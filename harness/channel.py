@@ -1,8 +1,8 @@
 """The private channel between the trusted process and a worker.
 
 A socket pair, never stdout: a frame is an 8-byte big-endian header length, an
-8-byte payload length, a JSON header and an optional binary payload (tensors saved
-with `torch.save`, which the trusted side loads with `weights_only=True`).
+8-byte payload length, a JSON header and an optional binary payload (outputs in
+`compare`'s raw format), sent from one buffer or several without joining them.
 """
 
 from __future__ import annotations
@@ -26,11 +26,14 @@ class ChannelTimeout(Exception):
     """No frame arrived before the deadline."""
 
 
-def send(sock: socket.socket, header: dict, payload: bytes = b"") -> None:
+def send(sock: socket.socket, header: dict, payload: bytes | list = b"") -> None:
+    """One frame; `payload` is bytes or a list of buffers sent in order (no copy joins them)."""
     encoded = json.dumps(header).encode()
-    sock.sendall(_LENGTHS.pack(len(encoded), len(payload)) + encoded)
-    if payload:
-        sock.sendall(payload)
+    parts = [memoryview(part).cast("B") for part in (payload if isinstance(payload, list) else [payload])]
+    sock.sendall(_LENGTHS.pack(len(encoded), sum(part.nbytes for part in parts)) + encoded)
+    for part in parts:
+        if part.nbytes:
+            sock.sendall(part)
 
 
 def _receive_exactly(sock: socket.socket, size: int, deadline: float | None) -> bytearray:

@@ -1,35 +1,17 @@
 """Comparing outputs, in the trusted process that never imports candidate code.
 
-Tensors arrive as bytes written by `torch.save` in the worker and are read with
-`weights_only=True`, so a payload can carry tensors and plain containers only:
-a tensor subclass or any other object fails to load and is rejected.
+Outputs arrive in `payload`'s raw format: plain tensors and JSON scalars only,
+nothing unpickled.
 """
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass
 
 import torch
 
+from kernelpro.harness.payload import PayloadRejected, load_tensors  # noqa: F401  (the trusted side's reader)
 from kernelpro.harness.records import ErrorStats
-
-
-class PayloadRejected(Exception):
-    """A payload that is not plain tensors."""
-
-
-def load_tensors(payload: bytes) -> list:
-    try:
-        values = torch.load(io.BytesIO(payload), weights_only=True, map_location="cpu")
-    except Exception as error:
-        raise PayloadRejected(f"outputs are not plain tensors ({type(error).__name__})") from None
-    if not isinstance(values, list):
-        raise PayloadRejected("malformed output payload")
-    for value in values:
-        if isinstance(value, torch.Tensor) and type(value) is not torch.Tensor:
-            raise PayloadRejected(f"an output is a tensor subclass ({type(value).__name__})")
-    return values
 
 
 def _comparison_device() -> torch.device:

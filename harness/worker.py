@@ -26,7 +26,6 @@ import sys
 
 from kernelpro.harness import guards  # noqa: F401  (first: saves the genuine functions)
 
-import io
 import os
 import socket
 import time
@@ -38,6 +37,7 @@ import torch
 from kernelpro.harness import channel
 from kernelpro.harness.modelio import (DTYPES, build_model, cast_to, flatten_outputs, import_file,  # noqa: F401
                                       parameter_bytes, set_seed, tensor_bytes)
+from kernelpro.harness.payload import pack_values
 from kernelpro.harness.timing import (InterleavedTimer, measure_copy_bandwidth_gbps,
                                       measure_matmul_tflops)
 
@@ -50,12 +50,6 @@ class Report(Exception):
     def __init__(self, header: dict):
         super().__init__(header.get("reason", ""))
         self.header = header
-
-
-def tensor_payload(tensors: list) -> bytes:
-    buffer = io.BytesIO()
-    torch.save([t.detach().cpu() if isinstance(t, torch.Tensor) else t for t in tensors], buffer)
-    return buffer.getvalue()
 
 
 def error_tail(error: BaseException, limit: int = 4000) -> str:
@@ -101,7 +95,7 @@ class Job:
         self.reference_aliases: list[bool] = []  # per output: does the reference's alias an input?
 
     # -- helpers ---------------------------------------------------------------
-    def send(self, header: dict, payload: bytes = b"") -> None:
+    def send(self, header: dict, payload: bytes | list = b"") -> None:
         channel.send(self.sock, header, payload)
 
     def phase(self, name: str) -> None:
@@ -152,7 +146,7 @@ class Job:
                 self.reference_aliases = [any(guards.overlaps(o, x) for x in inputs if isinstance(x, torch.Tensor))
                                           for o in self.output_templates]
             self.send({"type": "reference_output", "trial": trial, "structure": structure},
-                      tensor_payload(outputs))
+                      pack_values(outputs))
             self.trials.append({"seed": seed, "init_inputs": init_inputs, "inputs": inputs})
             del model, outputs
         self.problem = problem
@@ -293,7 +287,7 @@ class Job:
                               "reason": f"trial {index}: {one_line(error)}", "log": error_tail(error)})
             self.check_tampering()
             self.send({"type": "candidate_output", "trial": index, "structure": structure,
-                       "count": len(snapshots), "repeat": index == 0}, tensor_payload(payload_items))
+                       "count": len(snapshots), "repeat": index == 0}, pack_values(payload_items))
             del model, snapshots, payload_items
 
     def timing_phase(self, baselines: list[str], profile_kernels: bool):
@@ -320,7 +314,7 @@ class Job:
         _, candidate_out = flatten_outputs(last["candidate"])
         self.send({"type": "timing", "device_ms": device_ms, "host_ms": host_ms, "kernels": kernels,
                    "ceilings": ceilings, "final_count": len(eager_out)},
-                  tensor_payload(list(eager_out) + list(candidate_out)))
+                  pack_values(list(eager_out) + list(candidate_out)))
         self.timed = {"eager": functions["eager"], "candidate": functions["candidate"]}, pool
 
     def energy_phase(self):

@@ -256,7 +256,10 @@ class SearchRun:
         self._clock = (began, wall_before)  # for _store_wall
         self._coder_s = self.store.get("coder_s", 0.0)  # time spent waiting on the coder, all segments
         own = self._evaluator is None
-        evaluator = self._evaluator or Evaluator(s.device, spares=min(s.parallel, 2), energy_meter=self.meter)
+        # On CUDA a worker boots (torch import, CUDA context: ~5-12 s on the H100 machine) while others
+        # run, so one more than run at once is kept booting; on CPU a booting spare would take a core.
+        spares = s.parallel + 1 if s.device == "cuda" else min(s.parallel, 2)
+        evaluator = self._evaluator or Evaluator(s.device, spares=spares, energy_meter=self.meter)
         try:
             baseline = self.baseline(evaluator)
             self.profile_node(0, None)

@@ -25,6 +25,18 @@ def test_a_large_payload_arrives_whole_and_in_order():
     assert channel.receive(right) == ({"type": "done"}, b"")
 
 
+def test_a_payload_of_several_buffers_arrives_as_one():
+    import torch
+    left, right = socket.socketpair()
+    tensor = torch.arange(1 << 20, dtype=torch.float32)
+    parts = [b"head", memoryview(tensor.numpy()), b"", bytearray(b"tail")]  # sent as they are, not joined
+    sender = threading.Thread(target=channel.send, args=(left, {"type": "trial"}, parts))
+    sender.start()
+    header, received = channel.receive(right, deadline=time.monotonic() + 60)
+    sender.join()
+    assert received == b"head" + tensor.numpy().tobytes() + b"tail"
+
+
 def test_a_frame_that_stops_short_times_out_or_reports_the_closed_peer():
     left, right = socket.socketpair()
     encoded = b'{"type": "trial"}'

@@ -9,6 +9,7 @@ import torch
 
 from kernelpro.harness.compare import (PayloadRejected, compare_outputs, compare_tensor, load_tensors,
                                        outputs_independent_of_inputs)
+from kernelpro.harness.payload import pack_values
 
 
 def test_within_tolerance_passes_and_outside_fails_with_measures():
@@ -54,15 +55,35 @@ class Sneaky(torch.Tensor):
     pass
 
 
-def test_payloads_load_plain_tensors_only():
-    buffer = io.BytesIO()
-    torch.save([torch.ones(2), 3], buffer)
-    assert load_tensors(buffer.getvalue())[1] == 3
+def _joined(values: list) -> bytearray:
+    return bytearray(b"".join(bytes(part) for part in pack_values(values)))
 
-    buffer = io.BytesIO()
-    torch.save([torch.ones(2).as_subclass(Sneaky)], buffer)
+
+def test_payloads_round_trip_plain_tensors_and_scalars():
+    values = [torch.randn(3, 5), torch.arange(7, dtype=torch.int32)[::2], torch.ones(2, dtype=torch.bfloat16),
+              torch.zeros(0, 4), torch.tensor(True), 3, 2.5, None, "text"]
+    loaded = load_tensors(_joined(values))
+    for sent, got in zip(values, loaded):
+        if isinstance(sent, torch.Tensor):
+            assert type(got) is torch.Tensor and got.dtype == sent.dtype and torch.equal(got, sent)
+        else:
+            assert got == sent
+    # a tensor subclass arrives as the plain tensor of its values (the worker rejects them before)
+    assert type(load_tensors(_joined([torch.ones(2).as_subclass(Sneaky)]))[0]) is torch.Tensor
+
+
+def test_payloads_that_are_not_plain_values_are_rejected():
+    pickled = io.BytesIO()
+    torch.save([torch.ones(2)], pickled)
     with pytest.raises(PayloadRejected):
-        load_tensors(buffer.getvalue())
+        load_tensors(bytearray(pickled.getvalue()))
+    with pytest.raises(PayloadRejected, match="a dict"):
+        load_tensors(_joined([{"a": 1}]))
+    good = _joined([torch.ones(4)])
+    for bad in (good[:-1], good + b"x", good.replace(b'"nbytes": 16', b'"nbytes": 32'),
+                good.replace(b'"float32"', b'"object"'), good.replace(b"[4]", b"[-4]")):
+        with pytest.raises(PayloadRejected):
+            load_tensors(bytearray(bad))
 
 
 def test_independence_of_inputs():

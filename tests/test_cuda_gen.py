@@ -15,12 +15,10 @@ The kernels' results are checked on the GPU (tests/gpu/test_gpu_cuda_kernels.py)
 from __future__ import annotations
 
 import copy
-import importlib.util
 import os
 import re
 import shutil
 import subprocess
-import sysconfig
 import types
 from pathlib import Path
 
@@ -156,10 +154,11 @@ def test_every_example_compiles_for_sm90_with_vector_access_and_shuffles(tmp_pat
 
 
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
-def test_candidate_builds_without_torch_headers_and_reports_cuda_errors(tmp_path, monkeypatch):
-    """torch's own load_inline compiles both translation units (no torch headers in either); without
-    a GPU (or a CUDA build of torch) only its link to torch's CUDA libraries can fail, so the objects
-    are linked here against cudart alone, imported, and a launch must come back as a Python error."""
+def test_candidate_builds_without_torch_headers_or_binding_and_reports_cuda_errors(tmp_path, monkeypatch):
+    """torch's own load_inline compiles the CUDA source (no torch header) and an empty C++ unit (no
+    Python binding); without a GPU (or a CUDA build of torch) only its link to torch's CUDA libraries
+    can fail, so the objects are linked here against cudart alone. The candidate's loader opens the
+    library with ctypes, and a launch must come back as a Python error naming the launcher."""
     from torch.utils import cpp_extension
     home = next((Path(h) for h in (os.environ.get("CUDA_HOME"), "/usr/local/cuda", Path(NVCC).resolve().parent.parent)
                  if h and (Path(h) / "include" / "cuda_runtime.h").exists()), None)
@@ -170,26 +169,31 @@ def test_candidate_builds_without_torch_headers_and_reports_cuda_errors(tmp_path
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
     source, _, kernels = Problem(ROOT / "examples" / "fusion" / "softmax_rows.py", 42).build(["cuda_kernels"])
-    start = source.index("from torch.utils.cpp_extension import load_inline")
-    block = source[start:source.index("\n\n\ndef ", start)]
-    assert "no_implicit_headers=True" in block and "#include <torch" not in block
+    start = source.index("import ctypes")
+    block = "import torch\n" + source[start:source.index("\n\n\ndef ", source.index("_kp_cuda = _kp_native("))]
+    assert "#include <torch" not in block and "pybind11" not in block and "functions=" not in block
     try:
         exec(block, {})
-        return  # a CUDA build of torch linked it: nothing left to check here
+        built = True  # a CUDA build of torch linked it
     except RuntimeError as error:
         assert "Error building extension" in str(error) and "cannot find -l" in str(error), str(error)[-2000:]
+        built = False
     build = next((tmp_path / "ext").iterdir())
-    assert "#include <torch" not in (build / "main.cpp").read_text() + (build / "cuda.cu").read_text()
-    module = build / f"kp_probe{sysconfig.get_config_var('EXT_SUFFIX')}"
-    subprocess.run(["c++", "-shared", "main.o", "cuda.cuda.o", f"-L{library}", "-lcudart", f"-Wl,-rpath,{library}",
-                    "-o", str(module)], cwd=build, check=True)
-    spec = importlib.util.spec_from_file_location(build.name, module)
-    probe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(probe)
+    assert (build / "main.cpp").read_text().strip() == ""  # no binding to compile
+    assert "#include <torch" not in (build / "cuda.cu").read_text()
+    if not built:
+        subprocess.run(["c++", "-shared", "main.o", "cuda.cuda.o", f"-L{library}", "-lcudart",
+                        f"-Wl,-rpath,{library}", "-o", f"{build.name}.so"], cwd=build, check=True)
+        # what load_inline does once the link succeeds: load the library into the process
+        monkeypatch.setattr(cpp_extension, "load_inline",
+                            lambda name, **_: torch.ops.load_library(str(build / f"{name}.so")))
+    namespace = {}
+    exec(block, namespace)
     name = kernels[0]["name"]
-    arguments = re.search(rf'void {name}_launch\((.*?)\);', block).group(1).count("long long")
-    with pytest.raises(RuntimeError, match=name):  # no usable device: the launcher's check throws
-        getattr(probe, f"{name}_launch")(*[0] * arguments)
+    launch = getattr(namespace["_kp_cuda"], f"{name}_launch")
+    arguments = re.search(rf'{name}_launch\((.*?)\) {{', source).group(1).count("long long")
+    with pytest.raises(RuntimeError, match=f"{name}_launch: "):  # no usable device: the launcher says so
+        launch(*[0] * arguments)
 
 
 def test_worker_offers_the_cuda_backend_as_an_alternative(tmp_path):

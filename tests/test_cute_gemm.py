@@ -141,7 +141,7 @@ def test_generated_source_compiles_to_hgmma_for_sm90a(tmp_path):
     configs = [k["config"] for k in answer["kernels"]]
     assert configs[0]["schedule"] == "cooperative" and configs[1]["schedule"] == "pingpong"
     source = re.search(r'_KP_CUTE_SOURCE = r"""(.*?)"""', answer["source"], re.S).group(1)
-    functions = re.search(r"functions=(\[.*?\])", answer["source"]).group(1)
+    functions = re.search(r"_kp_cute = _kp_native\('\w+', (\{.*?\})", answer["source"]).group(1)
     cu = tmp_path / "cute.cu"
     cu.write_text(source)
     flags = [f for f in cute_gemm.NVCC_FLAGS if f != "-std=c++17"] + nvcc_flags((9, 0))

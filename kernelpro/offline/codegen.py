@@ -19,6 +19,7 @@ from kernelpro.offline.fusion_build import GENERATED_MODULE
 from kernelpro.offline.fxpasses import fold_boundary
 from kernelpro.offline.moves import MOVES
 from kernelpro.offline.triton_gen import TANH_HELPER
+from kernelpro.offline.wrapper import NATIVE_HELPER
 
 
 class CodegenError(Exception):
@@ -130,6 +131,8 @@ def render(problem_source: str, moves: list[str], gm: fx.GraphModule | None, fol
     if any("@triton.jit" in kernel for kernel in kernels):
         header += ["import triton", "import triton.language as tl", "", ""]
         header += [TANH_HELPER] if any("_kp_tanh(" in k for k in kernels) else []
+    if any("_kp_native(" in kernel for kernel in kernels):
+        header += ["", NATIVE_HELPER.rstrip(), ""]
     for kernel in kernels:
         header += ["", kernel]
     maker, body_attr = [], "    def _kp_body(self, *args):\n        return super().forward(*args)\n"

@@ -15,10 +15,10 @@ The same groups (`kernelpro.offline.fusion`) as the Triton generator, float32 on
   writing partial results to a workspace, a last one writing the outputs; `float4`
   loads and stores when the reduced part is contiguous.
 
-Host launchers take raw pointers and the stream as integers and are `extern "C"`,
-so the .cu source needs no torch header: nvcc compiles it in seconds, and the same
-text loads through `torch.utils.cpp_extension.load_inline` in a candidate or
-through ctypes in tests. Expressions come from the Triton steps, translated by
+Host launchers take raw pointers and the stream as integers, are `extern "C"` and
+return NULL or the CUDA error message, so the .cu source needs no torch header and no
+Python binding: `load_inline` builds it with one nvcc run of seconds, and the candidate
+opens it with ctypes (`wrapper.NATIVE_HELPER`). Expressions come from the Triton steps, translated by
 their syntax tree (`c_expr`).
 """
 
@@ -33,7 +33,7 @@ from kernelpro.offline import triton_gen
 from kernelpro.offline.fusion_build import Group, Step
 from kernelpro.offline.triton_gen import (Device, Dialect, Layout, RowSpace, _describe, _header, _index_lines,
                                           _inputs_doc, _needed, layout)
-from kernelpro.offline.wrapper import Wrapper, output_names, python_wrapper
+from kernelpro.offline.wrapper import Wrapper, native_loader, output_names, python_wrapper
 
 CACHE_ITEMS = 16  # a row of at most this many items per thread stays in registers between passes
 
@@ -444,8 +444,6 @@ def features(group: Group) -> dict:
 # -- the source -----------------------------------------------------------------------------------
 PRELUDE = r'''#include <cuda_runtime.h>
 #include <math.h>
-#include <stdexcept>
-#include <string>
 
 #define KP_NO_INDEX 0x7fffffffffffffffLL
 
@@ -501,32 +499,24 @@ template <int THREADS, int MAX> __device__ __forceinline__ void kp_block_arg(flo
     kp_warp_arg<MAX>(v, at);
 }
 
-static void kp_check(const char* name) {
+static const char* kp_error() {  // what a launcher returns: NULL, or why the launch failed
     const cudaError_t error = cudaGetLastError();
-    if (error != cudaSuccess) throw std::runtime_error(std::string(name) + ": " + cudaGetErrorString(error));
+    return error == cudaSuccess ? nullptr : cudaGetErrorString(error);
 }
 '''
 
 
-# The launchers take raw pointers and a stream, so neither translation unit needs torch's
-# headers: without load_inline's implicit ones (torch/types.h in the .cu, torch/extension.h in
-# the binding) a build takes seconds instead of ~40 s (nvcc: 1.8 s vs 40.6 s on one kernel;
-# the pybind11-only binding: 6.7 s vs 35.6 s with g++).
-BINDING_INCLUDE = "#include <pybind11/pybind11.h>"
-LIGHT_BUILD = "with_pytorch_error_handling=False, no_implicit_headers=True"
-LIGHT_BUILD_COMMENT = "# Raw pointers only: no torch headers in either translation unit, so it builds in seconds."
-
-
 def render_group(group: Group, config: dict) -> tuple[str, str]:
-    """(kernel + extern "C" launcher as CUDA source, the launcher's C declaration)."""
+    """(kernel + extern "C" launcher as CUDA source, the launcher's number of arguments)."""
     make = _pointwise if group.kind == "pointwise" else _split if config.get("variant") == "split" else _row
     kernel, launch = make(group, config)
     pointers = [i.var for i in group.inputs] + [ws for ws, _ in workspaces(group, config)] + [
         f"out{k}" for k in range(len(group.outputs))]
-    signature = f'extern "C" void {group.name}_launch({", ".join(f"long long {p}" for p in pointers)}, long long stream)'
+    signature = (f'extern "C" const char* {group.name}_launch('
+                 f'{", ".join(f"long long {p}" for p in pointers)}, long long stream)')
     source = "\n".join(kernel + ["", signature + " {", f"    // launch: {_describe(config)}"] + launch + [
-        f'    kp_check("{group.name}");', "}"])
-    return source, signature + ";"
+        "    return kp_error();", "}"])
+    return source, len(pointers) + 1
 
 
 def cuda_source(parts: list[tuple[str, str]]) -> str:
@@ -537,14 +527,10 @@ def render(groups: list[Group], chosen: list[dict]) -> str:
     """One Python block: the CUDA source, its load_inline, and a wrapper per group (named like the group)."""
     parts = [render_group(g, c) for g, c in zip(groups, chosen)]
     source = cuda_source(parts)
-    declarations = "\n".join([BINDING_INCLUDE] + [decl for _, decl in parts])
     name = "kp_cuda_" + hashlib.sha1(source.encode()).hexdigest()[:12]
-    lines = ["from torch.utils.cpp_extension import load_inline", "", f'_KP_CUDA_SOURCE = r"""{source}"""', "",
-             f'_KP_CUDA_DECLARATIONS = r"""{declarations}"""', "", LIGHT_BUILD_COMMENT,
-             f"_kp_cuda = load_inline(name={name!r}, cpp_sources=[_KP_CUDA_DECLARATIONS],",
-             "                       cuda_sources=[_KP_CUDA_SOURCE],",
-             f"                       functions={[g.name + '_launch' for g in groups]!r},",
-             f'                       extra_cuda_cflags=["-O3"], {LIGHT_BUILD}, verbose=False)']
+    entries = {f"{g.name}_launch": arguments for g, (_, arguments) in zip(groups, parts)}
+    lines = [f'_KP_CUDA_SOURCE = r"""{source}"""', ""] + native_loader(
+        "_kp_cuda", name, entries, ["cuda_sources=[_KP_CUDA_SOURCE]", 'extra_cuda_cflags=["-O3"]'])
     for group, config in zip(groups, chosen):
         args = [i.var for i in group.inputs]
         spaces = workspaces(group, config)

@@ -14,7 +14,9 @@ The element type is the run's precision (bf16 or fp16; the move does not apply a
 fp32). Tile shape, kernel schedule (cooperative or ping-pong) and cluster shape are
 the launch configuration the tuning move walks. The CUDA source includes CUTLASS
 and CuTe from the installed `nvidia-cutlass` wheel (`kernelpro.cutlass_index`)
-and builds through `load_inline` with the flags a CUTLASS translation unit needs.
+and builds through `load_inline` with the flags a CUTLASS translation unit needs; its
+`extern "C"` entry points return NULL or an error message and are opened with ctypes
+(`wrapper.NATIVE_HELPER`).
 """
 
 from __future__ import annotations
@@ -26,10 +28,10 @@ import math
 import torch.fx as fx
 
 from kernelpro.offline import gemm as triton_gemm
-from kernelpro.offline.cuda_gen import BINDING_INCLUDE, LIGHT_BUILD, LIGHT_BUILD_COMMENT, Untranslatable, c_expr
+from kernelpro.offline.cuda_gen import Untranslatable, c_expr
 from kernelpro.offline.fusion_build import Group
 from kernelpro.offline.triton_gen import Device, _describe
-from kernelpro.offline.wrapper import Wrapper, python_wrapper
+from kernelpro.offline.wrapper import Wrapper, native_loader, python_wrapper
 
 ELEMENT = {"bf16": "cutlass::bfloat16_t", "fp16": "cutlass::half_t"}
 TORCH_DTYPE = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}
@@ -121,8 +123,6 @@ def features(group: Group) -> dict:
 PRELUDE = r'''#include <cuda_runtime.h>
 #include <math.h>
 #include <algorithm>
-#include <stdexcept>
-#include <string>
 
 #include "cutlass/cutlass.h"
 #include "cute/tensor.hpp"
@@ -192,8 +192,8 @@ def _epilogue_functor(group: Group) -> list[str]:
             "        return out;", "    }", "};"]
 
 
-def render_group(group: Group, config: dict) -> tuple[str, list[str]]:
-    """(the group's CUDA source: functor, kernel types, extern "C" entry points; their C declarations)."""
+def render_group(group: Group, config: dict) -> tuple[str, dict[str, int]]:
+    """(the group's CUDA source: functor, kernel types, extern "C" entry points; their argument counts)."""
     g, name = group.gemm, group.name
     element = ELEMENT[g.dtype]
     mainloop, epilogue = _SCHEDULES[config["schedule"]]
@@ -255,13 +255,14 @@ def render_group(group: Group, config: dict) -> tuple[str, list[str]]:
               "}",
               f"}}  // namespace {name}_ns", ""]
     pointers = "long long a, long long b, long long bias, long long d"
-    workspace = f'extern "C" long long {name}_workspace({pointers})'
-    launch = f'extern "C" void {name}_launch({pointers}, long long workspace, long long stream)'
-    lines += [workspace + " {", f"    auto& state = kp_state<{name}_ns::Gemm>();",
+    workspace = f'extern "C" const char* {name}_workspace({pointers}, long long size)'
+    launch = f'extern "C" const char* {name}_launch({pointers}, long long workspace, long long stream)'
+    lines += [workspace + " {  // the workspace bytes, into *size", f"    auto& state = kp_state<{name}_ns::Gemm>();",
               f"    cutlass::Status status = {name}_ns::prepare(state, a, b, bias, d);",
-              "    if (status != cutlass::Status::kSuccess)",
-              f'        throw std::runtime_error(std::string("{name}: ") + cutlassGetStatusString(status));',
-              f"    return (long long){name}_ns::Gemm::get_workspace_size({name}_ns::arguments(a, b, bias, d, state.hw));",
+              "    if (status != cutlass::Status::kSuccess) return cutlassGetStatusString(status);",
+              f"    *(long long*)size = (long long){name}_ns::Gemm::get_workspace_size("
+              f"{name}_ns::arguments(a, b, bias, d, state.hw));",
+              "    return nullptr;",
               "}", "", launch + " {", f"    auto& state = kp_state<{name}_ns::Gemm>();",
               f"    cutlass::Status status = {name}_ns::prepare(state, a, b, bias, d);",
               "    const long long pointers[4] = {a, b, bias, d};",
@@ -274,15 +275,14 @@ def render_group(group: Group, config: dict) -> tuple[str, list[str]]:
               "        if (workspace || status != cutlass::Status::kSuccess) state.pointers[3] = 0;",
               "    }",
               "    if (status == cutlass::Status::kSuccess) status = state.gemm.run((cudaStream_t)stream);",
-              "    if (status != cutlass::Status::kSuccess)",
-              f'        throw std::runtime_error(std::string("{name}: ") + cutlassGetStatusString(status));',
+              "    if (status != cutlass::Status::kSuccess) return cutlassGetStatusString(status);",
               "    const cudaError_t error = cudaGetLastError();",
-              f'    if (error != cudaSuccess) throw std::runtime_error(std::string("{name}: ") + cudaGetErrorString(error));',
+              "    return error == cudaSuccess ? nullptr : cudaGetErrorString(error);",
               "}"]
-    return "\n".join(lines), [workspace + ";", launch + ";"]
+    return "\n".join(lines), {f"{name}_workspace": 5, f"{name}_launch": 6}
 
 
-def cuda_source(parts: list[tuple[str, list[str]]]) -> str:
+def cuda_source(parts: list[tuple[str, dict[str, int]]]) -> str:
     return PRELUDE + "\n" + "\n\n".join(source for source, _ in parts) + "\n"
 
 
@@ -313,16 +313,13 @@ def render(groups: list[Group], chosen: list[dict]) -> str:
     """One Python block: the CUDA source, its load_inline, and a wrapper per group (named like the group)."""
     parts = [render_group(g, c) for g, c in zip(groups, chosen)]
     source = cuda_source(parts)
-    declarations = "\n".join([BINDING_INCLUDE] + [decl for _, decls in parts for decl in decls])
     name = "kp_cute_" + hashlib.sha1(source.encode()).hexdigest()[:12]
-    functions = [f"{g.name}_{entry}" for g in groups for entry in ("workspace", "launch")]
-    lines = ["from torch.utils.cpp_extension import load_inline" + _INCLUDES.format(flags=NVCC_FLAGS), "",
-             f'_KP_CUTE_SOURCE = r"""{source}"""', "", f'_KP_CUTE_DECLARATIONS = r"""{declarations}"""', "",
-             LIGHT_BUILD_COMMENT,
-             f"_kp_cute = load_inline(name={name!r}, cpp_sources=[_KP_CUTE_DECLARATIONS],",
-             "                       cuda_sources=[_KP_CUTE_SOURCE], functions=" + repr(functions) + ",",
-             "                       extra_include_paths=_kp_cutlass_includes(),",
-             f"                       extra_cuda_cflags=_kp_cutlass_flags(), {LIGHT_BUILD}, verbose=False)", "", "",
+    entries = {entry: arguments for _, group_entries in parts for entry, arguments in group_entries.items()}
+    lines = [_INCLUDES.format(flags=NVCC_FLAGS).strip(), "", "", f'_KP_CUTE_SOURCE = r"""{source}"""', ""]
+    lines += native_loader("_kp_cute", name, entries, ["cuda_sources=[_KP_CUTE_SOURCE]",
+                                                       "extra_include_paths=_kp_cutlass_includes()",
+                                                       "extra_cuda_cflags=_kp_cutlass_flags()"])
+    lines += ["", "",
              "_KP_CUTE_WORKSPACE = {}  # (GEMM, device) -> workspace bytes", "", "",
              "def _kp_aligned(t):", '    """TMA reads and writes 16-byte aligned addresses."""',
              "    return t if t.data_ptr() % 16 == 0 else t.clone()"]
@@ -341,8 +338,9 @@ def render(groups: list[Group], chosen: list[dict]) -> str:
                     + ("bias.data_ptr()" if g.bias is not None else "0") + ", out0.data_ptr())",
                     f"    size = _KP_CUTE_WORKSPACE.get(({group.name!r}, a.device.index))",
                     "    if size is None:  # fixed shapes: the size depends only on the device",
-                    f"        size = _KP_CUTE_WORKSPACE[({group.name!r}, a.device.index)] = "
-                    f"_kp_cute.{group.name}_workspace(*pointers)",
+                    "        size = ctypes.c_int64()",
+                    f"        _kp_cute.{group.name}_workspace(*pointers, ctypes.addressof(size))",
+                    f"        size = _KP_CUTE_WORKSPACE[({group.name!r}, a.device.index)] = size.value",
                     "    workspace = torch.empty(size, device=a.device, dtype=torch.uint8) if size else None",
                     f"    _kp_cute.{group.name}_launch(*pointers, workspace.data_ptr() if size else 0, "
                     "torch.cuda.current_stream().cuda_stream)"]))

@@ -1,0 +1,83 @@
+"""The wire format of outputs from a worker to the trusted process.
+
+A payload is an 8-byte length, a JSON list that gives each value's dtype, shape and
+byte count (or the value itself, for a plain Python scalar), then the tensors' raw
+bytes. Nothing is unpickled, so a payload carries plain tensors and JSON scalars
+only, whatever the worker sends; and neither side copies the bytes through a
+serializer (a correctness trial of a GPU-sized problem moves hundreds of MB: one
+256 MB output took 0.8 s to `torch.save` and 0.7 s to load on the dev box).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import torch
+
+
+class PayloadRejected(Exception):
+    """A payload that is not plain tensors and scalars."""
+
+
+_META_LENGTH = struct.Struct(">Q")
+#: the dtypes an output may have, by name (anything else is rejected)
+DTYPES = {str(d).removeprefix("torch."): d for d in (
+    torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.complex64, torch.complex128,
+    torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool,
+    torch.float8_e4m3fn, torch.float8_e5m2)}
+_SCALARS = (bool, int, float, str, type(None))
+
+
+def pack_values(values: list) -> list:
+    """The payload for a list of outputs (the worker's side): buffers to send one after another.
+    Tensors go as their contiguous bytes on the CPU; other values must be JSON scalars."""
+    meta, buffers = [], []
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            tensor = value.detach()
+            tensor = (tensor.to_dense() if tensor.layout != torch.strided else tensor).cpu().contiguous()
+            raw = tensor.reshape(-1).view(torch.uint8) if tensor.numel() else torch.empty(0, dtype=torch.uint8)
+            meta.append({"dtype": str(tensor.dtype).removeprefix("torch."), "shape": list(tensor.shape),
+                         "nbytes": raw.numel()})
+            buffers.append(memoryview(raw.numpy()))
+        elif isinstance(value, _SCALARS):
+            meta.append({"value": value})
+        else:
+            meta.append({"unsupported": type(value).__name__})
+    encoded = json.dumps(meta).encode()
+    return [_META_LENGTH.pack(len(encoded)) + encoded] + buffers
+
+
+def load_tensors(payload: bytes | bytearray) -> list:
+    """The outputs in a payload (the trusted side). Tensors share the payload's memory."""
+    try:
+        (size,) = _META_LENGTH.unpack_from(payload, 0)
+        meta = json.loads(bytes(payload[_META_LENGTH.size:_META_LENGTH.size + size]))
+        offset = _META_LENGTH.size + size
+        values = []
+        for entry in meta:
+            if "unsupported" in entry:
+                raise PayloadRejected(f"an output is a {entry['unsupported']}, not a tensor or a plain scalar")
+            if "value" in entry:
+                if not isinstance(entry["value"], _SCALARS):
+                    raise PayloadRejected("malformed output payload")
+                values.append(entry["value"])
+                continue
+            dtype, shape, nbytes = DTYPES[entry["dtype"]], [int(n) for n in entry["shape"]], int(entry["nbytes"])
+            count = 1
+            for n in shape:
+                count *= n
+            if min(shape, default=0) < 0 or nbytes != count * dtype.itemsize or offset + nbytes > len(payload):
+                raise PayloadRejected("malformed output payload")
+            raw = (torch.frombuffer(payload, dtype=torch.uint8, count=nbytes, offset=offset) if nbytes
+                   else torch.empty(0, dtype=torch.uint8))
+            values.append(raw.view(dtype).reshape(shape))
+            offset += nbytes
+    except PayloadRejected:
+        raise
+    except Exception as error:
+        raise PayloadRejected(f"malformed output payload ({type(error).__name__})") from None
+    if offset != len(payload):
+        raise PayloadRejected("malformed output payload")
+    return values
