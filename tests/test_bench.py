@@ -97,6 +97,7 @@ def test_a_bench_writes_every_leaderboard_and_records_a_crash(finished_bench):
     assert level["fast_p"]["1"] == pytest.approx(sum(r["speedup"] > 1 for r in done) / 3)
     markdown = (out / "leaderboard.md").read_text()
     assert "| `level1/1_DoubleNegation` |" in markdown and "Failed problems:" in markdown
+    assert "| level | problems | finished | valid |" in markdown and "| 1 | 3 | 3 | 67% |" in markdown
     page = (out / "leaderboard.html").read_text()
     assert page.count("<svg") >= 2 and "fast_p per level" in page and "<script" not in page
     for r in done:  # each problem's search in its own folder

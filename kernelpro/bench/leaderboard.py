@@ -1,5 +1,7 @@
 """The bench's results: per-problem rows, per-level summaries, and leaderboard.{md,json,html}.
 
+- finished: problems whose search is over (done or failed); the rates below count every
+  problem of the level, so a bench still running shows its pending problems as not valid;
 - valid: the search found a correct candidate (the reference does not count);
 - fast_p: the share of the level's problems that are valid with a speedup over eager above
   p (KernelBench's metric; failed problems count as not fast);
@@ -105,12 +107,12 @@ def _how(document: dict) -> str:
 
 def markdown(document: dict) -> str:
     lines = [f"# {_title(document)}", "", _how(document), "",
-             "| level | problems | valid | " + " | ".join(f"fast_{p:g}" for p in FAST_P)
+             "| level | problems | finished | valid | " + " | ".join(f"fast_{p:g}" for p in FAST_P)
              + " | geomean vs eager | vs compile | vs best baseline | GPU-min |",
-             "|---|---|---|" + "---|" * len(FAST_P) + "---|---|---|---|"]
+             "|---|---|---|---|" + "---|" * len(FAST_P) + "---|---|---|---|"]
     for summary in document["levels"] + [document["overall"]]:
         lines.append(f"| {summary['level'] if summary['level'] is not None else '-'} | {summary['problems']} | "
-                     f"{summary['valid_rate']:.0%} | " + " | ".join(f"{v:.0%}" for v in summary["fast_p"].values())
+                     f"{summary['finished']} | {summary['valid_rate']:.0%} | " + " | ".join(f"{v:.0%}" for v in summary["fast_p"].values())
                      + f" | {_cell(summary['geomean_vs_eager'], suffix='x')} | "
                      f"{_cell(summary['geomean_vs_compile'], suffix='x')} | "
                      f"{_cell(summary['geomean_vs_best_baseline'], suffix='x')} | {summary['gpu_minutes']:.1f} |")
@@ -193,7 +195,8 @@ def render_html(document: dict) -> str:
         rows_html.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
     summaries = []
     for s in document["levels"] + [document["overall"]]:
-        cells = [s["level"] if s["level"] is not None else "-", s["problems"], f"{s['valid_rate']:.0%}"] + [
+        cells = [s["level"] if s["level"] is not None else "-", s["problems"], s["finished"],
+                 f"{s['valid_rate']:.0%}"] + [
             f"{v:.0%}" for v in s["fast_p"].values()] + [_cell(s["geomean_vs_eager"], suffix="x"),
                                                          _cell(s["geomean_vs_compile"], suffix="x"),
                                                          _cell(s["geomean_vs_best_baseline"], suffix="x")]
@@ -201,7 +204,7 @@ def render_html(document: dict) -> str:
     energy = [r["baseline_energy_j"] / r["energy_j"] for r in document["problems"]
               if r["energy_j"] and r["baseline_energy_j"]]
     speedups = [r["speedup"] for r in document["problems"] if r["status"] == "done" and r["speedup"]]
-    header = "".join(f"<th>{h}</th>" for h in ["level", "problems", "valid"] + [f"fast_{p:g}" for p in FAST_P]
+    header = "".join(f"<th>{h}</th>" for h in ["level", "problems", "finished", "valid"] + [f"fast_{p:g}" for p in FAST_P]
                      + ["geomean vs eager", "vs compile", "vs best baseline"])
     problem_header = "".join(f"<th>{h}</th>" for h in ("problem", "eager ms", "compile ms", "best ms", "vs eager",
                                                          "vs compile", "verdict", "techniques", "evaluations",
