@@ -153,6 +153,17 @@ def test_every_example_compiles_for_sm90_with_vector_access_and_shuffles(tmp_pat
     assert pointwise >= 4 and rows >= 10 and split >= 2
 
 
+def test_norms_that_reread_the_row_get_mean_and_variance_in_one_pass():
+    """Rows too long for registers: the statistics pass is Welford per thread (merged by two block
+    sums), so the row is read twice, not three times; rows kept in registers keep the exact two passes."""
+    source, _, kernels = Problem(ROOT / "examples" / "fusion" / "groupnorm_silu.py", 42).build(["cuda_kernels"])
+    cu = re.search(r'_KP_CUDA_SOURCE = r"""(.*?)"""', source, re.S).group(1)
+    assert "re-read every pass" in cu and cu.count("for (int t = 0;") == 2 and "__frcp_rn(" in cu
+    source, _, _ = Problem(ROOT / "examples" / "fusion" / "layernorm_gelu.py", 42).build(["cuda_kernels"])
+    cu = re.search(r'_KP_CUDA_SOURCE = r"""(.*?)"""', source, re.S).group(1)
+    assert "read once into registers" in cu and "__frcp_rn(" not in cu
+
+
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
 def test_candidate_builds_without_torch_headers_or_binding_and_reports_cuda_errors(tmp_path, monkeypatch):
     """torch's own load_inline compiles the CUDA source (no torch header) and an empty C++ unit (no

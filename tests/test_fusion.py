@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import torch
 
 pytest.importorskip("triton")
 from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
@@ -68,6 +69,30 @@ def test_looped_variant_matches_on_every_row_example(tmp_path, monkeypatch):
         small = tmp_path / path.name
         small.write_text(shrink(path.read_text()))
         check(small)
+
+
+@pytest.mark.parametrize("op", ["F.layer_norm(h, (3000,))", "h.var(dim=-1, keepdim=True)",
+                                "F.group_norm(h.reshape(6, 4, 750), 2)"])
+def test_looped_statistics_take_one_pass_and_stay_accurate(tmp_path, monkeypatch, op):
+    """A looped row kernel reads the row once for mean and variance (Welford per lane, merged across
+    lanes), not twice; on rows with a large mean and a small spread, where E[x^2] - E[x]^2 would lose
+    every digit, it stays as close to a float64 reference as torch's own float32 is."""
+    monkeypatch.setattr(triton_gen, "configs", lambda group, device=None: [
+        {"variant": "looped", "BLOCK_R": 2, "BLOCK_C": 256, "num_warps": 4, "score": 1.0}]
+        if group.kind == "row" else [{"BLOCK": 1024, "num_warps": 4, "score": 1.0}])
+    path = write_problem(tmp_path, ["h = x * 0.05 + 40.0", f"return {op}"], [(6, 3000)])
+    source, _, kernels = Problem(path, 42).build(FUSE)
+    assert [k["config"]["variant"] for k in kernels if k["kind"] == "row"] == ["looped"]
+    loops = source.count("for start in range(")
+    assert loops == (2 if "norm" in op else 1) and "(Welford per lane)" in source
+    candidate = path.with_name(path.stem + "_new.py")
+    candidate.write_text(source)
+    module = load_module(candidate)
+    x = torch.randn(6, 3000, generator=torch.Generator().manual_seed(3))
+    exact = module.Model()(x.double())
+    torch_error = (module.Model()(x).double() - exact).abs().max().item()
+    our_error = (module.ModelNew()(x).double() - exact).abs().max().item()
+    assert our_error <= max(2 * torch_error, 1e-6), (our_error, torch_error)
 
 
 # -- property-based: random shapes and op chains --------------------------------------------------

@@ -192,8 +192,15 @@ def _row(group: Group, config: dict) -> tuple[list[str], list[str]]:
             kernel.append(f"    const float {item.var} = __ldg({item.var}_ptr + "
                           f"{_offset(lay.strides[item.var], keep_names, keep)});")
 
-    passes = [_needed(group, [s.operand for s in group.reductions(level)], "full")
-              for level in range(1, group.levels() + 1)]
+    # re-reading the row: a sum of squares about a row mean comes from the pass of that mean's sum
+    # (Welford per thread, merged across the row with two block sums), one read of the row fewer
+    by_var = {s.var: s for s in group.steps}
+    moments = {} if cached else {s.moment: s for s in group.steps
+                                 if s.moment and by_var[s.moment].level == s.level - 1}
+    hoisted = {s.var for s in moments.values()}
+    pass_reductions = [[s for s in group.reductions(level) if s.var not in hoisted]
+                       for level in range(1, group.levels() + 1)]
+    passes = [_needed(group, [s.operand for s in reductions], "full") for reductions in pass_reductions]
     read_by_passes = {d for chosen in passes for s in chosen for d in s.deps} | {
         s.operand for s in group.steps if s.reduce}
     cache = [i for i in full_inputs if i.var in read_by_passes] if cached else []  # the rest: read where used
@@ -228,12 +235,19 @@ def _row(group: Group, config: dict) -> tuple[list[str], list[str]]:
         wanted = {d for s in chosen for d in s.deps} | set(roots)
         return [i for i in full_inputs if i.var in wanted]
 
-    for level, chosen in enumerate(passes, start=1):
-        reductions = group.reductions(level)
+    for level, (chosen, reductions) in enumerate(zip(passes, pass_reductions), start=1):
+        if not reductions:  # its only reduction came with the pass before (a moment)
+            kernel += [f"    const float {s.var} = {c_expr(s.expr)};" for s in row_steps if s.level == level]
+            continue
         roots = [s.operand for s in reductions]
         body = steps(chosen)
         for s in reductions:
-            if s.reduce in ("argmax", "argmin"):
+            if s.var in moments:  # Welford: this thread has seen t + 1 values of the row
+                kernel.append(f"    float n_{s.var} = 0.0f, mean_{s.var} = 0.0f, m2_{s.var} = 0.0f;")
+                body += [f"const float delta_{s.var} = {s.operand} - mean_{s.var};", f"n_{s.var} += 1.0f;",
+                         f"mean_{s.var} += delta_{s.var} * __frcp_rn(n_{s.var});",
+                         f"m2_{s.var} += delta_{s.var} * ({s.operand} - mean_{s.var});"]
+            elif s.reduce in ("argmax", "argmin"):
                 kernel += [f"    float acc_{s.var} = {_IDENTITY[s.reduce]};", f"    long long at_{s.var} = KP_NO_INDEX;"]
                 better = ">" if s.reduce == "argmax" else "<"
                 body.append(f"if (t == 0 || {s.operand} {better} acc_{s.var}) "
@@ -243,7 +257,14 @@ def _row(group: Group, config: dict) -> tuple[list[str], list[str]]:
                 body.append(f"acc_{s.var} = {_COMBINE[s.reduce].format(a=f'acc_{s.var}', b=s.operand)};")
         kernel += loop(body, used(chosen, roots))
         for s in reductions:
-            if s.reduce in ("argmax", "argmin"):
+            if s.var in moments:
+                block_sum = "kp_warp<0>" if warp else f"kp_block<{threads}, 0>"
+                m2 = moments[s.var].var
+                kernel += [f"    const float {s.var} = {block_sum}(n_{s.var} * mean_{s.var});",
+                           f"    const float spread_{s.var} = mean_{s.var} - {s.var} / {float(length)!r}f;",
+                           f"    const float {m2} = {block_sum}(m2_{s.var} + n_{s.var} * spread_{s.var} * "
+                           f"spread_{s.var});"]
+            elif s.reduce in ("argmax", "argmin"):
                 largest = int(s.reduce == "argmax")
                 call = f"kp_warp_arg<{largest}>" if warp else f"kp_block_arg<{threads}, {largest}>"
                 kernel += [f"    {call}(acc_{s.var}, at_{s.var});", f"    const float {s.var} = (float)at_{s.var};"]

@@ -36,6 +36,9 @@ class Step:
     operand: str = ""
     deps: tuple[str, ...] = ()
     level: int = 0  # the last pass over the row it waits for (a reduction: the pass that computes it; 0: none)
+    # a sum of squares about a row mean: the var of the sum whose mean (sum / row length) centres it;
+    # a backend that loops over the row may compute both in that sum's pass (Welford), one read fewer
+    moment: str = ""
 
 
 @dataclass
@@ -244,10 +247,10 @@ class _Builder:
         self.group.steps.append(Step(var, kind, expr=text, deps=deps, level=self._level(deps)))
         return var
 
-    def reduce(self, how: str, operand: str) -> str:
+    def reduce(self, how: str, operand: str, moment: str = "") -> str:
         var = self.fresh()
         self.group.steps.append(Step(var, "row", reduce=how, operand=operand, deps=(operand,),
-                                     level=self._level((operand,)) + 1))
+                                     level=self._level((operand,)) + 1, moment=moment))
         return var
 
     # -- one member ---------------------------------------------------------------------------
@@ -339,9 +342,10 @@ class _Builder:
         def mean(value: str) -> str:
             return self.expr(f"{self.reduce('sum', value)} / {count}", "row")
 
-        def stats(value: str) -> tuple[str, str]:  # mean, and the centred values
-            m = mean(value)
-            return m, self.expr(f"({value} - {m})", "full")
+        def centred_squares(value: str) -> tuple[str, str]:  # the centred values, the sum of their squares
+            total = self.reduce("sum", value)
+            centred = self.expr(f"({value} - {self.expr(f'{total} / {count}', 'row')})", "full")
+            return centred, self.reduce("sum", self.expr(f"({centred} * {centred})", "full"), moment=total)
 
         if op == "sum":
             out = self.reduce("sum", x)
@@ -362,8 +366,7 @@ class _Builder:
         elif op in ("var", "std"):
             correction = a["correction"] if a["correction"] is not None else (
                 0 if a["unbiased"] is False else 1)
-            _, centred = stats(x)
-            total = self.reduce("sum", self.expr(f"({centred} * {centred})", "full"))
+            _, total = centred_squares(x)
             out = self.expr(f"{total} / {lit(float(self.group.row_length - correction))}", "row")
             if op == "std":
                 out = self.expr(f"tl.sqrt({out})", "row")
@@ -382,8 +385,8 @@ class _Builder:
             out = self.expr(f"({x} / tl.maximum({norm}, {lit(a['eps'] if a['eps'] is not None else 1e-12)}))",
                             "full")
         else:  # layer_norm, group_norm, instance_norm, batch_norm (batch statistics)
-            _, centred = stats(x)
-            var = mean(self.expr(f"({centred} * {centred})", "full"))
+            centred, squares = centred_squares(x)
+            var = self.expr(f"{squares} / {count}", "row")
             out = self.expr(f"({centred} * tl.rsqrt({var} + {lit(a['eps'])}))", "full")
             view = None if op == "layer_norm" else tuple(s if d == 1 else 1 for d, s in enumerate(self.group.logical))
             for name, symbol in (("weight", "*"), ("bias", "+")):

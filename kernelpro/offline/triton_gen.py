@@ -257,13 +257,20 @@ class _Rows(RowSpace):
     def row_lines(self, level: int) -> list[str]:
         return [f"    {step.var} = {step.expr}" for step in self.row_steps if step.level == level]
 
-    def accumulate(self, level: int, indent: str) -> list[str]:
-        """Inside a loop over the row: the pass's values, folded into `acc_<var>` per reduction."""
-        reductions = self.group.reductions(level)
+    def accumulate(self, reductions: list[Step], moments: dict[str, Step], indent: str) -> list[str]:
+        """Inside a loop over the row: the pass's values, folded into `acc_<var>` per reduction; a sum
+        with a moment (`moments`: sum var -> its sum of centred squares) is a Welford update per lane
+        instead: the lane's count, mean and sum of squared deviations (`n_`, `mean_`, `m2_<var>`)."""
         roots = [s.operand for s in reductions]
         lines = self.body(_needed(self.group, roots, "full"), roots, indent)
         for s in reductions:
             value = f"tl.where(mask, {s.operand}, {_IDENTITY[s.reduce]})"
+            if s.var in moments:  # every lane still in the row has seen `start // BLOCK_C + 1` values
+                lines += [f"{indent}delta = tl.where(mask, {s.operand} - mean_{s.var}, 0.0)",
+                          f"{indent}n_{s.var} = n_{s.var} + tl.where(mask, 1.0, 0.0)",
+                          f"{indent}mean_{s.var} = mean_{s.var} + delta * (1.0 / (start // BLOCK_C + 1))",
+                          f"{indent}m2_{s.var} = m2_{s.var} + delta * tl.where(mask, {s.operand} - mean_{s.var}, 0.0)"]
+                continue
             update = {"sum": f"acc_{s.var} + {value}", "max": f"tl.maximum(acc_{s.var}, {value})",
                       "min": f"tl.minimum(acc_{s.var}, {value})"}[s.reduce]
             lines.append(f"{indent}acc_{s.var} = {update}")
@@ -303,13 +310,33 @@ def _row_kernel(group: Group, lay: Layout, looped: bool) -> list[str]:
                 lines.append(f"    {s.var} = {s.expr}")
         lines += [f"    tl.store(out{k}_ptr + {rows.full_offset}, {o.var}, mask=mask)" for k, o in rows.full_outputs]
     else:
+        # a sum of squares about a row mean is computed in the pass of that mean's sum (Welford per
+        # lane, merged across lanes as Chan et al. do), so a normalization reads its row twice, not 3x
+        by_var = {s.var: s for s in group.steps}
+        moments = {s.moment: s for s in group.steps if s.moment and by_var[s.moment].level == s.level - 1}
+        hoisted = {s.var for s in moments.values()}
+        passes = 0
         for level in range(1, group.levels() + 1):
-            for s in group.reductions(level):
-                lines.append(f"    acc_{s.var} = tl.full([BLOCK_R, BLOCK_C], {_IDENTITY[s.reduce]}, tl.float32)")
-            lines += [f"    for start in range(0, {length}, BLOCK_C):  # pass {level}",
-                      "        j = start + tl.arange(0, BLOCK_C)[None, :]", f"        mask = row_mask & (j < {length})"]
-            lines += rows.accumulate(level, "        ")
-            lines += [f"    {s.var} = {_FOLD[s.reduce]}(acc_{s.var}, 1)[:, None]" for s in group.reductions(level)]
+            reductions = [s for s in group.reductions(level) if s.var not in hoisted]
+            if reductions:
+                passes += 1
+                for s in reductions:
+                    names = (["n_", "mean_", "m2_"] if s.var in moments else ["acc_"])
+                    lines += [f"    {name}{s.var} = tl.full([BLOCK_R, BLOCK_C], "
+                              f"{_IDENTITY[s.reduce]}, tl.float32)" for name in names]
+                welford = [moments[s.var].var for s in reductions if s.var in moments]
+                lines += [f"    for start in range(0, {length}, BLOCK_C):  # pass {passes}" + (
+                              f", with {', '.join(welford)} (Welford per lane)" if welford else ""),
+                          "        j = start + tl.arange(0, BLOCK_C)[None, :]", f"        mask = row_mask & (j < {length})"]
+                lines += rows.accumulate(reductions, moments, "        ")
+                for s in reductions:
+                    if s.var not in moments:
+                        lines.append(f"    {s.var} = {_FOLD[s.reduce]}(acc_{s.var}, 1)[:, None]")
+                        continue
+                    m2 = moments[s.var].var
+                    lines += [f"    {s.var} = tl.sum(n_{s.var} * mean_{s.var}, 1)[:, None]",
+                              f"    spread = mean_{s.var} - {s.var} / {float(length)!r}",
+                              f"    {m2} = tl.sum(m2_{s.var} + n_{s.var} * spread * spread, 1)[:, None]"]
             lines += rows.row_lines(level)
         if rows.full_outputs:
             lines += [f"    for start in range(0, {length}, BLOCK_C):  # the outputs",
@@ -377,7 +404,7 @@ def _split_kernels(group: Group, lay: Layout) -> list[str]:
         lines += rows.row_lines(0) + fold_partials(level - 1)
         lines += [f"    acc_{s.var} = tl.full([1, BLOCK_C], {_IDENTITY[s.reduce]}, tl.float32)"
                   for s in group.reductions(level)]
-        lines += chunk_loop + rows.accumulate(level, "        ")
+        lines += chunk_loop + rows.accumulate(group.reductions(level), {}, "        ")
         lines += [f"    tl.store(ws_{s.var}_ptr + r * NCHUNKS + tl.program_id(1), {_FOLD[s.reduce]}(acc_{s.var}, 1)"
                   "[:, None], mask=row_mask)" for s in group.reductions(level)]
         kernels += lines + ["", ""]
