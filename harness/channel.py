@@ -2,7 +2,7 @@
 
 A socket pair, never stdout: a frame is an 8-byte big-endian header length, an
 8-byte payload length, a JSON header and an optional binary payload (outputs in
-`compare`'s raw format), sent from one buffer or several without joining them.
+`payload`'s raw format), sent from one buffer or several without joining them.
 """
 
 from __future__ import annotations

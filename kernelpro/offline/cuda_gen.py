@@ -194,9 +194,7 @@ def _row(group: Group, config: dict) -> tuple[list[str], list[str]]:
 
     # re-reading the row: a sum of squares about a row mean comes from the pass of that mean's sum
     # (Welford per thread, merged across the row with two block sums), one read of the row fewer
-    by_var = {s.var: s for s in group.steps}
-    moments = {} if cached else {s.moment: s for s in group.steps
-                                 if s.moment and by_var[s.moment].level == s.level - 1}
+    moments = {} if cached else group.moments()
     hoisted = {s.var for s in moments.values()}
     pass_reductions = [[s for s in group.reductions(level) if s.var not in hoisted]
                        for level in range(1, group.levels() + 1)]
@@ -226,7 +224,11 @@ def _row(group: Group, config: dict) -> tuple[list[str], list[str]]:
         kernel += [f"        {i.var}_c[t] = __ldg({i.var}_ptr + {_offset(lay.strides[i.var], names, keep + red)});"
                    for i in cache] + ["    }"]
     row_steps = [s for s in group.steps if s.kind == "row" and not s.reduce]
-    kernel += [f"    const float {s.var} = {c_expr(s.expr)};" for s in row_steps if s.level == 0]
+
+    def row_lines(level: int) -> list[str]:  # the per-row values once the passes up to `level` are done
+        return [f"    const float {s.var} = {c_expr(s.expr)};" for s in row_steps if s.level == level]
+
+    kernel += row_lines(0)
 
     def steps(chosen: list[Step]) -> list[str]:
         return [f"const float {s.var} = {c_expr(s.expr)};" for s in chosen if not s.reduce]
@@ -237,7 +239,7 @@ def _row(group: Group, config: dict) -> tuple[list[str], list[str]]:
 
     for level, (chosen, reductions) in enumerate(zip(passes, pass_reductions), start=1):
         if not reductions:  # its only reduction came with the pass before (a moment)
-            kernel += [f"    const float {s.var} = {c_expr(s.expr)};" for s in row_steps if s.level == level]
+            kernel += row_lines(level)
             continue
         roots = [s.operand for s in reductions]
         body = steps(chosen)
@@ -271,7 +273,7 @@ def _row(group: Group, config: dict) -> tuple[list[str], list[str]]:
             else:
                 call = f"kp_warp<{_OP_CODE[s.reduce]}>" if warp else f"kp_block<{threads}, {_OP_CODE[s.reduce]}>"
                 kernel.append(f"    const float {s.var} = {call}(acc_{s.var});")
-        kernel += [f"    const float {s.var} = {c_expr(s.expr)};" for s in row_steps if s.level == level]
+        kernel += row_lines(level)
     full_outputs = [(k, o) for k, o in enumerate(group.outputs) if o.kind == "full"]
     if full_outputs:
         roots = [o.var for _, o in full_outputs]
@@ -527,7 +529,7 @@ static const char* kp_error() {  // what a launcher returns: NULL, or why the la
 '''
 
 
-def render_group(group: Group, config: dict) -> tuple[str, str]:
+def render_group(group: Group, config: dict) -> tuple[str, int]:
     """(kernel + extern "C" launcher as CUDA source, the launcher's number of arguments)."""
     make = _pointwise if group.kind == "pointwise" else _split if config.get("variant") == "split" else _row
     kernel, launch = make(group, config)
@@ -540,7 +542,7 @@ def render_group(group: Group, config: dict) -> tuple[str, str]:
     return source, len(pointers) + 1
 
 
-def cuda_source(parts: list[tuple[str, str]]) -> str:
+def cuda_source(parts: list[tuple[str, int]]) -> str:
     return PRELUDE + "\n" + "\n\n".join(source for source, _ in parts) + "\n"
 
 

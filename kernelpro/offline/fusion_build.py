@@ -97,6 +97,12 @@ class Group:
         """The reductions computed by pass `level` over the row, in step order."""
         return [s for s in self.steps if s.reduce and s.level == level]
 
+    def moments(self) -> dict[str, Step]:
+        """sum var -> the sum of squares about that sum's mean, for each pair a looping kernel may
+        compute in one pass (the squares' reduction comes in the pass right after the sum's)."""
+        levels = {s.var: s.level for s in self.steps}
+        return {s.moment: s for s in self.steps if s.moment and levels[s.moment] == s.level - 1}
+
     def passes(self) -> int:
         """Reads of the row by a kernel that cannot keep it: one per reduction level, one for full outputs."""
         return self.levels() + any(o.kind == "full" for o in self.outputs)

@@ -312,8 +312,7 @@ def _row_kernel(group: Group, lay: Layout, looped: bool) -> list[str]:
     else:
         # a sum of squares about a row mean is computed in the pass of that mean's sum (Welford per
         # lane, merged across lanes as Chan et al. do), so a normalization reads its row twice, not 3x
-        by_var = {s.var: s for s in group.steps}
-        moments = {s.moment: s for s in group.steps if s.moment and by_var[s.moment].level == s.level - 1}
+        moments = group.moments()
         hoisted = {s.var for s in moments.values()}
         passes = 0
         for level in range(1, group.levels() + 1):
