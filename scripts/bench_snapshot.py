@@ -1,0 +1,73 @@
+"""Packs a bench folder into a .tgz that `--resume` can go on from, while the bench runs.
+
+    python3 scripts/bench_snapshot.py BENCH_DIR OUT.tgz [--kb KB_FILE]
+
+Each SQLite file (bench.db, every problem's state.db, the knowledge base) is copied with
+SQLite's online backup, so the copy is a committed state even when a search writes to it at
+that moment; WAL and shared-memory files are left out. Other files are copied as they are.
+The knowledge base, when given, goes in as `_knowledge.db` (scripts/gpu_check.sh puts it
+back). OUT.tgz is replaced in one rename, so a reader never sees half an archive.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sqlite3
+import tarfile
+import tempfile
+from pathlib import Path
+
+
+def backup(source: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    src = sqlite3.connect(f"file:{source}?mode=ro", uri=True, timeout=30)
+    dst = sqlite3.connect(target)
+    try:
+        src.backup(dst)
+    finally:
+        dst.close()
+        src.close()
+
+
+def snapshot(bench: Path, out: Path, kb: Path | None = None) -> int:
+    """Writes out; returns how many files it holds."""
+    count = 0
+    with tempfile.TemporaryDirectory() as staging:
+        root = Path(staging) / "bench"
+        for path in sorted(bench.rglob("*")):
+            if not path.is_file() or path.name.endswith(("-wal", "-shm", "-journal")) or path.name == "_knowledge.db":
+                continue
+            target = root / path.relative_to(bench)
+            if path.suffix == ".db":
+                backup(path, target)
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(path, target)
+            count += 1
+        if kb is not None and kb.exists():
+            backup(kb, root / "_knowledge.db")
+            count += 1
+        partial = out.with_name(out.name + ".partial")
+        with tarfile.open(partial, "w:gz") as tar:
+            for path in sorted(root.rglob("*")):
+                tar.add(path, arcname=str(Path(".") / path.relative_to(root)), recursive=False)
+        os.replace(partial, out)
+    return count
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("bench", type=Path)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--kb", type=Path, default=None)
+    args = parser.parse_args()
+    if not (args.bench / "bench.db").exists():
+        raise SystemExit(f"{args.bench} holds no bench.db")
+    count = snapshot(args.bench, args.out, args.kb)
+    print(f"{args.out}: {count} files, {args.out.stat().st_size / 1e6:.2f} MB")
+
+
+if __name__ == "__main__":
+    main()
