@@ -158,10 +158,34 @@ def test_norms_that_reread_the_row_get_mean_and_variance_in_one_pass():
     sums), so the row is read twice, not three times; rows kept in registers keep the exact two passes."""
     source, _, kernels = Problem(ROOT / "examples" / "fusion" / "groupnorm_silu.py", 42).build(["cuda_kernels"])
     cu = re.search(r'_KP_CUDA_SOURCE = r"""(.*?)"""', source, re.S).group(1)
-    assert "re-read every pass" in cu and cu.count("for (int t = 0;") == 2 and "__frcp_rn(" in cu
+    assert "re-read every pass" in cu and cu.count("for (int t = 0;") == 2 and "__fdividef(1.0f, n_" in cu
     source, _, _ = Problem(ROOT / "examples" / "fusion" / "layernorm_gelu.py", 42).build(["cuda_kernels"])
     cu = re.search(r'_KP_CUDA_SOURCE = r"""(.*?)"""', source, re.S).group(1)
-    assert "read once into registers" in cu and "__frcp_rn(" not in cu
+    assert "read once into registers" in cu and "__fdividef(1.0f, n_" not in cu
+
+
+@pytest.mark.skipif(NVCC is None or CUOBJDUMP is None, reason="needs nvcc and cuobjdump")
+def test_rows_read_in_a_loop_keep_several_loads_in_flight(tmp_path):
+    """A row re-read in a loop (groupnorm_silu: 32768 per row, 64 per thread) is memory-bound, so each
+    thread must issue the unrolled iterations' loads before it waits on them. A bounds check that
+    breaks the loop, or a division with a slow-path branch (IEEE reciprocal), between the loads
+    holds them back to one at a time; both are gone where the threads cover the row exactly."""
+    source, _, _ = Problem(ROOT / "examples" / "fusion" / "groupnorm_silu.py", 42).build(["cuda_kernels"])
+    cu = re.search(r'_KP_CUDA_SOURCE = r"""(.*?)"""', source, re.S).group(1)
+    assert "re-read every pass" in cu and "break;" not in cu
+    (tmp_path / "k.cu").write_text(cu)
+    subprocess.run([NVCC, "-arch=sm_90", "-O3", "-cubin", "-o", "k.cubin", "k.cu"], cwd=tmp_path, check=True)
+    sass = subprocess.run([str(CUOBJDUMP), "-sass", "k.cubin"], cwd=tmp_path, capture_output=True, text=True,
+                          check=True).stdout
+    runs, run = [], 0  # global loads between two branches
+    for line in sass.splitlines():
+        if re.search(r"\bLDG\.", line):
+            run += 1
+        elif re.search(r"\bBRA\b", line):
+            runs.append(run)
+            run = 0
+    # the statistics pass loads 4 x values per unrolled step; the output pass 4 x (x, weight, bias)
+    assert sorted(runs)[-2:] >= [4, 12], runs
 
 
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")

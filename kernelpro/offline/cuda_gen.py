@@ -95,15 +95,19 @@ def _offset(strides: list[int], names: dict[int, str], dims: list[int]) -> str:
 
 
 def _prune(lines: list[str]) -> list[str]:
-    """Drop index variables that nothing reads (nvcc warns about them)."""
-    text = "\n".join(lines)
-    kept = []
-    for line in lines:
-        match = re.match(r"\s*const long long (\w+) = ", line)
-        if match and len(re.findall(rf"\b{match.group(1)}\b", text)) == 1:
-            continue
-        kept.append(line)
-    return kept
+    """Drop index variables that nothing reads (nvcc warns about them), and then those that only
+    the dropped ones read."""
+    while True:
+        text = "\n".join(lines)
+        kept = []
+        for line in lines:
+            match = re.match(r"\s*const long long (\w+) = ", line)
+            if match and len(re.findall(rf"\b{match.group(1)}\b", text)) == 1:
+                continue
+            kept.append(line)
+        if len(kept) == len(lines):
+            return kept
+        lines = kept
 
 
 def _params(group: Group) -> list[str]:
@@ -203,10 +207,13 @@ def _row(group: Group, config: dict) -> tuple[list[str], list[str]]:
         s.operand for s in group.steps if s.reduce}
     cache = [i for i in full_inputs if i.var in read_by_passes] if cached else []  # the rest: read where used
 
+    # a row that the threads cover exactly needs no bounds check, and without it the compiler can
+    # issue the unrolled iterations' loads together instead of one load (and a branch) at a time
+    bound = [f"        if (c >= {length}LL) break;"] if length % width else []
+
     def loop(body: list[str], loads: list) -> list[str]:
         out = ["#pragma unroll" if cached else "#pragma unroll 4", f"    for (int t = 0; t < {items}; ++t) {{",
-               f"        const long long c = lane + (long long)t * {width};",
-               f"        if (c >= {length}LL) break;"]
+               f"        const long long c = lane + (long long)t * {width};"] + bound
         out += ["        " + line for line in col_index]
         for item in loads:
             if item in cache:
@@ -214,15 +221,17 @@ def _row(group: Group, config: dict) -> tuple[list[str], list[str]]:
             else:
                 out.append(f"        const float {item.var} = __ldg({item.var}_ptr + "
                            f"{_offset(lay.strides[item.var], names, keep + red)});")
-        return out + ["        " + line for line in body] + ["    }"]
+        return _prune(out + ["        " + line for line in body] + ["    }"])  # the loop is its own scope
 
     if cache:  # one read of the row
         kernel += [f"    float {i.var}_c[{items}];" for i in cache]
+        start = len(kernel)
         kernel += ["#pragma unroll", f"    for (int t = 0; t < {items}; ++t) {{",
-                   f"        const long long c = lane + (long long)t * {width};",
-                   f"        if (c >= {length}LL) break;"] + ["        " + line for line in col_index]
-        kernel += [f"        {i.var}_c[t] = __ldg({i.var}_ptr + {_offset(lay.strides[i.var], names, keep + red)});"
-                   for i in cache] + ["    }"]
+                   f"        const long long c = lane + (long long)t * {width};"] + bound + [
+                   "        " + line for line in col_index]
+        kernel[start:] = _prune(kernel[start:] + [
+            f"        {i.var}_c[t] = __ldg({i.var}_ptr + {_offset(lay.strides[i.var], names, keep + red)});"
+            for i in cache] + ["    }"])
     row_steps = [s for s in group.steps if s.kind == "row" and not s.reduce]
 
     def row_lines(level: int) -> list[str]:  # the per-row values once the passes up to `level` are done
@@ -247,7 +256,7 @@ def _row(group: Group, config: dict) -> tuple[list[str], list[str]]:
             if s.var in moments:  # Welford: this thread has seen t + 1 values of the row
                 kernel.append(f"    float n_{s.var} = 0.0f, mean_{s.var} = 0.0f, m2_{s.var} = 0.0f;")
                 body += [f"const float delta_{s.var} = {s.operand} - mean_{s.var};", f"n_{s.var} += 1.0f;",
-                         f"mean_{s.var} += delta_{s.var} * __frcp_rn(n_{s.var});",
+                         f"mean_{s.var} += delta_{s.var} * __fdividef(1.0f, n_{s.var});",
                          f"m2_{s.var} += delta_{s.var} * ({s.operand} - mean_{s.var});"]
             elif s.reduce in ("argmax", "argmin"):
                 kernel += [f"    float acc_{s.var} = {_IDENTITY[s.reduce]};", f"    long long at_{s.var} = KP_NO_INDEX;"]
@@ -470,7 +479,9 @@ PRELUDE = r'''#include <cuda_runtime.h>
 
 #define KP_NO_INDEX 0x7fffffffffffffffLL
 
-__device__ __forceinline__ float kp_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+// __fdividef: no slow-path branch (2 ulp, as Triton's division), so unrolled loads are not held back;
+// it gives 0 for a denominator above 2^126, where the true value is below 1e-38 anyway
+__device__ __forceinline__ float kp_sigmoid(float x) { return __fdividef(1.0f, 1.0f + expf(-x)); }
 
 template <int VEC> __device__ __forceinline__ void kp_load(float* dst, const float* src) {
     if constexpr (VEC == 4) *reinterpret_cast<float4*>(dst) = __ldg(reinterpret_cast<const float4*>(src));
