@@ -1,8 +1,8 @@
-"""Packs a bench folder into a .tgz that `--resume` can go on from, while the bench runs.
+"""Packs a bench folder (or a KB ablation's) into a .tgz that a resumed run can go on from, while it runs.
 
     python3 scripts/bench_snapshot.py BENCH_DIR OUT.tgz [--kb KB_FILE]
 
-Each SQLite file (bench.db, every problem's state.db, the knowledge base) is copied with
+Each SQLite file (*.db and *.sqlite: bench.db, every problem's state.db, knowledge bases) is copied with
 SQLite's online backup, so the copy is a committed state even when a search writes to it at
 that moment; WAL and shared-memory files are left out. Other files are copied as they are.
 The knowledge base, when given, goes in as `_knowledge.db` (scripts/gpu_check.sh puts it
@@ -40,7 +40,7 @@ def snapshot(bench: Path, out: Path, kb: Path | None = None) -> int:
             if not path.is_file() or path.name.endswith(("-wal", "-shm", "-journal")) or path.name == "_knowledge.db":
                 continue
             target = root / path.relative_to(bench)
-            if path.suffix == ".db":
+            if path.suffix in (".db", ".sqlite"):
                 backup(path, target)
             else:
                 target.parent.mkdir(parents=True, exist_ok=True)
@@ -63,8 +63,8 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--kb", type=Path, default=None)
     args = parser.parse_args()
-    if not (args.bench / "bench.db").exists():
-        raise SystemExit(f"{args.bench} holds no bench.db")
+    if not args.bench.is_dir():
+        raise SystemExit(f"{args.bench} is not a folder")
     count = snapshot(args.bench, args.out, args.kb)
     print(f"{args.out}: {count} files, {args.out.stat().st_size / 1e6:.2f} MB")
 

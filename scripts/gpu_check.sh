@@ -69,16 +69,36 @@ if [ "${SKIP_SEARCH:-0}" != 1 ]; then
   fi
 fi
 
-step "kernelpro bench over benchmarks/suite (BENCH=1; BENCH_BUDGET, BENCH_ARGS, BENCH_STATE, BENCH_BG, BENCH_UNTIL)"
+# in_background NAME COMMAND...: runs COMMAND in its own process session (setsid), so it outlives
+# this call and is not cut at the 10-minute limit, unless this machine already runs it; then waits
+# until this script has run UNTIL seconds (or COMMAND ends), calling snap_NAME every SNAP_EVERY
+# seconds. A later call on the same warm machine finds it running and only waits and snapshots.
+in_background() {
+  local name=$1; shift
+  local pidfile=/tmp/kernelpro-bg/$name.pid
+  mkdir -p /tmp/kernelpro-bg
+  if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+    echo "$name already running (pid $(cat "$pidfile"))"
+  else
+    setsid nohup "$@" >"/tmp/kernelpro-bg/$name.out" 2>>"/tmp/kernelpro-bg/$name.log" </dev/null &
+    echo $! >"$pidfile"; echo "$name started (pid $!)"
+  fi
+  local last=$SECONDS
+  while [ "$SECONDS" -lt "${UNTIL:-540}" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; do
+    sleep 10
+    if [ $((SECONDS - last)) -ge "${SNAP_EVERY:-120}" ]; then "snap_$name" >/dev/null; last=$SECONDS; fi
+  done
+  kill -0 "$(cat "$pidfile")" 2>/dev/null && echo "$name: still running at ${SECONDS} s" || echo "$name: finished"
+  cp "/tmp/kernelpro-bg/$name.out" "/tmp/kernelpro-bg/$name.log" "$OUT/" 2>/dev/null
+}
+
+step "kernelpro bench over benchmarks/suite (BENCH=1; BENCH_BUDGET, BENCH_ARGS, BENCH_STATE, BENCH_BG, UNTIL)"
 # The bench's folder lives outside $OUT (emptied every call). On a fresh machine,
-# BENCH_STATE=path/to/bench_state.tgz (a carried copy of an earlier call's $OUT/bench_state.tgz)
+# BENCH_STATE=path/to/bench_state.tgz (a copy of an earlier call's $OUT/bench_state.tgz)
 # restores the folder first, so a bench resumes across machines and sessions.
-# BENCH_BG=1 runs the bench in its own process session (setsid), so it outlives this call and
-# is not cut at the 10-minute limit: the call waits until this script has run BENCH_UNTIL seconds
-# (or the bench ends), snapshotting the folder into $OUT/bench_state.tgz every BENCH_SNAP seconds
-# (scripts/bench_snapshot.py, SQLite's online backup); a later call with
-# BENCH_BG=1 on the same warm machine finds the bench still running and only waits and snapshots.
-# Without BENCH_BG the bench runs in the foreground under BENCH_TIMEOUT.
+# BENCH_BG=1 runs it with in_background (above), snapshotting the folder into
+# $OUT/bench_state.tgz (scripts/bench_snapshot.py, SQLite's online backup); without it the
+# bench runs in the foreground under BENCH_TIMEOUT.
 if [ "${BENCH:-0}" = 1 ]; then
   BENCH_DIR=/tmp/kernelpro-bench/suite
   mkdir -p /tmp/kernelpro-bench
@@ -89,35 +109,37 @@ if [ "${BENCH:-0}" = 1 ]; then
     [ -f "$BENCH_DIR/_knowledge.db" ] && mkdir -p "$(dirname "$KB_FILE")" && mv "$BENCH_DIR/_knowledge.db" "$KB_FILE"
   fi
   resume=""; [ -f "$BENCH_DIR/bench.db" ] && resume="--resume"
-  snap() { python3 scripts/bench_snapshot.py "$BENCH_DIR" "$OUT/bench_state.tgz" --kb "$KB_FILE"; }
+  snap_bench() { python3 scripts/bench_snapshot.py "$BENCH_DIR" "$OUT/bench_state.tgz" --kb "$KB_FILE"; }
   if [ "${BENCH_BG:-0}" = 1 ]; then
-    PIDFILE=/tmp/kernelpro-bench/bench.pid
-    if [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then
-      echo "bench already running (pid $(cat "$PIDFILE"))"
-    else
-      setsid nohup kernelpro bench benchmarks/suite --budget "${BENCH_BUDGET:-16}" --out "$BENCH_DIR" $resume \
-        ${BENCH_ARGS:-} --json >/tmp/kernelpro-bench/bench.json 2>>/tmp/kernelpro-bench/bench.log </dev/null &
-      echo $! >"$PIDFILE"; echo "bench started (pid $!)"
-    fi
-    last=$SECONDS
-    while [ "$SECONDS" -lt "${BENCH_UNTIL:-540}" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; do
-      sleep 10
-      if [ $((SECONDS - last)) -ge "${BENCH_SNAP:-120}" ]; then snap >/dev/null; last=$SECONDS; fi
-    done
-    kill -0 "$(cat "$PIDFILE")" 2>/dev/null && echo "bench: still running at ${SECONDS} s" || echo "bench: finished"
-    cp /tmp/kernelpro-bench/bench.json /tmp/kernelpro-bench/bench.log "$OUT/" 2>/dev/null
+    in_background bench kernelpro bench benchmarks/suite --budget "${BENCH_BUDGET:-16}" --out "$BENCH_DIR" $resume \
+      ${BENCH_ARGS:-} --json
   else
     timeout "${BENCH_TIMEOUT:-540}" kernelpro bench benchmarks/suite --budget "${BENCH_BUDGET:-16}" --out "$BENCH_DIR" \
       $resume ${BENCH_ARGS:-} --json >"$OUT/bench.json" 2>"$OUT/bench.log"; echo "bench: exit $?"
   fi
   mkdir -p "$OUT/bench" && cp "$BENCH_DIR"/leaderboard.* "$OUT/bench/" 2>/dev/null
-  snap
+  snap_bench
   python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('SELECT status, COUNT(*) FROM problems GROUP BY status').fetchall())" "$BENCH_DIR/bench.db"
 fi
 
+step "knowledge-base ablation over benchmarks/suite (ABLATION=1; ABLATION_BUDGET, ABLATION_ARGS, ABLATION_STATE, UNTIL)"
+# benchmarks/kb_ablation.py (three benches; with two or more GPUs, half A and the empty-KB arm run
+# side by side) with in_background, snapshotting its folder into $OUT/ablation_state.tgz;
+# ABLATION_STATE restores that folder on a fresh machine, and the ablation resumes from it.
+if [ "${ABLATION:-0}" = 1 ]; then
+  ABL_DIR=/tmp/kernelpro-ablation
+  if [ -n "${ABLATION_STATE:-}" ] && [ ! -d "$ABL_DIR" ]; then
+    mkdir -p "$ABL_DIR" && tar xzf "$ABLATION_STATE" -C "$ABL_DIR" && echo "restored $ABLATION_STATE"
+  fi
+  snap_ablation() { python3 scripts/bench_snapshot.py "$ABL_DIR" "$OUT/ablation_state.tgz"; }
+  in_background ablation python3 benchmarks/kb_ablation.py benchmarks/suite --budget "${ABLATION_BUDGET:-16}" \
+    --out "$ABL_DIR" --json "$ABL_DIR/ablation.json" ${ABLATION_ARGS:-}
+  snap_ablation
+fi
+
 step "pack results"
-# At most 8 files come back from the device tool: everything but the bench state goes into one
+# At most 8 files come back from the device tool: everything but the states goes into one
 # archive, results.tgz.
-(cd "$OUT" && tar czf /tmp/results.tgz --exclude=./bench_state.tgz . && \
-  find . -mindepth 1 -maxdepth 1 ! -name bench_state.tgz -exec rm -rf {} + && mv /tmp/results.tgz results.tgz)
+(cd "$OUT" && tar czf /tmp/results.tgz --exclude='./*_state.tgz' . && \
+  find . -mindepth 1 -maxdepth 1 ! -name '*_state.tgz' -exec rm -rf {} + && mv /tmp/results.tgz results.tgz)
 ls -la "$OUT"

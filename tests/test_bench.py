@@ -219,3 +219,36 @@ def test_the_ray_backend_runs_each_problem_as_a_task(tmp_path):
     jsonschema.validate(json.loads((out / "leaderboard.json").read_text()), schema())
     with pytest.raises(BenchError, match="local backend"):
         Bench(BenchSettings(suite=str(SUITE), out=str(tmp_path / "x"), backend="ray", baselines_only=True, **FAST))
+
+
+def test_kb_ablation_builds_a_base_on_one_half_and_resumes_without_rerunning(tmp_path):
+    """Three real CPU benches (budget 2): half A fills a knowledge base, half B runs from an empty
+    one and from a copy of A's; run again, it finishes nothing twice."""
+    from kernelpro.bench import ablation
+    suite = tmp_path / "suite"
+    shutil.copytree(SUITE / "level1", suite / "level1")  # two problems: one per half
+    out = tmp_path / "ablation"
+    document = ablation.run_ablation(suite, out, budget=2, device="cpu", profile=False)
+    assert document["half_a"] == ["level1/1_DoubleNegation"] and document["half_b"] == ["level1/2_ScaledSum"]
+    row = document["rows"][0]
+    for arm in ablation.ARMS:
+        assert 1 <= row[arm]["to_95"] <= row[arm]["evaluations"] <= 2 and row[arm]["final_best"] > 0
+        assert document["summary"][arm]["problems"] == 1
+    assert document["paired_test"]["n"] in (0, 1)
+    # B's knowledge-base arm started from what A learned: A's problem is in its copy, not in the empty arm's base
+    problems = lambda path: {p for (p,) in sqlite3.connect(path).execute("SELECT DISTINCT problem FROM observations")}
+    assert problems(out / "kb_from_a.sqlite") and problems(out / "kb_from_a.sqlite") <= problems(out / "kb_for_b.sqlite")
+    assert not problems(out / "kb_from_a.sqlite") & problems(out / "empty.sqlite")
+    assert "| `level1/2_ScaledSum` |" in ablation.markdown(document)
+    started = {name: sqlite3.connect(out / name / "bench.db").execute("SELECT key, started FROM problems").fetchall()
+               for name in ("bench_a", "bench_b_empty_kb", "bench_b_kb_from_a")}
+    again = ablation.run_ablation(suite, out, budget=2, device="cpu", profile=False)
+    assert again["rows"] == document["rows"]
+    for name, rows in started.items():
+        assert sqlite3.connect(out / name / "bench.db").execute("SELECT key, started FROM problems").fetchall() == rows
+
+
+def test_kb_ablation_shares_gpus_half_and_half():
+    from kernelpro.bench.ablation import side_by_side
+    assert side_by_side(["cpu"]) is None and side_by_side(["0"]) is None
+    assert side_by_side(["0", "1"]) == ("0", "1") and side_by_side(["0", "1", "2", "3", "4"]) == ("0,1", "2,3,4")

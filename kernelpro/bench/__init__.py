@@ -3,7 +3,7 @@
 `suite` finds the problems, `store` keeps the bench's state in `DIR/bench.db` (resume
 after a kill), `runner` runs one search per problem on every local GPU, `ray_backend`
 as Ray tasks on a cluster, `leaderboard` writes leaderboard.{md,json,html}, `compare` puts
-two benches side by side.
+two benches side by side, `ablation` runs the knowledge-base ablation (three benches).
 """
 
 from kernelpro.bench.runner import Bench, BenchError, BenchSettings, BenchStatus
