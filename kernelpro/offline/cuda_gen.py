@@ -40,7 +40,7 @@ CACHE_ITEMS = 16  # a row of at most this many items per thread stays in registe
 _FUNCTIONS = {"exp": "expf", "log": "logf", "log2": "log2f", "exp2": "exp2f", "erf": "erff", "sqrt": "sqrtf",
               "rsqrt": "rsqrtf", "abs": "fabsf", "maximum": "fmaxf", "minimum": "fminf", "sin": "sinf",
               "cos": "cosf", "floor": "floorf", "ceil": "ceilf", "sigmoid": "kp_sigmoid", "_kp_tanh": "tanhf"}
-_BINARY = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
+_BINARY = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*"}  # and ast.Div: kp_div
 _COMPARE = {ast.Gt: ">", ast.Lt: "<", ast.GtE: ">=", ast.LtE: "<=", ast.Eq: "==", ast.NotEq: "!="}
 _SPECIAL = {"inf": "INFINITY", "-inf": "(-INFINITY)", "nan": "NAN"}
 
@@ -56,6 +56,8 @@ def _c(node: ast.AST) -> str:
             if math.isinf(value) else f"{value!r}f"
     if isinstance(node, ast.Name):
         return node.id
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+        return f"kp_div({_c(node.left)}, {_c(node.right)})"
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
         return f"({_c(node.left)} {_BINARY[type(node.op)]} {_c(node.right)})"
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
@@ -256,7 +258,7 @@ def _row(group: Group, config: dict) -> tuple[list[str], list[str]]:
             if s.var in moments:  # Welford: this thread has seen t + 1 values of the row
                 kernel.append(f"    float n_{s.var} = 0.0f, mean_{s.var} = 0.0f, m2_{s.var} = 0.0f;")
                 body += [f"const float delta_{s.var} = {s.operand} - mean_{s.var};", f"n_{s.var} += 1.0f;",
-                         f"mean_{s.var} += delta_{s.var} * __fdividef(1.0f, n_{s.var});",
+                         f"mean_{s.var} += delta_{s.var} * kp_div(1.0f, n_{s.var});",
                          f"m2_{s.var} += delta_{s.var} * ({s.operand} - mean_{s.var});"]
             elif s.reduce in ("argmax", "argmin"):
                 kernel += [f"    float acc_{s.var} = {_IDENTITY[s.reduce]};", f"    long long at_{s.var} = KP_NO_INDEX;"]
@@ -355,15 +357,24 @@ def _split(group: Group, config: dict) -> tuple[list[str], list[str]]:
     def loop(chosen: list[Step], roots: list[str], tail: list[str], stores=()) -> list[str]:
         """The chunk's elements (`c`), `VEC` at a time; `stores`: the (output, var) pairs written."""
         wanted = {d for s in chosen for d in s.deps} | set(roots)
-        out = [f"    const long long last = first + {chunk}LL < {length}LL ? first + {chunk}LL : {length}LL;"]
+        # chunks that the threads cover exactly: a loop of known trip count, with no bound check between
+        # the unrolled steps, so their loads go out together
+        exact = length % chunk == 0 and chunk % (threads * (4 if vector else 1)) == 0
+        out = [] if exact else [
+            f"    const long long last = first + {chunk}LL < {length}LL ? first + {chunk}LL : {length}LL;"]
         if vector:
-            out += ["#pragma unroll 2", f"    for (long long c0 = first + (long long)lane * VEC; c0 < last; "
+            out += ["#pragma unroll 4", f"    for (int t = 0; t < {chunk} / ({threads} * VEC); ++t) {{",
+                    f"        const long long c0 = first + ((long long)t * {threads} + lane) * VEC;"] if exact else [
+                    "#pragma unroll 2", f"    for (long long c0 = first + (long long)lane * VEC; c0 < last; "
                                         f"c0 += {threads}LL * VEC) {{"]
             for item in [i for i in vectors if i.var in wanted]:
                 out += [f"        float {item.var}_v[VEC];", f"        kp_load<VEC>({item.var}_v, {item.var}_ptr + "
                         f"{_offset(lay.strides[item.var], at_c0, keep + red)});"]
             out += [f"        float out{k}_v[VEC];" for k, _ in stores]
             out += ["#pragma unroll", "        for (int e = 0; e < VEC; ++e) {", "            const long long c = c0 + e;"]
+        elif exact:
+            out += ["#pragma unroll 4", f"    for (int t = 0; t < {chunk // threads}; ++t) {{",
+                    f"        const long long c = first + (long long)t * {threads} + lane;"]
         else:
             out += ["#pragma unroll 4", f"    for (long long c = first + lane; c < last; c += {threads}) {{"]
         body = " " * (12 if vector else 8)
@@ -479,9 +490,15 @@ PRELUDE = r'''#include <cuda_runtime.h>
 
 #define KP_NO_INDEX 0x7fffffffffffffffLL
 
-// __fdividef: no slow-path branch (2 ulp, as Triton's division), so unrolled loads are not held back;
-// it gives 0 for a denominator above 2^126, where the true value is below 1e-38 anyway
-__device__ __forceinline__ float kp_sigmoid(float x) { return __fdividef(1.0f, 1.0f + expf(-x)); }
+// Division as Triton's fp32 `/` compiles it: div.full.f32, full range, within 2 ulp, and without the
+// slow-path branch of the IEEE division, which would keep the compiler from issuing an unrolled
+// loop's loads together
+__device__ __forceinline__ float kp_div(float a, float b) {
+    float r;
+    asm("div.full.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+}
+__device__ __forceinline__ float kp_sigmoid(float x) { return kp_div(1.0f, 1.0f + expf(-x)); }
 
 template <int VEC> __device__ __forceinline__ void kp_load(float* dst, const float* src) {
     if constexpr (VEC == 4) *reinterpret_cast<float4*>(dst) = __ldg(reinterpret_cast<const float4*>(src));
