@@ -252,3 +252,39 @@ def test_kb_ablation_shares_gpus_half_and_half():
     from kernelpro.bench.ablation import side_by_side
     assert side_by_side(["cpu"]) is None and side_by_side(["0"]) is None
     assert side_by_side(["0", "1"]) == ("0", "1") and side_by_side(["0", "1", "2", "3", "4"]) == ("0,1", "2,3,4")
+
+
+def test_snapshot_of_a_live_bench_folder_holds_its_committed_rows(tmp_path):
+    """scripts/bench_snapshot.py on a folder whose databases are open in WAL mode, with rows still
+    only in the log: the archive's copies hold them, and no -wal file goes in."""
+    import importlib.util
+    import tarfile
+    spec = importlib.util.spec_from_file_location("bench_snapshot", ROOT / "scripts" / "bench_snapshot.py")
+    snapshot = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(snapshot)
+    bench = tmp_path / "bench"
+    (bench / "problems" / "p").mkdir(parents=True)
+    (bench / "problems" / "p" / "best.py").write_text("x = 1\n")
+    writers = []
+    for path in (bench / "bench.db", bench / "problems" / "p" / "state.db", tmp_path / "kb.sqlite"):
+        db = sqlite3.connect(path)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA wal_autocheckpoint=0")  # the rows stay in the -wal file
+        db.execute("CREATE TABLE t (v TEXT)")
+        with db:
+            db.execute("INSERT INTO t VALUES (?)", (path.name,))
+        writers.append(db)  # kept open, as a running bench keeps them
+    assert (bench / "bench.db-wal").exists()
+    out = tmp_path / "state.tgz"
+    assert snapshot.snapshot(bench, out, tmp_path / "kb.sqlite") == 4
+    restored = tmp_path / "restored"
+    with tarfile.open(out) as tar:
+        names = tar.getnames()
+        tar.extractall(restored, filter="data")
+    assert not any(n.endswith(("-wal", "-shm")) for n in names)
+    for path, value in ((restored / "bench.db", "bench.db"), (restored / "problems" / "p" / "state.db", "state.db"),
+                        (restored / "_knowledge.db", "kb.sqlite")):
+        assert sqlite3.connect(path).execute("SELECT v FROM t").fetchall() == [(value,)]
+    assert (restored / "problems" / "p" / "best.py").read_text() == "x = 1\n"
+    for db in writers:
+        db.close()
