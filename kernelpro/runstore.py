@@ -107,3 +107,16 @@ def write_atomic(path: Path, text: str) -> None:
     temporary = path.with_name(path.name + ".tmp")
     temporary.write_text(text)
     temporary.replace(path)
+
+
+def copy_database(source: Path, target: Path) -> None:
+    """A committed copy of a SQLite file, also one in WAL mode that another process is writing (a
+    plain file copy could miss the pages still in its log): SQLite's online backup, read-only."""
+    Path(target).parent.mkdir(parents=True, exist_ok=True)
+    src = sqlite3.connect(f"file:{source}?mode=ro", uri=True, timeout=30)
+    dst = sqlite3.connect(target)
+    try:
+        src.backup(dst)
+    finally:
+        dst.close()
+        src.close()

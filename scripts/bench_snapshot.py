@@ -2,9 +2,10 @@
 
     python3 scripts/bench_snapshot.py BENCH_DIR OUT.tgz [--kb KB_FILE]
 
-Each SQLite file (*.db and *.sqlite: bench.db, every problem's state.db, knowledge bases) is copied with
-SQLite's online backup, so the copy is a committed state even when a search writes to it at
-that moment; WAL and shared-memory files are left out. Other files are copied as they are.
+Each SQLite file (*.db and *.sqlite: bench.db, every problem's state.db, knowledge bases) is
+copied with SQLite's online backup (kernelpro.runstore.copy_database), so the copy is a
+committed state even when a search writes to it at that moment; WAL and shared-memory files
+are left out. Other files are copied as they are.
 The knowledge base, when given, goes in as `_knowledge.db` (scripts/gpu_check.sh puts it
 back). OUT.tgz is replaced in one rename, so a reader never sees half an archive.
 """
@@ -14,21 +15,11 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import sqlite3
 import tarfile
 import tempfile
 from pathlib import Path
 
-
-def backup(source: Path, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    src = sqlite3.connect(f"file:{source}?mode=ro", uri=True, timeout=30)
-    dst = sqlite3.connect(target)
-    try:
-        src.backup(dst)
-    finally:
-        dst.close()
-        src.close()
+from kernelpro.runstore import copy_database
 
 
 def snapshot(bench: Path, out: Path, kb: Path | None = None) -> int:
@@ -41,13 +32,13 @@ def snapshot(bench: Path, out: Path, kb: Path | None = None) -> int:
                 continue
             target = root / path.relative_to(bench)
             if path.suffix in (".db", ".sqlite"):
-                backup(path, target)
+                copy_database(path, target)
             else:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(path, target)
             count += 1
         if kb is not None and kb.exists():
-            backup(kb, root / "_knowledge.db")
+            copy_database(kb, root / "_knowledge.db")
             count += 1
         partial = out.with_name(out.name + ".partial")
         with tarfile.open(partial, "w:gz") as tar:

@@ -17,7 +17,6 @@ ablation goes on where it stopped (`resume=True`) and never reruns a finished pr
 from __future__ import annotations
 
 import json
-import math
 import sqlite3
 import statistics
 import threading
@@ -26,8 +25,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from kernelpro.bench.compare import compare
+from kernelpro.bench.leaderboard import geomean
 from kernelpro.bench.runner import Bench, BenchSettings, gpu_slots
 from kernelpro.bench.suite import Entry, discover
+from kernelpro.runstore import copy_database
 
 REACH = 0.95
 ARMS = ("empty_kb", "kb_from_a")
@@ -61,16 +62,6 @@ def convergence(problem_folder: Path) -> dict:
     final = curve[-1] if curve else 1.0
     reached = next((i + 1 for i, v in enumerate(curve) if v >= REACH * final), len(curve))
     return {"evaluations": len(curve), "final_best": final, "to_95": reached, "curve": curve}
-
-
-def copy_database(source: Path, target: Path) -> None:
-    """A committed copy of a SQLite file in WAL mode (a plain file copy could miss the log's pages)."""
-    src, dst = sqlite3.connect(source), sqlite3.connect(target)
-    try:
-        src.backup(dst)
-    finally:
-        dst.close()
-        src.close()
 
 
 def side_by_side(slots: list[str]) -> tuple[str, str] | None:
@@ -143,8 +134,7 @@ def report(out: Path, half_a: list[Entry], half_b: list[Entry], **about) -> dict
         done = [r[name] for r in rows if r[name]]
         summary[name] = {"problems": len(done),
                          "mean_evaluations_to_95": statistics.mean(d["to_95"] for d in done) if done else None,
-                         "geomean_final_best": math.exp(statistics.mean(math.log(d["final_best"]) for d in done))
-                         if done else None}
+                         "geomean_final_best": geomean(d["final_best"] for d in done)}
     paired = compare(out / "bench_b_empty_kb", out / "bench_b_kb_from_a")
     return {**{k: str(v) if isinstance(v, Path) else v for k, v in about.items()},
             "half_a": [e.key for e in half_a], "half_b": [e.key for e in half_b], "rows": rows, "summary": summary,
