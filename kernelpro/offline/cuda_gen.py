@@ -227,13 +227,8 @@ def _row(group: Group, config: dict) -> tuple[list[str], list[str]]:
 
     if cache:  # one read of the row
         kernel += [f"    float {i.var}_c[{items}];" for i in cache]
-        start = len(kernel)
-        kernel += ["#pragma unroll", f"    for (int t = 0; t < {items}; ++t) {{",
-                   f"        const long long c = lane + (long long)t * {width};"] + bound + [
-                   "        " + line for line in col_index]
-        kernel[start:] = _prune(kernel[start:] + [
-            f"        {i.var}_c[t] = __ldg({i.var}_ptr + {_offset(lay.strides[i.var], names, keep + red)});"
-            for i in cache] + ["    }"])
+        kernel += loop([f"{i.var}_c[t] = __ldg({i.var}_ptr + {_offset(lay.strides[i.var], names, keep + red)});"
+                        for i in cache], [])
     row_steps = [s for s in group.steps if s.kind == "row" and not s.reduce]
 
     def row_lines(level: int) -> list[str]:  # the per-row values once the passes up to `level` are done
@@ -353,13 +348,13 @@ def _split(group: Group, config: dict) -> tuple[list[str], list[str]]:
     vector = len(red) == 1 and length % 4 == 0 and contiguous(lay.strides["full"])
     vectors = [i for i in full_inputs if contiguous(lay.strides[i.var])] if vector else []
     at_c0 = keep_names | {red[0]: "c0"} if vector else names
+    # chunks that the threads cover exactly: a loop of known trip count, with no bound check between the
+    # unrolled steps, so their loads go out together
+    exact = length % chunk == 0 and chunk % (threads * (4 if vector else 1)) == 0
 
     def loop(chosen: list[Step], roots: list[str], tail: list[str], stores=()) -> list[str]:
         """The chunk's elements (`c`), `VEC` at a time; `stores`: the (output, var) pairs written."""
         wanted = {d for s in chosen for d in s.deps} | set(roots)
-        # chunks that the threads cover exactly: a loop of known trip count, with no bound check between
-        # the unrolled steps, so their loads go out together
-        exact = length % chunk == 0 and chunk % (threads * (4 if vector else 1)) == 0
         out = [] if exact else [
             f"    const long long last = first + {chunk}LL < {length}LL ? first + {chunk}LL : {length}LL;"]
         if vector:
