@@ -121,12 +121,25 @@ def test_untranslatable_expressions_are_refused():
 NVCC, CUOBJDUMP = shutil.which("nvcc"), find_binary("cuobjdump")
 
 
+def _cuda_of(path: Path) -> tuple[str, list[dict]]:
+    """The CUDA C++ of a problem's cuda_kernels candidate, and its kernels' records."""
+    source, _, kernels = Problem(path, 42).build(["cuda_kernels"])
+    return re.search(r'_KP_CUDA_SOURCE = r"""(.*?)"""', source, re.S).group(1), kernels
+
+
+def _sass_of(cu: str, folder: Path) -> str:
+    """The SASS of that source, built for sm_90 as the harness builds it (-O3)."""
+    (folder / "k.cu").write_text(cu)
+    subprocess.run([NVCC, "-arch=sm_90", "-O3", "-cubin", "-o", "k.cubin", "k.cu"], cwd=folder, check=True)
+    return subprocess.run([str(CUOBJDUMP), "-sass", "k.cubin"], cwd=folder, capture_output=True, text=True,
+                          check=True).stdout
+
+
 @pytest.mark.skipif(NVCC is None or CUOBJDUMP is None, reason="needs nvcc and cuobjdump")
 def test_every_example_compiles_for_sm90_with_vector_access_and_shuffles(tmp_path):
     pointwise = rows = split = 0
     for path in EXAMPLES:
-        source, _, kernels = Problem(path, 42).build(["cuda_kernels"])
-        cu = re.search(r'_KP_CUDA_SOURCE = r"""(.*?)"""', source, re.S).group(1)
+        cu, kernels = _cuda_of(path)
         (tmp_path / f"{path.stem}.cu").write_text(cu)
         build = subprocess.run([NVCC, "-arch=sm_90", "-O3", "-cubin", "-Werror", "all-warnings", "-o",
                                 f"{path.stem}.cubin", f"{path.stem}.cu"], cwd=tmp_path, capture_output=True, text=True)
@@ -157,11 +170,9 @@ def test_every_example_compiles_for_sm90_with_vector_access_and_shuffles(tmp_pat
 def test_norms_that_reread_the_row_get_mean_and_variance_in_one_pass():
     """Rows too long for registers: the statistics pass is Welford per thread (merged by two block
     sums), so the row is read twice, not three times; rows kept in registers keep the exact two passes."""
-    source, _, kernels = Problem(ROOT / "examples" / "fusion" / "groupnorm_silu.py", 42).build(["cuda_kernels"])
-    cu = re.search(r'_KP_CUDA_SOURCE = r"""(.*?)"""', source, re.S).group(1)
+    cu, _ = _cuda_of(ROOT / "examples" / "fusion" / "groupnorm_silu.py")
     assert "re-read every pass" in cu and cu.count("for (int t = 0;") == 2 and "kp_div(1.0f, n_" in cu
-    source, _, _ = Problem(ROOT / "examples" / "fusion" / "layernorm_gelu.py", 42).build(["cuda_kernels"])
-    cu = re.search(r'_KP_CUDA_SOURCE = r"""(.*?)"""', source, re.S).group(1)
+    cu, _ = _cuda_of(ROOT / "examples" / "fusion" / "layernorm_gelu.py")
     assert "read once into registers" in cu and "kp_div(1.0f, n_" not in cu
 
 
@@ -184,14 +195,9 @@ def test_rows_read_in_a_loop_keep_several_loads_in_flight(tmp_path):
     breaks the loop, or a division with a slow-path branch (IEEE reciprocal), between the loads
     holds them back to one at a time; both are gone where the threads cover the row exactly (kp_div is
     div.full.f32, as Triton divides)."""
-    source, _, _ = Problem(ROOT / "examples" / "fusion" / "groupnorm_silu.py", 42).build(["cuda_kernels"])
-    cu = re.search(r'_KP_CUDA_SOURCE = r"""(.*?)"""', source, re.S).group(1)
+    cu, _ = _cuda_of(ROOT / "examples" / "fusion" / "groupnorm_silu.py")
     assert "re-read every pass" in cu and "break;" not in cu
-    (tmp_path / "k.cu").write_text(cu)
-    subprocess.run([NVCC, "-arch=sm_90", "-O3", "-cubin", "-o", "k.cubin", "k.cu"], cwd=tmp_path, check=True)
-    sass = subprocess.run([str(CUOBJDUMP), "-sass", "k.cubin"], cwd=tmp_path, capture_output=True, text=True,
-                          check=True).stdout
-    runs = _loads_between_branches(sass)
+    runs = _loads_between_branches(_sass_of(cu, tmp_path))
     # the statistics pass loads 4 x values per unrolled step; the output pass 4 x (x, weight, bias)
     longest = sorted(runs)
     assert longest[-1] >= 12 and longest[-2] >= 4, runs
@@ -201,15 +207,10 @@ def test_rows_read_in_a_loop_keep_several_loads_in_flight(tmp_path):
 def test_split_chunks_covered_exactly_load_without_bound_checks(tmp_path):
     """vocab_log_softmax (64 rows of 262144 in chunks of 4096, 256 threads x 4 floats): the first
     pass's loop has a known trip count, so all four 16-byte loads of a thread go out at once."""
-    source, _, kernels = Problem(ROOT / "examples" / "fusion" / "vocab_log_softmax.py", 42).build(["cuda_kernels"])
+    cu, kernels = _cuda_of(ROOT / "examples" / "fusion" / "vocab_log_softmax.py")
     assert kernels[0]["config"]["variant"] == "split"
-    cu = re.search(r'_KP_CUDA_SOURCE = r"""(.*?)"""', source, re.S).group(1)
     assert "c0 < last" not in cu
-    (tmp_path / "k.cu").write_text(cu)
-    subprocess.run([NVCC, "-arch=sm_90", "-O3", "-cubin", "-o", "k.cubin", "k.cu"], cwd=tmp_path, check=True)
-    sass = subprocess.run([str(CUOBJDUMP), "-sass", "k.cubin"], cwd=tmp_path, capture_output=True, text=True,
-                          check=True).stdout
-    pass1 = next(f for f in re.split(r"\n\s*Function : ", sass)[1:]
+    pass1 = next(f for f in re.split(r"\n\s*Function : ", _sass_of(cu, tmp_path))[1:]
                  if "pass1_kernelILi4E" in f.splitlines()[0])  # the VEC = 4 instance
     runs = _loads_between_branches(pass1, r"\bLDG\.E\.128")
     assert max(runs) >= 4, runs
