@@ -55,6 +55,8 @@ def register(app: typer.Typer) -> None:
                                                                        "local Ray instance)")] = "",
         out: Annotated[Path | None, typer.Option("--out", help="output folder (default: bench/<suite name>)")] = None,
         resume: Annotated[bool, typer.Option("--resume", help="finish the bench in --out")] = False,
+        rerun: Annotated[str, typer.Option("--rerun", help="with --resume: problems to run again from scratch, "
+                                                           "e.g. level1/7_Name,level2/3_Name")] = "",
         baselines_only: Annotated[bool, typer.Option("--baselines-only",
                                                      help="only time eager and torch.compile of each problem")] = False,
         profile: Annotated[bool, typer.Option("--profile/--no-profile", help="profile for guidance in each search")] = True,
@@ -90,12 +92,13 @@ def register(app: typer.Typer) -> None:
             baselines_only=baselines_only, time_limit_min=time_limit, **knowledge,
             backend=backend, ray_address=ray_address)
         console = Console(stderr=True)
+        reruns = [key.strip() for key in rerun.split(",") if key.strip()]
         if json_output:
-            document = Bench(settings, resume=resume, extend_budget=budget if resume else None).run()
+            document = Bench(settings, resume=resume, extend_budget=budget if resume else None, rerun=reruns).run()
             typer.echo(json.dumps(document, indent=2))
             return
         with Live(console=console, refresh_per_second=2, transient=False) as live:
-            bench = Bench(settings, resume=resume, extend_budget=budget if resume else None,
+            bench = Bench(settings, resume=resume, extend_budget=budget if resume else None, rerun=reruns,
                           on_change=lambda status: live.update(render_status(status)))
             live.update(render_status(bench.status))
             document = bench.run()

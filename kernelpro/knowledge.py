@@ -173,6 +173,12 @@ class KnowledgeBase:
         with self.db:
             return self.db.execute("DELETE FROM observations").rowcount
 
+    def forget(self, problem: str, start: float, end: float) -> int:
+        """Forget the observations of one problem recorded between start and end (epoch seconds)."""
+        with self.db:
+            return self.db.execute("DELETE FROM observations WHERE problem = ? AND at BETWEEN ? AND ?",
+                                   (problem, start, end)).rowcount
+
     # -- reading -------------------------------------------------------------------------------
     def count(self) -> int:
         return self.db.execute("SELECT COUNT(*) FROM observations").fetchone()[0]

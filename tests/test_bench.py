@@ -205,6 +205,40 @@ def test_resume_with_a_larger_budget_extends_every_search(tmp_path, monkeypatch)
     assert (out / "leaderboard_budget1.md").exists() and (out / "leaderboard_budget1.html").exists()
 
 
+def test_rerun_forgets_a_problem_and_runs_it_again_from_scratch(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNELPRO_HOME", str(tmp_path / "home"))
+    from kernelpro.knowledge import KnowledgeBase
+    out = tmp_path / "bench"
+    settings = BenchSettings(suite=str(SUITE), out=str(out), levels="1", **dict(FAST, use_kb=True))
+    Bench(settings).run()
+
+    def observations() -> dict:
+        with KnowledgeBase() as base:
+            return {p: n for p, n in base.db.execute("SELECT problem, COUNT(*) FROM observations GROUP BY problem")}
+
+    def finished() -> dict:
+        return dict(sqlite3.connect(out / "bench.db").execute("SELECT key, finished FROM problems"))
+
+    before, first = observations(), finished()
+    assert before.get("DoubleNegation") and before.get("ScaledSum")
+    with pytest.raises(BenchError, match="with --resume"):
+        Bench(settings, rerun=["level1/1_DoubleNegation"])
+    with pytest.raises(BenchError, match="not a problem of this bench.*level1/2_ScaledSum"):
+        Bench(settings, resume=True, rerun=["level1/9_Missing"])
+    bench = Bench(settings, resume=True, rerun=["level1/1_DoubleNegation"])
+    assert bench.forgotten_observations == before["DoubleNegation"]
+    assert observations() == {"ScaledSum": before["ScaledSum"]}
+    assert not (out / "problems" / "level1" / "1_DoubleNegation").exists()
+    assert [e.key for e in bench.pending()] == ["level1/1_DoubleNegation"]
+    document = bench.run()
+    assert [r["status"] for r in document["problems"]] == ["done", "done"]
+    again = finished()
+    assert again["level1/2_ScaledSum"] == first["level1/2_ScaledSum"]
+    assert again["level1/1_DoubleNegation"] > first["level1/1_DoubleNegation"]
+    assert observations()["DoubleNegation"] > 0
+    assert (out / "problems" / "level1" / "1_DoubleNegation" / "run.json").exists()
+
+
 def test_the_ray_backend_runs_each_problem_as_a_task(tmp_path):
     pytest.importorskip("ray")
     out = tmp_path / "ray"

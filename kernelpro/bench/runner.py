@@ -167,13 +167,17 @@ def run_search(entry: Entry, settings: BenchSettings, out: Path, env: dict,
 
 class Bench:
     def __init__(self, settings: BenchSettings, *, resume: bool = False, extend_budget: int | None = None,
-                 on_change: Callable[[BenchStatus], None] = lambda status: None):
+                 rerun: list[str] | None = None, on_change: Callable[[BenchStatus], None] = lambda status: None):
         """`resume` finishes the bench in settings.out with its saved settings; `extend_budget` (with
         resume) raises its budget: each search that spent the old one goes on from its own state, and
-        the leaderboards of the old budget are kept as leaderboard_budget<N>.*."""
+        the leaderboards of the old budget are kept as leaderboard_budget<N>.*. `rerun` (with resume)
+        names problems (keys such as level1/7_Name) to run again from scratch, e.g. after something
+        else used their GPU while they were timed."""
         out = Path(settings.out)
         if extend_budget is not None and not resume:
             raise BenchError("a larger budget extends a finished bench: give it with --resume")
+        if rerun and not resume:
+            raise BenchError("--rerun runs problems of an existing bench again: give it with --resume")
         if not resume and out.exists() and any(out.iterdir()):
             raise BenchError(f"{out} is not empty; pass --resume to finish the bench there, or choose another --out")
         if resume and not (out / "bench.db").exists():
@@ -189,6 +193,9 @@ class Bench:
         self.entries = select(discover(Path(settings.suite)), settings.levels, settings.problems)
         self.store.put("settings", asdict(settings))
         self.store.add(self.entries)
+        self.forgotten_observations = 0
+        if rerun:
+            self._rerun(rerun)
         if settings.backend not in ("local", "ray"):
             raise BenchError(f"--backend {settings.backend!r}: local or ray")
         if settings.backend == "ray" and settings.baselines_only:
@@ -218,6 +225,27 @@ class Bench:
         self.store.reopen([r["key"] for r in self.store.rows()
                            if r["status"] == "done" and extends(r["result"], budget)])
         return replace(settings, budget=budget)
+
+    def _rerun(self, keys: list[str]) -> None:
+        """Forget what these problems measured: result, search folder, log, and the knowledge-base
+        observations their searches recorded (so no later search learns from a disturbed run)."""
+        rows = {r["key"]: r for r in self.store.rows()}
+        unknown = [k for k in keys if k not in rows or k not in {e.key for e in self.entries}]
+        if unknown:
+            raise BenchError(f"--rerun {', '.join(unknown)}: not a problem of this bench; its problems are "
+                             + ", ".join(sorted(e.key for e in self.entries)))
+        forgotten = 0
+        for key in dict.fromkeys(keys):
+            row = rows[key]
+            shutil.rmtree(self.out / "problems" / key, ignore_errors=True)
+            (self.out / "logs" / f"{key}.log").unlink(missing_ok=True)
+            if self.settings.use_kb and row["started"]:
+                from kernelpro.knowledge import KnowledgeBase
+                name = next(e.name for e in self.entries if e.key == key)
+                with KnowledgeBase(self.settings.kb or None) as base:
+                    forgotten += base.forget(name, row["started"], row["finished"] or time.time())
+        self.store.reopen(list(dict.fromkeys(keys)))
+        self.forgotten_observations = forgotten
 
     def _count(self, row: dict) -> None:
         if row["status"] == "done":
