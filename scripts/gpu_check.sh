@@ -18,6 +18,15 @@ python3 -m pip install -q --no-build-isolation --no-deps -e . >"$OUT/install.log
 } 2>&1 | tee "$OUT/machine.txt"
 
 step() { echo; echo "=== $1"; }
+# bg_running: the background jobs (in_background, below) still running on this machine. A warm
+# machine may still run the bench or the ablation of an earlier call; nothing else may use the
+# GPU meanwhile, or its timings and theirs would both be disturbed.
+bg_running() { for f in /tmp/kernelpro-bg/*.pid; do [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null && basename "$f" .pid; done; }
+busy=$(bg_running)
+if [ -n "$busy" ]; then
+  echo "the background $busy is running on this GPU: the other GPU steps are skipped"
+  SKIP_GPU_TESTS=1 SKIP_CUTE=1 SKIP_EVALS=1 SKIP_THROUGHPUT=1 SKIP_PROFILE_BENCH=1 SKIP_FUSION=1 SKIP_SEARCH=1
+fi
 step "ncu facts (metric list, sections, version)"
 mkdir -p "$OUT/ncu"
 { ncu --version; ncu --list-sections; } >"$OUT/ncu/sections.txt" 2>&1
@@ -77,6 +86,11 @@ in_background() {
   local name=$1; shift
   local pidfile=/tmp/kernelpro-bg/$name.pid
   mkdir -p /tmp/kernelpro-bg
+  local other
+  other=$(bg_running | grep -vx "$name")
+  if [ -n "$other" ]; then
+    echo "$name not started: the background $other is running on this GPU"; return
+  fi
   if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
     echo "$name already running (pid $(cat "$pidfile"))"
   else
