@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import itertools
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -194,3 +195,23 @@ def test_the_graph_worker_is_restarted_after_it_dies_and_reports_a_bad_problem(t
     with pytest.raises(OfflineCoderError, match="graph worker failed"):
         coder.propose(request(problem, parent_state={"applied": ["simplify_identities"]}, kind="refine"))
     assert coder._worker is None
+
+
+def test_batch_norm_folds_into_the_conv_and_pools_move_before_activations(tmp_path):
+    answer = expand(spec(DATA / "conv_bn_pool.py"))
+    options = {o["move"]: o for o in answer["options"]}
+    assert options["fold_batch_norm"]["rationale"].endswith("(2 rewrites)")  # norm3's conv has a second user
+    # not past gelu, not the pool that returns indices
+    assert options["pool_before_activation"]["rationale"].endswith("(2 rewrites)")
+    for move in ("fold_batch_norm", "pool_before_activation"):
+        assert_equivalent(options[move]["source"], tmp_path)
+    both = expand(spec(DATA / "conv_bn_pool.py", ["fold_batch_norm", "pool_before_activation"]))
+    assert_equivalent(both["source"], tmp_path)
+    body = both["source"].split("def _kp_body", 1)[1]
+    # only the norm that could not be folded runs
+    assert "self.norm1" not in body and "self.norm2" not in body and "self.norm3(" in body
+    # the activations now read the pools' outputs
+    assert re.search(r"relu\((max_pool\w*|pool)\b", body) and re.search(r"leaky_relu\(max_pool2d\w*", body)
+    near = expand(spec(DATA / "near_misses.py"))
+    for move in ("fold_batch_norm", "pool_before_activation"):
+        assert move not in moves_of(near)

@@ -4,7 +4,8 @@ Each pass changes the graph in place and returns how many rewrites it made. A pa
 only rewrites what is exactly equivalent for finite inputs: identities, reductions
 over size-1 dimensions, double transposes and negations, chains of scalar
 multiplies and adds, a scalar multiply folded into the preceding linear or
-convolution, constant results of a reduction over a size-1 dimension, attention
+convolution, a batch norm on running statistics folded into the convolution before it,
+a max-pool moved before the non-decreasing activation that fed it, constant results of a reduction over a size-1 dimension, attention
 written out by hand (to `scaled_dot_product_attention`), and transposes around
 matmuls. Parameter-only subgraphs are left to `foldable_nodes`, which codegen
 precomputes at init.
@@ -288,6 +289,100 @@ def fold_scalar_into_weights(gm: fx.GraphModule) -> int:
     return count
 
 
+_CONV_MODULES = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
+_BATCH_NORMS = (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d)
+
+
+def fold_batch_norm(gm: fx.GraphModule) -> int:
+    """conv(x) then a batch norm on running statistics (eval mode), the norm the conv's only user:
+    one conv with scaled weights, W * g/sqrt(var+eps) per output channel, and bias
+    (b - mean) * g/sqrt(var+eps) + beta (folded at init)."""
+    count = 0
+    for node in list(gm.graph.nodes):
+        norm, conv = module_of(gm, node), module_of(gm, node.args[0] if node.args else None)
+        if not isinstance(norm, _BATCH_NORMS) or norm.training or norm.running_var is None or \
+                not isinstance(conv, _CONV_MODULES) or len(node.args[0].users) != 1 or \
+                getattr(conv, "padding_mode", "zeros") != "zeros" or conv.out_channels != norm.num_features:
+            continue
+        graph, producer = gm.graph, node.args[0]
+        created = []
+
+        def call(target, *args):
+            created.append(graph.call_function(target, args))
+            return created[-1]
+
+        with graph.inserting_before(producer):
+            scale = call(torch.rsqrt, call(operator.add, graph.get_attr(f"{node.target}.running_var"), norm.eps))
+            if norm.affine:
+                scale = call(operator.mul, scale, graph.get_attr(f"{node.target}.weight"))
+            shape = (-1,) + (1,) * (conv.weight.dim() - 1)
+            weight = call(operator.mul, graph.get_attr(f"{producer.target}.weight"), call(torch.reshape, scale, shape))
+            shift = call(operator.neg, graph.get_attr(f"{node.target}.running_mean"))
+            if conv.bias is not None:
+                shift = call(operator.add, graph.get_attr(f"{producer.target}.bias"), shift)
+            bias = call(operator.mul, shift, scale)
+            if norm.affine:
+                bias = call(operator.add, bias, graph.get_attr(f"{node.target}.bias"))
+        for made in created:
+            made.meta["kp_fold"] = True
+        function = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[len(conv.kernel_size)]
+        _substitute(gm, node, function, (producer.args[0], weight, bias, conv.stride, conv.padding, conv.dilation,
+                                         conv.groups))
+        count += 1
+    _finish(gm)
+    return count
+
+
+_MAX_POOLS = (torch.nn.MaxPool1d, torch.nn.MaxPool2d, torch.nn.MaxPool3d)
+_MAX_POOL_FNS = (F.max_pool1d, F.max_pool2d, F.max_pool3d)
+
+
+def _monotone(gm: fx.GraphModule, node) -> bool:
+    """Whether the node is a pointwise op that never decreases (relu, relu6, hardtanh, leaky_relu with
+    a slope >= 0, clamp by numbers): max over a window commutes with it exactly."""
+    module = module_of(gm, node)
+    if module is not None:
+        return type(module) in (torch.nn.ReLU, torch.nn.ReLU6) or (
+            type(module) is torch.nn.Hardtanh and module.min_val <= module.max_val) or (
+            type(module) is torch.nn.LeakyReLU and module.negative_slope >= 0)
+    if is_op(node, (F.relu, torch.relu, F.relu6, F.hardtanh), {"relu"}):
+        return True
+    if is_op(node, (F.leaky_relu,)):
+        slope = arg(node, 1, "negative_slope", 0.01)
+        return isinstance(slope, SCALAR) and slope >= 0
+    if is_op(node, (torch.clamp,), {"clamp"}):
+        bounds = [arg(node, 1, "min"), arg(node, 2, "max")]
+        return all(b is None or isinstance(b, SCALAR) for b in bounds) and any(b is not None for b in bounds)
+    return False
+
+
+def pool_before_activation(gm: fx.GraphModule) -> int:
+    """max_pool(act(x)) -> act(max_pool(x)) for a non-decreasing act whose only user is the pool:
+    the activation then runs on the pooled (smaller) tensor, and the op before it feeds the pool."""
+    count = 0
+    for pool in list(gm.graph.nodes):
+        module = module_of(gm, pool)
+        if isinstance(module, _MAX_POOLS):
+            if module.return_indices:
+                continue
+        elif not is_op(pool, _MAX_POOL_FNS) or arg(pool, 6, "return_indices", False):
+            continue
+        act = pool.args[0] if pool.args else None
+        if not isinstance(act, fx.Node) or len(act.users) != 1 or not act.args or \
+                not isinstance(act.args[0], fx.Node) or not _monotone(gm, act):
+            continue
+        graph = gm.graph
+        pool.replace_input_with(act, act.args[0])
+        with graph.inserting_after(pool):
+            moved = graph.create_node(act.op, act.target, (pool,) + tuple(act.args[1:]), dict(act.kwargs))
+        moved.meta = dict(pool.meta)
+        pool.replace_all_uses_with(moved, delete_user_cb=lambda user: user is not moved)
+        graph.erase_node(act)
+        count += 1
+    _finish(gm)
+    return count
+
+
 def _constant_kind(gm: fx.GraphModule, node) -> float | None:
     """0.0 or 1.0 when the node is known to be a tensor of that constant everywhere (finite inputs)."""
     if not isinstance(node, fx.Node):
@@ -434,6 +529,8 @@ PASSES = {
     "simplify_double_ops": simplify_double_ops,
     "combine_scalar_ops": combine_scalar_ops,
     "fold_scalar_into_weights": fold_scalar_into_weights,
+    "fold_batch_norm": fold_batch_norm,
+    "pool_before_activation": pool_before_activation,
     "constant_results": constant_results,
     "attention_to_sdpa": attention_to_sdpa,
     "transposed_matmuls": transposed_matmuls,

@@ -35,6 +35,12 @@ MOVES: dict[str, Move] = {m.name: m for m in (
          "combine consecutive scalar multiplies and adds into one pass"),
     Move("fold_scalar_into_weights", "algebraic_simplify", True,
          "fold a scalar multiply into the preceding linear/conv weights and bias, precomputed at init"),
+    Move("fold_batch_norm", "algebraic_simplify", True,
+         "fold a batch norm on running statistics (eval mode) into the convolution before it: scaled weights "
+         "and bias, precomputed at init", needs_conv=True),
+    Move("pool_before_activation", "algebraic_simplify", True,
+         "max-pool before a non-decreasing activation (relu, relu6, hardtanh, leaky_relu, clamp) instead of "
+         "after it, so the activation runs on the pooled tensor"),
     Move("constant_results", "algebraic_simplify", True,
          "replace results that are a known constant (a - a, softmax over a size-1 dim, and what zero "
          "keeps zero) by a fresh constant tensor, dropping the work behind them"),
