@@ -205,7 +205,7 @@ def test_resume_with_a_larger_budget_extends_every_search(tmp_path, monkeypatch)
     assert (out / "leaderboard_budget1.md").exists() and (out / "leaderboard_budget1.html").exists()
 
 
-def test_rerun_forgets_a_problem_and_runs_it_again_from_scratch(tmp_path, monkeypatch):
+def test_rerun_forgets_a_problem_and_runs_it_again_from_scratch(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("KERNELPRO_HOME", str(tmp_path / "home"))
     from kernelpro.knowledge import KnowledgeBase
     out = tmp_path / "bench"
@@ -225,6 +225,9 @@ def test_rerun_forgets_a_problem_and_runs_it_again_from_scratch(tmp_path, monkey
         Bench(settings, rerun=["level1/1_DoubleNegation"])
     with pytest.raises(BenchError, match="not a problem of this bench.*level1/2_ScaledSum"):
         Bench(settings, resume=True, rerun=["level1/9_Missing"])
+    with pytest.raises(SystemExit) as exit_:  # the same refusal through the CLI
+        main(["bench", str(SUITE), "--out", str(out), "--resume", "--rerun", "level1/9_Missing", "--json"])
+    assert exit_.value.code == 2 and "level1/9_Missing: not a problem of this bench" in capsys.readouterr().err
     bench = Bench(settings, resume=True, rerun=["level1/1_DoubleNegation"])
     assert bench.forgotten_observations == before["DoubleNegation"]
     assert observations() == {"ScaledSum": before["ScaledSum"]}
