@@ -26,6 +26,7 @@ busy=$(bg_running)
 if [ -n "$busy" ]; then
   echo "the background $busy is running on this GPU: the other GPU steps are skipped"
   SKIP_GPU_TESTS=1 SKIP_CUTE=1 SKIP_EVALS=1 SKIP_THROUGHPUT=1 SKIP_PROFILE_BENCH=1 SKIP_FUSION=1 SKIP_SEARCH=1
+  NCU_ORDER=""
 fi
 step "ncu facts (metric list, sections, version)"
 mkdir -p "$OUT/ncu"
@@ -61,6 +62,12 @@ if [ "${SKIP_FUSION:-0}" != 1 ]; then
     --variants "${FUSION_VARIANTS:-triton,cuda,gemm}" ${FUSION_FLAGS:-} \
     --keep "$OUT/fusion_candidates" ${FUSION_PROBLEMS:-} 2>&1 | tee "$OUT/fusion_kernels.log" | tail -22
 fi
+step "ncu launch order (NCU_ORDER: candidate files, e.g. \$OUT/fusion_candidates/vocab_log_softmax_cuda.py)"
+# Each launch of two profiled calls, in order: a kernel's cost apart from being the call's first.
+for candidate in ${NCU_ORDER:-}; do
+  timeout 300 python3 scripts/ncu_launch_order.py "$candidate" --calls 2 \
+    --json "$OUT/ncu_order_$(basename "$candidate" .py).json" 2>&1 | tail -12
+done
 step "kernelpro search on the shipped examples"
 # SEARCH_EXAMPLES: example names (default below); SEARCH_BUDGET (16); SEARCH_ENERGY: one example for --objective energy.
 if [ "${SKIP_SEARCH:-0}" != 1 ]; then
