@@ -193,9 +193,6 @@ class Bench:
         self.entries = select(discover(Path(settings.suite)), settings.levels, settings.problems)
         self.store.put("settings", asdict(settings))
         self.store.add(self.entries)
-        self.forgotten_observations = 0
-        if rerun:
-            self._rerun(rerun)
         if settings.backend not in ("local", "ray"):
             raise BenchError(f"--backend {settings.backend!r}: local or ray")
         if settings.backend == "ray" and settings.baselines_only:
@@ -209,6 +206,10 @@ class Bench:
                     os.kill(row["pid"], signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
+        self.forgotten_observations = 0
+        if rerun:  # after the stop above: no search left running writes into a folder it drops
+            self._rerun(rerun)
+            rows = {r["key"]: r for r in self.store.rows()}
         self.status = BenchStatus(total=len(self.entries))
         for entry in self.entries:
             self._count(rows[entry.key])
@@ -230,10 +231,11 @@ class Bench:
         """Forget what these problems measured: result, search folder, log, and the knowledge-base
         observations their searches recorded (so no later search learns from a disturbed run)."""
         rows = {r["key"]: r for r in self.store.rows()}
-        unknown = [k for k in keys if k not in rows or k not in {e.key for e in self.entries}]
+        entries = {e.key: e for e in self.entries}  # each is in rows: add() registered it
+        unknown = [k for k in keys if k not in entries]
         if unknown:
             raise BenchError(f"--rerun {', '.join(unknown)}: not a problem of this bench; its problems are "
-                             + ", ".join(sorted(e.key for e in self.entries)))
+                             + ", ".join(sorted(entries)))
         forgotten = 0
         for key in dict.fromkeys(keys):
             row = rows[key]
@@ -241,7 +243,7 @@ class Bench:
             (self.out / "logs" / f"{key}.log").unlink(missing_ok=True)
             if self.settings.use_kb and row["started"]:
                 from kernelpro.knowledge import KnowledgeBase
-                name = next(e.name for e in self.entries if e.key == key)
+                name = entries[key].name  # the name a search records its observations under
                 with KnowledgeBase(self.settings.kb or None) as base:
                     forgotten += base.forget(name, row["started"], row["finished"] or time.time())
         self.store.reopen(list(dict.fromkeys(keys)))
