@@ -5,10 +5,10 @@ only rewrites what is exactly equivalent for finite inputs: identities, reductio
 over size-1 dimensions, double transposes and negations, chains of scalar
 multiplies and adds, a scalar multiply folded into the preceding linear or
 convolution, a batch norm on running statistics folded into the convolution before it,
-a max-pool moved before the non-decreasing activation that fed it, constant results of a reduction over a size-1 dimension, attention
-written out by hand (to `scaled_dot_product_attention`), and transposes around
-matmuls. Parameter-only subgraphs are left to `foldable_nodes`, which codegen
-precomputes at init.
+a max-pool moved before the non-decreasing activation that fed it, constant results of a
+reduction over a size-1 dimension, attention written out by hand (to
+`scaled_dot_product_attention`), and transposes around matmuls. Parameter-only subgraphs are
+left to `foldable_nodes`, which codegen precomputes at init.
 """
 
 from __future__ import annotations
@@ -256,6 +256,24 @@ def combine_scalar_ops(gm: fx.GraphModule) -> int:
     return count
 
 
+_CONV_MODULES = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
+
+
+def _with_folded_weights(gm: fx.GraphModule, node: fx.Node, producer: fx.Node, module: torch.nn.Module,
+                         weight: fx.Node, bias: fx.Node | None) -> None:
+    """`node` becomes the functional linear/conv of `producer`'s input with these weight and bias nodes
+    (parameter-only nodes a pass created, each marked to be folded at init)."""
+    for created in (weight, bias):
+        if created is not None:
+            created.meta["kp_fold"] = True
+    if isinstance(module, torch.nn.Linear):
+        _substitute(gm, node, F.linear, (producer.args[0], weight, bias))
+    else:
+        conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[len(module.kernel_size)]
+        _substitute(gm, node, conv, (producer.args[0], weight, bias, module.stride, module.padding,
+                                     module.dilation, module.groups))
+
+
 def fold_scalar_into_weights(gm: fx.GraphModule) -> int:
     """linear(x)*s or conv(x)*s (or /s) with one user: scale the weights and bias instead (folded at init)."""
     count = 0
@@ -265,7 +283,7 @@ def fold_scalar_into_weights(gm: fx.GraphModule) -> int:
             continue
         producer, scalar = found
         module = module_of(gm, producer)
-        if not isinstance(module, (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)) or \
+        if not isinstance(module, (torch.nn.Linear, *_CONV_MODULES)) or \
                 len(producer.users) != 1 or not math.isfinite(scalar) or \
                 getattr(module, "padding_mode", "zeros") != "zeros":
             continue
@@ -275,21 +293,12 @@ def fold_scalar_into_weights(gm: fx.GraphModule) -> int:
             bias = None
             if module.bias is not None:
                 bias = graph.call_function(operator.mul, (graph.get_attr(f"{producer.target}.bias"), scalar))
-        for created in (weight, bias):
-            if created is not None:
-                created.meta["kp_fold"] = True
-        if isinstance(module, torch.nn.Linear):
-            _substitute(gm, node, F.linear, (producer.args[0], weight, bias))
-        else:
-            conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[len(module.kernel_size)]
-            _substitute(gm, node, conv, (producer.args[0], weight, bias, module.stride, module.padding,
-                                         module.dilation, module.groups))
+        _with_folded_weights(gm, node, producer, module, weight, bias)
         count += 1
     _finish(gm)
     return count
 
 
-_CONV_MODULES = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
 _BATCH_NORMS = (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d)
 
 
@@ -325,9 +334,7 @@ def fold_batch_norm(gm: fx.GraphModule) -> int:
                 bias = call(operator.add, bias, graph.get_attr(f"{node.target}.bias"))
         for made in created:
             made.meta["kp_fold"] = True
-        function = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[len(conv.kernel_size)]
-        _substitute(gm, node, function, (producer.args[0], weight, bias, conv.stride, conv.padding, conv.dilation,
-                                         conv.groups))
+        _with_folded_weights(gm, node, producer, conv, weight, bias)
         count += 1
     _finish(gm)
     return count
