@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -45,14 +44,14 @@ def run_calls(candidate: Path, calls: int, warmup: int) -> None:
 
 def profile(candidate: Path, calls: int, warmup: int) -> list[dict]:
     """Each profiled launch in order: kernel name, microseconds, DRAM bytes."""
-    from kernelpro.tools.ncu import parse_csv
-    ncu = shutil.which("ncu")
+    from kernelpro.tools.api import find_binary
+    from kernelpro.tools.ncu import command, parse_csv
+    ncu = find_binary("ncu")
     if ncu is None:
         raise SystemExit("ncu is not on PATH")
     log = Path(os.environ.get("TMPDIR", "/tmp")) / "kp_launch_order.csv"
-    argv = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--target-processes", "all", "--csv",
-            "--page", "raw", "--log-file", str(log), "--metrics", ",".join(METRICS),
-            sys.executable, __file__, str(candidate), "--calls", str(calls), "--warmup", str(warmup), "--child"]
+    argv = command(str(ncu), log, metrics=list(METRICS)) + [
+        sys.executable, __file__, str(candidate), "--calls", str(calls), "--warmup", str(warmup), "--child"]
     subprocess.run(argv, check=True)
     rows = []
     for kernel in parse_csv(log.read_text()):
