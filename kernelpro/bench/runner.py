@@ -208,7 +208,7 @@ class Bench:
                     pass
         self.forgotten_observations = 0
         if rerun:  # after the stop above: no search left running writes into a folder it drops
-            self._rerun(rerun)
+            self.forgotten_observations = self._rerun(rerun, rows)
             rows = {r["key"]: r for r in self.store.rows()}
         self.status = BenchStatus(total=len(self.entries))
         for entry in self.entries:
@@ -227,17 +227,18 @@ class Bench:
                            if r["status"] == "done" and extends(r["result"], budget)])
         return replace(settings, budget=budget)
 
-    def _rerun(self, keys: list[str]) -> None:
+    def _rerun(self, keys: list[str], rows: dict[str, dict]) -> int:
         """Forget what these problems measured: result, search folder, log, and the knowledge-base
-        observations their searches recorded (so no later search learns from a disturbed run)."""
-        rows = {r["key"]: r for r in self.store.rows()}
+        observations their searches recorded (so no later search learns from a disturbed run); how
+        many observations that was."""
         entries = {e.key: e for e in self.entries}  # each is in rows: add() registered it
         unknown = [k for k in keys if k not in entries]
         if unknown:
             raise BenchError(f"--rerun {', '.join(unknown)}: not a problem of this bench; its problems are "
                              + ", ".join(sorted(entries)))
+        keys = list(dict.fromkeys(keys))
         forgotten = 0
-        for key in dict.fromkeys(keys):
+        for key in keys:
             row = rows[key]
             shutil.rmtree(self.out / "problems" / key, ignore_errors=True)
             (self.out / "logs" / f"{key}.log").unlink(missing_ok=True)
@@ -246,8 +247,8 @@ class Bench:
                 name = entries[key].name  # the name a search records its observations under
                 with KnowledgeBase(self.settings.kb or None) as base:
                     forgotten += base.forget(name, row["started"], row["finished"] or time.time())
-        self.store.reopen(list(dict.fromkeys(keys)))
-        self.forgotten_observations = forgotten
+        self.store.reopen(keys)
+        return forgotten
 
     def _count(self, row: dict) -> None:
         if row["status"] == "done":
