@@ -78,6 +78,15 @@ class WorkerPool:
         worker.kill()
         self._fill()
 
+    def settle(self, timeout_s: float) -> None:
+        """Waits until the workers booting ahead have created their CUDA contexts: one created on the
+        GPU while another worker times would disturb that timing."""
+        with self._lock:
+            booting = list(self._ready)
+        deadline = time.monotonic() + timeout_s
+        for worker in booting:
+            worker.settle(deadline - time.monotonic())
+
     def builder(self) -> WorkerProcess:
         return WorkerProcess("cpu", {**self.env, "CUDA_VISIBLE_DEVICES": ""},
                              module="kernelpro.harness.builder")
@@ -280,6 +289,8 @@ class Evaluator:
                 self._check_trial(header, payload, outcome, tolerance)
                 if outcome.trials_passed == options.correct_trials:
                     if options.measure_time:
+                        if self.pool.refill_on_acquire:  # a spare boots meanwhile: no GPU context starts while this times
+                            self.pool.settle(_STARTUP_LIMIT_S)
                         worker.send({"cmd": "time", "baselines": list(options.baselines),
                                      "profile_kernels": options.policy == "strict",
                                      "energy": bool(options.measure_energy and self.energy_meter)})

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -136,6 +137,9 @@ class WorkerProcess:
         self.stderr = CappedStream(self.process.stderr)
         self.started_at = time.monotonic()
         self._killed = False
+        self._read_lock = threading.Lock()
+        self._early: list[tuple[dict, bytes]] = []  # the first message, read by settle() ahead of receive()
+        self._heard = False
 
     @property
     def pid(self) -> int:
@@ -145,8 +149,31 @@ class WorkerProcess:
         channel.send(self._sock, header, payload)
 
     def receive(self, timeout_s: float | None) -> tuple[dict, bytes]:
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        return channel.receive(self._sock, deadline)
+        with self._read_lock:
+            if self._early:
+                return self._early.pop(0)
+            deadline = None if timeout_s is None else time.monotonic() + timeout_s
+            message = channel.receive(self._sock, deadline)
+            self._heard = True
+            return message
+
+    def settle(self, timeout_s: float) -> None:
+        """Waits, up to timeout_s, until a booting worker has said it is ready (on CUDA: once its
+        context exists), keeping that message for receive(). A worker that dies meanwhile is left for
+        its user to find out about."""
+        if not self._read_lock.acquire(timeout=max(timeout_s, 0.0)):
+            return  # its user is reading it: it booted already
+        try:
+            if self._heard or self._early:
+                return
+            readable, _, _ = select.select([self._sock], [], [], max(timeout_s, 0.0))
+            if readable:
+                self._early.append(channel.receive(self._sock, time.monotonic() + 5.0))
+                self._heard = True
+        except (channel.ChannelClosed, channel.ChannelTimeout, OSError):
+            pass
+        finally:
+            self._read_lock.release()
 
     def exit_status(self, wait_s: float = 2.0) -> int | None:
         """The worker's return code (negative: killed by that signal), or None if alive."""

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import io
-import os
-import sys
 import textwrap
 import time
 
@@ -62,3 +60,32 @@ def _alive(pid: int) -> bool:
             return handle.read().split(")")[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_settle_waits_for_the_workers_booting_ahead_and_keeps_their_first_message():
+    # Before a worker times, the evaluator waits until the spares booting beside it are ready (on
+    # CUDA: their contexts exist), so that no context is created on the GPU during a timed window.
+    from kernelpro.harness import channel
+    from kernelpro.harness.evaluate import WorkerPool
+    pool = WorkerPool("cpu", spares=1)
+    try:
+        spare = pool._ready[0]
+        try:  # just spawned: a worker takes longer than this to import torch and say it is ready
+            spare.receive(0.01)
+            raise AssertionError("the worker was ready at once; this test cannot tell settle from not waiting")
+        except channel.ChannelTimeout:
+            pass
+        pool.settle(120)
+        worker = pool.acquire()
+        assert worker is spare
+        header, _ = worker.receive(0.001)  # read by settle, kept for its user
+        assert header["type"] == "ready" and header["pid"] == spare.pid
+        pool.release(worker)
+        lone = WorkerProcess("cpu")
+        try:
+            lone.settle(0.0)  # no wait asked: nothing read, nothing lost
+            assert lone.receive(120)[0]["type"] == "ready"
+        finally:
+            lone.kill()
+    finally:
+        pool.close()
