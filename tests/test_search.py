@@ -108,6 +108,9 @@ def test_offline_coder_through_the_loop_on_a_fake_harness(tmp_path):
     assert document["evaluations"] == 6 and document["verdicts"] == {"correct": 6}
     assert document["speedup"] == pytest.approx(1 / 0.9 ** len(document["best_moves"]))
     assert len(document["best_moves"]) >= 2  # the tree went deeper than the root's children
+    # the best is timed once more after the search, and run.json keeps that measurement whole
+    assert document["final"] == {"eager_ms": 1.0, "compile_ms": None, "best_ms": pytest.approx(document["best_ms"]),
+                                 "speedup": pytest.approx(document["speedup"]), "speedup_vs_compile": None}
     out = tmp_path / "run"
     tree = json.loads((out / "tree.json").read_text())
     evaluated = [n for n in tree["nodes"] if n["parent"] is not None and n["transposition_of"] is None]
@@ -289,7 +292,7 @@ def test_parallel_keeps_several_candidates_in_flight(tmp_path):
     settings = SearchSettings(problem=str(DATA / "redundant.py"), out=str(tmp_path / "run"), budget=7,
                               parallel=3, profile=False)
     document = SearchRun(settings, evaluator=harness).run()
-    assert document["evaluations"] == 7 and len(harness.sources) == 8  # 7 candidates + the reference
+    assert document["evaluations"] == 7 and len(harness.sources) == 9  # 7 candidates, the reference, the best re-measured
     assert harness.most == 3
 
 
