@@ -57,6 +57,9 @@ def register(app: typer.Typer) -> None:
         resume: Annotated[bool, typer.Option("--resume", help="finish the bench in --out")] = False,
         rerun: Annotated[str, typer.Option("--rerun", help="with --resume: problems to run again from scratch, "
                                                            "e.g. level1/7_Name,level2/3_Name")] = "",
+        remeasure: Annotated[str, typer.Option("--remeasure", help="with --resume: finished problems (or all) whose "
+                                                                   "best is timed again against eager and "
+                                                                   "torch.compile, with no new evaluations")] = "",
         baselines_only: Annotated[bool, typer.Option("--baselines-only",
                                                      help="only time eager and torch.compile of each problem")] = False,
         profile: Annotated[bool, typer.Option("--profile/--no-profile", help="profile for guidance in each search")] = True,
@@ -93,13 +96,15 @@ def register(app: typer.Typer) -> None:
             backend=backend, ray_address=ray_address)
         console = Console(stderr=True)
         reruns = [key.strip() for key in rerun.split(",") if key.strip()]
+        remeasures = [key.strip() for key in remeasure.split(",") if key.strip()]
         if json_output:
-            document = Bench(settings, resume=resume, extend_budget=budget if resume else None, rerun=reruns).run()
+            document = Bench(settings, resume=resume, extend_budget=budget if resume else None, rerun=reruns,
+                             remeasure=remeasures).run()
             typer.echo(json.dumps(document, indent=2))
             return
         with Live(console=console, refresh_per_second=2, transient=False) as live:
             bench = Bench(settings, resume=resume, extend_budget=budget if resume else None, rerun=reruns,
-                          on_change=lambda status: live.update(render_status(status)))
+                          remeasure=remeasures, on_change=lambda status: live.update(render_status(status)))
             live.update(render_status(bench.status))
             document = bench.run()
             live.update(render_status(bench.status))

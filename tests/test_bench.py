@@ -325,3 +325,45 @@ def test_snapshot_of_a_live_bench_folder_holds_its_committed_rows(tmp_path):
     assert (restored / "problems" / "p" / "best.py").read_text() == "x = 1\n"
     for db in writers:
         db.close()
+
+
+def test_remeasure_times_each_best_again_and_the_leaderboard_reports_that_one_measurement(tmp_path, capsys):
+    out = tmp_path / "bench"
+    settings = BenchSettings(suite=str(SUITE), out=str(out), levels="1", **FAST)
+    Bench(settings).run()
+
+    def runs() -> dict:
+        return {key: json.loads((out / "problems" / key / "run.json").read_text())
+                for key in ("level1/1_DoubleNegation", "level1/2_ScaledSum")}
+
+    def evaluations(key: str) -> int:
+        return sqlite3.connect(out / "problems" / key / "state.db").execute("SELECT COUNT(*) FROM evaluations").fetchone()[0]
+
+    first = runs()
+    with pytest.raises(BenchError, match="with --resume"):
+        Bench(settings, remeasure=["all"])
+    with pytest.raises(BenchError, match="level1/9_Missing: not a finished search of this bench"):
+        Bench(settings, resume=True, remeasure=["level1/9_Missing"])
+    with pytest.raises(SystemExit) as exit_:
+        main(["bench", str(SUITE), "--out", str(out), "--resume", "--remeasure", "level1/9_Missing", "--json"])
+    assert exit_.value.code == 2 and "not a finished search" in capsys.readouterr().err
+    counts = {key: evaluations(key) for key in first}
+    bench = Bench(settings, resume=True, remeasure=["all"])
+    assert sorted(e.key for e in bench.pending()) == sorted(first)
+    bench = Bench(settings, resume=True)  # as after a kill: a plain --resume goes on re-measuring them
+    assert bench.remeasure == set(first)
+    document = bench.run()
+    jsonschema.validate(document, schema())
+    again = runs()
+    for row in document["problems"]:
+        key, before, after = row["key"], first[row["key"]], again[row["key"]]
+        assert evaluations(key) == counts[key] and after["evaluations"] == before["evaluations"]
+        assert after["best_node"] == before["best_node"] and after["speedup"] == before["speedup"]
+        if after["best_node"]:  # the best was timed again: a new measurement, and the row shows it whole
+            assert after["final"] and after["final"] != before["final"]
+            assert row["measured"] == "final" and row["search_speedup"] == after["speedup"]
+            assert (row["eager_ms"], row["best_ms"], row["speedup"]) == (
+                after["final"]["eager_ms"], after["final"]["best_ms"], after["final"]["speedup"])
+            assert row["speedup"] == pytest.approx(row["eager_ms"] / row["best_ms"])
+        else:
+            assert after["final"] is None and row["measured"] == "search"

@@ -22,9 +22,9 @@ from kernelpro.bench.suite import Entry
 RETURNED_FILES = ("run.json", "best.py", "tree.json", "report.md")
 
 
-def problem_task(entry: Entry, settings: dict, out: str) -> dict:
+def problem_task(entry: Entry, settings: dict, out: str, remeasure: bool = False) -> dict:
     """Runs on a Ray worker: the problem's search, and what the driver needs back."""
-    result, error = run_search(entry, BenchSettings(**settings), Path(out), dict(os.environ))
+    result, error = run_search(entry, BenchSettings(**settings), Path(out), dict(os.environ), remeasure=remeasure)
     folder = Path(out) / "problems" / entry.key
     files = {name: (folder / name).read_text() for name in RETURNED_FILES if (folder / name).exists()}
     return {"result": result, "error": error, "files": files, "host": os.uname().nodename}
@@ -47,7 +47,7 @@ def run_on_ray(bench, entries: list[Entry]) -> None:
         pending = {}
         for entry in entries:
             bench.store.start(entry.key, "ray")
-            pending[remote.remote(entry, asdict(settings), str(out))] = entry
+            pending[remote.remote(entry, asdict(settings), str(out), entry.key in bench.remeasure)] = entry
         while pending:
             bench.status.workers = {"ray": f"{len(pending)} problems in flight"}
             bench.on_change(bench.status)

@@ -114,7 +114,7 @@ def summarize_run(folder: Path) -> dict:
     keep = ("device_name", "torch_version", "baseline_ms", "baseline_compile_ms", "best_ms", "best_reference_ms",
             "speedup", "speedup_vs_compile", "final_speedup", "best_moves", "evaluations", "verdicts", "wall_s",
             "energy_j", "baseline_energy_j", "stopped", "coder", "strategy", "objective", "precision", "budget",
-            "time_split_s")
+            "time_split_s", "final")
     return {k: run.get(k) for k in keep} | {
         "techniques": list(dict.fromkeys(techniques)),
         "tokens": (usage.get("input_tokens", 0) or 0) + (usage.get("output_tokens", 0) or 0) if usage else None,
@@ -147,12 +147,14 @@ def run_child(args: list[str], env: dict, log: Path, on_pid: Callable[[int], Non
 
 
 def run_search(entry: Entry, settings: BenchSettings, out: Path, env: dict,
-               on_pid: Callable[[int], None] = lambda pid: None) -> tuple[dict | None, str]:
-    """One problem's search into `out/problems/<key>/`, resumed if it was cut off: (summary, error)."""
+               on_pid: Callable[[int], None] = lambda pid: None, remeasure: bool = False) -> tuple[dict | None, str]:
+    """One problem's search into `out/problems/<key>/`, resumed if it was cut off: (summary, error).
+    `remeasure` resumes a finished search all the same: with its budget spent, it only times its best
+    against eager and torch.compile again and rewrites its results."""
     folder = out / "problems" / entry.key
     if (folder / "run.json").exists() and (folder / "state.db").exists():
         summary = summarize_run(folder)
-        if not extends(summary, settings.budget):
+        if not remeasure and not extends(summary, settings.budget):
             return summary, ""  # it finished before the bench was killed
     # a search cut off, or one that spent a smaller budget, resumes its own state (and extends it)
     resume = (folder / "state.db").exists()
@@ -167,17 +169,22 @@ def run_search(entry: Entry, settings: BenchSettings, out: Path, env: dict,
 
 class Bench:
     def __init__(self, settings: BenchSettings, *, resume: bool = False, extend_budget: int | None = None,
-                 rerun: list[str] | None = None, on_change: Callable[[BenchStatus], None] = lambda status: None):
+                 rerun: list[str] | None = None, remeasure: list[str] | None = None,
+                 on_change: Callable[[BenchStatus], None] = lambda status: None):
         """`resume` finishes the bench in settings.out with its saved settings; `extend_budget` (with
         resume) raises its budget: each search that spent the old one goes on from its own state, and
         the leaderboards of the old budget are kept as leaderboard_budget<N>.*. `rerun` (with resume)
         names problems (keys such as level1/7_Name) to run again from scratch, e.g. after something
-        else used their GPU while they were timed."""
+        else used their GPU while they were timed. `remeasure` (with resume) names finished problems, or
+        `all` of them, whose best is timed again against eager and torch.compile, with no new evaluations:
+        for leaderboards from a bench whose searches recorded no re-measurement, or a quieter machine."""
         out = Path(settings.out)
         if extend_budget is not None and not resume:
             raise BenchError("a larger budget extends a finished bench: give it with --resume")
         if rerun and not resume:
             raise BenchError("--rerun runs problems of an existing bench again: give it with --resume")
+        if remeasure and not resume:
+            raise BenchError("--remeasure times the results of an existing bench again: give it with --resume")
         if not resume and out.exists() and any(out.iterdir()):
             raise BenchError(f"{out} is not empty; pass --resume to finish the bench there, or choose another --out")
         if resume and not (out / "bench.db").exists():
@@ -210,6 +217,12 @@ class Bench:
         if rerun:  # after the stop above: no search left running writes into a folder it drops
             self.forgotten_observations = self._rerun(rerun, rows)
             rows = {r["key"]: r for r in self.store.rows()}
+        if remeasure:
+            self.remeasure = self._remeasure(remeasure, rows)
+            self.store.put("remeasure", sorted(self.remeasure))
+            rows = {r["key"]: r for r in self.store.rows()}
+        else:  # a re-measurement cut off by a kill goes on where it stopped
+            self.remeasure = {k for k in self.store.get("remeasure") or [] if k in rows and rows[k]["status"] != "done"}
         self.status = BenchStatus(total=len(self.entries))
         for entry in self.entries:
             self._count(rows[entry.key])
@@ -249,6 +262,22 @@ class Bench:
                     forgotten += base.forget(name, row["started"], row["finished"] or time.time())
         self.store.reopen(keys)
         return forgotten
+
+    def _remeasure(self, keys: list[str], rows: dict[str, dict]) -> set[str]:
+        if self.settings.baselines_only:
+            raise BenchError("a --baselines-only bench has no searches to re-measure")
+        searched = [k for k in rows if (self.out / "problems" / k / "run.json").exists()
+                    and (self.out / "problems" / k / "state.db").exists()]
+        # `all` is every finished search; a key may also name one whose re-measurement a kill cut off
+        finished = sorted(k for k in searched if rows[k]["status"] == "done")
+        keys = finished if keys == ["all"] else list(dict.fromkeys(keys))
+        finished = sorted(searched)
+        missing = [k for k in keys if k not in finished]
+        if missing:
+            raise BenchError(f"--remeasure {', '.join(missing)}: not a finished search of this bench; those are "
+                             + (", ".join(finished) or "none"))
+        self.store.reopen(keys)
+        return set(keys)
 
     def _count(self, row: dict) -> None:
         if row["status"] == "done":
@@ -326,7 +355,7 @@ class Bench:
 
     def search(self, entry: Entry, slot: str) -> tuple[dict | None, str]:
         return run_search(entry, self.settings, self.out, self._env(slot),
-                          lambda pid: self.store.set_pid(entry.key, pid))
+                          lambda pid: self.store.set_pid(entry.key, pid), remeasure=entry.key in self.remeasure)
 
     def _with_baseline(self, entry: Entry, result: dict) -> dict:
         if result.get("baseline_ms") and result.get("device_name"):
