@@ -67,6 +67,9 @@ def register(app: typer.Typer) -> None:
         seed: Annotated[int, typer.Option("--seed")] = 0,
         out: Annotated[Path | None, typer.Option("--out", help="output folder (default: runs/<problem name>)")] = None,
         resume: Annotated[bool, typer.Option("--resume", help="continue the run in --out")] = False,
+        remeasure: Annotated[bool, typer.Option("--remeasure", help="with --resume: no new evaluations; time the "
+                                                                    "finished run's best again and rewrite its "
+                                                                    "results")] = False,
         profile: Annotated[bool, typer.Option("--profile/--no-profile",
                                               help="profile the reference and each new best for guidance")] = True,
         compile_baseline: Annotated[bool | None, typer.Option(
@@ -107,11 +110,12 @@ def register(app: typer.Typer) -> None:
             console.print(f"coder: [bold]{chosen_coder}[/] ({why}); device: [bold]{chosen_device}[/]; "
                           f"objective: [bold]{objective.value}[/]; output: {folder}")
         if json_output:
-            document = SearchRun(settings, resume=resume).run()
+            document = SearchRun(settings, resume=resume, remeasure_only=remeasure).run()
             typer.echo(json.dumps(document, indent=2))
             return
         with Live(console=console, refresh_per_second=4, transient=False) as live:
-            run = SearchRun(settings, resume=resume, on_change=lambda status: live.update(render_status(status)))
+            run = SearchRun(settings, resume=resume, remeasure_only=remeasure,
+                            on_change=lambda status: live.update(render_status(status)))
             document = run.run()
             live.update(render_status(run.status))
         summary = Table(title=f"kernelpro search: {problem.name}")

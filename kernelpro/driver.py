@@ -18,6 +18,7 @@ killed run resumes with nothing lost or repeated. `outputs` writes the results.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -126,15 +127,25 @@ def validate(settings: SearchSettings, resume: bool) -> Problem:
 class SearchRun:
     def __init__(self, settings: SearchSettings, *, resume: bool = False, coder: Coder | None = None,
                  energy_meter=None, on_change: Callable[[Status], None] = lambda status: None,
-                 evaluator: Evaluator | None = None):
+                 evaluator: Evaluator | None = None, remeasure_only: bool = False):
+        """`remeasure_only` (with resume) evaluates nothing new: a finished run times its best once more
+        and rewrites its results, keeping its budget and why it stopped."""
         self.problem = validate(settings, resume)
         self.out = Path(settings.out)
         self.store = RunStore(self.out)
+        self.finished_as: dict | None = None
+        if remeasure_only:
+            if not resume or not (self.out / "run.json").exists():
+                raise SearchInputError(f"--remeasure: {self.out} holds no finished run (no run.json); it "
+                                       "re-times the best of one, with --resume")
+            self.finished_as = json.loads((self.out / "run.json").read_text())
         if resume:
             saved = self.store.get("settings")
             # The run's identity stays; only how long it may go on can change.
             settings = replace(SearchSettings(**saved), budget=settings.budget, time_limit_min=settings.time_limit_min,
                                max_cost_usd=settings.max_cost_usd, max_tokens=settings.max_tokens)
+            if self.finished_as is not None:
+                settings = replace(settings, budget=self.finished_as.get("budget") or settings.budget)
         self.settings = settings
         options = {} if settings.coder != "anthropic" else {
             key: value for key, value in (("model", settings.model), ("planner_model", settings.planner_model)) if value}
@@ -269,7 +280,10 @@ class SearchRun:
             self.status.evaluations = search.evaluations
             for row in self.store.evaluations():
                 self.status.verdicts[row["verdict"]] = self.status.verdicts.get(row["verdict"], 0) + 1
-            stopped = self.loop(search, evaluator, baseline, began, wall_before)
+            if self.finished_as is not None:
+                stopped = self.finished_as.get("stopped") or "budget"
+            else:
+                stopped = self.loop(search, evaluator, baseline, began, wall_before)
             self._changed(phase="writing the results")
             self._store_wall()
             final = self.final_check(search, evaluator) if search.best_id != 0 else None

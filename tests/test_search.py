@@ -12,6 +12,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -285,6 +286,23 @@ class SlowFakeHarness(FakeHarness):
         with self.lock:
             self.running -= 1
         return super().evaluate(problem, source, options)
+
+
+def test_remeasure_only_times_the_finished_best_again_and_evaluates_nothing_new(tmp_path):
+    from kernelpro.driver import SearchInputError
+    settings = SearchSettings(problem=str(DATA / "redundant.py"), out=str(tmp_path / "run"), budget=3, profile=False)
+    first = SearchRun(settings, evaluator=FakeHarness()).run()
+    rows = sqlite3.connect(tmp_path / "run" / "state.db").execute("SELECT COUNT(*) FROM evaluations").fetchone()[0]
+    with pytest.raises(SearchInputError, match="--remeasure"):
+        SearchRun(replace(settings, out=str(tmp_path / "other")), remeasure_only=True)
+    harness = FakeHarness()
+    # a larger budget on the command line does not make it search on
+    again = SearchRun(replace(settings, budget=9), resume=True, remeasure_only=True, evaluator=harness).run()
+    assert len(harness.sources) == 1  # the best, once; the reference's times are the run's own
+    assert (again["evaluations"], again["budget"], again["stopped"]) == (first["evaluations"], 3, first["stopped"])
+    assert first["final"] and again["final"] == first["final"] and again["best_moves"] == first["best_moves"]
+    assert sqlite3.connect(tmp_path / "run" / "state.db").execute(
+        "SELECT COUNT(*) FROM evaluations").fetchone()[0] == rows
 
 
 def test_parallel_keeps_several_candidates_in_flight(tmp_path):

@@ -149,8 +149,8 @@ def run_child(args: list[str], env: dict, log: Path, on_pid: Callable[[int], Non
 def run_search(entry: Entry, settings: BenchSettings, out: Path, env: dict,
                on_pid: Callable[[int], None] = lambda pid: None, remeasure: bool = False) -> tuple[dict | None, str]:
     """One problem's search into `out/problems/<key>/`, resumed if it was cut off: (summary, error).
-    `remeasure` resumes a finished search all the same: with its budget spent, it only times its best
-    against eager and torch.compile again and rewrites its results."""
+    `remeasure` resumes a finished search all the same, with `kernelpro search --remeasure`: it only
+    times its best against eager and torch.compile again and rewrites its results."""
     folder = out / "problems" / entry.key
     if (folder / "run.json").exists() and (folder / "state.db").exists():
         summary = summarize_run(folder)
@@ -160,7 +160,9 @@ def run_search(entry: Entry, settings: BenchSettings, out: Path, env: dict,
     resume = (folder / "state.db").exists()
     if folder.exists() and not resume:
         shutil.rmtree(folder)  # killed before its search kept anything
-    code, tail = run_child(search_args(entry, settings, folder, resume), env, out / "logs" / f"{entry.key}.log", on_pid)
+    again = remeasure and (folder / "run.json").exists()  # only a finished search is re-measured
+    code, tail = run_child(search_args(entry, settings, folder, resume) + (["--remeasure"] if again else []), env,
+                           out / "logs" / f"{entry.key}.log", on_pid)
     if code != 0 or not (folder / "run.json").exists():
         how = f"killed by signal {-code}" if code < 0 else f"exit {code}"
         return None, f"the search failed ({how}): " + "\n".join(tail.strip().splitlines()[-8:])
