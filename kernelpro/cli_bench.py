@@ -95,8 +95,7 @@ def register(app: typer.Typer) -> None:
             baselines_only=baselines_only, time_limit_min=time_limit, **knowledge,
             backend=backend, ray_address=ray_address)
         console = Console(stderr=True)
-        reruns = [key.strip() for key in rerun.split(",") if key.strip()]
-        remeasures = [key.strip() for key in remeasure.split(",") if key.strip()]
+        reruns, remeasures = ([key.strip() for key in text.split(",") if key.strip()] for text in (rerun, remeasure))
         if json_output:
             document = Bench(settings, resume=resume, extend_budget=budget if resume else None, rerun=reruns,
                              remeasure=remeasures).run()

@@ -46,7 +46,7 @@ def problem_row(row: dict) -> dict:
     # time and ratio of the row then comes from that one measurement, free of the selection's winner's
     # curse. A search without it (the reference stayed best, or no compile baseline) shows its own.
     final = result.get("final") or {}
-    measured = "final" if final.get("best_ms") else "search"
+    measured = "final" if final else "search"
     speedup = final.get("speedup") if final else result.get("speedup")
     vs_compile = final.get("speedup_vs_compile") if final else result.get("speedup_vs_compile")
     valid = row["status"] == "done" and bool(verdicts.get("correct")) and result.get("evaluations") is not None

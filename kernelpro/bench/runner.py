@@ -146,21 +146,27 @@ def run_child(args: list[str], env: dict, log: Path, on_pid: Callable[[int], Non
     return code, log.read_text(errors="replace")[-3000:]
 
 
+def _finished_search(folder: Path) -> bool:
+    """Whether a search finished in this folder (it wrote its results and kept its state)."""
+    return (folder / "run.json").exists() and (folder / "state.db").exists()
+
+
 def run_search(entry: Entry, settings: BenchSettings, out: Path, env: dict,
                on_pid: Callable[[int], None] = lambda pid: None, remeasure: bool = False) -> tuple[dict | None, str]:
     """One problem's search into `out/problems/<key>/`, resumed if it was cut off: (summary, error).
     `remeasure` resumes a finished search all the same, with `kernelpro search --remeasure`: it only
     times its best against eager and torch.compile again and rewrites its results."""
     folder = out / "problems" / entry.key
-    if (folder / "run.json").exists() and (folder / "state.db").exists():
+    finished = _finished_search(folder)
+    if finished and not remeasure:
         summary = summarize_run(folder)
-        if not remeasure and not extends(summary, settings.budget):
+        if not extends(summary, settings.budget):
             return summary, ""  # it finished before the bench was killed
     # a search cut off, or one that spent a smaller budget, resumes its own state (and extends it)
     resume = (folder / "state.db").exists()
     if folder.exists() and not resume:
         shutil.rmtree(folder)  # killed before its search kept anything
-    again = remeasure and (folder / "run.json").exists()  # only a finished search is re-measured
+    again = remeasure and finished  # a search cut off before it finished just resumes
     code, tail = run_child(search_args(entry, settings, folder, resume) + (["--remeasure"] if again else []), env,
                            out / "logs" / f"{entry.key}.log", on_pid)
     if code != 0 or not (folder / "run.json").exists():
@@ -268,16 +274,14 @@ class Bench:
     def _remeasure(self, keys: list[str], rows: dict[str, dict]) -> set[str]:
         if self.settings.baselines_only:
             raise BenchError("a --baselines-only bench has no searches to re-measure")
-        searched = [k for k in rows if (self.out / "problems" / k / "run.json").exists()
-                    and (self.out / "problems" / k / "state.db").exists()]
-        # `all` is every finished search; a key may also name one whose re-measurement a kill cut off
-        finished = sorted(k for k in searched if rows[k]["status"] == "done")
-        keys = finished if keys == ["all"] else list(dict.fromkeys(keys))
-        finished = sorted(searched)
-        missing = [k for k in keys if k not in finished]
+        searched = sorted(k for k in rows if _finished_search(self.out / "problems" / k))
+        # `all` is every search the bench counts as done; a key may also name one whose re-measurement
+        # a kill cut off (its row reads pending again)
+        keys = [k for k in searched if rows[k]["status"] == "done"] if keys == ["all"] else list(dict.fromkeys(keys))
+        missing = [k for k in keys if k not in searched]
         if missing:
             raise BenchError(f"--remeasure {', '.join(missing)}: not a finished search of this bench; those are "
-                             + (", ".join(finished) or "none"))
+                             + (", ".join(searched) or "none"))
         self.store.reopen(keys)
         return set(keys)
 
