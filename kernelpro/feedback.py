@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict
 
 from kernelpro.tools.ncu import base_name
 from kernelpro.tools.records import ToolReport
-from kernelpro.tools.roofline import ProgramProfile
+from kernelpro.tools.roofline import ProgramProfile, placement_cost
 
 SEVERITY_WEIGHT = {"critical": 3.0, "warning": 2.0, "info": 1.0}
 AT_ROOF_PCT = 80.0
@@ -116,6 +116,8 @@ def _headline(program: ProgramProfile) -> list[str]:
         if kernel.compute_pct is not None:
             reach.append(f"{kernel.compute_pct:.0f}% of compute")
         floor = f", floor {kernel.floor_ms:.3g} ms" if kernel.floor_ms else ""
+        if placement_cost(kernel):
+            floor += f"; {kernel.alone_ms_per_call:.3g} ms alone under ncu, the rest is its place in the program"
         lines.append(f"- {base_name(name)} ({100 * kernel.time_share:.0f}% of time, {kernel.launches_per_call:.3g} "
                      f"launch(es)): {kernel.roofline_class}, {', '.join(reach) or 'no counters'}{floor}.")
     if program.floor_ms > 0 and above < 1.25:

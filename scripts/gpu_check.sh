@@ -14,6 +14,7 @@ fi
 python3 -m pip install -q --no-build-isolation --no-deps -e . >"$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,power.draw --format=csv
+  lscpu | grep -E '^(Model name|CPU\(s\)):'
   python3 -c "import torch, triton, typer, rich, pydantic; print('torch', torch.__version__, 'triton', triton.__version__, 'typer', typer.__version__, 'pydantic', pydantic.__version__)"
 } 2>&1 | tee "$OUT/machine.txt"
 
@@ -26,7 +27,7 @@ busy=$(bg_running)
 if [ -n "$busy" ]; then
   echo "the background $busy is running on this GPU: the other GPU steps are skipped"
   SKIP_GPU_TESTS=1 SKIP_CUTE=1 SKIP_EVALS=1 SKIP_THROUGHPUT=1 SKIP_PROFILE_BENCH=1 SKIP_FUSION=1 SKIP_SEARCH=1
-  NCU_ORDER=""
+  NCU_ORDER="" PROFILE_CANDIDATES="" COMPARE=""
 fi
 step "ncu facts (metric list, sections, version)"
 mkdir -p "$OUT/ncu"
@@ -62,11 +63,25 @@ if [ "${SKIP_FUSION:-0}" != 1 ]; then
     --variants "${FUSION_VARIANTS:-triton,cuda,gemm}" ${FUSION_FLAGS:-} \
     --keep "$OUT/fusion_candidates" ${FUSION_PROBLEMS:-} 2>&1 | tee "$OUT/fusion_kernels.log" | tail -22
 fi
-step "ncu launch order (NCU_ORDER: candidate files, e.g. \$OUT/fusion_candidates/vocab_log_softmax_cuda.py)"
-# Each launch of two profiled calls, in order: a kernel's cost apart from being the call's first.
+step "ncu launch order (NCU_ORDER: candidate files, e.g. \$OUT/fusion_candidates/vocab_log_softmax_cuda.py; NCU_ORDER_METRICS: three, stage1; NCU_ORDER_FLAGS, e.g. --keep-caches)"
+# Each launch of two profiled calls, in order: a kernel's cost apart from being the call's first; with
+# NCU_ORDER_METRICS="three stage1", also under the profiler's stage-1 counters (several replay passes).
 for candidate in ${NCU_ORDER:-}; do
-  timeout 300 python3 scripts/ncu_launch_order.py "$candidate" --calls 2 \
-    --json "$OUT/ncu_order_$(basename "$candidate" .py).json" 2>&1 | tail -12
+  for metrics in ${NCU_ORDER_METRICS:-three}; do
+    timeout 300 python3 scripts/ncu_launch_order.py "$candidate" --calls 2 --metrics "$metrics" ${NCU_ORDER_FLAGS:-} \
+      --json "$OUT/ncu_order_$(basename "$candidate" .py)_$metrics.json" 2>&1 | tail -12
+  done
+done
+step "kernelpro profile of candidates (PROFILE_CANDIDATES: PROBLEM:CANDIDATE pairs; raw timeline and ncu CSV kept)"
+for pair in ${PROFILE_CANDIDATES:-}; do
+  name=$(basename "${pair#*:}" .py)
+  timeout 300 kernelpro profile "${pair%%:*}" --candidate "${pair#*:}" --keep "$OUT/profile_$name" \
+    --json "$OUT/profile_$name/profile.json" 2>&1 | tail -25
+done
+step "candidate against torch.compile, kernel by kernel (COMPARE: PROBLEM:CANDIDATE pairs)"
+for pair in ${COMPARE:-}; do
+  timeout 300 python3 scripts/compare_timelines.py "${pair%%:*}" "${pair#*:}" \
+    --json "$OUT/compare_$(basename "${pair%%:*}" .py).json" 2>&1 | tail -40
 done
 step "kernelpro search on the shipped examples"
 # SEARCH_EXAMPLES: example names (default below); SEARCH_BUDGET (16); SEARCH_ENERGY: one example for --objective energy.

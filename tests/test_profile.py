@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DATA
+from conftest import DATA, REPO
 from kernelpro.feedback import build_guidance
 from kernelpro.tools import ToolContext, validate_report
 from kernelpro.tools.ceilings import Ceilings
@@ -19,7 +19,7 @@ from kernelpro.tools.ncu import base_name, command, kernel_filter, parse_csv, sp
 from kernelpro.tools.ncu_tools import NcuMemoryTool, NcuOccupancyTool, NcuStallsTool
 from kernelpro.tools.pipeline import UnknownToolError, plan_ncu
 from kernelpro.tools.registry import load_tools
-from kernelpro.tools.roofline import STAGE1_METRICS, classify
+from kernelpro.tools.roofline import STAGE1_METRICS, classify, placement_cost
 from kernelpro.tools.sass import parse_resource_usage, parse_sass
 from kernelpro.tools.system import SystemTool
 
@@ -31,7 +31,7 @@ EXPECTED = {  # what each program is, by construction (see tests/data/profile an
     "h100/memory_elementwise": "memory_bound", "h100/overhead_tiny_chain": "overhead_bound",
     "h100/matmul_rowsum": "compute_bound", "h100/mlp_block": "compute_bound",
     "h100/transformer_layers": "compute_bound", "h100/transformer_layers_planned": "compute_bound",
-    "h100/resnet_blocks": "overhead_bound",
+    "h100/resnet_blocks": "overhead_bound", "h100/vocab_log_softmax_cuda": "memory_bound",
 }
 
 
@@ -64,6 +64,25 @@ def test_stage1_classifies_real_captures(name):
     recorded = CAPTURES / name / "profile.json"
     if recorded.exists():  # offline, the same answer the GPU run gave
         assert json.loads(recorded.read_text())["classification"] == program.classification
+
+
+def test_a_kernel_slower_in_the_program_than_alone_under_ncu_is_named_with_both_floor_shares():
+    # The split log-softmax's pass 1 follows the output kernel of the call before it in the running program
+    # (30.3 us in the timeline) but runs alone under ncu with flushed caches (25.2 us); its pass 2 and the
+    # output kernel take the same time both ways.
+    timeline, ceilings, rows = _load("h100/vocab_log_softmax_cuda")
+    program = classify(timeline, ceilings, rows, device="cuda")
+    by_base = {base_name(k.name): k for k in program.kernels}
+    pass1 = by_base["fused_div_log_softmax_0_pass1_kernel"]
+    assert pass1.alone_ms_per_call == pytest.approx(0.025184, rel=1e-6)
+    assert placement_cost(pass1) == pytest.approx(0.0303362 - 0.025184, rel=1e-3)
+    assert [base_name(k.name) for k in program.kernels if placement_cost(k)] == [base_name(pass1.name)]
+    note = next(n for n in program.notes if n.startswith("fused_div_log_softmax_0_pass1_kernel"))
+    alone_share = pass1.floor_ms / pass1.alone_ms_per_call
+    assert "30.3 us per launch" in note and "25.2 us alone" in note and f"{100 * alone_share:.0f}% alone" in note
+    assert pass1.floor_ms / pass1.ms_per_call < 0.8 <= alone_share
+    headline = build_guidance(program, []).text
+    assert "alone under ncu, the rest is its place in the program" in headline
 
 
 def test_ncu_csv_parse_counts_the_matmul_flops_and_bytes():
@@ -273,3 +292,23 @@ def test_profile_cli_errors_are_one_clear_line():
     assert missing.returncode == 2 and "no such file" in missing.stderr
     unknown = _cli("profile", str(DATA / "profile" / "overhead_tiny_chain.py"), "--device", "cpu", "--tools", "nope")
     assert unknown.returncode == 2 and "unknown tool nope" in unknown.stderr
+
+
+def test_compare_timelines_puts_a_candidate_beside_the_compiled_reference_on_cpu(tmp_path):
+    # scripts/compare_timelines.py: both programs' timelines in their own processes; the compiled side is the
+    # reference Model under torch.compile, so its operators are inductor's, not the eager chain's.
+    problem = DATA / "profile" / "overhead_tiny_chain.py"
+    candidate = tmp_path / "candidate.py"
+    candidate.write_text(problem.read_text() + "\n\nclass ModelNew(Model):\n    pass\n")
+    out = tmp_path / "compare.json"
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "compare_timelines.py"), str(problem), str(candidate),
+                           "--device", "cpu", "--calls", "2", "--json", str(out)],
+                          capture_output=True, text=True, timeout=600, env=dict(os.environ))
+    assert done.returncode == 0, done.stderr
+    document = json.loads(out.read_text())
+    eager = {k["name"] for k in document["candidate_timeline"]["kernels"]}
+    compiled = {k["name"] for k in document["compile_timeline"]["kernels"]}
+    assert {"aten::tanh", "aten::mul", "aten::add"} <= eager
+    assert not {"aten::tanh", "aten::mul"} & compiled and any("Compiled" in name for name in compiled)
+    assert document["candidate_timeline"]["kernels"][0]["launches_per_call"] == 24
+    assert "candidate: wall" in done.stdout and "torch.compile: wall" in done.stdout

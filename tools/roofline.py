@@ -34,6 +34,7 @@ IDLE_ABOVE = 0.5
 DEFAULT_SHARE = 0.8
 
 #: The small stage-1 metric set: duration, speed of light, DRAM bytes, executed FLOPs.
+PLACEMENT_RATIO, PLACEMENT_MIN_MS = 1.15, 0.002  # see placement_cost
 STAGE1_METRICS = [
     "gpu__time_duration.sum",
     "sm__throughput.avg.pct_of_peak_sustained_elapsed",
@@ -68,6 +69,10 @@ class KernelProfile(BaseModel):
     achieved_gbps: float | None = None
     tensor_cores: bool = False
     floor_ms: float | None = None
+    # ncu's duration of the kernel per call, each launch alone (serialized, caches flushed before it). Where
+    # the running program's time (ms_per_call, from the timeline) is well above it, the difference is the
+    # cost of the kernel's place: what runs before or beside it.
+    alone_ms_per_call: float | None = None
     source: str = "ncu"  # ncu | analytic
 
 
@@ -178,12 +183,36 @@ def _from_ncu(entry: dict, rows: list[NcuKernel], ceilings: Ceilings, precision:
     else:
         scale = entry["launches_per_call"] / len(rows)
     result = {"memory_pct": memory_pct, "compute_pct": compute_pct, "flops_per_call": flops * scale,
-              "bytes_per_call": nbytes * scale, "tensor_cores": tensor, "source": "ncu"}
+              "bytes_per_call": nbytes * scale, "tensor_cores": tensor, "source": "ncu",
+              "alone_ms_per_call": seconds / len(rows) * entry["launches_per_call"] * 1e3 if seconds else None}
     if seconds:
         result["achieved_tflops"] = flops / seconds / 1e12
         result["achieved_gbps"] = nbytes / seconds / 1e9
     result["floor_ms"] = ceilings.floor_ms(flops * scale, nbytes * scale, precision, tensor)
     return result
+
+
+def placement_cost(kernel: KernelProfile) -> float | None:
+    """Milliseconds per launch the kernel takes in the running program above its time alone under ncu, where
+    that is more than 15% and 2 us; else None."""
+    if not kernel.alone_ms_per_call or not kernel.launches_per_call:
+        return None
+    extra = (kernel.ms_per_call - kernel.alone_ms_per_call) / kernel.launches_per_call
+    return extra if kernel.ms_per_call > PLACEMENT_RATIO * kernel.alone_ms_per_call and extra > PLACEMENT_MIN_MS \
+        else None
+
+
+def placement_note(kernel: KernelProfile) -> str:
+    launches = kernel.launches_per_call
+    shares = ""
+    if kernel.floor_ms:
+        shares = (f"; at its floor of {1e3 * kernel.floor_ms / launches:.1f} us that is "
+                  f"{100 * kernel.floor_ms / kernel.ms_per_call:.0f}% in the program and "
+                  f"{100 * kernel.floor_ms / kernel.alone_ms_per_call:.0f}% alone")
+    return (f"{base_name(kernel.name)} takes {1e3 * kernel.ms_per_call / launches:.1f} us per launch in the running "
+            f"program but {1e3 * kernel.alone_ms_per_call / launches:.1f} us alone under ncu (caches flushed, nothing "
+            f"before it): {1e3 * placement_cost(kernel):.1f} us come from its place, e.g. the write-back of dirty L2 "
+            f"lines the kernel before it left, or work running beside it{shares}")
 
 
 def classify(timeline: dict, ceilings: Ceilings, ncu_rows: list[NcuKernel] | None = None,
@@ -225,6 +254,7 @@ def classify(timeline: dict, ceilings: Ceilings, ncu_rows: list[NcuKernel] | Non
             fields.update(memory_pct=100 * memory, compute_pct=100 * compute, source="analytic")
         fields["roofline_class"] = kernel_class(memory, compute, us_per_launch, device)
         kernels.append(KernelProfile(**fields))
+    notes += [placement_note(k) for k in kernels if placement_cost(k)]
     if ncu_rows is None:
         notes.append("no ncu: kernel classes come from analytic FLOP and byte counts (torch.utils.flop_counter, "
                      "tensor sizes) over the measured time, which are lower bounds on the real traffic")
