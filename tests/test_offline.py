@@ -213,5 +213,26 @@ def test_batch_norm_folds_into_the_conv_and_pools_move_before_activations(tmp_pa
     # the activations now read the pools' outputs
     assert re.search(r"relu\((max_pool\w*|pool)\b", body) and re.search(r"leaky_relu\(max_pool2d\w*", body)
     near = expand(spec(DATA / "near_misses.py"))
-    for move in ("fold_batch_norm", "pool_before_activation"):
+    for move in ("fold_batch_norm", "pool_before_activation", "bias_after_pool"):
         assert move not in moves_of(near)
+
+
+def test_a_conv_bias_moves_past_the_max_pool_that_reads_it(tmp_path):
+    # Alone: conv4 feeds a padded max-pool directly (conv5 feeds an average pool, which keeps its bias).
+    # After fold_batch_norm and pool_before_activation, the folded convolutions of stages 1 and 2 feed
+    # their pools too.
+    answer = expand(spec(DATA / "conv_bn_pool.py"))
+    option = {o["move"]: o for o in answer["options"]}["bias_after_pool"]
+    assert option["rationale"].endswith("(1 rewrite)")
+    assert_equivalent(option["source"], tmp_path)
+    body = option["source"].split("def _kp_body", 1)[1]
+    assert re.search(r"conv2d = torch.conv2d\(\w+, conv4_weight, None,", body) and "self.conv5(" in body
+    assert re.search(r"= max_pool2d_\d+ \+ _kp_fold_0", body) and "avg_pool2d(conv5, 2)" in body
+    chain = ["fold_batch_norm", "pool_before_activation", "bias_after_pool"]
+    answer = expand(spec(DATA / "conv_bn_pool.py", chain[:2]))
+    option = {o["move"]: o for o in answer["options"]}["bias_after_pool"]
+    assert option["rationale"].endswith("(3 rewrites)")
+    assert_equivalent(option["source"], tmp_path)
+    body = option["source"].split("def _kp_body", 1)[1]
+    # every folded convolution runs without its bias; each bias is added to its pool's output
+    assert body.count(", None, (1, 1)") == 3 and len(re.findall(r"= (max_pool2d\w*|\w+) \+ _kp_fold_\d+", body)) >= 2

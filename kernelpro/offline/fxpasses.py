@@ -390,6 +390,71 @@ def pool_before_activation(gm: fx.GraphModule) -> int:
     return count
 
 
+_CONV_FNS = {F.conv1d: 1, F.conv2d: 2, F.conv3d: 3}
+
+
+def _conv_bias(gm: fx.GraphModule, conv) -> tuple[fx.Node, int] | None:
+    """(the bias node, spatial dims) of a convolution with a bias in zero padding; None otherwise."""
+    module = module_of(gm, conv)
+    if isinstance(module, _CONV_MODULES):
+        if module.bias is None or getattr(module, "padding_mode", "zeros") != "zeros":
+            return None
+        with gm.graph.inserting_before(conv):
+            return gm.graph.get_attr(f"{conv.target}.bias"), len(module.kernel_size)
+    if is_op(conv, tuple(_CONV_FNS)) and isinstance(arg(conv, 2, "bias"), fx.Node):
+        return arg(conv, 2, "bias"), _CONV_FNS[conv.target]
+    return None
+
+
+def _without_bias(gm: fx.GraphModule, conv: fx.Node) -> None:
+    """The convolution node computes the same convolution without its bias."""
+    module = module_of(gm, conv)
+    if module is None:
+        if len(conv.args) > 2:
+            conv.args = conv.args[:2] + (None,) + conv.args[3:]
+        else:
+            conv.kwargs = {**conv.kwargs, "bias": None}
+        return
+    with gm.graph.inserting_before(conv):
+        weight = gm.graph.get_attr(f"{conv.target}.weight")
+    _substitute(gm, conv, {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[len(module.kernel_size)],
+                (conv.args[0], weight, None, module.stride, module.padding, module.dilation, module.groups))
+
+
+def bias_after_pool(gm: fx.GraphModule) -> int:
+    """max_pool(conv(x) + b) -> max_pool(conv(x)) + b for a convolution with a bias whose only user is the
+    pool: the maximum over a window commutes with adding a per-channel constant (padding is -inf, which
+    stays -inf), so the bias is added to the pooled tensor, and the convolution runs without the
+    separate bias-add kernel cuDNN launches for it."""
+    count = 0
+    for pool in list(gm.graph.nodes):
+        module = module_of(gm, pool)
+        if isinstance(module, _MAX_POOLS):
+            if module.return_indices:
+                continue
+        elif not is_op(pool, _MAX_POOL_FNS) or arg(pool, 6, "return_indices", False):
+            continue
+        conv = pool.args[0] if pool.args else None
+        if not isinstance(conv, fx.Node) or len(conv.users) != 1:
+            continue
+        found = _conv_bias(gm, conv)
+        if found is None:
+            continue
+        bias, spatial = found
+        graph = gm.graph
+        with graph.inserting_after(pool):
+            shaped = graph.call_function(torch.reshape, (bias, (-1,) + (1,) * spatial))
+        shaped.meta["kp_fold"] = True  # a view of a parameter (or of a folded bias): computed once, at init
+        with graph.inserting_after(shaped):
+            added = graph.call_function(operator.add, (pool, shaped))
+        added.meta = dict(pool.meta)
+        pool.replace_all_uses_with(added, delete_user_cb=lambda user: user is not added)
+        _without_bias(gm, conv)
+        count += 1
+    _finish(gm)
+    return count
+
+
 def _constant_kind(gm: fx.GraphModule, node) -> float | None:
     """0.0 or 1.0 when the node is known to be a tensor of that constant everywhere (finite inputs)."""
     if not isinstance(node, fx.Node):
@@ -538,6 +603,7 @@ PASSES = {
     "fold_scalar_into_weights": fold_scalar_into_weights,
     "fold_batch_norm": fold_batch_norm,
     "pool_before_activation": pool_before_activation,
+    "bias_after_pool": bias_after_pool,
     "constant_results": constant_results,
     "attention_to_sdpa": attention_to_sdpa,
     "transposed_matmuls": transposed_matmuls,

@@ -41,6 +41,10 @@ MOVES: dict[str, Move] = {m.name: m for m in (
     Move("pool_before_activation", "algebraic_simplify", True,
          "max-pool before a non-decreasing activation (relu, relu6, hardtanh, leaky_relu, clamp) instead of "
          "after it, so the activation runs on the pooled tensor"),
+    Move("bias_after_pool", "algebraic_simplify", True,
+         "add a convolution's bias after the max-pool that reads it (a per-channel constant commutes with a "
+         "window's maximum): the convolution runs without cuDNN's separate bias-add kernel, and the add runs "
+         "on the pooled tensor, where a fused epilogue can take it", needs_conv=True),
     Move("constant_results", "algebraic_simplify", True,
          "replace results that are a known constant (a - a, softmax over a size-1 dim, and what zero "
          "keeps zero) by a fresh constant tensor, dropping the work behind them"),

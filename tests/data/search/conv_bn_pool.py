@@ -1,5 +1,5 @@
 """Test problem (ours): conv + batch norm + activation + max-pool stages, and near misses of the
-batch-norm folding and pool reordering moves."""
+batch-norm folding, pool reordering and bias-after-pool moves."""
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -16,6 +16,8 @@ class Model(nn.Module):
         self.norm3 = nn.BatchNorm2d(4)
         self.pool = nn.MaxPool2d(2)
         self.pool_indices = nn.MaxPool2d(2, return_indices=True)
+        self.conv4 = nn.Conv2d(8, 4, 3, padding=1)
+        self.conv5 = nn.Conv2d(8, 4, 3, padding=1)
         for norm in (self.norm1, self.norm2, self.norm3):  # statistics other than the initial 0 and 1
             norm.running_mean.uniform_(-0.5, 0.5)
             norm.running_var.uniform_(0.5, 2.0)
@@ -29,7 +31,9 @@ class Model(nn.Module):
         n = self.norm3(c) + c  # the conv has two users: the norm is not folded
         g = self.pool(F.gelu(n))  # gelu is not monotone: the pool stays after it
         values, indices = self.pool_indices(torch.relu(h))  # pools that return indices are left alone
-        return g, values, indices
+        p = F.max_pool2d(self.conv4(h), 3, stride=2, padding=1)  # the bias moves past a padded pool
+        a = F.avg_pool2d(self.conv5(h), 2)  # not past an average pool
+        return g, values, indices, p, a
 
 
 def get_inputs():
