@@ -363,17 +363,19 @@ def _monotone(gm: fx.GraphModule, node) -> bool:
     return False
 
 
+def _max_pool_of_values(gm: fx.GraphModule, node) -> bool:
+    """A max pool (module or functional) that returns its values alone, not their indices."""
+    module = module_of(gm, node)
+    if isinstance(module, _MAX_POOLS):
+        return not module.return_indices
+    return is_op(node, _MAX_POOL_FNS) and not arg(node, 6, "return_indices", False)
+
+
 def pool_before_activation(gm: fx.GraphModule) -> int:
     """max_pool(act(x)) -> act(max_pool(x)) for a non-decreasing act whose only user is the pool:
     the activation then runs on the pooled (smaller) tensor, and the op before it feeds the pool."""
     count = 0
-    for pool in list(gm.graph.nodes):
-        module = module_of(gm, pool)
-        if isinstance(module, _MAX_POOLS):
-            if module.return_indices:
-                continue
-        elif not is_op(pool, _MAX_POOL_FNS) or arg(pool, 6, "return_indices", False):
-            continue
+    for pool in [node for node in gm.graph.nodes if _max_pool_of_values(gm, node)]:
         act = pool.args[0] if pool.args else None
         if not isinstance(act, fx.Node) or len(act.users) != 1 or not act.args or \
                 not isinstance(act.args[0], fx.Node) or not _monotone(gm, act):
@@ -427,13 +429,7 @@ def bias_after_pool(gm: fx.GraphModule) -> int:
     stays -inf), so the bias is added to the pooled tensor, and the convolution runs without the
     separate bias-add kernel cuDNN launches for it."""
     count = 0
-    for pool in list(gm.graph.nodes):
-        module = module_of(gm, pool)
-        if isinstance(module, _MAX_POOLS):
-            if module.return_indices:
-                continue
-        elif not is_op(pool, _MAX_POOL_FNS) or arg(pool, 6, "return_indices", False):
-            continue
+    for pool in [node for node in gm.graph.nodes if _max_pool_of_values(gm, node)]:
         conv = pool.args[0] if pool.args else None
         if not isinstance(conv, fx.Node) or len(conv.users) != 1:
             continue
