@@ -146,8 +146,8 @@ def main() -> None:
         # us: in the running program (timeline); alone: under ncu, serialized with caches flushed before it
         print("\n| problem | variant | kernel | class | us | floor us | floor share | us alone | floor share alone |")
         print("|---|---|---|---|---|---|---|---|---|")
+        cell = lambda v, scale, unit: f"{scale * v:.{0 if unit else 1}f}{unit}" if v else "-"  # noqa: E731
         for r, k in floors:
-            cell = lambda v, scale, unit: f"{scale * v:.{0 if unit else 1}f}{unit}" if v else "-"  # noqa: E731
             print(f"| {r['problem']} | {r['variant']} | {k['kernel']} | {k['class']} | {1e3 * k['ms']:.1f} | "
                   f"{cell(k['floor_ms'], 1e3, '')} | {cell(k['floor_share'], 100, '%')} | "
                   f"{cell(k.get('alone_ms'), 1e3, '')} | {cell(k.get('alone_floor_share'), 100, '%')} |")

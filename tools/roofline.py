@@ -33,8 +33,9 @@ TINY_LAUNCH_US = {"cuda": 4.0, "cpu": 10.0}  # a GPU launch costs a few us; a CP
 IDLE_ABOVE = 0.5
 DEFAULT_SHARE = 0.8
 
-#: The small stage-1 metric set: duration, speed of light, DRAM bytes, executed FLOPs.
 PLACEMENT_RATIO, PLACEMENT_MIN_MS = 1.15, 0.002  # see placement_cost
+
+#: The small stage-1 metric set: duration, speed of light, DRAM bytes, executed FLOPs.
 STAGE1_METRICS = [
     "gpu__time_duration.sum",
     "sm__throughput.avg.pct_of_peak_sustained_elapsed",

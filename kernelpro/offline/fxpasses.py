@@ -257,6 +257,7 @@ def combine_scalar_ops(gm: fx.GraphModule) -> int:
 
 
 _CONV_MODULES = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
+_CONV_BY_DIMS = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}  # spatial dims -> functional convolution
 
 
 def _with_folded_weights(gm: fx.GraphModule, node: fx.Node, producer: fx.Node, module: torch.nn.Module,
@@ -266,12 +267,16 @@ def _with_folded_weights(gm: fx.GraphModule, node: fx.Node, producer: fx.Node, m
     for created in (weight, bias):
         if created is not None:
             created.meta["kp_fold"] = True
+    _as_functional(gm, node, module, producer.args[0], weight, bias)
+
+
+def _as_functional(gm: fx.GraphModule, node: fx.Node, module: torch.nn.Module, x, weight, bias) -> None:
+    """`node` becomes the functional linear/conv that `module` computes, on `x` with these weight and bias."""
     if isinstance(module, torch.nn.Linear):
-        _substitute(gm, node, F.linear, (producer.args[0], weight, bias))
+        _substitute(gm, node, F.linear, (x, weight, bias))
     else:
-        conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[len(module.kernel_size)]
-        _substitute(gm, node, conv, (producer.args[0], weight, bias, module.stride, module.padding,
-                                     module.dilation, module.groups))
+        _substitute(gm, node, _CONV_BY_DIMS[len(module.kernel_size)],
+                    (x, weight, bias, module.stride, module.padding, module.dilation, module.groups))
 
 
 def fold_scalar_into_weights(gm: fx.GraphModule) -> int:
@@ -392,7 +397,7 @@ def pool_before_activation(gm: fx.GraphModule) -> int:
     return count
 
 
-_CONV_FNS = {F.conv1d: 1, F.conv2d: 2, F.conv3d: 3}
+_CONV_FNS = {conv: dims for dims, conv in _CONV_BY_DIMS.items()}
 
 
 def _conv_bias(gm: fx.GraphModule, conv) -> tuple[fx.Node, int] | None:
@@ -419,8 +424,7 @@ def _without_bias(gm: fx.GraphModule, conv: fx.Node) -> None:
         return
     with gm.graph.inserting_before(conv):
         weight = gm.graph.get_attr(f"{conv.target}.weight")
-    _substitute(gm, conv, {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[len(module.kernel_size)],
-                (conv.args[0], weight, None, module.stride, module.padding, module.dilation, module.groups))
+    _as_functional(gm, conv, module, conv.args[0], weight, None)
 
 
 def bias_after_pool(gm: fx.GraphModule) -> int:
