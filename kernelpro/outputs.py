@@ -48,6 +48,14 @@ def _final_record(final) -> dict | None:
             "speedup_vs_compile": final.speedup_vs_compile}
 
 
+def final_history(finished_as: dict | None, remeasured: dict | None, best: dict | None) -> list[dict]:
+    """The earlier re-measurements of the same best (a --remeasure run keeps them), then this one."""
+    earlier = []
+    if finished_as is not None and best is not None and finished_as.get("best_node") == best["node_id"]:
+        earlier = list(finished_as.get("final_history") or ([finished_as["final"]] if finished_as.get("final") else []))
+    return earlier + ([{**remeasured, "date": datetime.date.today().isoformat()}] if remeasured else [])
+
+
 def _header(run, best: dict | None, baseline: dict, final) -> str:
     s = run.settings
     result = best["result"] if best else baseline["result"]
@@ -145,6 +153,9 @@ def write_all(run, search: Search, baseline: dict, stopped: str, final) -> dict:
         "speedup_vs_compile": remeasured["speedup_vs_compile"] if remeasured else None,
         "final_speedup": remeasured["speedup"] if remeasured else None,
         "final": remeasured,
+        # Every re-measurement of this best, oldest first (the closing check, then each --remeasure):
+        # how far one timing of it moves.
+        "final_history": final_history(run.finished_as, remeasured, best),
         "objective_ratio": best["objective_ratio"] if best else 1.0,
         "best_node": best["node_id"] if best else 0, "best_moves": best["moves"] if best else [],
         "energy_j": energy["candidate"]["j_per_call"] if energy else None,

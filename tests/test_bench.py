@@ -362,6 +362,7 @@ def test_remeasure_times_each_best_again_and_the_leaderboard_reports_that_one_me
         if after["best_node"]:  # the best was timed again: a new measurement, and the row shows it whole
             assert after["final"] and after["final"] != before["final"]
             assert row["measured"] == "final" and row["search_speedup"] == after["speedup"]
+            assert row["best_ms_measured"] == [before["final"]["best_ms"], after["final"]["best_ms"]]
             assert (row["eager_ms"], row["best_ms"], row["speedup"]) == (
                 after["final"]["eager_ms"], after["final"]["best_ms"], after["final"]["speedup"])
             assert row["speedup"] == pytest.approx(row["eager_ms"] / row["best_ms"])

@@ -301,6 +301,13 @@ def test_remeasure_only_times_the_finished_best_again_and_evaluates_nothing_new(
     assert len(harness.sources) == 1  # the best, once; the reference's times are the run's own
     assert (again["evaluations"], again["budget"], again["stopped"]) == (first["evaluations"], 3, first["stopped"])
     assert first["final"] and again["final"] == first["final"] and again["best_moves"] == first["best_moves"]
+    # each re-measurement is kept beside the earlier ones, not written over them
+    def undated(history: list[dict]) -> list[dict]:
+        return [{k: v for k, v in entry.items() if k != "date"} for entry in history]
+    assert undated(first["final_history"]) == [first["final"]]
+    assert undated(again["final_history"]) == [first["final"], again["final"]]
+    third = SearchRun(settings, resume=True, remeasure_only=True, evaluator=FakeHarness()).run()
+    assert len(third["final_history"]) == 3 and third["final_history"][:2] == again["final_history"]
     assert sqlite3.connect(tmp_path / "run" / "state.db").execute(
         "SELECT COUNT(*) FROM evaluations").fetchone()[0] == rows
 

@@ -61,6 +61,8 @@ def problem_row(row: dict) -> dict:
         "compile_ms": final.get("compile_ms") if final else result.get("baseline_compile_ms"),
         "best_ms": final.get("best_ms") if final else result.get("best_ms"),
         "speedup": speedup, "speedup_vs_compile": vs_compile, "search_speedup": result.get("speedup"),
+        # the best's time in each re-measurement, oldest first: the row's spread across machines and runs
+        "best_ms_measured": [m["best_ms"] for m in result.get("final_history") or ([final] if final else [])],
         "speedup_vs_best_baseline": min(speedup, vs_compile) if speedup and vs_compile else speedup,
         "techniques": result.get("techniques") or [], "moves": result.get("best_moves") or [],
         "evaluations": result.get("evaluations"), "verdicts": verdicts,
