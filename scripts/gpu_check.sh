@@ -27,7 +27,7 @@ busy=$(bg_running)
 if [ -n "$busy" ]; then
   echo "the background $busy is running on this GPU: the other GPU steps are skipped"
   SKIP_GPU_TESTS=1 SKIP_CUTE=1 SKIP_EVALS=1 SKIP_THROUGHPUT=1 SKIP_PROFILE_BENCH=1 SKIP_FUSION=1 SKIP_SEARCH=1
-  NCU_ORDER="" PROFILE_CANDIDATES="" COMPARE=""
+  NCU_ORDER="" PROFILE_CANDIDATES="" COMPARE="" CHAINS=""
 fi
 step "ncu facts (metric list, sections, version)"
 mkdir -p "$OUT/ncu"
@@ -83,6 +83,24 @@ for pair in ${COMPARE:-}; do
   timeout 300 python3 scripts/compare_timelines.py "${pair%%:*}" "${pair#*:}" \
     --json "$OUT/compare_$(basename "${pair%%:*}" .py).json" 2>&1 | tail -40
 done
+step "offline-coder candidates for chosen move sets (CHAINS_PROBLEM; CHAINS: comma-separated moves, space between sets; CHAIN_REPEAT; CHAIN_COMPARE: set numbers)"
+# Each set's candidate (scripts/chain_candidates.py), judged by kernelpro eval against eager and
+# torch.compile CHAIN_REPEAT times; the sets numbered in CHAIN_COMPARE (e.g. "2 3") also kernel by kernel
+# against torch.compile (scripts/compare_timelines.py).
+if [ -n "${CHAINS:-}" ] && [ -n "${CHAINS_PROBLEM:-}" ]; then
+  mkdir -p "$OUT/chains"
+  python3 scripts/chain_candidates.py "$CHAINS_PROBLEM" $CHAINS --out "$OUT/chains" 2>&1 | tail -12
+  for candidate in "$OUT"/chains/*.py; do
+    [ -f "$candidate" ] || continue
+    name=$(basename "$candidate" .py)
+    for repeat in $(seq "${CHAIN_REPEAT:-1}"); do
+      timeout 300 kernelpro eval "$CHAINS_PROBLEM" "$candidate" --baseline compile \
+        --json "$OUT/chains/${name}_eval$repeat.json" 2>&1 | grep -E "verdict|candidate|reference|compile|speedup"
+    done
+    [[ " ${CHAIN_COMPARE:-} " == *" ${name##*_} "* ]] && timeout 300 python3 scripts/compare_timelines.py "$CHAINS_PROBLEM" "$candidate" \
+      --json "$OUT/chains/${name}_compare.json" 2>&1 | tail -30
+  done
+fi
 step "kernelpro search on the shipped examples"
 # SEARCH_EXAMPLES: example names (default below); SEARCH_BUDGET (16); SEARCH_ENERGY: one example for --objective energy.
 if [ "${SKIP_SEARCH:-0}" != 1 ]; then
@@ -150,8 +168,14 @@ if [ "${BENCH:-0}" = 1 ]; then
     in_background bench kernelpro bench benchmarks/suite --budget "${BENCH_BUDGET:-16}" --out "$BENCH_DIR" $resume \
       ${BENCH_ARGS:-} --json
   else
-    timeout "${BENCH_TIMEOUT:-540}" kernelpro bench benchmarks/suite --budget "${BENCH_BUDGET:-16}" --out "$BENCH_DIR" \
-      $resume ${BENCH_ARGS:-} --json >"$OUT/bench.json" 2>"$OUT/bench.log"; echo "bench: exit $?"
+    # BENCH_PASSES=N runs it N times (e.g. --remeasure twice: the spread of the same bests), each
+    # pass's leaderboard.json kept as $OUT/bench/pass_N.json.
+    mkdir -p "$OUT/bench"
+    for pass in $(seq "${BENCH_PASSES:-1}"); do
+      timeout "${BENCH_TIMEOUT:-540}" kernelpro bench benchmarks/suite --budget "${BENCH_BUDGET:-16}" --out "$BENCH_DIR" \
+        $resume ${BENCH_ARGS:-} --json >"$OUT/bench.json" 2>"$OUT/bench.log"; echo "bench pass $pass: exit $?"
+      cp "$BENCH_DIR/leaderboard.json" "$OUT/bench/pass_$pass.json" 2>/dev/null; resume="--resume"
+    done
   fi
   mkdir -p "$OUT/bench" && cp "$BENCH_DIR"/leaderboard.* "$OUT/bench/" 2>/dev/null
   snap_bench

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import itertools
+import json
 import re
 import subprocess
 import sys
@@ -236,3 +237,24 @@ def test_a_conv_bias_moves_past_the_max_pool_that_reads_it(tmp_path):
     body = option["source"].split("def _kp_body", 1)[1]
     # every folded convolution runs without its bias; each bias is added to its pool's output
     assert body.count(", None, (1, 1)") == 3 and len(re.findall(r"= (max_pool2d\w*|\w+) \+ _kp_fold_\d+", body)) >= 2
+
+
+def test_chain_candidates_writes_the_candidate_of_any_set_of_moves_and_names_the_ones_that_do_not_apply(tmp_path):
+    # scripts/chain_candidates.py: a set a search did not reach, built as the coder builds it.
+    script = Path(__file__).parents[1] / "scripts" / "chain_candidates.py"
+    chains = ["fold_batch_norm,pool_before_activation", "bias_after_pool,pool_before_activation,fold_batch_norm"]
+    done = subprocess.run([sys.executable, str(script), str(DATA / "conv_bn_pool.py"), *chains, "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    listed = json.loads((tmp_path / "chains.json").read_text())["chains"]
+    assert [entry["rewrites"].get("bias_after_pool", 0) for entry in listed] == [0, 3]
+    for entry in listed:
+        assert_equivalent(Path(entry["path"]).read_text(), tmp_path)
+    # the same set as the worker's own expansion of it
+    option = {o["move"]: o for o in expand(spec(DATA / "conv_bn_pool.py", chains[0].split(",")))["options"]}
+    assert Path(listed[1]["path"]).read_text() == option["bias_after_pool"]["source"]
+    for bad, why in (("fold_batch_norm,no_such_move", "unknown move(s): no_such_move"),
+                     ("attention_to_sdpa", "nothing to rewrite for attention_to_sdpa")):
+        done = subprocess.run([sys.executable, str(script), str(DATA / "conv_bn_pool.py"), bad, "--out",
+                               str(tmp_path / "bad")], capture_output=True, text=True, timeout=300)
+        assert done.returncode != 0 and why in done.stderr
