@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 
@@ -53,7 +52,7 @@ def main() -> None:
     written = write_chains(args.problem, [[m for m in chain.split(",") if m] for chain in args.chains],
                            args.out, args.precision)
     for entry in written:
-        print(entry["path"], "<-", ",".join(entry["moves"]), file=sys.stdout)
+        print(entry["path"], "<-", ",".join(entry["moves"]))
 
 
 if __name__ == "__main__":

@@ -169,12 +169,15 @@ if [ "${BENCH:-0}" = 1 ]; then
       ${BENCH_ARGS:-} --json
   else
     # BENCH_PASSES=N runs it N times (e.g. --remeasure twice: the spread of the same bests), each
-    # pass's leaderboard.json kept as $OUT/bench/pass_N.json.
+    # finished pass's leaderboard.json kept as $OUT/bench/pass_N.json (a pass cut by BENCH_TIMEOUT
+    # writes none; what it re-measured stays in each run.json's final_history).
     mkdir -p "$OUT/bench"
     for pass in $(seq "${BENCH_PASSES:-1}"); do
       timeout "${BENCH_TIMEOUT:-540}" kernelpro bench benchmarks/suite --budget "${BENCH_BUDGET:-16}" --out "$BENCH_DIR" \
-        $resume ${BENCH_ARGS:-} --json >"$OUT/bench.json" 2>"$OUT/bench.log"; echo "bench pass $pass: exit $?"
-      cp "$BENCH_DIR/leaderboard.json" "$OUT/bench/pass_$pass.json" 2>/dev/null; resume="--resume"
+        $resume ${BENCH_ARGS:-} --json >"$OUT/bench.json" 2>"$OUT/bench.log"
+      code=$?; echo "bench pass $pass: exit $code"
+      [ "$code" = 0 ] && cp "$BENCH_DIR/leaderboard.json" "$OUT/bench/pass_$pass.json"
+      resume="--resume"
     done
   fi
   mkdir -p "$OUT/bench" && cp "$BENCH_DIR"/leaderboard.* "$OUT/bench/" 2>/dev/null

@@ -96,9 +96,7 @@ def main() -> None:
         print(f"call {call}  {row['kernel'][:60]:60s} {row['us']:9.1f} us  {row['dram_bytes'] / 1e6:8.1f} MB")
     if args.json:
         args.json.write_text(json.dumps({"candidate": str(args.candidate), "calls": args.calls, "metrics": args.metrics,
-                                        "keep_caches": args.keep_caches,
-                                        "launches": rows},
-                                        indent=2))
+                                        "keep_caches": args.keep_caches, "launches": rows}, indent=2))
 
 
 if __name__ == "__main__":
