@@ -57,7 +57,7 @@ def main() -> None:
         if args.json:  # after every problem, so a run cut short keeps what it measured
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps(rows, indent=2))
-    print(f"\n| problem | kernels (dominant) | class | stage 1 + gated stage 2 | every section, every kernel | cut |")
+    print("\n| problem | kernels (dominant) | class | stage 1 + gated stage 2 | every section, every kernel | cut |")
     print("|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {Path(r['problem']).name} | {r['kernels']} ({r['dominant']}) | {r['classification']} | "

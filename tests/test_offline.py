@@ -239,6 +239,36 @@ def test_a_conv_bias_moves_past_the_max_pool_that_reads_it(tmp_path):
     assert body.count(", None, (1, 1)") == 3 and len(re.findall(r"= (max_pool2d\w*|\w+) \+ _kp_fold_\d+", body)) >= 2
 
 
+def test_simplify_all_makes_in_one_move_the_rewrites_that_open_up_only_after_others(tmp_path):
+    conv = DATA / "conv_bn_pool.py"
+    option = {o["move"]: o for o in expand(spec(conv))["options"]}["simplify_all"]
+    # bias_after_pool finds 3 convolutions feeding a max-pool only once the norms are folded and the pools moved
+    assert option["rationale"].endswith("(7 rewrites: fold_batch_norm 2, pool_before_activation 2, bias_after_pool 3)")
+    assert option["technique"] == "algebraic_simplify"
+    assert_equivalent(option["source"], tmp_path)
+    chain = expand(spec(conv, ["fold_batch_norm", "pool_before_activation", "bias_after_pool"]))["source"]
+    assert option["source"].split("def _kp_body", 1)[1] == chain.split("def _kp_body", 1)[1]
+    # constant_results needs the size-1 mean gone first: one sweep after another reaches it
+    redundant = {o["move"]: o for o in expand(spec(DATA / "redundant.py"))["options"]}["simplify_all"]
+    assert "constant_results" in redundant["rationale"] and "torch.zeros(" in redundant["source"]
+    assert_equivalent(redundant["source"], tmp_path)
+    # once applied, the single rewrites have nothing left; where one kind applies it is not offered twice
+    after = expand(spec(conv, ["simplify_all"]))
+    assert not {"fold_batch_norm", "pool_before_activation", "bias_after_pool"} & moves_of(after)
+    assert "simplify_all already made" in after["skipped"]["fold_batch_norm"]
+    # on top of some of its rewrites it is the same candidate as alone: the search's transposition
+    folded = {o["move"]: o for o in expand(spec(conv, ["fold_batch_norm"]))["options"]}["simplify_all"]
+    assert folded["source"] == option["source"]
+    single = expand(spec(conv, ["fold_batch_norm", "pool_before_activation"]))
+    assert single["skipped"]["simplify_all"] == \
+        "only bias_after_pool applies here: the same candidate as that move"
+    # at equal promise the coder tries it before the single rewrites it sweeps
+    coder = OfflineCoder()
+    first = coder.propose(request(conv, techniques=(("algebraic_simplify", 0.5),)))
+    coder.close()
+    assert first.move == "simplify_all" and first.state["applied"] == ["simplify_all"]
+
+
 def test_chain_candidates_writes_the_candidate_of_any_set_of_moves_and_names_the_ones_that_do_not_apply(tmp_path):
     # scripts/chain_candidates.py: a set a search did not reach, built as the coder builds it.
     script = Path(__file__).parents[1] / "scripts" / "chain_candidates.py"

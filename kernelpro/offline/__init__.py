@@ -24,7 +24,7 @@ from pathlib import Path
 from kernelpro.coder import CoderProposal, CoderRequest
 from kernelpro.errors import KernelproError
 from kernelpro.harness.process import scrubbed_environment
-from kernelpro.offline.moves import MOVES, ORDER, TUNE_PREFIX, canonical
+from kernelpro.offline.moves import MOVES, PREFERENCE, TUNE_PREFIX, canonical
 
 BASE_PRIOR = 0.3
 KB_WEIGHT = 0.25  # how much the knowledge base's factor (log) moves a move's score
@@ -132,7 +132,7 @@ class OfflineCoder:
         def score(option: dict) -> tuple:
             bonus = 0.2 if option["move"] in promising else 0.0
             bonus += KB_WEIGHT * math.log(learned.get(option["technique"], 1.0))
-            order = ORDER.index(option["move"]) if option["move"] in ORDER else len(ORDER)  # tuning moves last
+            order = PREFERENCE.index(option["move"]) if option["move"] in PREFERENCE else len(PREFERENCE)  # tuning last
             return (-(scores.get(option["technique"], 0.0) + bonus), order, option["move"])
 
         best = min(choices, key=score)

@@ -119,14 +119,17 @@ _CUDA_GRAPH = '''
 
 
 def render(problem_source: str, moves: list[str], gm: fx.GraphModule | None, fold_nodes: list[fx.Node],
-           kernels: list[str] = ()) -> str:
+           kernels: list[str] = (), notes: dict[str, str] | None = None) -> str:
     """The candidate for `moves` (canonical order); `gm` is the rewritten graph, or None for no graph moves.
 
     `kernels` are generated kernels (Triton, or CUDA C++ with its load_inline) with their wrappers;
-    the graph calls the wrappers.
+    the graph calls the wrappers. `notes`: a line more under a move (what simplify_all made).
     """
     header = ["# " + "-" * 78, "# kernelpro offline coder: ModelNew is Model with these moves:"]
-    header += [f"#   - {m} ({MOVES[m].technique}): {MOVES[m].summary}" for m in moves] or ["#   (none)"]
+    for m in moves:
+        header += [f"#   - {m} ({MOVES[m].technique}): {MOVES[m].summary}"]
+        header += [f"#     {(notes or {})[m]}"] if m in (notes or {}) else []
+    header += [] if moves else ["#   (none)"]
     header += ["# " + "-" * 78]
     if any("@triton.jit" in kernel for kernel in kernels):
         header += ["import triton", "import triton.language as tl", "", ""]

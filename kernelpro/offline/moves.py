@@ -48,6 +48,10 @@ MOVES: dict[str, Move] = {m.name: m for m in (
     Move("constant_results", "algebraic_simplify", True,
          "replace results that are a known constant (a - a, softmax over a size-1 dim, and what zero "
          "keeps zero) by a fresh constant tensor, dropping the work behind them"),
+    Move("simplify_all", "algebraic_simplify", True,
+         "every algebraic rewrite (simplify_identities to constant_results) that applies, swept in that order "
+         "until none does: one move for rewrites that open up only after others (a convolution's bias reaches "
+         "its max-pool once the batch norm is folded and the pool moved before the activation)"),
     Move("fold_constants", "constant_fold", True,
          "precompute subgraphs that depend only on parameters and buffers once, at init"),
     Move("attention_to_sdpa", "library_call", True,
@@ -86,6 +90,8 @@ MOVES: dict[str, Move] = {m.name: m for m in (
          cuda_only=True),
 )}
 
+#: The algebraic rewrites simplify_all sweeps, in their order.
+SIMPLIFY = tuple(m.name for m in MOVES.values() if m.technique == "algebraic_simplify" and m.name != "simplify_all")
 #: The backends that generate the fused groups; a candidate takes the moves of one of them.
 BACKENDS = {"triton": ("fuse_reductions", "fuse_pointwise"), "cuda": ("cuda_kernels",)}
 #: move -> the moves of the other backends
@@ -96,6 +102,9 @@ GEMM_MOVES = ("triton_gemm", "cute_gemm")
 EXCLUSIVE |= {move: tuple(other for other in GEMM_MOVES if other != move) for move in GEMM_MOVES}
 #: Applied in this order whatever order the search chose them in, so a set of moves is one candidate.
 ORDER = list(MOVES)
+#: The order the coder tries moves of equal promise in: simplify_all, where it is offered (it makes two
+#: or more kinds of rewrite), before the single rewrites it sweeps; then ORDER.
+PREFERENCE = ["simplify_all"] + [name for name in ORDER if name != "simplify_all"]
 #: Walks one generated kernel down its ranked launch configurations: "tune:<kernel name>".
 TUNE_PREFIX = "tune:"
 TUNE_TECHNIQUE = "tune_launch_config"
@@ -126,4 +135,9 @@ def allowed(move: Move, *, device: str, precision: str, policy: str, has_conv: b
 
 
 def canonical(moves: list[str]) -> list[str]:
-    return sorted(set(moves), key=ORDER.index)
+    """The set of moves in ORDER; simplify_all subsumes the rewrites it sweeps, so a set with it and
+    some of them is the set without them (one candidate, which the search then sees as a transposition)."""
+    chosen = set(moves)
+    if "simplify_all" in chosen:
+        chosen -= set(SIMPLIFY)
+    return sorted(chosen, key=ORDER.index)

@@ -27,7 +27,7 @@ from torch.fx.passes.shape_prop import ShapeProp
 from kernelpro.harness.modelio import build_model, cast_to, import_file
 from kernelpro.offline import codegen, cuda_gen, cute_gemm, fusion, fxpasses, gemm, triton_gen
 from kernelpro.offline.fxpasses import foldable_nodes
-from kernelpro.offline.moves import EXCLUSIVE, MOVES, TUNE_PREFIX, TUNE_TECHNIQUE, allowed, canonical
+from kernelpro.offline.moves import EXCLUSIVE, MOVES, SIMPLIFY, TUNE_PREFIX, TUNE_TECHNIQUE, allowed, canonical
 
 FUSION_KINDS = {"fuse_reductions": "row", "fuse_pointwise": "pointwise", "triton_gemm": "pointwise",
                 "cute_gemm": "pointwise"}
@@ -44,6 +44,23 @@ def propagate_shapes(gm: fx.GraphModule, inputs: list) -> None:
         ShapeProp(gm).propagate(*[mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in inputs])
 
 
+def simplify_all(gm: fx.GraphModule, inputs: list, sweeps: int = 4) -> dict[str, int]:
+    """The simplify_all move: every algebraic pass in order, swept until one sweep rewrites nothing
+    (at most `sweeps`); the rewrites made per pass."""
+    made: dict[str, int] = {}
+    for _ in range(sweeps):
+        sweep = 0
+        for name in SIMPLIFY:
+            count = fxpasses.PASSES[name](gm)
+            if count:
+                propagate_shapes(gm, inputs)
+                made[name] = made.get(name, 0) + count
+                sweep += count
+        if not sweep:
+            break
+    return made
+
+
 class Problem:
     def __init__(self, path: Path, seed: int):
         self.source = path.read_text()
@@ -57,6 +74,7 @@ class Problem:
             word in self.source for word in ("matmul", "@", "bmm", "linear", "einsum", ".mm("))
         self.graph: fx.GraphModule | None = None
         self.left_alone: dict[str, list[str]] = {}  # move -> why the groups it did not take were left alone
+        self.simplified: dict[str, int] = {}  # the last build's simplify_all: rewrites made per pass
         self.trace_error = ""
         try:
             graph = fx.symbolic_trace(self.model)
@@ -80,6 +98,10 @@ class Problem:
             with torch.no_grad():
                 for move in graph_moves:
                     if move == "fold_constants" or move in FUSION_KINDS or move == "cuda_kernels":
+                        continue
+                    if move == "simplify_all":
+                        self.simplified = simplify_all(gm, self.inputs)
+                        counts[move] = sum(self.simplified.values())
                         continue
                     counts[move] = fxpasses.PASSES[move](gm)
                     propagate_shapes(gm, self.inputs)
@@ -128,7 +150,9 @@ class Problem:
                         if chosen_groups:
                             sources.append(generator.render(chosen_groups, chosen_configs))
                     fusion.replace(gm, groups)
-                return codegen.render(self.source, moves, gm, folds, sources), counts, kernels
+                notes = {"simplify_all": "made: " + ", ".join(f"{k} ({v})" for k, v in self.simplified.items())} \
+                    if "simplify_all" in moves else None
+                return codegen.render(self.source, moves, gm, folds, sources, notes), counts, kernels
         return codegen.render(self.source, moves, None, []), counts, kernels
 
 
@@ -177,6 +201,8 @@ def expand(spec: dict) -> dict:
         if not why and any(other in applied for other in EXCLUSIVE.get(name, ())):
             why = "another backend already generates these groups: " + ", ".join(
                 other for other in EXCLUSIVE[name] if other in applied)
+        if not why and name in SIMPLIFY and "simplify_all" in applied:
+            why = "simplify_all already made every algebraic rewrite that applies"
         if why:
             skipped[name] = why
             continue
@@ -190,8 +216,14 @@ def expand(spec: dict) -> dict:
             skipped[name] = (f"nothing the generator takes ({why})"[:300] if why else "nothing to rewrite"
                              if not move.kernels else "nothing the generator can fuse")
             continue
+        if name == "simplify_all" and len(set(problem.simplified) - set(applied)) < 2:
+            new = sorted(set(problem.simplified) - set(applied), key=list(MOVES).index)
+            skipped[name] = f"only {', '.join(new)} applies here: the same candidate as that move"
+            continue
         rewrites = f" ({counts[name]} {'kernel' if move.kernels else 'rewrite'}{'s' if counts[name] != 1 else ''})" \
             if move.graph else ""
+        if name == "simplify_all":
+            rewrites = rewrites[:-1] + ": " + ", ".join(f"{k} {v}" for k, v in problem.simplified.items()) + ")"
         technique = move.technique
         if name == "fuse_pointwise" and any(k["after_anchor"] for k in child_kernels if k["kind"] == "pointwise"):
             technique = "fuse_epilogue"
