@@ -185,7 +185,7 @@ if [ "${BENCH:-0}" = 1 ]; then
   python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('SELECT status, COUNT(*) FROM problems GROUP BY status').fetchall())" "$BENCH_DIR/bench.db"
 fi
 
-step "knowledge-base ablation over benchmarks/suite (ABLATION=1; ABLATION_BUDGET, ABLATION_ARGS, ABLATION_STATE, UNTIL)"
+step "knowledge-base ablation over benchmarks/suite (ABLATION=1; ABLATION_BUDGET, ABLATION_ARGS, ABLATION_STATE, ABLATION_SRC, UNTIL)"
 # benchmarks/kb_ablation.py (three benches; with two or more GPUs, half A and the empty-KB arm run
 # side by side) with in_background, snapshotting its folder into $OUT/ablation_state.tgz;
 # ABLATION_STATE restores that folder on a fresh machine, and the ablation resumes from it.
@@ -195,8 +195,21 @@ if [ "${ABLATION:-0}" = 1 ]; then
     mkdir -p "$ABL_DIR" && tar xzf "$ABLATION_STATE" -C "$ABL_DIR" && echo "restored $ABLATION_STATE"
   fi
   snap_ablation() { python3 scripts/bench_snapshot.py "$ABL_DIR" "$OUT/ablation_state.tgz"; }
-  in_background ablation python3 benchmarks/kb_ablation.py benchmarks/suite --budget "${ABLATION_BUDGET:-16}" \
-    --out "$ABL_DIR" --json "$ABL_DIR/ablation.json" ${ABLATION_ARGS:-}
+  # ABLATION_SRC=.pinned/kernelpro-COMMIT.tar (`git archive` of the commit the ablation started
+  # with; carry .pinned): the ablation runs that code, installed apart from the working tree's,
+  # so a coder changed between two of its calls does not enter it half-way.
+  abl_root=$PWD abl_path=${PYTHONPATH:-}
+  if [ -n "${ABLATION_SRC:-}" ] && [ -z "$busy" ]; then
+    rm -rf /tmp/ablation-src /tmp/ablation-site && mkdir -p /tmp/ablation-src && tar xf "$ABLATION_SRC" -C /tmp/ablation-src \
+      && python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target /tmp/ablation-site \
+        /tmp/ablation-src >>"$OUT/install.log" 2>&1 || { echo "ABLATION_SRC $ABLATION_SRC did not install"; exit 1; }
+  fi
+  if [ -d /tmp/ablation-site ]; then
+    abl_root=/tmp/ablation-src abl_path=/tmp/ablation-site${PYTHONPATH:+:$PYTHONPATH}
+    echo "ablation code: ${ABLATION_SRC:-the one a previous call on this machine installed}"
+  fi
+  in_background ablation env PYTHONPATH="$abl_path" python3 "$abl_root/benchmarks/kb_ablation.py" benchmarks/suite \
+    --budget "${ABLATION_BUDGET:-16}" --out "$ABL_DIR" --json "$ABL_DIR/ablation.json" ${ABLATION_ARGS:-}
   snap_ablation
 fi
 
