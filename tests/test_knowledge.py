@@ -148,7 +148,8 @@ def test_a_search_records_every_evaluation_and_the_next_one_reads_it(tmp_path):
         rows = base.rows()
         # each a whole number of the fake's 10% steps over its parent (simplify_all makes several)
         steps = [r["log_gain"] / math.log(1 / 0.9) for r in rows]
-        assert len(rows) == 6 and all(r["ok"] for r in rows) and all(round(s) >= 1 and s == pytest.approx(round(s)) for s in steps)
+        assert len(rows) == 6 and all(r["ok"] for r in rows)
+        assert all(round(s) >= 1 and s == pytest.approx(round(s)) for s in steps)
         assert {r["coder"] for r in rows} == {"offline"} and all(r["move"] for r in rows)
     # a coder that is told what the base knows: the summary for an LLM, the factors for the offline coder
     coder = ScriptedCoder((DATA / "redundant.py").read_text())

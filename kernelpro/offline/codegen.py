@@ -125,10 +125,11 @@ def render(problem_source: str, moves: list[str], gm: fx.GraphModule | None, fol
     `kernels` are generated kernels (Triton, or CUDA C++ with its load_inline) with their wrappers;
     the graph calls the wrappers. `notes`: a line more under a move (what simplify_all made).
     """
+    notes = notes or {}
     header = ["# " + "-" * 78, "# kernelpro offline coder: ModelNew is Model with these moves:"]
     for m in moves:
         header += [f"#   - {m} ({MOVES[m].technique}): {MOVES[m].summary}"]
-        header += [f"#     {(notes or {})[m]}"] if m in (notes or {}) else []
+        header += [f"#     {notes[m]}"] if m in notes else []
     header += [] if moves else ["#   (none)"]
     header += ["# " + "-" * 78]
     if any("@triton.jit" in kernel for kernel in kernels):

@@ -216,9 +216,10 @@ def expand(spec: dict) -> dict:
             skipped[name] = (f"nothing the generator takes ({why})"[:300] if why else "nothing to rewrite"
                              if not move.kernels else "nothing the generator can fuse")
             continue
-        if name == "simplify_all" and len(set(problem.simplified) - set(applied)) < 2:
-            new = sorted(set(problem.simplified) - set(applied), key=list(MOVES).index)
-            skipped[name] = f"only {', '.join(new)} applies here: the same candidate as that move"
+        new_kinds = canonical([kind for kind in problem.simplified if kind not in applied]) \
+            if name == "simplify_all" else []
+        if name == "simplify_all" and len(new_kinds) < 2:
+            skipped[name] = f"only {', '.join(new_kinds)} applies here: the same candidate as that move"
             continue
         rewrites = f" ({counts[name]} {'kernel' if move.kernels else 'rewrite'}{'s' if counts[name] != 1 else ''})" \
             if move.graph else ""
