@@ -272,6 +272,9 @@ def test_kb_ablation_builds_a_base_on_one_half_and_resumes_without_rerunning(tmp
         assert 1 <= row[arm]["to_95"] <= row[arm]["evaluations"] <= 2 and row[arm]["final_best"] > 0
         assert document["summary"][arm]["problems"] == 1
     assert document["paired_test"]["n"] in (0, 1)
+    to_95 = document["paired_test_to_95"]  # one pair: counted, too few for a test
+    assert to_95["n"] == 1 and to_95["kb_fewer"] + to_95["empty_fewer"] <= 1 and to_95["p_value"] is None
+    assert ablation.report_folder(out)["rows"] == document["rows"]  # --report-only: the same, running nothing
     # B's knowledge-base arm started from what A learned: A's problem is in its copy, not in the empty arm's base
     problems = lambda path: {p for (p,) in sqlite3.connect(path).execute("SELECT DISTINCT problem FROM observations")}
     assert problems(out / "kb_from_a.sqlite") and problems(out / "kb_from_a.sqlite") <= problems(out / "kb_for_b.sqlite")
@@ -368,3 +371,11 @@ def test_remeasure_times_each_best_again_and_the_leaderboard_reports_that_one_me
             assert row["speedup"] == pytest.approx(row["eager_ms"] / row["best_ms"])
         else:
             assert after["final"] is None and row["measured"] == "search"
+
+
+def test_signed_rank_tests_paired_differences_and_needs_two_that_differ():
+    from kernelpro.bench.compare import signed_rank
+    assert signed_rank([0.0, 0.5, 0.0]) == {"statistic": None, "p_value": None}
+    all_one_way = signed_rank([4, 1, 5, 9, 4, 3, 2, 6])
+    assert all_one_way["statistic"] == 0 and all_one_way["p_value"] < 0.01
+    assert signed_rank([1, -1, 2, -2, 3, -3])["p_value"] > 0.9

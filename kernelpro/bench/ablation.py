@@ -6,8 +6,9 @@ it. Half B is benched twice with the same settings: once starting from an empty 
 base, once from a copy of the one built on A (each arm's base then learns from B as the
 bench goes, the same in both). Per problem of B, from its search's own database: the
 evaluations it took to reach 95% of its final best speedup, and the final best; then the
-mean evaluations-to-95% and the geomean final speedup per arm, and `kernelpro bench
-compare`'s paired test on the final speedups.
+mean evaluations-to-95% and the geomean final speedup per arm (the search's best, and the
+best re-measured after the search), `kernelpro bench compare`'s paired test on the
+re-measured speedups, and a paired test on the evaluations to 95%.
 
 A and the empty-KB arm of B do not depend on each other: with two or more GPUs they run at
 the same time, each on half of them. Every bench resumes from its own folder, so a killed
@@ -24,7 +25,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from kernelpro.bench.compare import compare
+from kernelpro.bench.compare import compare, signed_rank
 from kernelpro.bench.leaderboard import geomean
 from kernelpro.bench.runner import Bench, BenchSettings, gpu_slots
 from kernelpro.bench.suite import Entry, discover
@@ -122,37 +123,71 @@ def run_ablation(suite: Path, out: Path, *, budget: int = 16, device: str = "cpu
 
 
 def report(out: Path, half_a: list[Entry], half_b: list[Entry], **about) -> dict:
+    """Per problem of B and arm: the search's convergence (evaluations to 95%, its best) and the
+    best re-measured after the search (the bench row's speedup over eager); per arm their mean
+    and geomeans; paired tests on the re-measured speedups and on the evaluations to 95%."""
+    paired = compare(out / "bench_b_empty_kb", out / "bench_b_kb_from_a")
+    remeasured = {p["key"]: {"empty_kb": p["a"], "kb_from_a": p["b"]} for p in paired["paired"]}
     rows = []
     for entry in half_b:
         row = {"problem": entry.key}
         for name in ARMS:
             folder = out / f"bench_b_{name}" / "problems" / entry.key
             row[name] = convergence(folder) if (folder / "state.db").exists() else None
+            if row[name]:
+                row[name]["remeasured"] = remeasured.get(entry.key, {}).get(name)
         rows.append(row)
     summary = {}
     for name in ARMS:
         done = [r[name] for r in rows if r[name]]
         summary[name] = {"problems": len(done),
                          "mean_evaluations_to_95": statistics.mean(d["to_95"] for d in done) if done else None,
-                         "geomean_final_best": geomean(d["final_best"] for d in done)}
-    paired = compare(out / "bench_b_empty_kb", out / "bench_b_kb_from_a")
+                         "geomean_final_best": geomean(d["final_best"] for d in done),
+                         "geomean_remeasured": geomean(d["remeasured"] for d in done if d["remeasured"])}
+    both = [(r["empty_kb"]["to_95"], r["kb_from_a"]["to_95"]) for r in rows if r["empty_kb"] and r["kb_from_a"]]
+    to_95 = {"test": "wilcoxon signed-rank (two-sided) on evaluations to 95%, empty KB minus KB from A",
+             "n": len(both), "kb_fewer": sum(1 for e, k in both if k < e), "empty_fewer": sum(1 for e, k in both if e < k),
+             **signed_rank([e - k for e, k in both])}
     return {**{k: str(v) if isinstance(v, Path) else v for k, v in about.items()},
             "half_a": [e.key for e in half_a], "half_b": [e.key for e in half_b], "rows": rows, "summary": summary,
-            "paired_test": {k: paired[k] for k in ("n", "p_value", "geomean_b_over_a", "b_better", "a_better")}}
+            "paired_test": {k: paired[k] for k in ("n", "p_value", "geomean_b_over_a", "b_better", "a_better")},
+            "paired_test_to_95": to_95}
+
+
+def report_folder(out: Path, **about) -> dict:
+    """The report of an ablation folder as it stands, without running anything (its halves from
+    its suite_a and suite_b)."""
+    half_a, half_b = discover(out / "suite_a"), discover(out / "suite_b")
+    if not half_b:
+        raise ValueError(f"{out}: no ablation here (suite_b is missing or empty)")
+    return report(out, half_a, half_b, **about)
+
+
+def _cell(value, form: str) -> str:
+    return "-" if value is None else format(value, form)
 
 
 def markdown(document: dict) -> str:
-    lines = ["| problem | evaluations to 95%, empty KB | with KB from A | final best, empty KB | with KB from A |",
-             "|---|---|---|---|---|"]
+    lines = ["| problem | evaluations to 95%: empty KB | KB from A | search's best: empty KB | KB from A "
+             "| re-measured: empty KB | KB from A |", "|---|---|---|---|---|---|---|"]
     for r in document["rows"]:
         e, k = r["empty_kb"], r["kb_from_a"]
+        if not (e and k):
+            lines.append(f"| `{r['problem']}` | - | - | - | - | - | - |")
+            continue
         lines.append(f"| `{r['problem']}` | {e['to_95']} | {k['to_95']} | {e['final_best']:.3f}x | "
-                     f"{k['final_best']:.3f}x |" if e and k else f"| `{r['problem']}` | - | - | - | - |")
+                     f"{k['final_best']:.3f}x | {_cell(e.get('remeasured'), '.3f')}x | "
+                     f"{_cell(k.get('remeasured'), '.3f')}x |")
     for name, s in document["summary"].items():
-        mean = s["mean_evaluations_to_95"]
-        geomean = s["geomean_final_best"]
         lines.append(f"\n{name}: {s['problems']} problems, mean evaluations to 95% "
-                     f"{'-' if mean is None else f'{mean:.2f}'}, geomean final best "
-                     f"{'-' if geomean is None else f'{geomean:.3f}x'}")
-    lines.append(f"\npaired test on final speedups (KB from A over empty): {document['paired_test']}")
+                     f"{_cell(s['mean_evaluations_to_95'], '.2f')}, geomean of the search's best "
+                     f"{_cell(s['geomean_final_best'], '.3f')}x, re-measured {_cell(s.get('geomean_remeasured'), '.3f')}x")
+    t = document.get("paired_test_to_95")
+    if t:
+        lines.append(f"\nevaluations to 95%: fewer with the KB on {t['kb_fewer']}, without on {t['empty_fewer']} "
+                     f"of {t['n']}; {t['test']}: p = {_cell(t['p_value'], '.3g')}")
+    p = document["paired_test"]
+    lines.append(f"\nre-measured speedups (KB from A over empty): {p['n']} pairs, geomean ratio "
+                 f"{_cell(p['geomean_b_over_a'], '.3f')}, KB better on {p['b_better']}, empty on {p['a_better']}; "
+                 f"wilcoxon signed-rank (two-sided): p = {_cell(p['p_value'], '.3g')}")
     return "\n".join(lines) + "\n"

@@ -23,6 +23,16 @@ def load(folder: Path) -> dict:
     return json.loads(path.read_text())
 
 
+def signed_rank(differences: list[float]) -> dict:
+    """Wilcoxon's signed-rank test (two-sided, zero differences dropped) on paired differences;
+    statistic and p_value stay None below two nonzero differences."""
+    if sum(1 for v in differences if v != 0) < 2:
+        return {"statistic": None, "p_value": None}
+    from scipy.stats import wilcoxon
+    result = wilcoxon(differences, zero_method="wilcox", alternative="two-sided")
+    return {"statistic": float(result.statistic), "p_value": float(result.pvalue)}
+
+
 def compare(folder_a: Path, folder_b: Path) -> dict:
     a, b = load(folder_a), load(folder_b)
     rows_a = {r["key"]: r for r in a["problems"]}
@@ -35,11 +45,7 @@ def compare(folder_a: Path, folder_b: Path) -> dict:
                            "evaluations_a": ra["evaluations"], "evaluations_b": rb["evaluations"]})
     logs = [math.log(p["ratio"]) for p in paired]
     test = {"test": "wilcoxon signed-rank (two-sided) on log(speedup B / speedup A)", "n": len(paired),
-            "statistic": None, "p_value": None}
-    if sum(1 for v in logs if v != 0) >= 2:
-        from scipy.stats import wilcoxon
-        result = wilcoxon(logs, zero_method="wilcox", alternative="two-sided")
-        test.update(statistic=float(result.statistic), p_value=float(result.pvalue))
+            **signed_rank(logs)}
     return {"a": str(folder_a), "b": str(folder_b), "paired": paired,
             "only_a": sorted(rows_a.keys() - rows_b.keys()), "only_b": sorted(rows_b.keys() - rows_a.keys()),
             "geomean_a": geomean(p["a"] for p in paired), "geomean_b": geomean(p["b"] for p in paired),
