@@ -104,6 +104,50 @@ def test_attention_becomes_sdpa(tmp_path):
     assert_equivalent(sdpa["source"], tmp_path, seeds=(0,))
 
 
+def test_attention_with_masks_in_a_forward_that_reads_its_shapes_becomes_sdpa(tmp_path):
+    """Plain torch.fx cannot trace masked_attention.py (it builds a mask from its input's sizes); the
+    meta-tensor trace can. The causal mask becomes is_causal, the padding mask attn_mask = ~mask, and
+    the attention that fills with a finite value stays as written."""
+    problem = DATA / "masked_attention.py"
+    with pytest.raises(Exception):
+        torch.fx.symbolic_trace(load(problem.read_text(), tmp_path).Model(32, 4))
+    answer = expand(spec(problem))
+    assert answer["traced"] and not answer["trace_error"]
+    sdpa = next(o for o in answer["options"] if o["move"] == "attention_to_sdpa")
+    assert "(2 rewrites)" in sdpa["rationale"]
+    body = sdpa["source"].split("def _kp_body", 1)[1]
+    assert body.count("scaled_dot_product_attention(") == 2 and "is_causal = True" in body
+    assert "attn_mask = logical_not" in body and "masked_fill(padded, -10000.0)" in body
+    assert body.count("softmax(") == 1 and "triu" not in body  # the causal mask is no longer built
+    assert_equivalent(sdpa["source"], tmp_path)
+
+
+def test_a_forward_that_loops_over_its_input_sizes_traces_unrolled():
+    """torch.zeros(x.size(0), h) and range(x.size(1)): plain torch.fx fails on both; the meta trace
+    records the loop unrolled with the sizes as numbers (dim 0 included) and computes the same."""
+    from kernelpro.offline.tracing import trace
+
+    class Recurrent(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cell = torch.nn.Linear(6 + 4, 4)
+
+        def forward(self, x):
+            h = torch.zeros(x.size(0), 4, device=x.device)
+            for t in range(x.size(1)):
+                h = torch.tanh(self.cell(torch.cat([x[:, t], h], dim=1)))
+            return h
+
+    model, x = Recurrent().eval(), torch.randn(3, 5, 6)
+    with pytest.raises(Exception):
+        torch.fx.symbolic_trace(model)
+    graph = trace(model, [x])
+    assert sum(1 for n in graph.graph.nodes if n.op == "call_module") == 5
+    assert any(n.target is torch.zeros and n.args[:2] == (3, 4) for n in graph.graph.nodes)
+    with torch.no_grad():
+        torch.testing.assert_close(graph(x), model(x))
+
+
 def test_untraceable_problem_falls_back_to_moves_without_a_graph(tmp_path):
     answer = expand(spec(DATA / "untraceable.py", device="cuda"))
     assert not answer["traced"] and answer["trace_error"]

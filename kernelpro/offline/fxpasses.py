@@ -6,9 +6,8 @@ over size-1 dimensions, double transposes and negations, chains of scalar
 multiplies and adds, a scalar multiply folded into the preceding linear or
 convolution, a batch norm on running statistics folded into the convolution before it,
 a max-pool moved before the non-decreasing activation that fed it, constant results of a
-reduction over a size-1 dimension, attention written out by hand (to
-`scaled_dot_product_attention`), and transposes around matmuls. Parameter-only subgraphs are
-left to `foldable_nodes`, which codegen precomputes at init.
+reduction over a size-1 dimension. Parameter-only subgraphs are left to `foldable_nodes`,
+which codegen precomputes at init. Rewrites into library calls are in `fxlibrary`.
 """
 
 from __future__ import annotations
@@ -510,71 +509,6 @@ def constant_results(gm: fx.GraphModule) -> int:
     return count
 
 
-# -- library calls -----------------------------------------------------------------------------------
-def _is_last_two_transpose(node, rank: int) -> bool:
-    return _transpose_dims(node, rank) == (rank - 2, rank - 1) if rank >= 2 else False
-
-
-def attention_to_sdpa(gm: fx.GraphModule) -> int:
-    """softmax((q @ k^T) * s [/ s]) @ v over the last dim -> scaled_dot_product_attention(q, k, v, scale)."""
-    count = 0
-    for node in list(gm.graph.nodes):
-        if not is_op(node, MATMUL, {"matmul", "bmm"}) or len(node.args) != 2:
-            continue
-        probs, v = node.args
-        if isinstance(module_of(gm, probs), (torch.nn.Dropout, torch.nn.Identity)) and len(probs.users) == 1:
-            probs = probs.args[0]  # dropout is the identity in eval mode
-        if not is_op(probs, SOFTMAX, {"softmax"}) or len(probs.users) != 1 or not meta(probs):
-            continue
-        rank = len(meta(probs).shape)
-        if arg(probs, 1, "dim") not in (-1, rank - 1) or probs.kwargs.get("dtype") is not None:
-            continue
-        scores, scale = probs.args[0], 1.0
-        chain = []
-        while True:
-            found = _scaled(scores)
-            if not found:
-                break
-            scale *= found[1]
-            chain.append(scores)
-            scores = found[0]
-        if not is_op(scores, MATMUL, {"matmul", "bmm"}) or not meta(scores) or len(scores.users) != 1:
-            continue
-        q, kt = scores.args
-        if not (meta(q) and meta(kt) and meta(v)) or not _is_last_two_transpose(kt, len(meta(kt).shape)):
-            continue
-        if any(len(meta(t).shape) != rank for t in (q, kt, v)) or any(len(c.users) != 1 for c in chain) \
-                or not math.isfinite(scale):
-            continue
-        _substitute(gm, node, F.scaled_dot_product_attention, (q, kt.args[0], v), {"scale": scale})
-        count += 1
-    _finish(gm)
-    return count
-
-
-def transposed_matmuls(gm: fx.GraphModule) -> int:
-    """x @ W.t() with a 2-D W -> linear(x, W); (a^T @ b^T)^T -> b @ a: no transposed copies."""
-    count = 0
-    for node in list(gm.graph.nodes):
-        if is_op(node, (operator.matmul, torch.matmul, torch.mm), {"matmul", "mm"}) and len(node.args) == 2:
-            x, wt = node.args
-            if meta(wt) and len(meta(wt).shape) == 2 and _is_last_two_transpose(wt, 2) and meta(x) \
-                    and len(meta(x).shape) >= 1:
-                _substitute(gm, node, F.linear, (x, wt.args[0]))
-                count += 1
-                continue
-        inner = node.args[0] if node.args else None
-        rank = len(meta(node).shape) if meta(node) else 0
-        if _is_last_two_transpose(node, rank) and is_op(inner, MATMUL, {"matmul", "bmm"}) and \
-                len(inner.users) == 1:
-            a, b = inner.args
-            if all(meta(t) and len(meta(t).shape) == rank and _is_last_two_transpose(t, rank) for t in (a, b)):
-                _substitute(gm, node, torch.matmul, (b.args[0], a.args[0]))
-                count += 1
-    _finish(gm)
-    return count
-
-
 # -- constant folding ----------------------------------------------------------------------------------
 def foldable_nodes(gm: fx.GraphModule) -> list[fx.Node]:
     """Compute nodes whose inputs are only parameters, buffers and constants (no random ops, no modules)."""
@@ -595,7 +529,8 @@ def fold_boundary(gm: fx.GraphModule, nodes: list[fx.Node]) -> list[fx.Node]:
     return [n for n in nodes if any(u not in chosen for u in n.users)]
 
 
-PASSES = {
+# the algebraic passes (library-call passes: kernelpro.offline.fxlibrary), by move name
+ALGEBRAIC = {
     "simplify_identities": simplify_identities,
     "simplify_size1_reductions": simplify_size1_reductions,
     "simplify_double_ops": simplify_double_ops,
@@ -605,6 +540,4 @@ PASSES = {
     "pool_before_activation": pool_before_activation,
     "bias_after_pool": bias_after_pool,
     "constant_results": constant_results,
-    "attention_to_sdpa": attention_to_sdpa,
-    "transposed_matmuls": transposed_matmuls,
 }

@@ -25,8 +25,9 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.passes.shape_prop import ShapeProp
 
 from kernelpro.harness.modelio import build_model, cast_to, import_file
-from kernelpro.offline import codegen, cuda_gen, cute_gemm, fusion, fxpasses, gemm, triton_gen
+from kernelpro.offline import codegen, cuda_gen, cute_gemm, fusion, fxlibrary, fxpasses, gemm, triton_gen
 from kernelpro.offline.fxpasses import foldable_nodes
+from kernelpro.offline.tracing import trace
 from kernelpro.offline.moves import EXCLUSIVE, MOVES, SIMPLIFY, TUNE_PREFIX, TUNE_TECHNIQUE, allowed, canonical
 
 FUSION_KINDS = {"fuse_reductions": "row", "fuse_pointwise": "pointwise", "triton_gemm": "pointwise",
@@ -34,6 +35,7 @@ FUSION_KINDS = {"fuse_reductions": "row", "fuse_pointwise": "pointwise", "triton
 CUDA_KINDS = {"row", "pointwise"}  # the cuda_kernels move generates both kinds
 TUNE_OPTIONS = 2  # tuning moves offered per node: the kernels that move the most bytes
 
+PASSES = {**fxpasses.ALGEBRAIC, **fxlibrary.LIBRARY}  # graph moves by name
 _CONV = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.ConvTranspose2d)
 
 
@@ -51,7 +53,7 @@ def simplify_all(gm: fx.GraphModule, inputs: list, sweeps: int = 4) -> dict[str,
     for _ in range(sweeps):
         sweep = 0
         for name in SIMPLIFY:
-            count = fxpasses.PASSES[name](gm)
+            count = PASSES[name](gm)
             if count:
                 propagate_shapes(gm, inputs)
                 made[name] = made.get(name, 0) + count
@@ -77,7 +79,7 @@ class Problem:
         self.simplified: dict[str, int] = {}  # the last build's simplify_all: rewrites made per pass
         self.trace_error = ""
         try:
-            graph = fx.symbolic_trace(self.model)
+            graph = trace(self.model, self.inputs)
             fxpasses.specialize_scalars(graph, self.inputs)
             propagate_shapes(graph, self.inputs)
             self.graph = graph
@@ -103,7 +105,7 @@ class Problem:
                         self.simplified = simplify_all(gm, self.inputs)
                         counts[move] = sum(self.simplified.values())
                         continue
-                    counts[move] = fxpasses.PASSES[move](gm)
+                    counts[move] = PASSES[move](gm)
                     propagate_shapes(gm, self.inputs)
                 # Without fold_constants, only what a move marked for folding (scaled weights) is folded.
                 every = foldable_nodes(gm)

@@ -1,0 +1,1 @@
+../../../examples/transformer_layers.py

@@ -1,0 +1,129 @@
+"""Graph rewrites into library calls, on a torch.fx graph with shapes (see `fxpasses`).
+
+Attention written out by hand, softmax((q @ k^T) * s) @ v with an optional boolean mask
+filled with -inf, becomes `scaled_dot_product_attention` (a causal mask built as
+`ones(L, S).triu(1)` becomes `is_causal=True`, any other mask its complement as
+`attn_mask`); `x @ W.t()` becomes `linear`, and transposes around a matmul are dropped.
+Each pass returns how many rewrites it made.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import torch
+import torch.fx as fx
+import torch.nn.functional as F
+
+from kernelpro.offline.fxpasses import (MATMUL, SOFTMAX, _finish, _scaled, _substitute, _transpose_dims, arg,
+                                        is_op, meta, module_of)
+
+def _is_last_two_transpose(node, rank: int) -> bool:
+    return _transpose_dims(node, rank) == (rank - 2, rank - 1) if rank >= 2 else False
+
+
+def _masked_with_minus_inf(node) -> tuple[fx.Node, fx.Node] | None:
+    """(scores, mask) for scores.masked_fill(mask, -inf) or torch.masked_fill(scores, mask, -inf)."""
+    if not is_op(node, (torch.masked_fill,), {"masked_fill"}) or len(node.args) != 3 or node.kwargs:
+        return None
+    scores, mask, value = node.args
+    if isinstance(scores, fx.Node) and isinstance(mask, fx.Node) and isinstance(value, float) \
+            and value == -math.inf:
+        return scores, mask
+    return None
+
+
+def _is_causal_mask(mask: fx.Node, scores_shape) -> bool:
+    """A bool mask that is ones(L, S).triu(1), cast to bool before or after the triu: True above the
+    diagonal, the positions `is_causal=True` leaves out, for scores whose last dims are (L, S)."""
+    node = mask
+    if (is_op(node, (), {"bool"}) and len(node.args) == 1) or \
+            (is_op(node, (), {"to"}) and len(node.args) == 2 and node.args[1] is torch.bool):
+        node = node.args[0]
+    if not is_op(node, (torch.triu,), {"triu"}) or arg(node, 1, "diagonal", 0) != 1:
+        return False
+    ones = node.args[0]
+    if is_op(ones, (), {"bool"}) and len(ones.args) == 1:
+        ones = ones.args[0]
+    shape = meta(mask).shape if meta(mask) else None
+    return is_op(ones, (torch.ones,)) and meta(mask).dtype is torch.bool and shape is not None \
+        and len(shape) == 2 and tuple(shape) == tuple(scores_shape[-2:])
+
+
+def attention_to_sdpa(gm: fx.GraphModule) -> int:
+    """softmax(masked_fill((q @ k^T) * s [/ s], mask, -inf)) @ v over the last dim (mask optional, before
+    or among the scalings) -> scaled_dot_product_attention(q, k, v, scale, is_causal or attn_mask=~mask)."""
+    count = 0
+    for node in list(gm.graph.nodes):
+        if not is_op(node, MATMUL, {"matmul", "bmm"}) or len(node.args) != 2:
+            continue
+        probs, v = node.args
+        if isinstance(module_of(gm, probs), (torch.nn.Dropout, torch.nn.Identity)) and len(probs.users) == 1:
+            probs = probs.args[0]  # dropout is the identity in eval mode
+        if not is_op(probs, SOFTMAX, {"softmax"}) or len(probs.users) != 1 or not meta(probs):
+            continue
+        rank = len(meta(probs).shape)
+        if arg(probs, 1, "dim") not in (-1, rank - 1) or probs.kwargs.get("dtype") is not None:
+            continue
+        scores, scale, chain, mask = probs.args[0], 1.0, [], None
+        while True:
+            found, masked = _scaled(scores), _masked_with_minus_inf(scores)
+            if found:  # a positive or negative factor keeps -inf at -inf only when positive
+                scale *= found[1]
+                chain.append(scores)
+                scores = found[0]
+            elif masked and mask is None:
+                chain.append(scores)
+                scores, mask = masked
+            else:
+                break
+        if not is_op(scores, MATMUL, {"matmul", "bmm"}) or not meta(scores) or len(scores.users) != 1:
+            continue
+        q, kt = scores.args
+        if not (meta(q) and meta(kt) and meta(v)) or not _is_last_two_transpose(kt, len(meta(kt).shape)):
+            continue
+        if any(len(meta(t).shape) != rank for t in (q, kt, v)) or any(len(c.users) != 1 for c in chain) \
+                or not math.isfinite(scale) or (mask is not None and scale <= 0):
+            continue
+        kwargs: dict = {"scale": scale}
+        if mask is not None:
+            if not meta(mask) or meta(mask).dtype is not torch.bool:
+                continue
+            if _is_causal_mask(mask, meta(scores).shape):
+                kwargs["is_causal"] = True
+            else:
+                with gm.graph.inserting_before(node):
+                    keep = gm.graph.call_function(torch.logical_not, (mask,))
+                keep.meta = dict(mask.meta)
+                kwargs["attn_mask"] = keep
+        _substitute(gm, node, F.scaled_dot_product_attention, (q, kt.args[0], v), kwargs)
+        count += 1
+    _finish(gm)
+    return count
+
+
+def transposed_matmuls(gm: fx.GraphModule) -> int:
+    """x @ W.t() with a 2-D W -> linear(x, W); (a^T @ b^T)^T -> b @ a: no transposed copies."""
+    count = 0
+    for node in list(gm.graph.nodes):
+        if is_op(node, (operator.matmul, torch.matmul, torch.mm), {"matmul", "mm"}) and len(node.args) == 2:
+            x, wt = node.args
+            if meta(wt) and len(meta(wt).shape) == 2 and _is_last_two_transpose(wt, 2) and meta(x) \
+                    and len(meta(x).shape) >= 1:
+                _substitute(gm, node, F.linear, (x, wt.args[0]))
+                count += 1
+                continue
+        inner = node.args[0] if node.args else None
+        rank = len(meta(node).shape) if meta(node) else 0
+        if _is_last_two_transpose(node, rank) and is_op(inner, MATMUL, {"matmul", "bmm"}) and \
+                len(inner.users) == 1:
+            a, b = inner.args
+            if all(meta(t) and len(meta(t).shape) == rank and _is_last_two_transpose(t, rank) for t in (a, b)):
+                _substitute(gm, node, torch.matmul, (b.args[0], a.args[0]))
+                count += 1
+    _finish(gm)
+    return count
+
+
+LIBRARY = {"attention_to_sdpa": attention_to_sdpa, "transposed_matmuls": transposed_matmuls}
