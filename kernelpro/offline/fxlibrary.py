@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from kernelpro.offline.fxpasses import (MATMUL, SOFTMAX, _finish, _scaled, _substitute, _transpose_dims, arg,
                                         is_op, meta, module_of)
 
+
 def _is_last_two_transpose(node, rank: int) -> bool:
     return _transpose_dims(node, rank) == (rank - 2, rank - 1) if rank >= 2 else False
 
@@ -35,20 +36,20 @@ def _masked_with_minus_inf(node) -> tuple[fx.Node, fx.Node] | None:
 
 
 def _is_causal_mask(mask: fx.Node, scores_shape) -> bool:
-    """A bool mask that is ones(L, S).triu(1), cast to bool before or after the triu: True above the
-    diagonal, the positions `is_causal=True` leaves out, for scores whose last dims are (L, S)."""
-    node = mask
-    if (is_op(node, (), {"bool"}) and len(node.args) == 1) or \
-            (is_op(node, (), {"to"}) and len(node.args) == 2 and node.args[1] is torch.bool):
-        node = node.args[0]
-    if not is_op(node, (torch.triu,), {"triu"}) or arg(node, 1, "diagonal", 0) != 1:
+    """A bool mask (with shape metadata) that is ones(L, S).triu(1), cast to bool before or after the
+    triu: True above the diagonal, the positions `is_causal=True` leaves out, for scores whose last
+    dims are (L, S)."""
+    triu = mask
+    if (is_op(triu, (), {"bool"}) and len(triu.args) == 1) or \
+            (is_op(triu, (), {"to"}) and len(triu.args) == 2 and triu.args[1] is torch.bool):
+        triu = triu.args[0]
+    if not is_op(triu, (torch.triu,), {"triu"}) or arg(triu, 1, "diagonal", 0) != 1:
         return False
-    ones = node.args[0]
+    ones = triu.args[0]
     if is_op(ones, (), {"bool"}) and len(ones.args) == 1:
         ones = ones.args[0]
-    shape = meta(mask).shape if meta(mask) else None
-    return is_op(ones, (torch.ones,)) and meta(mask).dtype is torch.bool and shape is not None \
-        and len(shape) == 2 and tuple(shape) == tuple(scores_shape[-2:])
+    shape = tuple(meta(mask).shape)
+    return is_op(ones, (torch.ones,)) and len(shape) == 2 and shape == tuple(scores_shape[-2:])
 
 
 def attention_to_sdpa(gm: fx.GraphModule) -> int:
@@ -69,7 +70,7 @@ def attention_to_sdpa(gm: fx.GraphModule) -> int:
         scores, scale, chain, mask = probs.args[0], 1.0, [], None
         while True:
             found, masked = _scaled(scores), _masked_with_minus_inf(scores)
-            if found:  # a positive or negative factor keeps -inf at -inf only when positive
+            if found:  # with a mask, only a positive overall scale keeps -inf at -inf (checked below)
                 scale *= found[1]
                 chain.append(scores)
                 scores = found[0]

@@ -27,8 +27,8 @@ from torch.fx.passes.shape_prop import ShapeProp
 from kernelpro.harness.modelio import build_model, cast_to, import_file
 from kernelpro.offline import codegen, cuda_gen, cute_gemm, fusion, fxlibrary, fxpasses, gemm, triton_gen
 from kernelpro.offline.fxpasses import foldable_nodes
-from kernelpro.offline.tracing import trace
 from kernelpro.offline.moves import EXCLUSIVE, MOVES, SIMPLIFY, TUNE_PREFIX, TUNE_TECHNIQUE, allowed, canonical
+from kernelpro.offline.tracing import trace
 
 FUSION_KINDS = {"fuse_reductions": "row", "fuse_pointwise": "pointwise", "triton_gemm": "pointwise",
                 "cute_gemm": "pointwise"}
