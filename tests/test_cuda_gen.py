@@ -121,9 +121,9 @@ def test_untranslatable_expressions_are_refused():
 NVCC, CUOBJDUMP = shutil.which("nvcc"), find_binary("cuobjdump")
 
 
-def _cuda_of(path: Path) -> tuple[str, list[dict]]:
-    """The CUDA C++ of a problem's cuda_kernels candidate, and its kernels' records."""
-    source, _, kernels = Problem(path, 42).build(["cuda_kernels"])
+def _cuda_of(path: Path, moves: tuple[str, ...] = ()) -> tuple[str, list[dict]]:
+    """The CUDA C++ of a problem's cuda_kernels candidate (with `moves`), and its kernels' records."""
+    source, _, kernels = Problem(path, 42).build(["cuda_kernels", *moves])
     return re.search(r'_KP_CUDA_SOURCE = r"""(.*?)"""', source, re.S).group(1), kernels
 
 
@@ -174,6 +174,40 @@ def test_norms_that_reread_the_row_get_mean_and_variance_in_one_pass():
     assert "re-read every pass" in cu and cu.count("for (int t = 0;") == 2 and "kp_div(1.0f, n_" in cu
     cu, _ = _cuda_of(ROOT / "examples" / "fusion" / "layernorm_gelu.py")
     assert "read once into registers" in cu and "kp_div(1.0f, n_" not in cu
+
+
+@pytest.mark.skipif(NVCC is None or CUOBJDUMP is None, reason="needs nvcc and cuobjdump")
+def test_channels_last_pointwise_kernel_keeps_16_byte_access_over_nhwc(tmp_path):
+    """conv_bn_relu with channels_last: the epilogue kernel runs over NHWC order, where the
+    activation is read and written in 16-byte vectors and the per-channel scale is the innermost index."""
+    cu, kernels = _cuda_of(ROOT / "examples" / "fusion" / "conv_bn_relu.py", ("simplify_all", "channels_last"))
+    assert [k["features"]["layout"] for k in kernels] == ["nhwc"]
+    assert f"{kernels[0]['name']}_nhwc_kernel" in cu
+    kernel = next(f for f in re.split(r"\n\s*Function : ", _sass_of(cu, tmp_path))[1:]
+                  if "ILi4E" in f.splitlines()[0])
+    assert "LDG.E.128" in kernel and "STG.E.128" in kernel
+
+
+@pytest.mark.skipif(NVCC is None or CUOBJDUMP is None, reason="needs nvcc and cuobjdump")
+@pytest.mark.parametrize("layout", [(), ("channels_last",)], ids=["nchw", "nhwc"])
+def test_max_pools_read_in_place_compile_without_warnings_or_spills(tmp_path, layout):
+    """conv_bn_pool's pools after simplify_all: each kernel reads its window (2x2, or 3x3 padded with
+    bounds checks) from the convolution output and stores the pooled result in 16-byte vectors."""
+    cu, kernels = _cuda_of(ROOT / "tests" / "data" / "search" / "conv_bn_pool.py", ("simplify_all", *layout))
+    pools = [k for k in kernels if k["ops"][0] == "max_pool2d"]
+    assert len(pools) == 3 and "x0_s0 >= 0" in cu  # the padded pool checks its first row
+    (tmp_path / "k.cu").write_text(cu)
+    subprocess.run([NVCC, "-arch=sm_90", "-O3", "-cubin", "-Werror", "all-warnings", "-o", "k.cubin", "k.cu"],
+                   cwd=tmp_path, check=True, capture_output=True, text=True)
+    usage = subprocess.run([str(CUOBJDUMP), "-res-usage", "k.cubin"], cwd=tmp_path, capture_output=True, text=True,
+                           check=True).stdout
+    assert "LOCAL:0" in usage and not re.search(r"LOCAL:[1-9]", usage)
+    sass = subprocess.run([str(CUOBJDUMP), "-sass", "k.cubin"], cwd=tmp_path, capture_output=True, text=True,
+                          check=True).stdout
+    for kernel in pools:
+        body = next(f for f in re.split(r"\n\s*Function : ", sass)[1:]
+                    if kernel["name"] in f.splitlines()[0] and "ILi4E" in f.splitlines()[0])
+        assert "STG.E.128" in body, kernel["name"]
 
 
 def _loads_between_branches(sass: str, load: str = r"\bLDG\.") -> list[int]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import types
 import uuid
 from pathlib import Path
 
@@ -240,6 +241,91 @@ def test_group_instance_and_batch_norms(tmp_path, shape, groups):
         patch.setattr(triton_gen, "configs", forced_split)
         assert sum(k["config"].get("variant") == "split" for k in check(path, atol=5e-4)) >= 3
 
+
+def test_channels_last_pointwise_kernels_read_and_write_nhwc_memory_without_copies(tmp_path):
+    """With channels_last, a 4-D pointwise kernel runs over NHWC order through permuted views: a
+    channels_last input reaches it uncopied, its results stay channels_last, and broadcast inputs
+    (per channel, per column, per channel and row) and NCHW inputs still give the reference's values."""
+    init = ("\n        self.conv = nn.Conv2d(3, 6, 3, padding=1, bias=False)"
+            "\n        self.shift = nn.Parameter(torch.randn(6, 1, 1))"
+            "\n        self.column = nn.Parameter(torch.randn(7))"
+            "\n        self.grid = nn.Parameter(torch.randn(6, 9, 1))")
+    body = ["a = torch.relu(self.conv(x) + self.shift) * y + self.column", "return a, torch.sigmoid(a) - self.grid"]
+    path = write_problem(tmp_path, body, [(2, 3, 9, 7), (2, 6, 9, 7)], init)
+    kernels = check(path, ["channels_last", "fuse_pointwise"])
+    assert kernels and {k["features"]["layout"] for k in kernels} == {"nhwc"}
+    module = load_module(path.with_name(path.stem + "_new.py"))
+    inner = [name for name in vars(module) if name.startswith("fused_") and name.endswith("_nhwc")]
+    assert len(inner) == len(kernels)
+    calls = []
+
+    def spy(function, adapter: bool):
+        def call(*args):
+            result = function(*args)
+            calls.append((adapter, function, args, result if isinstance(result, tuple) else (result,)))
+            return result
+        return call
+
+    for name in inner:
+        setattr(module, name, spy(getattr(module, name), False))
+        setattr(module, name[:-5], spy(getattr(module, name[:-5]), True))
+    compare_models(module)
+    assert {adapter for adapter, *_ in calls} == {True, False}
+    for adapter, _, args, outputs in calls:
+        if adapter:  # what the graph gets: the reference's shapes, in channels_last memory
+            assert all(o.dim() == 4 and o.is_contiguous(memory_format=torch.channels_last) for o in outputs)
+        else:  # what the kernel's wrapper gets: its full-size inputs contiguous already, so never copied
+            full = [a for a in args if a.shape == outputs[0].shape]
+            assert full and all(a.is_contiguous() for a in full)
+    for adapter, function, args, outputs in calls:  # NCHW inputs: the same values, through the wrapper's copy
+        if adapter:
+            again = function(*(a.contiguous() for a in args))
+            for got, expected in zip(again if isinstance(again, tuple) else (again,), outputs, strict=True):
+                torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+
+@PROPERTY_TIMEOUT
+@settings(max_examples=16, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rank=st.sampled_from([1, 2]), data=st.data(), channels_last=st.booleans())
+def test_max_pools_are_read_in_place_by_the_kernel_after_them(tmp_path, rank, data, channels_last):
+    """A max-pool that feeds only pointwise ops joins their kernel, which reads each window itself:
+    random windows, strides, padding, dilation and ceil_mode, in NCHW and channels_last order."""
+    ints = lambda low, high: tuple(data.draw(st.integers(low, high)) for _ in range(rank))  # noqa: E731
+    kernel, stride, dilation = ints(1, 3), ints(1, 3), ints(1, 2)
+    padding = tuple(data.draw(st.integers(0, k // 2)) for k in kernel)
+    ceil_mode = data.draw(st.booleans())
+    shape = (2, 3) + ints(5, 12)
+    pool = f"F.max_pool{rank}d(x, {kernel}, {stride}, {padding}, {dilation}, {ceil_mode})"
+    path = write_problem(tmp_path, [f"p = {pool}", "return torch.relu(p * 1.5 - 0.25) + torch.sigmoid(p)"], [shape])
+    kernels = check(path, ["channels_last", "fuse_pointwise"] if channels_last else ["fuse_pointwise"])
+    assert [k["ops"][0] for k in kernels] == [f"max_pool{rank}d"]
+    assert kernels[0]["features"]["layout"] == ("nhwc" if channels_last and rank == 2 else "reference")
+
+
+def test_pools_read_in_place_keep_nans_and_leave_other_pools_alone(tmp_path):
+    """A NaN in a window wins, as in torch; pools that return indices, average pools and pools of
+    values computed in another kernel stay library calls."""
+    problem = tmp_path / "conv_bn_pool.py"
+    problem.write_text((ROOT / "tests" / "data" / "search" / "conv_bn_pool.py").read_text())
+    kernels = check(problem, ["simplify_all", "fuse_pointwise"])
+    assert sum(k["ops"][0] == "max_pool2d" for k in kernels) == 3
+    body = problem.with_name("conv_bn_pool_new.py").read_text().split("def _kp_body")[1]
+    assert "self.pool_indices(" in body and "avg_pool2d(" in body and "max_pool2d(" not in body
+    body = ["return (torch.relu(F.max_pool2d(x, 3, 2, 1) + y), torch.clamp(x * 2.0, -0.5, 0.5),",
+            "        torch.maximum(x + 1.0, y), torch.minimum(y, x - 1.0))"]
+    nan_problem = write_problem(tmp_path, body, [(2, 4, 9, 8), (4, 1, 1)])
+    source, _, kernels = Problem(nan_problem, 42).build(["fuse_pointwise"])
+    assert len(kernels) == 4
+    module = types.ModuleType("nan_candidate")
+    exec(compile(source, str(nan_problem), "exec"), module.__dict__)
+    x, y = torch.randn(2, 4, 9, 8), torch.randn(4, 1, 1)
+    x[0, 1, 4, 4] = x[1, 3, 0, 0] = float("nan")
+    x[1, 2] = float("-inf")
+    y[2] = float("nan")
+    for got, expected in zip(module.ModelNew()(x, y), module.Model()(x, y), strict=True):
+        assert got.isnan().sum() == expected.isnan().sum() > 0
+        torch.testing.assert_close(got, expected, equal_nan=True)
 
 # -- golden sources -------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["layernorm_gelu", "elementwise_chain", "row_range"])

@@ -29,7 +29,7 @@ import hashlib
 import math
 import re
 
-from kernelpro.offline import triton_gen
+from kernelpro.offline import triton_gen, windows
 from kernelpro.offline.fusion_build import Group, Step
 from kernelpro.offline.triton_gen import (Device, Dialect, Layout, RowSpace, _describe, _header, _index_lines,
                                           _inputs_doc, _needed, layout)
@@ -142,6 +142,10 @@ def _pointwise(group: Group, config: dict) -> tuple[list[str], list[str]]:
     for item in group.inputs:
         if item in direct:
             kernel.append(f"        const float {item.var} = {item.var}_v[e];")
+        elif item.window is not None:  # a max-pool read in place: the maximum over the window's taps
+            index = triton_gen.window_index(lay, names, item.window)
+            kernel += ["        " + line for line in windows.load_lines(
+                item.var, item.window, _offset(lay.strides[item.var], names, dims), index, "", windows.C)]
         else:
             kernel.append(f"        const float {item.var} = __ldg({item.var}_ptr + {_offset(lay.strides[item.var], names, dims)});")
     kernel += [f"        const float {s.var} = {c_expr(s.expr)};" for s in group.steps]

@@ -9,7 +9,9 @@ stay library calls. Around them:
   operations over the same dimensions (a softmax written out by hand);
 - a **pointwise group** is a maximal chain of pointwise ops of one output shape,
   with the smaller ops that feed only it (recomputed per element). One that reads
-  a matmul or convolution output is that anchor's epilogue.
+  a matmul or convolution output is that anchor's epilogue. A max-pool that feeds
+  only the chain joins it as a window input: the kernel reads each window of the
+  pool's input itself (`kernelpro.offline.windows`).
 
 What a group holds, and how it is built, is `kernelpro.offline.fusion_build`;
 `kernelpro.offline.triton_gen` renders it; `replace` swaps the group's nodes for
@@ -28,6 +30,7 @@ from kernelpro.offline.fusion_build import (GENERATED_MODULE, RESHAPES, Group, b
                                             is_eval_norm, is_inplace, row_space, shape_of)
 from kernelpro.offline.fusion_ops import Unsupported, _Attr, resolve
 from kernelpro.offline.fxpasses import meta
+from kernelpro.offline.windows import pool_args
 
 
 class _Partitioner:
@@ -45,6 +48,10 @@ class _Partitioner:
     def pointwise(self, node) -> bool:
         res = self.resolved.get(node)
         return res is not None and (not res.row or is_eval_norm(res))
+
+    def windowed(self, node) -> bool:
+        """A max-pool, which a pointwise kernel after it can read in place (`kernelpro.offline.windows`)."""
+        return node.op in ("call_module", "call_function") and pool_args(self.gm, node) is not None
 
     def relabel(self, node) -> bool:
         return (node.op == "call_function" and node.target in (operator.getitem, getattr)) or (
@@ -87,7 +94,8 @@ class _Partitioner:
             changed = False
             for member in sorted(members, key=self.order.get):
                 producers = [p for p in member.all_input_nodes if p not in members and p not in self.grouped
-                             and self.pointwise(p) and all(u in members for u in p.users)]
+                             and (self.pointwise(p) or (kind == "pointwise" and self.windowed(p)))
+                             and all(u in members for u in p.users)]
                 users = [u for u in member.users if u not in members and u not in self.grouped and (
                     self.pointwise(u) or (kind == "row" and (self.relabel(u) or self._same_row_op(u, logical,
                                                                                                     reduced, split))))]

@@ -20,6 +20,7 @@ import torch.fx as fx
 from kernelpro.offline.fusion_ops import (INPLACE_METHODS, Resolved, Unsupported, _Attr, attr_shape, emit_pointwise,
                                           lit)
 from kernelpro.offline.fxpasses import meta
+from kernelpro.offline.windows import Window, pool_args, window_of
 
 MAX_ONE_PASS = 16384  # the longest row the one-pass variant keeps in registers (elements)
 MAX_ELEMENTS = 2**31 - 1  # int32 offsets
@@ -49,6 +50,7 @@ class Input:
     view: tuple[int, ...]  # the shape it is read at, aligned to the logical rank (1 = broadcast)
     kind: str  # "full", or "row" when it is broadcast over every reduced dimension
     label: str = ""
+    window: Window | None = None  # a max-pool of this tensor, read in place (`view` is then the pooled shape)
 
 
 @dataclass
@@ -229,7 +231,7 @@ class _Builder:
         if math.prod(shape) > MAX_ELEMENTS:
             raise Unsupported("a tensor too large for 32-bit offsets")
         for existing in self.group.inputs:
-            if existing.source == value and existing.view == view:
+            if existing.source == value and existing.view == view and existing.window is None:
                 return existing.var, existing.kind, existing.view
         reduced = self.group.reduced | set(self.group.split)
         kind = "row" if self.group.kind == "row" and all(view[d] == 1 for d in reduced) else "full"
@@ -261,6 +263,9 @@ class _Builder:
 
     # -- one member ---------------------------------------------------------------------------
     def add(self, node: fx.Node, res: Resolved | None) -> None:
+        if res is None and pool_args(self.gm, node) is not None:
+            self.group.ops.append(self._window(node))
+            return
         if res is None:  # getitem on (values, indices), or a reshape of a per-row value
             self._relabel(node)
         elif not res.row:
@@ -299,6 +304,20 @@ class _Builder:
                 raise Unsupported("per-row values of different shapes")
         var = self.expr(emit_pointwise(res.op, operands), kind)
         self.vars[node] = (var, kind, shape)
+
+    def _window(self, node: fx.Node) -> str:
+        """A max-pool whose input the kernel reads in place, window by window; the pool's name."""
+        source = pool_args(self.gm, node)[1]["input"]
+        shape = shape_of(source)
+        window = window_of(self.gm, node, self.group.logical, shape)
+        if self.group.kind != "pointwise" or window is None or shape_of(node) != self.group.logical:
+            raise Unsupported("a max-pool the kernel cannot read in place")
+        if math.prod(shape) > MAX_ELEMENTS:
+            raise Unsupported("a tensor too large for 32-bit offsets")
+        var = f"x{len(self.group.inputs)}"
+        self.group.inputs.append(Input(var, source, shape, self.group.logical, "full", source.name, window))
+        self.vars[node] = (var, "full", self.group.logical)
+        return window.op
 
     def _eval_norm(self, node: fx.Node, res: Resolved) -> None:
         a = res.args

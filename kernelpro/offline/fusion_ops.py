@@ -55,11 +55,23 @@ def _pow(a: Operand, p: Operand) -> str:
 
 
 def _clamp(x, low, high) -> str:
+    """Bounds by constants, written as selects so that a NaN passes through as in torch (tl.maximum and
+    fmaxf would return the bound)."""
+    if low is not None and high is not None:
+        if not (isinstance(low, (int, float)) and isinstance(high, (int, float))):  # torch: min(max(x, low), high)
+            return _clamp(_clamp(x, low, None), None, high)
+        if low > high:
+            return f"tl.where({x} != {x}, {x}, {lit(high)})"  # torch: every number becomes max
+        return f"tl.where({x} < {lit(low)}, {lit(low)}, tl.where({x} > {lit(high)}, {lit(high)}, {x}))"
     if low is not None:
-        x = f"tl.maximum({x}, {lit(low)})"
-    if high is not None:
-        x = f"tl.minimum({x}, {lit(high)})"
-    return x
+        return f"tl.where({x} < {lit(low)}, {lit(low)}, {x})"
+    return x if high is None else f"tl.where({x} > {lit(high)}, {lit(high)}, {x})"
+
+
+def _extreme(a, b, larger: bool) -> str:
+    """torch.maximum/minimum: a NaN in either operand gives NaN."""
+    a, b = lit(a), lit(b)
+    return f"tl.where({a} != {a}, {a}, tl.where({a} {'>' if larger else '<'} {b}, {a}, {b}))"
 
 
 def _gelu(x, approximate="none") -> str:
@@ -134,7 +146,7 @@ POINTWISE: dict[str, Pointwise] = {
     "sigmoid": _pw("input", lambda a: f"tl.sigmoid({a})"),
     "tanh": _pw("input", lambda a: f"_kp_tanh({a})"),
     "erf": _pw("input", lambda a: f"tl.erf({a})"),
-    "relu": _pw("input", lambda a: f"tl.maximum({a}, 0.0)"),
+    "relu": _pw("input", lambda a: _clamp(a, 0.0, None)),
     "relu6": _pw("input", lambda a: _clamp(a, 0.0, 6.0)),
     "leaky_relu": _pw("input negative_slope", lambda a, s=0.01: f"tl.where({a} > 0, {a}, {a} * {lit(s)})",
                       negative_slope=0.01),
@@ -153,8 +165,8 @@ POINTWISE: dict[str, Pointwise] = {
     "clamp": _pw("input min max", _clamp, min=None, max=None),
     "clamp_min": _pw("input min", lambda a, low: _clamp(a, low, None)),
     "clamp_max": _pw("input max", lambda a, high: _clamp(a, None, high)),
-    "maximum": _pw("input other", lambda a, b: f"tl.maximum({lit(a)}, {lit(b)})"),
-    "minimum": _pw("input other", lambda a, b: f"tl.minimum({lit(a)}, {lit(b)})"),
+    "maximum": _pw("input other", lambda a, b: _extreme(a, b, True)),
+    "minimum": _pw("input other", lambda a, b: _extreme(a, b, False)),
     "where": _pw("condition input other", lambda c, a, b: f"tl.where({lit(c)} != 0, {lit(a)}, {lit(b)})"),
     "gt": _pw("input other", lambda a, b: f"({lit(a)} > {lit(b)}).to(tl.float32)"),
     "lt": _pw("input other", lambda a, b: f"({lit(a)} < {lit(b)}).to(tl.float32)"),

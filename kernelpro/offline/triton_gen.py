@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from kernelpro.offline import windows
 from kernelpro.offline.fusion_build import MAX_ONE_PASS, Group, Step
 from kernelpro.offline.wrapper import Wrapper, output_names, python_wrapper
 
@@ -63,16 +64,20 @@ class Layout:
     sizes: list[int]
     reduced: list[bool]
     strides: dict[str, list[int]]  # access ("full", or an input var) -> stride per dim
+    dims: list[tuple[int, ...]] = field(default_factory=list)  # the logical dims each dim stands for
 
 
 def layout(group: Group) -> Layout:
     dims: list[tuple[int, bool]] = []
+    origin: list[int] = []  # the logical dim of each entry of dims
     for d, size in enumerate(group.logical):
         if d in group.split:
             outer, inner = group.split[d]
             dims += [(outer, False), (inner, True)]
+            origin += [d, d]
         else:
             dims.append((size, d in group.reduced))
+            origin.append(d)
 
     def expand(view: tuple[int, ...]) -> list[int]:
         strides = []
@@ -85,23 +90,29 @@ def layout(group: Group) -> Layout:
         return strides
 
     accesses = {"full": expand(group.logical)}
-    accesses.update({i.var: expand(i.view) for i in group.inputs})
+    accesses.update({i.var: expand(i.view) if i.window is None else i.window.corner() for i in group.inputs})
+    spatial = {d for i in group.inputs if i.window is not None for d in i.window.spatial}
+    if spatial:  # a window's dims keep an index each (its bounds checks): a pseudo-access no merge fits
+        accesses["_window"] = [1 if d in spatial else 0 for d in origin]
     keep = [k for k, (size, _) in enumerate(dims) if size != 1] or [0]  # one element: a dim of size 1
     sizes, reduced = [dims[k][0] for k in keep], [dims[k][1] for k in keep]
     strides = {name: [s[k] for k in keep] for name, s in accesses.items()}
-    merged_sizes, merged_reduced, merged = [], [], {name: [] for name in strides}
+    merged_sizes, merged_reduced, merged, merged_dims = [], [], {name: [] for name in strides}, []
     for position, (size, red) in enumerate(zip(sizes, reduced)):
         if merged_sizes and merged_reduced[-1] == red and all(
                 merged[name][-1] == s[position] * size for name, s in strides.items()):
             merged_sizes[-1] *= size
+            merged_dims[-1] += (origin[keep[position]],)
             for name, s in strides.items():
                 merged[name][-1] = s[position]
             continue
         merged_sizes.append(size)
         merged_reduced.append(red)
+        merged_dims.append((origin[keep[position]],))
         for name, s in strides.items():
             merged[name].append(s[position])
-    return Layout(merged_sizes, merged_reduced, merged)
+    merged.pop("_window", None)
+    return Layout(merged_sizes, merged_reduced, merged, merged_dims)
 
 
 @dataclass(frozen=True)
@@ -164,8 +175,16 @@ def _header(group: Group) -> str:
 
 
 def _inputs_doc(group: Group, inputs=None, comment: str = "    #") -> list[str]:
-    return [f"{comment}   {i.var}: {i.label} {list(i.shape)}" + (" (broadcast)" if i.view != group.logical else "")
-            for i in (group.inputs if inputs is None else inputs)]
+    def note(i) -> str:
+        if i.window is not None:
+            return f" ({i.window.describe()}, read in place)"
+        return " (broadcast)" if i.view != group.logical else ""
+    return [f"{comment}   {i.var}: {i.label} {list(i.shape)}{note(i)}" for i in (group.inputs if inputs is None else inputs)]
+
+
+def window_index(lay: Layout, names: dict[int, str], window) -> dict[int, str]:
+    """The index name of each spatial dim of a window input (dims of one element have none)."""
+    return {d: names[p] for p, dims in enumerate(lay.dims) for d in dims if d in window.spatial and p in names}
 
 
 def _pointwise_kernel(group: Group, lay: Layout) -> list[str]:
@@ -177,7 +196,13 @@ def _pointwise_kernel(group: Group, lay: Layout) -> list[str]:
     lines += ["    " + line for line in index]
     dims = list(range(len(lay.sizes)))
     for item in group.inputs:
-        lines.append(_load(item, _offset(lay.strides[item.var], names, dims), "mask", "    "))
+        offset = _offset(lay.strides[item.var], names, dims)
+        if item.window is None:
+            lines.append(_load(item, offset, "mask", "    "))
+        else:  # a max-pool read in place: the maximum over the window's taps
+            index = window_index(lay, names, item.window)
+            lines += ["    " + line for line in windows.load_lines(item.var, item.window, offset, index, "mask",
+                                                                   windows.TRITON)]
     lines += [f"    {s.var} = {s.expr}" for s in group.steps]
     for k, out in enumerate(group.outputs):
         lines.append(f"    tl.store(out{k}_ptr + idx, {out.var}, mask=mask)")
@@ -437,7 +462,8 @@ def _score(programs: int, threads: int, per_thread: float, loads: int, device: D
 
 def configs(group: Group, device: Device = Device()) -> list[dict]:
     """Launch configurations for the group's kernel, best first by the analytic model."""
-    loads = max(1, sum(1 for i in group.inputs if i.kind == "full"))
+    # a window input (a max-pool read in place) is one load per tap
+    loads = max(1, sum(math.prod(i.window.kernel) if i.window else 1 for i in group.inputs if i.kind == "full"))
     ranked = []
     if group.kind == "pointwise":
         n = math.prod(group.logical)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
+import math
 import os
 import sys
 import traceback
@@ -25,7 +26,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.passes.shape_prop import ShapeProp
 
 from kernelpro.harness.modelio import build_model, cast_to, import_file
-from kernelpro.offline import codegen, cuda_gen, cute_gemm, fusion, fxlibrary, fxpasses, gemm, triton_gen
+from kernelpro.offline import codegen, cuda_gen, cute_gemm, fusion, fxlibrary, fxpasses, gemm, layouts, triton_gen
 from kernelpro.offline.fxpasses import foldable_nodes
 from kernelpro.offline.moves import EXCLUSIVE, MOVES, SIMPLIFY, TUNE_PREFIX, TUNE_TECHNIQUE, allowed, canonical
 from kernelpro.offline.tracing import trace
@@ -134,14 +135,22 @@ class Problem:
                     for group in groups:
                         generator = (cute_gemm if group.gemm.backend == "cute" else gemm) if group.gemm is not None \
                             else cuda_gen if cuda else triton_gen
-                        ranked = generator.configs(group, device)
+                        # with channels_last, 4-D pointwise kernels run over NHWC order, called through views
+                        nhwc = layouts.channels_last(group) if "channels_last" in moves else None
+                        rendered = group
+                        if nhwc is not None:
+                            rendered, adapter = nhwc
+                            sources.append(adapter)
+                        ranked = generator.configs(rendered, device)
                         rank = min(int((tune or {}).get(group.name, 0)), len(ranked) - 1)
                         if generator in batched:
-                            batched[generator][0].append(group)
+                            batched[generator][0].append(rendered)
                             batched[generator][1].append(ranked[rank])
                         else:
-                            sources.append(generator.render(group, ranked[rank]))
-                        features = generator.features(group)
+                            sources.append(generator.render(rendered, ranked[rank]))
+                        features = {**generator.features(rendered), "layout": "nhwc" if nhwc else "reference",
+                                    "window_taps": sum(math.prod(i.window.kernel) for i in rendered.inputs
+                                                       if i.window)}
                         backend = {cuda_gen: "cuda", cute_gemm: "cutlass"}.get(generator, "triton")
                         kernels.append({"name": group.name, "kind": "gemm" if group.gemm else group.kind,
                                         "backend": backend, "ops": group.ops,

@@ -78,6 +78,26 @@ def test_every_launch_configuration_of_four_examples(tmp_path):
             _run(problem, ["cuda_kernels"], tmp_path, tune={first[0]["name"]: rank})
 
 
+
+@needs_nvcc
+@pytest.mark.parametrize("layout", [[], ["channels_last"]], ids=["nchw", "nhwc"])
+@pytest.mark.parametrize("backend", [["fuse_pointwise"], ["cuda_kernels"]], ids=["triton", "cuda"])
+def test_conv_problems_with_pools_read_in_place_in_both_layouts(tmp_path, backend, layout):
+    """The conv problems after simplify_all: max-pools read in place by the kernel after them, and
+    with channels_last every pointwise kernel over NHWC order (tests/test_fusion.py has the CPU side)."""
+    problems = [ROOT / "examples" / "fusion" / "conv_bn_relu.py", ROOT / "examples" / "resnet_blocks.py",
+                ROOT / "benchmarks" / "suite" / "level3" / "3_ConvBlock.py",
+                ROOT / "tests" / "data" / "search" / "conv_bn_pool.py"]
+    pools = 0
+    for path in problems:
+        problem = tmp_path / path.name
+        problem.write_text(shrink(path.read_text()))
+        kernels = _run(problem, ["simplify_all"] + layout + backend, tmp_path, atol=5e-4)
+        assert all(k["features"]["layout"] == ("nhwc" if layout else "reference") for k in kernels
+                   if k["kind"] == "pointwise"), path.name
+        pools += sum(k["ops"][0] == "max_pool2d" for k in kernels)
+    assert pools == 6  # three in ConvBlock, three in conv_bn_pool
+
 ROW_OPS = ["x.sum(dim={d}, keepdim={k})", "x.mean(dim={d}, keepdim={k})", "torch.amax(x, dim={d}, keepdim={k})",
            "x.var(dim={d}, keepdim={k})", "torch.logsumexp(x, dim={d}, keepdim={k})", "torch.softmax(x, dim={d})",
            "F.log_softmax(x, dim={d})", "torch.argmax(x, dim={d}, keepdim={k})", "torch.argmin(x, dim={d})",
