@@ -153,8 +153,10 @@ ROW_OPS = ["x.sum(dim={d}, keepdim={k})", "x.mean(dim={d}, keepdim={k})", "torch
 @given(shape=st.lists(st.integers(1, 41), min_size=1, max_size=4).map(tuple)
        .filter(lambda s: max(s) > 1 and math.prod(s) <= 200_000),  # the interpreter runs a program per row
        data=st.data(),
-       looped=st.booleans())
-def test_random_row_operations(tmp_path, shape, data, looped):
+       looped=st.booleans(),
+       channels_last=st.booleans())
+def test_random_row_operations(tmp_path, shape, data, looped, channels_last):
+    """Any row op over any dim, one pass or looped; with channels_last, 4-D ones over NHWC order."""
     op = data.draw(st.sampled_from(ROW_OPS))
     dim = data.draw(st.sampled_from([d for d in range(-len(shape), 0) if shape[d] > 1]))
     keepdim = data.draw(st.booleans())
@@ -170,7 +172,7 @@ def test_random_row_operations(tmp_path, shape, data, looped):
             patch.setattr(triton_gen, "configs", lambda group, device=None: [
                 {"variant": "looped", "BLOCK_R": 4, "BLOCK_C": 8, "num_warps": 1, "score": 1.0}]
                 if group.kind == "row" else [{"BLOCK": 32, "num_warps": 1, "score": 1.0}])
-        kernels = check(path, FUSE, atol=2e-4)
+        kernels = check(path, FUSE + ["channels_last"] if channels_last else FUSE, atol=2e-4)
     assert any(k["kind"] == "row" for k in kernels)
 
 
@@ -224,8 +226,9 @@ def test_split_configurations_only_for_few_long_rows():
     assert all(c["variant"] != "split" for c in ranked(8, 1024))  # short rows: no split
 
 
+@pytest.mark.parametrize("layout", [[], ["channels_last"]], ids=["nchw", "nhwc"])
 @pytest.mark.parametrize("shape,groups", [((3, 6, 5, 7), 3), ((2, 4, 9), 2), ((5, 8, 1, 3), 8)])
-def test_group_instance_and_batch_norms(tmp_path, shape, groups):
+def test_group_instance_and_batch_norms(tmp_path, shape, groups, layout):
     channels = shape[1]
     init = (f"\n        self.gn = nn.GroupNorm({groups}, {channels})\n        self.inorm = "
             f"nn.InstanceNorm{len(shape) - 2}d({channels}, affine=True)\n        self.bn = "
@@ -235,11 +238,13 @@ def test_group_instance_and_batch_norms(tmp_path, shape, groups):
     body = ["a = F.silu(self.gn(x))", "b = torch.relu(self.inorm(x)) + x", "c = self.bn(x) * 2.0",
             "d = F.batch_norm(x, None, None, training=True) - 0.5", "return a, b, c, d"]
     path = write_problem(tmp_path, body, [shape], init)
-    kernels = check(path, atol=5e-4)
+    kernels = check(path, FUSE + layout, atol=5e-4)
     assert sum(k["kind"] == "row" for k in kernels) >= 3
+    if layout and len(shape) == 4:  # these rows keep the channels: NHWC would stride them, so NCHW stays
+        assert {k["features"]["layout"] for k in kernels if k["kind"] == "row"} == {"reference"}
     with pytest.MonkeyPatch.context() as patch:  # and each norm in the split variant
         patch.setattr(triton_gen, "configs", forced_split)
-        assert sum(k["config"].get("variant") == "split" for k in check(path, atol=5e-4)) >= 3
+        assert sum(k["config"].get("variant") == "split" for k in check(path, FUSE + layout, atol=5e-4)) >= 3
 
 
 def test_channels_last_pointwise_kernels_read_and_write_nhwc_memory_without_copies(tmp_path):
@@ -284,6 +289,22 @@ def test_channels_last_pointwise_kernels_read_and_write_nhwc_memory_without_copi
                 torch.testing.assert_close(got, expected, rtol=0, atol=0)
 
 
+
+def test_channels_last_rows_along_the_channels_run_over_nhwc_and_others_stay(tmp_path):
+    """Rows along C (softmax and logsumexp over dim 1, a layer norm over C, H, W) are contiguous in
+    NHWC and run over it; a spatial mean keeps the channels and stays in NCHW order."""
+    body = ["s = torch.softmax(x * 2.0, dim=1)", "n = F.layer_norm(x, (6, 5, 7))",
+            "l = torch.logsumexp(x, dim=1, keepdim=True)", "m = x.mean(dim=(2, 3))", "return s, n, l, m"]
+    path = write_problem(tmp_path, body, [(3, 6, 5, 7)])
+    kernels = check(path, ["channels_last", "fuse_reductions"])
+    layouts = {op: k["features"]["layout"] for k in kernels for op in k["ops"]}
+    assert layouts["softmax"] == layouts["logsumexp"] == layouts["layer_norm"] == "nhwc"
+    assert layouts["mean"] == "reference"
+    module = load_module(path.with_name(path.stem + "_new.py"))
+    with torch.no_grad():
+        s, n, l, m = module.ModelNew()(torch.randn(3, 6, 5, 7))
+    assert all(t.is_contiguous(memory_format=torch.channels_last) for t in (s, n))
+    assert l.shape == (3, 1, 5, 7) and m.shape == (3, 6)
 
 @PROPERTY_TIMEOUT
 @settings(max_examples=16, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

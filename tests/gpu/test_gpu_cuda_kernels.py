@@ -98,6 +98,35 @@ def test_conv_problems_with_pools_read_in_place_in_both_layouts(tmp_path, backen
         pools += sum(k["ops"][0] == "max_pool2d" for k in kernels)
     assert pools == 6  # three in ConvBlock, three in conv_bn_pool
 
+
+CHANNEL_ROWS = """import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return (torch.softmax(x * 2.0, dim=1), F.layer_norm(x, (48, 14, 14)),
+                torch.logsumexp(x, dim=1, keepdim=True), x.mean(dim=(2, 3)))
+
+
+def get_inputs():
+    return [torch.randn(16, 48, 14, 14)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+@needs_nvcc
+@pytest.mark.parametrize("backend", [["fuse_reductions"], ["cuda_kernels"]], ids=["triton", "cuda"])
+def test_channels_last_rows_along_the_channels_in_both_backends(tmp_path, backend):
+    problem = tmp_path / "channel_rows.py"
+    problem.write_text(CHANNEL_ROWS)
+    kernels = _run(problem, ["channels_last"] + backend, tmp_path, atol=5e-4)
+    assert sorted(k["features"]["layout"] for k in kernels) == ["nhwc", "nhwc", "reference"]
+
 ROW_OPS = ["x.sum(dim={d}, keepdim={k})", "x.mean(dim={d}, keepdim={k})", "torch.amax(x, dim={d}, keepdim={k})",
            "x.var(dim={d}, keepdim={k})", "torch.logsumexp(x, dim={d}, keepdim={k})", "torch.softmax(x, dim={d})",
            "F.log_softmax(x, dim={d})", "torch.argmax(x, dim={d}, keepdim={k})", "torch.argmin(x, dim={d})",
