@@ -210,6 +210,43 @@ def test_max_pools_read_in_place_compile_without_warnings_or_spills(tmp_path, la
         assert "STG.E.128" in body, kernel["name"]
 
 
+AVERAGES = """import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        a = torch.sigmoid(F.avg_pool2d(x, 3, 2, 1)) - 0.5
+        b = F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False) * 2.0
+        c = F.avg_pool2d(x, 2, divisor_override=3) + 1.0
+        return a, b, c
+
+
+def get_inputs():
+    return [torch.randn(2, 8, 11, 9)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.skipif(NVCC is None, reason="needs nvcc")
+@pytest.mark.parametrize("layout", [(), ("channels_last",)], ids=["nchw", "nhwc"])
+def test_average_pools_read_in_place_compile_without_warnings(tmp_path, layout):
+    """Average pools: a fixed divisor where every window has the same, a count per element where
+    ceil_mode or uncounted padding clip windows (64-bit min/max in C), divisor_override."""
+    problem = tmp_path / "averages.py"
+    problem.write_text(AVERAGES)
+    cu, kernels = _cuda_of(problem, layout)
+    assert [k["ops"][0] for k in kernels] == ["avg_pool2d"] * 3
+    assert "x0 = x0 / 9.0f;" in cu and "min(x0_s0 + 3LL, 11LL) - max(x0_s0, 0LL)" in cu and "x0 = x0 / 3.0f;" in cu
+    (tmp_path / "k.cu").write_text(cu)
+    subprocess.run([NVCC, "-arch=sm_90", "-O3", "-cubin", "-Werror", "all-warnings", "-o", "k.cubin", "k.cu"],
+                   cwd=tmp_path, check=True, capture_output=True, text=True)
+
+
 def _loads_between_branches(sass: str, load: str = r"\bLDG\.") -> list[int]:
     """How many global loads each stretch of SASS between two branches issues."""
     runs, run = [], 0

@@ -308,25 +308,32 @@ def test_channels_last_rows_along_the_channels_run_over_nhwc_and_others_stay(tmp
 
 @PROPERTY_TIMEOUT
 @settings(max_examples=16, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(rank=st.sampled_from([1, 2]), data=st.data(), channels_last=st.booleans())
-def test_max_pools_are_read_in_place_by_the_kernel_after_them(tmp_path, rank, data, channels_last):
-    """A max-pool that feeds only pointwise ops joins their kernel, which reads each window itself:
-    random windows, strides, padding, dilation and ceil_mode, in NCHW and channels_last order."""
+@given(kind=st.sampled_from(["max", "avg"]), rank=st.sampled_from([1, 2]), data=st.data(),
+       channels_last=st.booleans())
+def test_pools_are_read_in_place_by_the_kernel_after_them(tmp_path, kind, rank, data, channels_last):
+    """A max- or average-pool that feeds only pointwise ops joins their kernel, which reads each window
+    itself: random windows, strides, padding, ceil_mode, and dilation (max) or count_include_pad and
+    divisor_override (average), in NCHW and channels_last order."""
     ints = lambda low, high: tuple(data.draw(st.integers(low, high)) for _ in range(rank))  # noqa: E731
-    kernel, stride, dilation = ints(1, 3), ints(1, 3), ints(1, 2)
+    kernel, stride = ints(1, 3), ints(1, 3)
     padding = tuple(data.draw(st.integers(0, k // 2)) for k in kernel)
     ceil_mode = data.draw(st.booleans())
     shape = (2, 3) + ints(5, 12)
-    pool = f"F.max_pool{rank}d(x, {kernel}, {stride}, {padding}, {dilation}, {ceil_mode})"
+    if kind == "max":
+        pool = f"F.max_pool{rank}d(x, {kernel}, {stride}, {padding}, {ints(1, 2)}, {ceil_mode})"
+    else:
+        divisor = data.draw(st.sampled_from([None, 1, 5])) if rank == 2 else None
+        pool = f"F.avg_pool{rank}d(x, {kernel}, {stride}, {padding}, {ceil_mode}, {data.draw(st.booleans())}" + (
+            f", {divisor})" if rank == 2 else ")")
     path = write_problem(tmp_path, [f"p = {pool}", "return torch.relu(p * 1.5 - 0.25) + torch.sigmoid(p)"], [shape])
     kernels = check(path, ["channels_last", "fuse_pointwise"] if channels_last else ["fuse_pointwise"])
-    assert [k["ops"][0] for k in kernels] == [f"max_pool{rank}d"]
+    assert [k["ops"][0] for k in kernels] == [f"{kind}_pool{rank}d"]
     assert kernels[0]["features"]["layout"] == ("nhwc" if channels_last and rank == 2 else "reference")
 
 
 def test_pools_read_in_place_keep_nans_and_leave_other_pools_alone(tmp_path):
-    """A NaN in a window wins, as in torch; pools that return indices, average pools and pools of
-    values computed in another kernel stay library calls."""
+    """A NaN in a window wins, as in torch; pools that return indices and pools of values computed in
+    another kernel stay library calls, as does an average pool that nothing pointwise follows."""
     problem = tmp_path / "conv_bn_pool.py"
     problem.write_text((ROOT / "tests" / "data" / "search" / "conv_bn_pool.py").read_text())
     kernels = check(problem, ["simplify_all", "fuse_pointwise"])
@@ -347,6 +354,21 @@ def test_pools_read_in_place_keep_nans_and_leave_other_pools_alone(tmp_path):
     for got, expected in zip(module.ModelNew()(x, y), module.Model()(x, y), strict=True):
         assert got.isnan().sum() == expected.isnan().sum() > 0
         torch.testing.assert_close(got, expected, equal_nan=True)
+
+
+def test_adaptive_pools_to_one_element_are_row_reductions(tmp_path):
+    """Global average and max pools (modules and functions, 1-D and 2-D) are means and maxima over the
+    spatial dims, fused with what comes before and after them; a pool to more than one element is not."""
+    init = "\n        self.gap = nn.AdaptiveAvgPool2d((1, 1))\n        self.gmp = nn.AdaptiveMaxPool2d(1)"
+    body = ["a = torch.relu(x * 2.0)",
+            "return (torch.sigmoid(self.gap(a)), self.gmp(x) - 1.0, F.adaptive_avg_pool2d(x, 1).flatten(1) * 3.0,",
+            "        torch.adaptive_avg_pool1d(x[:, 0], 1) + 1.0, F.adaptive_avg_pool2d(x, (2, 1)))"]
+    path = write_problem(tmp_path, body, [(2, 3, 11, 9)], init)
+    kernels = check(path)
+    ops = [op for k in kernels for op in k["ops"]]
+    assert all(k["kind"] == "row" for k in kernels) and ops.count("mean") == 3 and ops.count("amax") == 1
+    body = path.with_name(path.stem + "_new.py").read_text().split("def _kp_body")[1]
+    assert "adaptive_avg_pool2d(x, (2, 1))" in body and "self.gap(" not in body and "self.gmp(" not in body
 
 # -- golden sources -------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["layernorm_gelu", "elementwise_chain", "row_range"])

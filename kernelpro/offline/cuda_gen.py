@@ -142,7 +142,7 @@ def _pointwise(group: Group, config: dict) -> tuple[list[str], list[str]]:
     for item in group.inputs:
         if item in direct:
             kernel.append(f"        const float {item.var} = {item.var}_v[e];")
-        elif item.window is not None:  # a max-pool read in place: the maximum over the window's taps
+        elif item.window is not None:  # a pool read in place: the maximum or average of its window
             index = triton_gen.window_index(lay, names, item.window)
             kernel += ["        " + line for line in windows.load_lines(
                 item.var, item.window, _offset(lay.strides[item.var], names, dims), index, "", windows.C)]

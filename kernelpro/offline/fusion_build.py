@@ -50,7 +50,7 @@ class Input:
     view: tuple[int, ...]  # the shape it is read at, aligned to the logical rank (1 = broadcast)
     kind: str  # "full", or "row" when it is broadcast over every reduced dimension
     label: str = ""
-    window: Window | None = None  # a max-pool of this tensor, read in place (`view` is then the pooled shape)
+    window: Window | None = None  # a pool of this tensor, read in place (`view` is then the pooled shape)
 
 
 @dataclass
@@ -306,12 +306,12 @@ class _Builder:
         self.vars[node] = (var, kind, shape)
 
     def _window(self, node: fx.Node) -> str:
-        """A max-pool whose input the kernel reads in place, window by window; the pool's name."""
-        source = pool_args(self.gm, node)[1]["input"]
+        """A pool whose input the kernel reads in place, window by window; the pool's name."""
+        source = pool_args(self.gm, node)[2]["input"]
         shape = shape_of(source)
         window = window_of(self.gm, node, self.group.logical, shape)
         if self.group.kind != "pointwise" or window is None or shape_of(node) != self.group.logical:
-            raise Unsupported("a max-pool the kernel cannot read in place")
+            raise Unsupported("a pool the kernel cannot read in place")
         if math.prod(shape) > MAX_ELEMENTS:
             raise Unsupported("a tensor too large for 32-bit offsets")
         var = f"x{len(self.group.inputs)}"

@@ -265,8 +265,27 @@ def _bind(params: tuple[str, ...], defaults: dict, args: tuple, kwargs: dict) ->
     return bound
 
 
+#: Adaptive pools, which are row operations when they pool to one element: spatial rank of each.
+_ADAPTIVE = {F.adaptive_avg_pool1d: 1, torch.adaptive_avg_pool1d: 1, F.adaptive_avg_pool2d: 2,
+             F.adaptive_avg_pool3d: 3}
+_ADAPTIVE_MODULES = {nn.AdaptiveAvgPool1d: ("mean", 1), nn.AdaptiveAvgPool2d: ("mean", 2),
+                     nn.AdaptiveAvgPool3d: ("mean", 3), nn.AdaptiveMaxPool1d: ("amax", 1),
+                     nn.AdaptiveMaxPool2d: ("amax", 2), nn.AdaptiveMaxPool3d: ("amax", 3)}
+
+
+def _global_pool(op: str, source, rank: int, output_size) -> Resolved | None:
+    """An adaptive pool to one element per channel: the mean (or max) over its last `rank` dims, kept."""
+    sizes = output_size if isinstance(output_size, (tuple, list)) else (output_size,)
+    if not all(size == 1 for size in sizes) or len(sizes) not in (1, rank):
+        return None
+    return Resolved(op, {"input": source, "dim": tuple(range(-rank, 0)), "keepdim": True}, True)
+
+
 def _module_op(gm: fx.GraphModule, node: fx.Node) -> Resolved | None:
     module = gm.get_submodule(node.target)
+    if type(module) in _ADAPTIVE_MODULES and not getattr(module, "return_indices", False) and len(node.args) == 1:
+        op, rank = _ADAPTIVE_MODULES[type(module)]
+        return _global_pool(op, node.args[0], rank, module.output_size)
     for kind, (op, attrs) in _MODULES.items():
         if type(module) is kind:
             args = {"input": node.args[0], **{param: getattr(module, attr) for param, attr in attrs.items()}}
@@ -324,6 +343,9 @@ def resolve(gm: fx.GraphModule, node: fx.Node) -> Resolved | None:
                 op = ROW_FUNCTIONS[target]
                 return Resolved(op, _bind(tuple(_ROW_PARAMS[op].split()), _ROW_DEFAULTS, node.args,
                                           node.kwargs), True)
+            if target in _ADAPTIVE:
+                bound = _bind(("input", "output_size"), {}, node.args, node.kwargs)
+                return _global_pool("mean", bound["input"], _ADAPTIVE[target], bound["output_size"])
             if target in (torch.max, torch.min):  # binary max/min of two tensors
                 return Resolved("maximum" if target is torch.max else "minimum",
                                 _bind(("input", "other"), {}, node.args, node.kwargs), False)

@@ -64,8 +64,8 @@ MOVES: dict[str, Move] = {m.name: m for m in (
          "generate Triton kernels for reductions, softmax and normalizations, with the pointwise ops around them",
          cuda_only=True, kernels=True),
     Move("fuse_pointwise", "fuse_elementwise", True,
-         "generate one Triton kernel per chain of pointwise ops (after a matmul or conv: its epilogue; a max-pool "
-         "that feeds only the chain is read in place, window by window)",
+         "generate one Triton kernel per chain of pointwise ops (after a matmul or conv: its epilogue; a max- or "
+         "average-pool that feeds only the chain is read in place, window by window)",
          cuda_only=True, kernels=True),
     Move("triton_gemm", "fuse_epilogue", True,
          "compute a matmul/linear and the pointwise epilogue after it in one Triton GEMM (tiled, grouped tile "

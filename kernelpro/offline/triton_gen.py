@@ -199,7 +199,7 @@ def _pointwise_kernel(group: Group, lay: Layout) -> list[str]:
         offset = _offset(lay.strides[item.var], names, dims)
         if item.window is None:
             lines.append(_load(item, offset, "mask", "    "))
-        else:  # a max-pool read in place: the maximum over the window's taps
+        else:  # a pool read in place: the maximum or average of its window
             index = window_index(lay, names, item.window)
             lines += ["    " + line for line in windows.load_lines(item.var, item.window, offset, index, "mask",
                                                                    windows.TRITON)]
@@ -462,7 +462,7 @@ def _score(programs: int, threads: int, per_thread: float, loads: int, device: D
 
 def configs(group: Group, device: Device = Device()) -> list[dict]:
     """Launch configurations for the group's kernel, best first by the analytic model."""
-    # a window input (a max-pool read in place) is one load per tap
+    # a window input (a pool read in place) is one load per tap
     loads = max(1, sum(math.prod(i.window.kernel) if i.window else 1 for i in group.inputs if i.kind == "full"))
     ranked = []
     if group.kind == "pointwise":

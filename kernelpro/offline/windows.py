@@ -1,12 +1,14 @@
-"""Max-pools read in place by a generated pointwise kernel.
+"""Pools read in place by a generated pointwise kernel.
 
-A max-pool whose result feeds only a pointwise chain joins that chain's kernel as a
-*window input*: the kernel runs over the pooled shape, and each element loads its window
-of the pool's input (the convolution output, say) and takes the maximum, before the
-chain's ops. The pooled tensor is never written and read back, and the pool is no
-kernel of its own. Windows follow torch's max_pool semantics: padding is -inf, a NaN
-in a window wins, dilation and ceil_mode are honoured (partial windows are
-bounds-checked; taps that can never leave the input are not).
+A max- or average-pool whose result feeds only a pointwise chain joins that chain's
+kernel as a *window input*: the kernel runs over the pooled shape, and each element loads
+its window of the pool's input (the convolution output, say) and reduces it, before the
+chain's ops. The pooled tensor is never written and read back, and the pool is no kernel
+of its own. Windows follow torch's semantics: a max-pool pads with -inf and lets a NaN in
+a window win, with dilation; an average divides by the window's size within the padded
+input (`count_include_pad`, the default) or within the input, or by `divisor_override`;
+both honour ceil_mode. Partial windows are bounds-checked, taps that can never leave the
+input are not, and taps known to lie outside are dropped.
 """
 
 from __future__ import annotations
@@ -19,15 +21,21 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
-_MODULES = (torch.nn.MaxPool1d, torch.nn.MaxPool2d, torch.nn.MaxPool3d)
-_FUNCTIONS = {F.max_pool1d: 1, F.max_pool2d: 2, F.max_pool3d: 3, torch.max_pool1d: 1, torch.max_pool2d: 2,
-              torch.max_pool3d: 3}
-_PARAMS = ("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices")
+_MODULES = {torch.nn.MaxPool1d: ("max", 1), torch.nn.MaxPool2d: ("max", 2), torch.nn.MaxPool3d: ("max", 3),
+            torch.nn.AvgPool1d: ("avg", 1), torch.nn.AvgPool2d: ("avg", 2), torch.nn.AvgPool3d: ("avg", 3)}
+_FUNCTIONS = {F.max_pool1d: ("max", 1), F.max_pool2d: ("max", 2), F.max_pool3d: ("max", 3),
+              torch.max_pool1d: ("max", 1), torch.max_pool2d: ("max", 2), torch.max_pool3d: ("max", 3),
+              F.avg_pool1d: ("avg", 1), F.avg_pool2d: ("avg", 2), F.avg_pool3d: ("avg", 3)}
+_PARAMS = {"max": ("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices"),
+           "avg": ("input", "kernel_size", "stride", "padding", "ceil_mode", "count_include_pad",
+                   "divisor_override")}
+_DEFAULTS = {"stride": None, "padding": 0, "dilation": 1, "ceil_mode": False, "return_indices": False,
+             "count_include_pad": True, "divisor_override": None}
 
 
 @dataclass(frozen=True)
 class Window:
-    op: str  # "max_pool2d"
+    op: str  # "max_pool2d", "avg_pool2d", ...
     kernel: tuple[int, ...]
     stride: tuple[int, ...]
     padding: tuple[int, ...]
@@ -36,6 +44,12 @@ class Window:
     extent: tuple[int, ...]  # the input's size along them
     pooled: tuple[int, ...]  # the output's size along them
     strides: tuple[int, ...]  # the input's element stride along each logical dim of the group
+    count_include_pad: bool = True  # an average: divide by the taps within the padded input, not the input
+    divisor: int | None = None  # an average: divisor_override
+
+    @property
+    def average(self) -> bool:
+        return self.op.startswith("avg")
 
     def corner(self) -> list[int]:
         """Strides of the window's first tap per logical dim (a pooled step moves `stride` input rows)."""
@@ -56,6 +70,8 @@ class Window:
             text += f", padding {'x'.join(map(str, self.padding))}"
         if any(d != 1 for d in self.dilation):
             text += f", dilation {'x'.join(map(str, self.dilation))}"
+        if self.average and (self.divisor or not self.count_include_pad):
+            text += f", divisor {self.divisor}" if self.divisor else ", padding not counted"
         return text
 
 
@@ -71,20 +87,21 @@ def _tuple(value, rank: int) -> tuple[int, ...] | None:
     return None
 
 
-def pool_args(gm: fx.GraphModule, node: fx.Node) -> tuple[int, dict] | None:
-    """(spatial rank, bound arguments) of a max-pool that returns its values alone; None otherwise."""
+def pool_args(gm: fx.GraphModule, node: fx.Node) -> tuple[str, int, dict] | None:
+    """("max" or "avg", spatial rank, bound arguments) of a pool that returns its values alone; None
+    otherwise."""
     if node.op == "call_module":
         module = gm.get_submodule(node.target)
-        if not isinstance(module, _MODULES) or len(node.args) != 1 or node.kwargs:
+        if type(module) not in _MODULES or len(node.args) != 1 or node.kwargs:
             return None
-        rank = _MODULES.index(type(module)) + 1
-        bound = {name: getattr(module, name) for name in _PARAMS[1:]}
+        kind, rank = _MODULES[type(module)]
+        bound = {name: getattr(module, name, _DEFAULTS.get(name)) for name in _PARAMS[kind][1:]}
         bound["input"] = node.args[0]
     elif node.op == "call_function" and node.target in _FUNCTIONS:
-        rank = _FUNCTIONS[node.target]
-        bound = {"stride": None, "padding": 0, "dilation": 1, "ceil_mode": False, "return_indices": False}
-        bound.update(zip(_PARAMS, node.args))
-        if any(k not in _PARAMS for k in node.kwargs):
+        kind, rank = _FUNCTIONS[node.target]
+        bound = {name: _DEFAULTS[name] for name in _PARAMS[kind][2:]}
+        bound.update(zip(_PARAMS[kind], node.args))
+        if any(k not in _PARAMS[kind] for k in node.kwargs):
             return None
         bound.update(node.kwargs)
     else:
@@ -93,26 +110,29 @@ def pool_args(gm: fx.GraphModule, node: fx.Node) -> tuple[int, dict] | None:
         return None
     if bound["stride"] in (None, [], ()):
         bound["stride"] = bound["kernel_size"]
-    return rank, bound
+    return kind, rank, bound
 
 
 def window_of(gm: fx.GraphModule, node: fx.Node, logical: tuple[int, ...],
               input_shape: tuple[int, ...] | None) -> Window | None:
-    """The window a max-pool node reads, for a group over `logical` (the pool's output shape)."""
+    """The window a pool node reads, for a group over `logical` (the pool's output shape)."""
     found = pool_args(gm, node)
     if found is None or input_shape is None:
         return None
-    rank, bound = found
-    params = [_tuple(bound[name], rank) for name in ("kernel_size", "stride", "padding", "dilation")]
+    kind, rank, bound = found
+    params = [_tuple(bound.get(name, 1), rank) for name in ("kernel_size", "stride", "padding", "dilation")]
     if any(p is None for p in params) or len(input_shape) != len(logical) or len(logical) < rank + 1:
+        return None
+    divisor = bound.get("divisor_override")
+    if not isinstance(bound.get("count_include_pad", True), bool) or not (divisor is None or isinstance(divisor, int)):
         return None
     kernel, stride, padding, dilation = params
     spatial = tuple(range(len(logical) - rank, len(logical)))
     if any(input_shape[d] != logical[d] for d in range(len(logical)) if d not in spatial):
         return None
-    return Window(f"max_pool{rank}d", kernel, stride, padding, dilation, spatial,
+    return Window(f"{kind}_pool{rank}d", kernel, stride, padding, dilation, spatial,
                   tuple(input_shape[d] for d in spatial), tuple(logical[d] for d in spatial),
-                  contiguous_strides(input_shape))
+                  contiguous_strides(input_shape), bound.get("count_include_pad", True), divisor or None)
 
 
 # -- code ------------------------------------------------------------------------------------------
@@ -120,31 +140,69 @@ def window_of(gm: fx.GraphModule, node: fx.Node, logical: tuple[int, ...],
 class Syntax:
     """How the loads are written: Triton (a block of lanes) or C (one element per thread)."""
     declare: str  # an integer variable
-    start: str  # the running maximum's first value
-    load: str  # one tap's value: {ptr}, {offset}, {mask} (a C load runs only where {mask} holds)
+    start: str  # the accumulator's first value: {acc}, {value}
+    load: str  # one tap's value: {ptr}, {offset}, {mask}, {other} (a C load runs only where {mask} holds)
     plain: str  # one tap's value where no lane can be out of bounds
-    take: str  # the running maximum takes the tap: {acc}, {tap}
+    take_max: str  # the running maximum takes the tap: {acc}, {tap}
+    take_sum: str  # the running sum adds the tap
     both: str  # two conditions
+    lowest: str  # -inf
+    zero: str
+    minimum: str  # of two integers
+    maximum: str
+    divide: str  # {acc} by an integer count computed per element
+    divide_number: str  # {acc} by a count that every window has: {number}, a float literal
     integer: str = ""
 
 
-TRITON = Syntax(declare="{name} = {expr}", start='{acc} = tl.full([BLOCK], float("-inf"), tl.float32)',
-                load='{tap} = tl.load({ptr} + {offset}, mask={mask}, other=float("-inf")).to(tl.float32)',
+TRITON = Syntax(declare="{name} = {expr}", start="{acc} = tl.full([BLOCK], {value}, tl.float32)",
+                load="{tap} = tl.load({ptr} + {offset}, mask={mask}, other={other}).to(tl.float32)",
                 plain="{tap} = tl.load({ptr} + {offset}).to(tl.float32)",
-                take="{acc} = tl.where(({tap} > {acc}) | ({tap} != {tap}), {tap}, {acc})", both="({a}) & ({b})")
-C = Syntax(declare="const long long {name} = {expr};", start="float {acc} = -INFINITY;",
-           load="const float {tap} = ({mask}) ? __ldg({ptr} + {offset}) : -INFINITY;",
+                take_max="{acc} = tl.where(({tap} > {acc}) | ({tap} != {tap}), {tap}, {acc})",
+                take_sum="{acc} = {acc} + {tap}", both="({a}) & ({b})",
+                lowest='float("-inf")', zero="0.0", minimum="tl.minimum({a}, {b})", maximum="tl.maximum({a}, {b})",
+                divide="{acc} = {acc} / ({count}).to(tl.float32)", divide_number="{acc} = {acc} / {number}")
+C = Syntax(declare="const long long {name} = {expr};", start="float {acc} = {value};",
+           load="const float {tap} = ({mask}) ? __ldg({ptr} + {offset}) : {other};",
            plain="const float {tap} = __ldg({ptr} + {offset});",
-           take="{acc} = ({tap} > {acc} || {tap} != {tap}) ? {tap} : {acc};", both="({a}) && ({b})",
-           integer="LL")
+           take_max="{acc} = ({tap} > {acc} || {tap} != {tap}) ? {tap} : {acc};",
+           take_sum="{acc} = {acc} + {tap};", both="({a}) && ({b})",
+           lowest="(-INFINITY)", zero="0.0f", minimum="min({a}, {b})", maximum="max({a}, {b})",
+           divide="{acc} = {acc} / (float)({count});", divide_number="{acc} = {acc} / {number}f;", integer="LL")
+
+
+def _divisor(var: str, window: Window, fixed: dict[int, int], syntax: Syntax) -> tuple[list[str], set[int]]:
+    """An average's divisor as (factors, dims whose first row it reads): per spatial dim, the taps within
+    the padded input (count_include_pad) or within the input, a number where every window has the same."""
+    if window.divisor:
+        return [str(window.divisor)], set()
+    factors, used, n = [], set(), syntax.integer
+    for k, size in enumerate(window.kernel):
+        limit = window.extent[k] + (window.padding[k] if window.count_include_pad else 0)
+        clip_low = not window.count_include_pad and window.padding[k] > 0  # padding before the input: uncounted
+        if k in fixed:
+            start = fixed[k]
+            factors.append(str(min(start + size, limit) - (max(start, 0) if clip_low else start)))
+            continue
+        clip_high = (window.pooled[k] - 1) * window.stride[k] - window.padding[k] + size > limit
+        if not clip_high and not clip_low:
+            factors.append(str(size))
+            continue
+        first = f"{var}_s{k}"
+        high = syntax.minimum.format(a=f"{first} + {size}{n}", b=f"{limit}{n}") if clip_high else f"{first} + {size}{n}"
+        low = syntax.maximum.format(a=first, b=f"0{n}") if clip_low else first
+        factors.append(f"({high} - {low})")
+        used.add(k)
+    return factors, used
 
 
 def load_lines(var: str, window: Window, corner: str, index: dict[int, str | None], mask: str,
                syntax: Syntax) -> list[str]:
-    """Lines that leave the window's maximum in `var`: `corner` is the offset of the unpadded first tap,
-    `index` names the pooled index along each spatial dim (None where that dim has one element), `mask`
-    says which lanes are live ("" where all are)."""
+    """Lines that leave the window's maximum or average in `var`: `corner` is the offset of the unpadded
+    first tap, `index` names the pooled index along each spatial dim (None where that dim has one
+    element), `mask` says which lanes are live ("" where all are)."""
     taps_lines, used = [], set()
+    other = syntax.zero if window.average else syntax.lowest
     shift = sum(window.padding[k] * window.strides[d] for k, d in enumerate(window.spatial))
     # along a dim of one pooled element, the first tap's row is known: taps outside the input are dropped
     fixed = {k: -window.padding[k] for k, d in enumerate(window.spatial) if index.get(d) is None}
@@ -172,13 +230,23 @@ def load_lines(var: str, window: Window, corner: str, index: dict[int, str | Non
         at = f"{corner} + {offset}{syntax.integer}" if offset > 0 else \
             f"{corner} - {-offset}{syntax.integer}" if offset < 0 else corner
         tap_var = f"{var}_t{number}"
-        taps_lines.append((syntax.load if condition else syntax.plain).format(tap=tap_var, ptr=f"{var}_ptr",
-                                                                            mask=condition, offset=at))
-        taps_lines.append(syntax.take.format(acc=var, tap=tap_var))
+        taps_lines.append((syntax.load if condition else syntax.plain).format(
+            tap=tap_var, ptr=f"{var}_ptr", mask=condition, offset=at, other=other))
+        taps_lines.append((syntax.take_sum if window.average else syntax.take_max).format(acc=var, tap=tap_var))
+    if window.average:
+        factors, counted = _divisor(var, window, fixed, syntax)
+        used |= counted
+        number = math.prod(int(f) for f in factors if f.isdigit())
+        counts = [f for f in factors if not f.isdigit()]
+        if counts:
+            taps_lines.append(syntax.divide.format(acc=var, count=" * ".join(counts + ([str(number)] if number != 1
+                                                                                      else []))))
+        elif number != 1:
+            taps_lines.append(syntax.divide_number.format(acc=var, number=repr(float(number))))
     lines = []
     for k in sorted(used):  # the first tap's input row along a spatial dim whose taps are bounds-checked
         origin = f"{index[window.spatial[k]]} * {window.stride[k]}{syntax.integer}"
         if window.padding[k]:
             origin = f"{origin} - {window.padding[k]}{syntax.integer}"
         lines.append(syntax.declare.format(name=f"{var}_s{k}", expr=origin))
-    return lines + [syntax.start.format(acc=var)] + taps_lines
+    return lines + [syntax.start.format(acc=var, value=other)] + taps_lines

@@ -127,6 +127,39 @@ def test_channels_last_rows_along_the_channels_in_both_backends(tmp_path, backen
     kernels = _run(problem, ["channels_last"] + backend, tmp_path, atol=5e-4)
     assert sorted(k["features"]["layout"] for k in kernels) == ["nhwc", "nhwc", "reference"]
 
+
+POOLS = """import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return (torch.relu(F.max_pool2d(x, 3, 2, 1) - 0.1), torch.sigmoid(F.avg_pool2d(x, 3, 2, 1)) - 0.5,
+                F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False) * 2.0,
+                F.max_pool2d(x, (2, 3), (1, 2), dilation=(2, 1), ceil_mode=True) + 1.0,
+                torch.tanh(F.adaptive_avg_pool2d(x, 1)))
+
+
+def get_inputs():
+    return [torch.randn(16, 40, 57, 31)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+@needs_nvcc
+@pytest.mark.parametrize("layout", [[], ["channels_last"]], ids=["nchw", "nhwc"])
+@pytest.mark.parametrize("backend", [["fuse_reductions", "fuse_pointwise"], ["cuda_kernels"]], ids=["triton", "cuda"])
+def test_max_average_and_global_pools_in_both_layouts(tmp_path, backend, layout):
+    problem = tmp_path / "pools.py"
+    problem.write_text(POOLS)
+    kernels = _run(problem, layout + backend, tmp_path, atol=5e-4)
+    assert sorted(k["ops"][0] for k in kernels if k["kind"] == "pointwise") == [
+        "avg_pool2d", "avg_pool2d", "max_pool2d", "max_pool2d"]
+
 ROW_OPS = ["x.sum(dim={d}, keepdim={k})", "x.mean(dim={d}, keepdim={k})", "torch.amax(x, dim={d}, keepdim={k})",
            "x.var(dim={d}, keepdim={k})", "torch.logsumexp(x, dim={d}, keepdim={k})", "torch.softmax(x, dim={d})",
            "F.log_softmax(x, dim={d})", "torch.argmax(x, dim={d}, keepdim={k})", "torch.argmin(x, dim={d})",
