@@ -406,6 +406,18 @@ def test_worker_offers_fusion_on_cuda_then_tuning(tmp_path):
     assert tunes[0]["kernels"][0]["config"] != tuned["kernels"][0]["config"]
 
 
+def test_channels_last_option_says_which_generated_kernels_it_reorders(tmp_path):
+    problem = tmp_path / "conv_bn_pool.py"
+    problem.write_text((ROOT / "tests" / "data" / "search" / "conv_bn_pool.py").read_text())
+    spec = {"problem_path": str(problem), "applied": ["simplify_all"], "device": "cuda", "precision": "fp32",
+            "policy": "relaxed"}
+    plain = next(o for o in expand(spec)["options"] if o["move"] == "channels_last")
+    assert "NHWC" not in plain["rationale"]  # no generated kernels yet
+    fused = next(o for o in expand(dict(spec, applied=["simplify_all", "fuse_pointwise"]))["options"]
+                 if o["move"] == "channels_last")
+    assert "5 generated kernels over NHWC order" in fused["rationale"]
+    assert all(k["features"]["layout"] == "nhwc" for k in fused["kernels"])
+
 def test_launch_configurations_are_ranked_by_the_model():
     from kernelpro.offline.fusion_build import Group, Input
     big = Group(kind="pointwise", logical=(8192, 8192), inputs=[Input("x0", None, (8192, 8192), (8192, 8192),

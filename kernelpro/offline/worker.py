@@ -236,6 +236,9 @@ def expand(spec: dict) -> dict:
             if move.graph else ""
         if name == "simplify_all":
             rewrites = rewrites[:-1] + ": " + ", ".join(f"{k} {v}" for k, v in problem.simplified.items()) + ")"
+        nhwc = sum(k["features"].get("layout") == "nhwc" for k in child_kernels)
+        if name == "channels_last" and nhwc:
+            rewrites = f" ({nhwc} generated kernel{'s' if nhwc != 1 else ''} over NHWC order with it)"
         technique = move.technique
         if name == "fuse_pointwise" and any(k["after_anchor"] for k in child_kernels if k["kind"] == "pointwise"):
             technique = "fuse_epilogue"
