@@ -9,9 +9,9 @@ stay library calls. Around them:
   operations over the same dimensions (a softmax written out by hand);
 - a **pointwise group** is a maximal chain of pointwise ops of one output shape,
   with the smaller ops that feed only it (recomputed per element). One that reads
-  a matmul or convolution output is that anchor's epilogue. A max- or average-pool that feeds
-  only the chain joins it as a window input: the kernel reads each window of the
-  pool's input itself (`kernelpro.offline.windows`).
+  a matmul or convolution output is that anchor's epilogue. A max- or average-pool
+  that feeds only the chain joins it as a window input: the kernel reads each window
+  of the pool's input itself (`kernelpro.offline.windows`).
 
 What a group holds, and how it is built, is `kernelpro.offline.fusion_build`;
 `kernelpro.offline.triton_gen` renders it; `replace` swaps the group's nodes for
@@ -50,7 +50,7 @@ class _Partitioner:
         return res is not None and (not res.row or is_eval_norm(res))
 
     def windowed(self, node) -> bool:
-        """A max- or average-pool, which a pointwise kernel after it can read in place (`kernelpro.offline.windows`)."""
+        """A max- or average-pool, which a pointwise kernel after it can read in place."""
         return node.op in ("call_module", "call_function") and pool_args(self.gm, node) is not None
 
     def relabel(self, node) -> bool:

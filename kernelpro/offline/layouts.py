@@ -54,7 +54,7 @@ def channels_last(group: Group) -> tuple[Group, str] | None:
 def _input(item: Input) -> Input:
     if item.window is None:
         return replace(item, shape=_permuted(item.view), view=_permuted(item.view))
-    shape = _permuted(item.shape)  # a pool.s input, read in place from NHWC memory
+    shape = _permuted(item.shape)  # a pool's input, read in place from NHWC memory
     return replace(item, shape=shape, view=_permuted(item.view), window=item.window.over(TO_NHWC, shape))
 
 
