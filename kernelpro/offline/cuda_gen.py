@@ -86,6 +86,12 @@ def c_expr(expr: str) -> str:
 
 # -- indexing -------------------------------------------------------------------------------------
 C = Dialect(divide="/", integer="LL", declare="const long long {name} = {expr};")
+WINDOWS = windows.Syntax(  # how a CUDA kernel reads a pool's window (`kernelpro.offline.windows`)
+    dialect=C, start="float {acc} = {value};", load="const float {tap} = ({mask}) ? __ldg({ptr} + {offset}) : {other};",
+    plain="const float {tap} = __ldg({ptr} + {offset});",
+    take_max="{acc} = ({tap} > {acc} || {tap} != {tap}) ? {tap} : {acc};", take_sum="{acc} = {acc} + {tap};",
+    both="({a}) && ({b})", lowest="(-INFINITY)", zero="0.0f", minimum="min({a}, {b})", maximum="max({a}, {b})",
+    divide="{acc} = {acc} / (float)({count});", divide_number="{acc} = {acc} / {number}f;")
 
 
 def _unravel(lay: Layout, reduced: bool, source: str, prefix: str) -> tuple[list[str], dict[int, str]]:
@@ -145,7 +151,7 @@ def _pointwise(group: Group, config: dict) -> tuple[list[str], list[str]]:
         elif item.window is not None:  # a pool read in place: the maximum or average of its window
             index = triton_gen.window_index(lay, names, item.window)
             kernel += ["        " + line for line in windows.load_lines(
-                item.var, item.window, _offset(lay.strides[item.var], names, dims), index, "", windows.C)]
+                item.var, item.window, _offset(lay.strides[item.var], names, dims), index, "", WINDOWS)]
         else:
             kernel.append(f"        const float {item.var} = __ldg({item.var}_ptr + {_offset(lay.strides[item.var], names, dims)});")
     kernel += [f"        const float {s.var} = {c_expr(s.expr)};" for s in group.steps]

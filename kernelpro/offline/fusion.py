@@ -51,7 +51,7 @@ class _Partitioner:
 
     def windowed(self, node) -> bool:
         """A max- or average-pool, which a pointwise kernel after it can read in place."""
-        return node.op in ("call_module", "call_function") and pool_args(self.gm, node) is not None
+        return pool_args(self.gm, node) is not None
 
     def relabel(self, node) -> bool:
         return (node.op == "call_function" and node.target in (operator.getitem, getattr)) or (

@@ -263,8 +263,9 @@ class _Builder:
 
     # -- one member ---------------------------------------------------------------------------
     def add(self, node: fx.Node, res: Resolved | None) -> None:
-        if res is None and pool_args(self.gm, node) is not None:
-            self.group.ops.append(self._window(node))
+        pool = pool_args(self.gm, node) if res is None else None
+        if pool is not None:
+            self.group.ops.append(self._window(node, pool))
             return
         if res is None:  # getitem on (values, indices), or a reshape of a per-row value
             self._relabel(node)
@@ -305,11 +306,12 @@ class _Builder:
         var = self.expr(emit_pointwise(res.op, operands), kind)
         self.vars[node] = (var, kind, shape)
 
-    def _window(self, node: fx.Node) -> str:
-        """A pool whose input the kernel reads in place, window by window; the pool's name."""
-        source = pool_args(self.gm, node)[2]["input"]
+    def _window(self, node: fx.Node, pool: tuple[str, int, dict]) -> str:
+        """A pool (`pool` is its `pool_args`) whose input the kernel reads in place, window by window;
+        the pool's name."""
+        source = pool[2]["input"]
         shape = shape_of(source)
-        window = window_of(self.gm, node, self.group.logical, shape)
+        window = window_of(pool, self.group.logical, shape)
         if self.group.kind != "pointwise" or window is None or shape_of(node) != self.group.logical:
             raise Unsupported("a pool the kernel cannot read in place")
         if math.prod(shape) > MAX_ELEMENTS:

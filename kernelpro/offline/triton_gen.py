@@ -124,6 +124,15 @@ class Dialect:
 
 
 TRITON = Dialect()
+#: How a Triton kernel reads a pool's window (`kernelpro.offline.windows`).
+WINDOWS = windows.Syntax(
+    dialect=TRITON, start="{acc} = tl.full([BLOCK], {value}, tl.float32)",
+    load="{tap} = tl.load({ptr} + {offset}, mask={mask}, other={other}).to(tl.float32)",
+    plain="{tap} = tl.load({ptr} + {offset}).to(tl.float32)",
+    take_max="{acc} = tl.where(({tap} > {acc}) | ({tap} != {tap}), {tap}, {acc})", take_sum="{acc} = {acc} + {tap}",
+    both="({a}) & ({b})", lowest='float("-inf")', zero="0.0", minimum="tl.minimum({a}, {b})",
+    maximum="tl.maximum({a}, {b})", divide="{acc} = {acc} / ({count}).to(tl.float32)",
+    divide_number="{acc} = {acc} / {number}")
 
 
 def _index_lines(layout_: Layout, reduced: bool, source: str, prefix: str,
@@ -179,7 +188,8 @@ def _inputs_doc(group: Group, inputs=None, comment: str = "    #") -> list[str]:
         if i.window is not None:
             return f" ({i.window.describe()}, read in place)"
         return " (broadcast)" if i.view != group.logical else ""
-    return [f"{comment}   {i.var}: {i.label} {list(i.shape)}{note(i)}" for i in (group.inputs if inputs is None else inputs)]
+    return [f"{comment}   {i.var}: {i.label} {list(i.shape)}{note(i)}"
+            for i in (group.inputs if inputs is None else inputs)]
 
 
 def window_index(lay: Layout, names: dict[int, str], window) -> dict[int, str]:
@@ -202,7 +212,7 @@ def _pointwise_kernel(group: Group, lay: Layout) -> list[str]:
         else:  # a pool read in place: the maximum or average of its window
             index = window_index(lay, names, item.window)
             lines += ["    " + line for line in windows.load_lines(item.var, item.window, offset, index, "mask",
-                                                                   windows.TRITON)]
+                                                                   WINDOWS)]
     lines += [f"    {s.var} = {s.expr}" for s in group.steps]
     for k, out in enumerate(group.outputs):
         lines.append(f"    tl.store(out{k}_ptr + idx, {out.var}, mask=mask)")

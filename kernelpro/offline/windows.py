@@ -17,9 +17,14 @@ import itertools
 import math
 from dataclasses import dataclass, replace
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.fx as fx
 import torch.nn.functional as F
+
+if TYPE_CHECKING:
+    from kernelpro.offline.triton_gen import Dialect
 
 _MODULES = {torch.nn.MaxPool1d: ("max", 1), torch.nn.MaxPool2d: ("max", 2), torch.nn.MaxPool3d: ("max", 3),
             torch.nn.AvgPool1d: ("avg", 1), torch.nn.AvgPool2d: ("avg", 2), torch.nn.AvgPool3d: ("avg", 3)}
@@ -113,11 +118,11 @@ def pool_args(gm: fx.GraphModule, node: fx.Node) -> tuple[str, int, dict] | None
     return kind, rank, bound
 
 
-def window_of(gm: fx.GraphModule, node: fx.Node, logical: tuple[int, ...],
+def window_of(found: tuple[str, int, dict], logical: tuple[int, ...],
               input_shape: tuple[int, ...] | None) -> Window | None:
-    """The window a pool node reads, for a group over `logical` (the pool's output shape)."""
-    found = pool_args(gm, node)
-    if found is None or input_shape is None:
+    """The window of a pool (`pool_args`' answer for its node), for a group over `logical` (the pool's
+    output shape)."""
+    if input_shape is None:
         return None
     kind, rank, bound = found
     params = [_tuple(bound.get(name, 1), rank) for name in ("kernel_size", "stride", "padding", "dilation")]
@@ -138,8 +143,9 @@ def window_of(gm: fx.GraphModule, node: fx.Node, logical: tuple[int, ...],
 # -- code ------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Syntax:
-    """How the loads are written: Triton (a block of lanes) or C (one element per thread)."""
-    declare: str  # an integer variable
+    """How a backend writes the loads (Triton: a block of lanes; C: one element per thread); its
+    integer declarations and literals are its index `dialect` (`triton_gen.Dialect`)."""
+    dialect: Dialect
     start: str  # the accumulator's first value: {acc}, {value}
     load: str  # one tap's value: {ptr}, {offset}, {mask}, {other} (a C load runs only where {mask} holds)
     plain: str  # one tap's value where no lane can be out of bounds
@@ -152,23 +158,6 @@ class Syntax:
     maximum: str
     divide: str  # {acc} by an integer count computed per element
     divide_number: str  # {acc} by a count that every window has: {number}, a float literal
-    integer: str = ""
-
-
-TRITON = Syntax(declare="{name} = {expr}", start="{acc} = tl.full([BLOCK], {value}, tl.float32)",
-                load="{tap} = tl.load({ptr} + {offset}, mask={mask}, other={other}).to(tl.float32)",
-                plain="{tap} = tl.load({ptr} + {offset}).to(tl.float32)",
-                take_max="{acc} = tl.where(({tap} > {acc}) | ({tap} != {tap}), {tap}, {acc})",
-                take_sum="{acc} = {acc} + {tap}", both="({a}) & ({b})",
-                lowest='float("-inf")', zero="0.0", minimum="tl.minimum({a}, {b})", maximum="tl.maximum({a}, {b})",
-                divide="{acc} = {acc} / ({count}).to(tl.float32)", divide_number="{acc} = {acc} / {number}")
-C = Syntax(declare="const long long {name} = {expr};", start="float {acc} = {value};",
-           load="const float {tap} = ({mask}) ? __ldg({ptr} + {offset}) : {other};",
-           plain="const float {tap} = __ldg({ptr} + {offset});",
-           take_max="{acc} = ({tap} > {acc} || {tap} != {tap}) ? {tap} : {acc};",
-           take_sum="{acc} = {acc} + {tap};", both="({a}) && ({b})",
-           lowest="(-INFINITY)", zero="0.0f", minimum="min({a}, {b})", maximum="max({a}, {b})",
-           divide="{acc} = {acc} / (float)({count});", divide_number="{acc} = {acc} / {number}f;", integer="LL")
 
 
 def _divisor(var: str, window: Window, fixed: dict[int, int], syntax: Syntax) -> tuple[list[str], set[int]]:
@@ -176,7 +165,7 @@ def _divisor(var: str, window: Window, fixed: dict[int, int], syntax: Syntax) ->
     the padded input (count_include_pad) or within the input, a number where every window has the same."""
     if window.divisor:
         return [str(window.divisor)], set()
-    factors, used, n = [], set(), syntax.integer
+    factors, used, n = [], set(), syntax.dialect.integer
     for k, size in enumerate(window.kernel):
         limit = window.extent[k] + (window.padding[k] if window.count_include_pad else 0)
         clip_low = not window.count_include_pad and window.padding[k] > 0  # padding before the input: uncounted
@@ -227,8 +216,8 @@ def load_lines(var: str, window: Window, corner: str, index: dict[int, str | Non
             condition = syntax.both.format(a=condition, b=check)
         offset = sum(tap * window.dilation[k] * window.strides[d] for k, (tap, d) in
                      enumerate(zip(taps, window.spatial))) - shift
-        at = f"{corner} + {offset}{syntax.integer}" if offset > 0 else \
-            f"{corner} - {-offset}{syntax.integer}" if offset < 0 else corner
+        at = f"{corner} + {offset}{syntax.dialect.integer}" if offset > 0 else \
+            f"{corner} - {-offset}{syntax.dialect.integer}" if offset < 0 else corner
         tap_var = f"{var}_t{number}"
         taps_lines.append((syntax.load if condition else syntax.plain).format(
             tap=tap_var, ptr=f"{var}_ptr", mask=condition, offset=at, other=other))
@@ -245,8 +234,8 @@ def load_lines(var: str, window: Window, corner: str, index: dict[int, str | Non
             taps_lines.append(syntax.divide_number.format(acc=var, number=repr(float(number))))
     lines = []
     for k in sorted(used):  # the first tap's input row along a spatial dim whose taps are bounds-checked
-        origin = f"{index[window.spatial[k]]} * {window.stride[k]}{syntax.integer}"
+        origin = f"{index[window.spatial[k]]} * {window.stride[k]}{syntax.dialect.integer}"
         if window.padding[k]:
-            origin = f"{origin} - {window.padding[k]}{syntax.integer}"
-        lines.append(syntax.declare.format(name=f"{var}_s{k}", expr=origin))
+            origin = f"{origin} - {window.padding[k]}{syntax.dialect.integer}"
+        lines.append(syntax.dialect.declare.format(name=f"{var}_s{k}", expr=origin))
     return lines + [syntax.start.format(acc=var, value=other)] + taps_lines

@@ -135,7 +135,8 @@ class Problem:
                     for group in groups:
                         generator = (cute_gemm if group.gemm.backend == "cute" else gemm) if group.gemm is not None \
                             else cuda_gen if cuda else triton_gen
-                        # with channels_last, 4-D pointwise kernels run over NHWC order, called through views
+                        # with channels_last, 4-D pointwise kernels and rows along the channels run over NHWC
+                        # order, called through views (kernelpro.offline.layouts)
                         nhwc = layouts.channels_last(group) if "channels_last" in moves else None
                         rendered = group
                         if nhwc is not None:
@@ -236,7 +237,7 @@ def expand(spec: dict) -> dict:
             if move.graph else ""
         if name == "simplify_all":
             rewrites = rewrites[:-1] + ": " + ", ".join(f"{k} {v}" for k, v in problem.simplified.items()) + ")"
-        nhwc = sum(k["features"].get("layout") == "nhwc" for k in child_kernels)
+        nhwc = sum(k["features"]["layout"] == "nhwc" for k in child_kernels)
         if name == "channels_last" and nhwc:
             rewrites = f" ({nhwc} generated kernel{'s' if nhwc != 1 else ''} over NHWC order with it)"
         technique = move.technique
