@@ -188,6 +188,16 @@ def test_channels_last_pointwise_kernel_keeps_16_byte_access_over_nhwc(tmp_path)
     assert "LDG.E.128" in kernel and "STG.E.128" in kernel
 
 
+def _build_without_warnings_or_spills(cu: str, folder: Path) -> None:
+    """Build the source for sm_90 with every warning an error (k.cubin in `folder`); no kernel spills."""
+    (folder / "k.cu").write_text(cu)
+    subprocess.run([NVCC, "-arch=sm_90", "-O3", "-cubin", "-Werror", "all-warnings", "-o", "k.cubin", "k.cu"],
+                   cwd=folder, check=True, capture_output=True, text=True)
+    usage = subprocess.run([str(CUOBJDUMP), "-res-usage", "k.cubin"], cwd=folder, capture_output=True, text=True,
+                           check=True).stdout
+    assert "LOCAL:0" in usage and not re.search(r"LOCAL:[1-9]", usage)
+
+
 @pytest.mark.skipif(NVCC is None or CUOBJDUMP is None, reason="needs nvcc and cuobjdump")
 @pytest.mark.parametrize("layout", [(), ("channels_last",)], ids=["nchw", "nhwc"])
 def test_max_pools_read_in_place_compile_without_warnings_or_spills(tmp_path, layout):
@@ -196,12 +206,7 @@ def test_max_pools_read_in_place_compile_without_warnings_or_spills(tmp_path, la
     cu, kernels = _cuda_of(ROOT / "tests" / "data" / "search" / "conv_bn_pool.py", ("simplify_all", *layout))
     pools = [k for k in kernels if k["ops"][0] == "max_pool2d"]
     assert len(pools) == 3 and "x0_s0 >= 0" in cu  # the padded pool checks its first row
-    (tmp_path / "k.cu").write_text(cu)
-    subprocess.run([NVCC, "-arch=sm_90", "-O3", "-cubin", "-Werror", "all-warnings", "-o", "k.cubin", "k.cu"],
-                   cwd=tmp_path, check=True, capture_output=True, text=True)
-    usage = subprocess.run([str(CUOBJDUMP), "-res-usage", "k.cubin"], cwd=tmp_path, capture_output=True, text=True,
-                           check=True).stdout
-    assert "LOCAL:0" in usage and not re.search(r"LOCAL:[1-9]", usage)
+    _build_without_warnings_or_spills(cu, tmp_path)
     sass = subprocess.run([str(CUOBJDUMP), "-sass", "k.cubin"], cwd=tmp_path, capture_output=True, text=True,
                           check=True).stdout
     for kernel in pools:
@@ -343,3 +348,39 @@ def test_worker_offers_the_cuda_backend_as_an_alternative(tmp_path):
     tuned = expand(dict(spec, applied=["cuda_kernels"]))
     tunes = [o for o in tuned["options"] if o["move"].startswith("tune:")]
     assert tunes and tunes[0]["kernels"][0]["config"] != tuned["kernels"][0]["config"]
+
+
+ROW_POOLS = """import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def forward(self, x, y):
+        return (F.max_pool2d(x, 3, 1, 1) * 0.5, torch.relu(F.max_pool2d(x, 2) + 0.2).mean(dim=(2, 3)),
+                torch.softmax(F.avg_pool2d(x, 2) * 2.0, dim=1), F.max_pool2d(y, 2).sum(dim=(2, 3)))
+
+
+def get_inputs():
+    return [torch.randn(4, 16, 20, 18), torch.randn(1, 2, 256, 256)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.skipif(NVCC is None or CUOBJDUMP is None, reason="needs nvcc and cuobjdump")
+@pytest.mark.parametrize("layout", [(), ("channels_last",)], ids=["nchw", "nhwc"])
+def test_pools_read_by_row_kernels_and_stride_one_pools_compile(tmp_path, layout):
+    """Row kernels read a pool's windows where they read the row (a spatial mean, a softmax along the
+    channels, and two long rows split into chunks); a stride-1 pool of its input's own shape reads its
+    nine taps, not the one element at the output's offset in a 16-byte vector."""
+    problem = tmp_path / "row_pools.py"
+    problem.write_text(ROW_POOLS)
+    cu, kernels = _cuda_of(problem, layout)
+    assert sorted((k["kind"], k["ops"][0]) for k in kernels) == [
+        ("pointwise", "max_pool2d"), ("row", "avg_pool2d"), ("row", "max_pool2d"), ("row", "max_pool2d")]
+    assert [k["config"]["variant"] for k in kernels if k["kind"] == "row"].count("split") == 1
+    assert "x0_t8" in cu and "kp_load<VEC>(x0_v" not in cu
+    _build_without_warnings_or_spills(cu, tmp_path)

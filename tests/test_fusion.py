@@ -19,7 +19,7 @@ import pytest
 import torch
 
 pytest.importorskip("triton")
-from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+from hypothesis import HealthCheck, assume, given, settings, strategies as st  # noqa: E402
 
 from conftest import compare_models, load_module, shrink  # noqa: E402
 from kernelpro.offline import triton_gen  # noqa: E402
@@ -307,13 +307,17 @@ def test_channels_last_rows_along_the_channels_run_over_nhwc_and_others_stay(tmp
     assert l.shape == (3, 1, 5, 7) and m.shape == (3, 6)
 
 @PROPERTY_TIMEOUT
-@settings(max_examples=16, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(kind=st.sampled_from(["max", "avg"]), rank=st.sampled_from([1, 2]), data=st.data(),
-       channels_last=st.booleans())
-def test_pools_are_read_in_place_by_the_kernel_after_them(tmp_path, kind, rank, data, channels_last):
-    """A max- or average-pool that feeds only pointwise ops joins their kernel, which reads each window
-    itself: random windows, strides, padding, ceil_mode, and dilation (max) or count_include_pad and
-    divisor_override (average), in NCHW and channels_last order."""
+       channels_last=st.booleans(), after=st.sampled_from(["pointwise", "mean", "softmax"]),
+       variant=st.sampled_from([None, "looped", "split"]))
+def test_pools_are_read_in_place_by_the_kernel_after_them(tmp_path, kind, rank, data, channels_last, after,
+                                                          variant):
+    """A max- or average-pool that feeds only pointwise ops, or the prologue of a row operation, joins
+    their kernel, which reads each window itself: random windows, strides, padding, ceil_mode, and
+    dilation (max) or count_include_pad and divisor_override (average), in NCHW and channels_last
+    order; rows over the pooled spatial dims (a mean) or along the channels (a softmax), in the
+    ranking's first variant, or looped or split over chunks of 16 columns."""
     ints = lambda low, high: tuple(data.draw(st.integers(low, high)) for _ in range(rank))  # noqa: E731
     kernel, stride = ints(1, 3), ints(1, 3)
     padding = tuple(data.draw(st.integers(0, k // 2)) for k in kernel)
@@ -325,10 +329,24 @@ def test_pools_are_read_in_place_by_the_kernel_after_them(tmp_path, kind, rank, 
         divisor = data.draw(st.sampled_from([None, 1, 5])) if rank == 2 else None
         pool = f"F.avg_pool{rank}d(x, {kernel}, {stride}, {padding}, {ceil_mode}, {data.draw(st.booleans())}" + (
             f", {divisor})" if rank == 2 else ")")
-    path = write_problem(tmp_path, [f"p = {pool}", "return torch.relu(p * 1.5 - 0.25) + torch.sigmoid(p)"], [shape])
-    kernels = check(path, ["channels_last", "fuse_pointwise"] if channels_last else ["fuse_pointwise"])
-    assert [k["ops"][0] for k in kernels] == [f"{kind}_pool{rank}d"]
-    assert kernels[0]["features"]["layout"] == ("nhwc" if channels_last and rank == 2 else "reference")
+    pooled = eval(pool, {"F": torch.nn.functional, "x": torch.zeros(shape)}).shape  # noqa: S307 (the test's own expression)
+    assume(after != "mean" or math.prod(pooled[2:]) > 1)  # a mean over one element is no row kernel
+    result = {"pointwise": "torch.relu(p * 1.5 - 0.25) + torch.sigmoid(p)",
+              "mean": f"torch.relu(p * 1.5 - 0.25).mean(dim={tuple(range(2, 2 + rank))})",
+              "softmax": "torch.softmax(p * 1.5, dim=1)"}[after]
+    path = write_problem(tmp_path, [f"p = {pool}", f"return {result}"], [shape])
+    fuse = ["fuse_pointwise"] if after == "pointwise" else ["fuse_reductions"]
+    forced = {"looped": {"variant": "looped", "BLOCK_R": 1, "BLOCK_C": 8, "num_warps": 1, "score": 1.0},
+              "split": SPLIT}.get(variant)
+    with pytest.MonkeyPatch.context() as patch:
+        if forced and after != "pointwise":
+            patch.setattr(triton_gen, "configs", lambda group, device=None: [forced])
+        kernels = check(path, ["channels_last"] + fuse if channels_last else fuse)
+    assert [(k["kind"], k["ops"][0]) for k in kernels] == [("pointwise" if after == "pointwise" else "row",
+                                                            f"{kind}_pool{rank}d")]
+    assert kernels[0]["features"]["layout"] == ("nhwc" if channels_last and rank == 2 and after != "mean"
+                                                else "reference")
+    assert kernels[0]["config"].get("variant") == (variant if after != "pointwise" else None) or not variant
 
 
 def test_pools_read_in_place_keep_nans_and_leave_other_pools_alone(tmp_path):

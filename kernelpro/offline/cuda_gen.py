@@ -102,6 +102,16 @@ def _offset(strides: list[int], names: dict[int, str], dims: list[int]) -> str:
     return triton_gen._offset(strides, names, dims, C)
 
 
+def _read(item, lay: Layout, names: dict[int, str], dims: list[int]) -> list[str]:
+    """Lines that leave a full-shaped input's value at these indices in `item.var`: one load, or the
+    maximum or average of a pool's window (`kernelpro.offline.windows`)."""
+    offset = _offset(lay.strides[item.var], names, dims)
+    if item.window is None:
+        return [f"const float {item.var} = __ldg({item.var}_ptr + {offset});"]
+    return windows.load_lines(item.var, item.window, offset, triton_gen.window_index(lay, names, item.window), "",
+                              WINDOWS)
+
+
 def _prune(lines: list[str]) -> list[str]:
     """Drop index variables that nothing reads (nvcc warns about them), and then those that only
     the dropped ones read."""
@@ -132,7 +142,8 @@ def _pointwise(group: Group, config: dict) -> tuple[list[str], list[str]]:
     lay = layout(group)
     n = math.prod(group.logical)
     dims = list(range(len(lay.sizes)))
-    direct = [i for i in group.inputs if lay.strides[i.var] == lay.strides["full"]]  # read at the output offset
+    direct = [i for i in group.inputs if lay.strides[i.var] == lay.strides["full"] and i.window is None]  # at the
+    # output offset (a window whose first tap moves like the output, stride 1, still reads its taps)
     threads = config["threads"]
     kernel = _comment(group) + [
         "template <int VEC>",
@@ -148,12 +159,8 @@ def _pointwise(group: Group, config: dict) -> tuple[list[str], list[str]]:
     for item in group.inputs:
         if item in direct:
             kernel.append(f"        const float {item.var} = {item.var}_v[e];")
-        elif item.window is not None:  # a pool read in place: the maximum or average of its window
-            index = triton_gen.window_index(lay, names, item.window)
-            kernel += ["        " + line for line in windows.load_lines(
-                item.var, item.window, _offset(lay.strides[item.var], names, dims), index, "", WINDOWS)]
         else:
-            kernel.append(f"        const float {item.var} = __ldg({item.var}_ptr + {_offset(lay.strides[item.var], names, dims)});")
+            kernel += ["        " + line for line in _read(item, lay, names, dims)]
     kernel += [f"        const float {s.var} = {c_expr(s.expr)};" for s in group.steps]
     kernel += [f"        out{k}_v[e] = {o.var};" for k, o in enumerate(group.outputs)]
     kernel += ["    }"] + [f"    kp_store<VEC>(out{k}_ptr + base, out{k}_v);" for k in range(len(group.outputs))]
@@ -231,14 +238,14 @@ def _row(group: Group, config: dict) -> tuple[list[str], list[str]]:
             if item in cache:
                 out.append(f"        const float {item.var} = {item.var}_c[t];")
             else:
-                out.append(f"        const float {item.var} = __ldg({item.var}_ptr + "
-                           f"{_offset(lay.strides[item.var], names, keep + red)});")
+                out += ["        " + line for line in _read(item, lay, names, keep + red)]
         return _prune(out + ["        " + line for line in body] + ["    }"])  # the loop is its own scope
 
     if cache:  # one read of the row
         kernel += [f"    float {i.var}_c[{items}];" for i in cache]
-        kernel += loop([f"{i.var}_c[t] = __ldg({i.var}_ptr + {_offset(lay.strides[i.var], names, keep + red)});"
-                        for i in cache], [])
+        kernel += loop([line for i in cache for line in (
+            [f"{i.var}_c[t] = __ldg({i.var}_ptr + {_offset(lay.strides[i.var], names, keep + red)});"]
+            if i.window is None else _read(i, lay, names, keep + red) + [f"{i.var}_c[t] = {i.var};"])], [])
     row_steps = [s for s in group.steps if s.kind == "row" and not s.reduce]
 
     def row_lines(level: int) -> list[str]:  # the per-row values once the passes up to `level` are done
@@ -356,7 +363,7 @@ def _split(group: Group, config: dict) -> tuple[list[str], list[str]]:
     # launcher checks the pointers and otherwise runs the VEC = 1 instance)
     contiguous = lambda strides: strides[red[0]] == 1 and all(strides[d] % 4 == 0 for d in keep)  # noqa: E731
     vector = len(red) == 1 and length % 4 == 0 and contiguous(lay.strides["full"])
-    vectors = [i for i in full_inputs if contiguous(lay.strides[i.var])] if vector else []
+    vectors = [i for i in full_inputs if contiguous(lay.strides[i.var]) and i.window is None] if vector else []
     at_c0 = keep_names | {red[0]: "c0"} if vector else names
     # chunks that the threads cover exactly: a loop of known trip count, with no bound check between the
     # unrolled steps, so their loads go out together
@@ -385,8 +392,8 @@ def _split(group: Group, config: dict) -> tuple[list[str], list[str]]:
         body = " " * (12 if vector else 8)
         out += [body + line for line in col_index]
         out += [f"{body}const float {i.var} = {i.var}_v[e];" for i in vectors if i.var in wanted]
-        out += [f"{body}const float {i.var} = __ldg({i.var}_ptr + {_offset(lay.strides[i.var], names, keep + red)});"
-                for i in full_inputs if i.var in wanted and i not in vectors]
+        out += [body + line for i in full_inputs if i.var in wanted and i not in vectors
+                for line in _read(i, lay, names, keep + red)]
         out += [f"{body}const float {s.var} = {c_expr(s.expr)};" for s in chosen if not s.reduce]
         if vector:
             out += [f"{body}out{k}_v[e] = {var};" for k, var in stores]

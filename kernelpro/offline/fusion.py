@@ -9,9 +9,11 @@ stay library calls. Around them:
   operations over the same dimensions (a softmax written out by hand);
 - a **pointwise group** is a maximal chain of pointwise ops of one output shape,
   with the smaller ops that feed only it (recomputed per element). One that reads
-  a matmul or convolution output is that anchor's epilogue. A max- or average-pool
-  that feeds only the chain joins it as a window input: the kernel reads each window
-  of the pool's input itself (`kernelpro.offline.windows`).
+  a matmul or convolution output is that anchor's epilogue.
+
+A max- or average-pool that feeds only a group joins it as a window input: the kernel
+reads each window of the pool's input itself (`kernelpro.offline.windows`), in a
+pointwise chain or in the prologue of a row group (a pool, bias, ReLU, then a mean).
 
 What a group holds, and how it is built, is `kernelpro.offline.fusion_build`;
 `kernelpro.offline.triton_gen` renders it; `replace` swaps the group's nodes for
@@ -50,7 +52,7 @@ class _Partitioner:
         return res is not None and (not res.row or is_eval_norm(res))
 
     def windowed(self, node) -> bool:
-        """A max- or average-pool, which a pointwise kernel after it can read in place."""
+        """A max- or average-pool, which the pointwise or row kernel after it can read in place."""
         return pool_args(self.gm, node) is not None
 
     def relabel(self, node) -> bool:
@@ -94,7 +96,7 @@ class _Partitioner:
             changed = False
             for member in sorted(members, key=self.order.get):
                 producers = [p for p in member.all_input_nodes if p not in members and p not in self.grouped
-                             and (self.pointwise(p) or (kind == "pointwise" and self.windowed(p)))
+                             and (self.pointwise(p) or self.windowed(p))
                              and all(u in members for u in p.users)]
                 users = [u for u in member.users if u not in members and u not in self.grouped and (
                     self.pointwise(u) or (kind == "row" and (self.relabel(u) or self._same_row_op(u, logical,

@@ -312,7 +312,7 @@ class _Builder:
         source = pool[2]["input"]
         shape = shape_of(source)
         window = window_of(pool, self.group.logical, shape)
-        if self.group.kind != "pointwise" or window is None or shape_of(node) != self.group.logical:
+        if window is None or self.group.split or shape_of(node) != self.group.logical:
             raise Unsupported("a pool the kernel cannot read in place")
         if math.prod(shape) > MAX_ELEMENTS:
             raise Unsupported("a tensor too large for 32-bit offsets")

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kernelpro.offline import windows
 from kernelpro.offline.fusion_build import MAX_ONE_PASS, Group, Step
@@ -133,6 +133,8 @@ WINDOWS = windows.Syntax(
     both="({a}) & ({b})", lowest='float("-inf")', zero="0.0", minimum="tl.minimum({a}, {b})",
     maximum="tl.maximum({a}, {b})", divide="{acc} = {acc} / ({count}).to(tl.float32)",
     divide_number="{acc} = {acc} / {number}")
+#: The same in a row kernel, whose values are blocks of rows by columns.
+ROW_WINDOWS = replace(WINDOWS, start="{acc} = tl.full(mask.shape, {value}, tl.float32)")
 
 
 def _index_lines(layout_: Layout, reduced: bool, source: str, prefix: str,
@@ -283,8 +285,14 @@ class _Rows(RowSpace):
         used = {d for s in steps for d in s.deps} | set(roots)
         out = [indent + line for line in self.col_index]
         for item in self.full_inputs:
-            if item.var in used:
-                offset = _offset(self.lay.strides[item.var], self.names, self.keep + self.red)
+            if item.var not in used:
+                continue
+            offset = _offset(self.lay.strides[item.var], self.names, self.keep + self.red)
+            if item.window is not None:  # a pool read in place: the maximum or average of its window
+                out += [indent + line for line in windows.load_lines(
+                    item.var, item.window, _block(offset, self.row_set, self.col_set),
+                    window_index(self.lay, self.names, item.window), "mask", ROW_WINDOWS)]
+            else:
                 out.append(_load(item, offset if offset == "0" else _block(offset, self.row_set, self.col_set),
                                  "mask", indent))
         return out + [f"{indent}{s.var} = {s.expr}" for s in steps if not s.reduce]
