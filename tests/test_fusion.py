@@ -358,6 +358,9 @@ def test_pools_read_in_place_keep_nans_and_leave_other_pools_alone(tmp_path):
     assert sum(k["ops"][0] == "max_pool2d" for k in kernels) == 3
     body = problem.with_name("conv_bn_pool_new.py").read_text().split("def _kp_body")[1]
     assert "self.pool_indices(" in body and "avg_pool2d(" in body and "max_pool2d(" not in body
+    # a row space that splits the channels (a group norm) takes no window input: the pool stays a library call
+    grouped = write_problem(tmp_path, ["return torch.relu(F.group_norm(F.max_pool2d(x, 2) * 2.0, 2))"], [(2, 4, 10, 8)])
+    assert [k["ops"] for k in check(grouped, ["fuse_reductions"])] == [["mul", "group_norm", "relu"]]
     body = ["return (torch.relu(F.max_pool2d(x, 3, 2, 1) + y), torch.clamp(x * 2.0, -0.5, 0.5),",
             "        torch.maximum(x + 1.0, y), torch.minimum(y, x - 1.0))"]
     nan_problem = write_problem(tmp_path, body, [(2, 4, 9, 8), (4, 1, 1)])

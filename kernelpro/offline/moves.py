@@ -61,7 +61,8 @@ MOVES: dict[str, Move] = {m.name: m for m in (
          "call linear / reorder the product instead of materialising transposes around matmuls",
          needs_matmul=True),
     Move("fuse_reductions", "fuse_reduction", True,
-         "generate Triton kernels for reductions, softmax and normalizations, with the pointwise ops around them",
+         "generate Triton kernels for reductions, softmax and normalizations, with the pointwise ops around them "
+         "(and a max- or average-pool before them, read in place)",
          cuda_only=True, kernels=True),
     Move("fuse_pointwise", "fuse_elementwise", True,
          "generate one Triton kernel per chain of pointwise ops (after a matmul or conv: its epilogue; a max- or "
