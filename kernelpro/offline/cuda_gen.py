@@ -108,8 +108,7 @@ def _read(item, lay: Layout, names: dict[int, str], dims: list[int]) -> list[str
     offset = _offset(lay.strides[item.var], names, dims)
     if item.window is None:
         return [f"const float {item.var} = __ldg({item.var}_ptr + {offset});"]
-    return windows.load_lines(item.var, item.window, offset, triton_gen.window_index(lay, names, item.window), "",
-                              WINDOWS)
+    return triton_gen.window_lines(item, lay, names, offset, "", WINDOWS)
 
 
 def _prune(lines: list[str]) -> list[str]:

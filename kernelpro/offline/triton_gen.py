@@ -194,9 +194,13 @@ def _inputs_doc(group: Group, inputs=None, comment: str = "    #") -> list[str]:
             for i in (group.inputs if inputs is None else inputs)]
 
 
-def window_index(lay: Layout, names: dict[int, str], window) -> dict[int, str]:
-    """The index name of each spatial dim of a window input (dims of one element have none)."""
-    return {d: names[p] for p, dims in enumerate(lay.dims) for d in dims if d in window.spatial and p in names}
+def window_lines(item, lay: Layout, names: dict[int, str], offset: str, mask: str,
+                 syntax: windows.Syntax) -> list[str]:
+    """The lines that leave a window input's maximum or average in `item.var` (`windows.load_lines`):
+    `offset` is its first tap's, and each spatial dim's pooled index is its name in `names` (a dim
+    of one element has none)."""
+    index = {d: names[p] for p, dims in enumerate(lay.dims) for d in dims if d in item.window.spatial and p in names}
+    return windows.load_lines(item.var, item.window, offset, index, mask, syntax)
 
 
 def _pointwise_kernel(group: Group, lay: Layout) -> list[str]:
@@ -212,9 +216,7 @@ def _pointwise_kernel(group: Group, lay: Layout) -> list[str]:
         if item.window is None:
             lines.append(_load(item, offset, "mask", "    "))
         else:  # a pool read in place: the maximum or average of its window
-            index = window_index(lay, names, item.window)
-            lines += ["    " + line for line in windows.load_lines(item.var, item.window, offset, index, "mask",
-                                                                   WINDOWS)]
+            lines += ["    " + line for line in window_lines(item, lay, names, offset, "mask", WINDOWS)]
     lines += [f"    {s.var} = {s.expr}" for s in group.steps]
     for k, out in enumerate(group.outputs):
         lines.append(f"    tl.store(out{k}_ptr + idx, {out.var}, mask=mask)")
@@ -289,9 +291,8 @@ class _Rows(RowSpace):
                 continue
             offset = _offset(self.lay.strides[item.var], self.names, self.keep + self.red)
             if item.window is not None:  # a pool read in place: the maximum or average of its window
-                out += [indent + line for line in windows.load_lines(
-                    item.var, item.window, _block(offset, self.row_set, self.col_set),
-                    window_index(self.lay, self.names, item.window), "mask", ROW_WINDOWS)]
+                out += [indent + line for line in window_lines(
+                    item, self.lay, self.names, _block(offset, self.row_set, self.col_set), "mask", ROW_WINDOWS)]
             else:
                 out.append(_load(item, offset if offset == "0" else _block(offset, self.row_set, self.col_set),
                                  "mask", indent))
@@ -481,7 +482,7 @@ def _score(programs: int, threads: int, per_thread: float, loads: int, device: D
 def configs(group: Group, device: Device = Device()) -> list[dict]:
     """Launch configurations for the group's kernel, best first by the analytic model."""
     # a window input (a pool read in place) is one load per tap
-    loads = max(1, sum(math.prod(i.window.kernel) if i.window else 1 for i in group.inputs if i.kind == "full"))
+    loads = max(1, sum(i.window.taps if i.window else 1 for i in group.inputs if i.kind == "full"))
     ranked = []
     if group.kind == "pointwise":
         n = math.prod(group.logical)

@@ -56,6 +56,11 @@ class Window:
     def average(self) -> bool:
         return self.op.startswith("avg")
 
+    @property
+    def taps(self) -> int:
+        """Loads per pooled element: one per position of the window."""
+        return math.prod(self.kernel)
+
     def corner(self) -> list[int]:
         """Strides of the window's first tap per logical dim (a pooled step moves `stride` input rows)."""
         steps = dict(zip(self.spatial, self.stride))

@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
-import math
 import os
 import sys
 import traceback
@@ -150,8 +149,7 @@ class Problem:
                         else:
                             sources.append(generator.render(rendered, ranked[rank]))
                         features = {**generator.features(rendered), "layout": "nhwc" if nhwc else "reference",
-                                    "window_taps": sum(math.prod(i.window.kernel) for i in rendered.inputs
-                                                       if i.window)}
+                                    "window_taps": sum(i.window.taps for i in rendered.inputs if i.window)}
                         backend = {cuda_gen: "cuda", cute_gemm: "cutlass"}.get(generator, "triton")
                         kernels.append({"name": group.name, "kind": "gemm" if group.gemm else group.kind,
                                         "backend": backend, "ops": group.ops,
