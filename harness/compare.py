@@ -14,19 +14,77 @@ from kernelpro.harness.payload import PayloadRejected, load_tensors  # noqa: F40
 from kernelpro.harness.records import ErrorStats
 
 
+#: elements compared at once: the comparison's own memory stays bounded (a few hundred MB on the GPU,
+#: float64 temporaries included) whatever the outputs' size (KernelBench's reach 6 GB and more).
+CHUNK_ELEMENTS = 1 << 24
+
+
 def _comparison_device() -> torch.device:
     """Compare on the GPU when this (trusted) process has one: a 128 MB output takes
     about 1 s on two CPU cores and milliseconds on an H100."""
     return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
 
 
-def _all_close(expected: torch.Tensor, got: torch.Tensor, tolerance: float) -> bool:
-    """The fast path: one pass in the native dtype. Details are computed only on failure."""
+@dataclass
+class _Tally:
+    """What a failed comparison reports, gathered chunk by chunk."""
+
+    bad: int = 0
+    total: int = 0
+    max_abs: float | None = None
+    max_rel: float | None = None
+    nan_mismatch: bool = False
+    inf_mismatch: bool = False
+
+    def most(self, current: float | None, value: float | None) -> float | None:
+        if value is None:
+            return current
+        return value if current is None else max(current, value)
+
+
+def _chunk_details(reference: torch.Tensor, candidate: torch.Tensor, tolerance: float, tally: _Tally) -> None:
+    """Add one chunk's mismatches to the tally (float64, on the chunk's device)."""
+    tally.total += reference.numel()
+    if not (reference.is_floating_point() or reference.is_complex()):
+        differs = reference != candidate
+        tally.bad += int(differs.sum().item())
+        if differs.any():
+            tally.max_abs = tally.most(tally.max_abs, (reference.double() - candidate.double()).abs().max().item())
+        return
+    reference, candidate = reference.double(), candidate.double()
+    tally.nan_mismatch |= not torch.equal(reference.isnan(), candidate.isnan())
+    tally.inf_mismatch |= not torch.equal(reference.isinf() * reference.sign(), candidate.isinf() * candidate.sign())
+    finite = reference.isfinite() & candidate.isfinite()
+    difference = (reference - candidate).abs()
+    within = difference <= tolerance + tolerance * reference.abs()
+    good = (within & finite) | (reference.isnan() & candidate.isnan()) | (reference.isinf() & (reference == candidate))
+    tally.bad += int((~good).sum().item())
+    finite_difference = difference[finite]
+    if finite_difference.numel():
+        tally.max_abs = tally.most(tally.max_abs, finite_difference.max().item())
+        tally.max_rel = tally.most(tally.max_rel, (finite_difference / reference.abs()[finite].clamp_min(1e-12))
+                                   .max().item())
+
+
+def _chunks(expected: torch.Tensor, got: torch.Tensor):
+    """Pairs of flat chunks, each moved to the comparison device (the CPU when the device is full)."""
     device = _comparison_device()
-    expected, got = expected.to(device), got.to(device)
-    if not (expected.is_floating_point() or expected.is_complex()):
-        return bool(torch.equal(expected, got))
-    return bool(torch.isclose(got, expected, rtol=tolerance, atol=tolerance, equal_nan=True).all())
+    flat_expected, flat_got = expected.reshape(-1), got.reshape(-1)
+    for start in range(0, flat_expected.numel(), CHUNK_ELEMENTS):
+        a, b = flat_expected[start:start + CHUNK_ELEMENTS], flat_got[start:start + CHUNK_ELEMENTS]
+        try:
+            yield a.to(device), b.to(device)
+        except torch.OutOfMemoryError:
+            yield a, b
+
+
+def _chunk_close(a: torch.Tensor, b: torch.Tensor, tolerance: float) -> bool:
+    if not (a.is_floating_point() or a.is_complex()):
+        return bool(torch.equal(a, b))
+    try:
+        return bool(torch.isclose(b, a, rtol=tolerance, atol=tolerance, equal_nan=True).all())
+    except torch.OutOfMemoryError:
+        return bool(torch.isclose(b.cpu(), a.cpu(), rtol=tolerance, atol=tolerance, equal_nan=True).all())
 
 
 @dataclass(frozen=True)
@@ -37,7 +95,10 @@ class Mismatch:
 
 def compare_tensor(expected: torch.Tensor, got: object, index: int, tolerance: float,
                    trial: int = 0) -> Mismatch | None:
-    """allclose with atol = rtol = tolerance, NaN/Inf positions matching, shape and dtype exact."""
+    """allclose with atol = rtol = tolerance, NaN/Inf positions matching, shape and dtype exact.
+
+    Chunk by chunk: a fast pass in the native dtype, and float64 details only for chunks that fail
+    (every chunk then, for the fraction and the largest errors)."""
     if not isinstance(got, torch.Tensor):
         return Mismatch(f"output {index} is a {type(got).__name__}, not a tensor",
                         ErrorStats(output_index=index, trial=trial))
@@ -51,39 +112,27 @@ def compare_tensor(expected: torch.Tensor, got: object, index: int, tolerance: f
                                    dtype_mismatch=(str(expected.dtype), str(got.dtype))))
     if expected.numel() == 0:
         return None
-    if _all_close(expected, got, tolerance):
+    tally, failed = _Tally(), False
+    for a, b in _chunks(expected, got):
+        if failed or not _chunk_close(a, b, tolerance):
+            failed = True
+            _chunk_details(a, b, tolerance, tally)
+        else:
+            tally.total += a.numel()
+    if not failed or (tally.bad == 0 and not tally.nan_mismatch and not tally.inf_mismatch):
         return None
+    fraction = tally.bad / max(1, tally.total)
     if not (expected.is_floating_point() or expected.is_complex()):
-        differs = expected != got
-        fraction = differs.float().mean().item()
-        if fraction == 0:
-            return None
-        max_abs = (expected.double() - got.double()).abs().max().item()
         return Mismatch(f"output {index}: {fraction:.2%} of elements differ (exact match required)",
-                        ErrorStats(output_index=index, trial=trial, max_abs_error=max_abs,
+                        ErrorStats(output_index=index, trial=trial, max_abs_error=tally.max_abs,
                                    mismatch_fraction=fraction))
-    reference, candidate = expected.double(), got.double()
-    nan_mismatch = not torch.equal(reference.isnan(), candidate.isnan())
-    inf_mismatch = not torch.equal(reference.isinf() * reference.sign(), candidate.isinf() * candidate.sign())
-    finite = reference.isfinite() & candidate.isfinite()
-    difference = (reference - candidate).abs()
-    within = difference <= tolerance + tolerance * reference.abs()
-    good = (within & finite) | (reference.isnan() & candidate.isnan()) | (
-        reference.isinf() & (reference == candidate))
-    fraction = 1.0 - good.double().mean().item()
-    finite_difference = difference[finite]
-    max_abs = finite_difference.max().item() if finite_difference.numel() else None
-    max_rel = ((finite_difference / reference.abs()[finite].clamp_min(1e-12)).max().item()
-               if finite_difference.numel() else None)
-    if fraction == 0 and not nan_mismatch and not inf_mismatch:
-        return None
-    stats = ErrorStats(output_index=index, trial=trial, max_abs_error=max_abs, max_rel_error=max_rel,
-                       mismatch_fraction=fraction, nan_inf_mismatch=nan_mismatch or inf_mismatch)
-    if nan_mismatch or inf_mismatch:
+    stats = ErrorStats(output_index=index, trial=trial, max_abs_error=tally.max_abs, max_rel_error=tally.max_rel,
+                       mismatch_fraction=fraction, nan_inf_mismatch=tally.nan_mismatch or tally.inf_mismatch)
+    if tally.nan_mismatch or tally.inf_mismatch:
         reason = f"output {index}: NaN/Inf positions differ from the reference"
     else:
         reason = (f"output {index}: {fraction:.2%} of elements outside tolerance {tolerance:g} "
-                  f"(max abs error {max_abs:.3g})")
+                  f"(max abs error {tally.max_abs:.3g})")
     return Mismatch(reason, stats)
 
 

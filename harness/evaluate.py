@@ -19,10 +19,12 @@ from dataclasses import dataclass, field
 from kernelpro.harness import channel, compare, policy
 from kernelpro.harness.cache import BuildCache, BuildEntry, needs_native_build, source_hash
 from kernelpro.harness.errors import DeviceError, ProblemError
+from kernelpro.harness.memory import MemoryPlan, Reservation
+from kernelpro.harness.payload import available_memory_bytes, spill
 from kernelpro.harness.problem import Problem
 from kernelpro.harness.process import WorkerProcess
 from kernelpro.harness.records import (CappedLog, EnergyStats, EnergyWindow, EvalOptions, EvalResult, ErrorStats,
-                                       Floor, Phase, TimingStats, Verdict)
+                                       Floor, KernelBenchTiming, MemorySizes, Phase, TimingStats, Verdict)
 from kernelpro.harness.timing import summarize
 from kernelpro.harness.toolchain import (ARCH_SPECIFIC, arch_for, build_environment, cuda_arch_list,  # noqa: F401
                                          cuda_available)
@@ -114,6 +116,10 @@ class _Outcome:
     idle_power_w: float | None = None
     energy_reading: object = None
     energy: dict = field(default_factory=dict)  # "eager" / "candidate" -> EnergyWindow
+    held_bytes: int = 0  # the reference outputs kept in this process's memory (the rest spilled to files)
+    first_outputs: list = field(default_factory=list)  # trial 0's candidate outputs, for the repeat check
+    sizes: dict = field(default_factory=dict)  # the reference's input/output/parameter/peak bytes
+    degenerate: bool | None = None  # every trial's reference outputs equal so far (fresh inputs and weights)
 
     def enter(self, phase: Phase) -> None:
         now = time.monotonic()
@@ -140,6 +146,7 @@ class Evaluator:
         self.energy_meter = energy_meter
         self.cache = cache or BuildCache()
         self.pool = WorkerPool(device, spares=spares, env=build_environment(device))
+        self.memory = MemoryPlan.for_device(device, spares)
         self.build_pool = ThreadPoolExecutor(max_workers=build_workers, thread_name_prefix="kernelpro-build")
         self._builds: dict[str, Future] = {}
         self._builds_lock = threading.Lock()
@@ -233,7 +240,7 @@ class Evaluator:
     def _evaluate_once(self, problem: Problem, source: str, options: EvalOptions) -> EvalResult:
         began = time.monotonic()
         base = {"tolerance": options.effective_tolerance, "device": self.device,
-                "precision": options.precision, "policy": options.policy,
+                "precision": options.precision, "policy": options.policy, "model_mode": options.model_mode,
                 "source_sha256": source_hash(source)}
         finding = policy.check_candidate(source, problem.source, options.policy)
         if finding:
@@ -248,19 +255,21 @@ class Evaluator:
             phase = Phase(failure.get("phase", "build"))
             return _result(Verdict(failure["verdict"]), phase, failure["reason"], base, began,
                            stderr_text=failure.get("log", ""))
+        reservation = self.memory.reserve(problem)  # waits while other evaluations fill the GPU
         worker = self.pool.acquire()
         outcome = _Outcome()
         try:
-            self._drive(worker, problem, source, options, entry, outcome)
+            self._drive(worker, problem, source, options, entry, outcome, reservation)
             return self._success(outcome, problem, source, options, base, began, worker)
         except _Finished as finished:
             return _result(finished.verdict, finished.phase, finished.reason, base, began,
                            errors=finished.errors, worker=worker, outcome=outcome)
         finally:
             self.pool.release(worker)
+            reservation.release()
 
     def _drive(self, worker: WorkerProcess, problem: Problem, source: str, options: EvalOptions,
-               entry: BuildEntry, outcome: _Outcome) -> None:
+               entry: BuildEntry, outcome: _Outcome, reservation: Reservation | None = None) -> None:
         ready, _ = self._receive(worker, _STARTUP_LIMIT_S, outcome)
         outcome.info.update(device_name=ready.get("device_name", ""), torch_version=ready.get("torch", ""))
         worker.send({
@@ -269,7 +278,7 @@ class Evaluator:
             "correct_trials": options.correct_trials, "timing_trials": options.timing_trials,
             "timing_budget_s": options.timing_budget_s, "warmup_calls": options.warmup_calls,
             "l2_flush_bytes": options.l2_flush_bytes, "cpu_settle_s": options.cpu_settle_s,
-            "extensions_dir": str(entry.extensions_dir), "triton_cache_dir": str(entry.triton_cache_dir),
+            "model_mode": options.model_mode, "extensions_dir": str(entry.extensions_dir), "triton_cache_dir": str(entry.triton_cache_dir),
         })
         outcome.enter(Phase.REFERENCE)
         tolerance = options.effective_tolerance
@@ -281,10 +290,20 @@ class Evaluator:
             elif kind == "problem_error":
                 raise ProblemError(problem.path, header["cause"])
             elif kind == "reference_output":
+                if outcome.held_bytes + len(payload) > available_memory_bytes() // 4:
+                    payload = spill(payload)  # every trial's reference outputs at once would not fit
+                else:
+                    outcome.held_bytes += len(payload)
                 outcome.references.append(self._load(payload, outcome))
                 outcome.structures.append(header["structure"])
+                if len(outcome.references) > 1 and outcome.degenerate is not False:
+                    outcome.degenerate = compare.compare_outputs(
+                        outcome.references[0], outcome.references[-1], "x", "x", tolerance) is None
             elif kind == "reference_info":
                 outcome.info.update(flops=header["flops"], bytes_moved=header["bytes_moved"])
+                outcome.sizes = {k: int(header.get(k) or 0) for k in MemorySizes.model_fields}
+                if reservation is not None:
+                    reservation.resize(self.memory.estimate(problem, outcome.sizes))
             elif kind == "candidate_output":
                 self._check_trial(header, payload, outcome, tolerance)
                 if outcome.trials_passed == options.correct_trials:
@@ -293,6 +312,7 @@ class Evaluator:
                             self.pool.settle(_STARTUP_LIMIT_S)
                         worker.send({"cmd": "time", "baselines": list(options.baselines),
                                      "profile_kernels": options.policy == "strict",
+                                     "kernelbench": options.kernelbench_timing,
                                      "energy": bool(options.measure_energy and self.energy_meter)})
                     else:
                         worker.send({"cmd": "stop"})
@@ -342,27 +362,36 @@ class Evaluator:
             raise _Finished(Verdict.REJECTED, str(error), outcome.phase) from None
 
     def _check_trial(self, header: dict, payload: bytes, outcome: _Outcome, tolerance: float) -> None:
-        trial, count = header["trial"], header["count"]
-        values = self._load(payload, outcome)
-        outputs, repeat = values[:count], values[count:]
-        mismatch = compare.compare_outputs(outcome.references[trial], outputs, outcome.structures[trial],
-                                           header["structure"], tolerance, trial)
-        if mismatch:
-            raise _Finished(Verdict.INCORRECT, f"trial {trial}: {mismatch.reason}", Phase.CORRECTNESS,
-                            [mismatch.stats])
+        """One trial's outputs against the reference's; trial 0 comes twice, the second time from a second
+        call on the same inputs, compared with the first (determinism)."""
+        trial = header["trial"]
+        outputs = self._load(payload, outcome)
         if header.get("repeat"):
-            again = compare.compare_outputs(outputs, repeat, header["structure"], header["structure"],
-                                            tolerance, trial)
+            again = compare.compare_outputs(outcome.first_outputs, outputs, header["structure"],
+                                            header["structure"], tolerance, trial)
+            outcome.first_outputs = []
             if again:
                 raise _Finished(Verdict.INCORRECT, f"a second call on the same inputs disagreed: {again.reason}",
                                 Phase.CORRECTNESS, [again.stats])
+            return
+        if trial >= len(outcome.references):
+            raise _Finished(Verdict.REJECTED, f"outputs for trial {trial}, which the reference never ran",
+                            Phase.CORRECTNESS)
+        mismatch = compare.compare_outputs(outcome.references[trial], outputs, outcome.structures[trial],
+                                           header["structure"], tolerance, trial)
+        outcome.references[trial] = None  # done with: its memory (or its file's pages) can go
+        if mismatch:
+            raise _Finished(Verdict.INCORRECT, f"trial {trial}: {mismatch.reason}", Phase.CORRECTNESS,
+                            [mismatch.stats])
+        if trial == 0:
+            outcome.first_outputs = outputs
         outcome.trials_passed += 1
 
     def _success(self, outcome: _Outcome, problem: Problem, source: str, options: EvalOptions,
                  base: dict, began: float, worker: WorkerProcess) -> EvalResult:
         flags = []
         tolerance = options.effective_tolerance
-        if compare.outputs_independent_of_inputs(outcome.references, tolerance):
+        if outcome.degenerate:
             flags.append("degenerate_problem")
         timing = outcome.timing
         if not options.measure_time or timing is None:
@@ -389,11 +418,17 @@ class Evaluator:
             limit = meter.power_limit_w() if hasattr(meter, "power_limit_w") else None
             energy = EnergyStats(method=meter.method, idle_power_w=outcome.idle_power_w, power_limit_w=limit,
                                  reference=outcome.energy["eager"], candidate=outcome.energy["candidate"])
+        kernelbench = timing.get("kernelbench") or {}
+        if kernelbench.get("error"):
+            flags.append("kernelbench_timing_failed")
+        kernelbench = KernelBenchTiming(
+            **kernelbench, speedup=kernelbench["reference_mean_ms"] / kernelbench["candidate_mean_ms"]) \
+            if kernelbench.get("candidate_mean_ms") else None
         return _result(
             Verdict.CORRECT, Phase.DONE, f"correct, {eager.median_ms / candidate.median_ms:.3f}x vs eager",
             base, began, worker=worker, outcome=outcome, flags=flags,
             speedup=eager.median_ms / candidate.median_ms, candidate=candidate, reference=eager,
-            reference_compile=compiled, energy=energy,
+            reference_compile=compiled, energy=energy, kernelbench=kernelbench,
             speedup_vs_compile=compiled.median_ms / candidate.median_ms if compiled else None,
             floor=_floor(outcome.info, timing.get("ceilings") or {}),
             custom_kernels=[k for k in timing["kernels"] if policy.launched_custom_kernel([k], source)],
@@ -430,13 +465,14 @@ def _result(verdict: Verdict, phase: Phase, reason: str, base: dict, began: floa
         logs = {"stderr": CappedLog(head=stderr_text[:16384], tail=stderr_text[16384:][-16384:],
                                     total_bytes=len(stderr_text))}
     info = outcome.info if outcome else {}
+    if outcome is not None and outcome.sizes:
+        fields.setdefault("memory", MemorySizes(**outcome.sizes))
     if outcome is not None and "phase_s" not in fields:
         if outcome.phase is not Phase.DONE:
             outcome.enter(outcome.phase)
         fields["phase_s"] = dict(outcome.phase_s)
-    if outcome is not None and outcome.references and verdict is not Verdict.CORRECT:
-        if compare.outputs_independent_of_inputs(outcome.references, base["tolerance"]):
-            flags = (flags or []) + ["degenerate_problem"]
+    if outcome is not None and outcome.degenerate and verdict is not Verdict.CORRECT:
+        flags = (flags or []) + ["degenerate_problem"]
     return EvalResult(
         verdict=verdict, phase=phase, reason=" ".join(reason.split())[:500], errors=errors or [],
         flags=flags or [], wall_s=time.monotonic() - began,

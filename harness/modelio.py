@@ -14,6 +14,10 @@ from pathlib import Path
 import torch
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+#: How models are run. "train": as KernelBench runs them, built as they are (training mode: batch norm
+#: normalizes with the batch's statistics, dropout with p > 0 is active). "eval": `.eval()` after the
+#: build, for users who optimize inference.
+MODEL_MODES = ("train", "eval")
 
 
 def set_seed(seed: int) -> None:
@@ -27,20 +31,28 @@ def set_seed(seed: int) -> None:
 
 
 def cast_to(value, device: torch.device, dtype: torch.dtype):
-    """A tensor moved to the device, floating-point ones in the evaluated precision; others unchanged."""
+    """A tensor moved to the device, floating-point ones in the evaluated precision; anything else
+    (numbers, strings, None, tuples and lists, tensors inside them) unchanged, as KernelBench leaves
+    them."""
     if isinstance(value, torch.Tensor):
         value = value.to(device)
         return value.to(dtype) if value.is_floating_point() else value
     return value
 
 
-def build_model(cls, seed: int, init_inputs: list, device: torch.device, dtype: torch.dtype):
-    """`cls(*init_inputs)` seeded and built on the device, so Model and ModelNew get the same weights."""
+def build_model(cls, seed: int, init_inputs: list, device: torch.device, dtype: torch.dtype,
+                mode: str = "train"):
+    """`cls(*init_inputs)` seeded and built on the device (under no_grad, as KernelBench builds it), so
+    Model and ModelNew get the same weights; in training mode unless `mode` is "eval"."""
+    if mode not in MODEL_MODES:
+        raise ValueError(f"model mode {mode!r}: one of {', '.join(MODEL_MODES)}")
     set_seed(seed)
-    with device:
+    with device, torch.no_grad():
         model = cls(*init_inputs)
     if isinstance(model, torch.nn.Module):
-        model = model.to(device=device, dtype=dtype).eval()
+        model = model.to(device=device, dtype=dtype)
+        if mode == "eval":
+            model = model.eval()
     return model
 
 

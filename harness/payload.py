@@ -81,3 +81,26 @@ def load_tensors(payload: bytes | bytearray) -> list:
     if offset != len(payload):
         raise PayloadRejected("malformed output payload")
     return values
+
+
+def available_memory_bytes() -> int:
+    """This machine's available physical memory (Linux), or a large number where unknown."""
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 1 << 40
+
+
+def spill(payload: bytearray, folder: str | None = None):
+    """The payload moved to an unlinked temporary file and mapped back (copy-on-write, so tensors can
+    view it): the page cache holds it instead of this process. For the reference's outputs of every
+    correctness trial, which at KernelBench's sizes (GBs each) would not fit in memory together."""
+    import mmap
+    import tempfile
+    with tempfile.TemporaryFile(dir=folder, prefix="kernelpro-reference-") as handle:
+        handle.write(payload)
+        handle.flush()
+        return mmap.mmap(handle.fileno(), len(payload), access=mmap.ACCESS_COPY)

@@ -10,6 +10,7 @@ a `ProblemError` that names the file.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,8 +51,20 @@ def _top_level_names(tree: ast.Module) -> set[str]:
     return names
 
 
+def missing_packages(tree: ast.Module) -> list[str]:
+    """Top-level packages the module imports at its top level that this Python cannot find."""
+    names = []
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            names += [alias.name.split(".")[0] for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.append(node.module.split(".")[0])
+    return [name for name in dict.fromkeys(names) if importlib.util.find_spec(name) is None]
+
+
 def check_source(path: Path, source: str) -> ast.Module:
-    """Parse a problem's source and check that it defines the required names."""
+    """Parse a problem's source and check that it defines the required names and that the
+    packages it imports are installed."""
     try:
         tree = ast.parse(source, filename=str(path))
     except SyntaxError as error:
@@ -60,6 +73,11 @@ def check_source(path: Path, source: str) -> ast.Module:
     if missing:
         raise ProblemError(path, f"missing {', '.join(missing)} (a KernelBench problem defines "
                                  "class Model, get_inputs() and get_init_inputs())")
+    absent = missing_packages(tree)
+    if absent:
+        raise ProblemError(path, f"it needs the Python package{'s' if len(absent) > 1 else ''} "
+                                 f"{', '.join(repr(n) for n in absent)}, not installed here "
+                                 f"(pip install {' '.join(absent)})")
     return tree
 
 

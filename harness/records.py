@@ -41,6 +41,7 @@ class Phase(str, enum.Enum):
 
 
 Policy = Literal["relaxed", "strict"]
+ModelMode = Literal["train", "eval"]
 Precision = Literal["fp32", "bf16", "fp16"]
 Baseline = Literal["eager", "compile"]
 
@@ -77,6 +78,8 @@ class EvalOptions(_Record):
     device: Literal["cpu", "cuda"] = "cpu"
     policy: Policy = "relaxed"
     precision: Precision = "fp32"
+    model_mode: ModelMode = Field("train", description="train: models as KernelBench runs them (training mode: "
+                                  "batch statistics, active dropout); eval: .eval() after the build")
     correct_trials: int = Field(5, ge=5, description="correctness trials, each with fresh seed, inputs and weights")
     timing_trials: int = Field(100, ge=1, description="timed calls per model, unless the time budget ends first")
     timing_budget_s: float = Field(10.0, gt=0, description="time budget per model for timed calls")
@@ -88,6 +91,8 @@ class EvalOptions(_Record):
     l2_flush_bytes: int = Field(256 * 1024 * 1024, ge=0, description="bytes written between timed calls on CUDA")
     cpu_settle_s: float = Field(0.05, ge=0, description="wait before the second output fingerprint on CPU")
     measure_time: bool = True
+    kernelbench_timing: bool = Field(False, description="also time the candidate and the reference by "
+                                     "KernelBench's method (autograd on, mean of 100 calls on the same inputs)")
     measure_energy: bool = Field(False, description="after timing, measure J/call of the reference and the "
                                                     "candidate (needs an energy meter on the Evaluator)")
 
@@ -148,6 +153,27 @@ class Floor(_Record):
     flop_rate_tflops: float | None = None
 
 
+class KernelBenchTiming(_Record):
+    """The candidate and the reference timed by KernelBench's own method, to compare with published
+    numbers: autograd on, 3 warm-up calls, the mean of 100 calls on one set of inputs (a first one
+    dropped), an L2 flush before each. kernelpro's own `speedup` is the better measurement (medians of
+    interleaved calls on rotating inputs, under no_grad); this one is what KernelBench would report."""
+
+    candidate_mean_ms: float
+    reference_mean_ms: float
+    speedup: float
+    trials: int
+
+
+class MemorySizes(_Record):
+    """What the reference's first trial held on the device: the basis of the memory plan."""
+
+    input_bytes: int = 0
+    output_bytes: int = 0
+    parameter_bytes: int = 0
+    peak_bytes: int = Field(0, description="peak bytes allocated while the reference built and ran (CUDA)")
+
+
 class EnergyWindow(_Record):
     """One model's energy over a window of back-to-back calls."""
 
@@ -183,6 +209,9 @@ class EvalResult(_Record):
     flags: list[str] = Field([], description="warnings that do not change the verdict, e.g. degenerate_problem")
     floor: Floor | None = None
     energy: EnergyStats | None = Field(None, description="when energy was asked for and the candidate is correct")
+    kernelbench: KernelBenchTiming | None = Field(None, description="when asked for and the candidate is correct")
+    memory: MemorySizes | None = None
+    model_mode: ModelMode = "train"
     tolerance: float
     device: str
     device_name: str = ""

@@ -80,7 +80,7 @@ class InterleavedTimer:
         self.flush_buffer = (torch.empty(flush_bytes, dtype=torch.uint8, device=device)
                              if self.cuda and flush_bytes else None)
 
-    def _fresh_inputs(self) -> list[object]:
+    def fresh_inputs(self) -> list[object]:
         return [x.clone() if isinstance(x, torch.Tensor) else x for x in self.pool[0]]
 
     def _sync(self) -> None:
@@ -107,12 +107,16 @@ class InterleavedTimer:
 
     def run(self, functions: dict[str, Callable], trials: int, budget_s: float,
             warmup_calls: int) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, object]]:
-        """Returns device samples, host samples (ms) and each function's last output."""
-        own_inputs = {name: self._fresh_inputs() for name in functions}
+        """Returns device samples, host samples (ms) and each function's last output.
+
+        The functions share one set of input buffers, refilled from the pool before every call
+        (warm-up calls included): at KernelBench's sizes a set of inputs is GBs."""
+        shared = self.fresh_inputs()
         with torch.no_grad():
             for name, function in functions.items():
                 for _ in range(warmup_calls):
-                    function(*own_inputs[name])
+                    _copy_into(shared, self.pool[0])
+                    function(*shared)
             self._sync()
             device_ms = {name: [] for name in functions}
             host_ms = {name: [] for name in functions}
@@ -120,16 +124,53 @@ class InterleavedTimer:
             began = guards.perf_counter()
             for trial in range(trials):
                 for name, function in functions.items():
-                    _copy_into(own_inputs[name], self.pool[trial % len(self.pool)])
+                    _copy_into(shared, self.pool[trial % len(self.pool)])
                     if self.flush_buffer is not None:
                         self.flush_buffer.fill_(trial & 0xFF)
-                    output, on_device, on_host = self._timed_call(function, own_inputs[name])
+                    last.pop(name, None)  # the previous output goes before the next call allocates one
+                    output, on_device, on_host = self._timed_call(function, shared)
                     device_ms[name].append(on_device)
                     host_ms[name].append(on_host)
                     last[name] = output
                 if guards.perf_counter() - began > budget_s * len(functions) and trial >= 4:
                     break
         return device_ms, host_ms, last
+
+
+def kernelbench_times(function: Callable, inputs: list[object], device: torch.device,
+                      flush_buffer: torch.Tensor | None, warmup: int = 3, trials: int = 100,
+                      discard: int = 1) -> list[float]:
+    """One callable timed the way KernelBench's evaluator times it (its `cuda_event` method): autograd
+    left on (no `no_grad`), `warmup` calls each followed by a synchronize, then `discard` + `trials`
+    calls on the same inputs, each after a synchronize and an L2 flush, between events recorded on
+    the current stream; the first `discard` samples are dropped. KernelBench reports the mean. On
+    the CPU, host time stands in for the events."""
+    cuda = device.type == "cuda"
+    samples: list[float] = []
+    for _ in range(warmup):
+        function(*inputs)
+        if cuda:
+            guards.cuda_synchronize(device)
+    if cuda:
+        torch.cuda.empty_cache()
+    for trial in range(trials + discard):
+        if cuda:
+            guards.cuda_synchronize(device)
+            start, end = guards.CudaEvent(enable_timing=True), guards.CudaEvent(enable_timing=True)
+            if flush_buffer is not None:
+                flush_buffer.fill_(trial & 0xFF)
+            start.record()
+            function(*inputs)
+            end.record()
+            guards.cuda_synchronize(device)
+            elapsed = guards._event_elapsed(start, end)
+        else:
+            began = guards.perf_counter()
+            function(*inputs)
+            elapsed = (guards.perf_counter() - began) * 1e3
+        if trial >= discard:
+            samples.append(elapsed)
+    return samples
 
 
 def summarize(device_ms: list[float], host_ms: list[float]) -> TimingStats:

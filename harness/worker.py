@@ -28,6 +28,7 @@ from kernelpro.harness import guards  # noqa: F401  (first: saves the genuine fu
 
 import os
 import socket
+import statistics
 import time
 import traceback
 from pathlib import Path
@@ -38,7 +39,7 @@ from kernelpro.harness import channel
 from kernelpro.harness.modelio import (DTYPES, build_model, cast_to, flatten_outputs, import_file,  # noqa: F401
                                       parameter_bytes, set_seed, tensor_bytes)
 from kernelpro.harness.payload import pack_values
-from kernelpro.harness.timing import (InterleavedTimer, measure_copy_bandwidth_gbps,
+from kernelpro.harness.timing import (InterleavedTimer, kernelbench_times, measure_copy_bandwidth_gbps,
                                       measure_matmul_tflops)
 
 TIMING_POOL_SIZE = 3
@@ -61,6 +62,12 @@ def one_line(error: BaseException) -> str:
     message = str(error).strip().splitlines()
     first = message[0] if message else ""
     return f"{type(error).__name__}: {first}"[:300]
+
+
+def missing_package(error: ModuleNotFoundError) -> str:
+    """One line for a problem or candidate that imports a package this Python lacks."""
+    name = (error.name or str(error)).split(".")[0]
+    return f"it needs the Python package '{name}', which is not installed here (pip install {name})"
 
 
 def compiler_error_line(text: str) -> str | None:
@@ -89,7 +96,8 @@ class Job:
         self.spec = spec
         self.dtype = DTYPES[spec["precision"]]
         self.workdir = Path.cwd()
-        self.trials: list[dict] = []  # per trial: seed, init inputs, inputs
+        self.problem = None
+        self.sizes: dict = {}  # the reference's input, output, parameter and peak bytes (trial 0)
         self.output_templates: list[torch.Tensor] = []
         self.output_devices: list[torch.device] = []
         self.reference_aliases: list[bool] = []  # per output: does the reference's alias an input?
@@ -99,6 +107,7 @@ class Job:
         channel.send(self.sock, header, payload)
 
     def phase(self, name: str) -> None:
+        self.current_phase = name
         self.send({"type": "phase", "phase": name})
 
     def cast(self, value):
@@ -109,26 +118,38 @@ class Job:
             guards.cuda_synchronize(self.device)
 
     def build_model(self, cls, seed: int, init_inputs: list):
-        return build_model(cls, seed, init_inputs, self.device, self.dtype)
+        return build_model(cls, seed, init_inputs, self.device, self.dtype, self.spec.get("model_mode", "train"))
 
     # -- phases ----------------------------------------------------------------
+    def trial_values(self, seed: int) -> tuple[list, list]:
+        """A trial's init inputs and inputs, drawn again from its seed whenever they are needed: a
+        worker never holds more than one trial's inputs (at KernelBench's sizes one input is GBs)."""
+        init_inputs = [self.cast(x) for x in self.call_problem(self.problem.get_init_inputs, seed, "get_init_inputs")]
+        inputs = [self.cast(x) for x in self.call_problem(self.problem.get_inputs, seed, "get_inputs")]
+        return init_inputs, inputs
+
     def reference_phase(self):
         self.phase("reference")
         path = self.workdir / "reference.py"
         path.write_text(self.spec["problem_source"])
         try:
             problem = import_file("kernelpro_reference", path)
+        except ModuleNotFoundError as error:  # the problem's own fault: a package it needs
+            raise Report({"type": "problem_error", "cause": missing_package(error)})
         except Exception as error:  # the problem's own fault
             raise Report({"type": "problem_error", "cause": f"importing it failed: {one_line(error)}"})
         for name in ("Model", "get_inputs", "get_init_inputs"):
             if not callable(getattr(problem, name, None)):
                 raise Report({"type": "problem_error", "cause": f"{name} is missing or not callable"})
+        self.problem = problem
         flops = bytes_moved = 0
+        sizes: dict = {}
+        cuda = self.device.type == "cuda"
         for trial in range(self.spec["correct_trials"]):
             seed = self.spec["seed"] + trial
-            init_inputs = self.call_problem(problem.get_init_inputs, seed, "get_init_inputs")
-            init_inputs = [self.cast(x) for x in init_inputs]
-            inputs = [self.cast(x) for x in self.call_problem(problem.get_inputs, seed, "get_inputs")]
+            init_inputs, inputs = self.trial_values(seed)
+            if cuda:
+                torch.cuda.reset_peak_memory_stats(self.device)
             try:
                 model = self.build_model(problem.Model, seed, init_inputs)
                 with torch.no_grad():
@@ -137,6 +158,9 @@ class Job:
                     else:
                         outputs = model(*inputs)
                 self.sync()
+            except torch.OutOfMemoryError as error:
+                raise Report({"type": "problem_error", "cause": "the reference Model ran out of device memory "
+                              f"({self.memory_line(inputs)}): {one_line(error)}"})
             except Exception as error:
                 raise Report({"type": "problem_error", "cause": f"the reference Model failed: {one_line(error)}"})
             structure, outputs = flatten_outputs(outputs)
@@ -145,23 +169,44 @@ class Job:
                 bytes_moved = tensor_bytes(inputs) + tensor_bytes(outputs) + parameter_bytes(model)
                 self.reference_aliases = [any(guards.overlaps(o, x) for x in inputs if isinstance(x, torch.Tensor))
                                           for o in self.output_templates]
-            self.send({"type": "reference_output", "trial": trial, "structure": structure},
-                      pack_values(outputs))
-            self.trials.append({"seed": seed, "init_inputs": init_inputs, "inputs": inputs})
-            del model, outputs
-        self.problem = problem
+                sizes = {"input_bytes": tensor_bytes(inputs), "output_bytes": tensor_bytes(outputs),
+                         "parameter_bytes": parameter_bytes(model),
+                         "peak_bytes": torch.cuda.max_memory_allocated(self.device) if cuda else 0}
+                self.sizes = sizes
+            payload = pack_values(outputs)
+            del model, outputs, inputs, init_inputs  # the host copy goes out; nothing of this trial stays here
+            self.send({"type": "reference_output", "trial": trial, "structure": structure}, payload)
+            del payload
         self.output_devices = [t.device for t in self.output_templates]
         self.output_templates = [torch.empty(t.shape, dtype=t.dtype, device="meta") for t in self.output_templates]
-        self.send({"type": "reference_info", "flops": flops, "bytes_moved": bytes_moved})
+        if cuda:
+            torch.cuda.empty_cache()
+        self.send({"type": "reference_info", "flops": flops, "bytes_moved": bytes_moved, **sizes})
+
+    def memory_line(self, inputs: list) -> str:
+        """The sizes an out-of-memory verdict names."""
+        gib = 1 << 30
+        sizes = getattr(self, "sizes", None) or {"input_bytes": tensor_bytes(inputs)}
+        parts = [f"inputs {sizes['input_bytes'] / gib:.2f} GiB"]
+        if "output_bytes" in sizes:
+            parts += [f"reference outputs {sizes['output_bytes'] / gib:.2f} GiB",
+                      f"reference peak {sizes['peak_bytes'] / gib:.2f} GiB"]
+        if self.device.type == "cuda":
+            free, total = torch.cuda.mem_get_info(self.device)
+            parts.append(f"{free / gib:.1f} of {total / gib:.1f} GiB free now")
+        return ", ".join(parts)
 
     def call_problem(self, function, seed: int, name: str) -> list:
         """Call get_inputs/get_init_inputs with the device as default, so random inputs are
         drawn on the GPU (fast, and identical for reference and candidate); a problem whose
-        input code cannot run that way is called again on the CPU."""
+        input code cannot run that way is called again on the CPU. Any values are accepted, as
+        KernelBench accepts them (numbers, strings, None, tuples, lists, tensors inside them)."""
         try:
             set_seed(seed)
             with self.device:
                 values = function()
+        except torch.OutOfMemoryError as error:
+            raise Report({"type": "problem_error", "cause": f"{name}() ran out of device memory: {one_line(error)}"})
         except Exception:
             values = None
         try:
@@ -172,12 +217,6 @@ class Job:
             raise Report({"type": "problem_error", "cause": f"{name}() raised {one_line(error)}"})
         if not isinstance(values, (list, tuple)):
             raise Report({"type": "problem_error", "cause": f"{name}() returned {type(values).__name__}, not a list"})
-        allowed = (torch.Tensor, int, float, bool, type(None))
-        bad = [type(v).__name__ for v in values if not isinstance(v, allowed)]
-        if bad:
-            raise Report({"type": "problem_error", "cause": f"{name}() returned non-tensors: {', '.join(bad)}"})
-        if name == "get_inputs" and not any(isinstance(v, torch.Tensor) for v in values):
-            raise Report({"type": "problem_error", "cause": "get_inputs() returned no tensor"})
         return list(values)
 
     def count_flops(self, model, inputs):
@@ -224,14 +263,14 @@ class Job:
             raise Report({"type": "verdict", "verdict": "rejected",
                           "reason": f"the candidate replaced harness functions: {', '.join(changed[:5])}"})
 
-    def run_candidate(self, model, trial: dict) -> tuple[str, list]:
+    def run_candidate(self, model, inputs: list) -> tuple[str, list]:
         """One call, with the checks that need the live objects. Returns the snapshots."""
-        inputs = trial["inputs"]
         own_inputs = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
         self.poison()
         with torch.no_grad():
             raw = model(*own_inputs)
         structure, outputs = flatten_outputs(raw)
+        del raw
         for index, output in enumerate(outputs):
             if isinstance(output, torch.Tensor) and type(output) is not guards.tensor_type:
                 raise Report({"type": "verdict", "verdict": "rejected",
@@ -271,51 +310,98 @@ class Job:
 
     def correctness_phase(self):
         self.phase("correctness")
-        for index, trial in enumerate(self.trials):
+        for index in range(self.spec["correct_trials"]):
+            seed = self.spec["seed"] + index
+            init_inputs, inputs = self.trial_values(seed)
             try:
-                model = self.build_model(self.candidate.ModelNew, trial["seed"], trial["init_inputs"])
-                structure, snapshots = self.run_candidate(model, trial)
-                payload_items = list(snapshots)
+                model = self.build_model(self.candidate.ModelNew, seed, init_inputs)
+                structure, snapshots = self.run_candidate(model, inputs)
+                payload = pack_values(snapshots)  # host copies: the device holds one call's tensors at a time
+                count = len(snapshots)
+                del snapshots
                 if index == 0:  # determinism: a second call on the same inputs
-                    _, again = self.run_candidate(model, trial)
-                    payload_items += again
+                    _, again = self.run_candidate(model, inputs)
+                    repeat = pack_values(again)
+                    del again
+                else:
+                    repeat = None
             except Report:
                 raise
+            except torch.OutOfMemoryError as error:
+                raise Report({"type": "verdict", "verdict": "runtime_error",
+                              "reason": f"trial {index}: out of device memory in the correctness phase "
+                                        f"({self.memory_line(inputs)}): {one_line(error)}", "log": error_tail(error)})
             except BaseException as error:
                 verdict = "compile_error" if is_build_failure(error) else "runtime_error"
                 raise Report({"type": "verdict", "verdict": verdict,
                               "reason": f"trial {index}: {one_line(error)}", "log": error_tail(error)})
             self.check_tampering()
+            del model, inputs, init_inputs
             self.send({"type": "candidate_output", "trial": index, "structure": structure,
-                       "count": len(snapshots), "repeat": index == 0}, pack_values(payload_items))
-            del model, snapshots, payload_items
+                       "count": count, "repeat": False}, payload)
+            del payload
+            if repeat is not None:
+                self.send({"type": "candidate_output", "trial": index, "structure": structure,
+                           "count": count, "repeat": True}, repeat)
+                del repeat
 
-    def timing_phase(self, baselines: list[str], profile_kernels: bool):
+    def timing_pool_size(self, functions: int) -> int:
+        """Input sets to rotate through: TIMING_POOL_SIZE where they fit in the device's free memory
+        beside one output per timed model and the reference's peak, else 2 (the fewest that still
+        change the inputs between two calls)."""
+        if self.device.type != "cuda":
+            return TIMING_POOL_SIZE
+        sizes = getattr(self, "sizes", {})
+        free, _ = torch.cuda.mem_get_info(self.device)
+        fixed = sizes.get("output_bytes", 0) * functions + sizes.get("peak_bytes", 0)
+        for size in range(TIMING_POOL_SIZE, 2, -1):
+            if sizes.get("input_bytes", 0) * (size + 1) + fixed < 0.8 * free:
+                return size
+        return 2
+
+    def timing_phase(self, baselines: list[str], profile_kernels: bool, kernelbench: bool = False):
         self.phase("timing")
-        first = self.trials[0]
-        pool = [first["inputs"]]
-        for extra in range(1, TIMING_POOL_SIZE):
-            seed = self.spec["seed"] + 1000 + extra
-            pool.append([self.cast(x) for x in self.call_problem(self.problem.get_inputs, seed, "get_inputs")])
-        reference = self.build_model(self.problem.Model, first["seed"], first["init_inputs"])
+        seed = self.spec["seed"]
+        init_inputs, first_inputs = self.trial_values(seed)
+        reference = self.build_model(self.problem.Model, seed, init_inputs)
         functions = {"eager": reference}
         if "compile" in baselines:
-            functions["compile"] = torch.compile(self.build_model(self.problem.Model, first["seed"],
-                                                                  first["init_inputs"]))
-        functions["candidate"] = self.build_model(self.candidate.ModelNew, first["seed"], first["init_inputs"])
+            functions["compile"] = torch.compile(self.build_model(self.problem.Model, seed, init_inputs))
+        functions["candidate"] = self.build_model(self.candidate.ModelNew, seed, init_inputs)
+        pool = [first_inputs]
+        for extra in range(1, self.timing_pool_size(len(functions))):
+            pool.append([self.cast(x) for x in self.call_problem(self.problem.get_inputs, seed + 1000 + extra,
+                                                                 "get_inputs")])
         kernels = (self.profile_kernels(functions["candidate"], pool[0])
                    if profile_kernels and self.device.type == "cuda" else [])
         timer = InterleavedTimer(self.device, pool, self.spec["l2_flush_bytes"])
         device_ms, host_ms, last = timer.run(functions, self.spec["timing_trials"],
                                              self.spec["timing_budget_s"], self.spec["warmup_calls"])
+        last.pop("compile", None)
+        self.check_tampering()
+        kernelbench_ms = self.kernelbench_timing(functions, timer) if kernelbench else None
         self.check_tampering()
         ceilings = self.measure_ceilings() if self.device.type == "cuda" else {}
-        _, eager_out = flatten_outputs(last["eager"])
-        _, candidate_out = flatten_outputs(last["candidate"])
+        _, eager_out = flatten_outputs(last.pop("eager"))
+        _, candidate_out = flatten_outputs(last.pop("candidate"))
+        count = len(eager_out)
+        payload = pack_values(list(eager_out) + list(candidate_out))
+        del eager_out, candidate_out
         self.send({"type": "timing", "device_ms": device_ms, "host_ms": host_ms, "kernels": kernels,
-                   "ceilings": ceilings, "final_count": len(eager_out)},
-                  pack_values(list(eager_out) + list(candidate_out)))
+                   "ceilings": ceilings, "final_count": count, "kernelbench": kernelbench_ms}, payload)
         self.timed = {"eager": functions["eager"], "candidate": functions["candidate"]}, pool
+
+    def kernelbench_timing(self, functions: dict, timer: InterleavedTimer) -> dict:
+        """The candidate, then the reference, timed by KernelBench's method (see timing.kernelbench_times):
+        the numbers published KernelBench results are made of. Never decides a verdict."""
+        inputs = timer.fresh_inputs()
+        try:
+            samples = {name: kernelbench_times(functions[name], inputs, self.device, timer.flush_buffer)
+                       for name in ("candidate", "eager")}
+        except Exception as error:  # e.g. a candidate that cannot run with autograd on
+            return {"error": one_line(error)}
+        return {"candidate_mean_ms": statistics.fmean(samples["candidate"]),
+                "reference_mean_ms": statistics.fmean(samples["eager"]), "trials": len(samples["candidate"])}
 
     def energy_phase(self):
         """Back-to-back calls in windows the trusted process measures: it says go and how long."""
@@ -375,12 +461,18 @@ def serve(sock: socket.socket, device_name: str) -> None:
         job.correctness_phase()
         command, _ = channel.receive(sock)
         if command.get("cmd") == "time":
-            job.timing_phase(command.get("baselines", ["eager"]), command.get("profile_kernels", True))
+            job.timing_phase(command.get("baselines", ["eager"]), command.get("profile_kernels", True),
+                             command.get("kernelbench", False))
             if command.get("energy"):
                 job.energy_phase()
         job.send({"type": "done"})
     except Report as report:
         channel.send(sock, report.header)
+    except torch.OutOfMemoryError as error:
+        phase = getattr(job, "current_phase", "")
+        channel.send(sock, {"type": "verdict", "verdict": "runtime_error", "log": error_tail(error),
+                            "reason": f"out of device memory in the {phase} phase ({job.memory_line([])}): "
+                                      f"{one_line(error)}"})
     except BaseException as error:
         verdict = "compile_error" if is_build_failure(error) else "runtime_error"
         channel.send(sock, {"type": "verdict", "verdict": verdict, "reason": one_line(error),

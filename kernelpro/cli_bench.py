@@ -13,8 +13,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from kernelpro.cli_options import (Device, KbPath, NoKb, PolicyChoice, PolicyOpt, PrecisionChoice, PrecisionOpt,
-                                   knowledge_base)
+from kernelpro.cli_options import (Device, KbPath, ModelModeChoice, ModelModeOpt, NoKb, PolicyChoice, PolicyOpt,
+                                   PrecisionChoice, PrecisionOpt, knowledge_base)
 from kernelpro.cli_search import CoderChoice, ObjectiveChoice, StrategyChoice
 
 
@@ -38,7 +38,8 @@ def register(app: typer.Typer) -> None:
             help="SUITE (levelN/ID_Name.py, or a flat folder of problems); or: compare DIR_A DIR_B",
             metavar="SUITE | compare DIR_A DIR_B")],
         level: Annotated[str, typer.Option("--level", help="levels to run, e.g. 1,2")] = "",
-        problems: Annotated[str, typer.Option("--problems", help="problem numbers, e.g. 1-20,35")] = "",
+        problems: Annotated[str, typer.Option("--problems", help="problem numbers (1-20,35), keys "
+                                              "(level1/19_ReLU,...) or @FILE, a file of keys")] = "",
         budget: Annotated[int | None, typer.Option("--budget", min=1, help="evaluations per problem (default 16); "
                                                    "with --resume, a larger one extends every finished search")] = None,
         coder: Annotated[CoderChoice | None, typer.Option(
@@ -47,6 +48,7 @@ def register(app: typer.Typer) -> None:
         strategy: Annotated[StrategyChoice, typer.Option("--strategy")] = StrategyChoice.mcts,
         precision: PrecisionOpt = PrecisionChoice.fp32,
         policy: PolicyOpt = PolicyChoice.relaxed,
+        model_mode: ModelModeOpt = ModelModeChoice.train,
         device: Device = None,
         gpus: Annotated[str, typer.Option("--gpus", help="all, or GPU indices such as 0,1 (one worker each)")] = "all",
         backend: Annotated[str, typer.Option("--backend", help="local (a worker per local GPU) or ray (a task per "
@@ -90,7 +92,7 @@ def register(app: typer.Typer) -> None:
         settings = BenchSettings(
             suite=str(suite), out=str(out or Path("bench") / suite.resolve().name), levels=level, problems=problems,
             budget=budget or 16, coder=coder.value if coder else default_coder(), objective=objective.value,
-            strategy=strategy.value, precision=precision.value, policy=policy.value,
+            strategy=strategy.value, precision=precision.value, policy=policy.value, model_mode=model_mode.value,
             device=device.value if device else default_device(), gpus=gpus, profile=profile,
             baselines_only=baselines_only, time_limit_min=time_limit, **knowledge,
             backend=backend, ray_address=ray_address)

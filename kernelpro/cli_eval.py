@@ -10,8 +10,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from kernelpro.cli_options import (BaselineChoice, Device, JsonPath, PolicyChoice, PolicyOpt,
-                                   PrecisionChoice, PrecisionOpt, Timeout)
+from kernelpro.cli_options import (BaselineChoice, Device, JsonPath, ModelModeChoice, ModelModeOpt, PolicyChoice,
+                                   PolicyOpt, PrecisionChoice, PrecisionOpt, Timeout)
 from kernelpro.errors import CandidateFileError
 
 
@@ -29,7 +29,8 @@ def read_candidate(path: Path) -> str:
 def run_eval(problem_path: Path, candidate_path: Path, *, device: str | None = None,
              policy: str = "relaxed", precision: str = "fp32", trials: int = 100,
              correct_trials: int = 5, timeout: float | None = None, baseline: str = "eager",
-             tolerance: float | None = None, seed: int = 42, console: Console | None = None):
+             tolerance: float | None = None, seed: int = 42, model_mode: str = "train",
+             kernelbench_timing: bool = False, console: Console | None = None):
     """The library call behind `kernelpro eval`. Returns an `EvalResult`."""
     from kernelpro.harness import EvalOptions, PhaseLimits, check_device, default_device
     from kernelpro.harness.evaluate import evaluate
@@ -44,8 +45,8 @@ def run_eval(problem_path: Path, candidate_path: Path, *, device: str | None = N
         console.print(f"device: [bold]{chosen}[/] ({why})")
     options = EvalOptions(
         device=chosen, policy=policy, precision=precision, timing_trials=trials,
-        correct_trials=correct_trials, tolerance=tolerance, seed=seed,
-        baselines=("eager", "compile") if baseline == "compile" else ("eager",),
+        correct_trials=correct_trials, tolerance=tolerance, seed=seed, model_mode=model_mode,
+        kernelbench_timing=kernelbench_timing, baselines=("eager", "compile") if baseline == "compile" else ("eager",),
         limits=PhaseLimits.uniform(timeout) if timeout else PhaseLimits(),
     )
     if console is not None:
@@ -72,6 +73,10 @@ def verdict_table(result) -> Table:
         table.add_row("speedup vs eager", f"{result.speedup:.3f}x")
     if result.speedup_vs_compile is not None:
         table.add_row("speedup vs torch.compile", f"{result.speedup_vs_compile:.3f}x")
+    if result.kernelbench is not None:
+        kb = result.kernelbench
+        table.add_row("KernelBench's method", f"{kb.speedup:.3f}x ({kb.candidate_mean_ms:.4f} ms vs "
+                                              f"{kb.reference_mean_ms:.4f} ms, mean of {kb.trials}, autograd on)")
     table.add_row("candidate", _timing_cell(result.candidate))
     table.add_row("reference (eager)", _timing_cell(result.reference))
     if result.reference_compile is not None:
@@ -84,7 +89,7 @@ def verdict_table(result) -> Table:
     device = result.device + (f" ({result.device_name})" if result.device_name else "")
     table.add_row("device", device)
     table.add_row("precision / tolerance", f"{result.precision} / {result.tolerance:g}")
-    table.add_row("policy", result.policy)
+    table.add_row("policy / model mode", f"{result.policy} / {result.model_mode}")
     table.add_row("correctness trials", str(result.correct_trials))
     if result.build_cached is not None:
         table.add_row("build", f"{'cached' if result.build_cached else 'built'} ({result.build_s or 0:.1f} s)")
@@ -119,6 +124,10 @@ def register(app: typer.Typer) -> None:
         tolerance: Annotated[float | None, typer.Option(
             "--tolerance", help="atol = rtol; default fp32 1e-4, bf16/fp16 1e-2")] = None,
         seed: Annotated[int, typer.Option("--seed")] = 42,
+        model_mode: ModelModeOpt = ModelModeChoice.train,
+        kernelbench_timing: Annotated[bool, typer.Option(
+            "--kernelbench-timing", help="also time both by KernelBench's method (autograd on, mean of 100 calls "
+                                         "on the same inputs), to compare with published numbers")] = False,
         json_path: JsonPath = None,
     ) -> None:
         """Judge CANDIDATE against PROBLEM: correctness, then timing. Exit 0 when correct, 1 when not."""
@@ -127,7 +136,7 @@ def register(app: typer.Typer) -> None:
         result = run_eval(problem, candidate, device=device.value if device else None, policy=policy.value,
                           precision=precision.value, trials=trials, correct_trials=correct_trials,
                           timeout=timeout, baseline=baseline.value, tolerance=tolerance, seed=seed,
-                          console=console)
+                          model_mode=model_mode.value, kernelbench_timing=kernelbench_timing, console=console)
         console.print(verdict_table(result))
         if not result.ok and (result.stderr.total_bytes or result.stdout.total_bytes):
             tail = (result.stderr.tail or result.stderr.head or result.stdout.tail)[-1500:]

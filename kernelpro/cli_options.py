@@ -25,6 +25,11 @@ class PrecisionChoice(str, enum.Enum):
     fp16 = "fp16"
 
 
+class ModelModeChoice(str, enum.Enum):
+    train = "train"
+    eval = "eval"
+
+
 class BaselineChoice(str, enum.Enum):
     eager = "eager"
     compile = "compile"
@@ -36,6 +41,9 @@ PolicyOpt = Annotated[PolicyChoice, typer.Option(
     "--policy", help="relaxed: any correct code; strict: KernelBench leaderboard rules")]
 PrecisionOpt = Annotated[PrecisionChoice, typer.Option(
     "--precision", help="cast the model and inputs to this precision, as KernelBench does")]
+ModelModeOpt = Annotated[ModelModeChoice, typer.Option(
+    "--model-mode", help="train: run models as KernelBench does (training mode: batch statistics, active "
+                         "dropout); eval: call .eval() first, for inference")]
 Timeout = Annotated[float | None, typer.Option(
     "--timeout", min=1, help="wall-clock limit in seconds for every phase (build, load, correctness, timing)")]
 JsonPath = Annotated[Path | None, typer.Option(

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from kernelpro.cli_options import Device, PrecisionChoice, PrecisionOpt
+from kernelpro.cli_options import Device, ModelModeChoice, ModelModeOpt, PrecisionChoice, PrecisionOpt
 from kernelpro.cli_eval import read_candidate
 from kernelpro.errors import ProblemError
 
@@ -18,7 +18,7 @@ from kernelpro.errors import ProblemError
 def run_profile(problem_path: Path, *, candidate: Path | None = None, device: str | None = None,
                 tools: list[str] | None = None, objective: str = "time", share: float = 0.8,
                 precision: str = "fp32", use_ncu: bool | None = None, remeasure: bool = False,
-                time_limit_s: float = 600.0, keep_dir: Path | None = None,
+                time_limit_s: float = 600.0, keep_dir: Path | None = None, model_mode: str = "train",
                 progress=lambda message: None) -> dict:
     """The library call behind `kernelpro profile`: the JSON document it prints or writes."""
     from kernelpro.feedback import build_guidance
@@ -33,7 +33,7 @@ def run_profile(problem_path: Path, *, candidate: Path | None = None, device: st
     chosen = device or default_device()
     check_device(chosen)
     target = Target(problem_path=Path(problem_path), candidate_path=Path(candidate) if candidate else None,
-                    device=chosen, precision=precision)
+                    device=chosen, precision=precision, model_mode=model_mode)
     result = profile(target, tools=tools, objective=objective, share=share, use_ncu=use_ncu, remeasure=remeasure,
                      time_limit_s=time_limit_s, keep_dir=keep_dir, progress=progress)
     guidance = build_guidance(result.program, result.reports)
@@ -81,6 +81,7 @@ def register(app: typer.Typer) -> None:
         share: Annotated[float, typer.Option("--share", min=0.05, max=1.0,
                                              help="profile the kernels that take this share of time")] = 0.8,
         precision: PrecisionOpt = PrecisionChoice.fp32,
+        model_mode: ModelModeOpt = ModelModeChoice.train,
         no_ncu: Annotated[bool, typer.Option("--no-ncu", help="stage 1 from analytic counts only")] = False,
         remeasure: Annotated[bool, typer.Option("--remeasure", help="measure the device ceilings again")] = False,
         timeout: Annotated[float, typer.Option("--timeout", min=10, help="limit per profiled run, seconds")] = 600.0,
@@ -98,6 +99,7 @@ def register(app: typer.Typer) -> None:
         with console.status("profiling") as status:
             document = run_profile(problem, candidate=candidate, device=device.value if device else None,
                                    tools=names, objective=objective, share=share, precision=precision.value,
+                                   model_mode=model_mode.value,
                                    use_ncu=False if no_ncu else None, remeasure=remeasure, time_limit_s=timeout,
                                    keep_dir=keep,
                                    progress=lambda message: status.update(f"profiling: {message}"))

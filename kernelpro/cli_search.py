@@ -14,8 +14,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from kernelpro.cli_options import (Device, KbPath, NoKb, PolicyChoice, PolicyOpt, PrecisionChoice, PrecisionOpt,
-                                   knowledge_base)
+from kernelpro.cli_options import (Device, KbPath, ModelModeChoice, ModelModeOpt, NoKb, PolicyChoice, PolicyOpt,
+                                   PrecisionChoice, PrecisionOpt, knowledge_base)
 
 
 class ObjectiveChoice(str, enum.Enum):
@@ -63,6 +63,7 @@ def register(app: typer.Typer) -> None:
         device: Device = None,
         precision: PrecisionOpt = PrecisionChoice.fp32,
         policy: PolicyOpt = PolicyChoice.relaxed,
+        model_mode: ModelModeOpt = ModelModeChoice.train,
         parallel: Annotated[int, typer.Option("--parallel", help="candidates evaluated at once")] = 1,
         seed: Annotated[int, typer.Option("--seed")] = 0,
         out: Annotated[Path | None, typer.Option("--out", help="output folder (default: runs/<problem name>)")] = None,
@@ -100,7 +101,8 @@ def register(app: typer.Typer) -> None:
         settings = SearchSettings(
             problem=str(problem), out=str(folder), objective=objective.value, budget=budget,
             time_limit_min=time_limit, coder=chosen_coder, strategy=strategy.value, device=chosen_device,
-            precision=precision.value, policy=policy.value, parallel=parallel, seed=seed, profile=profile,
+            precision=precision.value, policy=policy.value, model_mode=model_mode.value, parallel=parallel,
+            seed=seed, profile=profile,
             compile_baseline=compile_baseline if compile_baseline is not None else chosen_device == "cuda",
             model=model, planner_model=planner_model, max_cost_usd=max_cost, max_tokens=max_tokens,
             **knowledge)

@@ -45,6 +45,7 @@ class CoderRequest:
     device: str = "cpu"
     precision: str = "fp32"
     policy: str = "relaxed"
+    model_mode: str = "train"  # train (KernelBench's semantics) or eval
     knowledge: str = ""  # what the knowledge base says worked in similar states (a few lines)
     kb_factors: tuple[tuple[str, float], ...] = ()  # (technique, prior factor) from the knowledge base
 

@@ -59,6 +59,7 @@ class SearchSettings:
     device: str = "cpu"
     precision: str = "fp32"
     policy: str = "relaxed"
+    model_mode: str = "train"  # train: as KernelBench runs models; eval: .eval() (inference)
     parallel: int = 1
     seed: int = 0
     profile: bool = True
@@ -110,6 +111,8 @@ def validate(settings: SearchSettings, resume: bool) -> Problem:
     if settings.time_limit_min is not None and settings.time_limit_min <= 0:
         raise SearchInputError("--time-limit must be a positive number of minutes")
     objectives.needs_energy(settings.objective)  # unknown objective -> ValueError
+    if settings.model_mode not in ("train", "eval"):
+        raise SearchInputError(f"--model-mode {settings.model_mode!r}: train or eval")
     problem = load_problem(settings.problem)
     check_device(settings.device)
     out = Path(settings.out)
@@ -141,6 +144,8 @@ class SearchRun:
             self.finished_as = json.loads((self.out / "run.json").read_text())
         if resume:
             saved = self.store.get("settings")
+            # A run from before model modes existed ran its models in eval mode.
+            saved = {"model_mode": "eval", **saved}
             # The run's identity stays; only how long it may go on can change.
             settings = replace(SearchSettings(**saved), budget=settings.budget, time_limit_min=settings.time_limit_min,
                                max_cost_usd=settings.max_cost_usd, max_tokens=settings.max_tokens)
@@ -165,11 +170,11 @@ class SearchRun:
         self.kb_recorded = 0
 
     # -- options ---------------------------------------------------------------------------
-    def options(self, baselines: tuple[str, ...] = ("eager",)) -> EvalOptions:
+    def options(self, baselines: tuple[str, ...] = ("eager",), kernelbench: bool = False) -> EvalOptions:
         s = self.settings
         return EvalOptions(device=s.device, policy=s.policy, precision=s.precision, baselines=baselines,
                            timing_budget_s=s.timing_budget_s, measure_energy=self.meter is not None,
-                           seed=42 + s.seed)
+                           seed=42 + s.seed, model_mode=s.model_mode, kernelbench_timing=kernelbench)
 
     def _changed(self, **fields) -> None:
         for name, value in fields.items():
@@ -203,7 +208,7 @@ class SearchRun:
         try:
             document = run_profile(Path(self.settings.problem), candidate=candidate, device=self.settings.device,
                                    precision=self.settings.precision, objective=self.settings.objective,
-                                   time_limit_s=600.0)
+                                   time_limit_s=600.0, model_mode=self.settings.model_mode)
         except KernelproError as error:
             document = {"error": str(error), "guidance": "", "techniques": [], "classification": "",
                         "kernels": []}
@@ -244,7 +249,7 @@ class SearchRun:
             failure=expansion.failure, guidance=profile.get("guidance", ""),
             techniques=tuple((t["technique"], t["score"]) for t in profile.get("techniques", [])),
             tried=tried, avoid=expansion.avoid, promising=expansion.promising, device=self.settings.device,
-            precision=self.settings.precision, policy=self.settings.policy,
+            precision=self.settings.precision, policy=self.settings.policy, model_mode=self.settings.model_mode,
             **self.knowledge_for(profile))
 
     def knowledge_for(self, profile: dict) -> dict:
@@ -466,4 +471,6 @@ class SearchRun:
         baselines = ("eager", "compile") if self.settings.compile_baseline else ("eager",)
         self._changed(phase="re-measuring the best" + (" against torch.compile" if len(baselines) == 2 else ""))
         source = (self.out / search.best().payload["file"]).read_text()
-        return evaluator.evaluate(self.problem, source, self.options(baselines))
+        # on CUDA also by KernelBench's own method, for comparison with published numbers
+        options = self.options(baselines, kernelbench=self.settings.device == "cuda")
+        return evaluator.evaluate(self.problem, source, options)

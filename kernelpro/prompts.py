@@ -22,13 +22,20 @@ Output contract:
   reference, reading or writing files outside the build folder, network access, changing
   the inputs in place, caching outputs between calls.
 - `techniques` names what the candidate does, from: {techniques}.
-Policy for this run: {policy}. Device: {device}. Precision: {precision}.
+Policy for this run: {policy}. Device: {device}. Precision: {precision}. {mode}
 """
+
+MODES = {
+    "train": "Models run in training mode, as KernelBench runs them: batch norm normalizes with the "
+             "batch's statistics (running statistics must not replace them), dropout with p > 0 is active.",
+    "eval": "Models run in eval mode (.eval()): batch norm uses its running statistics (it may be folded "
+            "into a convolution before it), dropout is the identity.",
+}
 
 
 def system_blocks(request: CoderRequest, techniques: list[str]) -> list[dict]:
     rules = RULES.format(techniques=", ".join(techniques), policy=request.policy, device=request.device,
-                         precision=request.precision)
+                         precision=request.precision, mode=MODES.get(request.model_mode, ""))
     return [{"type": "text", "text": rules},
             {"type": "text", "text": "Reference problem (KernelBench format):\n```python\n"
              + request.problem_source + "\n```", "cache_control": {"type": "ephemeral"}}]

@@ -213,6 +213,50 @@ if [ "${ABLATION:-0}" = 1 ]; then
   snap_ablation
 fi
 
+step "KernelBench smoke (KB_SMOKE: problem keys): each reference judged as its own candidate, KernelBench timing on"
+# .kb holds copies of ../shared/kernelbench and ../shared/oracle (ignored by git; carry .kb).
+for key in ${KB_SMOKE:-}; do
+  mkdir -p "$OUT/kb_smoke"
+  name=$(basename "$key")
+  { cat ".kb/kernelbench/$key.py"; printf '\n\nModelNew = Model\n'; } >"/tmp/$name.candidate.py"
+  timeout 300 kernelpro eval ".kb/kernelbench/$key.py" "/tmp/$name.candidate.py" --baseline compile --kernelbench-timing \
+    --json "$OUT/kb_smoke/$name.json" 2>&1 | grep -E "verdict|reason|speedup|KernelBench|candidate|reference|mode|error"
+done
+
+step "kernelpro bench over KernelBench (KB=1; KB_ARGS, e.g. --problems @benchmarks/kernelbench_subset30.txt --budget 4; KB_NAME, KB_STATE, UNTIL)"
+# In the background (in_background), snapshotting its folder into $OUT/kb_state.tgz; KB_STATE restores
+# such a snapshot on a fresh machine, and the bench resumes from it.
+KB_DIR=/tmp/kernelpro-bench/${KB_NAME:-kb}
+if [ "${KB:-0}" = 1 ]; then
+  [ -d .kb/kernelbench ] || { echo "no .kb/kernelbench: copy ../shared/kernelbench and ../shared/oracle into .kb and carry it"; exit 1; }
+  if [ -n "${KB_STATE:-}" ] && [ ! -f "$KB_DIR/bench.db" ]; then
+    mkdir -p "$KB_DIR" && tar xzf "$KB_STATE" -C "$KB_DIR" && echo "restored $KB_STATE"
+  fi
+  resume=""; [ -f "$KB_DIR/bench.db" ] && resume="--resume"
+  snap_kb() { python3 scripts/bench_snapshot.py "$KB_DIR" "$OUT/kb_state.tgz"; }
+  in_background kb kernelpro bench .kb/kernelbench --out "$KB_DIR" $resume ${KB_ARGS:-} --json
+  snap_kb
+  python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('SELECT status, COUNT(*) FROM problems GROUP BY status').fetchall())" "$KB_DIR/bench.db"
+fi
+
+step "KernelBench's own evaluator on the bench's bests (KB_JUDGE=1; KB_JUDGE_UNTIL: seconds to start judgements in)"
+# The bench stops first (the judge times on the same GPUs), then scripts/kb_judge.py runs
+# .kb/oracle/judge.py once per problem, one lane per GPU, and compares verdicts and speedups.
+if [ "${KB_JUDGE:-0}" = 1 ] && [ -d "$KB_DIR/problems" ]; then
+  if [ -f /tmp/kernelpro-bg/kb.pid ] && kill -0 "$(cat /tmp/kernelpro-bg/kb.pid)" 2>/dev/null; then
+    kill -TERM -- "-$(cat /tmp/kernelpro-bg/kb.pid)" 2>/dev/null; sleep 5
+    pkill -KILL -f "kernelpro bench .kb/kernelbench" 2>/dev/null; pkill -KILL -f "kernelpro search .kb/kernelbench" 2>/dev/null
+    pkill -KILL -f "kernelpro.harness.worker" 2>/dev/null; sleep 2; echo "bench stopped for the judge"
+    python3 scripts/bench_snapshot.py "$KB_DIR" "$OUT/kb_state.tgz"
+  fi
+  gpus=$(python3 -c "import torch; print(','.join(str(i) for i in range(torch.cuda.device_count())))")
+  mkdir -p "$OUT/kb_judge"
+  [ -n "${KB_JUDGE_STATE:-}" ] && tar xzf "$KB_JUDGE_STATE" -C "$OUT/kb_judge" 2>/dev/null
+  timeout "${KB_JUDGE_TIMEOUT:-560}" python3 scripts/kb_judge.py "$KB_DIR" .kb/kernelbench .kb/oracle --out "$OUT/kb_judge" \
+    --gpus "$gpus" --until "${KB_JUDGE_UNTIL:-420}" 2>&1 | tail -45
+  cp "$KB_DIR"/leaderboard.* "$OUT/kb_judge/" 2>/dev/null
+fi
+
 step "pack results"
 # At most 8 files come back from the device tool: everything but the states goes into one
 # archive, results.tgz.

@@ -49,6 +49,7 @@ class Target:
     device: str = "cpu"
     precision: str = "fp32"
     seed: int = 42
+    model_mode: str = "train"  # as the harness runs models: train (KernelBench's way) or eval
 
 
 @dataclass

@@ -56,10 +56,11 @@ class Program:
                                                                                   self.device)]
         self.inputs = [cast_to(x, self.device, self.dtype) for x in _call_problem(problem.get_inputs, seed,
                                                                                  self.device)]
-        self.reference = build_model(problem.Model, seed, init_inputs, self.device, self.dtype)
+        mode = spec.get("model_mode", "train")
+        self.reference = build_model(problem.Model, seed, init_inputs, self.device, self.dtype, mode)
         if spec.get("candidate_path"):
             candidate = import_file("kernelpro_candidate", Path(spec["candidate_path"]))
-            self.model = build_model(candidate.ModelNew, seed, init_inputs, self.device, self.dtype)
+            self.model = build_model(candidate.ModelNew, seed, init_inputs, self.device, self.dtype, mode)
         else:
             self.model = self.reference
 

@@ -47,6 +47,7 @@ class BenchSettings:
     strategy: str = "mcts"
     precision: str = "fp32"
     policy: str = "relaxed"
+    model_mode: str = "train"  # train: as KernelBench runs models; eval: .eval() first
     device: str = "cpu"
     gpus: str = "all"
     profile: bool = True
@@ -114,7 +115,7 @@ def summarize_run(folder: Path) -> dict:
     keep = ("device_name", "torch_version", "baseline_ms", "baseline_compile_ms", "best_ms", "best_reference_ms",
             "speedup", "speedup_vs_compile", "final_speedup", "best_moves", "evaluations", "verdicts", "wall_s",
             "energy_j", "baseline_energy_j", "stopped", "coder", "strategy", "objective", "precision", "budget",
-            "time_split_s", "final", "final_history")
+            "time_split_s", "final", "final_history", "model_mode", "kernelbench_speedup")
     return {k: run.get(k) for k in keep} | {
         "techniques": list(dict.fromkeys(techniques)),
         "tokens": (usage.get("input_tokens", 0) or 0) + (usage.get("output_tokens", 0) or 0) if usage else None,
@@ -130,9 +131,19 @@ def search_args(entry: Entry, s: BenchSettings, folder: Path, resume: bool) -> l
     """The `kernelpro search` command line of one problem."""
     return ["search", str(entry.path), "--budget", str(s.budget), "--coder", s.coder, "--objective", s.objective,
             "--strategy", s.strategy, "--precision", s.precision, "--policy", s.policy, "--device", s.device,
+            "--model-mode", s.model_mode,
             "--out", str(folder), "--json"] + (["--resume"] if resume else []) + \
         ([] if s.profile else ["--no-profile"]) + (["--time-limit", str(s.time_limit_min)] if s.time_limit_min else []) + \
         (["--no-kb"] if not s.use_kb else ["--kb", s.kb] if s.kb else [])
+
+
+def one_line_error(log_tail: str) -> str:
+    """A child's failure in one line: its `error:` line (a kernelpro error), else its last line."""
+    lines = [line.strip() for line in log_tail.strip().splitlines() if line.strip()]
+    for line in reversed(lines):
+        if line.startswith("error: "):
+            return line[len("error: "):][:500]
+    return (lines[-1] if lines else "no output")[:500]
 
 
 def run_child(args: list[str], env: dict, log: Path, on_pid: Callable[[int], None] = lambda pid: None) -> tuple[int, str]:
@@ -171,7 +182,7 @@ def run_search(entry: Entry, settings: BenchSettings, out: Path, env: dict,
                            out / "logs" / f"{entry.key}.log", on_pid)
     if code != 0 or not (folder / "run.json").exists():
         how = f"killed by signal {-code}" if code < 0 else f"exit {code}"
-        return None, f"the search failed ({how}): " + "\n".join(tail.strip().splitlines()[-8:])
+        return None, f"the search failed ({how}): " + one_line_error(tail)
     return summarize_run(folder), ""
 
 
@@ -201,7 +212,8 @@ class Bench:
         self.out = out
         if resume:
             saved = self.store.get("settings")
-            settings = BenchSettings(**saved) if saved else settings
+            # a bench from before model modes existed ran its models in eval mode
+            settings = BenchSettings(**{"model_mode": "eval", **saved}) if saved else settings
         if extend_budget is not None and extend_budget != settings.budget:
             settings = self._extend(settings, extend_budget)
         self.settings = settings
@@ -387,10 +399,11 @@ class Bench:
         reference.write_text(reference_candidate(load_problem(entry.path)))
         report = folder / "baseline.json"
         code, tail = self._child(entry.key, ["eval", str(entry.path), str(reference), "--baseline", "compile", "--device",
-                                  s.device, "--precision", s.precision, "--json", str(report)], slot,
-                                 self.out / "logs" / f"{entry.key}.log")
+                                  s.device, "--precision", s.precision, "--model-mode", s.model_mode,
+                                  "--json", str(report)] + (["--kernelbench-timing"] if s.device == "cuda" else []),
+                                 slot, self.out / "logs" / f"{entry.key}.log")
         if not report.exists():
-            return None, f"the baseline failed (exit {code}): " + "\n".join(tail.strip().splitlines()[-8:])
+            return None, f"the baseline failed (exit {code}): " + one_line_error(tail)
         result = json.loads(report.read_text())
         if result.get("verdict") != "correct":
             return None, f"the reference failed in the harness: {result.get('verdict')}: {result.get('reason')}"
@@ -398,5 +411,8 @@ class Bench:
         compiled = (result.get("reference_compile") or {}).get("median_ms")
         self.store.put_baseline(sha, result.get("device_name") or device_name, result.get("torch_version") or "",
                                 s.precision, eager, compiled)
+        kernelbench = result.get("kernelbench") or {}
         return {"baseline_ms": eager, "baseline_compile_ms": compiled, "device_name": result.get("device_name"),
-                "torch_version": result.get("torch_version"), "cached": False}, ""
+                "torch_version": result.get("torch_version"), "model_mode": result.get("model_mode"),
+                "kernelbench_eager_ms": kernelbench.get("reference_mean_ms"), "memory": result.get("memory"),
+                "cached": False}, ""

@@ -69,13 +69,39 @@ def parse_numbers(spec: str) -> set[int]:
     return numbers
 
 
+def read_keys(spec: str) -> list[str] | None:
+    """Problem keys named in --problems: '@FILE' (one key a line, '#' comments) or keys such as
+    'level1/19_ReLU,level2/12_Gemm_Multiply_LeakyReLU'; None when the spec gives numbers instead."""
+    if spec.startswith("@"):
+        path = Path(spec[1:])
+        try:
+            lines = path.read_text().splitlines()
+        except OSError as error:
+            raise SuiteError(f"--problems {spec}: cannot read {path}: {error.strerror}") from None
+        return [line.split("#")[0].strip() for line in lines if line.split("#")[0].strip()]
+    parts = [p.strip() for p in spec.split(",") if p.strip()]
+    if parts and all(re.fullmatch(r"\d+(-\d+)?", p) for p in parts):
+        return None
+    return parts
+
+
 def select(entries: list[Entry], levels: str = "", problems: str = "") -> list[Entry]:
-    """The entries of these levels ('1,2') and problem numbers ('1-20,35'); all when empty."""
+    """The entries of these levels ('1,2') and problems: numbers ('1-20,35'), keys
+    ('level1/19_ReLU,...') or a file of keys ('@subset.txt'); all when empty."""
     chosen = entries
     if levels:
         wanted = parse_numbers(levels)
         chosen = [e for e in chosen if e.level in wanted]
-    if problems:
+    keys = read_keys(problems) if problems else None
+    if keys is not None:
+        known = {e.key for e in entries}
+        unknown = [k for k in keys if k not in known]
+        if unknown:
+            raise SuiteError(f"--problems: {', '.join(unknown[:5])} {'is' if len(unknown) == 1 else 'are'} not "
+                             "in the suite (keys look like level1/19_ReLU)")
+        wanted_keys = set(keys)
+        chosen = [e for e in chosen if e.key in wanted_keys]
+    elif problems:
         wanted = parse_numbers(problems)
         chosen = [e for e in chosen if e.number in wanted]
     if not chosen:

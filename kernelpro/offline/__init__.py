@@ -52,12 +52,12 @@ class OfflineCoder:
         applied = tuple(canonical(request.parent_state.get("applied", [])))
         tune = dict(request.parent_state.get("tune", {}))
         key = (request.problem_path, applied, tuple(sorted(tune.items())), request.device, request.precision,
-               request.policy)
+               request.policy, request.model_mode)
         if key not in self._cache:
             self._cache[key] = self._run_worker({
                 "problem_path": request.problem_path, "applied": list(applied), "tune": tune,
                 "device": request.device, "precision": request.precision, "policy": request.policy,
-                "seed": self.seed})
+                "model_mode": request.model_mode, "seed": self.seed})
         return self._cache[key]
 
     def _start_worker(self) -> subprocess.Popen:

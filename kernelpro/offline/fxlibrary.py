@@ -17,7 +17,7 @@ import torch.fx as fx
 import torch.nn.functional as F
 
 from kernelpro.offline.fxpasses import (MATMUL, SOFTMAX, _finish, _scaled, _substitute, _transpose_dims, arg,
-                                        is_op, meta, module_of)
+                                        is_identity_dropout, is_op, meta)
 
 
 def _is_last_two_transpose(node, rank: int) -> bool:
@@ -60,8 +60,8 @@ def attention_to_sdpa(gm: fx.GraphModule) -> int:
         if not is_op(node, MATMUL, {"matmul", "bmm"}) or len(node.args) != 2:
             continue
         probs, v = node.args
-        if isinstance(module_of(gm, probs), (torch.nn.Dropout, torch.nn.Identity)) and len(probs.users) == 1:
-            probs = probs.args[0]  # dropout is the identity in eval mode
+        if is_identity_dropout(gm, probs) and len(probs.users) == 1:
+            probs = probs.args[0]  # a dropout that passes its input through (eval mode, or p = 0)
         if not is_op(probs, SOFTMAX, {"softmax"}) or len(probs.users) != 1 or not meta(probs):
             continue
         rank = len(meta(probs).shape)

@@ -97,10 +97,16 @@ def _scalar_binary(node: fx.Node, ops) -> tuple[fx.Node, float] | None:
     return None
 
 
+_METADATA = {"size", "dim", "numel", "nelement", "ndimension", "item", "tolist", "stride"}
+
+
 def specialize_scalars(gm: fx.GraphModule, inputs: list) -> int:
     """Python numbers computed from the inputs' shapes (x.shape[0], d // h, math.sqrt(d)) become
     constants: the problem's shapes are fixed, and the rewrites need to see the scalars."""
     values: dict[fx.Node, object] = {}
+    if not any(node.op == "call_method" and node.target in _METADATA or
+               node.op == "call_function" and node.target is getattr for node in gm.graph.nodes):
+        return 0  # no node asks a tensor for a size: nothing to specialize, and no run needed
 
     class Recorder(fx.Interpreter):
         def run_node(self, node):
@@ -131,6 +137,19 @@ def _scaled(node) -> tuple[fx.Node, float] | None:
 
 
 # -- algebraic simplification ---------------------------------------------------------------------
+def is_identity_dropout(gm: fx.GraphModule, node) -> bool:
+    """nn.Identity, or a dropout that passes its input through: in eval mode, or with p = 0. A dropout
+    with p > 0 in training mode (KernelBench runs models so) is random and stays."""
+    module = module_of(gm, node)
+    if isinstance(module, torch.nn.Identity):
+        return True
+    if isinstance(module, torch.nn.Dropout):
+        return not module.training or module.p == 0
+    if is_op(node, (F.dropout,)):
+        return arg(node, 2, "training", True) is False or arg(node, 1, "p", 0.5) == 0
+    return False
+
+
 def simplify_identities(gm: fx.GraphModule) -> int:
     """x*1, x/1, x+0, x-0, nn.Identity, dropout in eval, reshape/view/contiguous/to that change nothing."""
     count = 0
@@ -141,9 +160,7 @@ def simplify_identities(gm: fx.GraphModule) -> int:
             if found and found[1] == neutral and meta(found[0]) and meta(node) and \
                     meta(found[0]).shape == meta(node).shape and meta(found[0]).dtype == meta(node).dtype:
                 source = found[0]
-        module = module_of(gm, node)
-        if isinstance(module, (torch.nn.Identity, torch.nn.Dropout)) or \
-                (is_op(node, (F.dropout,)) and arg(node, 2, "training", True) is False):
+        if is_identity_dropout(gm, node):
             source = node.args[0]
         if is_op(node, (torch.reshape,), {"reshape", "view", "contiguous", "to", "flatten"}) and \
                 meta(node) and meta(node.args[0]):

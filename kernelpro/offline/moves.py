@@ -23,6 +23,7 @@ class Move:
     kernels: bool = False  # generates Triton kernels (needs triton where candidates run)
     half_only: bool = False  # runs at bf16/fp16 only
     cutlass: bool = False  # builds CUTLASS/CuTe kernels for Hopper (needs the nvidia-cutlass wheel and sm_90)
+    eval_only: bool = False  # exact only when the model runs in eval mode (running statistics)
 
 
 MOVES: dict[str, Move] = {m.name: m for m in (
@@ -37,7 +38,7 @@ MOVES: dict[str, Move] = {m.name: m for m in (
          "fold a scalar multiply into the preceding linear/conv weights and bias, precomputed at init"),
     Move("fold_batch_norm", "algebraic_simplify", True,
          "fold a batch norm on running statistics (eval mode) into the convolution before it: scaled weights "
-         "and bias, precomputed at init", needs_conv=True),
+         "and bias, precomputed at init", needs_conv=True, eval_only=True),
     Move("pool_before_activation", "algebraic_simplify", True,
          "max-pool before a non-decreasing activation (relu, relu6, hardtanh, leaky_relu, clamp) instead of "
          "after it, so the activation runs on the pooled tensor"),
@@ -114,10 +115,14 @@ TUNE_TECHNIQUE = "tune_launch_config"
 
 
 def allowed(move: Move, *, device: str, precision: str, policy: str, has_conv: bool, has_matmul: bool,
-            has_triton: bool = True, has_cutlass: bool = True, capability: tuple[int, int] | None = None) -> str:
+            has_triton: bool = True, has_cutlass: bool = True, capability: tuple[int, int] | None = None,
+            model_mode: str = "train") -> str:
     """'' when the move may apply here, else why not."""
     if policy == "strict":
         return "the strict policy wants custom kernels; graph-level moves keep PyTorch ops"
+    if move.eval_only and model_mode != "eval":
+        return "exact only in eval mode (running statistics); models run in training mode, as KernelBench " \
+               "runs them (--model-mode eval for inference)"
     if move.cuda_only and device != "cuda":
         return "needs CUDA"
     if move.needs_conv and not has_conv:

@@ -39,11 +39,30 @@ PASSES = {**fxpasses.ALGEBRAIC, **fxlibrary.LIBRARY}  # graph moves by name
 _CONV = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.ConvTranspose2d)
 
 
+def fake_inputs(mode: FakeTensorMode, inputs: list, device: str = "cpu") -> list:
+    """Fake tensors on `device` (the model's: shapes, strides and dtypes, no storage) for meta or real
+    inputs."""
+    fakes = []
+    for value in inputs:
+        if isinstance(value, torch.Tensor) and value.is_meta:
+            with mode:
+                value = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=device)
+        elif isinstance(value, torch.Tensor):
+            value = mode.from_tensor(value)
+        fakes.append(value)
+    return fakes
+
+
+def model_device(model) -> str:
+    parameter = next(iter(model.parameters()), None) if isinstance(model, torch.nn.Module) else None
+    return "meta" if parameter is not None and parameter.is_meta else "cpu"
+
+
 def propagate_shapes(gm: fx.GraphModule, inputs: list) -> None:
     """ShapeProp's `tensor_meta` on every node, from fake tensors: a real run on the CPU took
     seconds per build on the problems' GPU-sized inputs, and a node expands a dozen builds."""
     with FakeTensorMode(allow_non_fake_inputs=True) as mode:
-        ShapeProp(gm).propagate(*[mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in inputs])
+        ShapeProp(gm).propagate(*fake_inputs(mode, inputs, model_device(gm)))
 
 
 def simplify_all(gm: fx.GraphModule, inputs: list, sweeps: int = 4) -> dict[str, int]:
@@ -63,14 +82,36 @@ def simplify_all(gm: fx.GraphModule, inputs: list, sweeps: int = 4) -> dict[str,
     return made
 
 
+def size_only_inputs(get_inputs, seed: int) -> list:
+    """The problem's inputs as meta tensors: their shapes and dtypes without their storage (a
+    KernelBench input can be GBs). Input code that cannot run on the meta device runs on the CPU."""
+    torch.manual_seed(seed)
+    try:
+        with torch.device("meta"):
+            values = list(get_inputs())
+    except Exception:
+        torch.manual_seed(seed)
+        values = list(get_inputs())
+    return [value.to("meta") if isinstance(value, torch.Tensor) else value for value in values]
+
+
 class Problem:
-    def __init__(self, path: Path, seed: int):
+    def __init__(self, path: Path, seed: int, model_mode: str = "train", weights: str = "cpu"):
+        """`weights="meta"` builds the model without storage (shapes only): enough to trace and analyse
+        the graph, which is what a check of many problems needs; the coder itself builds on the CPU."""
         self.source = path.read_text()
         module = import_file("kernelpro_offline_problem", path)
-        cpu = torch.device("cpu")
-        self.model = build_model(module.Model, seed, list(module.get_init_inputs()), cpu, torch.float32)
-        torch.manual_seed(seed)
-        self.inputs = [cast_to(value, cpu, torch.float32) for value in module.get_inputs()]
+        self.model_mode = model_mode
+        try:
+            self.model = build_model(module.Model, seed, list(module.get_init_inputs()), torch.device(weights),
+                                     torch.float32, model_mode)
+        except Exception:  # an __init__ that reads values (e.g. .item()) cannot run on the meta device
+            if weights == "cpu":
+                raise
+            self.model = build_model(module.Model, seed, list(module.get_init_inputs()), torch.device("cpu"),
+                                     torch.float32, model_mode)
+        self.inputs = [cast_to(value, torch.device("meta"), torch.float32)
+                       for value in size_only_inputs(module.get_inputs, seed)]
         self.has_conv = any(isinstance(m, _CONV) for m in self.model.modules()) or "conv" in self.source
         self.has_matmul = any(isinstance(m, torch.nn.Linear) for m in self.model.modules()) or any(
             word in self.source for word in ("matmul", "@", "bmm", "linear", "einsum", ".mm("))
@@ -80,7 +121,8 @@ class Problem:
         self.trace_error = ""
         try:
             graph = trace(self.model, self.inputs)
-            fxpasses.specialize_scalars(graph, self.inputs)
+            with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+                fxpasses.specialize_scalars(graph, fake_inputs(mode, self.inputs, model_device(self.model)))
             propagate_shapes(graph, self.inputs)
             self.graph = graph
         except Exception as error:  # not traceable: only the moves that need no graph
@@ -181,17 +223,18 @@ def _device(spec: dict) -> tuple[triton_gen.Device, tuple[int, int] | None]:
 _PROBLEMS: dict[tuple, Problem] = {}  # a serving worker loads and traces each problem once
 
 
-def _problem(path: Path, seed: int) -> Problem:
+def _problem(path: Path, seed: int, model_mode: str = "train") -> Problem:
     stat = path.stat()
-    key = (str(path.resolve()), seed, stat.st_mtime_ns, stat.st_size)
+    key = (str(path.resolve()), seed, model_mode, stat.st_mtime_ns, stat.st_size)
     if key not in _PROBLEMS:
-        _PROBLEMS[key] = Problem(path, seed)
+        _PROBLEMS[key] = Problem(path, seed, model_mode)
     return _PROBLEMS[key]
 
 
 def expand(spec: dict) -> dict:
     torch.set_num_threads(1)
-    problem = _problem(Path(spec["problem_path"]), int(spec.get("seed", 42)))
+    model_mode = spec.get("model_mode", "train")
+    problem = _problem(Path(spec["problem_path"]), int(spec.get("seed", 42)), model_mode)
     applied = canonical(spec.get("applied", []))
     tune = dict(spec.get("tune", {}))
     device, capability = _device(spec)
@@ -205,7 +248,7 @@ def expand(spec: dict) -> dict:
             continue
         why = allowed(move, device=spec["device"], precision=spec["precision"], policy=spec["policy"],
                       has_conv=problem.has_conv, has_matmul=problem.has_matmul, has_triton=has_triton,
-                      has_cutlass=has_cutlass, capability=capability)
+                      has_cutlass=has_cutlass, capability=capability, model_mode=model_mode)
         if not why and move.graph and problem.graph is None:
             why = f"forward cannot be traced ({problem.trace_error})"
         if not why and any(other in applied for other in EXCLUSIVE.get(name, ())):

@@ -1,0 +1,110 @@
+"""The device-memory plan: how many evaluations may hold a problem's tensors on one GPU at once.
+
+At KernelBench's sizes one problem's inputs and outputs take GBs (level 1's elementwise problems
+6 GB each), so evaluations that run side by side (`--parallel`) could together need more than the
+GPU has. Each evaluation reserves what its problem needs before its worker gets the problem; one
+that does not fit waits until others finish. What a problem needs is estimated from what its
+reference held in its first evaluation (`MemorySizes`); until then, an evaluation of it reserves
+the whole budget. Workers booted ahead hold only a CUDA context until they get a problem, and the
+budget leaves room for those contexts and for the trusted process's chunked comparisons.
+"""
+
+from __future__ import annotations
+
+import threading
+
+#: device memory a worker's CUDA context takes before it holds anything (H100, torch 2.11: ~0.5 GB)
+CONTEXT_BYTES = 600 << 20
+#: what the trusted process's chunked comparisons hold at most (compare.CHUNK_ELEMENTS, float64 temporaries)
+COMPARISON_BYTES = 1 << 30
+
+
+def needed_bytes(sizes: dict, timed_models: int = 3) -> int:
+    """What one evaluation of a problem holds at its peak (the timing phase): the reference's peak,
+    three input sets plus the shared buffers, one output per timed model, and the snapshot and
+    clone the correctness checks make."""
+    inputs, outputs = sizes.get("input_bytes", 0), sizes.get("output_bytes", 0)
+    return (sizes.get("peak_bytes", 0) + sizes.get("parameter_bytes", 0) + 4 * inputs
+            + (timed_models + 1) * outputs + CONTEXT_BYTES)
+
+
+class Reservation:
+    def __init__(self, plan: "MemoryPlan", size: int):
+        self.plan, self.size = plan, size
+
+    def resize(self, size: int) -> None:
+        """Now that the problem's needs are known: shrink (or grow) to them; never waits."""
+        self.plan._resize(self, size)
+
+    def release(self) -> None:
+        self.plan._resize(self, 0)
+
+
+class MemoryPlan:
+    """A byte budget shared by the evaluations of one Evaluator (one GPU)."""
+
+    def __init__(self, budget_bytes: int | None):
+        self.budget = budget_bytes  # None: no limit (the CPU, or a GPU whose memory is unknown)
+        self.used = 0
+        self.holders = 0
+        self.known: dict[str, int] = {}  # problem key -> bytes it needs
+        self._changed = threading.Condition()
+
+    @classmethod
+    def for_device(cls, device: str, spares: int) -> "MemoryPlan":
+        if device != "cuda":
+            return cls(None)
+        free = free_device_bytes()
+        if free is None:
+            return cls(None)
+        return cls(max(0, free - spares * CONTEXT_BYTES - COMPARISON_BYTES))
+
+    def estimate(self, problem, sizes: dict) -> int:
+        need = needed_bytes(sizes)
+        self.known[_key(problem)] = need
+        return need
+
+    def reserve(self, problem) -> Reservation:
+        """Waits until this problem's needs fit beside the evaluations running now; one evaluation may
+        always run (it then meets the device's own limit, and an out-of-memory becomes its verdict)."""
+        need = self.known.get(_key(problem), self.budget or 0)
+        with self._changed:
+            if self.budget is not None:
+                self._changed.wait_for(lambda: self.holders == 0 or self.used + need <= self.budget)
+            self.used += need
+            self.holders += 1
+        return Reservation(self, need)
+
+    def _resize(self, reservation: Reservation, size: int) -> None:
+        with self._changed:
+            if reservation.size == 0 and size == 0:
+                return
+            self.used += size - reservation.size
+            if size == 0:
+                self.holders -= 1
+            reservation.size = size
+            self._changed.notify_all()
+
+
+def _key(problem) -> str:
+    from kernelpro.harness.cache import source_hash
+    return source_hash(problem.source)
+
+
+def free_device_bytes() -> int | None:
+    """Free memory on the GPU this process sees first, through NVML (no CUDA context made here);
+    None where NVML cannot tell."""
+    try:
+        import os
+
+        import pynvml
+        pynvml.nvmlInit()
+        try:
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+            handle = (pynvml.nvmlDeviceGetHandleByUUID(visible) if visible.startswith(("GPU-", "MIG-"))
+                      else pynvml.nvmlDeviceGetHandleByIndex(int(visible) if visible.isdigit() else 0))
+            return int(pynvml.nvmlDeviceGetMemoryInfo(handle).free)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        return None

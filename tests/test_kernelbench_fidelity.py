@@ -1,0 +1,233 @@
+"""KernelBench's semantics in the harness: any init inputs, training mode by default, out-of-memory as a
+verdict, missing packages in one line, chunked comparisons, the memory plan (CPU, real workers)."""
+
+from __future__ import annotations
+
+import textwrap
+import threading
+import time
+
+import pytest
+import torch
+
+from kernelpro.harness import EvalOptions, PhaseLimits, ProblemError, Verdict, load_problem
+from kernelpro.harness import compare
+from kernelpro.harness.memory import MemoryPlan, needed_bytes
+
+FAST = EvalOptions(device="cpu", timing_trials=5, timing_budget_s=1.0,
+                   limits=PhaseLimits(correctness_s=30, load_s=60, reference_s=60))
+
+
+def write(tmp_path, name: str, text: str):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def reference_as_candidate(problem) -> str:
+    return problem.source + "\n\nModelNew = Model\n"
+
+
+CONTAINERS = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, kernel_size, stride, name, nothing, shape, scale, weights):
+        super().__init__()
+        assert isinstance(kernel_size, tuple) and isinstance(stride, list) and name == "avg"
+        assert nothing is None and isinstance(shape, tuple) and isinstance(shape[1], tuple)
+        assert isinstance(scale, torch.Tensor) and isinstance(weights[0], torch.Tensor)
+        self.pool = nn.AvgPool2d(kernel_size, stride=tuple(stride))
+        self.register_buffer("scale", scale.clone())
+        self.register_buffer("shift", weights[0].clone().to(scale.device))
+
+    def forward(self, x, factor):
+        return self.pool(x) * self.scale * factor + self.shift.sum()
+
+def get_inputs():
+    return [torch.rand(2, 3, 12, 10), 0.5]
+
+def get_init_inputs():
+    return [(3, 5), [2, 1], "avg", None, (4, (1, 2)), torch.tensor(2.0), [torch.ones(3)]]
+"""
+
+
+def test_init_inputs_may_be_any_values(tmp_path, cpu_evaluator):
+    """Tuples, lists, strings, None, nested tuples and tensors inside lists, as KernelBench's own problems
+    pass them (kernel_size=(3, 5), bias_shape=(16, 1, 1)); before, such a problem never loaded."""
+    problem = load_problem(write(tmp_path, "containers.py", CONTAINERS))
+    result = cpu_evaluator.evaluate(problem, reference_as_candidate(problem), FAST)
+    assert result.verdict is Verdict.CORRECT, result.reason
+    assert result.model_mode == "train"
+    assert result.memory.input_bytes == 2 * 3 * 12 * 10 * 4
+
+
+BATCH_NORM = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3)
+        self.norm = nn.BatchNorm2d(8)
+
+    def forward(self, x):
+        return self.norm(self.conv(x))
+
+def get_inputs():
+    return [torch.randn(4, 3, 10, 10) * 3 + 1]
+
+def get_init_inputs():
+    return []
+"""
+
+FOLDED = BATCH_NORM + """
+
+class ModelNew(Model):
+    \"\"\"The norm folded into the convolution with its running statistics: exact in eval mode only.\"\"\"
+
+    def forward(self, x):
+        n = self.norm
+        scale = n.weight / torch.sqrt(n.running_var + n.eps)
+        weight = self.conv.weight * scale[:, None, None, None]
+        bias = (self.conv.bias - n.running_mean) * scale + n.bias
+        return torch.nn.functional.conv2d(x, weight, bias)
+"""
+
+
+def test_training_mode_is_the_default_and_eval_mode_an_option(tmp_path, cpu_evaluator):
+    """KernelBench never calls .eval(): batch norm normalizes with the batch's statistics. A candidate that
+    folds the norm's running statistics computes another function there, and is incorrect; with
+    --model-mode eval it is exactly the reference."""
+    problem = load_problem(write(tmp_path, "bn.py", BATCH_NORM))
+    trained = cpu_evaluator.evaluate(problem, FOLDED, FAST)
+    assert trained.verdict is Verdict.INCORRECT, trained.reason
+    assert trained.model_mode == "train"
+    inference = cpu_evaluator.evaluate(problem, FOLDED, FAST.model_copy(update={"model_mode": "eval"}))
+    assert inference.verdict is Verdict.CORRECT, inference.reason
+    assert inference.model_mode == "eval"
+
+
+OOM_CANDIDATE = """
+import torch
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    calls = 0
+
+    def __init__(self, *args):
+        super().__init__()
+
+    def forward(self, x):
+        ModelNew.calls += 1
+        if ModelNew.calls > {after}:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 6.00 GiB")
+        return torch.relu(x)
+"""
+
+RELU = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+def get_inputs():
+    return [torch.randn(64, 256)]
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.parametrize("after, phase", [(0, "correctness"), (6, "timing")])
+def test_out_of_memory_in_a_phase_is_a_verdict(tmp_path, cpu_evaluator, after, phase):
+    """An out-of-memory (injected: the CPU has no device allocator to exhaust) is the candidate's
+    runtime_error, naming the phase and the problem's sizes; the evaluation itself goes on. Correctness
+    makes 6 calls (5 trials and a repeat), so after 6 the timing phase meets it."""
+    problem = load_problem(write(tmp_path, "relu.py", RELU))
+    result = cpu_evaluator.evaluate(problem, OOM_CANDIDATE.format(after=after), FAST)
+    assert result.verdict is Verdict.RUNTIME_ERROR
+    assert result.phase.value == phase
+    assert f"out of device memory in the {phase} phase" in result.reason
+    assert "inputs 0.00 GiB" in result.reason and "reference outputs" in result.reason
+
+
+def test_a_reference_out_of_memory_is_one_line_about_the_problem(tmp_path, cpu_evaluator):
+    source = RELU.replace("return torch.relu(x)", "raise torch.OutOfMemoryError('CUDA out of memory. Tried "
+                                                 "to allocate 12.00 GiB')")
+    problem = load_problem(write(tmp_path, "big.py", source))
+    with pytest.raises(ProblemError, match="the reference Model ran out of device memory .*inputs 0.00 GiB"):
+        cpu_evaluator.evaluate(problem, reference_as_candidate(problem), FAST)
+
+
+def test_a_problem_needing_a_missing_package_says_which(tmp_path):
+    path = write(tmp_path, "needs.py", "import torch\nfrom kernelpro_no_such_pkg.ops import rearrange\n"
+                                       + RELU.replace("import torch\n", "", 1))
+    with pytest.raises(ProblemError, match="needs the Python package 'kernelpro_no_such_pkg'.*pip install"):
+        load_problem(path)
+
+
+def test_comparison_in_chunks_gives_the_whole_tensor_s_statistics(monkeypatch):
+    """The comparison holds one chunk at a time; what it reports is the whole tensor's fraction and
+    largest error, wherever in the tensor the mismatches are."""
+    torch.manual_seed(0)
+    expected = torch.randn(1000, 37)
+    got = expected.clone()
+    got[3, 4] += 0.5  # first chunk
+    got[-1, -1] -= 2.0  # last chunk
+    got[500, 0] = float("nan")
+    whole = compare.compare_tensor(expected, got, 0, 1e-4)
+    monkeypatch.setattr(compare, "CHUNK_ELEMENTS", 1000)
+    chunked = compare.compare_tensor(expected, got, 0, 1e-4)
+    assert chunked is not None and whole is not None
+    assert chunked.stats == whole.stats
+    assert chunked.stats.mismatch_fraction == pytest.approx(3 / expected.numel())
+    assert chunked.stats.max_abs_error == pytest.approx(2.0)
+    assert chunked.stats.nan_inf_mismatch
+    monkeypatch.setattr(compare, "CHUNK_ELEMENTS", 7)
+    assert compare.compare_tensor(expected, expected.clone(), 0, 1e-4) is None
+    ints = torch.arange(100)
+    other = ints.clone()
+    other[99] = 0
+    assert "1.00% of elements differ" in compare.compare_tensor(ints, other, 0, 1e-4).reason
+
+
+def test_memory_plan_holds_back_what_does_not_fit():
+    plan = MemoryPlan(20 << 30)
+
+    class Problem:
+        source = "a problem"
+
+    problem = Problem()
+    first = plan.reserve(problem)  # unknown needs: the whole budget
+    assert first.size == 20 << 30
+    first.resize(plan.estimate(problem, {"input_bytes": 1 << 30, "output_bytes": 1 << 30}))
+    assert plan.known and first.size == needed_bytes({"input_bytes": 1 << 30, "output_bytes": 1 << 30})
+    second = plan.reserve(problem)  # known now, and it fits beside the first
+    got: list = []
+    waiter = threading.Thread(target=lambda: got.append(plan.reserve(problem)))
+    waiter.start()  # a third does not fit (2 x 8.6 GB held of 20): it waits
+    time.sleep(0.3)
+    assert not got
+    first.release()
+    waiter.join(5)
+    assert got and plan.holders == 2
+    second.release()
+    got[0].release()
+    assert plan.used == 0 and plan.holders == 0
+
+
+def test_kernelbench_timing_is_reported_beside_our_own(tmp_path, cpu_evaluator):
+    problem = load_problem(write(tmp_path, "relu.py", RELU))
+    result = cpu_evaluator.evaluate(problem, reference_as_candidate(problem),
+                                    FAST.model_copy(update={"kernelbench_timing": True}))
+    assert result.verdict is Verdict.CORRECT, result.reason
+    kb = result.kernelbench
+    assert kb is not None and kb.trials == 100
+    assert kb.speedup == pytest.approx(kb.reference_mean_ms / kb.candidate_mean_ms)
+    plain = cpu_evaluator.evaluate(problem, reference_as_candidate(problem), FAST)
+    assert plain.kernelbench is None

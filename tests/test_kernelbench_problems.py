@@ -1,0 +1,53 @@
+"""Every problem of ../shared/kernelbench (125 of KernelBench's 250) through kernelpro's loader, the model
+build with its init inputs, and the offline coder's graph analysis on meta and fake tensors (no
+full-size allocation: level 1's inputs are GBs). Skipped where ../shared/kernelbench is absent."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kernelpro.bench.suite import discover, select
+from kernelpro.harness.problem import load_problem
+
+KERNELBENCH = Path(__file__).resolve().parents[2] / "shared" / "kernelbench"
+SUBSET = Path(__file__).resolve().parents[1] / "benchmarks" / "kernelbench_subset30.txt"
+PROBLEMS = sorted(p.relative_to(KERNELBENCH).with_suffix("").as_posix()
+                  for p in KERNELBENCH.glob("level*/*.py")) if KERNELBENCH.is_dir() else []
+
+pytestmark = pytest.mark.skipif(not PROBLEMS, reason="../shared/kernelbench is absent")
+
+#: problems whose forward the offline coder cannot trace, with the cause. Their search still runs: the
+#: moves that need no graph (cuda_graphs, channels_last, tf32) apply to them.
+UNTRACED = {
+    # forward builds tensors (a mask, a hidden state) that the meta tracer keeps as constants on its
+    # shadow model, which the real model lacks
+    "level3/30_SwinTransformerV2": "_tensor_constant0",
+    "level3/33_VanillaRNN": "_tensor_constant0",
+    "level3/50_ReLUSelfAttention": "_tensor_constant0",
+    # forward branches on a tensor's value (an `if` over a traced value)
+    "level3/46_NetVladWithGhostClusters": "control flow",
+}
+
+
+@pytest.mark.parametrize("key", PROBLEMS)
+def test_problem_loads_builds_and_traces(key):
+    from kernelpro.offline.worker import Problem
+    path = KERNELBENCH / f"{key}.py"
+    load_problem(path)  # static checks: parses, defines Model/get_inputs/get_init_inputs, packages present
+    problem = Problem(path, 42, "train", weights="meta")
+    assert all(value.is_meta for value in problem.inputs if hasattr(value, "is_meta"))  # no input was allocated
+    if key in UNTRACED:
+        assert problem.graph is None and UNTRACED[key] in problem.trace_error, problem.trace_error
+    else:
+        assert problem.graph is not None, problem.trace_error
+        outputs = [n for n in problem.graph.graph.nodes if n.op == "output"]
+        assert outputs, "the traced graph has no output"
+
+
+def test_the_subset_is_ten_problems_of_each_level():
+    keys = select(discover(KERNELBENCH), problems=f"@{SUBSET}")
+    assert len(keys) == 30
+    assert sorted({e.level for e in keys}) == [1, 2, 3]
+    assert all(sum(e.level == level for e in keys) == 10 for level in (1, 2, 3))
