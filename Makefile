@@ -14,12 +14,12 @@ $(BIN)/kernelpro: pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[test]"
 	touch $@
 
-.PHONY: install demo test gpu-check chromium
+.PHONY: install demo test gpu-check chromium sandbox
 install: $(BIN)/kernelpro
 
 DEMO_OUT ?= runs/demo
 
-demo: $(BIN)/kernelpro
+demo: $(BIN)/kernelpro sandbox
 	rm -rf $(DEMO_OUT)
 	$(BIN)/kernelpro search examples/attention_block.py --budget 8 --out $(DEMO_OUT)
 
@@ -29,8 +29,15 @@ chromium:
 	  (apt-get install -y -q chromium >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && \
 	   apt-get install -y -q chromium >/dev/null 2>&1)) || echo "chromium not installed: the report test will skip"; }
 
+# Candidates run in bubblewrap's namespaces (harness/sandbox.py); as root, install it when missing. Without
+# it kernelpro still runs, says loudly that candidates are not sandboxed, and the attack tests skip.
+sandbox:
+	@command -v bwrap >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  (apt-get install -y -q bubblewrap >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && \
+	   apt-get install -y -q bubblewrap >/dev/null 2>&1)) || echo "bubblewrap not installed: candidates run unsandboxed"; }
+
 # pytest exits 5 when it collects no test; that is not a failure of the suite.
-test: $(BIN)/kernelpro chromium
+test: $(BIN)/kernelpro chromium sandbox
 	$(BIN)/python -m pytest -m "not gpu" $(PYTEST_ARGS); rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
 gpu-check:

@@ -12,12 +12,13 @@ import socket
 import sys
 from pathlib import Path
 
-from kernelpro.harness import channel
+from kernelpro.harness import channel, sandbox
 from kernelpro.harness.worker import (build_failure_reason, error_tail, import_file, is_build_failure,
                                       one_line)
 
 
 def main() -> None:
+    sandbox.limit_self()  # before any candidate code
     sock = socket.socket(fileno=int(sys.argv[1]))
     channel.send(sock, {"type": "ready", "pid": os.getpid()})
     spec, _ = channel.receive(sock)

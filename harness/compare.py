@@ -152,13 +152,3 @@ def compare_outputs(expected: list, got: list, expected_structure: str, got_stru
         if mismatch:
             return mismatch
     return None
-
-
-def outputs_independent_of_inputs(reference_trials: list[list], tolerance: float) -> bool:
-    """True when every trial (fresh inputs and weights) gave the same reference output."""
-    if len(reference_trials) < 2:
-        return False
-    first = reference_trials[0]
-    return all(
-        compare_outputs(first, other, "x", "x", tolerance) is None for other in reference_trials[1:]
-    )

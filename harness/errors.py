@@ -20,6 +20,12 @@ class ProblemError(KernelproError):
         super().__init__(f"{self.path}: {cause}")
 
 
+def missing_packages_line(names: list[str]) -> str:
+    """The cause of a problem that imports packages this Python lacks, in one line."""
+    return (f"it needs the Python package{'s' if len(names) > 1 else ''} {', '.join(repr(n) for n in names)}, "
+            f"not installed here (pip install {' '.join(names)})")
+
+
 class CandidateFileError(KernelproError):
     """A candidate file that cannot be read at all (a bad candidate gets a verdict)."""
 

@@ -15,8 +15,9 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from kernelpro.harness import channel, compare, policy
+from kernelpro.harness import channel, compare, policy, sandbox
 from kernelpro.harness.cache import BuildCache, BuildEntry, needs_native_build, source_hash
 from kernelpro.harness.errors import DeviceError, ProblemError
 from kernelpro.harness.memory import MemoryPlan, Reservation
@@ -48,8 +49,10 @@ def check_device(device: str) -> None:
 class WorkerPool:
     """Spawns workers ahead of need. Each worker serves one candidate, then dies."""
 
-    def __init__(self, device: str, spares: int = 1, env: dict[str, str] | None = None):
+    def __init__(self, device: str, spares: int = 1, env: dict[str, str] | None = None,
+                 build_cache: Path | None = None):
         self.device = device
+        self.build_cache = build_cache  # shown read-only to sandboxed workers
         # On CUDA a replacement boots while the current worker runs; on CPU it would steal
         # a core from the timing phase, so it boots only after the evaluation.
         self.refill_on_acquire = device == "cuda"
@@ -60,7 +63,7 @@ class WorkerPool:
         self._fill()
 
     def _spawn(self) -> WorkerProcess:
-        return WorkerProcess(self.device, self.env)
+        return WorkerProcess(self.device, self.env, build_cache=self.build_cache)
 
     def _fill(self) -> None:
         with self._lock:
@@ -89,9 +92,12 @@ class WorkerPool:
         for worker in booting:
             worker.settle(deadline - time.monotonic())
 
-    def builder(self) -> WorkerProcess:
+    def builder(self, entry: BuildEntry) -> WorkerProcess:
+        """A build worker for one candidate: its own cache entry is the one folder it may write
+        besides its working folder."""
+        entry.root.mkdir(parents=True, exist_ok=True)
         return WorkerProcess("cpu", {**self.env, "CUDA_VISIBLE_DEVICES": ""},
-                             module="kernelpro.harness.builder")
+                             module="kernelpro.harness.builder", writable=(entry.root,))
 
     def close(self) -> None:
         with self._lock:
@@ -145,7 +151,8 @@ class Evaluator:
         # start/stop/idle_power_w/min_window_s/method); the harness does not import it.
         self.energy_meter = energy_meter
         self.cache = cache or BuildCache()
-        self.pool = WorkerPool(device, spares=spares, env=build_environment(device))
+        self.pool = WorkerPool(device, spares=spares, env=build_environment(device), build_cache=self.cache.root)
+        sandbox.warn_once()
         self.memory = MemoryPlan.for_device(device, spares)
         self.build_pool = ThreadPoolExecutor(max_workers=build_workers, thread_name_prefix="kernelpro-build")
         self._builds: dict[str, Future] = {}
@@ -180,7 +187,7 @@ class Evaluator:
         if entry.built or not needs_native_build(source):
             return entry.built, 0.0, None
         began = time.monotonic()
-        builder = self.pool.builder()
+        builder = self.pool.builder(entry)
         try:
             builder.receive(_STARTUP_LIMIT_S)
             builder.send({"candidate_source": source, "extensions_dir": str(entry.extensions_dir),
@@ -278,7 +285,8 @@ class Evaluator:
             "correct_trials": options.correct_trials, "timing_trials": options.timing_trials,
             "timing_budget_s": options.timing_budget_s, "warmup_calls": options.warmup_calls,
             "l2_flush_bytes": options.l2_flush_bytes, "cpu_settle_s": options.cpu_settle_s,
-            "model_mode": options.model_mode, "extensions_dir": str(entry.extensions_dir), "triton_cache_dir": str(entry.triton_cache_dir),
+            "model_mode": options.model_mode, "extensions_dir": str(entry.extensions_dir),
+            "triton_cache_dir": str(entry.triton_cache_dir),
         })
         outcome.enter(Phase.REFERENCE)
         tolerance = options.effective_tolerance
@@ -418,12 +426,9 @@ class Evaluator:
             limit = meter.power_limit_w() if hasattr(meter, "power_limit_w") else None
             energy = EnergyStats(method=meter.method, idle_power_w=outcome.idle_power_w, power_limit_w=limit,
                                  reference=outcome.energy["eager"], candidate=outcome.energy["candidate"])
-        kernelbench = timing.get("kernelbench") or {}
-        if kernelbench.get("error"):
+        kernelbench = _kernelbench_timing(timing.get("kernelbench"))
+        if timing.get("kernelbench") and kernelbench is None:
             flags.append("kernelbench_timing_failed")
-        kernelbench = KernelBenchTiming(
-            **kernelbench, speedup=kernelbench["reference_mean_ms"] / kernelbench["candidate_mean_ms"]) \
-            if kernelbench.get("candidate_mean_ms") else None
         return _result(
             Verdict.CORRECT, Phase.DONE, f"correct, {eager.median_ms / candidate.median_ms:.3f}x vs eager",
             base, began, worker=worker, outcome=outcome, flags=flags,
@@ -433,6 +438,16 @@ class Evaluator:
             floor=_floor(outcome.info, timing.get("ceilings") or {}),
             custom_kernels=[k for k in timing["kernels"] if policy.launched_custom_kernel([k], source)],
         )
+
+
+def _kernelbench_timing(sent) -> KernelBenchTiming | None:
+    """The worker's KernelBench-method times (sent after candidate code ran: read defensively)."""
+    try:
+        candidate, reference = float(sent["candidate_mean_ms"]), float(sent["reference_mean_ms"])
+        return KernelBenchTiming(candidate_mean_ms=candidate, reference_mean_ms=reference,
+                                 speedup=reference / candidate, trials=int(sent["trials"]))
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return None
 
 
 def _version() -> str:

@@ -3,8 +3,8 @@
 A problem file defines `class Model(nn.Module)`, `get_inputs()` and
 `get_init_inputs()`, plus any module-level constants they use. The trusted process
 checks a problem statically (it exists, parses, defines those names); running it
-happens in a worker, which reports `get_inputs` raising or returning non-tensors as
-a `ProblemError` that names the file.
+happens in a worker, which reports `get_inputs` raising or returning something other
+than a list, or the reference failing, as a `ProblemError` that names the file.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernelpro.harness.errors import ProblemError
+from kernelpro.harness.errors import ProblemError, missing_packages_line
 
 REQUIRED_NAMES = ("Model", "get_inputs", "get_init_inputs")
 _SUITE_FILE = re.compile(r"^(?P<id>\d+)_(?P<name>.+)\.py$")
@@ -75,9 +75,7 @@ def check_source(path: Path, source: str) -> ast.Module:
                                  "class Model, get_inputs() and get_init_inputs())")
     absent = missing_packages(tree)
     if absent:
-        raise ProblemError(path, f"it needs the Python package{'s' if len(absent) > 1 else ''} "
-                                 f"{', '.join(repr(n) for n in absent)}, not installed here "
-                                 f"(pip install {' '.join(absent)})")
+        raise ProblemError(path, missing_packages_line(absent))
     return tree
 
 

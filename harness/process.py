@@ -1,10 +1,12 @@
 """Worker processes, seen from the trusted side.
 
-A worker is a fresh interpreter (spawned, never forked) in its own session and
-process group, with a scrubbed environment, its own temporary directory, stdin
-closed, and stdout/stderr drained by threads into capped buffers. It is used for
-one candidate and then killed with its whole process group (nvcc and ninja
-included), so no candidate can leave anything behind for the next one.
+A worker is a fresh interpreter (spawned, never forked) in the sandbox (`sandbox`:
+its own PID, network and mount namespaces), in its own session and process group,
+with a scrubbed environment, its own temporary directory, stdin closed, and
+stdout/stderr drained by threads into capped buffers. It is used for one candidate
+and then killed with its whole process group (nvcc and ninja included); killing the
+sandbox's init ends every process inside it, so no candidate can leave anything
+behind for the next one.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import threading
 import time
 from pathlib import Path
 
-from kernelpro.harness import channel
+from kernelpro.harness import channel, sandbox
 from kernelpro.harness.records import CappedLog
 
 #: Variables a worker may see. Everything else (API keys, tokens, cloud
@@ -120,15 +122,22 @@ class WorkerProcess:
     """One spawned worker: a process group, a private channel and capped logs."""
 
     def __init__(self, device: str, env_extra: dict[str, str] | None = None,
-                 module: str = "kernelpro.harness.worker"):
+                 module: str = "kernelpro.harness.worker", writable: tuple[Path, ...] = (),
+                 build_cache: Path | None = None):
+        """In the sandbox (`sandbox.wrap`) where there is one: `writable` folders besides its own
+        working folder, and the build cache shown read-only (see `sandbox.wrap`)."""
         self.device = device
         self.workdir = Path(tempfile.mkdtemp(prefix="kernelpro-worker-"))
         self._sock, child_sock = socket.socketpair()
         child_fd = child_sock.fileno()
         env = scrubbed_environment({"HOME": str(self.workdir), "TMPDIR": str(self.workdir),
                                     **(env_extra or {})})
+        self.sandboxed = sandbox.isolation().active
+        if build_cache is not None and self.sandboxed:
+            env["KERNELPRO_BUILD_SHADOW"] = "1"
         self.process = subprocess.Popen(
-            [sys.executable, "-m", module, str(child_fd), device],
+            sandbox.wrap([sys.executable, "-m", module, str(child_fd), device], self.workdir, writable,
+                         build_cache),
             pass_fds=(child_fd,), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, start_new_session=True, env=env, cwd=self.workdir,
         )
@@ -178,9 +187,12 @@ class WorkerProcess:
     def exit_status(self, wait_s: float = 2.0) -> int | None:
         """The worker's return code (negative: killed by that signal), or None if alive."""
         try:
-            return self.process.wait(wait_s)
+            status = self.process.wait(wait_s)
         except subprocess.TimeoutExpired:
             return None
+        if self.sandboxed and status > 128 and status - 128 in signal.valid_signals():
+            return -(status - 128)  # bubblewrap's init passes on a child's death by signal N as 128 + N
+        return status
 
     def kill(self) -> None:
         """Kill the whole process group and any descendant that left it."""

@@ -35,7 +35,8 @@ from pathlib import Path
 
 import torch
 
-from kernelpro.harness import channel
+from kernelpro.harness import channel, sandbox
+from kernelpro.harness.errors import missing_packages_line
 from kernelpro.harness.modelio import (DTYPES, build_model, cast_to, flatten_outputs, import_file,  # noqa: F401
                                       parameter_bytes, set_seed, tensor_bytes)
 from kernelpro.harness.payload import pack_values
@@ -62,12 +63,6 @@ def one_line(error: BaseException) -> str:
     message = str(error).strip().splitlines()
     first = message[0] if message else ""
     return f"{type(error).__name__}: {first}"[:300]
-
-
-def missing_package(error: ModuleNotFoundError) -> str:
-    """One line for a problem or candidate that imports a package this Python lacks."""
-    name = (error.name or str(error)).split(".")[0]
-    return f"it needs the Python package '{name}', which is not installed here (pip install {name})"
 
 
 def compiler_error_line(text: str) -> str | None:
@@ -97,6 +92,7 @@ class Job:
         self.dtype = DTYPES[spec["precision"]]
         self.workdir = Path.cwd()
         self.problem = None
+        self.current_phase = ""
         self.sizes: dict = {}  # the reference's input, output, parameter and peak bytes (trial 0)
         self.output_templates: list[torch.Tensor] = []
         self.output_devices: list[torch.device] = []
@@ -135,7 +131,8 @@ class Job:
         try:
             problem = import_file("kernelpro_reference", path)
         except ModuleNotFoundError as error:  # the problem's own fault: a package it needs
-            raise Report({"type": "problem_error", "cause": missing_package(error)})
+            raise Report({"type": "problem_error",
+                          "cause": missing_packages_line([(error.name or str(error)).split(".")[0]])})
         except Exception as error:  # the problem's own fault
             raise Report({"type": "problem_error", "cause": f"importing it failed: {one_line(error)}"})
         for name in ("Model", "get_inputs", "get_init_inputs"):
@@ -165,10 +162,14 @@ class Job:
                 raise Report({"type": "problem_error", "cause": f"the reference Model failed: {one_line(error)}"})
             structure, outputs = flatten_outputs(outputs)
             if trial == 0:
-                self.output_templates = [o for o in outputs if isinstance(o, torch.Tensor)]
+                tensors = [o for o in outputs if isinstance(o, torch.Tensor)]
                 bytes_moved = tensor_bytes(inputs) + tensor_bytes(outputs) + parameter_bytes(model)
                 self.reference_aliases = [any(guards.overlaps(o, x) for x in inputs if isinstance(x, torch.Tensor))
-                                          for o in self.output_templates]
+                                          for o in tensors]
+                # shapes and devices only: the tensors themselves go as soon as they are sent
+                self.output_devices = [t.device for t in tensors]
+                self.output_templates = [torch.empty(t.shape, dtype=t.dtype, device="meta") for t in tensors]
+                del tensors
                 sizes = {"input_bytes": tensor_bytes(inputs), "output_bytes": tensor_bytes(outputs),
                          "parameter_bytes": parameter_bytes(model),
                          "peak_bytes": torch.cuda.max_memory_allocated(self.device) if cuda else 0}
@@ -177,8 +178,6 @@ class Job:
             del model, outputs, inputs, init_inputs  # the host copy goes out; nothing of this trial stays here
             self.send({"type": "reference_output", "trial": trial, "structure": structure}, payload)
             del payload
-        self.output_devices = [t.device for t in self.output_templates]
-        self.output_templates = [torch.empty(t.shape, dtype=t.dtype, device="meta") for t in self.output_templates]
         if cuda:
             torch.cuda.empty_cache()
         self.send({"type": "reference_info", "flops": flops, "bytes_moved": bytes_moved, **sizes})
@@ -186,7 +185,7 @@ class Job:
     def memory_line(self, inputs: list) -> str:
         """The sizes an out-of-memory verdict names."""
         gib = 1 << 30
-        sizes = getattr(self, "sizes", None) or {"input_bytes": tensor_bytes(inputs)}
+        sizes = self.sizes or {"input_bytes": tensor_bytes(inputs)}
         parts = [f"inputs {sizes['input_bytes'] / gib:.2f} GiB"]
         if "output_bytes" in sizes:
             parts += [f"reference outputs {sizes['output_bytes'] / gib:.2f} GiB",
@@ -244,6 +243,8 @@ class Job:
         except SyntaxError as error:
             raise Report({"type": "verdict", "verdict": "compile_error",
                           "reason": f"syntax error at line {error.lineno}: {error.msg}", "log": error_tail(error)})
+        except torch.OutOfMemoryError:
+            raise  # serve() makes it the runtime_error that names the phase and the sizes
         except BaseException as error:
             if is_build_failure(error):
                 raise Report({"type": "verdict", "verdict": "compile_error",
@@ -327,10 +328,8 @@ class Job:
                     repeat = None
             except Report:
                 raise
-            except torch.OutOfMemoryError as error:
-                raise Report({"type": "verdict", "verdict": "runtime_error",
-                              "reason": f"trial {index}: out of device memory in the correctness phase "
-                                        f"({self.memory_line(inputs)}): {one_line(error)}", "log": error_tail(error)})
+            except torch.OutOfMemoryError:
+                raise  # serve() makes it the runtime_error that names the phase and the sizes
             except BaseException as error:
                 verdict = "compile_error" if is_build_failure(error) else "runtime_error"
                 raise Report({"type": "verdict", "verdict": verdict,
@@ -351,7 +350,7 @@ class Job:
         change the inputs between two calls)."""
         if self.device.type != "cuda":
             return TIMING_POOL_SIZE
-        sizes = getattr(self, "sizes", {})
+        sizes = self.sizes
         free, _ = torch.cuda.mem_get_info(self.device)
         fixed = sizes.get("output_bytes", 0) * functions + sizes.get("peak_bytes", 0)
         for size in range(TIMING_POOL_SIZE, 2, -1):
@@ -452,6 +451,8 @@ def serve(sock: socket.socket, device_name: str) -> None:
     channel.send(sock, {"type": "ready", "pid": os.getpid(), "torch": torch.__version__,
                         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"})
     spec, _ = channel.receive(sock)
+    for folder in (spec["extensions_dir"], spec["triton_cache_dir"]):
+        sandbox.restore_build(folder)  # in the sandbox: the cached build, private to this worker
     os.environ["TORCH_EXTENSIONS_DIR"] = spec["extensions_dir"]
     os.environ["TRITON_CACHE_DIR"] = spec["triton_cache_dir"]
     job = Job(sock, device, spec)
@@ -469,10 +470,9 @@ def serve(sock: socket.socket, device_name: str) -> None:
     except Report as report:
         channel.send(sock, report.header)
     except torch.OutOfMemoryError as error:
-        phase = getattr(job, "current_phase", "")
         channel.send(sock, {"type": "verdict", "verdict": "runtime_error", "log": error_tail(error),
-                            "reason": f"out of device memory in the {phase} phase ({job.memory_line([])}): "
-                                      f"{one_line(error)}"})
+                            "reason": f"out of device memory in the {job.current_phase} phase "
+                                      f"({job.memory_line([])}): {one_line(error)}"})
     except BaseException as error:
         verdict = "compile_error" if is_build_failure(error) else "runtime_error"
         channel.send(sock, {"type": "verdict", "verdict": verdict, "reason": one_line(error),
@@ -480,6 +480,7 @@ def serve(sock: socket.socket, device_name: str) -> None:
 
 
 def main() -> None:
+    sandbox.limit_self()  # before any candidate code
     sock = socket.socket(fileno=int(sys.argv[1]))
     serve(sock, sys.argv[2])
     sock.close()

@@ -67,6 +67,17 @@ def kernelpro_home(tmp_path, monkeypatch):
     return home
 
 
+@pytest.fixture
+def no_sandbox(monkeypatch):
+    """Candidates run without the sandbox in this test (as where bubblewrap is missing)."""
+    from kernelpro.harness import sandbox
+    monkeypatch.setenv("KERNELPRO_SANDBOX", "none")
+    sandbox.isolation.cache_clear()
+    yield
+    monkeypatch.delenv("KERNELPRO_SANDBOX")
+    sandbox.isolation.cache_clear()
+
+
 @pytest.fixture(scope="session")
 def cpu_evaluator(tmp_path_factory):
     from kernelpro.harness import Evaluator

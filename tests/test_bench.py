@@ -41,6 +41,15 @@ def test_suite_discovery_and_selection(tmp_path):
     assert [(e.level, e.number, e.name) for e in entries][0] == (1, 1, "DoubleNegation")
     assert [e.key for e in select(entries, levels="2")] == ["level2/1_LinearScale"]
     assert [e.key for e in select(entries, problems="2-5")] == ["level1/2_ScaledSum"]
+    assert [e.key for e in select(entries, problems="level2/1_LinearScale, level1/1_DoubleNegation")] == [
+        "level1/1_DoubleNegation", "level2/1_LinearScale"]
+    listed = tmp_path / "keys.txt"
+    listed.write_text("# a subset\nlevel1/2_ScaledSum  # one\n\n")
+    assert [e.key for e in select(entries, problems=f"@{listed}")] == ["level1/2_ScaledSum"]
+    with pytest.raises(SuiteError, match="level1/9_Nope is not in the suite"):
+        select(entries, problems="level1/9_Nope")
+    with pytest.raises(SuiteError, match="cannot read"):
+        select(entries, problems=f"@{tmp_path / 'missing.txt'}")
     assert parse_numbers("1-3,7, 9") == {1, 2, 3, 7, 9}
     for bad in ("3-1", "x", "1-"):
         with pytest.raises(SuiteError):

@@ -143,13 +143,16 @@ def get_init_inputs():
 """
 
 
-@pytest.mark.parametrize("after, phase", [(0, "correctness"), (6, "timing")])
+@pytest.mark.parametrize("after, phase", [(-1, "load"), (0, "correctness"), (6, "timing")])
 def test_out_of_memory_in_a_phase_is_a_verdict(tmp_path, cpu_evaluator, after, phase):
     """An out-of-memory (injected: the CPU has no device allocator to exhaust) is the candidate's
     runtime_error, naming the phase and the problem's sizes; the evaluation itself goes on. Correctness
-    makes 6 calls (5 trials and a repeat), so after 6 the timing phase meets it."""
+    makes 6 calls (5 trials and a repeat), so after 6 the timing phase meets it; -1: at import."""
     problem = load_problem(write(tmp_path, "relu.py", RELU))
-    result = cpu_evaluator.evaluate(problem, OOM_CANDIDATE.format(after=after), FAST)
+    source = OOM_CANDIDATE.format(after=max(after, 0))
+    if after < 0:
+        source += "\nraise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 80.00 GiB')\n"
+    result = cpu_evaluator.evaluate(problem, source, FAST)
     assert result.verdict is Verdict.RUNTIME_ERROR
     assert result.phase.value == phase
     assert f"out of device memory in the {phase} phase" in result.reason
@@ -231,3 +234,45 @@ def test_kernelbench_timing_is_reported_beside_our_own(tmp_path, cpu_evaluator):
     assert kb.speedup == pytest.approx(kb.reference_mean_ms / kb.candidate_mean_ms)
     plain = cpu_evaluator.evaluate(problem, reference_as_candidate(problem), FAST)
     assert plain.kernelbench is None
+
+
+def test_reference_outputs_spill_to_a_file_when_memory_is_short(tmp_path, cpu_evaluator, monkeypatch):
+    """Every trial's reference outputs are kept until the candidate's arrive; where they would take over
+    a quarter of the available memory they go to an unlinked file mapped back, and verdicts are the same."""
+    from kernelpro.harness import evaluate as evaluate_module
+    spilled = []
+    real_spill = evaluate_module.spill
+    monkeypatch.setattr(evaluate_module, "available_memory_bytes", lambda: 4)
+    monkeypatch.setattr(evaluate_module, "spill", lambda payload: spilled.append(len(payload)) or real_spill(payload))
+    problem = load_problem(write(tmp_path, "relu.py", RELU))
+    good = cpu_evaluator.evaluate(problem, reference_as_candidate(problem), FAST)
+    assert good.verdict is Verdict.CORRECT, good.reason
+    assert len(spilled) == FAST.correct_trials and min(spilled) > 64 * 256 * 4
+    wrong = cpu_evaluator.evaluate(problem, RELU.replace("torch.relu(x)", "torch.relu(x) + 1e-3")
+                                   .replace("class Model", "class ModelNew"), FAST)
+    assert wrong.verdict is Verdict.INCORRECT and "trial 0" in wrong.reason
+
+
+def test_kb_judge_sets_the_two_verdicts_side_by_side(tmp_path):
+    """scripts/kb_judge.py's agreement over a bench folder and the oracle's judgements (made up here: the
+    oracle itself runs only on a GPU)."""
+    import importlib.util
+    import json
+    from pathlib import Path
+    spec = importlib.util.spec_from_file_location("kb_judge", Path(__file__).parents[1] / "scripts" / "kb_judge.py")
+    kb_judge = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(kb_judge)
+    bench, out = tmp_path / "bench", tmp_path / "out"
+    for key, ours, theirs, correct in (("level1/1_A", 1.50, 1.40, True), ("level2/2_B", 2.0, 1.5, True),
+                                       ("level3/3_C", 1.1, 1.1, False)):
+        folder = bench / "problems" / key
+        folder.mkdir(parents=True)
+        (folder / "best.py").write_text("class ModelNew: pass\n")
+        (folder / "run.json").write_text(json.dumps({"best_moves": ["m"], "final": {
+            "speedup": ours, "kernelbench": {"speedup": ours}}}))
+        judged = out / "judged" / f"{key}.json"
+        judged.parent.mkdir(parents=True)
+        judged.write_text(json.dumps({"correctness": correct, "compiled": True, "speedup_vs_eager": theirs}))
+    document = kb_judge.agreement(bench, out)
+    assert document["judged"] == 3 and document["correct_agree"] == 2
+    assert document["speedup_compared"] == 3 and document["speedup_agree"] == 2  # 2.0 vs 1.5 is 33% apart

@@ -27,8 +27,9 @@ def test_capped_stream_keeps_head_and_tail():
     assert "bytes dropped" in log.text()
 
 
-def test_kill_takes_the_whole_process_group_and_escaped_children(tmp_path):
-    """A worker that starts a grandchild (like nvcc under ninja) and one that leaves the group."""
+def test_kill_takes_the_whole_process_group_and_escaped_children(tmp_path, no_sandbox):
+    """A worker that starts a grandchild (like nvcc under ninja) and one that leaves the group. Without
+    the sandbox (which would end them with its namespace, see test_sandbox.py): the kill alone."""
     module_dir = tmp_path / "mods"
     module_dir.mkdir()
     (module_dir / "spawner.py").write_text(textwrap.dedent(f"""
@@ -79,7 +80,8 @@ def test_settle_waits_for_the_workers_booting_ahead_and_keeps_their_first_messag
         worker = pool.acquire()
         assert worker is spare
         header, _ = worker.receive(0.001)  # read by settle, kept for its user
-        assert header["type"] == "ready" and header["pid"] == spare.pid
+        # the pid the worker sees: its host pid, or its pid inside the sandbox's PID namespace
+        assert header["type"] == "ready" and (header["pid"] == spare.pid) is not spare.sandboxed
         pool.release(worker)
         lone = WorkerProcess("cpu")
         try:

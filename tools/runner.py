@@ -30,7 +30,8 @@ class ProfileError(KernelproError):
 
 def _spec(target: Target, mode: str, out: Path, extra: dict) -> dict:
     spec = {"mode": mode, "problem_path": str(Path(target.problem_path).resolve()), "device": target.device,
-            "precision": target.precision, "seed": target.seed, "model_mode": target.model_mode, "out": str(out), **extra}
+            "precision": target.precision, "seed": target.seed, "model_mode": target.model_mode, "out": str(out),
+            **extra}
     if target.candidate_path:
         entry = BuildCache().entry(Path(target.candidate_path).read_text())
         spec.update(candidate_path=str(Path(target.candidate_path).resolve()),

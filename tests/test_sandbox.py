@@ -1,0 +1,172 @@
+"""Attacks on the judge from candidate code, each held by the sandbox (bubblewrap; CPU, real workers).
+
+Each candidate computes the right output after its attack, so a `correct` verdict means the attack
+changed nothing the trusted side relies on. Without bubblewrap these attacks are not held (the
+README's table says so) and the tests skip; the verdict tests of test_verdicts.py run either way,
+and `test_verdicts_hold_without_the_sandbox` below runs some with the sandbox turned off.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+
+from conftest import DATA, candidate_source
+from kernelpro.harness import EvalOptions, PhaseLimits, Verdict
+from kernelpro.harness import sandbox
+
+FAST = EvalOptions(device="cpu", timing_trials=5, timing_budget_s=1.0,
+                   limits=PhaseLimits(correctness_s=30, load_s=60, reference_s=60))
+needs_sandbox = pytest.mark.skipif(not sandbox.isolation().active, reason=sandbox.describe())
+
+GOOD = (DATA / "candidates" / "good.py").read_text()
+
+
+def attacking(attack: str) -> str:
+    """The good candidate, with `attack` run when the module is imported (the load phase) and again in
+    forward's first call (the correctness phase)."""
+    body = "\n".join("    " + line for line in attack.strip().splitlines())
+    return GOOD.replace("class ModelNew", f"def _attack():\n{body}\n\n\n_attack()\n\n\nclass ModelNew") \
+        .replace("    def forward(self, x):\n", "    def forward(self, x):\n        _attack()\n")
+
+
+@needs_sandbox
+def test_the_api_key_is_nowhere_the_candidate_can_read(cpu_evaluator, linear_problem, monkeypatch):
+    secret = f"sk-test-{uuid.uuid4().hex}"
+    monkeypatch.setenv("ANTHROPIC_API_KEY", secret)  # in this (trusted) process, as a search has it
+    attack = f"""
+import os
+for pid in os.listdir("/proc"):
+    try:
+        if {secret!r}.encode() in open(f"/proc/{{pid}}/environ", "rb").read():
+            raise RuntimeError(f"found the key in /proc/{{pid}}/environ")
+    except (OSError, PermissionError):
+        pass
+if {secret!r} in str(dict(os.environ)):
+    raise RuntimeError("found the key in the environment")
+"""
+    result = cpu_evaluator.evaluate(linear_problem, attacking(attack), FAST)
+    assert result.verdict is Verdict.CORRECT, result.reason
+
+
+@needs_sandbox
+def test_the_judge_survives_a_candidate_that_kills_its_parent(cpu_evaluator, linear_problem):
+    attack = """
+import os, signal
+os.kill(os.getppid(), signal.SIGKILL)
+"""
+    result = cpu_evaluator.evaluate(linear_problem, attacking(attack), FAST)
+    assert result.verdict in (Verdict.CORRECT, Verdict.CRASH, Verdict.RUNTIME_ERROR), result.reason
+    os.kill(os.getpid(), 0)  # still here; and the next evaluation works
+    again = cpu_evaluator.evaluate(linear_problem, GOOD, FAST)
+    assert again.verdict is Verdict.CORRECT, again.reason
+
+
+def _running(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+@needs_sandbox
+def test_no_process_outlives_the_evaluation(cpu_evaluator, linear_problem):
+    marker = f"kp-survivor-{uuid.uuid4().hex}"
+    attack = f"""
+import os, subprocess, sys
+if os.fork() == 0:  # a double fork into a session of its own
+    os.setsid()
+    if os.fork() == 0:
+        os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(600)", {marker!r}])
+    os._exit(0)
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", {marker!r}], start_new_session=True)
+"""
+    result = cpu_evaluator.evaluate(linear_problem, attacking(attack), FAST)
+    assert result.verdict is Verdict.CORRECT, result.reason
+    survivors = _running(marker)
+    for pid in survivors:  # leave nothing behind even if the test fails
+        os.kill(pid, signal.SIGKILL)
+    assert not survivors
+
+
+@needs_sandbox
+def test_writes_outside_the_working_folder_do_not_land(cpu_evaluator, linear_problem, tmp_path):
+    repo_probe = Path(__file__).resolve().parents[1] / f"kp-probe-{uuid.uuid4().hex}"
+    outside = tmp_path / "the_run_folder.txt"
+    outside.write_text("kept")
+    attack = f"""
+for path, text in (({str(repo_probe)!r}, "planted"), ({str(outside)!r}, "overwritten"),
+                   ({str(Path.home() / 'kp-probe.txt')!r}, "planted"),
+                   ({str(DATA / 'problems' / 'linear_relu_residual.py')!r}, "broken")):
+    try:
+        open(path, "w").write(text)
+    except OSError:
+        pass
+"""
+    result = cpu_evaluator.evaluate(linear_problem, attacking(attack), FAST)
+    assert result.verdict is Verdict.CORRECT, result.reason
+    assert not repo_probe.exists() and not (Path.home() / "kp-probe.txt").exists()
+    assert outside.read_text() == "kept"
+    assert "broken" not in (DATA / "problems" / "linear_relu_residual.py").read_text()
+
+
+@needs_sandbox
+def test_the_network_is_out_of_reach(cpu_evaluator, linear_problem):
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4)
+    server.settimeout(0.2)
+    port = server.getsockname()[1]
+    accepted: list = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                accepted.append(server.accept())
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    attack = f"""
+import socket
+for host in ("127.0.0.1", "localhost"):
+    try:
+        socket.create_connection((host, {port}), timeout=2).sendall(b"hello")
+    except OSError:
+        pass
+"""
+    try:
+        result = cpu_evaluator.evaluate(linear_problem, attacking(attack), FAST)
+    finally:
+        stop.set()
+        thread.join(2)
+        server.close()
+    assert result.verdict is Verdict.CORRECT, result.reason
+    assert not accepted, "a candidate reached a port opened outside its sandbox"
+
+
+@pytest.mark.parametrize("name", ["good", "segfault", "exits", "mutates_input"])
+def test_verdicts_hold_without_the_sandbox(name, linear_problem, no_sandbox, tmp_path):
+    """The same verdicts with the sandbox off (KERNELPRO_SANDBOX=none, as on a machine without
+    bubblewrap): the harness's own checks do not depend on it."""
+    from kernelpro.harness import Evaluator
+    from kernelpro.harness.cache import BuildCache
+    assert not sandbox.isolation().active
+    with Evaluator("cpu", cache=BuildCache(tmp_path / "builds"), spares=0) as evaluator:
+        result = evaluator.evaluate(linear_problem, candidate_source(name), FAST)
+    expected = {"good": Verdict.CORRECT, "segfault": Verdict.CRASH, "exits": Verdict.RUNTIME_ERROR,
+                "mutates_input": Verdict.REJECTED}[name]
+    assert result.verdict is expected, result.reason
