@@ -86,6 +86,9 @@ def register(app: typer.Typer) -> None:
                                                                                    "used this many tokens")] = None,
         kb: KbPath = None,
         no_kb: NoKb = False,
+        unsafe_no_sandbox: Annotated[bool, typer.Option(
+            "--unsafe-no-sandbox", help="let the Anthropic coder's candidates run where no sandbox works "
+                                        "(they can then read this machine's files and secrets)")] = False,
         json_output: Annotated[bool, typer.Option("--json", help="no live display; print run.json")] = False,
     ) -> None:
         """Search for a faster (or more energy-efficient) implementation of PROBLEM."""
@@ -105,7 +108,7 @@ def register(app: typer.Typer) -> None:
             seed=seed, profile=profile,
             compile_baseline=compile_baseline if compile_baseline is not None else chosen_device == "cuda",
             model=model, planner_model=planner_model, max_cost_usd=max_cost, max_tokens=max_tokens,
-            **knowledge)
+            unsafe_no_sandbox=unsafe_no_sandbox, **knowledge)
         why = "as asked" if coder else ("ANTHROPIC_API_KEY is set" if chosen_coder == "anthropic"
                                         else "no ANTHROPIC_API_KEY")
         if not json_output:

@@ -22,7 +22,7 @@ def register(app: typer.Typer) -> None:
 
     @tools_app.command("list")
     def list_command(json_output: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
-        """Each tool, its level, and whether it can run here (and why not)."""
+        """Each tool, its level, and whether it can run here (and why not); and the sandbox candidates run in."""
         rows = list_tools()
         if json_output:
             typer.echo(json.dumps(rows, indent=2))
@@ -34,5 +34,7 @@ def register(app: typer.Typer) -> None:
             table.add_row(row["name"], row["level"] or "-", "[green]yes[/]" if row["available"] else "[red]no[/]",
                           row["reason"], row["source"])
         Console().print(table)
+        from kernelpro.harness import sandbox
+        typer.echo(sandbox.describe())
 
     app.add_typer(tools_app, name="tools")

@@ -70,6 +70,7 @@ class SearchSettings:
     planner_model: str = ""  # the LLM planner's model ("" = no separate planner call, or KERNELPRO_PLANNER_MODEL)
     max_cost_usd: float | None = None  # stop when the LLM coder's estimated spend reaches this
     max_tokens: int | None = None  # stop when the LLM coder's tokens (in + out) reach this
+    unsafe_no_sandbox: bool = False  # let the LLM coder's candidates run where no sandbox works
     use_kb: bool = True  # read priors from and record outcomes into the knowledge base
     kb: str = ""  # its path ("" = kernelpro.knowledge.default_path())
 
@@ -115,6 +116,12 @@ def validate(settings: SearchSettings, resume: bool) -> Problem:
         raise SearchInputError(f"--model-mode {settings.model_mode!r}: train or eval")
     problem = load_problem(settings.problem)
     check_device(settings.device)
+    if settings.coder == "anthropic" and not settings.unsafe_no_sandbox:
+        from kernelpro.harness import sandbox
+        if not sandbox.isolation().active:
+            raise SearchInputError(f"no sandbox for candidate code here ({sandbox.isolation().detail}); the "
+                                   "Anthropic coder's candidates are untrusted code, so it does not run without "
+                                   "one: install bubblewrap, or pass --unsafe-no-sandbox to run them anyway")
     out = Path(settings.out)
     if out.exists() and not out.is_dir():
         raise SearchInputError(f"{out} exists and is not a folder")

@@ -170,3 +170,13 @@ def test_verdicts_hold_without_the_sandbox(name, linear_problem, no_sandbox, tmp
     expected = {"good": Verdict.CORRECT, "segfault": Verdict.CRASH, "exits": Verdict.RUNTIME_ERROR,
                 "mutates_input": Verdict.REJECTED}[name]
     assert result.verdict is expected, result.reason
+
+
+def test_the_anthropic_coder_refuses_to_run_unsandboxed_unless_told(no_sandbox, tmp_path):
+    from kernelpro.driver import SearchInputError, SearchSettings, validate
+    problem = str(DATA / "problems" / "linear_relu_residual.py")
+    with pytest.raises(SearchInputError, match="--unsafe-no-sandbox"):
+        validate(SearchSettings(problem=problem, out=str(tmp_path / "a"), coder="anthropic"), resume=False)
+    validate(SearchSettings(problem=problem, out=str(tmp_path / "b"), coder="anthropic", unsafe_no_sandbox=True),
+             resume=False)
+    validate(SearchSettings(problem=problem, out=str(tmp_path / "c"), coder="offline"), resume=False)
