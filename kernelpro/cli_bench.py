@@ -102,6 +102,7 @@ def register(app: typer.Typer) -> None:
             document = Bench(settings, resume=resume, extend_budget=budget if resume else None, rerun=reruns,
                              remeasure=remeasures).run()
             typer.echo(json.dumps(document, indent=2))
+            _exit_for_failures(document, console)
             return
         with Live(console=console, refresh_per_second=2, transient=False) as live:
             bench = Bench(settings, resume=resume, extend_budget=budget if resume else None, rerun=reruns,
@@ -114,3 +115,17 @@ def register(app: typer.Typer) -> None:
                       f"{overall['valid_rate']:.0%}, geomean "
                       + (f"{overall['geomean_vs_eager']:.3f}x vs eager" if overall["geomean_vs_eager"] else "-")
                       + f"; wrote {bench.out}/leaderboard.md, leaderboard.json, leaderboard.html", highlight=False)
+        _exit_for_failures(document, console)
+
+
+#: the exit code of a bench that finished with problems that failed (their causes are in the leaderboard)
+FAILED_PROBLEMS_EXIT = 3
+
+
+def _exit_for_failures(document: dict, console: Console) -> None:
+    failed = [row for row in document["problems"] if row["status"] == "failed"]
+    if failed:
+        for row in failed:
+            console.print(f"failed: {row['key']}: {(row['error'] or '').splitlines()[0][:300]}", highlight=False,
+                          markup=False)
+        raise typer.Exit(FAILED_PROBLEMS_EXIT)

@@ -20,7 +20,7 @@ KbPath = Annotated[Path | None, typer.Option("--kb", help="the knowledge base (d
 def show(kb: Path | None = None, family: str = "", roofline: str = "") -> dict:
     """The library call behind `kernelpro kb show --json`."""
     from kernelpro.knowledge import KnowledgeBase, State
-    with KnowledgeBase(kb) as base:
+    with KnowledgeBase(kb, read_only=True) as base:
         state = State(family, roofline) if family else None
         stats = base.stats(state)
         return {"path": str(base.path), "schema_version": base.version, "observations": base.count(),
@@ -67,7 +67,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Every observation as JSON, to share a base with a team (`kernelpro kb import`)."""
         from kernelpro.knowledge import KnowledgeBase
-        with KnowledgeBase(kb) as base:
+        with KnowledgeBase(kb, read_only=True) as base:
             text = json.dumps(base.export(), indent=1)
         if output is None:
             sys.stdout.write(text + "\n")

@@ -150,6 +150,11 @@ class SearchRun:
                                        "re-times the best of one, with --resume")
             self.finished_as = json.loads((self.out / "run.json").read_text())
         if resume:
+            known = self.store.get("problem_sha256")
+            if known and known != source_key(self.problem.source):
+                raise SearchInputError(f"--resume: {self.out} is a run of another problem "
+                                       f"({self.store.get('settings', {}).get('problem')}); give that problem, or "
+                                       "another --out folder for this one")
             saved = self.store.get("settings")
             # A run from before model modes existed ran its models in eval mode.
             saved = {"model_mode": "eval", **saved}
@@ -273,6 +278,7 @@ class SearchRun:
         s = self.settings
         if not self.resumed:
             self.store.put("settings", asdict(s))
+            self.store.put("problem_sha256", source_key(self.problem.source))
             self.store.put("started", time.time())
         began = time.monotonic()
         wall_before = self.store.get("wall_s", 0.0)

@@ -114,10 +114,22 @@ class TechniqueStats:
 
 
 class KnowledgeBase:
-    def __init__(self, path: Path | str | None = None):
+    def __init__(self, path: Path | str | None = None, read_only: bool = False):
+        """`read_only` (the commands that only read it) opens an existing base without writing
+        anything, and says so in one line where there is none."""
         self.path = Path(path) if path else default_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if read_only and not self.path.is_file():
+            raise KnowledgeError(f"no knowledge base at {self.path} (a search makes one; --kb names another)")
+        if not read_only:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
+            if read_only:
+                self.db = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True,
+                                          check_same_thread=False, isolation_level=None, timeout=30)
+                if self.version != len(MIGRATIONS):
+                    raise KnowledgeError(f"{self.path} has schema version {self.version}, not this kernelpro's "
+                                         f"{len(MIGRATIONS)}: a search with it brings it up to date")
+                return
             self.db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
             self.db.execute("PRAGMA journal_mode=WAL")
             self.migrate()

@@ -176,7 +176,8 @@ if [ "${BENCH:-0}" = 1 ]; then
       timeout "${BENCH_TIMEOUT:-540}" kernelpro bench benchmarks/suite --budget "${BENCH_BUDGET:-16}" --out "$BENCH_DIR" \
         $resume ${BENCH_ARGS:-} --json >"$OUT/bench.json" 2>"$OUT/bench.log"
       code=$?; echo "bench pass $pass: exit $code"
-      [ "$code" = 0 ] && cp "$BENCH_DIR/leaderboard.json" "$OUT/bench/pass_$pass.json"
+      # 3: finished, with problems that failed (their causes are in the leaderboard)
+      { [ "$code" = 0 ] || [ "$code" = 3 ]; } && cp "$BENCH_DIR/leaderboard.json" "$OUT/bench/pass_$pass.json"
       resume="--resume"
     done
   fi

@@ -388,3 +388,15 @@ def test_signed_rank_tests_paired_differences_and_needs_two_that_differ():
     all_one_way = signed_rank([4, 1, 5, 9, 4, 3, 2, 6])
     assert all_one_way["statistic"] == 0 and all_one_way["p_value"] < 0.01
     assert signed_rank([1, -1, 2, -2, 3, -3])["p_value"] > 0.9
+
+
+def test_a_bench_with_failed_problems_exits_3_naming_each(finished_bench, capsys):
+    import typer
+    from rich.console import Console
+    from kernelpro.cli_bench import FAILED_PROBLEMS_EXIT, _exit_for_failures
+    _, document = finished_bench
+    with pytest.raises(typer.Exit) as exit_:
+        _exit_for_failures(document, Console(stderr=True))
+    assert exit_.value.exit_code == FAILED_PROBLEMS_EXIT == 3
+    assert "failed: level1/3_Broken: " in capsys.readouterr().err
+    _exit_for_failures({"problems": [r for r in document["problems"] if r["status"] != "failed"]}, Console())

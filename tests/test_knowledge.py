@@ -136,6 +136,11 @@ def test_the_cli_shows_exports_imports_and_resets(tmp_path, capsys, kernelpro_ho
     with pytest.raises(SystemExit) as exit_:
         main(["kb", "import", str(tmp_path / "bad.json")])
     assert exit_.value.code == 2 and "is not JSON" in capsys.readouterr().err
+    for command in ("show", "export"):  # read-only commands never create a base
+        with pytest.raises(SystemExit) as exit_:
+            main(["kb", command, "--kb", str(tmp_path / "none" / "kb.sqlite")])
+        assert exit_.value.code == 2 and "no knowledge base at" in capsys.readouterr().err
+        assert not (tmp_path / "none").exists()
 
 
 def test_a_search_records_every_evaluation_and_the_next_one_reads_it(tmp_path):

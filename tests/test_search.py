@@ -317,6 +317,11 @@ def test_remeasure_only_times_the_finished_best_again_and_evaluates_nothing_new(
     assert len(third["final_history"]) == 3 and third["final_history"][:2] == again["final_history"]
     assert sqlite3.connect(tmp_path / "run" / "state.db").execute(
         "SELECT COUNT(*) FROM evaluations").fetchone()[0] == rows
+    # the run's problem is its identity: another one (by content) is refused, not judged as this one
+    other = tmp_path / "redundant.py"
+    other.write_text((DATA / "redundant.py").read_text() + "\n# changed\n")
+    with pytest.raises(SearchInputError, match="is a run of another problem"):
+        SearchRun(replace(settings, problem=str(other)), resume=True, evaluator=FakeHarness())
 
 
 def test_parallel_keeps_several_candidates_in_flight(tmp_path):
