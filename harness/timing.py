@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from kernelpro.harness import guards
+from kernelpro.harness.modelio import set_seed
 from kernelpro.harness.records import TimingStats
 
 
@@ -105,9 +106,11 @@ class InterleavedTimer:
         host_ms = (guards.perf_counter() - begin) * 1e3
         return output, guards._event_elapsed(start, end), host_ms
 
-    def run(self, functions: dict[str, Callable], trials: int, budget_s: float,
-            warmup_calls: int) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, object]]:
-        """Returns device samples, host samples (ms) and each function's last output.
+    def run(self, functions: dict[str, Callable], trials: int, budget_s: float, warmup_calls: int,
+            seed: int | None = None) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, object]]:
+        """Returns device samples, host samples (ms) and each function's last output. With `seed`, every
+        call starts from it (outside the timed window), so the last outputs of models that draw random
+        numbers (an active dropout) are comparable.
 
         The functions share one set of input buffers, refilled from the pool before every call
         (warm-up calls included): at KernelBench's sizes a set of inputs is GBs."""
@@ -128,6 +131,8 @@ class InterleavedTimer:
                     if self.flush_buffer is not None:
                         self.flush_buffer.fill_(trial & 0xFF)
                     last.pop(name, None)  # the previous output goes before the next call allocates one
+                    if seed is not None:
+                        set_seed(seed)
                     output, on_device, on_host = self._timed_call(function, shared)
                     device_ms[name].append(on_device)
                     host_ms[name].append(on_host)

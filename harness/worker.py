@@ -149,6 +149,7 @@ class Job:
                 torch.cuda.reset_peak_memory_stats(self.device)
             try:
                 model = self.build_model(problem.Model, seed, init_inputs)
+                set_seed(seed)  # forward's own random draws (an active dropout) start from the trial's seed
                 with torch.no_grad():
                     if trial == 0:
                         flops, outputs = self.count_flops(model, inputs)
@@ -264,10 +265,12 @@ class Job:
             raise Report({"type": "verdict", "verdict": "rejected",
                           "reason": f"the candidate replaced harness functions: {', '.join(changed[:5])}"})
 
-    def run_candidate(self, model, inputs: list) -> tuple[str, list]:
-        """One call, with the checks that need the live objects. Returns the snapshots."""
+    def run_candidate(self, model, inputs: list, seed: int) -> tuple[str, list]:
+        """One call, with the checks that need the live objects. Returns the snapshots. Like the
+        reference's, the call starts from the trial's seed: a dropout drawn the same way matches."""
         own_inputs = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
         self.poison()
+        set_seed(seed)
         with torch.no_grad():
             raw = model(*own_inputs)
         structure, outputs = flatten_outputs(raw)
@@ -316,12 +319,12 @@ class Job:
             init_inputs, inputs = self.trial_values(seed)
             try:
                 model = self.build_model(self.candidate.ModelNew, seed, init_inputs)
-                structure, snapshots = self.run_candidate(model, inputs)
+                structure, snapshots = self.run_candidate(model, inputs, seed)
                 payload = pack_values(snapshots)  # host copies: the device holds one call's tensors at a time
                 count = len(snapshots)
                 del snapshots
                 if index == 0:  # determinism: a second call on the same inputs
-                    _, again = self.run_candidate(model, inputs)
+                    _, again = self.run_candidate(model, inputs, seed)
                     repeat = pack_values(again)
                     del again
                 else:
@@ -375,7 +378,7 @@ class Job:
                    if profile_kernels and self.device.type == "cuda" else [])
         timer = InterleavedTimer(self.device, pool, self.spec["l2_flush_bytes"])
         device_ms, host_ms, last = timer.run(functions, self.spec["timing_trials"],
-                                             self.spec["timing_budget_s"], self.spec["warmup_calls"])
+                                             self.spec["timing_budget_s"], self.spec["warmup_calls"], seed)
         last.pop("compile", None)
         self.check_tampering()
         kernelbench_ms = self.kernelbench_timing(functions, timer) if kernelbench else None

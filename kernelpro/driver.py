@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import shutil
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field, replace
@@ -129,9 +130,26 @@ def validate(settings: SearchSettings, resume: bool) -> Problem:
     if resume and not has_state:
         raise SearchInputError(f"--resume: {out} holds no run to resume (no state.db)")
     if not resume and out.exists() and any(out.iterdir()):
-        raise SearchInputError(f"{out} is not empty; pass --resume to continue the run there, or choose "
-                               "another --out folder")
+        if not never_started(out):
+            raise SearchInputError(f"{out} is not empty; pass --resume to continue the run there, or choose "
+                                   "another --out folder")
+        shutil.rmtree(out)  # a run that failed before its reference was measured left only this
     return problem
+
+
+def never_started(out: Path) -> bool:
+    """Whether a folder holds only what a run that failed before measuring its reference leaves
+    (state.db without a baseline, empty candidates/): the same command may then start again there."""
+    names = {p.name for p in out.iterdir()}
+    if not names <= STATE_FILES | {"candidates"} or "state.db" not in names:
+        return False
+    if (out / "candidates").exists() and any((out / "candidates").iterdir()):
+        return False
+    store = RunStore(out)
+    try:
+        return store.get("baseline") is None and not store.evaluations()
+    finally:
+        store.close()
 
 
 class SearchRun:

@@ -65,6 +65,21 @@ def test_bad_problem_and_busy_folder(tmp_path, capsys):
     assert code == 2 and "not empty" in text and (busy / "notes.txt").read_text() == "mine"
 
 
+def test_a_run_that_failed_before_its_reference_does_not_block_the_same_command(tmp_path, capsys):
+    problem = tmp_path / "flaky.py"
+    good = (DATA / "redundant.py").read_text()
+    problem.write_text(good.replace("def get_inputs():", "def get_inputs():\n    raise RuntimeError('no data yet')"
+                                    "\n\n\ndef _unused():", 1))
+    args = ["search", str(problem), "--out", str(tmp_path / "run"), "--budget", "1", "--no-profile", "--device",
+            "cpu", "--no-kb", "--json"]
+    code, text = cli(args, capsys)
+    assert code == 2 and "no data yet" in text and (tmp_path / "run" / "state.db").exists()
+    problem.write_text(good)
+    code, text = cli(args, capsys)
+    assert code == 0, text
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["evaluations"] == 1
+
+
 def test_default_coder_follows_the_api_key(monkeypatch):
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     assert default_coder() == "offline"
