@@ -8,9 +8,9 @@ as root) gives the process:
 - a mount namespace in which everything is read-only except its working folder, the folders
   named writable (a native build's own cache entry) and a private /tmp; a minimal /dev with
   the GPU's device nodes bound in (the driver's files are read-only like the rest);
-- its own IPC and UTS namespaces, a new session (no terminal injection), and death with its
-  parent. When the evaluation ends the trusted side kills bwrap, the namespace's init, and the
-  kernel then kills everything started inside: nothing outlives the evaluation.
+- its own IPC and UTS namespaces and a new session (no terminal injection). When the evaluation
+  ends the trusted side kills bwrap, the namespace's init, and the kernel then kills everything
+  started inside: nothing outlives the evaluation.
 
 `isolation()` says whether it works here (checked once per process by running it). Where it does
 not, kernelpro says so once, loudly, and the Anthropic coder refuses to run without
@@ -79,7 +79,10 @@ def wrap(command: list[str], workdir: Path, writable: tuple[Path, ...] = (),
     date), before any candidate code runs; whatever a candidate writes there is gone with it."""
     if not isolation().active:
         return command
-    args = [shutil.which("bwrap") or "bwrap", *_namespaces(), "--die-with-parent", "--new-session",
+    # No --die-with-parent: the kernel sends that signal when the spawning *thread* exits, and workers
+    # booted ahead are spawned by evaluation threads that end before the workers are used. The trusted
+    # side kills each sandbox itself; one orphaned by a killed kernelpro finds its channel closed and exits.
+    args = [shutil.which("bwrap") or "bwrap", *_namespaces(), "--new-session",
             "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
     for node in sorted(glob.glob("/dev/nvidia*")):  # the GPU: device nodes only
         args += ["--dev-bind", node, node]
