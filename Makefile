@@ -21,7 +21,7 @@ DEMO_OUT ?= runs/demo
 
 demo: $(BIN)/kernelpro sandbox
 	rm -rf $(DEMO_OUT)
-	$(BIN)/kernelpro search examples/attention_block.py --budget 8 --out $(DEMO_OUT)
+	$(BIN)/kernelpro search examples/attention_block.py --model-mode eval --budget 8 --out $(DEMO_OUT)
 
 # The report test looks at report.html in Debian's headless Chromium; as root, install it when missing.
 chromium:

@@ -18,13 +18,14 @@ import json
 from pathlib import Path
 
 
-def write_chains(problem: Path, chains: list[list[str]], out: Path, precision: str = "fp32") -> list[dict]:
+def write_chains(problem: Path, chains: list[list[str]], out: Path, precision: str = "fp32",
+                 model_mode: str = "eval") -> list[dict]:
     from kernelpro.offline.moves import MOVES
     from kernelpro.offline.worker import Problem
     unknown = sorted({move for chain in chains for move in chain if move not in MOVES})
     if unknown:
         raise SystemExit(f"unknown move(s): {', '.join(unknown)}; the moves are: {', '.join(MOVES)}")
-    loaded = Problem(problem, 42)
+    loaded = Problem(problem, 42, model_mode)
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for index, chain in enumerate(chains, 1):
@@ -46,11 +47,13 @@ def main() -> None:
     parser.add_argument("chains", nargs="+", help="comma-separated move names, one candidate each")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
+    parser.add_argument("--model-mode", default="eval", choices=["train", "eval"],
+                        help="the mode the problem's model runs in (default eval: our inference problems)")
     args = parser.parse_args()
     if not args.problem.is_file():
         raise SystemExit(f"no such problem file: {args.problem}")
     written = write_chains(args.problem, [[m for m in chain.split(",") if m] for chain in args.chains],
-                           args.out, args.precision)
+                           args.out, args.precision, args.model_mode)
     for entry in written:
         print(entry["path"], "<-", ",".join(entry["moves"]))
 

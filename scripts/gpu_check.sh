@@ -102,11 +102,14 @@ if [ -n "${CHAINS:-}" ] && [ -n "${CHAINS_PROBLEM:-}" ]; then
   done
 fi
 step "kernelpro search on the shipped examples"
+# Our examples and benchmarks/suite are inference problems, searched in eval mode as before model
+# modes existed (SUITE_MODEL_MODE=train for KernelBench's semantics); KernelBench itself runs in
+# training mode (the KB steps below).
 # SEARCH_EXAMPLES: example names (default below); SEARCH_BUDGET (16); SEARCH_ENERGY: one example for --objective energy.
 if [ "${SKIP_SEARCH:-0}" != 1 ]; then
   mkdir -p "$OUT/search"
   for example in ${SEARCH_EXAMPLES-scaled_linear attention_block}; do
-    timeout 560 kernelpro search "examples/$example.py" --budget "${SEARCH_BUDGET:-16}" --device cuda \
+    timeout 560 kernelpro search "examples/$example.py" --model-mode "${SUITE_MODEL_MODE:-eval}" --budget "${SEARCH_BUDGET:-16}" --device cuda \
       --out "$OUT/search/$example" --json >"$OUT/search/$example.json" 2>"$OUT/search/$example.log"
     echo "$example: exit $?"; python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print({k: d[k] for k in ('speedup','speedup_vs_compile','baseline_ms','best_ms','evaluations','verdicts','evaluations_per_minute','best_moves','stopped')})" "$OUT/search/$example.json" 2>&1 | tail -3
   done
@@ -165,7 +168,7 @@ if [ "${BENCH:-0}" = 1 ]; then
   resume=""; [ -f "$BENCH_DIR/bench.db" ] && resume="--resume"
   snap_bench() { python3 scripts/bench_snapshot.py "$BENCH_DIR" "$OUT/bench_state.tgz" --kb "$KB_FILE"; }
   if [ "${BENCH_BG:-0}" = 1 ]; then
-    in_background bench kernelpro bench benchmarks/suite --budget "${BENCH_BUDGET:-16}" --out "$BENCH_DIR" $resume \
+    in_background bench kernelpro bench benchmarks/suite --model-mode "${SUITE_MODEL_MODE:-eval}" --budget "${BENCH_BUDGET:-16}" --out "$BENCH_DIR" $resume \
       ${BENCH_ARGS:-} --json
   else
     # BENCH_PASSES=N runs it N times (e.g. --remeasure twice: the spread of the same bests), each
@@ -173,7 +176,7 @@ if [ "${BENCH:-0}" = 1 ]; then
     # writes none; what it re-measured stays in each run.json's final_history).
     mkdir -p "$OUT/bench"
     for pass in $(seq "${BENCH_PASSES:-1}"); do
-      timeout "${BENCH_TIMEOUT:-540}" kernelpro bench benchmarks/suite --budget "${BENCH_BUDGET:-16}" --out "$BENCH_DIR" \
+      timeout "${BENCH_TIMEOUT:-540}" kernelpro bench benchmarks/suite --model-mode "${SUITE_MODEL_MODE:-eval}" --budget "${BENCH_BUDGET:-16}" --out "$BENCH_DIR" \
         $resume ${BENCH_ARGS:-} --json >"$OUT/bench.json" 2>"$OUT/bench.log"
       code=$?; echo "bench pass $pass: exit $code"
       # 3: finished, with problems that failed (their causes are in the leaderboard)

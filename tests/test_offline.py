@@ -26,9 +26,11 @@ EXAMPLES = Path(__file__).parent.parent / "examples"
 _counter = itertools.count()
 
 
-def spec(problem: Path, applied=(), device="cpu", precision="fp32", policy="relaxed") -> dict:
+def spec(problem: Path, applied=(), device="cpu", precision="fp32", policy="relaxed", model_mode="eval") -> dict:
+    """Eval mode unless asked: these problems were written for inference (dropouts that eval mode makes the
+    identity, norms on running statistics); training mode, KernelBench's, has its own test below."""
     return {"problem_path": str(problem), "applied": list(applied), "device": device, "precision": precision,
-            "policy": policy, "seed": 42}
+            "policy": policy, "seed": 42, "model_mode": model_mode}
 
 
 def load(source: str, tmp_path: Path):
@@ -102,6 +104,17 @@ def test_attention_becomes_sdpa(tmp_path):
     assert "scaled_dot_product_attention" in sdpa["source"] and "softmax" not in sdpa["source"].split(
         "def _kp_body", 1)[1]
     assert_equivalent(sdpa["source"], tmp_path, seeds=(0,))
+
+
+def test_training_mode_keeps_what_only_eval_mode_makes_exact():
+    """In training mode (KernelBench's) the attention's dropout (p = 0.1) is active: the attention is not
+    rewritten around it, and folding a batch norm's running statistics is not offered."""
+    answer = expand(spec(EXAMPLES / "attention_block.py", model_mode="train"))
+    assert "attention_to_sdpa" not in moves_of(answer)
+    folded = expand(spec(DATA / "conv_bn_pool.py", model_mode="train"))
+    assert "fold_batch_norm" not in moves_of(folded)
+    assert "exact only in eval mode" in folded["skipped"]["fold_batch_norm"]
+    assert "fold_batch_norm" in moves_of(expand(spec(DATA / "conv_bn_pool.py")))
 
 
 def test_attention_with_masks_in_a_forward_that_reads_its_shapes_becomes_sdpa(tmp_path):

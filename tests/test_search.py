@@ -133,7 +133,8 @@ def test_offline_coder_through_the_loop_on_a_fake_harness(tmp_path):
     assert document["speedup"] > 1 / 0.9 ** 2  # more than any single rewrite
     # the best is timed once more after the search, and run.json keeps that measurement whole
     assert document["final"] == {"eager_ms": 1.0, "compile_ms": None, "best_ms": pytest.approx(document["best_ms"]),
-                                 "speedup": pytest.approx(document["speedup"]), "speedup_vs_compile": None}
+                                 "speedup": pytest.approx(document["speedup"]), "speedup_vs_compile": None,
+                                 "kernelbench": None}  # KernelBench's timing method: on CUDA only
     tree = json.loads((out / "tree.json").read_text())
     evaluated = [n for n in tree["nodes"] if n["parent"] is not None and n["transposition_of"] is None]
     assert len(evaluated) == 6
@@ -184,8 +185,8 @@ def run_cli(*args, cwd=ROOT, env=None, timeout=900) -> subprocess.CompletedProce
 @pytest.fixture(scope="module")
 def attention_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("attention") / "run"
-    done = run_cli("search", "examples/attention_block.py", "--budget", "3", "--device", "cpu", "--out", str(out),
-                   "--json")
+    done = run_cli("search", "examples/attention_block.py", "--model-mode", "eval", "--budget", "3", "--device",
+                   "cpu", "--out", str(out), "--json")
     assert done.returncode == 0, done.stderr[-3000:]
     return out, json.loads(done.stdout)
 
@@ -224,7 +225,7 @@ def test_best_py_runs_without_kernelpro_and_passes_eval(attention_run, tmp_path)
     done = subprocess.run([sys.executable, str(check)], capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0 and "standalone ok" in done.stdout, done.stderr[-2000:]
     verdict = run_cli("eval", "examples/attention_block.py", str(out / "best.py"), "--device", "cpu",
-                      "--json", "-")
+                      "--model-mode", "eval", "--json", "-")
     assert verdict.returncode == 0, verdict.stderr[-2000:]
     assert json.loads(verdict.stdout)["verdict"] == "correct"
 
