@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import threading
 
+from kernelpro.harness.cache import source_hash
+
 #: device memory a worker's CUDA context takes before it holds anything (H100, torch 2.11: ~0.5 GB)
 CONTEXT_BYTES = 600 << 20
 #: what the trusted process's chunked comparisons hold at most (compare.CHUNK_ELEMENTS, float64 temporaries)
@@ -87,7 +89,6 @@ class MemoryPlan:
 
 
 def _key(problem) -> str:
-    from kernelpro.harness.cache import source_hash
     return source_hash(problem.source)
 
 

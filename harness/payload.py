@@ -94,13 +94,13 @@ def available_memory_bytes() -> int:
     return 1 << 40
 
 
-def spill(payload: bytearray, folder: str | None = None):
+def spill(payload: bytearray):
     """The payload moved to an unlinked temporary file and mapped back (copy-on-write, so tensors can
     view it): the page cache holds it instead of this process. For the reference's outputs of every
     correctness trial, which at KernelBench's sizes (GBs each) would not fit in memory together."""
     import mmap
     import tempfile
-    with tempfile.TemporaryFile(dir=folder, prefix="kernelpro-reference-") as handle:
+    with tempfile.TemporaryFile(prefix="kernelpro-reference-") as handle:
         handle.write(payload)
         handle.flush()
         return mmap.mmap(handle.fileno(), len(payload), access=mmap.ACCESS_COPY)
