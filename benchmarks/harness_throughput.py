@@ -6,6 +6,9 @@ shapes, and PyTorch rewrites. Each variant is a distinct source, so a cold run b
 every CUDA variant (in the CPU build pool, in parallel) and a warm run builds none.
 
     python benchmarks/harness_throughput.py --device cuda --json throughput.json
+
+`--every N` keeps every Nth candidate (a shorter run with all three kinds); the report names the
+sandbox the workers ran in (run it again with KERNELPRO_SANDBOX=none for the sandbox's cost).
 """
 
 from __future__ import annotations
@@ -91,17 +94,20 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--trials", type=int, default=100)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--every", type=int, default=1, help="keep every Nth candidate")
     args = parser.parse_args()
-    sources = candidates()
+    sources = candidates()[::max(1, args.every)]
     with tempfile.TemporaryDirectory(prefix="kernelpro-bench-") as folder:
         cache_root = Path(folder) / "builds"
         cold = run_pass("cold", args.device, cache_root, sources, args.trials)
         warm = run_pass("warm", args.device, cache_root, sources, args.trials)
     import torch
-    report = {"device": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu",
+
+    from kernelpro.harness.sandbox import describe
+    report = {"sandbox": describe(), "device": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu",
               "torch": torch.__version__, "cpu_count": os.cpu_count(), "date": time.strftime("%Y-%m-%d"),
               "passes": [cold, warm]}
-    print("\n| pass | evaluations | seconds | evaluations/min |\n|---|---|---|---|")
+    print(f"\n{describe()}\n| pass | evaluations | seconds | evaluations/min |\n|---|---|---|---|")
     for entry in (cold, warm):
         print(f"| {entry['pass']} cache | {entry['evaluations']} | {entry['seconds']} | "
               f"{entry['evaluations_per_minute']} |")

@@ -13,6 +13,7 @@ import importlib.metadata
 import signal
 import threading
 import time
+import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,11 +60,17 @@ class WorkerPool:
         self.env = env or {}
         self.spares = spares
         self._ready: list[WorkerProcess] = []
-        self._lock = threading.Lock()
+        self._spawned: weakref.WeakSet[WorkerProcess] = weakref.WeakSet()  # for close(): those in use too
+        self._lock = threading.RLock()  # _fill spawns while holding it
         self._fill()
 
     def _spawn(self) -> WorkerProcess:
-        return WorkerProcess(self.device, self.env, build_cache=self.build_cache)
+        return self._keep(WorkerProcess(self.device, self.env, build_cache=self.build_cache))
+
+    def _keep(self, worker: WorkerProcess) -> WorkerProcess:
+        with self._lock:
+            self._spawned.add(worker)
+        return worker
 
     def _fill(self) -> None:
         with self._lock:
@@ -96,12 +103,14 @@ class WorkerPool:
         """A build worker for one candidate: its own cache entry is the one folder it may write
         besides its working folder."""
         entry.root.mkdir(parents=True, exist_ok=True)
-        return WorkerProcess("cpu", {**self.env, "CUDA_VISIBLE_DEVICES": ""},
-                             module="kernelpro.harness.builder", writable=(entry.root,))
+        return self._keep(WorkerProcess("cpu", {**self.env, "CUDA_VISIBLE_DEVICES": ""},
+                                        module="kernelpro.harness.builder", writable=(entry.root,)))
 
     def close(self) -> None:
+        """Kills every worker: those booted ahead and those in use (an evaluation still running then
+        ends as a crash, e.g. when a search is interrupted)."""
         with self._lock:
-            workers, self._ready = self._ready, []
+            workers, self._ready = list(self._spawned), []
         for worker in workers:
             worker.kill()
 
@@ -355,6 +364,8 @@ class Evaluator:
 
     def _death(self, worker: WorkerProcess, outcome: _Outcome) -> _Finished:
         status = worker.exit_status()
+        if worker.killed_for:
+            return _Finished(Verdict.CRASH, f"in the {outcome.phase.value} phase, {worker.killed_for}", outcome.phase)
         if status is not None and status < 0:
             name = signal.Signals(-status).name
             return _Finished(Verdict.CRASH, f"the worker died of {name} in the {outcome.phase.value} phase",

@@ -23,7 +23,7 @@ import threading
 import time
 from pathlib import Path
 
-from kernelpro.harness import channel, sandbox
+from kernelpro.harness import channel, memguard, sandbox
 from kernelpro.harness.records import CappedLog
 
 #: Variables a worker may see. Everything else (API keys, tokens, cloud
@@ -98,24 +98,19 @@ class CappedStream:
                          total_bytes=self.total_bytes, dropped_bytes=max(0, self.total_bytes - kept))
 
 
-def _descendants(root_pid: int) -> list[int]:
-    """Every live descendant of a process, read from /proc (Linux)."""
-    parents: dict[int, list[int]] = collections.defaultdict(list)
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+def kill_tree(pid: int) -> None:
+    """SIGKILL to a process's group and to every descendant that left it (a sandbox's init
+    included: the kernel then kills everything in its PID namespace)."""
+    stragglers = memguard.tree(pid)[1:]
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for other in stragglers:
         try:
-            stat = (entry / "stat").read_text()
-            parent = int(stat.rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        parents[parent].append(int(entry.name))
-    found, stack = [], [root_pid]
-    while stack:
-        for child in parents.get(stack.pop(), []):
-            found.append(child)
-            stack.append(child)
-    return found
+            os.kill(other, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 class WorkerProcess:
@@ -149,6 +144,13 @@ class WorkerProcess:
         self._read_lock = threading.Lock()
         self._early: list[tuple[dict, bytes]] = []  # the first message, read by settle() ahead of receive()
         self._heard = False
+        #: why the trusted side killed it, when it did so before the evaluation ended (see `memguard`)
+        self.killed_for: str | None = None
+        self._memory_watch = memguard.watch(self.process.pid, self._over_memory)
+
+    def _over_memory(self, used: int, limit: int) -> None:
+        self.killed_for = memguard.describe(used, limit)
+        self._signal_all()
 
     @property
     def pid(self) -> int:
@@ -199,22 +201,17 @@ class WorkerProcess:
         if self._killed:
             return
         self._killed = True
-        stragglers = _descendants(self.process.pid)
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        for pid in stragglers:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        memguard.unwatch(self._memory_watch)
+        self._signal_all()
         try:
             self.process.wait(10)
         except subprocess.TimeoutExpired:
             pass
         self._sock.close()
         subprocess.run(["rm", "-rf", str(self.workdir)], check=False)
+
+    def _signal_all(self) -> None:
+        kill_tree(self.process.pid)
 
     def logs(self) -> tuple[CappedLog, CappedLog]:
         return self.stdout.log(), self.stderr.log()

@@ -53,6 +53,6 @@ def main(argv: list[str] | None = None) -> None:
     except KernelproError as error:
         if os.environ.get("KERNELPRO_DEBUG") == "1":
             raise
-        typer.secho(f"error: {error}", err=True, fg="red")
+        typer.secho(f"{getattr(error, 'label', 'error')}: {error}", err=True, fg="red")
         typer.echo("hint: set KERNELPRO_DEBUG=1 for the traceback", err=True)
         sys.exit(error.exit_code)

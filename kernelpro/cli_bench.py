@@ -31,6 +31,24 @@ def render_status(status) -> Group:
     return Group(Text("kernelpro bench", style="bold"), table)
 
 
+class ProgressLines:
+    """The bench's progress as plain lines, for output that is not a terminal."""
+
+    def __init__(self, console: Console):
+        self.console = console
+        self.last: tuple = ()
+
+    def __call__(self, status) -> None:
+        running = tuple(sorted((slot, key) for slot, key in status.workers.items() if key))
+        key = (status.done, status.failed, running)
+        if key == self.last:
+            return
+        self.last = key
+        self.console.print(f"{status.done + status.failed} of {status.total} finished ({status.failed} failed); "
+                           f"running: {', '.join(k for _, k in running) or '-'}", markup=False, highlight=False,
+                           soft_wrap=True)
+
+
 def register(app: typer.Typer) -> None:
     @app.command("bench", context_settings={"help_option_names": ["-h", "--help"]})
     def bench_command(
@@ -104,12 +122,17 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps(document, indent=2))
             _exit_for_failures(document, console)
             return
-        with Live(console=console, refresh_per_second=2, transient=False) as live:
+        if console.is_terminal:
+            with Live(console=console, refresh_per_second=2, transient=False) as live:
+                bench = Bench(settings, resume=resume, extend_budget=budget if resume else None, rerun=reruns,
+                              remeasure=remeasures, on_change=lambda status: live.update(render_status(status)))
+                live.update(render_status(bench.status))
+                document = bench.run()
+                live.update(render_status(bench.status))
+        else:  # a log file or a pipe: a line whenever a problem starts or finishes
             bench = Bench(settings, resume=resume, extend_budget=budget if resume else None, rerun=reruns,
-                          remeasure=remeasures, on_change=lambda status: live.update(render_status(status)))
-            live.update(render_status(bench.status))
+                          remeasure=remeasures, on_change=ProgressLines(console))
             document = bench.run()
-            live.update(render_status(bench.status))
         overall = document["overall"]
         console.print(f"{overall['finished']} of {overall['problems']} problems finished, valid "
                       f"{overall['valid_rate']:.0%}, geomean "

@@ -48,6 +48,25 @@ def render_status(status) -> Group:
     return Group(Text("kernelpro search", style="bold"), table)
 
 
+class ProgressLines:
+    """Progress as plain lines, for output that is not a terminal: a line when the phase, the number
+    of evaluations or the best changes."""
+
+    def __init__(self, console: Console):
+        self.console = console
+        self.last: tuple = ()
+
+    def __call__(self, status) -> None:
+        key = (status.phase, status.evaluations, round(status.best_ratio, 3))
+        if key == self.last:
+            return
+        self.last = key
+        elapsed = time.monotonic() - status.started
+        self.console.print(f"[{elapsed:6.0f} s] {status.phase}: {status.evaluations}/{status.budget} evaluations, "
+                           f"best {status.best_ratio:.3f}x ({status.best_move})", markup=False, highlight=False,
+                           soft_wrap=True)
+
+
 def register(app: typer.Typer) -> None:
     @app.command("search")
     def search_command(
@@ -114,15 +133,25 @@ def register(app: typer.Typer) -> None:
         if not json_output:
             console.print(f"coder: [bold]{chosen_coder}[/] ({why}); device: [bold]{chosen_device}[/]; "
                           f"objective: [bold]{objective.value}[/]; output: {folder}")
+        from kernelpro.driver import SearchInterrupted
         if json_output:
-            document = SearchRun(settings, resume=resume, remeasure_only=remeasure).run()
+            try:
+                document = SearchRun(settings, resume=resume, remeasure_only=remeasure).run()
+            except SearchInterrupted as stop:
+                if stop.document is not None:  # the partial run.json, then the exit code 130
+                    typer.echo(json.dumps(stop.document, indent=2))
+                raise
             typer.echo(json.dumps(document, indent=2))
             return
-        with Live(console=console, refresh_per_second=4, transient=False) as live:
-            run = SearchRun(settings, resume=resume, remeasure_only=remeasure,
-                            on_change=lambda status: live.update(render_status(status)))
-            document = run.run()
-            live.update(render_status(run.status))
+        if console.is_terminal:
+            with Live(console=console, refresh_per_second=4, transient=False) as live:
+                run = SearchRun(settings, resume=resume, remeasure_only=remeasure,
+                                on_change=lambda status: live.update(render_status(status)))
+                document = run.run()
+                live.update(render_status(run.status))
+        else:  # a log file or a pipe: one line per change of progress, never a redrawn display
+            document = SearchRun(settings, resume=resume, remeasure_only=remeasure,
+                                 on_change=ProgressLines(console)).run()
         summary = Table(title=f"kernelpro search: {problem.name}")
         summary.add_column("")
         summary.add_column("")

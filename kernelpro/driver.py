@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import shlex
 import shutil
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -40,12 +41,25 @@ from kernelpro.mcts.search import Search
 from kernelpro.runstore import RunStore
 
 FLOOR_MARGIN = 0.05
+INTERRUPTED = "interrupted"  # why a run stopped on Ctrl-C
 PROFILE_GAIN = 1.10  # profile a new best only when it beats the last profiled one by this much
 STATE_FILES = {"state.db", "state.db-wal", "state.db-shm"}
 
 
 class SearchInputError(KernelproError):
     """Bad input to `kernelpro search`."""
+
+
+class SearchInterrupted(KernelproError):
+    """Ctrl-C (SIGINT): the evaluations in flight were stopped, what was finished is kept and written
+    out; `document` is the partial run.json (None when the reference was never timed)."""
+
+    exit_code = 130
+    label = "interrupted"
+
+    def __init__(self, message: str, document: dict | None = None):
+        super().__init__(message)
+        self.document = document
 
 
 @dataclass(frozen=True)
@@ -322,8 +336,17 @@ class SearchRun:
                 stopped = self.loop(search, evaluator, baseline, began, wall_before)
             self._changed(phase="writing the results")
             self._store_wall()
+            if stopped == INTERRUPTED:  # no final re-measure: the user wants it to stop
+                document = outputs.write_all(self, search, baseline, stopped, None)
+                raise SearchInterrupted(f"after {search.evaluations} evaluations; what they found is in {self.out} "
+                                        f"(best.py, run.json, report.md); go on with: {self.resume_command()}",
+                                        document)
             final = self.final_check(search, evaluator) if search.best_id != 0 else None
             return outputs.write_all(self, search, baseline, stopped, final)
+        except KeyboardInterrupt:
+            self._store_wall()
+            raise SearchInterrupted(f"before the search began, nothing to keep; go on with: {self.resume_command()}") \
+                from None
         finally:
             if own:
                 evaluator.close()
@@ -331,6 +354,9 @@ class SearchRun:
                 self.kb.close()
             if callable(getattr(self.coder, "close", None)):
                 self.coder.close()  # e.g. the offline coder's graph worker
+
+    def resume_command(self) -> str:
+        return f"kernelpro search {shlex.quote(self.settings.problem)} --out {shlex.quote(str(self.out))} --resume"
 
     def _store_wall(self) -> None:
         """The run's wall time over all its segments (this one and those before a resume)."""
@@ -341,26 +367,39 @@ class SearchRun:
         s = self.settings
         limit_s = s.time_limit_min * 60 - wall_before if s.time_limit_min else None
         pending: dict[Future, tuple] = {}
-        idle = 0
         with ThreadPoolExecutor(max_workers=s.parallel, thread_name_prefix="kernelpro-eval") as pool:
-            while True:
-                why = self.stop_reason(search, began, limit_s)
-                if not why:
-                    room = min(s.parallel - len(pending), s.budget - search.evaluations - len(pending))
-                    for expansion in (search.ask(room) if room > 0 else []):
-                        self.expand(search, expansion, evaluator, pool, pending)
-                if not pending:
-                    if why:
-                        return why
-                    idle += 1
-                    if search.root.closed or idle > 200:
-                        return "no moves left"
-                    continue
-                idle = 0
-                self._changed(phase="evaluating")
-                done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
-                for future in done:
-                    self.tell(search, pending.pop(future), future.result(), baseline)
+            try:
+                return self._loop(search, evaluator, baseline, began, limit_s, pool, pending)
+            except KeyboardInterrupt:
+                # The evaluations in flight end at once as their workers die; their results are dropped
+                # (not recorded), so a resume evaluates those candidates again.
+                pending.clear()
+                evaluator.close()  # kills every worker, those in use included
+                pool.shutdown(wait=True, cancel_futures=True)
+                return INTERRUPTED
+
+    def _loop(self, search: Search, evaluator: Evaluator, baseline: dict, began: float, limit_s: float | None,
+              pool: ThreadPoolExecutor, pending: dict) -> str:
+        s = self.settings
+        idle = 0
+        while True:
+            why = self.stop_reason(search, began, limit_s)
+            if not why:
+                room = min(s.parallel - len(pending), s.budget - search.evaluations - len(pending))
+                for expansion in (search.ask(room) if room > 0 else []):
+                    self.expand(search, expansion, evaluator, pool, pending)
+            if not pending:
+                if why:
+                    return why
+                idle += 1
+                if search.root.closed or idle > 200:
+                    return "no moves left"
+                continue
+            idle = 0
+            self._changed(phase="evaluating")
+            done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+            for future in done:
+                self.tell(search, pending.pop(future), future.result(), baseline)
 
     def stop_reason(self, search: Search, began: float, limit_s: float | None) -> str:
         if search.evaluations >= self.settings.budget:

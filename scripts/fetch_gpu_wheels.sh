@@ -16,5 +16,9 @@ packages=(
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
   --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform any -d .whl "${packages[@]}"
-ls -la .whl
+# Bubblewrap for the sandbox (Debian 12's, needs glibc 2.34+), with the libraries it links: the image
+# may lack it; gpu_check.sh unpacks it where bwrap is missing.
+mkdir -p .whl/bwrap
+(cd .whl/bwrap && apt-get download bubblewrap libcap2 libselinux1 libpcre2-8-0 2>/dev/null)
+ls -la .whl .whl/bwrap
 du -sh .whl

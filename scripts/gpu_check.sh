@@ -8,8 +8,9 @@ OUT=${OUT:-$PWD/.out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 KERNELPRO_HOME=/tmp/kernelpro-home
 if compgen -G ".whl/*.whl" >/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+  # not under /tmp: sandboxed workers see a private /tmp
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$PWD/.gpu-site" .whl/*.whl || exit 1
+  export PYTHONPATH=$PWD/.gpu-site${PYTHONPATH:+:$PYTHONPATH}
 fi
 python3 -m pip install -q --no-build-isolation --no-deps -e . >"$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
 {
@@ -19,6 +20,19 @@ python3 -m pip install -q --no-build-isolation --no-deps -e . >"$OUT/install.log
 } 2>&1 | tee "$OUT/machine.txt"
 
 step() { echo; echo "=== $1"; }
+# The sandbox (harness/sandbox.py) needs bubblewrap. Where the image lacks it, the Debian packages
+# carried in .whl/bwrap (scripts/fetch_gpu_wheels.sh) are unpacked, and a wrapper runs their bwrap
+# through the dynamic loader with their libraries (only bwrap sees that library path, not what it
+# starts). NO_SANDBOX=1 leaves it out (the harness then says it runs unsandboxed).
+if [ "${NO_SANDBOX:-0}" != 1 ] && ! command -v bwrap >/dev/null && compgen -G ".whl/bwrap/bubblewrap_*.deb" >/dev/null; then
+  rm -rf /tmp/bwrap-root && mkdir -p /tmp/bwrap-root/bin
+  for deb in .whl/bwrap/*.deb; do dpkg-deb -x "$deb" /tmp/bwrap-root 2>/dev/null || \
+    (cd /tmp/bwrap-root && ar p "$OLDPWD/$deb" data.tar.xz | tar xJ); done
+  printf '#!/bin/sh\nexec /lib64/ld-linux-x86-64.so.2 --library-path /tmp/bwrap-root/lib/x86_64-linux-gnu:/tmp/bwrap-root/usr/lib/x86_64-linux-gnu /tmp/bwrap-root/usr/bin/bwrap "$@"\n' \
+    >/tmp/bwrap-root/bin/bwrap && chmod +x /tmp/bwrap-root/bin/bwrap
+  export PATH=/tmp/bwrap-root/bin:$PATH
+fi
+python3 -c "from kernelpro.harness.sandbox import describe; print(describe())" 2>&1 | tee -a "$OUT/machine.txt"
 # bg_running: the background jobs (in_background, below) still running on this machine. A warm
 # machine may still run the bench or the ablation of an earlier call; nothing else may use the
 # GPU meanwhile, or its timings and theirs would both be disturbed.
@@ -35,7 +49,7 @@ mkdir -p "$OUT/ncu"
 [ "${SKIP_NCU_QUERY:-0}" = 1 ] || timeout 120 ncu --query-metrics >"$OUT/ncu/query_metrics.txt" 2>&1
 export KERNELPRO_CAPTURE_DIR="$OUT/captures"
 step "gpu tests"
-[ "${SKIP_GPU_TESTS:-0}" = 1 ] || timeout "${GPU_TESTS_TIMEOUT:-1500}" python3 -m pytest -m gpu tests/gpu -v -s -p no:cacheprovider ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "PASSED|FAILED|ERROR|passed|failed|x vs eager|CV across"
+[ "${SKIP_GPU_TESTS:-0}" = 1 ] || timeout "${GPU_TESTS_TIMEOUT:-1500}" python3 -m pytest -m gpu tests/gpu -v -s -p no:cacheprovider -o faulthandler_timeout=150 ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "PASSED|FAILED|ERROR|passed|failed|x vs eager|CV across|Timeout|File \"/"
 step "CUTLASS GEMM (cute_gemm) against cuBLAS + a separate GELU (CUTE_CONFIGS: top N configurations)"
 if [ "${SKIP_CUTE:-0}" != 1 ]; then
   timeout "${CUTE_TIMEOUT:-560}" python3 benchmarks/cute_gemm.py --configs "${CUTE_CONFIGS:-3}" --json "$OUT/cute_gemm.json" \
@@ -50,7 +64,11 @@ done
   --baseline compile --json "$OUT/eval_matmul_rowsum.json" 2>&1 | tail -25
 step "throughput benchmark"
 if [ "${SKIP_THROUGHPUT:-0}" != 1 ]; then
-  timeout 1200 python3 benchmarks/harness_throughput.py --device cuda --json "$OUT/throughput.json" 2>&1 | tee "$OUT/throughput.log" | tail -8
+  # THROUGHPUT_EVERY=N: every Nth candidate; THROUGHPUT_NO_SANDBOX=1: a second run without the sandbox
+  timeout 1200 python3 benchmarks/harness_throughput.py --device cuda --every "${THROUGHPUT_EVERY:-1}" \
+    --json "$OUT/throughput.json" 2>&1 | tee "$OUT/throughput.log" | tail -8
+  [ "${THROUGHPUT_NO_SANDBOX:-0}" = 1 ] && KERNELPRO_SANDBOX=none timeout 1200 python3 benchmarks/harness_throughput.py \
+    --device cuda --every "${THROUGHPUT_EVERY:-1}" --json "$OUT/throughput_nosandbox.json" 2>&1 | tee "$OUT/throughput_nosandbox.log" | tail -8
 fi
 step "profile gate benchmark (PROFILE_PROBLEMS: problem files, default the script's list; PROFILE_TIMEOUT)"
 if [ "${SKIP_PROFILE_BENCH:-0}" != 1 ]; then

@@ -400,3 +400,30 @@ def test_a_bench_with_failed_problems_exits_3_naming_each(finished_bench, capsys
     assert exit_.value.exit_code == FAILED_PROBLEMS_EXIT == 3
     assert "failed: level1/3_Broken: " in capsys.readouterr().err
     _exit_for_failures({"problems": [r for r in document["problems"] if r["status"] != "failed"]}, Console())
+
+
+def test_ctrl_c_stops_the_bench_with_exit_130_and_resume_finishes_it(tmp_path):
+    """SIGINT to the bench's process group (a terminal's Ctrl-C): exit 130 and the resume command; no
+    problem is recorded as failed; --resume then finishes every problem."""
+    out = tmp_path / "bench"
+    args = [sys.executable, "-m", "kernelpro", "bench", str(SUITE), "--budget", "2", "--no-profile", "--device",
+            "cpu", "--no-kb", "--out", str(out)]
+    process = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    database = out / "bench.db"
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and process.poll() is None:  # until a search is under way
+        time.sleep(0.5)
+        if list(out.glob("problems/*/*/state.db")):
+            break
+    assert process.poll() is None, process.stderr.read()[-2000:]
+    os.killpg(process.pid, signal.SIGINT)
+    _, err = process.communicate(timeout=300)
+    assert process.returncode == 130, err[-2000:]
+    assert "interrupted:" in err and "--resume" in err, err[-2000:]
+    statuses = [row[0] for row in sqlite3.connect(database).execute("SELECT status FROM problems")]
+    assert "failed" not in statuses and set(statuses) != {"done"}, statuses
+    assert (out / "leaderboard.json").exists()
+    done = subprocess.run(args + ["--resume", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [r["status"] for r in json.loads(done.stdout)["problems"]] == ["done"] * 3

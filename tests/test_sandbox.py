@@ -180,3 +180,76 @@ def test_the_anthropic_coder_refuses_to_run_unsandboxed_unless_told(no_sandbox, 
     validate(SearchSettings(problem=problem, out=str(tmp_path / "b"), coder="anthropic", unsafe_no_sandbox=True),
              resume=False)
     validate(SearchSettings(problem=problem, out=str(tmp_path / "c"), coder="offline"), resume=False)
+
+
+@pytest.mark.parametrize("isolated", [True, False], ids=["sandbox", "no-sandbox"])
+def test_a_candidate_over_the_memory_limit_is_killed_and_judged(isolated, linear_problem, monkeypatch, tmp_path):
+    """The host-memory watch (harness.memguard) holds with and without bubblewrap: a candidate that
+    fills 3 GB under a 1 GB limit is killed, and the judge records a crash that says why."""
+    from kernelpro.harness import Evaluator
+    from kernelpro.harness.cache import BuildCache
+    if isolated and not sandbox.isolation().active:
+        pytest.skip(sandbox.describe())
+    if not isolated:
+        monkeypatch.setenv("KERNELPRO_SANDBOX", "none")
+        sandbox.isolation.cache_clear()
+    monkeypatch.setenv("KERNELPRO_MEMORY_LIMIT_GB", "1")
+    attack = """
+import time
+hog = b"\\x01" * (3 << 30)
+time.sleep(10)
+"""
+    try:
+        with Evaluator("cpu", cache=BuildCache(tmp_path / "builds"), spares=0) as evaluator:
+            hog = evaluator.evaluate(linear_problem, attacking(attack), FAST)
+            fine = evaluator.evaluate(linear_problem, GOOD, FAST)
+    finally:
+        sandbox.isolation.cache_clear()
+    assert hog.verdict is Verdict.CRASH, hog.reason
+    assert "host memory" in hog.reason and "1.0 GB limit" in hog.reason, hog.reason
+    assert fine.verdict is Verdict.CORRECT, fine.reason
+
+
+def test_the_memory_limit_setting(monkeypatch):
+    from kernelpro.harness import memguard
+    monkeypatch.setenv("KERNELPRO_MEMORY_LIMIT_GB", "2.5")
+    assert memguard.limit_bytes() == int(2.5 * 2**30)
+    monkeypatch.setenv("KERNELPRO_MEMORY_LIMIT_GB", "none")
+    assert memguard.limit_bytes() is None
+    monkeypatch.setenv("KERNELPRO_MEMORY_LIMIT_GB", "lots")
+    with pytest.raises(ValueError, match="KERNELPRO_MEMORY_LIMIT_GB"):
+        memguard.limit_bytes()
+    monkeypatch.delenv("KERNELPRO_MEMORY_LIMIT_GB")
+    assert 0 < memguard.limit_bytes() < os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+@needs_sandbox
+def test_the_profiled_program_runs_in_the_sandbox(linear_problem, monkeypatch, tmp_path):
+    """tools.runner starts the profiled program (candidate code) as it starts workers: the key is
+    unreadable, writes outside its folder do not land, and it gets no network."""
+    from kernelpro.tools.api import Target
+    from kernelpro.tools.runner import run_target
+    secret = f"sk-test-{uuid.uuid4().hex}"
+    monkeypatch.setenv("ANTHROPIC_API_KEY", secret)
+    outside = tmp_path / "outside.txt"
+    attack = f"""
+import os, socket
+for pid in os.listdir("/proc"):
+    try:
+        if {secret!r}.encode() in open(f"/proc/{{pid}}/environ", "rb").read():
+            raise RuntimeError("found the key")
+    except OSError:
+        pass
+try:
+    open({str(outside)!r}, "w").write("planted")
+except OSError:
+    pass
+if [name for _, name in socket.if_nameindex()] != ["lo"]:
+    raise RuntimeError("a network interface besides loopback")
+"""
+    candidate = tmp_path / "candidate.py"
+    candidate.write_text(attacking(attack))
+    result, _ = run_target(Target(problem_path=DATA / "problems" / "linear_relu_residual.py",
+                                  candidate_path=candidate), "timeline")
+    assert result
+    assert not outside.exists()

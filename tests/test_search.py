@@ -359,3 +359,62 @@ def test_energy_objective_end_to_end_with_a_fake_meter(tmp_path):
     assert document["evaluations"] == 2 and len(rows) >= 3
     if document["best_node"]:
         assert document["energy_j"] > 0 and document["energy"]["method"] == "fake_constant_power"
+
+
+class InterruptingCoder:
+    """The offline coder, until Ctrl-C arrives while it is asked for its third candidate."""
+
+    name = "offline"
+
+    def __init__(self):
+        from kernelpro.coder import make_coder
+        self.inner = make_coder("offline", seed=42)
+        self.calls = 0
+
+    def propose(self, request):
+        self.calls += 1
+        if self.calls == 3:
+            raise KeyboardInterrupt
+        return self.inner.propose(request)
+
+    def close(self):
+        getattr(self.inner, "close", lambda: None)()
+
+
+def test_ctrl_c_keeps_what_was_found_and_says_how_to_go_on(tmp_path):
+    from kernelpro.driver import SearchInterrupted
+    out = tmp_path / "run"
+    settings = SearchSettings(problem=str(DATA / "redundant.py"), out=str(out), budget=6, profile=False)
+    with pytest.raises(SearchInterrupted) as stop:
+        SearchRun(settings, evaluator=FakeHarness(), coder=InterruptingCoder()).run()
+    assert stop.value.exit_code == 130
+    assert "after 2 evaluations" in str(stop.value) and f"--out {out} --resume" in str(stop.value)
+    written = json.loads((out / "run.json").read_text())
+    assert written == stop.value.document and written["stopped"] == "interrupted" and written["evaluations"] == 2
+    assert (out / "best.py").exists() and (out / "report.md").exists()
+    document = SearchRun(settings, resume=True, evaluator=FakeHarness()).run()
+    assert document["evaluations"] == 6 and document["stopped"] != "interrupted"
+
+
+def test_ctrl_c_on_the_command_line_exits_130_with_the_resume_command(tmp_path):
+    out = tmp_path / "run"
+    process = subprocess.Popen([sys.executable, "-m", "kernelpro", "search", "examples/attention_block.py",
+                                "--model-mode", "eval", "--budget", "50", "--device", "cpu", "--no-kb", "--out",
+                                str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and process.poll() is None:  # until the first evaluation is stored
+        time.sleep(0.5)
+        if (out / "state.db").exists():
+            try:
+                with sqlite3.connect(out / "state.db") as db:
+                    if db.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0] >= 1:
+                        break
+            except sqlite3.Error:
+                pass
+    if process.poll() is not None:
+        pytest.skip("the search ended before it could be interrupted")
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err[-2000:]
+    assert "interrupted: after" in err and "--resume" in err, err[-2000:]
+    assert json.loads((out / "run.json").read_text())["stopped"] == "interrupted"

@@ -1,15 +1,20 @@
 """Running the profiled program in its own process, directly or under ncu.
 
-The program (`python -m kernelpro.tools.target`) runs candidate code, so it gets
-the harness's scrubbed environment (no API keys, no secrets), its own temporary
-folder and session, and a time limit after which its whole process group is
-killed. Only the JSON it writes and ncu's CSV come back.
+The program (`python -m kernelpro.tools.target`) runs candidate code, so it starts
+like an evaluation worker: in the harness's sandbox (`harness.sandbox`; under ncu,
+the profiler runs inside it too), with the scrubbed environment (no API keys, no
+secrets), its own temporary folder and session, the host-memory watch
+(`harness.memguard`), and a time limit after which everything it started is
+killed. Only the JSON it writes and ncu's CSV come back. Its one writable folder
+besides its own is the candidate's build-cache entry (as for a native build), so a
+build it makes is kept for the SASS tools.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,9 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from kernelpro.harness import memguard, sandbox
 from kernelpro.harness.cache import BuildCache, kernelpro_home
 from kernelpro.harness.errors import KernelproError
-from kernelpro.harness.process import scrubbed_environment
+from kernelpro.harness.process import kill_tree, scrubbed_environment
 from kernelpro.tools import ncu as ncu_lib
 from kernelpro.tools.api import Target, find_binary
 
@@ -28,13 +34,28 @@ class ProfileError(KernelproError):
     """The profiled program or the profiler failed; the message says why in one line."""
 
 
+def _entry_root(target: Target) -> Path | None:
+    if not target.candidate_path:
+        return None
+    root = BuildCache().entry(Path(target.candidate_path).read_text()).root
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
 def _spec(target: Target, mode: str, out: Path, extra: dict) -> dict:
-    spec = {"mode": mode, "problem_path": str(Path(target.problem_path).resolve()), "device": target.device,
+    """The program's spec. The problem and the candidate are copied into its own folder: the sandbox
+    shows it a private /tmp, where either file may live."""
+    problem = out.parent / "problem.py"
+    shutil.copyfile(target.problem_path, problem)
+    spec = {"mode": mode, "problem_path": str(problem), "device": target.device,
             "precision": target.precision, "seed": target.seed, "model_mode": target.model_mode, "out": str(out),
             **extra}
     if target.candidate_path:
-        entry = BuildCache().entry(Path(target.candidate_path).read_text())
-        spec.update(candidate_path=str(Path(target.candidate_path).resolve()),
+        source = Path(target.candidate_path).read_text()
+        entry = BuildCache().entry(source)
+        candidate = out.parent / "candidate.py"
+        candidate.write_text(source)
+        spec.update(candidate_path=str(candidate),
                     extensions_dir=str(entry.extensions_dir), triton_cache_dir=str(entry.triton_cache_dir))
     return spec
 
@@ -54,17 +75,31 @@ def run_target(target: Target, mode: str, *, time_limit_s: float = 300.0, prefix
         spec_path = folder / "spec.json"
         spec_path.write_text(json.dumps(_spec(target, mode, out, extra or {})))
         argv = list(prefix or []) + [sys.executable, "-m", "kernelpro.tools.target", str(spec_path)]
-        env = scrubbed_environment({"HOME": str(folder), "PYTHONPATH": os.pathsep.join(sys.path)})
+        env = scrubbed_environment({"HOME": str(folder), "TMPDIR": str(folder),
+                                    "PYTHONPATH": os.pathsep.join(sys.path)})
+        entry = _entry_root(target)
+        argv = sandbox.wrap(argv, folder, writable=(entry,) if entry else ())
         started = time.perf_counter()
+        killed_for: list[str] = []
         with open(folder / "stdout.txt", "wb") as stdout, open(folder / "stderr.txt", "wb") as stderr:
             process = subprocess.Popen(argv, cwd=folder, env=env, stdin=subprocess.DEVNULL, stdout=stdout,
                                        stderr=stderr, start_new_session=True)
+            watch = memguard.watch(process.pid, lambda used, limit: (killed_for.append(memguard.describe(used, limit)),
+                                                                     kill_tree(process.pid)))
             try:
                 process.wait(timeout=time_limit_s)
             except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
+                kill_tree(process.pid)
                 process.wait()
                 raise ProfileError(f"the {mode} run took longer than {time_limit_s:.0f} s and was stopped")
+            finally:
+                memguard.unwatch(watch)
+                try:
+                    os.killpg(process.pid, signal.SIGKILL)  # whatever it left running in its group
+                except (ProcessLookupError, PermissionError):
+                    pass
+        if killed_for:
+            raise ProfileError(f"the {mode} run stopped: {killed_for[0]}")
         seconds = time.perf_counter() - started
         ncu_text = ""
         if prefix:  # ncu writes its own log; a permission problem must say how to fix it

@@ -30,6 +30,7 @@ import torch
 
 from kernelpro.harness.modelio import (DTYPES, build_model, cast_to, flatten_outputs, import_file,
                                        parameter_bytes, set_seed, tensor_bytes)
+from kernelpro.harness.sandbox import limit_self
 
 CALL_RANGE = "kernelpro::call"
 
@@ -233,6 +234,7 @@ MODES = {"timeline": timeline, "ncu": ncu_window, "energy": energy_window}
 
 
 def main() -> None:
+    limit_self()  # before any candidate code
     spec = json.loads(Path(sys.argv[1]).read_text())
     for variable in ("extensions_dir", "triton_cache_dir"):
         if spec.get(variable):

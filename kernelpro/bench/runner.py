@@ -31,6 +31,22 @@ from kernelpro.bench.suite import Entry, discover, select
 from kernelpro.errors import KernelproError
 
 
+class ChildInterrupted(Exception):
+    """A search or baseline run stopped by Ctrl-C (exit 130): its problem stays unfinished."""
+
+
+def _check_interrupted(code: int) -> None:
+    if code in (130, -signal.SIGINT):
+        raise ChildInterrupted
+
+
+class BenchInterrupted(KernelproError):
+    """Ctrl-C: the searches running were stopped (each keeps its state), the leaderboards written."""
+
+    exit_code = 130
+    label = "interrupted"
+
+
 class BenchError(KernelproError):
     """Bad input to `kernelpro bench`."""
 
@@ -158,8 +174,14 @@ def run_child(args: list[str], env: dict, log: Path, on_pid: Callable[[int], Non
 
 
 def _finished_search(folder: Path) -> bool:
-    """Whether a search finished in this folder (it wrote its results and kept its state)."""
-    return (folder / "run.json").exists() and (folder / "state.db").exists()
+    """Whether a search finished in this folder (it wrote its results and kept its state); one stopped by
+    Ctrl-C wrote its partial results, and resumes."""
+    if not ((folder / "run.json").exists() and (folder / "state.db").exists()):
+        return False
+    try:
+        return json.loads((folder / "run.json").read_text()).get("stopped") != "interrupted"
+    except (OSError, ValueError):
+        return False
 
 
 def run_search(entry: Entry, settings: BenchSettings, out: Path, env: dict,
@@ -180,6 +202,7 @@ def run_search(entry: Entry, settings: BenchSettings, out: Path, env: dict,
     again = remeasure and finished  # a search cut off before it finished just resumes
     code, tail = run_child(search_args(entry, settings, folder, resume) + (["--remeasure"] if again else []), env,
                            out / "logs" / f"{entry.key}.log", on_pid)
+    _check_interrupted(code)
     if code != 0 or not (folder / "run.json").exists():
         how = f"killed by signal {-code}" if code < 0 else f"exit {code}"
         return None, f"the search failed ({how}): " + one_line_error(tail)
@@ -224,6 +247,8 @@ class Bench:
             raise BenchError(f"--backend {settings.backend!r}: local or ray")
         if settings.backend == "ray" and settings.baselines_only:
             raise BenchError("--baselines-only runs on the local backend")
+        self.interrupted = False
+        self._children: dict[str, int] = {}  # key -> pid of the search (or baseline eval) running
         self.slots = gpu_slots(settings.device, settings.gpus) if settings.backend == "local" else []
         self.on_change = on_change
         rows = {r["key"]: r for r in self.store.rows()}
@@ -328,9 +353,32 @@ class Bench:
         threads = [threading.Thread(target=self._worker, args=(slot, work), daemon=True) for slot in self.slots]
         for thread in threads:
             thread.start()
-        for thread in threads:
-            thread.join()
+        try:
+            for thread in threads:
+                while thread.is_alive():
+                    thread.join(0.5)
+        except KeyboardInterrupt:
+            self._interrupt(work, threads)
         return write_leaderboards(self.out, self.store, self.settings)
+
+    def _interrupt(self, work: queue.Queue, threads: list[threading.Thread]) -> None:
+        """Ctrl-C: no new problem starts; the searches running get SIGINT (from the terminal they already
+        have it) and write their partial results; their rows stay unfinished, so --resume goes on with
+        them from their own state."""
+        self.interrupted = True
+        while not work.empty():
+            work.get_nowait()
+        time.sleep(2)  # a search that got the terminal's SIGINT is writing its results
+        for pid in list(self._children.values()):
+            try:
+                os.kill(pid, signal.SIGINT)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for thread in threads:
+            thread.join(120)
+        write_leaderboards(self.out, self.store, self.settings)
+        raise BenchInterrupted(f"the leaderboards so far are in {self.out}; go on with: kernelpro bench "
+                               f"{self.settings.suite} --out {self.out} --resume")
 
     def _worker(self, slot: str, work: queue.Queue) -> None:
         while True:
@@ -346,14 +394,19 @@ class Bench:
                 self.status.started[slot] = time.monotonic()
                 self.on_change(self.status)
             self.store.start(entry.key, slot)
-            if self.settings.baselines_only:
-                result, error = self.baseline(entry, slot)
-            else:
-                result, error = self.search(entry, slot)
+            try:
+                if self.settings.baselines_only:
+                    result, error = self.baseline(entry, slot)
+                else:
+                    result, error = self.search(entry, slot)
+            except ChildInterrupted:
+                return  # Ctrl-C reached the child first: the bench is stopping, the problem stays unfinished
             self.record(entry, result, error)
 
     def record(self, entry: Entry, result: dict | None, error: str) -> None:
         """A problem's outcome, from a local worker or a Ray task: into the database, the baseline cache, the display."""
+        if self.interrupted:
+            return  # stopped by Ctrl-C: it stays unfinished, and a resume goes on with it
         if result is not None and not self.settings.baselines_only:
             result = self._with_baseline(entry, result)
         self.store.finish(entry.key, result, error)
@@ -369,11 +422,21 @@ class Bench:
 
     def _child(self, key: str, args: list[str], slot: str, log: Path) -> tuple[int, str]:
         # the pid is kept so that a resumed bench can stop a search that outlived a bench killed alone
-        return run_child(args, self._env(slot), log, lambda pid: self.store.set_pid(key, pid))
+        try:
+            return run_child(args, self._env(slot), log, lambda pid: self._started(key, pid))
+        finally:
+            self._children.pop(key, None)
+
+    def _started(self, key: str, pid: int) -> None:
+        self.store.set_pid(key, pid)
+        self._children[key] = pid
 
     def search(self, entry: Entry, slot: str) -> tuple[dict | None, str]:
-        return run_search(entry, self.settings, self.out, self._env(slot),
-                          lambda pid: self.store.set_pid(entry.key, pid), remeasure=entry.key in self.remeasure)
+        try:
+            return run_search(entry, self.settings, self.out, self._env(slot),
+                              lambda pid: self._started(entry.key, pid), remeasure=entry.key in self.remeasure)
+        finally:
+            self._children.pop(entry.key, None)
 
     def _with_baseline(self, entry: Entry, result: dict) -> dict:
         if result.get("baseline_ms") and result.get("device_name"):
@@ -402,6 +465,7 @@ class Bench:
                                   s.device, "--precision", s.precision, "--model-mode", s.model_mode,
                                   "--json", str(report)] + (["--kernelbench-timing"] if s.device == "cuda" else []),
                                  slot, self.out / "logs" / f"{entry.key}.log")
+        _check_interrupted(code)
         if not report.exists():
             return None, f"the baseline failed (exit {code}): " + one_line_error(tail)
         result = json.loads(report.read_text())
