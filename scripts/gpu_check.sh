@@ -245,6 +245,14 @@ for key in ${KB_SMOKE:-}; do
     --json "$OUT/kb_smoke/$name.json" 2>&1 | grep -E "verdict|reason|speedup|KernelBench|candidate|reference|mode|error"
 done
 
+step "TF32 against true fp32 on KernelBench's conv problems (TF32_NUMERICS=1; TF32_LEVELS, e.g. 1,2)"
+# benchmarks/conv_tf32_numerics.py: for each conv problem of .kb/kernelbench, whether a true-fp32 result
+# passes KernelBench's 1e-4 check against the TF32 reference (docs/kernelbench.md).
+if [ "${TF32_NUMERICS:-0}" = 1 ]; then
+  timeout "${TF32_TIMEOUT:-400}" python3 benchmarks/conv_tf32_numerics.py .kb/kernelbench --levels "${TF32_LEVELS:-1,2,3}" \
+    --json "$OUT/conv_tf32.json" 2>&1 | tee "$OUT/conv_tf32.log" | tail -3
+fi
+
 step "kernelpro bench over KernelBench (KB=1; KB_ARGS, e.g. --problems @benchmarks/kernelbench_subset30.txt --budget 4; KB_NAME, KB_STATE, UNTIL)"
 # In the background (in_background), snapshotting its folder into $OUT/kb_state.tgz; KB_STATE restores
 # such a snapshot on a fresh machine, and the bench resumes from it.

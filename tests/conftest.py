@@ -32,23 +32,29 @@ def load_module(path: Path):
     return module
 
 
-def compare_models(module, device: str = "cpu", atol: float = 1e-4) -> None:
-    """Run a candidate module's Model and ModelNew (same seeds) on the same inputs; outputs must match."""
+def compare_models(module, device: str = "cpu", atol: float = 1e-4, training: bool = False, calls: int = 1) -> None:
+    """Run a candidate module's Model and ModelNew (same seeds) on the same inputs; outputs must match.
+    `training`: both in training mode (KernelBench's), and after each of `calls` calls their buffers
+    (a batch norm's running statistics) must match too."""
     import torch
     init = module.get_init_inputs()
     torch.manual_seed(42)
-    reference = module.Model(*init).to(device).eval()
+    reference = module.Model(*init).to(device).train(training)
     torch.manual_seed(42)
-    new = module.ModelNew(*init).to(device).eval()
-    torch.manual_seed(7)
-    inputs = [i.to(device) if isinstance(i, torch.Tensor) else i for i in module.get_inputs()]
-    with torch.no_grad():
-        expected, got = reference(*inputs), new(*inputs)
-    expected = expected if isinstance(expected, tuple) else (expected,)
-    got = got if isinstance(got, tuple) else (got,)
-    for e, g in zip(expected, got, strict=True):
-        assert g.shape == e.shape and g.dtype == e.dtype
-        torch.testing.assert_close(g, e, atol=atol, rtol=1e-4)
+    new = module.ModelNew(*init).to(device).train(training)
+    for call in range(calls):
+        torch.manual_seed(7 + call)
+        inputs = [i.to(device) if isinstance(i, torch.Tensor) else i for i in module.get_inputs()]
+        with torch.no_grad():
+            expected, got = reference(*inputs), new(*inputs)
+        expected = expected if isinstance(expected, tuple) else (expected,)
+        got = got if isinstance(got, tuple) else (got,)
+        for e, g in zip(expected, got, strict=True):
+            assert g.shape == e.shape and g.dtype == e.dtype
+            torch.testing.assert_close(g, e, atol=atol, rtol=1e-4)
+        theirs = dict(new.named_buffers())
+        for name, buffer in reference.named_buffers():
+            torch.testing.assert_close(theirs[name], buffer, atol=atol, rtol=1e-4, msg=lambda m: f"{name}: {m}")
 
 
 def shrink(text: str) -> str:

@@ -121,9 +121,10 @@ def test_untranslatable_expressions_are_refused():
 NVCC, CUOBJDUMP = shutil.which("nvcc"), find_binary("cuobjdump")
 
 
-def _cuda_of(path: Path, moves: tuple[str, ...] = ()) -> tuple[str, list[dict]]:
-    """The CUDA C++ of a problem's cuda_kernels candidate (with `moves`), and its kernels' records."""
-    source, _, kernels = Problem(path, 42).build(["cuda_kernels", *moves])
+def _cuda_of(path: Path, moves: tuple[str, ...] = (), model_mode: str = "eval") -> tuple[str, list[dict]]:
+    """The CUDA C++ of a problem's cuda_kernels candidate (with `moves`), and its kernels' records; in eval
+    mode by default, as the shipped examples (inference problems) are searched."""
+    source, _, kernels = Problem(path, 42, model_mode).build(["cuda_kernels", *moves])
     return re.search(r'_KP_CUDA_SOURCE = r"""(.*?)"""', source, re.S).group(1), kernels
 
 
@@ -383,4 +384,39 @@ def test_pools_read_by_row_kernels_and_stride_one_pools_compile(tmp_path, layout
         ("pointwise", "max_pool2d"), ("row", "avg_pool2d"), ("row", "max_pool2d"), ("row", "max_pool2d")]
     assert [k["config"]["variant"] for k in kernels if k["kind"] == "row"].count("split") == 1
     assert "x0_t8" in cu and "kp_load<VEC>(x0_v" not in cu
+    _build_without_warnings_or_spills(cu, tmp_path)
+
+
+TRAINING_BATCH_NORM = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(8, 16, 3)
+        self.bn = nn.BatchNorm2d(16)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(x))) * 2.0
+
+
+def get_inputs():
+    return [torch.randn(16, 8, 34, 34)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.skipif(NVCC is None or CUOBJDUMP is None, reason="needs nvcc and cuobjdump")
+def test_training_mode_batch_norm_kernel_compiles_without_warnings_or_spills(tmp_path):
+    """The cuda_kernels move on a training-mode batch norm with running statistics: one row kernel writes
+    the normalized output and the per-channel mean and variance (for the running statistics' update)."""
+    path = tmp_path / "training_bn.py"
+    path.write_text(TRAINING_BATCH_NORM)
+    cu, kernels = _cuda_of(path, model_mode="train")
+    rows = [k for k in kernels if k["kind"] == "row"]
+    assert len(rows) == 1 and {"batch_norm", "mean", "var"} <= set(rows[0]["ops"]), kernels
     _build_without_warnings_or_spills(cu, tmp_path)

@@ -36,12 +36,13 @@ if os.environ.get("TRITON_INTERPRET") != "1":
                 allow_module_level=True)
 
 
-def check(problem_path: Path, moves=FUSE, tune=None, atol=1e-4) -> list[dict]:
-    """Build the candidate, run Model and ModelNew on the same inputs, compare; the kernels made."""
-    source, counts, kernels = Problem(problem_path, 42).build(moves, tune)
+def check(problem_path: Path, moves=FUSE, tune=None, atol=1e-4, training: bool = False) -> list[dict]:
+    """Build the candidate, run Model and ModelNew on the same inputs, compare; the kernels made.
+    `training`: built for and run in training mode, twice, the buffers compared too (compare_models)."""
+    source, counts, kernels = Problem(problem_path, 42, "train" if training else "eval").build(moves, tune)
     candidate = problem_path.with_name(problem_path.stem + "_new.py")
     candidate.write_text(source)
-    compare_models(load_module(candidate), atol=atol)
+    compare_models(load_module(candidate), atol=atol, training=training, calls=2 if training else 1)
     return kernels
 
 
@@ -226,9 +227,59 @@ def test_split_configurations_only_for_few_long_rows():
     assert all(c["variant"] != "split" for c in ranked(8, 1024))  # short rows: no split
 
 
+def forced_looped(group, device=None):
+    """The looped variant (a quarter row per chunk) for every row group without argmax."""
+    if group.kind == "pointwise" or any(s.reduce in ("argmax", "argmin") for s in group.steps):
+        return forced_split(group, device)
+    return [{"variant": "looped", "BLOCK_R": 4, "BLOCK_C": max(8, triton_gen._next_pow2(group.row_length) // 4),
+             "num_warps": 2, "score": 1.0}]
+
+
+@pytest.mark.parametrize("variant", ["ranked", "looped", "split"])
+@pytest.mark.parametrize("case", [
+    ("nn.Conv2d(3, 6, 3)", "nn.BatchNorm2d(6)", (4, 3, 9, 10), "F.relu(self.bn(self.conv(x))) * 2.0"),
+    ("nn.Linear(12, 10)", "nn.BatchNorm1d(10, momentum=0.05)", (33, 12), "self.bn(self.lin(x)) + 1.0"),
+    ("nn.Conv3d(2, 4, 2)", "nn.BatchNorm3d(4, affine=False, momentum=0.3)", (3, 2, 4, 5, 6), "self.bn(self.lin(x))"),
+    ("nn.Conv2d(3, 6, 3)", "nn.BatchNorm2d(6)\n        self.conv2 = nn.Conv2d(6, 6, 1)\n        self.bn2 = nn.BatchNorm2d(6)",
+     (2, 3, 7, 8), "self.bn2(self.conv2(torch.relu(self.bn(self.conv(x))))) - 0.5"),
+], ids=["conv2d", "linear", "conv3d-no-affine", "two-norms"])
+def test_training_mode_batch_norm_with_running_statistics(tmp_path, case, variant, monkeypatch):
+    """A training-mode batch norm that tracks running statistics (KernelBench's semantics) becomes one
+    row kernel (statistics, normalization and what follows), and the running statistics move exactly as
+    torch's do: outputs and buffers compared after each of two calls, in each row variant."""
+    producer, norm, shape, body = case
+    name = "conv" if "Conv" in producer and "conv" in body else "lin"
+    init = f"\n        self.{name} = {producer}\n        self.bn = {norm}"
+    path = write_problem(tmp_path, [f"return {body}"], [shape], init)
+    if variant != "ranked":
+        monkeypatch.setattr(triton_gen, "configs", forced_looped if variant == "looped" else forced_split)
+    kernels = check(path, FUSE, atol=2e-4, training=True)
+    rows = [k for k in kernels if k["kind"] == "row"]
+    assert len(rows) == body.count("self.bn") and all({"batch_norm", "mean"} <= set(r["ops"]) for r in rows), kernels
+    rewritten = path.with_name(path.stem + "_new.py").read_text().split("def _kp_graph_functions")[1]
+    assert "_kp_bn_update(" in rewritten and "self.bn(" not in rewritten
+
+
+def test_eval_mode_batch_norm_keeps_its_running_statistics(tmp_path):
+    """In eval mode the same norm reads its running statistics (a per-channel affine): nothing to update."""
+    path = write_problem(tmp_path, ["return self.bn(self.conv(x)) * 2.0"], [(4, 3, 9, 10)],
+                         "\n        self.conv = nn.Conv2d(3, 6, 3)\n        self.bn = nn.BatchNorm2d(6)")
+    check(path, FUSE)
+    assert "_kp_bn_update" not in path.with_name(path.stem + "_new.py").read_text()
+
+
+def test_a_batch_norm_called_twice_stays_a_library_call(tmp_path):
+    """Called twice, a norm updates its running statistics twice, each from the one before: left to torch."""
+    path = write_problem(tmp_path, ["return self.bn(self.bn(self.conv(x)) * 2.0)"], [(4, 3, 9, 10)],
+                         "\n        self.conv = nn.Conv2d(3, 6, 3)\n        self.bn = nn.BatchNorm2d(6)")
+    check(path, FUSE, training=True)
+    assert "_kp_bn_update" not in path.with_name(path.stem + "_new.py").read_text()
+
+
+@pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])
 @pytest.mark.parametrize("layout", [[], ["channels_last"]], ids=["nchw", "nhwc"])
 @pytest.mark.parametrize("shape,groups", [((3, 6, 5, 7), 3), ((2, 4, 9), 2), ((5, 8, 1, 3), 8)])
-def test_group_instance_and_batch_norms(tmp_path, shape, groups, layout):
+def test_group_instance_and_batch_norms(tmp_path, shape, groups, layout, training):
     channels = shape[1]
     init = (f"\n        self.gn = nn.GroupNorm({groups}, {channels})\n        self.inorm = "
             f"nn.InstanceNorm{len(shape) - 2}d({channels}, affine=True)\n        self.bn = "
@@ -238,13 +289,14 @@ def test_group_instance_and_batch_norms(tmp_path, shape, groups, layout):
     body = ["a = F.silu(self.gn(x))", "b = torch.relu(self.inorm(x)) + x", "c = self.bn(x) * 2.0",
             "d = F.batch_norm(x, None, None, training=True) - 0.5", "return a, b, c, d"]
     path = write_problem(tmp_path, body, [shape], init)
-    kernels = check(path, FUSE + layout, atol=5e-4)
+    kernels = check(path, FUSE + layout, atol=5e-4, training=training)
     assert sum(k["kind"] == "row" for k in kernels) >= 3
     if layout and len(shape) == 4:  # these rows keep the channels: NHWC would stride them, so NCHW stays
         assert {k["features"]["layout"] for k in kernels if k["kind"] == "row"} == {"reference"}
     with pytest.MonkeyPatch.context() as patch:  # and each norm in the split variant
         patch.setattr(triton_gen, "configs", forced_split)
-        assert sum(k["config"].get("variant") == "split" for k in check(path, FUSE + layout, atol=5e-4)) >= 3
+        split = check(path, FUSE + layout, atol=5e-4, training=training)
+        assert sum(k["config"].get("variant") == "split" for k in split) >= 3
 
 
 def test_channels_last_pointwise_kernels_read_and_write_nhwc_memory_without_copies(tmp_path):
@@ -459,6 +511,9 @@ GEMM_CASES = [  # (forward body, input shapes, init)
     (["h = F.linear(x, y)", "return torch.relu(h - z), torch.sigmoid(h)"], lambda m, n, k: [(m, k), (n, k), (n,)],
      lambda m, n, k: ""),
     (["return torch.clamp(x @ y, -1.0, 1.0) * z"], lambda m, n, k: [(2, m, k), (k, n), (m, 1)], lambda m, n, k: ""),
+    (["return F.gelu(torch.bmm(x, y)) + z"], lambda m, n, k: [(3, m, k), (3, k, n), (3, 1, n)], lambda m, n, k: ""),
+    (["h = torch.matmul(x, y)", "return h * 0.5, torch.tanh(h)"], lambda m, n, k: [(2, 2, m, k), (2, 2, k, n)],
+     lambda m, n, k: ""),
 ]
 
 
@@ -467,7 +522,8 @@ GEMM_CASES = [  # (forward body, input shapes, init)
 @given(case=st.sampled_from(GEMM_CASES), m=st.integers(16, 70), n=st.integers(16, 70), k=st.integers(16, 90),
        rank=st.integers(0, 5))
 def test_triton_gemm_with_epilogue(tmp_path, case, m, n, k, rank):
-    """Linear with bias, F.linear without, matmul of a batch by a matrix; broadcast epilogue inputs, two outputs."""
+    """Linear with bias, F.linear without, matmul of a batch by a matrix, bmm and a 4-D batched matmul (one
+    product per grid row); broadcast epilogue inputs, two outputs."""
     from kernelpro.offline import gemm
     body, shapes, init = case
     path = write_problem(tmp_path, body, shapes(m, n, k), init(m, n, k))
@@ -501,3 +557,32 @@ def problem_group(problem):
     groups = fusion.partition(gm, {"pointwise"})
     gemm.attach(gm, groups, tf32=False)
     return next(g for g in groups if g.gemm is not None)
+
+
+@pytest.mark.parametrize("case", GEMM_CASES[3:], ids=["bmm", "matmul-4d"])
+def test_batched_products_are_one_triton_gemm_per_batch_row(tmp_path, case):
+    """bmm and a batched matmul with the same batch dimensions on both sides: one Triton GEMM whose grid
+    has a row per product, odd sizes (not multiples of 16) and the epilogue inside."""
+    body, shapes, init = case
+    path = write_problem(tmp_path, body, shapes(20, 33, 17), init(20, 33, 17))
+    kernels = check(path, ["triton_gemm"], atol=1e-3)
+    assert [k["kind"] for k in kernels] == ["gemm"] and kernels[0]["features"]["batch"] in (3, 4)
+    rewritten = path.with_name(path.stem + "_new.py").read_text().split("def _kp_graph_functions")[1]
+    assert "bmm(" not in rewritten and "matmul(" not in rewritten
+
+
+@pytest.mark.parametrize("body, shapes", [
+    (["return torch.matmul(x, y)"], [(40, 24), (24, 36)]),
+    (["return torch.matmul(x.T, y)"], [(24, 40), (24, 36)]),
+    (["return torch.bmm(x, y)"], [(2, 17, 33), (2, 33, 20)]),
+], ids=["matmul", "transposed-a", "bmm"])
+def test_a_bare_product_becomes_a_triton_gemm(tmp_path, body, shapes):
+    """A product returned as it is (KernelBench's level-1 GEMMs) gets the exact epilogue `* 1.0`, so the
+    Triton GEMM takes it; too small a product stays the library call, with nothing added."""
+    path = write_problem(tmp_path, body, shapes)
+    kernels = check(path, ["triton_gemm"], atol=1e-3)
+    assert [k["kind"] for k in kernels] == ["gemm"]
+    small = write_problem(tmp_path, ["return torch.matmul(x, y)"], [(8, 24), (24, 36)])
+    assert check(small, ["triton_gemm"]) == []
+    rewritten = small.with_name(small.stem + "_new.py").read_text().split("def _kp_graph_functions")[1]
+    assert "matmul(" in rewritten and "mul(" not in rewritten.replace("matmul(", "") and "* 1.0" not in rewritten

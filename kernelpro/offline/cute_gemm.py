@@ -48,6 +48,8 @@ def _takes(gm: fx.GraphModule, group: Group, precision: str) -> tuple[object, st
     g = triton_gemm._gemm_for(gm, group, tf32=False)
     if g is None:
         return None, "not the epilogue of a matmul or linear the GEMM takes"
+    if g.batch > 1:
+        return None, "a batched product (the CuTe GEMM takes one matrix product)"
     if precision not in ELEMENT:
         return None, f"the CuTe GEMM runs at bf16 or fp16, not {precision}"
     if any(item.var != g.var for item in group.inputs):

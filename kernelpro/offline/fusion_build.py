@@ -208,6 +208,7 @@ class _Builder:
         self.gm, self.group = gm, group
         self.vars: dict[fx.Node, tuple] = {}  # node -> (var, kind, shape); a pair of those for max/min with dim
         self.count = 0
+        self._seen: dict[tuple, str] = {}  # what each expression or reduction was computed as (see expr)
 
     @property
     def keepdim_shape(self) -> tuple[int, ...]:
@@ -249,16 +250,23 @@ class _Builder:
         return max((levels.get(d, 0) for d in deps), default=0)  # inputs (x...) wait for no pass
 
     def expr(self, text: str, kind: str) -> str:
+        if (kind, text) in self._seen:  # the same value computed again (siblings: a mean, a var and a norm)
+            return self._seen[(kind, text)]
         known = {s.var for s in self.group.steps} | {i.var for i in self.group.inputs}
         var = self.fresh()
         deps = tuple(dict.fromkeys(t for t in re.findall(r"\b[vx]\d+\b", text) if t in known))
         self.group.steps.append(Step(var, kind, expr=text, deps=deps, level=self._level(deps)))
+        self._seen[(kind, text)] = var
         return var
 
     def reduce(self, how: str, operand: str, moment: str = "") -> str:
+        key = ("reduce", how, operand, moment)
+        if key in self._seen:  # one reduction per value: a long row is then read once for it, not once per user
+            return self._seen[key]
         var = self.fresh()
         self.group.steps.append(Step(var, "row", reduce=how, operand=operand, deps=(operand,),
                                      level=self._level((operand,)) + 1, moment=moment))
+        self._seen[key] = var
         return var
 
     # -- one member ---------------------------------------------------------------------------

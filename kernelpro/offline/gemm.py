@@ -1,7 +1,8 @@
 """A Triton GEMM with its epilogue inside: the alternative to a library matmul plus an epilogue kernel.
 
 `attach` finds the pointwise groups that are the epilogue of a matmul or linear
-(2-D weight, every use of the product inside the group) and marks them with a
+(2-D weight, or a batched product: bmm, or matmul of two operands with the same batch
+dimensions; every use of the product inside the group) and marks them with a
 `Gemm`; `render` writes one kernel that tiles the product (grouped tile order so
 neighbouring programs share the panels they read, float32 accumulation), adds the
 bias, applies the epilogue's steps to the accumulator in registers and stores
@@ -48,6 +49,7 @@ class Gemm:
     var: str  # the epilogue's input that is the product
     tf32: bool = False  # the tf32_matmul move is on
     backend: str = "triton"  # "triton" (this module) or "cute" (kernelpro.offline.cute_gemm)
+    batch: int = 1  # a batched product: `batch` products of [m x k] @ [k x n], one per grid row
     dtype: str = "fp32"  # the precision the candidate runs at (the CuTe GEMM is instantiated for it)
 
     def sources(self) -> list:
@@ -68,8 +70,8 @@ def _operands(gm: fx.GraphModule, node: fx.Node):
         if set(bound) - set(names) or "weight" not in bound:
             return None
         return bound["input"], bound["weight"], bound.get("bias"), "nk"
-    matmul = (node.op == "call_function" and node.target in (operator.matmul, torch.matmul, torch.mm)) or (
-        node.op == "call_method" and node.target in ("matmul", "mm"))
+    matmul = (node.op == "call_function" and node.target in (operator.matmul, torch.matmul, torch.mm, torch.bmm)) \
+        or (node.op == "call_method" and node.target in ("matmul", "mm", "bmm"))
     if matmul and len(node.args) == 2 and not node.kwargs:
         return node.args[0], node.args[1], None, "kn"
     return None
@@ -91,18 +93,55 @@ def _gemm_for(gm: fx.GraphModule, group: Group, tf32: bool) -> Gemm | None:
             continue
         a, b, bias, b_layout = operands
         a_shape, b_shape = _operand_shape(gm, a), _operand_shape(gm, b)
-        if a_shape is None or b_shape is None or len(a_shape) < 2 or len(b_shape) != 2:
+        if a_shape is None or b_shape is None or len(a_shape) < 2 or len(b_shape) < 2:
             continue
-        n, k = (b_shape if b_layout == "nk" else b_shape[::-1])
-        m = math.prod(a_shape[:-1])
-        if a_shape[-1] != k or tuple(group.logical) != tuple(a_shape[:-1]) + (n,):
+        batch = 1
+        if len(b_shape) > 2:  # batched: the same batch dimensions on both sides (no broadcasting)
+            if b_layout != "kn" or len(a_shape) != len(b_shape) or a_shape[:-2] != b_shape[:-2]:
+                continue
+            batch = math.prod(a_shape[:-2])
+        n, k = (b_shape if b_layout == "nk" else b_shape[-2:][::-1])
+        m = math.prod(a_shape[:-1]) // batch
+        if a_shape[-1] != k or tuple(group.logical) != tuple(a_shape[:-1]) + (n,) or batch >= 65536:
             continue
         if bias is not None and _operand_shape(gm, bias) != (n,):
             continue
         if min(m, n, k) < MIN_SIZE or max(m * k, n * k, m * n) >= 2**31:
             continue
-        return Gemm(node, a, b, bias, b_layout, m, n, k, a_shape, b_shape, item.var, tf32)
+        return Gemm(node, a, b, bias, b_layout, m, n, k, a_shape, b_shape, item.var, tf32, batch=batch)
     return None
+
+
+def expose_bare_products(gm: fx.GraphModule) -> list[fx.Node]:
+    """A product the model returns as it is (a level-1 GEMM) has no epilogue group for `attach` to find:
+    it gets an exact one, `* 1.0`, which the GEMM's epilogue then computes in registers. The nodes
+    made; `drop_unused` takes back those no GEMM took."""
+    made = []
+    for node in list(gm.graph.nodes):
+        if _operands(gm, node) is None or not node.users or any(u.op != "output" for u in node.users):
+            continue
+        with gm.graph.inserting_after(node):
+            identity = gm.graph.call_function(operator.mul, (node, 1.0))
+        identity.meta = dict(node.meta)
+        node.replace_all_uses_with(identity, delete_user_cb=lambda user, made_now=identity: user is not made_now)
+        made.append(identity)
+    if made:
+        gm.graph.lint()
+        gm.recompile()
+    return made
+
+
+def drop_unused(gm: fx.GraphModule, groups: list[Group], made: list[fx.Node]) -> list[Group]:
+    """The groups without the `* 1.0` epilogues that no GEMM took, and those nodes gone from the graph."""
+    taken = {node for group in groups if group.gemm is not None for node in group.nodes}
+    unused = [node for node in made if node not in taken]
+    kept = [g for g in groups if not (g.gemm is None and set(g.nodes) <= set(unused))]
+    for node in unused:
+        node.replace_all_uses_with(node.args[0])
+        gm.graph.erase_node(node)
+    if unused:
+        gm.recompile()
+    return kept
 
 
 def attach(gm: fx.GraphModule, groups: list[Group], tf32: bool) -> int:
@@ -132,7 +171,7 @@ def configs(group: Group, device: Device = Device()) -> list[dict]:
         if 4 * stages * bk * (bm + bn) > SHARED_BYTES or bm > max(32, _next_pow2(g.m)) \
                 or bn > max(32, _next_pow2(g.n)):
             continue  # a tile far wider than the matrix only wastes lanes
-        tiles = math.ceil(g.m / bm) * math.ceil(g.n / bn)
+        tiles = math.ceil(g.m / bm) * math.ceil(g.n / bn) * g.batch
         waves = tiles / device.sms
         tail = waves / math.ceil(waves) if waves >= 1 else waves
         reuse = (bm * bn / (bm + bn)) / 64.0  # outputs per element loaded, against 128x128's
@@ -146,9 +185,9 @@ def configs(group: Group, device: Device = Device()) -> list[dict]:
 
 def features(group: Group) -> dict:
     g = group.gemm
-    return {"kind": "gemm", "m": g.m, "n": g.n, "k": g.k, "b_layout": g.b_layout, "bias": g.bias is not None,
-            "inputs": len(group.inputs), "outputs": len(group.outputs), "steps": len(group.steps),
-            "bytes": 4 * (g.m * g.k + g.n * g.k + g.m * g.n * len(group.outputs))}
+    return {"kind": "gemm", "m": g.m, "n": g.n, "k": g.k, "batch": g.batch, "b_layout": g.b_layout,
+            "bias": g.bias is not None, "inputs": len(group.inputs), "outputs": len(group.outputs),
+            "steps": len(group.steps), "bytes": 4 * g.batch * (g.m * g.k + g.n * g.k + g.m * g.n * len(group.outputs))}
 
 
 # -- the kernel -----------------------------------------------------------------------------------
@@ -158,10 +197,12 @@ def _kernel(group: Group) -> list[str]:
     params = ["a_ptr", "b_ptr"] + (["bias_ptr"] if g.bias is not None else []) + [f"{i.var}_ptr" for i in rest]
     params += [f"out{k}_ptr" for k in range(len(group.outputs))]
     b_read = "weight [N, K]" if g.b_layout == "nk" else "[K, N]"
+    rl = "rl" if g.batch > 1 else "r"  # a tile's rows within its own product
     lines = ["@triton.jit",
              f"def {group.name}_kernel({', '.join(params)}, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, "
              "BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, PRECISION: tl.constexpr):",
-             f"    # [{g.m} x {g.k}] @ {b_read} -> [{g.m} x {g.n}]" + (" + bias" if g.bias is not None else "")
+             f"    # {f'{g.batch} x ' if g.batch > 1 else ''}[{g.m} x {g.k}] @ {b_read} -> [{g.m} x {g.n}]"
+             + (" + bias" if g.bias is not None else "")
              + f", float32 accumulate, then the epilogue in registers: {group.fused_ops}"]
     lines += _inputs_doc(group, rest)
     lines += ["    pid = tl.program_id(0)",
@@ -170,17 +211,21 @@ def _kernel(group: Group) -> list[str]:
               "    width = GROUP_M * tiles_n", "    first_m = (pid // width) * GROUP_M",
               "    rows_here = tl.minimum(tiles_m - first_m, GROUP_M)",
               "    pid_m = first_m + (pid % width) % rows_here", "    pid_n = (pid % width) // rows_here",
-              "    r = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]",
-              "    j = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]",
-              "    kk = tl.arange(0, BLOCK_K)",
+              f"    {rl} = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]",
+              "    j = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]"]
+    if g.batch > 1:  # one product per grid row: its operands' offsets, and its rows in the whole output
+        lines += ["    batch = tl.program_id(1).to(tl.int64)",
+                  f"    a_ptr += batch * {g.m * g.k}", f"    b_ptr += batch * {g.k * g.n}",
+                  f"    r = batch * {g.m} + {rl}  # rows of the [batch x m] output, for the epilogue"]
+    lines += ["    kk = tl.arange(0, BLOCK_K)",
               "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
               f"    for start in range(0, {g.k}, BLOCK_K):",
               "        ka = start + kk[None, :]", "        kb = start + kk[:, None]",
-              f"        a = tl.load(a_ptr + r * {g.k} + ka, mask=(r < {g.m}) & (ka < {g.k}), other=0.0)"]
+              f"        a = tl.load(a_ptr + {rl} * {g.k} + ka, mask=({rl} < {g.m}) & (ka < {g.k}), other=0.0)"]
     b_offset = f"j * {g.k} + kb" if g.b_layout == "nk" else f"kb * {g.n} + j"
     lines += [f"        b = tl.load(b_ptr + {b_offset}, mask=(kb < {g.k}) & (j < {g.n}), other=0.0)",
               "        acc = tl.dot(a, b, acc, input_precision=PRECISION)",
-              f"    mask = (r < {g.m}) & (j < {g.n})"]
+              f"    mask = ({rl} < {g.m}) & (j < {g.n})"]
     if g.bias is not None:
         lines.append(f"    {g.var} = acc + tl.load(bias_ptr + j, mask=j < {g.n}, other=0.0).to(tl.float32)")
     else:
@@ -211,7 +256,7 @@ def render(group: Group, config: dict) -> str:
     shapes = [g.a_shape, g.b_shape] + ([(g.n,)] if g.bias is not None else []) + [i.shape for i in rest]
     outs = output_names(len(group.outputs))
     bm, bn = config["BLOCK_M"], config["BLOCK_N"]
-    launch = [f"    grid = (triton.cdiv({g.m}, {bm}) * triton.cdiv({g.n}, {bn}),)",
+    launch = [f"    grid = (triton.cdiv({g.m}, {bm}) * triton.cdiv({g.n}, {bn}), {g.batch})",
               f"    {group.name}_kernel[grid]({', '.join(args + outs)}, BLOCK_M={bm}, BLOCK_N={bn}, "
               f"BLOCK_K={config['BLOCK_K']}, GROUP_M={config['GROUP_M']}, PRECISION={config['precision']!r}, "
               f"num_warps={config['num_warps']}, num_stages={config['num_stages']})"]

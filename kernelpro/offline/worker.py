@@ -25,7 +25,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.passes.shape_prop import ShapeProp
 
 from kernelpro.harness.modelio import build_model, cast_to, import_file
-from kernelpro.offline import codegen, cuda_gen, cute_gemm, fusion, fxlibrary, fxpasses, gemm, layouts, triton_gen
+from kernelpro.offline import batchnorm, codegen, cuda_gen, cute_gemm, fusion, fxlibrary, fxpasses, gemm, layouts, triton_gen
 from kernelpro.offline.fxpasses import foldable_nodes
 from kernelpro.offline.moves import EXCLUSIVE, MOVES, SIMPLIFY, TUNE_PREFIX, TUNE_TECHNIQUE, allowed, canonical
 from kernelpro.offline.tracing import trace
@@ -158,9 +158,13 @@ class Problem:
                 cuda = "cuda_kernels" in graph_moves
                 kinds = {FUSION_KINDS[m] for m in graph_moves if m in FUSION_KINDS} | (CUDA_KINDS if cuda else set())
                 if kinds:
+                    if "row" in kinds and batchnorm.split_training_batch_norms(gm):
+                        sources.append(batchnorm.UPDATE_SOURCE)  # the running statistics' update, in the file
+                    bare = gemm.expose_bare_products(gm) if "triton_gemm" in graph_moves else []
                     groups = fusion.partition(gm, kinds, exclude=set(folds))
                     if "triton_gemm" in graph_moves:
                         counts["triton_gemm"] = gemm.attach(gm, groups, tf32="tf32_matmul" in moves)
+                        groups = gemm.drop_unused(gm, groups, bare)
                     if "cute_gemm" in graph_moves:
                         self.left_alone["cute_gemm"] = []
                         counts["cute_gemm"] = cute_gemm.attach(gm, groups, precision, self.left_alone["cute_gemm"])
