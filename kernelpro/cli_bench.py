@@ -75,6 +75,9 @@ def register(app: typer.Typer) -> None:
                                                                        "local Ray instance)")] = "",
         out: Annotated[Path | None, typer.Option("--out", help="output folder (default: bench/<suite name>)")] = None,
         resume: Annotated[bool, typer.Option("--resume", help="finish the bench in --out")] = False,
+        unsafe_no_sandbox: Annotated[bool, typer.Option(
+            "--unsafe-no-sandbox", help="passed to each search: let the Anthropic coder's candidates run where no "
+                                        "sandbox works (never saved: give it again with --resume)")] = False,
         rerun: Annotated[str, typer.Option("--rerun", help="with --resume: problems to run again from scratch, "
                                                            "e.g. level1/7_Name,level2/3_Name")] = "",
         remeasure: Annotated[str, typer.Option("--remeasure", help="with --resume: finished problems (or all) whose "
@@ -113,7 +116,7 @@ def register(app: typer.Typer) -> None:
             strategy=strategy.value, precision=precision.value, policy=policy.value, model_mode=model_mode.value,
             device=device.value if device else default_device(), gpus=gpus, profile=profile,
             baselines_only=baselines_only, time_limit_min=time_limit, **knowledge,
-            backend=backend, ray_address=ray_address)
+            backend=backend, ray_address=ray_address, unsafe_no_sandbox=unsafe_no_sandbox)
         console = Console(stderr=True)
         reruns, remeasures = ([key.strip() for key in text.split(",") if key.strip()] for text in (rerun, remeasure))
         if json_output:

@@ -427,3 +427,16 @@ def test_ctrl_c_stops_the_bench_with_exit_130_and_resume_finishes_it(tmp_path):
     done = subprocess.run(args + ["--resume", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     assert [r["status"] for r in json.loads(done.stdout)["problems"]] == ["done"] * 3
+
+
+def test_unsafe_no_sandbox_reaches_each_search_and_is_never_saved(tmp_path):
+    """--unsafe-no-sandbox is passed to every search's command line; a resumed bench uses this command's
+    choice, not the one saved with the bench."""
+    from kernelpro.bench.runner import search_args
+    out = tmp_path / "bench"
+    bench = Bench(BenchSettings(suite=str(SUITE), out=str(out), coder="anthropic", unsafe_no_sandbox=True, **FAST))
+    entry = bench.entries[0]
+    assert "--unsafe-no-sandbox" in search_args(entry, bench.settings, out / "p", resume=False)
+    again = Bench(BenchSettings(suite=str(SUITE), out=str(out), **FAST), resume=True)
+    assert again.settings.coder == "anthropic" and not again.settings.unsafe_no_sandbox
+    assert "--unsafe-no-sandbox" not in search_args(entry, again.settings, out / "p", resume=True)

@@ -73,6 +73,7 @@ class BenchSettings:
     time_limit_min: float | None = None  # per problem
     backend: str = "local"  # "local" (a worker per local GPU) or "ray" (a task per problem on a Ray cluster)
     ray_address: str = ""  # "" starts a local Ray instance
+    unsafe_no_sandbox: bool = False  # passed to each search (the Anthropic coder where no sandbox works)
 
 
 @dataclass
@@ -150,7 +151,8 @@ def search_args(entry: Entry, s: BenchSettings, folder: Path, resume: bool) -> l
             "--model-mode", s.model_mode,
             "--out", str(folder), "--json"] + (["--resume"] if resume else []) + \
         ([] if s.profile else ["--no-profile"]) + (["--time-limit", str(s.time_limit_min)] if s.time_limit_min else []) + \
-        (["--no-kb"] if not s.use_kb else ["--kb", s.kb] if s.kb else [])
+        (["--no-kb"] if not s.use_kb else ["--kb", s.kb] if s.kb else []) + \
+        (["--unsafe-no-sandbox"] if s.unsafe_no_sandbox else [])
 
 
 def one_line_error(log_tail: str) -> str:
@@ -236,7 +238,9 @@ class Bench:
         if resume:
             saved = self.store.get("settings")
             # a bench from before model modes existed ran its models in eval mode
-            settings = BenchSettings(**{"model_mode": "eval", **saved}) if saved else settings
+            # the safety choice is this command's, never the saved one's
+            settings = replace(BenchSettings(**{"model_mode": "eval", **saved}),
+                               unsafe_no_sandbox=settings.unsafe_no_sandbox) if saved else settings
         if extend_budget is not None and extend_budget != settings.budget:
             settings = self._extend(settings, extend_budget)
         self.settings = settings
