@@ -129,6 +129,17 @@ watch = _WATCHER.watch
 unwatch = _WATCHER.unwatch
 
 
+def describe_limit() -> str:
+    """The memory limit in force, in one line (for `kernelpro tools list`)."""
+    try:
+        limit = limit_bytes()
+    except ValueError as error:
+        return f"memory limit: {error}"
+    if limit is None:
+        return f"memory limit: none ({LIMIT_ENV}=none)"
+    return f"memory limit: {limit / 2**30:.1f} GB of host memory per evaluation's processes ({LIMIT_ENV})"
+
+
 def describe(used: int, limit: int) -> str:
     return (f"its processes used {used / 2**30:.1f} GB of host memory, over the {limit / 2**30:.1f} GB limit "
             f"({LIMIT_ENV}), and were killed")

@@ -34,7 +34,8 @@ def register(app: typer.Typer) -> None:
             table.add_row(row["name"], row["level"] or "-", "[green]yes[/]" if row["available"] else "[red]no[/]",
                           row["reason"], row["source"])
         Console().print(table)
-        from kernelpro.harness import sandbox
+        from kernelpro.harness import memguard, sandbox
         typer.echo(sandbox.describe())
+        typer.echo(memguard.describe_limit())
 
     app.add_typer(tools_app, name="tools")

@@ -167,3 +167,4 @@ def test_tools_list_without_plugins_is_only_the_builtins():
     done = subprocess.run([sys.executable, "-m", "kernelpro", "tools", "list"], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0 and "sass" in done.stdout
+    assert "sandbox: " in done.stdout and "memory limit: " in done.stdout  # what guards candidates here
