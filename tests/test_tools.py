@@ -121,7 +121,7 @@ __global__ void fma_chain(float* out, float x, int n) {
 
 @pytest.fixture(scope="module")
 def plugin_site(tmp_path_factory):
-    """The README's example plugin and three broken ones, pip-installed as real distributions."""
+    """The example plugin of docs/plugins.md and three broken ones, pip-installed as real distributions."""
     site = tmp_path_factory.mktemp("site")
     for package in (REPO / "examples" / "plugin_example", DATA / "plugins" / "broken_plugin"):
         build = tmp_path_factory.mktemp("build")
