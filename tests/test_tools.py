@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -168,3 +169,44 @@ def test_tools_list_without_plugins_is_only_the_builtins():
                           timeout=120)
     assert done.returncode == 0 and "sass" in done.stdout
     assert "sandbox: " in done.stdout and "memory limit: " in done.stdout  # what guards candidates here
+
+
+MANY_LAUNCHES = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        for _ in range(12):
+            x = torch.sigmoid(x) * 1.5 - 0.25
+        return x
+
+
+def get_inputs():
+    return [torch.randn(64, 64)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_the_example_plugin_finding_reaches_profile_search_guidance_and_report(plugin_site, tmp_path):
+    """Installed, the example plugin of docs/plugins.md gets the launches per call from the pipeline
+    (36 on this program: 12 x sigmoid, mul, sub) and its finding shows in `kernelpro profile`'s output,
+    in the profile a search keeps as the coder's guidance, and in report.html."""
+    problem = tmp_path / "many.py"
+    problem.write_text(MANY_LAUNCHES)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(plugin_site), os.environ.get("PYTHONPATH", "")]))
+    shown = subprocess.run([sys.executable, "-m", "kernelpro", "profile", str(problem), "--device", "cpu"],
+                           env=env, capture_output=True, text=True, timeout=300)
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert "36 kernel launches per call" in " ".join(shown.stdout.split()) and "launch_count" in shown.stdout
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "kernelpro", "search", str(problem), "--budget", "1", "--device",
+                           "cpu", "--no-kb", "--out", str(out), "--json"], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    kept = sqlite3.connect(out / "state.db").execute("SELECT * FROM profiles").fetchall()
+    assert "kernel launches per call" in str(kept)  # what guidance_for hands the coder
+    assert "kernel launches per call" in (out / "report.html").read_text()

@@ -220,7 +220,9 @@ def profile(target: Target, *, tools: list[str] | None = None, objective: str = 
         target=target, device=target.device, binaries=[Path(b) for b in timeline["binaries"]],
         kernels=program.dominant, classes={k.name: k.roofline_class for k in program.kernels},
         time_shares={k.name: k.time_share for k in program.kernels}, objective=objective,
-        time_limit_s=time_limit_s, timeline=timeline, ceilings=ceilings)
+        time_limit_s=time_limit_s, timeline=timeline, ceilings=ceilings,
+        launches_per_call=sum(k.launches_per_call for k in program.kernels))
+    context.extra.setdefault("launches_per_call", context.launches_per_call)
     ncu_tools = [registry.tools[name] for name in selected if getattr(registry.tools[name], "ncu_metrics", None)]
     wanted = list(dict.fromkeys(m for tool in ncu_tools for m in tool.ncu_metrics))
     if ncu_tools and program.dominant and rows is not None and set(wanted) <= set(plan.metrics):

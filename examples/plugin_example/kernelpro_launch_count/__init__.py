@@ -1,7 +1,8 @@
 """An example kernelpro tool plugin.
 
-It reads the number of kernel launches per call that the search puts in
-`context.extra["launches_per_call"]` and advises fusing when there are many.
+It reads the number of kernel launches per call of the profiled program
+(`context.launches_per_call`, which the profiling pipeline fills from its timeline) and
+advises fusing when there are many.
 """
 
 from kernelpro.tools import Evidence, Finding, Gate, Metric, Requirements, Tool, ToolContext, ToolReport
@@ -16,7 +17,7 @@ class LaunchCountTool(Tool):
     threshold = 8
 
     def run(self, context: ToolContext) -> ToolReport:
-        launches = int(context.extra.get("launches_per_call", 0))
+        launches = int(context.launches_per_call or context.extra.get("launches_per_call", 0))
         findings = []
         if launches > self.threshold:
             findings.append(Finding(
