@@ -12,8 +12,8 @@ import typer
 import kernelpro
 from kernelpro.errors import KernelproError
 
-app = typer.Typer(name="kernelpro", no_args_is_help=True, add_completion=False,
-                  pretty_exceptions_enable=False,
+app = typer.Typer(name="kernelpro", no_args_is_help=True, add_completion=True,
+                  pretty_exceptions_enable=False, context_settings={"help_option_names": ["-h", "--help"]},
                   help="Search for faster GPU implementations of PyTorch operators.")
 
 
@@ -44,9 +44,10 @@ _register_commands()
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: project errors become one line (KERNELPRO_DEBUG=1 shows the traceback).
+    """Entry point: project errors become one line (KERNELPRO_DEBUG=1 shows the traceback; the hint
+    says so only where another exception lies behind the error).
 
-    Usage errors exit with 2 (typer), a project error with its own code (2).
+    Usage errors exit with 2 (typer), a project error with its own code (2; 130 after Ctrl-C).
     """
     try:
         app(args=argv)
@@ -54,5 +55,7 @@ def main(argv: list[str] | None = None) -> None:
         if os.environ.get("KERNELPRO_DEBUG") == "1":
             raise
         typer.secho(f"{getattr(error, 'label', 'error')}: {error}", err=True, fg="red")
-        typer.echo("hint: set KERNELPRO_DEBUG=1 for the traceback", err=True)
+        if error.__cause__ is not None or (error.__context__ is not None and not error.__suppress_context__):
+            # another exception lies behind it (a problem file that raised, a failed build): its traceback helps
+            typer.echo("hint: set KERNELPRO_DEBUG=1 for the traceback", err=True)
         sys.exit(error.exit_code)

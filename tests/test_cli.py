@@ -7,7 +7,10 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import DATA, REPO
+from kernelpro.cli import main
 
 PROBLEM = DATA / "problems" / "linear_relu_residual.py"
 
@@ -53,9 +56,14 @@ def test_project_errors_are_one_line_unless_debugging(tmp_path):
     done = kernelpro("eval", tmp_path / "missing.py", PROBLEM)
     assert done.returncode == 2
     assert done.stderr.startswith("error: ") and "missing.py: no such file" in done.stderr
-    assert "Traceback" not in done.stderr and "KERNELPRO_DEBUG=1" in done.stderr
+    assert "Traceback" not in done.stderr and "KERNELPRO_DEBUG=1" not in done.stderr  # nothing behind it
     done = kernelpro("eval", tmp_path / "missing.py", PROBLEM, env={"KERNELPRO_DEBUG": "1"})
     assert "Traceback" in done.stderr
+    raising = tmp_path / "raising.py"  # the problem's own exception is named in the line, in the worker's words
+    raising.write_text(PROBLEM.read_text().replace("def get_inputs():", "def get_inputs():\n    raise KeyError('x')"
+                                                   "\n\n\ndef _unused():", 1))
+    done = kernelpro("eval", raising, PROBLEM)
+    assert done.returncode == 2 and "get_inputs() raised KeyError" in done.stderr
 
 
 def test_cuda_without_a_gpu_is_a_clear_error():
@@ -80,3 +88,16 @@ def test_shipped_example_is_honestly_faster(tmp_path):
     record = json.loads(done.stdout)
     assert done.returncode == 0, record["reason"]
     assert record["speedup"] > 1.0
+
+
+COMMANDS = ["", "search", "eval", "profile", "bench", "tools", "tools list", "kb", "kb show", "kb export",
+            "kb import", "kb reset", "cutlass"]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=[c or "kernelpro" for c in COMMANDS])
+@pytest.mark.parametrize("flag", ["-h", "--help"])
+def test_every_command_takes_h_and_help(command, flag, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main([*command.split(), flag])
+    assert exit_info.value.code == 0
+    assert "Usage: " in capsys.readouterr().out
