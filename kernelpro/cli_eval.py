@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from kernelpro.cli_options import (BaselineChoice, Device, JsonPath, ModelModeChoice, ModelModeOpt, PolicyChoice,
+from kernelpro.cli_options import (BaselineChoice, Device, JsonFile, JsonFlag, ModelModeChoice, ModelModeOpt, PolicyChoice,
                                    PolicyOpt, PrecisionChoice, PrecisionOpt, Timeout)
 from kernelpro.errors import CandidateFileError
 
@@ -99,12 +99,13 @@ def verdict_table(result) -> Table:
     return table
 
 
-def write_json(result, path: Path) -> None:
-    text = json.dumps(result.model_dump(mode="json"), indent=2)
-    if str(path) == "-":
-        typer.echo(text)
-    else:
+def write_json(document: dict, to_stdout: bool, path: Path | None) -> None:
+    """The JSON result on stdout (`--json`) and/or into a file (`--json-file`)."""
+    text = json.dumps(document, indent=2)
+    if path is not None:
         path.write_text(text + "\n")
+    if to_stdout:
+        typer.echo(text)
 
 
 def register(app: typer.Typer) -> None:
@@ -128,11 +129,11 @@ def register(app: typer.Typer) -> None:
         kernelbench_timing: Annotated[bool, typer.Option(
             "--kernelbench-timing", help="also time both by KernelBench's method (autograd on, mean of 100 calls "
                                          "on the same inputs), to compare with published numbers")] = False,
-        json_path: JsonPath = None,
+        json_output: JsonFlag = False,
+        json_file: JsonFile = None,
     ) -> None:
         """Judge CANDIDATE against PROBLEM: correctness, then timing. Exit 0 when correct, 1 when not."""
-        quiet = json_path is not None and str(json_path) == "-"
-        console = Console(stderr=quiet)
+        console = Console(stderr=json_output)
         result = run_eval(problem, candidate, device=device.value if device else None, policy=policy.value,
                           precision=precision.value, trials=trials, correct_trials=correct_trials,
                           timeout=timeout, baseline=baseline.value, tolerance=tolerance, seed=seed,
@@ -142,6 +143,5 @@ def register(app: typer.Typer) -> None:
             tail = (result.stderr.tail or result.stderr.head or result.stdout.tail)[-1500:]
             console.print("[dim]worker output (tail):[/]", markup=True)
             console.print(tail, markup=False, highlight=False)
-        if json_path is not None:
-            write_json(result, json_path)
+        write_json(result.model_dump(mode="json"), json_output, json_file)
         raise typer.Exit(0 if result.ok else 1)

@@ -46,8 +46,9 @@ ModelModeOpt = Annotated[ModelModeChoice, typer.Option(
                          "dropout); eval: call .eval() first, for inference")]
 Timeout = Annotated[float | None, typer.Option(
     "--timeout", min=1, help="wall-clock limit in seconds for every phase (build, load, correctness, timing)")]
-JsonPath = Annotated[Path | None, typer.Option(
-    "--json", help="write the verdict record as JSON to this path ('-' for stdout)")]
+JsonFlag = Annotated[bool, typer.Option(
+    "--json", help="print the result as JSON on stdout (the human-readable output then goes to stderr)")]
+JsonFile = Annotated[Path | None, typer.Option("--json-file", metavar="PATH", help="also write the JSON result here")]
 KbPath = Annotated[Path | None, typer.Option(
     "--kb", help="the knowledge base to learn from and add to (default: $KERNELPRO_HOME/kb.sqlite)")]
 NoKb = Annotated[bool, typer.Option("--no-kb", help="neither read nor write a knowledge base")]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -10,8 +9,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from kernelpro.cli_options import Device, ModelModeChoice, ModelModeOpt, PrecisionChoice, PrecisionOpt
-from kernelpro.cli_eval import read_candidate
+from kernelpro.cli_options import (Device, JsonFile, JsonFlag, ModelModeChoice, ModelModeOpt, PrecisionChoice,
+                                   PrecisionOpt)
+from kernelpro.cli_eval import read_candidate, write_json
 from kernelpro.errors import ProblemError
 
 
@@ -85,7 +85,8 @@ def register(app: typer.Typer) -> None:
         no_ncu: Annotated[bool, typer.Option("--no-ncu", help="stage 1 from analytic counts only")] = False,
         remeasure: Annotated[bool, typer.Option("--remeasure", help="measure the device ceilings again")] = False,
         timeout: Annotated[float, typer.Option("--timeout", min=10, help="limit per profiled run, seconds")] = 600.0,
-        json_path: Annotated[Path | None, typer.Option("--json", help="write the JSON here ('-' for stdout)")] = None,
+        json_output: JsonFlag = False,
+        json_file: JsonFile = None,
         keep: Annotated[Path | None, typer.Option("--keep", help="keep raw outputs (timeline, ncu CSVs) here")] = None,
     ) -> None:
         """Classify PROBLEM's kernels on the roofline, run the tools the classes call for, print guidance."""
@@ -93,8 +94,7 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter("must be time, energy or edp", param_hint="--objective")
         if not problem.is_file():
             raise ProblemError(problem, "no such file")
-        quiet = json_path is not None and str(json_path) == "-"
-        console = Console(stderr=quiet)
+        console = Console(stderr=json_output)
         names = [t.strip() for t in tools.split(",") if t.strip()] if tools else None
         with console.status("profiling") as status:
             document = run_profile(problem, candidate=candidate, device=device.value if device else None,
@@ -110,9 +110,4 @@ def register(app: typer.Typer) -> None:
                       + "; ".join(f"{k} ({v})" for k, v in sorted(document["tools_skipped"].items())) + "[/]")
         for note in document["notes"]:
             console.print(f"[dim]note: {note}[/]", highlight=False)
-        if json_path is not None:
-            text = json.dumps(document, indent=2)
-            if quiet:
-                typer.echo(text)
-            else:
-                json_path.write_text(text + "\n")
+        write_json(document, json_output, json_file)

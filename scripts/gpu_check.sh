@@ -58,10 +58,10 @@ fi
 step "kernelpro eval on the examples"
 [ "${SKIP_EVALS:-0}" = 1 ] || for candidate in gelu_bias_scale_triton gelu_bias_scale_cuda; do
   kernelpro eval examples/gelu_bias_scale.py "examples/$candidate.py" --baseline compile \
-    --json "$OUT/eval_$candidate.json" 2>&1 | tail -25
+    --json-file "$OUT/eval_$candidate.json" 2>&1 | tail -25
 done
 [ "${SKIP_EVALS:-0}" = 1 ] || kernelpro eval examples/matmul_rowsum.py examples/matmul_rowsum_new.py \
-  --baseline compile --json "$OUT/eval_matmul_rowsum.json" 2>&1 | tail -25
+  --baseline compile --json-file "$OUT/eval_matmul_rowsum.json" 2>&1 | tail -25
 step "throughput benchmark"
 if [ "${SKIP_THROUGHPUT:-0}" != 1 ]; then
   # THROUGHPUT_EVERY=N: every Nth candidate; THROUGHPUT_NO_SANDBOX=1: a second run without the sandbox
@@ -94,7 +94,7 @@ step "kernelpro profile of candidates (PROFILE_CANDIDATES: PROBLEM:CANDIDATE pai
 for pair in ${PROFILE_CANDIDATES:-}; do
   name=$(basename "${pair#*:}" .py)
   timeout 300 kernelpro profile "${pair%%:*}" --candidate "${pair#*:}" --keep "$OUT/profile_$name" \
-    --json "$OUT/profile_$name/profile.json" 2>&1 | tail -25
+    --json-file "$OUT/profile_$name/profile.json" 2>&1 | tail -25
 done
 step "candidate against torch.compile, kernel by kernel (COMPARE: PROBLEM:CANDIDATE pairs)"
 for pair in ${COMPARE:-}; do
@@ -113,7 +113,7 @@ if [ -n "${CHAINS:-}" ] && [ -n "${CHAINS_PROBLEM:-}" ]; then
     name=$(basename "$candidate" .py)
     for repeat in $(seq "${CHAIN_REPEAT:-1}"); do
       timeout 300 kernelpro eval "$CHAINS_PROBLEM" "$candidate" --baseline compile \
-        --json "$OUT/chains/${name}_eval$repeat.json" 2>&1 | grep -E "verdict|candidate|reference|compile|speedup"
+        --json-file "$OUT/chains/${name}_eval$repeat.json" 2>&1 | grep -E "verdict|candidate|reference|compile|speedup"
     done
     [[ " ${CHAIN_COMPARE:-} " == *" ${name##*_} "* ]] && timeout 300 python3 scripts/compare_timelines.py "$CHAINS_PROBLEM" "$candidate" \
       --json "$OUT/chains/${name}_compare.json" 2>&1 | tail -30
@@ -242,7 +242,7 @@ for key in ${KB_SMOKE:-}; do
   name=$(basename "$key")
   { cat ".kb/kernelbench/$key.py"; printf '\n\nModelNew = Model\n'; } >"/tmp/$name.candidate.py"
   timeout 300 kernelpro eval ".kb/kernelbench/$key.py" "/tmp/$name.candidate.py" --baseline compile --kernelbench-timing \
-    --json "$OUT/kb_smoke/$name.json" 2>&1 | grep -E "verdict|reason|speedup|KernelBench|candidate|reference|mode|error"
+    --json-file "$OUT/kb_smoke/$name.json" 2>&1 | grep -E "verdict|reason|speedup|KernelBench|candidate|reference|mode|error"
 done
 
 step "TF32 against true fp32 on KernelBench's conv problems (TF32_NUMERICS=1; TF32_LEVELS, e.g. 1,2)"

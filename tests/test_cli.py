@@ -30,7 +30,7 @@ def test_version_and_help():
 
 def test_correct_candidate_exits_zero_and_writes_json(tmp_path):
     out = tmp_path / "verdict.json"
-    done = kernelpro("eval", PROBLEM, DATA / "candidates" / "good.py", "--trials", "5", "--json", out)
+    done = kernelpro("eval", PROBLEM, DATA / "candidates" / "good.py", "--trials", "5", "--json-file", out)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "device: cpu (no CUDA GPU is visible)" in done.stdout
     assert "correct" in done.stdout
@@ -40,7 +40,7 @@ def test_correct_candidate_exits_zero_and_writes_json(tmp_path):
 
 
 def test_incorrect_candidate_exits_one_and_json_to_stdout():
-    done = kernelpro("eval", PROBLEM, DATA / "candidates" / "wrong_shape.py", "--device", "cpu", "--json", "-")
+    done = kernelpro("eval", PROBLEM, DATA / "candidates" / "wrong_shape.py", "--device", "cpu", "--json")
     assert done.returncode == 1
     record = json.loads(done.stdout)
     assert record["verdict"] == "incorrect" and record["speedup"] is None and "shape" in record["reason"]
@@ -75,7 +75,7 @@ def test_cuda_without_a_gpu_is_a_clear_error():
 
 
 def test_timeout_option_limits_every_phase():
-    done = kernelpro("eval", PROBLEM, DATA / "candidates" / "infinite_loop.py", "--timeout", "5", "--json", "-")
+    done = kernelpro("eval", PROBLEM, DATA / "candidates" / "infinite_loop.py", "--timeout", "5", "--json")
     record = json.loads(done.stdout)
     assert done.returncode == 1
     assert record["verdict"] == "timeout" and record["phase"] == "correctness"
@@ -84,7 +84,7 @@ def test_timeout_option_limits_every_phase():
 def test_shipped_example_is_honestly_faster(tmp_path):
     """The README's demo: an algebraic rewrite that does a fraction of the work."""
     done = kernelpro("eval", REPO / "examples" / "matmul_rowsum.py", REPO / "examples" / "matmul_rowsum_new.py",
-                     "--trials", "10", "--json", "-")
+                     "--trials", "10", "--json")
     record = json.loads(done.stdout)
     assert done.returncode == 0, record["reason"]
     assert record["speedup"] > 1.0

@@ -277,7 +277,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_profile_cli_on_cpu_writes_the_documented_json():
-    done = _cli("profile", str(DATA / "profile" / "overhead_tiny_chain.py"), "--device", "cpu", "--json", "-")
+    done = _cli("profile", str(DATA / "profile" / "overhead_tiny_chain.py"), "--device", "cpu", "--json")
     assert done.returncode == 0, done.stderr
     document = json.loads(done.stdout)
     assert {"classification", "kernels", "guidance", "techniques"} <= set(document)

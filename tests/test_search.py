@@ -225,7 +225,7 @@ def test_best_py_runs_without_kernelpro_and_passes_eval(attention_run, tmp_path)
     done = subprocess.run([sys.executable, str(check)], capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0 and "standalone ok" in done.stdout, done.stderr[-2000:]
     verdict = run_cli("eval", "examples/attention_block.py", str(out / "best.py"), "--device", "cpu",
-                      "--model-mode", "eval", "--json", "-")
+                      "--model-mode", "eval", "--json")
     assert verdict.returncode == 0, verdict.stderr[-2000:]
     assert json.loads(verdict.stdout)["verdict"] == "correct"
 

@@ -467,7 +467,7 @@ class Bench:
         report = folder / "baseline.json"
         code, tail = self._child(entry.key, ["eval", str(entry.path), str(reference), "--baseline", "compile", "--device",
                                   s.device, "--precision", s.precision, "--model-mode", s.model_mode,
-                                  "--json", str(report)] + (["--kernelbench-timing"] if s.device == "cuda" else []),
+                                  "--json-file", str(report)] + (["--kernelbench-timing"] if s.device == "cuda" else []),
                                  slot, self.out / "logs" / f"{entry.key}.log")
         _check_interrupted(code)
         if not report.exists():

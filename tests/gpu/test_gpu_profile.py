@@ -34,7 +34,7 @@ def _profile(problem: Path, name: str, *extra: str) -> dict:
     out = keep / "profile.json"
     keep.mkdir(parents=True, exist_ok=True)
     done = subprocess.run([sys.executable, "-m", "kernelpro", "profile", str(problem), "--device", "cuda",
-                           "--json", str(out), "--keep", str(keep), *extra], capture_output=True, text=True,
+                           "--json-file", str(out), "--keep", str(keep), *extra], capture_output=True, text=True,
                           timeout=900, env=dict(os.environ, KERNELPRO_HOME=str(HOME)))
     (keep / "stdout.txt").write_text(done.stdout + "\n--- stderr ---\n" + done.stderr)
     assert done.returncode == 0, done.stderr[-3000:]
