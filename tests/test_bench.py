@@ -107,6 +107,7 @@ def test_a_bench_writes_every_leaderboard_and_records_a_crash(finished_bench):
     markdown = (out / "leaderboard.md").read_text()
     assert "| `level1/1_DoubleNegation` |" in markdown and "Failed problems:" in markdown
     assert "| level | problems | finished | valid |" in markdown and "| 1 | 3 | 3 | 67% |" in markdown
+    assert "CPU-min" in markdown and "GPU-min" not in markdown  # a CPU bench spends CPU minutes
     page = (out / "leaderboard.html").read_text()
     assert page.count("<svg") >= 2 and "fast_p per level" in page and "<script" not in page
     for r in done:  # each problem's search in its own folder

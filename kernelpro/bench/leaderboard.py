@@ -122,10 +122,15 @@ def _how(document: dict) -> str:
             f"{', '.join(document['devices']) or '-'}")
 
 
+def _minutes(document: dict) -> str:
+    """The device-time column's name: GPU minutes, or CPU minutes for a bench on the CPU."""
+    return "CPU-min" if document["settings"].get("device") == "cpu" else "GPU-min"
+
+
 def markdown(document: dict) -> str:
     lines = [f"# {_title(document)}", "", _how(document), "",
              "| level | problems | finished | valid | " + " | ".join(f"fast_{p:g}" for p in FAST_P)
-             + " | geomean vs eager | vs compile | vs best baseline | KernelBench's method | GPU-min |",
+             + f" | geomean vs eager | vs compile | vs best baseline | KernelBench's method | {_minutes(document)} |",
              "|---|---|---|---|" + "---|" * len(FAST_P) + "---|---|---|---|---|"]
     for summary in document["levels"] + [document["overall"]]:
         lines.append(f"| {summary['level'] if summary['level'] is not None else '-'} | {summary['problems']} | "
@@ -135,7 +140,7 @@ def markdown(document: dict) -> str:
                      f"{_cell(summary['geomean_vs_best_baseline'], suffix='x')} | "
                      f"{_cell(summary.get('geomean_kernelbench_method'), suffix='x')} | {summary['gpu_minutes']:.1f} |")
     lines += ["", "| problem | eager ms | compile ms | best ms | vs eager | vs compile | KernelBench's method | "
-                  "verdict | techniques | evaluations | GPU-min | tokens | cost |",
+                  f"verdict | techniques | evaluations | {_minutes(document)} | tokens | cost |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in document["problems"]:
         kernelbench = (_cell(r.get("kernelbench_speedup"), suffix="x") if r.get("kernelbench_speedup")
@@ -233,7 +238,7 @@ def render_html(document: dict) -> str:
                      + ["geomean vs eager", "vs compile", "vs best baseline"])
     problem_header = "".join(f"<th>{h}</th>" for h in ("problem", "eager ms", "compile ms", "best ms", "vs eager",
                                                          "vs compile", "verdict", "techniques", "evaluations",
-                                                         "GPU-min"))
+                                                         _minutes(document)))
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>kernelpro bench</title>
 <style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}}table{{border-collapse:collapse;
