@@ -57,6 +57,14 @@ def compare_models(module, device: str = "cpu", atol: float = 1e-4, training: bo
             torch.testing.assert_close(theirs[name], buffer, atol=atol, rtol=1e-4, msg=lambda m: f"{name}: {m}")
 
 
+def default_sigint() -> None:
+    """A child's SIGINT back to its default before exec (preexec_fn), as in a terminal: a test run as a
+    background job (CI, `make test &`) inherits SIGINT ignored, and Python then never raises
+    KeyboardInterrupt."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def shrink(text: str) -> str:
     """A problem at test size: large size constants divided (64x above 512, 4x from 64)."""
     def smaller(match: re.Match) -> str:

@@ -28,6 +28,7 @@ from kernelpro.bench import Bench, BenchError, BenchSettings
 from kernelpro.bench.compare import compare
 from kernelpro.bench.leaderboard import schema
 from kernelpro.bench.suite import SuiteError, discover, parse_numbers, select
+from conftest import default_sigint
 from kernelpro.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -410,7 +411,7 @@ def test_ctrl_c_stops_the_bench_with_exit_130_and_resume_finishes_it(tmp_path):
     args = [sys.executable, "-m", "kernelpro", "bench", str(SUITE), "--budget", "2", "--no-profile", "--device",
             "cpu", "--no-kb", "--out", str(out)]
     process = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
+                               start_new_session=True, preexec_fn=default_sigint)
     database = out / "bench.db"
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and process.poll() is None:  # until a search is under way

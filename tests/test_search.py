@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import default_sigint
 from kernelpro.cli import main
 from kernelpro.coder import CoderProposal, default_coder
 from kernelpro.driver import SearchRun, SearchSettings
@@ -400,7 +401,8 @@ def test_ctrl_c_on_the_command_line_exits_130_with_the_resume_command(tmp_path):
     out = tmp_path / "run"
     process = subprocess.Popen([sys.executable, "-m", "kernelpro", "search", "examples/attention_block.py",
                                 "--model-mode", "eval", "--budget", "50", "--device", "cpu", "--no-kb", "--out",
-                                str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=default_sigint)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and process.poll() is None:  # until the first evaluation is stored
         time.sleep(0.5)
