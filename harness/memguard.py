@@ -22,6 +22,7 @@ import collections
 import itertools
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -86,7 +87,6 @@ class _Watcher:
         self._watched: dict[int, tuple[int, int, OverLimit]] = {}
         self._lock = threading.Lock()
         self._ids = itertools.count()
-        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
     def watch(self, pid: int, over: OverLimit, limit: int | None = None) -> int | None:
@@ -108,7 +108,7 @@ class _Watcher:
 
     def _run(self) -> None:
         while True:
-            self._wake.wait(POLL_S)
+            time.sleep(POLL_S)
             with self._lock:
                 watched = list(self._watched.items())
             if not watched:

@@ -150,7 +150,7 @@ class WorkerProcess:
 
     def _over_memory(self, used: int, limit: int) -> None:
         self.killed_for = memguard.describe(used, limit)
-        self._signal_all()
+        kill_tree(self.process.pid)
 
     @property
     def pid(self) -> int:
@@ -202,16 +202,13 @@ class WorkerProcess:
             return
         self._killed = True
         memguard.unwatch(self._memory_watch)
-        self._signal_all()
+        kill_tree(self.process.pid)
         try:
             self.process.wait(10)
         except subprocess.TimeoutExpired:
             pass
         self._sock.close()
         subprocess.run(["rm", "-rf", str(self.workdir)], check=False)
-
-    def _signal_all(self) -> None:
-        kill_tree(self.process.pid)
 
     def logs(self) -> tuple[CappedLog, CappedLog]:
         return self.stdout.log(), self.stderr.log()

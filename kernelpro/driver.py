@@ -345,7 +345,8 @@ class SearchRun:
             return outputs.write_all(self, search, baseline, stopped, final)
         except KeyboardInterrupt:
             self._store_wall()
-            raise SearchInterrupted(f"before the search began, nothing to keep; go on with: {self.resume_command()}") \
+            raise SearchInterrupted(f"outside the search loop, before the results were written; the evaluations done "
+                                    f"so far are kept in {self.out / 'state.db'}; go on with: {self.resume_command()}") \
                 from None
         finally:
             if own:

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from kernelpro.harness import memguard, sandbox
-from kernelpro.harness.cache import BuildCache, kernelpro_home
+from kernelpro.harness.cache import BuildCache, BuildEntry, kernelpro_home
 from kernelpro.harness.errors import KernelproError
 from kernelpro.harness.process import kill_tree, scrubbed_environment
 from kernelpro.tools import ncu as ncu_lib
@@ -34,30 +34,24 @@ class ProfileError(KernelproError):
     """The profiled program or the profiler failed; the message says why in one line."""
 
 
-def _entry_root(target: Target) -> Path | None:
-    if not target.candidate_path:
-        return None
-    root = BuildCache().entry(Path(target.candidate_path).read_text()).root
-    root.mkdir(parents=True, exist_ok=True)
-    return root
-
-
-def _spec(target: Target, mode: str, out: Path, extra: dict) -> dict:
-    """The program's spec. The problem and the candidate are copied into its own folder: the sandbox
-    shows it a private /tmp, where either file may live."""
+def _spec(target: Target, mode: str, out: Path, extra: dict) -> tuple[dict, BuildEntry | None]:
+    """The program's spec, and the candidate's build-cache entry (None without a candidate). The problem
+    and the candidate are copied into its own folder: the sandbox shows it a private /tmp, where either
+    file may live."""
     problem = out.parent / "problem.py"
     shutil.copyfile(target.problem_path, problem)
     spec = {"mode": mode, "problem_path": str(problem), "device": target.device,
             "precision": target.precision, "seed": target.seed, "model_mode": target.model_mode, "out": str(out),
             **extra}
-    if target.candidate_path:
-        source = Path(target.candidate_path).read_text()
-        entry = BuildCache().entry(source)
-        candidate = out.parent / "candidate.py"
-        candidate.write_text(source)
-        spec.update(candidate_path=str(candidate),
-                    extensions_dir=str(entry.extensions_dir), triton_cache_dir=str(entry.triton_cache_dir))
-    return spec
+    if not target.candidate_path:
+        return spec, None
+    source = Path(target.candidate_path).read_text()
+    entry = BuildCache().entry(source)
+    candidate = out.parent / "candidate.py"
+    candidate.write_text(source)
+    spec.update(candidate_path=str(candidate),
+                extensions_dir=str(entry.extensions_dir), triton_cache_dir=str(entry.triton_cache_dir))
+    return spec, entry
 
 
 def _tail(path: Path, limit: int = 1500) -> str:
@@ -73,12 +67,14 @@ def run_target(target: Target, mode: str, *, time_limit_s: float = 300.0, prefix
         folder = Path(tmp)
         out = folder / "result.json"
         spec_path = folder / "spec.json"
-        spec_path.write_text(json.dumps(_spec(target, mode, out, extra or {})))
+        spec, entry = _spec(target, mode, out, extra or {})
+        spec_path.write_text(json.dumps(spec))
         argv = list(prefix or []) + [sys.executable, "-m", "kernelpro.tools.target", str(spec_path)]
         env = scrubbed_environment({"HOME": str(folder), "TMPDIR": str(folder),
                                     "PYTHONPATH": os.pathsep.join(sys.path)})
-        entry = _entry_root(target)
-        argv = sandbox.wrap(argv, folder, writable=(entry,) if entry else ())
+        if entry is not None:
+            entry.root.mkdir(parents=True, exist_ok=True)  # the one folder it may write besides its own
+        argv = sandbox.wrap(argv, folder, writable=(entry.root,) if entry is not None else ())
         started = time.perf_counter()
         killed_for: list[str] = []
         with open(folder / "stdout.txt", "wb") as stdout, open(folder / "stderr.txt", "wb") as stderr:

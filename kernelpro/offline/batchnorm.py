@@ -67,11 +67,10 @@ def _tensor_meta(shape: tuple[int, ...], dtype: torch.dtype):
 
 
 def _attr(gm: fx.GraphModule, target: str) -> fx.Node:
+    """A get_attr node of a norm's parameter or buffer, with its shape on it."""
+    owner, name = target.rsplit(".", 1)
     node = gm.graph.get_attr(target)
-    node.meta["tensor_meta"] = _extract_tensor_metadata(gm.get_submodule(target.rsplit(".", 1)[0])
-                                                        .get_parameter(target.rsplit(".", 1)[1])
-                                                        if target.rsplit(".", 1)[1] in ("weight", "bias")
-                                                        else gm.get_buffer(target))
+    node.meta["tensor_meta"] = _extract_tensor_metadata(getattr(gm.get_submodule(owner), name))
     return node
 
 
