@@ -94,11 +94,12 @@ class Mismatch:
 
 
 def compare_tensor(expected: torch.Tensor, got: object, index: int, tolerance: float,
-                   trial: int = 0) -> Mismatch | None:
+                   trial: int = 0, details: bool = True) -> Mismatch | None:
     """allclose with atol = rtol = tolerance, NaN/Inf positions matching, shape and dtype exact.
 
     Chunk by chunk: a fast pass in the native dtype, and float64 details only for chunks that fail
-    (every chunk then, for the fraction and the largest errors)."""
+    (every chunk then, for the fraction and the largest errors). With details=False the first chunk
+    that fails ends it: a yes/no answer (a 6 GB output that differs everywhere costs one chunk)."""
     if not isinstance(got, torch.Tensor):
         return Mismatch(f"output {index} is a {type(got).__name__}, not a tensor",
                         ErrorStats(output_index=index, trial=trial))
@@ -115,6 +116,8 @@ def compare_tensor(expected: torch.Tensor, got: object, index: int, tolerance: f
     tally, failed = _Tally(), False
     for a, b in _chunks(expected, got):
         if failed or not _chunk_close(a, b, tolerance):
+            if not details:
+                return Mismatch(f"output {index} differs", ErrorStats(output_index=index, trial=trial))
             failed = True
             _chunk_details(a, b, tolerance, tally)
         else:
@@ -137,13 +140,13 @@ def compare_tensor(expected: torch.Tensor, got: object, index: int, tolerance: f
 
 
 def compare_outputs(expected: list, got: list, expected_structure: str, got_structure: str,
-                    tolerance: float, trial: int = 0) -> Mismatch | None:
+                    tolerance: float, trial: int = 0, details: bool = True) -> Mismatch | None:
     if expected_structure != got_structure or len(expected) != len(got):
         return Mismatch(f"the candidate returned {got_structure}, the reference {expected_structure}",
                         ErrorStats(output_index=0, trial=trial))
     for index, (reference, candidate) in enumerate(zip(expected, got)):
         if isinstance(reference, torch.Tensor):
-            mismatch = compare_tensor(reference, candidate, index, tolerance, trial)
+            mismatch = compare_tensor(reference, candidate, index, tolerance, trial, details)
         elif reference != candidate:
             mismatch = Mismatch(f"output {index} is {candidate!r}, expected {reference!r}",
                                 ErrorStats(output_index=index, trial=trial))

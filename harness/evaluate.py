@@ -315,7 +315,7 @@ class Evaluator:
                 outcome.structures.append(header["structure"])
                 if len(outcome.references) > 1 and outcome.degenerate is not False:
                     outcome.degenerate = compare.compare_outputs(
-                        outcome.references[0], outcome.references[-1], "x", "x", tolerance) is None
+                        outcome.references[0], outcome.references[-1], "x", "x", tolerance, details=False) is None
             elif kind == "reference_info":
                 outcome.info.update(flops=header["flops"], bytes_moved=header["bytes_moved"])
                 outcome.sizes = {k: int(header.get(k) or 0) for k in MemorySizes.model_fields}
