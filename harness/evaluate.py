@@ -24,6 +24,7 @@ from kernelpro.harness.errors import DeviceError, ProblemError
 from kernelpro.harness.memory import MemoryPlan, Reservation
 from kernelpro.harness.payload import available_memory_bytes, spill
 from kernelpro.harness.problem import Problem
+from kernelpro.harness.refcache import ReferenceCache, References, reference_key
 from kernelpro.harness.process import WorkerProcess
 from kernelpro.harness.records import (CappedLog, EnergyStats, EnergyWindow, EvalOptions, EvalResult, ErrorStats,
                                        Floor, KernelBenchTiming, MemorySizes, Phase, TimingStats, Verdict)
@@ -153,9 +154,11 @@ class Evaluator:
     """Evaluates candidates on one device. Reuse one for many evaluations."""
 
     def __init__(self, device: str = "cpu", cache: BuildCache | None = None, spares: int = 1,
-                 build_workers: int = 2, energy_meter=None):
+                 build_workers: int = 2, energy_meter=None, reuse_references: bool = True):
         check_device(device)
         self.device = device
+        # the reference's outputs, from one evaluation of a problem to the next (harness/refcache.py)
+        self.references = ReferenceCache(enabled=reuse_references)
         # Reads energy around the worker's windows (kernelpro.energy.NvmlMeter or a fake with
         # start/stop/idle_power_w/min_window_s/method); the harness does not import it.
         self.energy_meter = energy_meter
@@ -176,6 +179,7 @@ class Evaluator:
     def close(self) -> None:
         self.pool.close()
         self.build_pool.shutdown(wait=False, cancel_futures=True)
+        self.references.clear()
 
     # -- builds ----------------------------------------------------------------
     def prebuild(self, source: str, options: EvalOptions | None = None) -> Future:
@@ -288,6 +292,10 @@ class Evaluator:
                entry: BuildEntry, outcome: _Outcome, reservation: Reservation | None = None) -> None:
         ready, _ = self._receive(worker, _STARTUP_LIMIT_S, outcome)
         outcome.info.update(device_name=ready.get("device_name", ""), torch_version=ready.get("torch", ""))
+        key = reference_key(problem.source, options.seed, options.correct_trials, options.precision,
+                            options.model_mode)
+        kept = self.references.get(key)
+        fresh = References() if kept is None else None
         worker.send({
             "problem_source": problem.source, "problem_path": str(problem.path),
             "candidate_source": source, "precision": options.precision, "seed": options.seed,
@@ -295,7 +303,7 @@ class Evaluator:
             "timing_budget_s": options.timing_budget_s, "warmup_calls": options.warmup_calls,
             "l2_flush_bytes": options.l2_flush_bytes, "cpu_settle_s": options.cpu_settle_s,
             "model_mode": options.model_mode, "extensions_dir": str(entry.extensions_dir),
-            "triton_cache_dir": str(entry.triton_cache_dir),
+            "triton_cache_dir": str(entry.triton_cache_dir), "reference_outputs": kept is None,
         })
         outcome.enter(Phase.REFERENCE)
         tolerance = options.effective_tolerance
@@ -307,16 +315,25 @@ class Evaluator:
             elif kind == "problem_error":
                 raise ProblemError(problem.path, header["cause"])
             elif kind == "reference_output":
-                if outcome.held_bytes + len(payload) > available_memory_bytes() // 4:
+                spilled = outcome.held_bytes + len(payload) > available_memory_bytes() // 4
+                if spilled:
                     payload = spill(payload)  # every trial's reference outputs at once would not fit
                 else:
                     outcome.held_bytes += len(payload)
+                if fresh is not None:
+                    fresh.add(payload, header["structure"], spilled)
                 outcome.references.append(self._load(payload, outcome))
                 outcome.structures.append(header["structure"])
                 if len(outcome.references) > 1 and outcome.degenerate is not False:
                     outcome.degenerate = compare.compare_outputs(
                         outcome.references[0], outcome.references[-1], "x", "x", tolerance, details=False) is None
             elif kind == "reference_info":
+                if kept is not None:  # this worker ran trial 0 only; the outputs are the earlier evaluation's
+                    outcome.references = [self._load(payload, outcome) for payload in kept.payloads]
+                    outcome.structures, outcome.degenerate = list(kept.structures), kept.degenerate
+                elif len(fresh.payloads) == options.correct_trials:
+                    fresh.degenerate = outcome.degenerate
+                    self.references.put(key, fresh)
                 outcome.info.update(flops=header["flops"], bytes_moved=header["bytes_moved"])
                 outcome.sizes = {k: int(header.get(k) or 0) for k in MemorySizes.model_fields}
                 if reservation is not None:

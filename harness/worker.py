@@ -142,7 +142,10 @@ class Job:
         flops = bytes_moved = 0
         sizes: dict = {}
         cuda = self.device.type == "cuda"
-        for trial in range(self.spec["correct_trials"]):
+        # When the trusted side kept this problem's reference outputs from an earlier evaluation, only
+        # trial 0 runs here, for the sizes and the output shapes the checks below need.
+        send_outputs = self.spec.get("reference_outputs", True)
+        for trial in range(self.spec["correct_trials"] if send_outputs else 1):
             seed = self.spec["seed"] + trial
             init_inputs, inputs = self.trial_values(seed)
             if cuda:
@@ -175,6 +178,9 @@ class Job:
                          "parameter_bytes": parameter_bytes(model),
                          "peak_bytes": torch.cuda.max_memory_allocated(self.device) if cuda else 0}
                 self.sizes = sizes
+            if not send_outputs:
+                del model, outputs, inputs, init_inputs
+                break
             payload = pack_values(outputs)
             del model, outputs, inputs, init_inputs  # the host copy goes out; nothing of this trial stays here
             self.send({"type": "reference_output", "trial": trial, "structure": structure}, payload)

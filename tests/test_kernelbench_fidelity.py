@@ -236,21 +236,26 @@ def test_kernelbench_timing_is_reported_beside_our_own(tmp_path, cpu_evaluator):
     assert plain.kernelbench is None
 
 
-def test_reference_outputs_spill_to_a_file_when_memory_is_short(tmp_path, cpu_evaluator, monkeypatch):
+def test_reference_outputs_spill_to_a_file_when_memory_is_short(tmp_path, monkeypatch):
     """Every trial's reference outputs are kept until the candidate's arrive; where they would take over
-    a quarter of the available memory they go to an unlinked file mapped back, and verdicts are the same."""
+    a quarter of the available memory they go to an unlinked file mapped back, and verdicts are the same.
+    The spilled files are what the next evaluation of the problem judges against (harness/refcache.py)."""
+    from kernelpro.harness import Evaluator
     from kernelpro.harness import evaluate as evaluate_module
+    from kernelpro.harness.cache import BuildCache
     spilled = []
     real_spill = evaluate_module.spill
     monkeypatch.setattr(evaluate_module, "available_memory_bytes", lambda: 4)
     monkeypatch.setattr(evaluate_module, "spill", lambda payload: spilled.append(len(payload)) or real_spill(payload))
     problem = load_problem(write(tmp_path, "relu.py", RELU))
-    good = cpu_evaluator.evaluate(problem, reference_as_candidate(problem), FAST)
-    assert good.verdict is Verdict.CORRECT, good.reason
-    assert len(spilled) == FAST.correct_trials and min(spilled) > 64 * 256 * 4
-    wrong = cpu_evaluator.evaluate(problem, RELU.replace("torch.relu(x)", "torch.relu(x) + 1e-3")
+    with Evaluator("cpu", cache=BuildCache(tmp_path / "builds"), spares=0) as evaluator:
+        good = evaluator.evaluate(problem, reference_as_candidate(problem), FAST)
+        assert good.verdict is Verdict.CORRECT, good.reason
+        assert len(spilled) == FAST.correct_trials and min(spilled) > 64 * 256 * 4
+        wrong = evaluator.evaluate(problem, RELU.replace("torch.relu(x)", "torch.relu(x) + 1e-3")
                                    .replace("class Model", "class ModelNew"), FAST)
-    assert wrong.verdict is Verdict.INCORRECT and "trial 0" in wrong.reason
+        assert wrong.verdict is Verdict.INCORRECT and "trial 0" in wrong.reason
+        assert evaluator.references.hits == 1 and len(spilled) == FAST.correct_trials
 
 
 def test_kb_judge_sets_the_two_verdicts_side_by_side(tmp_path):
