@@ -25,6 +25,16 @@ class Measured:
     reference_j: float | None = None
 
 
+def normalized(result: dict, baseline: dict) -> Measured:
+    """An evaluation's times on the baseline's scale: baseline eager ms / the in-evaluation speedup.
+    Absolute times drift between evaluations (clocks, heat); each evaluation's ratio against its own
+    reference does not. `result` is an EvalResult's JSON."""
+    energy = result.get("energy") or {}
+    return Measured(candidate_ms=baseline["eager_ms"] / result["speedup"], reference_ms=baseline["eager_ms"],
+                    candidate_j=(energy.get("candidate") or {}).get("j_per_call"),
+                    reference_j=(energy.get("reference") or {}).get("j_per_call"))
+
+
 def needs_energy(objective: str) -> bool:
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")

@@ -9,6 +9,7 @@ candidate but never imports it; it compares the outputs itself.
 
 from __future__ import annotations
 
+import logging
 import importlib.metadata
 import signal
 import threading
@@ -31,6 +32,8 @@ from kernelpro.harness.records import (CappedLog, EnergyStats, EnergyWindow, Eva
 from kernelpro.harness.timing import summarize
 from kernelpro.harness.toolchain import (ARCH_SPECIFIC, arch_for, build_environment, cuda_arch_list,  # noqa: F401
                                          cuda_available)
+
+log = logging.getLogger("kernelpro.harness")
 
 SUSPICIOUS_SPEEDUP = 10.0
 REVERIFY_TRIALS = 10
@@ -229,7 +232,10 @@ class Evaluator:
         if options.device != self.device:
             raise DeviceError(f"this evaluator runs on {self.device}, not {options.device}")
         result = self._evaluate_once(problem, source, options)
-        return self._reverify_if_suspicious(problem, source, options, result)
+        result = self._reverify_if_suspicious(problem, source, options, result)
+        log.info("evaluated %s on %s: %s in %.1f s %s", result.source_sha256[:12], problem.name,
+                 result.verdict.value, result.wall_s, result.phase_s)
+        return result
 
     def _reverify_if_suspicious(self, problem, source, options, result: EvalResult) -> EvalResult:
         if not result.ok:
@@ -296,6 +302,9 @@ class Evaluator:
                             options.model_mode)
         kept = self.references.get(key)
         fresh = References() if kept is None else None
+        if kept is not None:
+            log.debug("%s: reference outputs kept from an earlier evaluation (%d trials)", problem.name,
+                      len(kept.payloads))
         worker.send({
             "problem_source": problem.source, "problem_path": str(problem.path),
             "candidate_source": source, "precision": options.precision, "seed": options.seed,
@@ -317,6 +326,7 @@ class Evaluator:
             elif kind == "reference_output":
                 spilled = outcome.held_bytes + len(payload) > available_memory_bytes() // 4
                 if spilled:
+                    log.debug("reference output of trial %d (%d bytes) spilled to a file", header["trial"], len(payload))
                     payload = spill(payload)  # every trial's reference outputs at once would not fit
                 else:
                     outcome.held_bytes += len(payload)
@@ -523,6 +533,7 @@ def _result(verdict: Verdict, phase: Phase, reason: str, base: dict, began: floa
         device_name=info.get("device_name", ""), torch_version=info.get("torch_version", ""),
         kernelpro_version=_version(), **base, **logs, **fields,
     )
+
 
 
 def evaluate(problem: Problem, source: str, options: EvalOptions | None = None) -> EvalResult:

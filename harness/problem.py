@@ -39,6 +39,11 @@ class Problem:
         return f"level{self.level}/{self.problem_id}_{self.name}"
 
 
+def reference_candidate(problem: Problem) -> str:
+    """The reference itself as a candidate (a search's root, a bench's baseline evaluation)."""
+    return problem.source.rstrip() + "\n\n\n# The reference itself, as a candidate.\nModelNew = Model\n"
+
+
 def _top_level_names(tree: ast.Module) -> set[str]:
     names: set[str] = set()
     for node in tree.body:

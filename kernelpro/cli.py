@@ -25,8 +25,18 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
-                                                help="print the version and exit")] = False) -> None:
-    """kernelpro: search for faster GPU implementations of PyTorch operators."""
+                                                help="print the version and exit")] = False,
+          quiet: Annotated[bool, typer.Option("-q", "--quiet", help="only results and errors: no banner, no "
+                                                                     "progress display")] = False,
+          verbose: Annotated[bool, typer.Option("-v", "--verbose", help="log each evaluation, candidate and bench "
+                                                                         "child on stderr")] = False) -> None:
+    """kernelpro: search for faster GPU implementations of PyTorch operators.
+
+    -q and -v go before the command: kernelpro -q search PROBLEM."""
+    if quiet and verbose:
+        raise typer.BadParameter("-q and -v: give one of them", param_hint="-q/-v")
+    from kernelpro.cli_options import set_verbosity
+    set_verbosity(quiet, verbose)
 
 
 def _register_commands() -> None:

@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kernelpro.cli_options import (Device, KbPath, ModelModeChoice, ModelModeOpt, NoKb, PolicyChoice, PolicyOpt,
-                                   PrecisionChoice, PrecisionOpt, knowledge_base)
+                                   PrecisionChoice, PrecisionOpt, knowledge_base, quiet)
 from kernelpro.cli_search import CoderChoice, ObjectiveChoice, StrategyChoice
 
 
@@ -75,6 +75,7 @@ def register(app: typer.Typer) -> None:
                                                                        "local Ray instance)")] = "",
         out: Annotated[Path | None, typer.Option("--out", help="output folder (default: bench/<suite name>)")] = None,
         resume: Annotated[bool, typer.Option("--resume", help="finish the bench in --out")] = False,
+        force: Annotated[bool, typer.Option("--force", help="remove the bench already in --out and start over")] = False,
         unsafe_no_sandbox: Annotated[bool, typer.Option(
             "--unsafe-no-sandbox", help="passed to each search: let the Anthropic coder's candidates run where no "
                                         "sandbox works (never saved: give it again with --resume)")] = False,
@@ -117,6 +118,12 @@ def register(app: typer.Typer) -> None:
             device=device.value if device else default_device(), gpus=gpus, profile=profile,
             baselines_only=baselines_only, time_limit_min=time_limit, **knowledge,
             backend=backend, ray_address=ray_address, unsafe_no_sandbox=unsafe_no_sandbox)
+        if force:
+            if resume:
+                raise typer.BadParameter("--force starts over; --resume continues: give one of them",
+                                         param_hint="--force")
+            from kernelpro.runstore import clear_output_folder
+            clear_output_folder(Path(settings.out), ("bench.db",), "kernelpro bench")
         console = Console(stderr=True)
         reruns, remeasures = ([key.strip() for key in text.split(",") if key.strip()] for text in (rerun, remeasure))
         if json_output:
@@ -125,7 +132,11 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps(document, indent=2))
             _exit_for_failures(document, console)
             return
-        if console.is_terminal:
+        if quiet():
+            bench = Bench(settings, resume=resume, extend_budget=budget if resume else None, rerun=reruns,
+                          remeasure=remeasures)
+            document = bench.run()
+        elif console.is_terminal:
             with Live(console=console, refresh_per_second=2, transient=False) as live:
                 bench = Bench(settings, resume=resume, extend_budget=budget if resume else None, rerun=reruns,
                               remeasure=remeasures, on_change=lambda status: live.update(render_status(status)))

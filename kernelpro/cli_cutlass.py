@@ -32,7 +32,7 @@ def register(app: typer.Typer) -> None:
 
     @cutlass_app.command("search")
     def search_command(
-        query: Annotated[str, typer.Argument(help="words or identifiers, e.g. 'sm90 tma load' or make_tiled_copy")],
+        query: Annotated[str, typer.Argument(metavar="QUERY", help="words or identifiers, e.g. 'sm90 tma load' or make_tiled_copy")],
         k: Annotated[int, typer.Option("-k", "--top", min=1, max=200, help="how many results")] = 10,
         json_output: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     ) -> None:
@@ -53,7 +53,7 @@ def register(app: typer.Typer) -> None:
 
     @cutlass_app.command("show")
     def show_command(
-        where: Annotated[str, typer.Argument(help="PATH[:LINE], a path as search prints it")],
+        where: Annotated[str, typer.Argument(metavar="WHERE", help="PATH[:LINE], a path as search prints it")],
         context: Annotated[int, typer.Option("--context", min=1, help="lines after LINE outside a declaration")] = 40,
     ) -> None:
         """Print a source file, or the declaration at PATH:LINE."""

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kernelpro.cli_options import (BaselineChoice, Device, JsonFile, JsonFlag, ModelModeChoice, ModelModeOpt, PolicyChoice,
-                                   PolicyOpt, PrecisionChoice, PrecisionOpt, Timeout)
+                                   PolicyOpt, PrecisionChoice, PrecisionOpt, Timeout, quiet)
 from kernelpro.errors import CandidateFileError
 
 
@@ -40,7 +40,7 @@ def run_eval(problem_path: Path, candidate_path: Path, *, device: str | None = N
     source = read_candidate(candidate_path)
     chosen = device or default_device()
     check_device(chosen)
-    if console is not None:
+    if console is not None and not quiet():
         why = "as asked" if device else ("a CUDA GPU is visible" if chosen == "cuda" else "no CUDA GPU is visible")
         console.print(f"device: [bold]{chosen}[/] ({why})")
     options = EvalOptions(
@@ -111,8 +111,8 @@ def write_json(document: dict, to_stdout: bool, path: Path | None) -> None:
 def register(app: typer.Typer) -> None:
     @app.command("eval")
     def eval_command(
-        problem: Annotated[Path, typer.Argument(help="a KernelBench-format problem file (class Model)")],
-        candidate: Annotated[Path, typer.Argument(help="a candidate file (class ModelNew)")],
+        problem: Annotated[Path, typer.Argument(metavar="PROBLEM", help="a KernelBench-format problem file (class Model)")],
+        candidate: Annotated[Path, typer.Argument(metavar="CANDIDATE", help="a candidate file (class ModelNew)")],
         device: Device = None,
         policy: PolicyOpt = PolicyChoice.relaxed,
         precision: PrecisionOpt = PrecisionChoice.fp32,

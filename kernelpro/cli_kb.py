@@ -77,7 +77,7 @@ def register(app: typer.Typer) -> None:
 
     @kb_app.command("import")
     def import_command(
-        source: Annotated[Path, typer.Argument(help="a file written by `kernelpro kb export`", exists=True,
+        source: Annotated[Path, typer.Argument(metavar="SOURCE", help="a file written by `kernelpro kb export`", exists=True,
                                                dir_okay=False)],
         kb: KbPath = None,
     ) -> None:

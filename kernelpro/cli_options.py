@@ -59,3 +59,28 @@ def knowledge_base(kb: Path | None, no_kb: bool) -> dict:
     if kb is not None and no_kb:
         raise typer.BadParameter("--kb and --no-kb exclude each other", param_hint="--kb")
     return {"use_kb": not no_kb, "kb": str(kb) if kb else ""}
+
+
+#: -q/-v, set by the root command before any command runs: -1 quiet, 0 normal, 1 verbose
+VERBOSITY = {"level": 0}
+
+
+def quiet() -> bool:
+    """-q: only results and errors (no banner, no progress display)."""
+    return VERBOSITY["level"] < 0
+
+
+def set_verbosity(quiet_flag: bool, verbose_flag: bool) -> None:
+    """-v logs what kernelpro does (each evaluation, each candidate, each bench child) on stderr;
+    -q keeps only results, warnings about results, and errors."""
+    import logging
+    import sys
+    VERBOSITY["level"] = -1 if quiet_flag else 1 if verbose_flag else 0
+    logger = logging.getLogger("kernelpro")
+    if verbose_flag:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s", "%H:%M:%S"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.DEBUG)
+    elif quiet_flag:
+        logger.setLevel(logging.ERROR)

@@ -72,7 +72,7 @@ def kernel_table(document: dict) -> Table:
 def register(app: typer.Typer) -> None:
     @app.command("profile")
     def profile_command(
-        problem: Annotated[Path, typer.Argument(help="a KernelBench-format problem file (class Model)")],
+        problem: Annotated[Path, typer.Argument(metavar="PROBLEM", help="a KernelBench-format problem file (class Model)")],
         candidate: Annotated[Path | None, typer.Option("--candidate", help="profile this ModelNew instead")] = None,
         device: Device = None,
         tools: Annotated[str | None, typer.Option("--tools", help="run exactly these tools (a,b), not the gate")] = None,

@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kernelpro.cli_options import (Device, KbPath, ModelModeChoice, ModelModeOpt, NoKb, PolicyChoice, PolicyOpt,
-                                   PrecisionChoice, PrecisionOpt, knowledge_base)
+                                   PrecisionChoice, PrecisionOpt, knowledge_base, quiet)
 
 
 class ObjectiveChoice(str, enum.Enum):
@@ -70,7 +70,7 @@ class ProgressLines:
 def register(app: typer.Typer) -> None:
     @app.command("search")
     def search_command(
-        problem: Annotated[Path, typer.Argument(help="a KernelBench-format problem file (Model, get_inputs, "
+        problem: Annotated[Path, typer.Argument(metavar="PROBLEM", help="a KernelBench-format problem file (Model, get_inputs, "
                                                      "get_init_inputs)")],
         objective: Annotated[ObjectiveChoice, typer.Option(
             "--objective", help="time; energy (J/call at matched speed); edp (energy x delay)")] = ObjectiveChoice.time,
@@ -87,6 +87,7 @@ def register(app: typer.Typer) -> None:
         seed: Annotated[int, typer.Option("--seed")] = 0,
         out: Annotated[Path | None, typer.Option("--out", help="output folder (default: runs/<problem name>)")] = None,
         resume: Annotated[bool, typer.Option("--resume", help="continue the run in --out")] = False,
+        force: Annotated[bool, typer.Option("--force", help="remove the run already in --out and start over")] = False,
         remeasure: Annotated[bool, typer.Option("--remeasure", help="with --resume: no new evaluations; time the "
                                                                     "finished run's best again and rewrite its "
                                                                     "results")] = False,
@@ -128,9 +129,15 @@ def register(app: typer.Typer) -> None:
             compile_baseline=compile_baseline if compile_baseline is not None else chosen_device == "cuda",
             model=model, planner_model=planner_model, max_cost_usd=max_cost, max_tokens=max_tokens,
             unsafe_no_sandbox=unsafe_no_sandbox, **knowledge)
+        if force:
+            if resume:
+                raise typer.BadParameter("--force starts over; --resume continues: give one of them",
+                                         param_hint="--force")
+            from kernelpro.runstore import clear_output_folder
+            clear_output_folder(folder, ("state.db", "run.json"), "kernelpro search run")
         why = "as asked" if coder else ("ANTHROPIC_API_KEY is set" if chosen_coder == "anthropic"
                                         else "no ANTHROPIC_API_KEY")
-        if not json_output:
+        if not json_output and not quiet():
             console.print(f"coder: [bold]{chosen_coder}[/] ({why}); device: [bold]{chosen_device}[/]; "
                           f"objective: [bold]{objective.value}[/]; output: {folder}")
         from kernelpro.driver import SearchInterrupted
@@ -143,7 +150,9 @@ def register(app: typer.Typer) -> None:
                 raise
             typer.echo(json.dumps(document, indent=2))
             return
-        if console.is_terminal:
+        if quiet():
+            document = SearchRun(settings, resume=resume, remeasure_only=remeasure).run()
+        elif console.is_terminal:
             with Live(console=console, refresh_per_second=4, transient=False) as live:
                 run = SearchRun(settings, resume=resume, remeasure_only=remeasure,
                                 on_change=lambda status: live.update(render_status(status)))

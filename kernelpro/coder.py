@@ -15,9 +15,6 @@ from typing import Protocol
 
 from kernelpro.errors import KernelproError
 
-CODERS = ("offline", "anthropic")
-
-
 class CoderUnavailable(KernelproError):
     """The asked-for coder cannot run here."""
 
@@ -68,13 +65,3 @@ class Coder(Protocol):
 
 def default_coder() -> str:
     return "anthropic" if os.environ.get("ANTHROPIC_API_KEY") else "offline"
-
-
-def make_coder(name: str, **options) -> Coder:
-    if name == "offline":
-        from kernelpro.offline import OfflineCoder
-        return OfflineCoder(**options)
-    if name == "anthropic":
-        from kernelpro.anthropic_coder import AnthropicCoder
-        return AnthropicCoder(**options)
-    raise CoderUnavailable(f"unknown coder {name!r}; choose one of {', '.join(CODERS)}")

@@ -17,6 +17,7 @@ killed run resumes with nothing lost or repeated. `outputs` writes the results.
 
 from __future__ import annotations
 
+import logging
 import hashlib
 import json
 import math
@@ -28,17 +29,20 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from collections.abc import Callable
 
-from kernelpro.coder import Coder, CoderFailed, CoderProposal, CoderRequest, make_coder
+from kernelpro.coder import Coder, CoderFailed, CoderProposal, CoderRequest
+from kernelpro.coders import make_coder
 from kernelpro.energy import objectives
 from kernelpro.errors import KernelproError
 from kernelpro.harness import EvalOptions, check_device
 from kernelpro.harness.evaluate import Evaluator
-from kernelpro.harness.problem import Problem, load_problem
+from kernelpro.harness.problem import Problem, load_problem, reference_candidate
 from kernelpro.harness.records import EvalResult
 from kernelpro.knowledge import KnowledgeBase, failure_kind, operator_family, state_for
-from kernelpro.mcts import Outcome, Proposal, SearchConfig, make_search
+from kernelpro.mcts import Outcome, Proposal, SearchConfig, make_search, restore_search
 from kernelpro.mcts.search import Search
 from kernelpro.runstore import RunStore
+
+log = logging.getLogger("kernelpro.search")
 
 FLOOR_MARGIN = 0.05
 INTERRUPTED = "interrupted"  # why a run stopped on Ctrl-C
@@ -114,10 +118,6 @@ def source_key(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()
 
 
-def reference_candidate(problem: Problem) -> str:
-    return problem.source.rstrip() + "\n\n\n# The reference itself, as a candidate.\nModelNew = Model\n"
-
-
 def validate(settings: SearchSettings, resume: bool) -> Problem:
     """Clear errors for bad input, before any work."""
     if settings.budget < 1:
@@ -145,8 +145,8 @@ def validate(settings: SearchSettings, resume: bool) -> Problem:
         raise SearchInputError(f"--resume: {out} holds no run to resume (no state.db)")
     if not resume and out.exists() and any(out.iterdir()):
         if not never_started(out):
-            raise SearchInputError(f"{out} is not empty; pass --resume to continue the run there, or choose "
-                                   "another --out folder")
+            raise SearchInputError(f"{out} is not empty; pass --resume to continue the run there, --force to "
+                                   "start over there, or choose another --out folder")
         shutil.rmtree(out)  # a run that failed before its reference was measured left only this
     return problem
 
@@ -273,7 +273,7 @@ class SearchRun:
         saved = self.store.search_state()
         hook = self.kb.prior_hook(operator_family(self.problem.source)) if self.kb is not None else None
         if saved:
-            return Search.from_json(saved, prior_hook=hook)
+            return restore_search(saved, prior_hook=hook)
         config = SearchConfig(strategy=self.settings.strategy, seed=self.settings.seed)
         return make_search({"state": {}, "file": None, "move": "reference", "techniques": []}, config,
                            root_key=source_key(reference_candidate(self.problem)), prior_hook=hook)
@@ -458,6 +458,8 @@ class SearchRun:
             child.payload["file"] = search.nodes[child.transposition_of].payload.get("file")
             return
         (self.out / name).write_text(proposal.source)
+        log.info("node %d: %s from node %d (%s): %s", child.id, child.payload["move"], expansion.node_id,
+                 expansion.kind.value if hasattr(expansion.kind, "value") else expansion.kind, name)
         evaluator.prebuild(proposal.source, self.options())  # native builds start in the CPU pool now
         self.status.in_flight.append(child.payload["move"])
         self._changed()
@@ -466,14 +468,9 @@ class SearchRun:
 
     @staticmethod
     def normalized(result: dict | EvalResult, baseline: dict) -> objectives.Measured:
-        """Times on the baseline's scale: baseline eager ms / the in-evaluation speedup. Absolute times drift
-        between evaluations (clocks, heat); each evaluation's ratio against its own reference does not."""
-        data = result.model_dump(mode="json") if isinstance(result, EvalResult) else result
-        energy = data.get("energy") or {}
-        return objectives.Measured(
-            candidate_ms=baseline["eager_ms"] / data["speedup"], reference_ms=baseline["eager_ms"],
-            candidate_j=(energy.get("candidate") or {}).get("j_per_call"),
-            reference_j=(energy.get("reference") or {}).get("j_per_call"))
+        """objectives.normalized, for an EvalResult or its JSON."""
+        return objectives.normalized(result.model_dump(mode="json") if isinstance(result, EvalResult) else result,
+                                     baseline)
 
     def fastest_ms(self, baseline: dict) -> float:
         """The fastest correct time so far on the baseline's scale: read from the store once, then kept."""
@@ -535,6 +532,7 @@ class SearchRun:
             state, proposal.techniques, ok=outcome.ok, log_gain=gain, failure=failure_kind(outcome.failure),
             problem=self.problem.name, move=proposal.move, device=result.device_name or self.settings.device,
             coder=self.settings.coder)
+
 
     def final_check(self, search: Search, evaluator: Evaluator) -> EvalResult:
         """The best candidate once more, against eager (and torch.compile with the compile baseline), not

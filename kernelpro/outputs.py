@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 
 from kernelpro import report
-from kernelpro.driver import SearchRun, reference_candidate
 from kernelpro.energy import objectives
+from kernelpro.harness.problem import reference_candidate
 from kernelpro.mcts.search import Search
 from kernelpro.runstore import write_atomic
 
@@ -25,9 +25,9 @@ def correct_rows(rows: list[dict]) -> list[dict]:
 
 def choose_best(objective: str, rows: list[dict], epsilon: float, baseline: dict) -> dict | None:
     """The best correct evaluation under the objective, or None when none beats the reference.
-    Times are compared on the baseline's scale (see `SearchRun.normalized`)."""
+    Times are compared on the baseline's scale (see `objectives.normalized`)."""
     correct = correct_rows(rows)
-    measured = [SearchRun.normalized(r["result"], baseline) for r in correct]
+    measured = [objectives.normalized(r["result"], baseline) for r in correct]
     index = objectives.best_index(objective, measured, epsilon)
     if index is None:
         return None

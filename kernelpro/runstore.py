@@ -120,3 +120,20 @@ def copy_database(source: Path, target: Path) -> None:
     finally:
         dst.close()
         src.close()
+
+
+def clear_output_folder(out: Path, markers: tuple[str, ...], what: str) -> bool:
+    """--force: remove `out` so a run starts over there. Only a folder that holds one of `markers`
+    (what a kernelpro run writes first) or nothing at all is removed: a mistyped --out never takes a
+    folder of other files with it. Returns whether something was removed; raises KernelproError else."""
+    from kernelpro.errors import KernelproError
+    out = Path(out)
+    if not out.exists():
+        return False
+    if not out.is_dir():
+        raise KernelproError(f"--force: {out} is a file, not a {what} folder; not removing it")
+    if any(out.iterdir()) and not any((out / marker).exists() for marker in markers):
+        raise KernelproError(f"--force: {out} does not hold a {what} (no {' or '.join(markers)}); not removing it")
+    import shutil
+    shutil.rmtree(out)
+    return True

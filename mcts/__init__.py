@@ -8,7 +8,7 @@ ablation strategies and `synthetic` for the deterministic landscapes it is teste
 """
 
 from kernelpro.mcts.baselines import (STRATEGIES, BeamSearch, BestFirstSearch, GreedySearch, RandomSearch,
-                                      make_search)
+                                      make_search, restore_search)
 from kernelpro.mcts.calibration import LogRewardCalibration
 from kernelpro.mcts.memory import MoveStats, SearchMemory
 from kernelpro.mcts.policies import (SELECTION, WIDENING, SelectFn, WidenFn, select_puct, select_uct,
@@ -18,7 +18,7 @@ from kernelpro.mcts.records import (Evaluator, Expander, Expansion, ExpansionKin
 from kernelpro.mcts.search import Budget, Search, SearchConfig
 
 __all__ = [
-    "Search", "SearchConfig", "Budget", "make_search", "STRATEGIES",
+    "Search", "SearchConfig", "Budget", "make_search", "restore_search", "STRATEGIES",
     "GreedySearch", "BeamSearch", "BestFirstSearch", "RandomSearch",
     "LogRewardCalibration", "SearchMemory", "MoveStats",
     "SELECTION", "WIDENING", "SelectFn", "WidenFn", "select_uct", "select_puct",

@@ -12,7 +12,7 @@ which node they expand next:
 from __future__ import annotations
 
 from kernelpro.mcts.records import Node, Status
-from kernelpro.mcts.search import Search
+from kernelpro.mcts.search import Search, SearchConfig
 
 
 def _open_working_nodes(search: Search) -> list[Node]:
@@ -91,6 +91,10 @@ STRATEGIES: dict[str, type[Search]] = {
 
 def make_search(payload=None, config=None, **kwargs) -> Search:
     """The search for `config.strategy` (default MCTS)."""
-    from kernelpro.mcts.search import SearchConfig
     config = config or SearchConfig()
     return STRATEGIES[config.strategy](payload, config, **kwargs)
+
+
+def restore_search(data: dict, prior_hook=None) -> Search:
+    """A search saved with Search.to_json, as an instance of its strategy's class."""
+    return STRATEGIES[data["config"].get("strategy", "mcts")].from_json(data, prior_hook=prior_hook)

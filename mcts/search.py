@@ -331,9 +331,10 @@ class Search:
 
     @classmethod
     def from_json(cls, data: dict, prior_hook: PriorHook | None = None) -> "Search":
-        from kernelpro.mcts.baselines import STRATEGIES
+        """A saved search, as an instance of this class (kernelpro.mcts.restore_search picks the
+        class of the saved strategy)."""
         config = SearchConfig(**data["config"])
-        search = STRATEGIES[config.strategy].__new__(STRATEGIES[config.strategy])
+        search = cls.__new__(cls)
         Search.__init__(search, None, config, prior_hook=prior_hook)
         search.nodes = [Node.from_json(node) for node in data["nodes"]]
         search.memory = SearchMemory.from_json(data["memory"], prior_hook)

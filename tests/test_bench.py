@@ -434,7 +434,7 @@ def test_ctrl_c_stops_the_bench_with_exit_130_and_resume_finishes_it(tmp_path):
 def test_unsafe_no_sandbox_reaches_each_search_and_is_never_saved(tmp_path):
     """--unsafe-no-sandbox is passed to every search's command line; a resumed bench uses this command's
     choice, not the one saved with the bench."""
-    from kernelpro.bench.runner import search_args
+    from kernelpro.bench.child import search_args
     out = tmp_path / "bench"
     bench = Bench(BenchSettings(suite=str(SUITE), out=str(out), coder="anthropic", unsafe_no_sandbox=True, **FAST))
     entry = bench.entries[0]

@@ -101,3 +101,48 @@ def test_every_command_takes_h_and_help(command, flag, capsys):
         main([*command.split(), flag])
     assert exit_info.value.code == 0
     assert "Usage: " in capsys.readouterr().out
+
+
+def test_force_starts_a_search_over_in_a_run_folder_and_refuses_any_other_folder(tmp_path):
+    from kernelpro.errors import KernelproError
+    from kernelpro.runstore import clear_output_folder
+    other = tmp_path / "photos"
+    other.mkdir()
+    (other / "holiday.jpg").write_bytes(b"\xff\xd8")
+    with pytest.raises(KernelproError, match="does not hold"):
+        clear_output_folder(other, ("state.db",), "kernelpro search run")
+    assert (other / "holiday.jpg").exists()
+    done = kernelpro("search", PROBLEM, "--out", other, "--force", "--budget", "1", "--device", "cpu")
+    assert done.returncode == 2 and "not removing it" in done.stderr and (other / "holiday.jpg").exists()
+    done = kernelpro("search", PROBLEM, "--out", other, "--force", "--resume")
+    assert done.returncode == 2 and "--resume continues" in done.stderr
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "state.db").write_bytes(b"a run from before")
+    (run / "best.py").write_text("# from before\n")
+    done = kernelpro("search", PROBLEM, "--out", run, "--budget", "1", "--device", "cpu", "--no-profile")
+    assert done.returncode == 2 and "--force to start over" in done.stderr
+    done = kernelpro("search", PROBLEM, "--out", run, "--force", "--budget", "1", "--device", "cpu", "--no-profile",
+                     "--no-kb", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["stopped"] and (run / "run.json").exists()  # a new run, start to end
+    assert not (run / "best.py").exists() or "from before" not in (run / "best.py").read_text()
+
+
+def test_quiet_keeps_only_the_result_and_verbose_logs_each_evaluation(tmp_path):
+    args = ["eval", PROBLEM, DATA / "candidates" / "good.py", "--trials", "5"]
+    plain, quiet, verbose = kernelpro(*args), kernelpro("-q", *args), kernelpro("-v", *args)
+    for done in (plain, quiet, verbose):
+        assert done.returncode == 0, done.stderr
+        assert "correct" in done.stdout
+    assert "device: cpu" in plain.stdout and "device: cpu" not in quiet.stdout
+    assert "kernelpro.harness: evaluated" in verbose.stderr and "kernelpro.harness" not in plain.stderr
+    # a search, to a pipe: progress lines normally, none with -q (the summary stays)
+    search = ["search", PROBLEM, "--budget", "1", "--device", "cpu", "--no-profile", "--no-kb"]
+    normal = kernelpro(*search, "--out", tmp_path / "a")
+    silent = kernelpro("-q", *search, "--out", tmp_path / "b")
+    assert normal.returncode == 0 and silent.returncode == 0, normal.stderr + silent.stderr
+    assert "coder: offline" in normal.stderr and " s] " in normal.stderr
+    assert "coder: offline" not in silent.stderr and " s] " not in silent.stderr
+    assert "kernelpro search" in silent.stdout + silent.stderr  # the summary table
+    assert kernelpro("-q", "-v", "tools", "list").returncode == 2

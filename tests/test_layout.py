@@ -30,3 +30,111 @@ def test_mcts_imports_none_of_the_others():
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
                 assert not any(n.startswith(("kernelpro.harness", "kernelpro.tools")) for n in names)
+
+
+# -- no import cycles ------------------------------------------------------------------------------
+
+FOLDERS = {"kernelpro": "kernelpro", "harness": "kernelpro.harness", "mcts": "kernelpro.mcts",
+           "tools": "kernelpro.tools", "energy": "kernelpro.energy", "cutlass_index": "kernelpro.cutlass_index"}
+
+
+def _module_files() -> dict:
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    modules = {}
+    for folder, package in FOLDERS.items():
+        for path in (root / folder).rglob("*.py"):
+            parts = [p for p in path.relative_to(root / folder).with_suffix("").parts if p != "__init__"]
+            modules[".".join([package, *parts])] = path
+    return modules
+
+
+def _walk(node):
+    """ast.walk, leaving out `if TYPE_CHECKING:` blocks (imports for annotations only)."""
+    import ast
+    yield node
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.If) and getattr(child.test, "id", getattr(child.test, "attr", "")) == "TYPE_CHECKING":
+            yield from (item for orelse in child.orelse for item in _walk(orelse))
+            continue
+        yield from _walk(child)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the package modules it imports, anywhere in the file (a lazy import inside a function
+    is a dependency all the same); `if TYPE_CHECKING:` blocks are left out."""
+    import ast
+    modules = _module_files()
+    graph = {}
+    for name, path in modules.items():
+        package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        found = set()
+        for node in _walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = ".".join(package[:len(package) - node.level + 1] + [node.module or ""]).strip(".") \
+                    if node.level else node.module
+                found |= {base} | {f"{base}.{alias.name}" for alias in node.names}
+        graph[name] = {m for m in found if m in modules and m != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index, low, on_stack, stack, found, counter = {}, {}, set(), [], [], [0]
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = counter[0]
+        counter[0] += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter[0]
+                    counter[0] += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_the_cycle_finder_finds_a_lazy_import_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_module_imports_itself_back():
+    graph = import_graph()
+    assert "kernelpro.driver" in graph and "kernelpro.coders" in graph["kernelpro.driver"]
+    assert cycles(graph) == []
+
+
+def test_the_lower_layers_import_nothing_of_the_application():
+    graph = import_graph()
+    lower = ("kernelpro.harness", "kernelpro.mcts", "kernelpro.energy", "kernelpro.tools", "kernelpro.cutlass_index")
+    application = {m for m in graph if not m.startswith(lower) and m != "kernelpro"}
+    upward = {m: sorted(graph[m] & application) for m in graph if m.startswith(lower) and graph[m] & application}
+    assert upward == {}
+    assert "kernelpro.driver" not in graph["kernelpro.anthropic_coder"] | graph["kernelpro.offline"]

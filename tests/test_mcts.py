@@ -11,7 +11,7 @@ import pytest
 from scipy.stats import fisher_exact
 
 from kernelpro.mcts import (Budget, Expansion, ExpansionKind, LogRewardCalibration, Outcome, Proposal, Search,
-                            SearchConfig, Status, make_search)
+                            SearchConfig, Status, make_search, restore_search)
 from kernelpro.mcts.synthetic import LANDSCAPES, FailureProne, LandscapeCoder, Transpositions
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
@@ -147,7 +147,7 @@ def test_resume_from_json_is_exact(strategy):
     landscape, coder = fresh()
     first = make_search([], SearchConfig(strategy=strategy, seed=11), root_key="")
     first.run(coder, landscape.evaluate, Budget(evaluations=20))
-    resumed = Search.from_json(json.loads(json.dumps(first.to_json())))
+    resumed = restore_search(json.loads(json.dumps(first.to_json())))
     resumed.run(coder, landscape.evaluate, Budget(evaluations=40))
     assert resumed.to_json() == straight.to_json()
     assert type(resumed) is type(straight)

@@ -368,7 +368,7 @@ class InterruptingCoder:
     name = "offline"
 
     def __init__(self):
-        from kernelpro.coder import make_coder
+        from kernelpro.coders import make_coder
         self.inner = make_coder("offline", seed=42)
         self.calls = 0
 

@@ -16,7 +16,7 @@ import os
 from dataclasses import asdict
 from pathlib import Path
 
-from kernelpro.bench.runner import BenchError, BenchSettings, run_search
+from kernelpro.bench.child import BenchError, BenchSettings, run_search
 from kernelpro.bench.suite import Entry
 
 RETURNED_FILES = ("run.json", "best.py", "tree.json", "report.md")

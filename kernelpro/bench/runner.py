@@ -17,63 +17,18 @@ import os
 import queue
 import shutil
 import signal
-import subprocess
-import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from collections.abc import Callable
 
+from kernelpro.bench.child import (BenchError, BenchInterrupted, BenchSettings, ChildInterrupted,  # noqa: F401
+                                    check_interrupted, extends, finished_search, one_line_error, run_child,
+                                    run_search)
 from kernelpro.bench.leaderboard import geomean, write_leaderboards
 from kernelpro.bench.store import FINISHED, BenchStore, source_sha256
 from kernelpro.bench.suite import Entry, discover, select
-from kernelpro.errors import KernelproError
-
-
-class ChildInterrupted(Exception):
-    """A search or baseline run stopped by Ctrl-C (exit 130): its problem stays unfinished."""
-
-
-def _check_interrupted(code: int) -> None:
-    if code in (130, -signal.SIGINT):
-        raise ChildInterrupted
-
-
-class BenchInterrupted(KernelproError):
-    """Ctrl-C: the searches running were stopped (each keeps its state), the leaderboards written."""
-
-    exit_code = 130
-    label = "interrupted"
-
-
-class BenchError(KernelproError):
-    """Bad input to `kernelpro bench`."""
-
-
-@dataclass(frozen=True)
-class BenchSettings:
-    suite: str
-    out: str
-    levels: str = ""
-    problems: str = ""
-    budget: int = 16
-    coder: str = "offline"
-    objective: str = "time"
-    strategy: str = "mcts"
-    precision: str = "fp32"
-    policy: str = "relaxed"
-    model_mode: str = "train"  # train: as KernelBench runs models; eval: .eval() first
-    device: str = "cpu"
-    gpus: str = "all"
-    profile: bool = True
-    baselines_only: bool = False
-    use_kb: bool = True
-    kb: str = ""
-    time_limit_min: float | None = None  # per problem
-    backend: str = "local"  # "local" (a worker per local GPU) or "ray" (a task per problem on a Ray cluster)
-    ray_address: str = ""  # "" starts a local Ray instance
-    unsafe_no_sandbox: bool = False  # passed to each search (the Anthropic coder where no sandbox works)
 
 
 @dataclass
@@ -117,100 +72,6 @@ def _is_our_search(pid: int, key: str) -> bool:
     return "kernelpro" in command and key in command
 
 
-def summarize_run(folder: Path) -> dict:
-    """What the leaderboard needs from a search's run.json (and tree.json for the winning techniques)."""
-    run = json.loads((folder / "run.json").read_text())
-    techniques: list[str] = []
-    tree_path = folder / "tree.json"
-    if tree_path.exists() and run.get("best_node"):
-        nodes = {n["id"]: n for n in json.loads(tree_path.read_text())["nodes"]}
-        node = nodes.get(run["best_node"])
-        while node is not None and node.get("parent") is not None:
-            techniques = list(node.get("techniques", [])) + techniques
-            node = nodes.get(node["parent"])
-    usage = run.get("coder_usage") or {}
-    keep = ("device_name", "torch_version", "baseline_ms", "baseline_compile_ms", "best_ms", "best_reference_ms",
-            "speedup", "speedup_vs_compile", "final_speedup", "best_moves", "evaluations", "verdicts", "wall_s",
-            "energy_j", "baseline_energy_j", "stopped", "coder", "strategy", "objective", "precision", "budget",
-            "time_split_s", "final", "final_history", "model_mode", "kernelbench_speedup")
-    return {k: run.get(k) for k in keep} | {
-        "techniques": list(dict.fromkeys(techniques)),
-        "tokens": (usage.get("input_tokens", 0) or 0) + (usage.get("output_tokens", 0) or 0) if usage else None,
-        "cost_usd": usage.get("cost_usd") if usage else None}
-
-
-def extends(summary: dict | None, budget: int) -> bool:
-    """Whether a finished search would go on under a larger budget: it stopped because it spent its own."""
-    return bool(summary) and summary.get("stopped") == "budget" and (summary.get("budget") or budget) < budget
-
-
-def search_args(entry: Entry, s: BenchSettings, folder: Path, resume: bool) -> list[str]:
-    """The `kernelpro search` command line of one problem."""
-    return ["search", str(entry.path), "--budget", str(s.budget), "--coder", s.coder, "--objective", s.objective,
-            "--strategy", s.strategy, "--precision", s.precision, "--policy", s.policy, "--device", s.device,
-            "--model-mode", s.model_mode,
-            "--out", str(folder), "--json"] + (["--resume"] if resume else []) + \
-        ([] if s.profile else ["--no-profile"]) + (["--time-limit", str(s.time_limit_min)] if s.time_limit_min else []) + \
-        (["--no-kb"] if not s.use_kb else ["--kb", s.kb] if s.kb else []) + \
-        (["--unsafe-no-sandbox"] if s.unsafe_no_sandbox else [])
-
-
-def one_line_error(log_tail: str) -> str:
-    """A child's failure in one line: its `error:` line (a kernelpro error), else its last line."""
-    lines = [line.strip() for line in log_tail.strip().splitlines() if line.strip()]
-    for line in reversed(lines):
-        if line.startswith("error: "):
-            return line[len("error: "):][:500]
-    return (lines[-1] if lines else "no output")[:500]
-
-
-def run_child(args: list[str], env: dict, log: Path, on_pid: Callable[[int], None] = lambda pid: None) -> tuple[int, str]:
-    """`python -m kernelpro ARGS` with its stderr in `log`: (exit code, the log's tail)."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("w") as stderr:
-        process = subprocess.Popen([sys.executable, "-m", "kernelpro", *args], env=env, stdout=subprocess.DEVNULL,
-                                   stderr=stderr)
-        on_pid(process.pid)
-        code = process.wait()
-    return code, log.read_text(errors="replace")[-3000:]
-
-
-def _finished_search(folder: Path) -> bool:
-    """Whether a search finished in this folder (it wrote its results and kept its state); one stopped by
-    Ctrl-C wrote its partial results, and resumes."""
-    if not ((folder / "run.json").exists() and (folder / "state.db").exists()):
-        return False
-    try:
-        return json.loads((folder / "run.json").read_text()).get("stopped") != "interrupted"
-    except (OSError, ValueError):
-        return False
-
-
-def run_search(entry: Entry, settings: BenchSettings, out: Path, env: dict,
-               on_pid: Callable[[int], None] = lambda pid: None, remeasure: bool = False) -> tuple[dict | None, str]:
-    """One problem's search into `out/problems/<key>/`, resumed if it was cut off: (summary, error).
-    `remeasure` resumes a finished search all the same, with `kernelpro search --remeasure`: it only
-    times its best against eager and torch.compile again and rewrites its results."""
-    folder = out / "problems" / entry.key
-    finished = _finished_search(folder)
-    if finished and not remeasure:
-        summary = summarize_run(folder)
-        if not extends(summary, settings.budget):
-            return summary, ""  # it finished before the bench was killed
-    # a search cut off, or one that spent a smaller budget, resumes its own state (and extends it)
-    resume = (folder / "state.db").exists()
-    if folder.exists() and not resume:
-        shutil.rmtree(folder)  # killed before its search kept anything
-    again = remeasure and finished  # a search cut off before it finished just resumes
-    code, tail = run_child(search_args(entry, settings, folder, resume) + (["--remeasure"] if again else []), env,
-                           out / "logs" / f"{entry.key}.log", on_pid)
-    _check_interrupted(code)
-    if code != 0 or not (folder / "run.json").exists():
-        how = f"killed by signal {-code}" if code < 0 else f"exit {code}"
-        return None, f"the search failed ({how}): " + one_line_error(tail)
-    return summarize_run(folder), ""
-
-
 class Bench:
     def __init__(self, settings: BenchSettings, *, resume: bool = False, extend_budget: int | None = None,
                  rerun: list[str] | None = None, remeasure: list[str] | None = None,
@@ -230,7 +91,8 @@ class Bench:
         if remeasure and not resume:
             raise BenchError("--remeasure times the results of an existing bench again: give it with --resume")
         if not resume and out.exists() and any(out.iterdir()):
-            raise BenchError(f"{out} is not empty; pass --resume to finish the bench there, or choose another --out")
+            raise BenchError(f"{out} is not empty; pass --resume to finish the bench there, --force to start "
+                             "over there, or choose another --out")
         if resume and not (out / "bench.db").exists():
             raise BenchError(f"--resume: {out} holds no bench (no bench.db)")
         self.store = BenchStore(out)
@@ -315,7 +177,7 @@ class Bench:
     def _remeasure(self, keys: list[str], rows: dict[str, dict]) -> set[str]:
         if self.settings.baselines_only:
             raise BenchError("a --baselines-only bench has no searches to re-measure")
-        searched = sorted(k for k in rows if _finished_search(self.out / "problems" / k))
+        searched = sorted(k for k in rows if finished_search(self.out / "problems" / k))
         # `all` is every search the bench counts as done; a key may also name one whose re-measurement
         # a kill cut off (its row reads pending again)
         keys = [k for k in searched if rows[k]["status"] == "done"] if keys == ["all"] else list(dict.fromkeys(keys))
@@ -451,7 +313,7 @@ class Bench:
     def baseline(self, entry: Entry, slot: str) -> tuple[dict | None, str]:
         """Eager and torch.compile of the reference (cached per source, device and torch version)."""
         import torch
-        from kernelpro.driver import reference_candidate
+        from kernelpro.harness.problem import reference_candidate
         from kernelpro.harness.problem import load_problem
         s = self.settings
         device_name = torch.cuda.get_device_name(int(slot)) if slot != "cpu" else "cpu"
@@ -469,7 +331,7 @@ class Bench:
                                   s.device, "--precision", s.precision, "--model-mode", s.model_mode,
                                   "--json-file", str(report)] + (["--kernelbench-timing"] if s.device == "cuda" else []),
                                  slot, self.out / "logs" / f"{entry.key}.log")
-        _check_interrupted(code)
+        check_interrupted(code)
         if not report.exists():
             return None, f"the baseline failed (exit {code}): " + one_line_error(tail)
         result = json.loads(report.read_text())

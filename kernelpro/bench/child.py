@@ -1,0 +1,164 @@
+"""A problem's search as a child process (`python -m kernelpro search ...`), and the bench's settings.
+
+Used by both backends: the local one (runner.py, a worker per GPU) and Ray's (ray_backend.py,
+a task per problem). A child that exits with 130 was stopped by Ctrl-C: its problem stays
+unfinished and resumes. A crash or an error exit is the problem's failure, in one line.
+"""
+
+from __future__ import annotations
+
+import logging
+import json
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernelpro.bench.suite import Entry
+from kernelpro.errors import KernelproError
+
+logger = logging.getLogger("kernelpro.bench")
+
+
+class ChildInterrupted(Exception):
+    """A search or baseline run stopped by Ctrl-C (exit 130): its problem stays unfinished."""
+
+
+def check_interrupted(code: int) -> None:
+    if code in (130, -signal.SIGINT):
+        raise ChildInterrupted
+
+
+class BenchInterrupted(KernelproError):
+    """Ctrl-C: the searches running were stopped (each keeps its state), the leaderboards written."""
+
+    exit_code = 130
+    label = "interrupted"
+
+
+class BenchError(KernelproError):
+    """Bad input to `kernelpro bench`."""
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    suite: str
+    out: str
+    levels: str = ""
+    problems: str = ""
+    budget: int = 16
+    coder: str = "offline"
+    objective: str = "time"
+    strategy: str = "mcts"
+    precision: str = "fp32"
+    policy: str = "relaxed"
+    model_mode: str = "train"  # train: as KernelBench runs models; eval: .eval() first
+    device: str = "cpu"
+    gpus: str = "all"
+    profile: bool = True
+    baselines_only: bool = False
+    use_kb: bool = True
+    kb: str = ""
+    time_limit_min: float | None = None  # per problem
+    backend: str = "local"  # "local" (a worker per local GPU) or "ray" (a task per problem on a Ray cluster)
+    ray_address: str = ""  # "" starts a local Ray instance
+    unsafe_no_sandbox: bool = False  # passed to each search (the Anthropic coder where no sandbox works)
+
+
+def summarize_run(folder: Path) -> dict:
+    """What the leaderboard needs from a search's run.json (and tree.json for the winning techniques)."""
+    run = json.loads((folder / "run.json").read_text())
+    techniques: list[str] = []
+    tree_path = folder / "tree.json"
+    if tree_path.exists() and run.get("best_node"):
+        nodes = {n["id"]: n for n in json.loads(tree_path.read_text())["nodes"]}
+        node = nodes.get(run["best_node"])
+        while node is not None and node.get("parent") is not None:
+            techniques = list(node.get("techniques", [])) + techniques
+            node = nodes.get(node["parent"])
+    usage = run.get("coder_usage") or {}
+    keep = ("device_name", "torch_version", "baseline_ms", "baseline_compile_ms", "best_ms", "best_reference_ms",
+            "speedup", "speedup_vs_compile", "final_speedup", "best_moves", "evaluations", "verdicts", "wall_s",
+            "energy_j", "baseline_energy_j", "stopped", "coder", "strategy", "objective", "precision", "budget",
+            "time_split_s", "final", "final_history", "model_mode", "kernelbench_speedup")
+    return {k: run.get(k) for k in keep} | {
+        "techniques": list(dict.fromkeys(techniques)),
+        "tokens": (usage.get("input_tokens", 0) or 0) + (usage.get("output_tokens", 0) or 0) if usage else None,
+        "cost_usd": usage.get("cost_usd") if usage else None}
+
+
+def extends(summary: dict | None, budget: int) -> bool:
+    """Whether a finished search would go on under a larger budget: it stopped because it spent its own."""
+    return bool(summary) and summary.get("stopped") == "budget" and (summary.get("budget") or budget) < budget
+
+
+def search_args(entry: Entry, s: BenchSettings, folder: Path, resume: bool) -> list[str]:
+    """The `kernelpro search` command line of one problem."""
+    return ["search", str(entry.path), "--budget", str(s.budget), "--coder", s.coder, "--objective", s.objective,
+            "--strategy", s.strategy, "--precision", s.precision, "--policy", s.policy, "--device", s.device,
+            "--model-mode", s.model_mode,
+            "--out", str(folder), "--json"] + (["--resume"] if resume else []) + \
+        ([] if s.profile else ["--no-profile"]) + (["--time-limit", str(s.time_limit_min)] if s.time_limit_min else []) + \
+        (["--no-kb"] if not s.use_kb else ["--kb", s.kb] if s.kb else []) + \
+        (["--unsafe-no-sandbox"] if s.unsafe_no_sandbox else [])
+
+
+def one_line_error(log_tail: str) -> str:
+    """A child's failure in one line: its `error:` line (a kernelpro error), else its last line."""
+    lines = [line.strip() for line in log_tail.strip().splitlines() if line.strip()]
+    for line in reversed(lines):
+        if line.startswith("error: "):
+            return line[len("error: "):][:500]
+    return (lines[-1] if lines else "no output")[:500]
+
+
+def run_child(args: list[str], env: dict, log: Path, on_pid: Callable[[int], None] = lambda pid: None) -> tuple[int, str]:
+    """`python -m kernelpro ARGS` with its stderr in `log`: (exit code, the log's tail)."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    logger.info("child: python -m kernelpro %s (its stderr: %s)", " ".join(args), log)
+    with log.open("w") as stderr:
+        process = subprocess.Popen([sys.executable, "-m", "kernelpro", *args], env=env, stdout=subprocess.DEVNULL,
+                                   stderr=stderr)
+        on_pid(process.pid)
+        code = process.wait()
+    return code, log.read_text(errors="replace")[-3000:]
+
+
+def finished_search(folder: Path) -> bool:
+    """Whether a search finished in this folder (it wrote its results and kept its state); one stopped by
+    Ctrl-C wrote its partial results, and resumes."""
+    if not ((folder / "run.json").exists() and (folder / "state.db").exists()):
+        return False
+    try:
+        return json.loads((folder / "run.json").read_text()).get("stopped") != "interrupted"
+    except (OSError, ValueError):
+        return False
+
+
+def run_search(entry: Entry, settings: BenchSettings, out: Path, env: dict,
+               on_pid: Callable[[int], None] = lambda pid: None, remeasure: bool = False) -> tuple[dict | None, str]:
+    """One problem's search into `out/problems/<key>/`, resumed if it was cut off: (summary, error).
+    `remeasure` resumes a finished search all the same, with `kernelpro search --remeasure`: it only
+    times its best against eager and torch.compile again and rewrites its results."""
+    folder = out / "problems" / entry.key
+    finished = finished_search(folder)
+    if finished and not remeasure:
+        summary = summarize_run(folder)
+        if not extends(summary, settings.budget):
+            return summary, ""  # it finished before the bench was killed
+    # a search cut off, or one that spent a smaller budget, resumes its own state (and extends it)
+    resume = (folder / "state.db").exists()
+    if folder.exists() and not resume:
+        shutil.rmtree(folder)  # killed before its search kept anything
+    again = remeasure and finished  # a search cut off before it finished just resumes
+    code, tail = run_child(search_args(entry, settings, folder, resume) + (["--remeasure"] if again else []), env,
+                           out / "logs" / f"{entry.key}.log", on_pid)
+    check_interrupted(code)
+    if code != 0 or not (folder / "run.json").exists():
+        how = f"killed by signal {-code}" if code < 0 else f"exit {code}"
+        return None, f"the search failed ({how}): " + one_line_error(tail)
+    return summarize_run(folder), ""
+
