@@ -6,11 +6,17 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
+# What the demo needs: kernelpro and its dependencies (torch, typer, rich, pydantic, ...), nothing else.
 $(BIN)/kernelpro: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	# The CPU build of torch first, so nothing pulls a multi-GB CUDA build.
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q "torch==2.13.0"
+	$(BIN)/python -m pip install -q -e .
+	touch $@
+
+# The tests' extras on top (pytest, Triton, Ray, CUTLASS, MkDocs, the CUDA binary tools): make test only.
+$(VENV)/.test-extras: $(BIN)/kernelpro pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[test]"
 	touch $@
 
@@ -37,7 +43,7 @@ sandbox:
 	   apt-get install -y -q bubblewrap >/dev/null 2>&1)) || echo "bubblewrap not installed: candidates run unsandboxed"; }
 
 # pytest exits 5 when it collects no test; that is not a failure of the suite.
-test: $(BIN)/kernelpro chromium sandbox
+test: $(VENV)/.test-extras chromium sandbox
 	$(BIN)/python -m pytest -m "not gpu" $(PYTEST_ARGS); rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
 gpu-check:

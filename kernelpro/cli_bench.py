@@ -16,6 +16,7 @@ from rich.text import Text
 from kernelpro.cli_options import (Device, KbPath, ModelModeChoice, ModelModeOpt, NoKb, PolicyChoice, PolicyOpt,
                                    PrecisionChoice, PrecisionOpt, knowledge_base, quiet)
 from kernelpro.cli_search import CoderChoice, ObjectiveChoice, StrategyChoice
+from kernelpro.cli_options import make_console
 
 
 def render_status(status) -> Group:
@@ -124,7 +125,7 @@ def register(app: typer.Typer) -> None:
                                          param_hint="--force")
             from kernelpro.runstore import clear_output_folder
             clear_output_folder(Path(settings.out), ("bench.db",), "kernelpro bench")
-        console = Console(stderr=True)
+        console = make_console(stderr=True)
         reruns, remeasures = ([key.strip() for key in text.split(",") if key.strip()] for text in (rerun, remeasure))
         if json_output:
             document = Bench(settings, resume=resume, extend_budget=budget if resume else None, rerun=reruns,

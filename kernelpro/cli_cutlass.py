@@ -7,8 +7,8 @@ from dataclasses import asdict
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.syntax import Syntax
+from kernelpro.cli_options import make_console
 
 
 def search(query: str, k: int = 10) -> list[dict]:
@@ -18,7 +18,7 @@ def search(query: str, k: int = 10) -> list[dict]:
 
 
 def _stderr(message: str) -> None:
-    Console(stderr=True).print(f"[dim]{message}[/]")
+    make_console(stderr=True).print(f"[dim]{message}[/]")
 
 
 def _where(spec: str) -> tuple[str, int | None]:
@@ -43,7 +43,7 @@ def register(app: typer.Typer) -> None:
         if json_output:
             typer.echo(json.dumps(hits, indent=2))
             return
-        console = Console()
+        console = make_console()
         if not hits:
             console.print(f"no declaration matches {query!r}")
         for hit in hits:

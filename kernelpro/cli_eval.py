@@ -13,6 +13,7 @@ from rich.table import Table
 from kernelpro.cli_options import (BaselineChoice, Device, JsonFile, JsonFlag, ModelModeChoice, ModelModeOpt, PolicyChoice,
                                    PolicyOpt, PrecisionChoice, PrecisionOpt, Timeout, quiet)
 from kernelpro.errors import CandidateFileError
+from kernelpro.cli_options import make_console
 
 
 def read_candidate(path: Path) -> str:
@@ -133,7 +134,7 @@ def register(app: typer.Typer) -> None:
         json_file: JsonFile = None,
     ) -> None:
         """Judge CANDIDATE against PROBLEM: correctness, then timing. Exit 0 when correct, 1 when not."""
-        console = Console(stderr=json_output)
+        console = make_console(stderr=json_output)
         result = run_eval(problem, candidate, device=device.value if device else None, policy=policy.value,
                           precision=precision.value, trials=trials, correct_trials=correct_trials,
                           timeout=timeout, baseline=baseline.value, tolerance=tolerance, seed=seed,

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
+from kernelpro.cli_options import make_console
 
 KbPath = Annotated[Path | None, typer.Option("--kb", help="the knowledge base (default: $KERNELPRO_HOME/kb.sqlite, "
                                                           "else the user data folder)")]
@@ -48,7 +48,7 @@ def register(app: typer.Typer) -> None:
         if json_output:
             typer.echo(json.dumps(document, indent=2))
             return
-        console = Console()
+        console = make_console()
         where = f" like {family}" + (f"/{roofline}" if roofline else "") if family else ""
         table = Table(title=f"{document['observations']} observations in {document['path']}{where}")
         for column in ("technique", "attempts", "successes", "mean gain", "spread (log)", "prior factor"):
@@ -73,7 +73,7 @@ def register(app: typer.Typer) -> None:
             sys.stdout.write(text + "\n")
         else:
             output.write_text(text + "\n")
-            Console(stderr=True).print(f"wrote {output}")
+            make_console(stderr=True).print(f"wrote {output}")
 
     @kb_app.command("import")
     def import_command(

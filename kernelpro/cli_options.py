@@ -84,3 +84,14 @@ def set_verbosity(quiet_flag: bool, verbose_flag: bool) -> None:
         logger.setLevel(logging.DEBUG)
     elif quiet_flag:
         logger.setLevel(logging.ERROR)
+
+
+def make_console(stderr: bool = False):
+    """A rich console. To a file or a pipe rich assumes 80 columns and cuts tables to fit; there it
+    gets room for full rows instead (COLUMNS, when set, still decides), and no colour codes."""
+    import os
+    from rich.console import Console
+    console = Console(stderr=stderr)
+    if not console.is_terminal and not os.environ.get("COLUMNS"):
+        console = Console(stderr=stderr, width=1000)
+    return console

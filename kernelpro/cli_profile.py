@@ -6,13 +6,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from kernelpro.cli_options import (Device, JsonFile, JsonFlag, ModelModeChoice, ModelModeOpt, PrecisionChoice,
                                    PrecisionOpt)
 from kernelpro.cli_eval import read_candidate, write_json
 from kernelpro.errors import ProblemError
+from kernelpro.cli_options import make_console
 
 
 def run_profile(problem_path: Path, *, candidate: Path | None = None, device: str | None = None,
@@ -94,7 +94,7 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter("must be time, energy or edp", param_hint="--objective")
         if not problem.is_file():
             raise ProblemError(problem, "no such file")
-        console = Console(stderr=json_output)
+        console = make_console(stderr=json_output)
         names = [t.strip() for t in tools.split(",") if t.strip()] if tools else None
         with console.status("profiling") as status:
             document = run_profile(problem, candidate=candidate, device=device.value if device else None,

@@ -16,6 +16,7 @@ from rich.text import Text
 
 from kernelpro.cli_options import (Device, KbPath, ModelModeChoice, ModelModeOpt, NoKb, PolicyChoice, PolicyOpt,
                                    PrecisionChoice, PrecisionOpt, knowledge_base, quiet)
+from kernelpro.cli_options import make_console
 
 
 class ObjectiveChoice(str, enum.Enum):
@@ -119,7 +120,7 @@ def register(app: typer.Typer) -> None:
 
         chosen_device = device.value if device else default_device()
         chosen_coder = coder.value if coder else default_coder()
-        console = Console(stderr=True)
+        console = make_console(stderr=True)
         folder = out or Path("runs") / problem.stem
         settings = SearchSettings(
             problem=str(problem), out=str(folder), objective=objective.value, budget=budget,
@@ -181,4 +182,4 @@ def register(app: typer.Typer) -> None:
         summary.add_row("evaluations", f"{document['evaluations']} ({document['stopped']})")
         summary.add_row("verdicts", ", ".join(f"{k} {v}" for k, v in sorted(document["verdicts"].items())))
         summary.add_row("written", f"{folder}/best.py, report.html, report.md, run.json, tree.json, candidates/")
-        Console().print(summary)
+        make_console().print(summary)

@@ -6,8 +6,8 @@ import json
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
+from kernelpro.cli_options import make_console
 
 
 def list_tools() -> list[dict]:
@@ -33,7 +33,7 @@ def register(app: typer.Typer) -> None:
         for row in rows:
             table.add_row(row["name"], row["level"] or "-", "[green]yes[/]" if row["available"] else "[red]no[/]",
                           row["reason"], row["source"])
-        Console().print(table)
+        make_console().print(table)
         from kernelpro.harness import memguard, sandbox
         typer.echo(sandbox.describe())
         typer.echo(memguard.describe_limit())

@@ -146,3 +146,10 @@ def test_quiet_keeps_only_the_result_and_verbose_logs_each_evaluation(tmp_path):
     assert "coder: offline" not in silent.stderr and " s] " not in silent.stderr
     assert "kernelpro search" in silent.stdout + silent.stderr  # the summary table
     assert kernelpro("-q", "-v", "tools", "list").returncode == 2
+
+
+def test_tables_to_a_pipe_keep_their_full_rows():
+    done = kernelpro("tools", "list", env={"COLUMNS": ""})
+    assert done.returncode == 0
+    assert "…" not in done.stdout  # rich cuts cells to fit 80 columns off a terminal unless told otherwise
+    assert "kernelpro.tools.sass:SassTool" in done.stdout and "\x1b[" not in done.stdout
