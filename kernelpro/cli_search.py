@@ -162,7 +162,7 @@ def register(app: typer.Typer) -> None:
         else:  # a log file or a pipe: one line per change of progress, never a redrawn display
             document = SearchRun(settings, resume=resume, remeasure_only=remeasure,
                                  on_change=ProgressLines(console)).run()
-        summary = Table(title=f"kernelpro search: {problem.name}")
+        summary = Table(title=f"kernelpro search: {problem.name}", show_header=False, title_justify="left")
         summary.add_column("")
         summary.add_column("")
         summary.add_row("best", f"{document['speedup']:.3f}x vs eager: {document['best_ms']:.4f} ms vs "

@@ -153,3 +153,12 @@ def test_tables_to_a_pipe_keep_their_full_rows():
     assert done.returncode == 0
     assert "…" not in done.stdout  # rich cuts cells to fit 80 columns off a terminal unless told otherwise
     assert "kernelpro.tools.sass:SassTool" in done.stdout and "\x1b[" not in done.stdout
+
+
+def test_a_search_summary_to_a_pipe_has_no_empty_header_row(tmp_path):
+    done = kernelpro("search", PROBLEM, "--budget", "1", "--device", "cpu", "--no-profile", "--no-kb",
+                     "--out", tmp_path / "run")
+    assert done.returncode == 0, done.stderr
+    table = (done.stdout + done.stderr).split("kernelpro search:")[1]
+    assert "┃             ┃" not in table and "┃ " not in table  # a header row draws ┃ cells
+    assert "evaluations" in table
