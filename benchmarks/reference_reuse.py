@@ -19,15 +19,12 @@ from pathlib import Path
 
 from kernelpro.harness import EvalOptions, Evaluator, load_problem
 from kernelpro.harness.cache import BuildCache
-
-
-def reference_as_candidate(source: str) -> str:
-    return source + "\n\nclass ModelNew(Model):\n    pass\n"
+from kernelpro.harness.problem import reference_candidate
 
 
 def run(problem_path: Path, device: str, evaluations: int, reuse: bool) -> list[dict]:
     problem = load_problem(problem_path)
-    candidate = reference_as_candidate(problem.source)
+    candidate = reference_candidate(problem)
     rows = []
     with tempfile.TemporaryDirectory() as cache, \
             Evaluator(device, cache=BuildCache(Path(cache)), spares=0, reuse_references=reuse) as evaluator:

@@ -326,7 +326,8 @@ class Evaluator:
             elif kind == "reference_output":
                 spilled = outcome.held_bytes + len(payload) > available_memory_bytes() // 4
                 if spilled:
-                    log.debug("reference output of trial %d (%d bytes) spilled to a file", header["trial"], len(payload))
+                    log.debug("reference output of trial %d (%d bytes) spilled to a file", header["trial"],
+                              len(payload))
                     payload = spill(payload)  # every trial's reference outputs at once would not fit
                 else:
                     outcome.held_bytes += len(payload)
@@ -336,7 +337,8 @@ class Evaluator:
                 outcome.structures.append(header["structure"])
                 if len(outcome.references) > 1 and outcome.degenerate is not False:
                     outcome.degenerate = compare.compare_outputs(
-                        outcome.references[0], outcome.references[-1], "x", "x", tolerance, details=False) is None
+                        outcome.references[0], outcome.references[-1], "x", "x", tolerance,
+                        details=False) is None
             elif kind == "reference_info":
                 if kept is not None:  # this worker ran trial 0 only; the outputs are the earlier evaluation's
                     outcome.references = [self._load(payload, outcome) for payload in kept.payloads]
@@ -533,7 +535,6 @@ def _result(verdict: Verdict, phase: Phase, reason: str, base: dict, began: floa
         device_name=info.get("device_name", ""), torch_version=info.get("torch_version", ""),
         kernelpro_version=_version(), **base, **logs, **fields,
     )
-
 
 
 def evaluate(problem: Problem, source: str, options: EvalOptions | None = None) -> EvalResult:

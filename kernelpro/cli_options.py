@@ -72,18 +72,22 @@ def quiet() -> bool:
 
 def set_verbosity(quiet_flag: bool, verbose_flag: bool) -> None:
     """-v logs what kernelpro does (each evaluation, each candidate, each bench child) on stderr;
-    -q keeps only results, warnings about results, and errors."""
+    -q keeps only results, warnings about results, and errors. Set again for each command, so a
+    second command in the same process (the tests call main()) starts from its own flags."""
     import logging
     import sys
     VERBOSITY["level"] = -1 if quiet_flag else 1 if verbose_flag else 0
     logger = logging.getLogger("kernelpro")
-    if verbose_flag:
+    logger.setLevel(logging.ERROR if quiet_flag else logging.DEBUG if verbose_flag else logging.NOTSET)
+    ours = [h for h in logger.handlers if getattr(h, "kernelpro_verbose", False)]
+    if verbose_flag and not ours:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s", "%H:%M:%S"))
+        handler.kernelpro_verbose = True
         logger.addHandler(handler)
-        logger.setLevel(logging.DEBUG)
-    elif quiet_flag:
-        logger.setLevel(logging.ERROR)
+    elif not verbose_flag:
+        for handler in ours:
+            logger.removeHandler(handler)
 
 
 def make_console(stderr: bool = False):
@@ -93,5 +97,5 @@ def make_console(stderr: bool = False):
     from rich.console import Console
     console = Console(stderr=stderr)
     if not console.is_terminal and not os.environ.get("COLUMNS"):
-        console = Console(stderr=stderr, width=1000)
+        console.width = 1000
     return console

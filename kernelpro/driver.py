@@ -459,7 +459,7 @@ class SearchRun:
             return
         (self.out / name).write_text(proposal.source)
         log.info("node %d: %s from node %d (%s): %s", child.id, child.payload["move"], expansion.node_id,
-                 expansion.kind.value if hasattr(expansion.kind, "value") else expansion.kind, name)
+                 expansion.kind.value, name)
         evaluator.prebuild(proposal.source, self.options())  # native builds start in the CPU pool now
         self.status.in_flight.append(child.payload["move"])
         self._changed()

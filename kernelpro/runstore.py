@@ -9,9 +9,12 @@ evaluates a candidate twice. Candidate sources live beside it in `candidates/`.
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 import time
 from pathlib import Path
+
+from kernelpro.errors import KernelproError
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -126,7 +129,6 @@ def clear_output_folder(out: Path, markers: tuple[str, ...], what: str) -> bool:
     """--force: remove `out` so a run starts over there. Only a folder that holds one of `markers`
     (what a kernelpro run writes first) or nothing at all is removed: a mistyped --out never takes a
     folder of other files with it. Returns whether something was removed; raises KernelproError else."""
-    from kernelpro.errors import KernelproError
     out = Path(out)
     if not out.exists():
         return False
@@ -134,6 +136,5 @@ def clear_output_folder(out: Path, markers: tuple[str, ...], what: str) -> bool:
         raise KernelproError(f"--force: {out} is a file, not a {what} folder; not removing it")
     if any(out.iterdir()) and not any((out / marker).exists() for marker in markers):
         raise KernelproError(f"--force: {out} does not hold a {what} (no {' or '.join(markers)}); not removing it")
-    import shutil
     shutil.rmtree(out)
     return True

@@ -13,6 +13,7 @@ import torch
 from kernelpro.harness import EvalOptions, PhaseLimits, ProblemError, Verdict, load_problem
 from kernelpro.harness import compare
 from kernelpro.harness.memory import MemoryPlan, needed_bytes
+from kernelpro.harness.problem import reference_candidate
 
 FAST = EvalOptions(device="cpu", timing_trials=5, timing_budget_s=1.0,
                    limits=PhaseLimits(correctness_s=30, load_s=60, reference_s=60))
@@ -22,10 +23,6 @@ def write(tmp_path, name: str, text: str):
     path = tmp_path / name
     path.write_text(textwrap.dedent(text))
     return path
-
-
-def reference_as_candidate(problem) -> str:
-    return problem.source + "\n\nModelNew = Model\n"
 
 
 CONTAINERS = """
@@ -57,7 +54,7 @@ def test_init_inputs_may_be_any_values(tmp_path, cpu_evaluator):
     """Tuples, lists, strings, None, nested tuples and tensors inside lists, as KernelBench's own problems
     pass them (kernel_size=(3, 5), bias_shape=(16, 1, 1)); before, such a problem never loaded."""
     problem = load_problem(write(tmp_path, "containers.py", CONTAINERS))
-    result = cpu_evaluator.evaluate(problem, reference_as_candidate(problem), FAST)
+    result = cpu_evaluator.evaluate(problem, reference_candidate(problem), FAST)
     assert result.verdict is Verdict.CORRECT, result.reason
     assert result.model_mode == "train"
     assert result.memory.input_bytes == 2 * 3 * 12 * 10 * 4
@@ -164,7 +161,7 @@ def test_a_reference_out_of_memory_is_one_line_about_the_problem(tmp_path, cpu_e
                                                  "to allocate 12.00 GiB')")
     problem = load_problem(write(tmp_path, "big.py", source))
     with pytest.raises(ProblemError, match="the reference Model ran out of device memory .*inputs 0.00 GiB"):
-        cpu_evaluator.evaluate(problem, reference_as_candidate(problem), FAST)
+        cpu_evaluator.evaluate(problem, reference_candidate(problem), FAST)
 
 
 def test_a_problem_needing_a_missing_package_says_which(tmp_path):
@@ -226,13 +223,13 @@ def test_memory_plan_holds_back_what_does_not_fit():
 
 def test_kernelbench_timing_is_reported_beside_our_own(tmp_path, cpu_evaluator):
     problem = load_problem(write(tmp_path, "relu.py", RELU))
-    result = cpu_evaluator.evaluate(problem, reference_as_candidate(problem),
+    result = cpu_evaluator.evaluate(problem, reference_candidate(problem),
                                     FAST.model_copy(update={"kernelbench_timing": True}))
     assert result.verdict is Verdict.CORRECT, result.reason
     kb = result.kernelbench
     assert kb is not None and kb.trials == 100
     assert kb.speedup == pytest.approx(kb.reference_mean_ms / kb.candidate_mean_ms)
-    plain = cpu_evaluator.evaluate(problem, reference_as_candidate(problem), FAST)
+    plain = cpu_evaluator.evaluate(problem, reference_candidate(problem), FAST)
     assert plain.kernelbench is None
 
 
@@ -249,7 +246,7 @@ def test_reference_outputs_spill_to_a_file_when_memory_is_short(tmp_path, monkey
     monkeypatch.setattr(evaluate_module, "spill", lambda payload: spilled.append(len(payload)) or real_spill(payload))
     problem = load_problem(write(tmp_path, "relu.py", RELU))
     with Evaluator("cpu", cache=BuildCache(tmp_path / "builds"), spares=0) as evaluator:
-        good = evaluator.evaluate(problem, reference_as_candidate(problem), FAST)
+        good = evaluator.evaluate(problem, reference_candidate(problem), FAST)
         assert good.verdict is Verdict.CORRECT, good.reason
         assert len(spilled) == FAST.correct_trials and min(spilled) > 64 * 256 * 4
         wrong = evaluator.evaluate(problem, RELU.replace("torch.relu(x)", "torch.relu(x) + 1e-3")

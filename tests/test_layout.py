@@ -81,43 +81,10 @@ def import_graph() -> dict[str, set[str]]:
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan, iterative)."""
-    index, low, on_stack, stack, found, counter = {}, {}, set(), [], [], [0]
-    for start in graph:
-        if start in index:
-            continue
-        work = [(start, iter(sorted(graph[start])))]
-        index[start] = low[start] = counter[0]
-        counter[0] += 1
-        stack.append(start)
-        on_stack.add(start)
-        while work:
-            node, children = work[-1]
-            child = next(children, None)
-            if child is not None:
-                if child not in index:
-                    index[child] = low[child] = counter[0]
-                    counter[0] += 1
-                    stack.append(child)
-                    on_stack.add(child)
-                    work.append((child, iter(sorted(graph[child]))))
-                elif child in on_stack:
-                    low[node] = min(low[node], index[child])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[node])
-            if low[node] == index[node]:
-                component = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.append(member)
-                    if member == node:
-                        break
-                if len(component) > 1:
-                    found.append(sorted(component))
-    return found
+    """The strongly connected components of more than one module (networkx, a dependency of torch)."""
+    import networkx
+    digraph = networkx.DiGraph([(module, target) for module, targets in graph.items() for target in targets])
+    return sorted(sorted(c) for c in networkx.strongly_connected_components(digraph) if len(c) > 1)
 
 
 def test_the_cycle_finder_finds_a_lazy_import_cycle():
