@@ -40,8 +40,12 @@ def _load_inline_with_nvcc(folder: Path):
     return load_inline
 
 
-def _run(path: Path, moves: list[str], folder: Path, tune: dict | None = None, atol: float = 1e-4) -> list[dict]:
-    source, _, kernels = Problem(path, 42).build(moves, tune)
+def _run(path: Path, moves: list[str], folder: Path, tune: dict | None = None, atol: float = 1e-4,
+         model_mode: str = "train") -> list[dict]:
+    """Builds `moves` on `path` and checks the candidate against the problem in `model_mode` (training
+    mode, KernelBench's, unless told: batch norms then use the batch's statistics and update their
+    running buffers, which must match too)."""
+    source, _, kernels = Problem(path, 42, model_mode).build(moves, tune)
     candidate = folder / f"{path.stem}_{uuid.uuid4().hex[:6]}.py"
     candidate.write_text(source)
     import torch.utils.cpp_extension as extension
@@ -51,7 +55,7 @@ def _run(path: Path, moves: list[str], folder: Path, tune: dict | None = None, a
         module = load_module(candidate)
     finally:
         extension.load_inline = real
-    compare_models(module, "cuda", atol)
+    compare_models(module, "cuda", atol, training=model_mode == "train")
     return kernels
 
 
@@ -69,12 +73,13 @@ def no_tf32():
 
 
 @needs_nvcc
-@pytest.mark.parametrize("size", ["small", "full"])
-def test_every_example_as_cuda_kernels(tmp_path, size):
+@pytest.mark.parametrize("size,model_mode", [("small", "train"), ("small", "eval"), ("full", "train")])
+def test_every_example_as_cuda_kernels(tmp_path, size, model_mode):
     for path in EXAMPLES:
         problem = tmp_path / path.name
         problem.write_text(shrink(path.read_text()) if size == "small" else path.read_text())
-        kernels = _run(problem, ["cuda_kernels"], tmp_path, atol=1e-4 if size == "small" else 5e-4)
+        kernels = _run(problem, ["cuda_kernels"], tmp_path, atol=1e-4 if size == "small" else 5e-4,
+                       model_mode=model_mode)
         assert kernels and all(k["backend"] == "cuda" for k in kernels)
 
 
