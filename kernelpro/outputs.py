@@ -39,6 +39,17 @@ def choose_best(objective: str, rows: list[dict], epsilon: float, baseline: dict
     return {**correct[index], "objective_ratio": value} if value > 1.0 else None
 
 
+def _confirmed(objective: str, best: dict | None, final, best_id: int) -> tuple[dict | None, object, dict | None]:
+    """(best, final, rejected): under the time objective a best whose re-measurement after the search
+    (free of the selection's winner's curse) is slower than eager gives way to the reference, and is
+    reported as `rejected`; a user who deploys best.py never gets code measured slower than what they had."""
+    if (objective != "time" or best is None or final is None or not final.ok or final.speedup is None
+            or final.speedup >= 1.0 or best["node_id"] != best_id):
+        return best, final, None
+    return None, None, {"node": best["node_id"], "moves": best["moves"], "speedup": best["result"]["speedup"],
+                        "final": _final_record(final)}
+
+
 def _final_record(final) -> dict | None:
     if final is None or not final.ok:
         return None
@@ -59,7 +70,7 @@ def final_history(finished_as: dict | None, remeasured: dict | None, best: dict 
     return earlier + ([{**remeasured, "date": datetime.date.today().isoformat()}] if remeasured else [])
 
 
-def _header(run, best: dict | None, baseline: dict, final) -> str:
+def _header(run, best: dict | None, baseline: dict, final, rejected: dict | None = None) -> str:
     s = run.settings
     result = best["result"] if best else baseline["result"]
     lines = [f"# kernelpro: best candidate for {run.problem.name} ({Path(s.problem).name})"]
@@ -78,6 +89,10 @@ def _header(run, best: dict | None, baseline: dict, final) -> str:
             lines.append(f"# energy: {energy['candidate']['j_per_call']:.4g} J/call vs "
                          f"{energy['reference']['j_per_call']:.4g} J/call for the reference ({energy['method']})")
         lines.append(f"# moves: {' + '.join(best['moves']) or best['move']}")
+    elif rejected:
+        lines.append(f"# the search's best ({' + '.join(rejected['moves']) or 'node ' + str(rejected['node'])}, "
+                     f"{rejected['speedup']:.3f}x in the search) re-measured at {rejected['final']['speedup']:.3f}x "
+                     "vs eager: this is the reference itself")
     else:
         lines.append("# no candidate beat the reference under this objective: this is the reference itself")
     lines += [f"# device: {result.get('device_name') or s.device} ({s.device}), precision {s.precision}, "
@@ -134,12 +149,13 @@ def write_all(run, search: Search, baseline: dict, stopped: str, final) -> dict:
         state = (search.nodes[row["node_id"]].payload or {}).get("state", {})
         row["moves"] = list(state.get("applied", [])) + [f"tune:{k}={v}" for k, v in state.get("tune", {}).items()]
     best = choose_best(s.objective, rows, s.epsilon, baseline)
+    best, final, rejected = _confirmed(s.objective, best, final, search.best_id)
     if best:
         source = (out / best["source_file"]).read_text()
     else:
         source = reference_candidate(run.problem)
         (out / "candidates" / "reference.py").write_text(source)
-    write_atomic(out / "best.py", _header(run, best, baseline, final) + source)
+    write_atomic(out / "best.py", _header(run, best, baseline, final, rejected) + source)
     wall_s = run.store.get("wall_s", 0.0)
     remeasured = _final_record(final)
     result = best["result"] if best else None
@@ -164,6 +180,8 @@ def write_all(run, search: Search, baseline: dict, stopped: str, final) -> dict:
         # Every re-measurement of this best, oldest first (the closing check, then each --remeasure):
         # how far one timing of it moves.
         "final_history": final_history(run.finished_as, remeasured, best),
+        # The search's best when its re-measurement found it slower than eager: the reference is kept.
+        "rejected_best": rejected,
         "objective_ratio": best["objective_ratio"] if best else 1.0,
         "best_node": best["node_id"] if best else 0, "best_moves": best["moves"] if best else [],
         "energy_j": energy["candidate"]["j_per_call"] if energy else None,

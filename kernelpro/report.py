@@ -57,6 +57,10 @@ def _summary_pairs(doc: dict) -> list[tuple[str, str]]:
     elif doc.get("speedup_vs_compile"):  # a run.json from before the re-measurement was kept whole
         pairs.append(("re-measured after the search", f"{doc['final_speedup']:.3f}x vs eager, "
                                                        f"{doc['speedup_vs_compile']:.3f}x vs torch.compile"))
+    rejected = doc.get("rejected_best")
+    if rejected:
+        pairs.append(("rejected after re-measurement", f"{' + '.join(rejected['moves'])}: {rejected['speedup']:.3f}x in "
+                      f"the search, {rejected['final']['speedup']:.3f}x vs eager re-measured; the reference is kept"))
     if doc.get("energy"):
         e = doc["energy"]
         pairs.append(("energy", f"{e['candidate']['j_per_call']:.4g} J/call vs {e['reference']['j_per_call']:.4g} "

@@ -420,3 +420,34 @@ def test_ctrl_c_on_the_command_line_exits_130_with_the_resume_command(tmp_path):
     assert process.returncode == 130, err[-2000:]
     assert "interrupted: after" in err and "--resume" in err, err[-2000:]
     assert json.loads((out / "run.json").read_text())["stopped"] == "interrupted"
+
+
+class SlowerOnceMoreHarness(FakeHarness):
+    """As FakeHarness, but every evaluation after the budget's (the re-measurement of the best) finds
+    the candidate slower than eager: a search best that was a lucky timing."""
+
+    def __init__(self, budget: int):
+        super().__init__()
+        self.budget = budget
+
+    def evaluate(self, problem, source, options):
+        result = super().evaluate(problem, source, options)
+        if len(self.sources) <= self.budget + 1 or not result.ok:  # the baseline, then the budget
+            return result
+        slower = result.candidate.model_copy(update={"median_ms": 1.25})
+        return result.model_copy(update={"candidate": slower, "speedup": 1.0 / 1.25})
+
+
+def test_a_best_re_measured_slower_than_eager_gives_way_to_the_reference(tmp_path):
+    settings = SearchSettings(problem=str(DATA / "redundant.py"), out=str(tmp_path / "run"), budget=3, profile=False)
+    document = SearchRun(settings, evaluator=SlowerOnceMoreHarness(3)).run()
+    rejected = document["rejected_best"]
+    assert rejected and rejected["speedup"] > 1.0 and rejected["final"]["speedup"] == pytest.approx(0.8)
+    assert document["speedup"] == 1.0 and document["best_moves"] == [] and document["final"] is None
+    best = (tmp_path / "run" / "best.py").read_text()
+    assert "re-measured at 0.800x vs eager: this is the reference itself" in best
+    assert "ModelNew = Model" in best or "class ModelNew" in best
+    assert "rejected after re-measurement" in (tmp_path / "run" / "report.md").read_text()
+    # a best the re-measurement confirms stays
+    kept = SearchRun(replace(settings, out=str(tmp_path / "kept")), evaluator=FakeHarness()).run()
+    assert kept["rejected_best"] is None and kept["speedup"] > 1.0
