@@ -12,6 +12,11 @@ import typer
 import kernelpro
 from kernelpro.errors import KernelproError
 
+# the exceptions of the click that typer runs on (typer 0.2x carries its own copy of click)
+_CLICK = sys.modules[typer.BadParameter.__module__]
+_NO_ARGS = getattr(_CLICK, "NoArgsIsHelpError", ())
+_ABORT = (getattr(_CLICK, "Abort", typer.Abort), typer.Abort)
+
 app = typer.Typer(name="kernelpro", no_args_is_help=True, add_completion=True,
                   pretty_exceptions_enable=False, context_settings={"help_option_names": ["-h", "--help"]},
                   help="Search for faster GPU implementations of PyTorch operators.")
@@ -54,18 +59,35 @@ _register_commands()
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: project errors become one line (KERNELPRO_DEBUG=1 shows the traceback; the hint
-    says so only where another exception lies behind the error).
-
-    Usage errors exit with 2 (typer), a project error with its own code (2; 130 after Ctrl-C).
-    """
+    """Entry point. Every error is one `error: ...` line on stderr: usage errors (exit 2, with a hint
+    naming the command's -h) and project errors (exit 2, or their own code; 130 after Ctrl-C), whose
+    hint about KERNELPRO_DEBUG=1 (the traceback) comes only where another exception lies behind the
+    error. Always exits through SystemExit, as click's standalone mode does."""
     try:
-        app(args=argv)
+        code = app(args=argv, standalone_mode=False, prog_name="kernelpro")
+    except _NO_ARGS:  # a group without a command: typer has printed its help, as for -h
+        sys.exit(2)
+    except _CLICK.UsageError as error:
+        _error(error.format_message())
+        command = error.ctx.command_path if error.ctx else "kernelpro"
+        typer.echo(f"hint: {command} -h lists the arguments and options", err=True)
+        sys.exit(2)
+    except _CLICK.ClickException as error:
+        _error(error.format_message())
+        sys.exit(error.exit_code)
+    except _ABORT:
+        _error("aborted")
+        sys.exit(1)
     except KernelproError as error:
         if os.environ.get("KERNELPRO_DEBUG") == "1":
             raise
-        typer.secho(f"{getattr(error, 'label', 'error')}: {error}", err=True, fg="red")
+        _error(str(error), getattr(error, "label", "error"))
         if error.__cause__ is not None or (error.__context__ is not None and not error.__suppress_context__):
             # another exception lies behind it (a problem file that raised, a failed build): its traceback helps
             typer.echo("hint: set KERNELPRO_DEBUG=1 for the traceback", err=True)
         sys.exit(error.exit_code)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _error(message: str, label: str = "error") -> None:
+    typer.secho(f"{label}: {message}", err=True, fg="red")

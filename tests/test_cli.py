@@ -46,10 +46,22 @@ def test_incorrect_candidate_exits_one_and_json_to_stdout():
     assert record["verdict"] == "incorrect" and record["speedup"] is None and "shape" in record["reason"]
 
 
-def test_usage_errors_exit_two():
-    assert kernelpro("eval", PROBLEM).returncode == 2
-    assert kernelpro("eval", PROBLEM, PROBLEM, "--policy", "lenient").returncode == 2
-    assert kernelpro("eval", PROBLEM, PROBLEM, "--correct-trials", "2").returncode == 2
+def test_usage_errors_exit_two_in_the_one_error_style():
+    for args, says in [(("eval", PROBLEM), "Missing argument 'CANDIDATE'"),
+                       (("eval", PROBLEM, PROBLEM, "--policy", "lenient"), "'lenient' is not one of"),
+                       (("eval", PROBLEM, PROBLEM, "--correct-trials", "2"), "--correct-trials"),
+                       (("search", PROBLEM, "--nope"), "No such option: --nope"),
+                       (("-q", "-v", "tools", "list"), "give one of them")]:
+        done = kernelpro(*args)
+        assert done.returncode == 2, args
+        # one `error:` line as for project errors, then a hint naming the command's -h; no box, no usage dump
+        lines = done.stderr.splitlines()
+        assert lines[0].startswith("error: ") and says in lines[0], done.stderr
+        assert len(lines) == 2 and lines[1].startswith("hint: kernelpro") and lines[1].endswith("-h lists the "
+                                                                                               "arguments and options")
+        assert not set("╭│╰") & set(done.stderr) and "KERNELPRO_DEBUG" not in done.stderr
+    done = kernelpro()  # no command: the help, and exit 2
+    assert done.returncode == 2 and "Usage: " in done.stdout and done.stderr == ""
 
 
 def test_project_errors_are_one_line_unless_debugging(tmp_path):
