@@ -46,7 +46,9 @@ def _confirmed(objective: str, best: dict | None, final, best_id: int) -> tuple[
     if (objective != "time" or best is None or final is None or not final.ok or final.speedup is None
             or final.speedup >= 1.0 or best["node_id"] != best_id):
         return best, final, None
-    return None, None, {"node": best["node_id"], "moves": best["moves"], "speedup": best["result"]["speedup"],
+    # the moves as best.py's header names a best's (a coder's candidate may apply none: then its move)
+    return None, None, {"node": best["node_id"], "moves": best["moves"] or [best["move"]],
+                        "speedup": best["result"]["speedup"],
                         "final": _final_record(final)}
 
 
@@ -90,7 +92,7 @@ def _header(run, best: dict | None, baseline: dict, final, rejected: dict | None
                          f"{energy['reference']['j_per_call']:.4g} J/call for the reference ({energy['method']})")
         lines.append(f"# moves: {' + '.join(best['moves']) or best['move']}")
     elif rejected:
-        lines.append(f"# the search's best ({' + '.join(rejected['moves']) or 'node ' + str(rejected['node'])}, "
+        lines.append(f"# the search's best ({' + '.join(rejected['moves'])}, "
                      f"{rejected['speedup']:.3f}x in the search) re-measured at {rejected['final']['speedup']:.3f}x "
                      "vs eager: this is the reference itself")
     else:
