@@ -38,6 +38,39 @@ def _flat(value) -> list[torch.Tensor]:
     return []
 
 
+CHUNK = 1 << 25  # elements compared at once: the statistics of 8 GB outputs in bounded memory
+
+
+def _run(model, inputs, seed: int) -> list[torch.Tensor]:
+    set_seed(seed)  # dropout and anything random draws the same numbers every time
+    with torch.no_grad():
+        outputs = [t.detach().float().contiguous() for t in _flat(model(*inputs))]
+    torch.cuda.synchronize()
+    return outputs
+
+
+def compare(candidate: list[torch.Tensor], reference: list[torch.Tensor]) -> dict:
+    """torch.allclose(rtol=atol=1e-4)'s verdict, the share of elements outside it and the relative
+    differences (median of a sample of at most a million, and the largest), chunk by chunk."""
+    outside, total, largest, passes, samples = 0, 0, 0.0, True, []
+    for got, want in zip(candidate, reference):
+        got, want = got.reshape(-1), want.reshape(-1)
+        total += want.numel()
+        keep = max(1, 1_000_000 * CHUNK // max(want.numel(), 1))
+        for begin in range(0, want.numel(), CHUNK):
+            a, r = got[begin:begin + CHUNK], want[begin:begin + CHUNK]
+            difference = (a - r).abs()
+            bad = ~(difference <= TOLERANCE + TOLERANCE * r.abs())  # NaN counts as outside, as in allclose
+            outside += int(bad.sum())
+            rel = difference / r.abs().clamp_min(1e-6)
+            largest = max(largest, float(torch.nan_to_num(rel, nan=float("inf")).max()))
+            samples.append(rel[torch.randperm(rel.numel(), device=rel.device)[:keep]] if rel.numel() > keep else rel)
+    passes = outside == 0
+    rel = torch.cat(samples) if samples else torch.zeros(1)
+    return {"passes": passes, "outside_share": outside / max(total, 1), "median_relative": float(rel.nanmedian()),
+            "largest_relative": largest, "elements": total}
+
+
 def measure(path: Path, seed: int = 42) -> dict:
     module = import_file(f"kp_tf32_{path.stem}", path)
     device = torch.device("cuda")
@@ -45,51 +78,28 @@ def measure(path: Path, seed: int = 42) -> dict:
     model = build_model(module.Model, seed, init, device, torch.float32)
     set_seed(seed)
     inputs = [cast_to(v, device, torch.float32) for v in module.get_inputs()]
-    outputs = {}
-    for tf32 in (True, False):
-        torch.backends.cudnn.allow_tf32 = tf32
-        set_seed(seed)  # dropout and anything random draws the same numbers both times
-        with torch.no_grad():
-            outputs[tf32] = [t.detach().float() for t in _flat(model(*inputs))]
-        torch.cuda.synchronize()
-    torch.backends.cudnn.allow_tf32 = True  # torch's default again
+    reference = _run(model, inputs, seed)  # torch's default: cuDNN may use TF32
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        fp32 = compare(_run(model, inputs, seed), reference)
+    finally:
+        torch.backends.cudnn.allow_tf32 = True  # torch's default again
     # The control: the reference's own call once more (cuDNN's TF32 algorithm on the same inputs), which
     # a candidate that keeps the library call reproduces.
-    set_seed(seed)
-    with torch.no_grad():
-        again = [t.detach().float() for t in _flat(model(*inputs))]
-    repeat_passes = all(bool(torch.allclose(a, r, rtol=TOLERANCE, atol=TOLERANCE))
-                        for a, r in zip(again, outputs[True]))
-    del again
+    repeat = compare(_run(model, inputs, seed), reference)
+    row = {"problem": f"{path.parent.name}/{path.stem}", "fp32_passes": fp32.pop("passes"),
+           "tf32_repeat_passes": repeat["passes"], "channels_last_passes": None, **fp32}
     # Another TF32 algorithm on the same inputs: the model and its 4-D inputs in channels_last (the
     # channels_last move), which cuDNN runs with other kernels, so its TF32 rounding lands elsewhere.
-    layout_passes = None
-    if any(t.dim() == 4 for t in inputs if isinstance(t, torch.Tensor)):
-        model = model.to(memory_format=torch.channels_last)
-        moved = [t.contiguous(memory_format=torch.channels_last) if isinstance(t, torch.Tensor) and t.dim() == 4
-                 else t for t in inputs]
-        set_seed(seed)
-        with torch.no_grad():
-            other = [t.detach().float() for t in _flat(model(*moved))]
-        layout_passes = all(bool(torch.allclose(a, r, rtol=TOLERANCE, atol=TOLERANCE))
-                            for a, r in zip(other, outputs[True]))
-        del other, moved
-    outside, total, relative, largest, passes = 0, 0, [], 0.0, True
-    for reference, fp32 in zip(outputs[True], outputs[False]):
-        difference = (fp32 - reference).abs()
-        bound = TOLERANCE + TOLERANCE * reference.abs()
-        outside += int((difference > bound).sum())
-        total += reference.numel()
-        passes = passes and bool(torch.allclose(fp32, reference, rtol=TOLERANCE, atol=TOLERANCE))
-        rel = (difference / reference.abs().clamp_min(1e-6)).flatten()
-        sample = rel[torch.randperm(rel.numel(), device=rel.device)[:1_000_000]] if rel.numel() > 1_000_000 else rel
-        relative.append(sample)
-        largest = max(largest, float(rel.max()))
-    rel = torch.cat(relative) if relative else torch.zeros(1)
-    return {"problem": f"{path.parent.name}/{path.stem}", "fp32_passes": passes, "tf32_repeat_passes": repeat_passes,
-            "channels_last_passes": layout_passes,
-            "outside_share": outside / max(total, 1), "median_relative": float(rel.median()),
-            "largest_relative": largest, "elements": total}
+    if any(isinstance(t, torch.Tensor) and t.dim() == 4 for t in inputs):
+        try:
+            model = model.to(memory_format=torch.channels_last)
+            moved = [t.contiguous(memory_format=torch.channels_last) if isinstance(t, torch.Tensor) and t.dim() == 4
+                     else t for t in inputs]
+            row["channels_last_passes"] = compare(_run(model, moved, seed), reference)["passes"]
+        except Exception as error:  # noqa: BLE001 - the model may not run in that layout (a .view)
+            row["channels_last_error"] = f"{type(error).__name__}: {error}"[:200]
+    return row
 
 
 def main() -> int:
