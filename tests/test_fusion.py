@@ -572,6 +572,33 @@ def test_batched_products_are_one_triton_gemm_per_batch_row(tmp_path, case):
 
 
 @pytest.mark.parametrize("body, shapes", [
+    (["return torch.matmul(x.T, y) * 0.5"], [(24, 40), (24, 36)]),
+    (["return torch.relu(x @ y.t())"], [(40, 24), (36, 24)]),
+    (["return torch.matmul(x.T, y.T) + 1.0"], [(24, 40), (36, 24)]),
+    (["return torch.sigmoid(torch.matmul(x.transpose(-1, -2), y))"], [(3, 24, 40), (3, 24, 36)]),
+    (["return torch.matmul(x, y) - 2.0"], [(40, 24), (3, 24, 36)]),
+    (["return torch.tanh(torch.matmul(x, y))"], [(2, 3, 40, 24), (1, 1, 24, 36)]),
+], ids=["transposed-a", "transposed-b", "transposed-both", "batched-transposed-a", "broadcast-a", "broadcast-b"])
+def test_operands_are_read_through_their_strides(tmp_path, body, shapes):
+    """Transposed operands are read where they lie (no copy in the wrapper) and one side of a batched
+    product may be a single matrix broadcast over the batch (its batch stride is 0); odd sizes."""
+    path = write_problem(tmp_path, body, shapes)
+    kernels = check(path, ["triton_gemm"], atol=1e-3)
+    assert [k["kind"] for k in kernels] == ["gemm"]
+    source = path.with_name(path.stem + "_new.py").read_text()
+    assert "a.contiguous()" not in source and "b.contiguous()" not in source and "stride_ak" in source
+    rewritten = source.split("def _kp_graph_functions")[1]
+    assert "matmul(" not in rewritten and "contiguous(" not in rewritten
+
+
+def test_partial_batch_broadcasts_stay_library_calls(tmp_path):
+    """[2, 1] against [1, 3] batch dimensions broadcast on both sides at once: not a product the GEMM's
+    batch strides describe, so the matmul stays torch's."""
+    path = write_problem(tmp_path, ["return torch.relu(torch.matmul(x, y))"], [(2, 1, 40, 24), (1, 3, 24, 36)])
+    assert check(path, ["triton_gemm"]) == []
+
+
+@pytest.mark.parametrize("body, shapes", [
     (["return torch.matmul(x, y)"], [(40, 24), (24, 36)]),
     (["return torch.matmul(x.T, y)"], [(24, 40), (24, 36)]),
     (["return torch.bmm(x, y)"], [(2, 17, 33), (2, 33, 20)]),

@@ -89,6 +89,37 @@ def test_moves_compose_and_expose_constant_results(tmp_path):
     assert "_kp_fold_values" in final["source"] and "register_buffer" in final["source"]
 
 
+DIAGONAL = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, v, b, w):
+        return torch.diag(v) @ b + torch.matmul(b, torch.diag_embed(w)), torch.diag(v[:16], 1) @ b
+
+
+def get_inputs():
+    return [torch.randn(17), torch.randn(17, 9), torch.randn(9)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_products_with_diagonal_matrices_become_broadcast_multiplies(tmp_path):
+    """diag(v) @ B and B @ diag_embed(w) are scaled rows and columns; an off-diagonal diag(v, 1) is not a
+    diagonal matrix and stays a product."""
+    path = tmp_path / "diagonal.py"
+    path.write_text(DIAGONAL)
+    answer = expand(spec(path))
+    option = {o["move"]: o for o in answer["options"]}["diagonal_products"]
+    assert_equivalent(option["source"], tmp_path)
+    body = option["source"].split("def _kp_body", 1)[1] if "def _kp_body" in option["source"] else option["source"]
+    assert body.count(" @ ") + body.count("matmul(") == 1 and "diag_embed" not in body
+    assert body.count("torch.diag(") == 1  # the off-diagonal one, still multiplied
+
+
 def test_near_misses_are_left_alone():
     answer = expand(spec(DATA / "near_misses.py"))
     assert answer["traced"]

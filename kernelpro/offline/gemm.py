@@ -9,6 +9,10 @@ bias, applies the epilogue's steps to the accumulator in registers and stores
 each output once. The library call and the round trip of its output through
 memory are gone.
 
+The operands are read through their strides: a transposed operand (`x.T @ y`, `x @ w.t()`)
+is read where it lies instead of being copied first, and a batched product may broadcast one
+side over the batch (`[m, k] @ [b, k, n]`: that side's batch stride is 0).
+
 Precision: float32 operands are multiplied with `input_precision="ieee"` (plain
 FMA, like the reference) or "tf32x3" (three TF32 products, an error near
 float32's); plain "tf32" only where the `tf32_matmul` move allowed it.
@@ -50,6 +54,8 @@ class Gemm:
     tf32: bool = False  # the tf32_matmul move is on
     backend: str = "triton"  # "triton" (this module) or "cute" (kernelpro.offline.cute_gemm)
     batch: int = 1  # a batched product: `batch` products of [m x k] @ [k x n], one per grid row
+    a_batched: bool = True  # (batched products) False: one `a` broadcast over the batch
+    b_batched: bool = True
     dtype: str = "fp32"  # the precision the candidate runs at (the CuTe GEMM is instantiated for it)
 
     def sources(self) -> list:
@@ -95,21 +101,41 @@ def _gemm_for(gm: fx.GraphModule, group: Group, tf32: bool) -> Gemm | None:
         a_shape, b_shape = _operand_shape(gm, a), _operand_shape(gm, b)
         if a_shape is None or b_shape is None or len(a_shape) < 2 or len(b_shape) < 2:
             continue
-        batch = 1
-        if len(b_shape) > 2:  # batched: the same batch dimensions on both sides (no broadcasting)
-            if b_layout != "kn" or len(a_shape) != len(b_shape) or a_shape[:-2] != b_shape[:-2]:
-                continue
-            batch = math.prod(a_shape[:-2])
+        batch, a_batched, b_batched = 1, True, True
         n, k = (b_shape if b_layout == "nk" else b_shape[-2:][::-1])
-        m = math.prod(a_shape[:-1]) // batch
-        if a_shape[-1] != k or tuple(group.logical) != tuple(a_shape[:-1]) + (n,) or batch >= 65536:
+        product = tuple(a_shape[:-1]) + (n,)
+        if len(b_shape) > 2:  # batched: each side has the batch dimensions, or one matrix broadcast over them
+            sides = _batch_sides(tuple(a_shape[:-2]), tuple(b_shape[:-2]))
+            if b_layout != "kn" or sides is None:
+                continue
+            batch_shape, a_batched, b_batched = sides
+            batch = math.prod(batch_shape)
+            product = batch_shape + (a_shape[-2], n)
+        m = math.prod(product[:-1]) // batch
+        if a_shape[-1] != k or tuple(group.logical) != product or batch >= 65536:
             continue
         if bias is not None and _operand_shape(gm, bias) != (n,):
             continue
         if min(m, n, k) < MIN_SIZE or max(m * k, n * k, m * n) >= 2**31:
             continue
-        return Gemm(node, a, b, bias, b_layout, m, n, k, a_shape, b_shape, item.var, tf32, batch=batch)
+        return Gemm(node, a, b, bias, b_layout, m, n, k, a_shape, b_shape, item.var, tf32, batch=batch,
+                    a_batched=a_batched, b_batched=b_batched)
     return None
+
+
+def _batch_sides(a_batch: tuple, b_batch: tuple):
+    """(batch shape, a batched?, b batched?) of a batched product whose sides both carry the batch
+    dimensions, or one of which is a single matrix broadcast over them; None for other broadcasts."""
+    try:
+        shape = tuple(torch.broadcast_shapes(a_batch, b_batch))
+    except RuntimeError:
+        return None
+    if not shape or math.prod(shape) <= 1:
+        return None
+    a_batched, b_batched = a_batch == shape, b_batch == shape
+    if not (a_batched or math.prod(a_batch) == 1) or not (b_batched or math.prod(b_batch) == 1):
+        return None
+    return shape, a_batched, b_batched
 
 
 def expose_bare_products(gm: fx.GraphModule) -> list[fx.Node]:
@@ -196,6 +222,7 @@ def _kernel(group: Group) -> list[str]:
     rest = [i for i in group.inputs if i.var != g.var]
     params = ["a_ptr", "b_ptr"] + (["bias_ptr"] if g.bias is not None else []) + [f"{i.var}_ptr" for i in rest]
     params += [f"out{k}_ptr" for k in range(len(group.outputs))]
+    params += ["stride_am", "stride_ak", "stride_bk", "stride_bn"] + (["stride_ab", "stride_bb"] if g.batch > 1 else [])
     b_read = "weight [N, K]" if g.b_layout == "nk" else "[K, N]"
     rl = "rl" if g.batch > 1 else "r"  # a tile's rows within its own product
     lines = ["@triton.jit",
@@ -213,17 +240,18 @@ def _kernel(group: Group) -> list[str]:
               "    pid_m = first_m + (pid % width) % rows_here", "    pid_n = (pid % width) // rows_here",
               f"    {rl} = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]",
               "    j = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]"]
-    if g.batch > 1:  # one product per grid row: its operands' offsets, and its rows in the whole output
+    if g.batch > 1:  # one product per grid row: its operands' offsets (0 for a side broadcast), its output rows
         lines += ["    batch = tl.program_id(1).to(tl.int64)",
-                  f"    a_ptr += batch * {g.m * g.k}", f"    b_ptr += batch * {g.k * g.n}",
+                  "    a_ptr += batch * stride_ab", "    b_ptr += batch * stride_bb",
                   f"    r = batch * {g.m} + {rl}  # rows of the [batch x m] output, for the epilogue"]
     lines += ["    kk = tl.arange(0, BLOCK_K)",
               "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
               f"    for start in range(0, {g.k}, BLOCK_K):",
               "        ka = start + kk[None, :]", "        kb = start + kk[:, None]",
-              f"        a = tl.load(a_ptr + {rl} * {g.k} + ka, mask=({rl} < {g.m}) & (ka < {g.k}), other=0.0)"]
-    b_offset = f"j * {g.k} + kb" if g.b_layout == "nk" else f"kb * {g.n} + j"
-    lines += [f"        b = tl.load(b_ptr + {b_offset}, mask=(kb < {g.k}) & (j < {g.n}), other=0.0)",
+              "        # both operands through their strides: a transposed one is read where it lies",
+              f"        a = tl.load(a_ptr + {rl} * stride_am + ka * stride_ak, mask=({rl} < {g.m}) & (ka < {g.k}), "
+              "other=0.0)"]
+    lines += [f"        b = tl.load(b_ptr + kb * stride_bk + j * stride_bn, mask=(kb < {g.k}) & (j < {g.n}), other=0.0)",
               "        acc = tl.dot(a, b, acc, input_precision=PRECISION)",
               f"    mask = ({rl} < {g.m}) & (j < {g.n})"]
     if g.bias is not None:
@@ -248,6 +276,18 @@ def _kernel(group: Group) -> list[str]:
     return lines
 
 
+def _operand_views(g: Gemm) -> tuple[list[str], list[str]]:
+    """The wrapper's lines that see a and b as matrices (a view where their strides allow, a copy where
+    not), and the kernel's stride arguments: a's row and column, b's k and n, then the batch strides."""
+    if g.batch > 1:
+        a_view = f"a.reshape(-1, {g.m}, {g.k})" if g.a_batched else f"a.reshape({g.m}, {g.k})"
+        b_view = f"b.reshape(-1, {g.k}, {g.n})" if g.b_batched else f"b.reshape({g.k}, {g.n})"
+        batch = ["a.stride(0)" if g.a_batched else "0", "b.stride(0)" if g.b_batched else "0"]
+        return [f"    a, b = {a_view}, {b_view}"], ["a.stride(-2), a.stride(-1)", "b.stride(-2), b.stride(-1)"] + batch
+    b_strides = "b.stride(1), b.stride(0)" if g.b_layout == "nk" else "b.stride(0), b.stride(1)"
+    return [f"    a = a.reshape(-1, {g.k})"], ["a.stride(0), a.stride(1)", b_strides]
+
+
 def render(group: Group, config: dict) -> str:
     """The GEMM kernel and its wrapper, as source (the wrapper takes a, b, bias, then the epilogue's inputs)."""
     g = group.gemm
@@ -256,12 +296,14 @@ def render(group: Group, config: dict) -> str:
     shapes = [g.a_shape, g.b_shape] + ([(g.n,)] if g.bias is not None else []) + [i.shape for i in rest]
     outs = output_names(len(group.outputs))
     bm, bn = config["BLOCK_M"], config["BLOCK_N"]
-    launch = [f"    grid = (triton.cdiv({g.m}, {bm}) * triton.cdiv({g.n}, {bn}), {g.batch})",
-              f"    {group.name}_kernel[grid]({', '.join(args + outs)}, BLOCK_M={bm}, BLOCK_N={bn}, "
+    views, strides = _operand_views(g)
+    launch = views + [f"    grid = (triton.cdiv({g.m}, {bm}) * triton.cdiv({g.n}, {bn}), {g.batch})",
+                      f"    {group.name}_kernel[grid]({', '.join(args + outs + strides)}, BLOCK_M={bm}, BLOCK_N={bn}, "
               f"BLOCK_K={config['BLOCK_K']}, GROUP_M={config['GROUP_M']}, PRECISION={config['precision']!r}, "
               f"num_warps={config['num_warps']}, num_stages={config['num_stages']})"]
     wrapper = Wrapper(name=group.name, args=args, shapes=shapes,
                       doc=f"matmul + {group.fused_ops}: one Triton GEMM with the epilogue inside "
                           f"(launch: {_describe(config)}).",
-                      outputs=[(out.shape, "a.dtype") for out in group.outputs], device="a.device", launch=launch)
+                      outputs=[(out.shape, "a.dtype") for out in group.outputs], device="a.device", launch=launch,
+                      ready_args={"a": "{}", "b": "{}"})
     return "\n".join(_kernel(group) + ["", ""] + python_wrapper(wrapper)) + "\n"

@@ -49,8 +49,11 @@ MOVES: dict[str, Move] = {m.name: m for m in (
     Move("constant_results", "algebraic_simplify", True,
          "replace results that are a known constant (a - a, softmax over a size-1 dim, and what zero "
          "keeps zero) by a fresh constant tensor, dropping the work behind them"),
+    Move("diagonal_products", "algebraic_simplify", True,
+         "a product with a diagonal matrix made from a vector (diag(v) @ B, A @ diag(v)) as the broadcast "
+         "multiply it is: n^2 work instead of n^3, the same values", needs_matmul=True),
     Move("simplify_all", "algebraic_simplify", True,
-         "every algebraic rewrite (simplify_identities to constant_results) that applies, swept in that order "
+         "every algebraic rewrite (simplify_identities to diagonal_products) that applies, swept in that order "
          "until none does: one move for rewrites that open up only after others (a convolution's bias reaches "
          "its max-pool once the batch norm is folded and the pool moved before the activation)"),
     Move("fold_constants", "constant_fold", True,

@@ -27,6 +27,7 @@ class Wrapper:
     dtype: str = ""  # the dtype expression every input must have; empty: any
     message: str = "input shapes differ from the traced ones"
     ready: str = "{}.contiguous()"  # how each input is prepared
+    ready_args: dict[str, str] = field(default_factory=dict)  # how given inputs are prepared instead
     workspaces: list[str] = field(default_factory=list)  # lines allocating scratch space, before the outputs
 
 
@@ -79,7 +80,7 @@ def python_wrapper(w: Wrapper) -> list[str]:
     if w.dtype:
         checks += " and " + " and ".join(f"{a}.dtype == {w.dtype}" for a in w.args)
     lines = [f"def {w.name}({', '.join(w.args)}):", f'    """{w.doc}"""',
-             f"    {', '.join(w.args)}{one} = {', '.join(w.ready.format(a) for a in w.args)}{one}",
+             f"    {', '.join(w.args)}{one} = {', '.join(w.ready_args.get(a, w.ready).format(a) for a in w.args)}{one}",
              f'    assert {checks}, "{w.name}: {w.message}"'] + list(w.workspaces)
     outs = output_names(len(w.outputs))
     lines += [f"    {out} = torch.empty({tuple(shape)!r}, device={w.device}, dtype={dtype})"
