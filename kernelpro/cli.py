@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> None:
     hint about KERNELPRO_DEBUG=1 (the traceback) comes only where another exception lies behind the
     error. Always exits through SystemExit, as click's standalone mode does."""
     try:
-        code = app(args=argv, standalone_mode=False, prog_name="kernelpro")
+        code = _command()(args=argv, standalone_mode=False, prog_name="kernelpro")
     except _NO_ARGS:  # a group without a command: typer has printed its help, as for -h
         sys.exit(2)
     except _CLICK.UsageError as error:
@@ -87,6 +87,22 @@ def main(argv: list[str] | None = None) -> None:
             typer.echo("hint: set KERNELPRO_DEBUG=1 for the traceback", err=True)
         sys.exit(error.exit_code)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _command():
+    """The click command typer builds from `app`, with no type shown for flags: typer labels every flag
+    `<bool>` in help, where a flag takes no value."""
+    command = typer.main.get_command(app)
+    stack = [command]
+    while stack:
+        current = stack.pop()
+        # click makes -h/--help on first use and keeps it: make it now, with the names every command has
+        current.get_help_option(current.context_class(current, help_option_names=["-h", "--help"]))
+        for param in current.params + [current._help_option]:
+            if getattr(param, "is_flag", False) and param.metavar is None:
+                param.metavar = ""
+        stack.extend(getattr(current, "commands", {}).values())
+    return command
 
 
 def _error(message: str, label: str = "error") -> None:
