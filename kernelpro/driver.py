@@ -394,7 +394,8 @@ class SearchRun:
                     return why
                 idle += 1
                 if search.root.closed or idle > 200:
-                    return "no moves left"
+                    why_none = getattr(self.coder, "why_no_moves", lambda: "")() if not search.evaluations else ""
+                    return f"no moves left: {why_none}" if why_none else "no moves left"
                 continue
             idle = 0
             self._changed(phase="evaluating")

@@ -6,7 +6,9 @@ first, each with its evidence numbers, after one line for the program and one pe
 dominant kernel (class, fraction of the ceiling, floor). Contradictions are
 resolved before ranking: advice that cannot help a kernel already near a ceiling
 (occupancy, launch shapes or tensor cores for a kernel at its memory roofline;
-memory-access advice for one at its compute roofline) is dropped and said so.
+memory-access advice for one at its compute roofline) is dropped and said so. On a device
+other than a GPU, techniques that exist only on GPUs (tensor cores, warps, shared memory,
+launch shapes, CUDA graphs) are never suggested.
 
 Two outputs: `text` for an LLM (short: at most `MAX_ITEMS` findings), and
 `techniques`, the design vocabulary ranked by score in [0, 1] (the sum of the
@@ -39,6 +41,10 @@ USELESS_AT_MEMORY_ROOF = frozenset({"increase_occupancy", "tune_launch_config", 
                                     "persistent_kernel", "warp_reduction", "cute_gemm"})
 USELESS_AT_COMPUTE_ROOF = frozenset({"vectorize_memory", "coalesce_memory", "increase_occupancy",
                                      "tune_launch_config", "reduce_registers"})
+#: Techniques of GPU hardware and launches, which a program profiled on the CPU cannot use.
+GPU_ONLY = frozenset({"use_tensor_cores", "coalesce_memory", "shared_memory_tiling", "increase_occupancy",
+                      "reduce_registers", "tune_launch_config", "warp_reduction", "cuda_graphs", "cute_gemm",
+                      "persistent_kernel"})
 
 
 class GuidanceItem(BaseModel):
@@ -129,9 +135,14 @@ def build_guidance(program: ProgramProfile, reports: list[ToolReport]) -> Guidan
     roofs = _roof(program)
     shares = {k.name: k.time_share for k in program.kernels}
     items, resolved = [], []
+    unusable = GPU_ONLY if program.device != "cuda" else frozenset()
     for report in sorted(reports, key=lambda r: r.tool):
         for finding in report.findings:
-            techniques = list(finding.techniques)
+            techniques = [t for t in finding.techniques if t not in unusable]
+            if finding.techniques and not techniques:
+                resolved.append(f"dropped {report.tool} advice ({', '.join(finding.techniques)}) for "
+                                f"{base_name(finding.kernel)}: GPU techniques, and this ran on {program.device}")
+                continue
             roof = roofs.get(finding.kernel or "")
             useless = USELESS_AT_MEMORY_ROOF if roof == "memory" else USELESS_AT_COMPUTE_ROOF if roof else frozenset()
             kept = [t for t in techniques if t not in useless]
@@ -153,11 +164,18 @@ def build_guidance(program: ProgramProfile, reports: list[ToolReport]) -> Guidan
             continue
         roof = roofs.get(kernel.name)
         for rank, technique in enumerate(CLASS_TECHNIQUES.get(kernel.roofline_class, ())):
-            if roof and technique in (USELESS_AT_MEMORY_ROOF if roof == "memory" else USELESS_AT_COMPUTE_ROOF):
+            if technique in unusable or \
+                    (roof and technique in (USELESS_AT_MEMORY_ROOF if roof == "memory" else USELESS_AT_COMPUTE_ROOF)):
                 continue
             scores[technique] = scores.get(technique, 0.0) + CLASS_PRIOR_WEIGHT * kernel.time_share / (rank + 1)
     for rank, technique in enumerate(CLASS_TECHNIQUES.get(program.classification, ())):
-        scores[technique] = scores.get(technique, 0.0) + CLASS_PRIOR_WEIGHT / (rank + 1)
+        if technique not in unusable:
+            scores[technique] = scores.get(technique, 0.0) + CLASS_PRIOR_WEIGHT / (rank + 1)
+    if unusable:
+        classes = {program.classification} | {k.roofline_class for k in program.kernels if k.name in program.dominant}
+        left_out = sorted({t for c in classes for t in CLASS_TECHNIQUES.get(c, ())} & unusable)
+        if left_out:
+            resolved.append(f"left out on {program.device}, which has no GPU: {', '.join(left_out)}")
     top = max(scores.values(), default=1.0) or 1.0
     ranked = [TechniqueScore(technique=t, score=round(s / top, 3))
               for t, s in sorted(scores.items(), key=lambda pair: (-pair[1], pair[0]))]

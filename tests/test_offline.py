@@ -243,6 +243,21 @@ def request(problem: Path, **fields) -> CoderRequest:
     return CoderRequest(**{**base, **fields})
 
 
+def test_a_problem_with_no_move_on_the_device_is_told_why():
+    """examples/mlp_block.py on the CPU: every fused-kernel move needs CUDA and no graph rewrite finds
+    anything; the search's summary gives these reasons instead of a bare 'no moves left'."""
+    coder, other = OfflineCoder(), OfflineCoder()
+    try:
+        assert coder.propose(request(EXAMPLES / "mlp_block.py", device="cpu")) is None
+        why = coder.why_no_moves()
+        assert why.startswith("none of the offline coder's") and "needs CUDA" in why and "nothing to rewrite" in why
+        assert other.propose(request(DATA / "redundant.py", device="cpu")) is not None
+        assert other.why_no_moves() == ""  # it offered a move
+    finally:
+        coder.close()
+        other.close()
+
+
 def test_offline_coder_follows_guidance_skips_tried_moves_and_caches():
     coder = OfflineCoder()
     problem = DATA / "redundant.py"

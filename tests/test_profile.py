@@ -285,6 +285,11 @@ def test_profile_cli_on_cpu_writes_the_documented_json():
     assert "system" in document["tools_run"]
     assert any("no ncu" in note for note in document["notes"])
     assert document["techniques"][0]["score"] == 1.0
+    from kernelpro.feedback import GPU_ONLY
+    suggested = {t["technique"] for t in document["techniques"]}
+    assert suggested and not suggested & GPU_ONLY, suggested  # no CUDA graphs or launch shapes on the CPU
+    tried = next(line for line in document["guidance"].splitlines() if line.startswith("Try: "))
+    assert "cuda_graphs" not in tried and "left out on cpu, which has no GPU: cuda_graphs" in document["guidance"]
 
 
 def test_profile_cli_errors_are_one_clear_line():

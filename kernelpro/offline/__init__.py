@@ -12,6 +12,8 @@ the search tries a sibling instead.
 
 from __future__ import annotations
 
+import collections
+
 import json
 import math
 import os
@@ -46,6 +48,18 @@ class OfflineCoder:
         self.worker_starts = 0  # processes started for them: one per search unless one failed
         self._worker: subprocess.Popen | None = None
         self._folder: tempfile.TemporaryDirectory | None = None
+        self._root_skipped: dict[str, str] = {}  # the root answer's moves that do not apply, and why
+        self._offered_once = False
+
+    def why_no_moves(self) -> str:
+        """Why the coder offered no move at all (its root answer's reasons, most common first), or ''
+        when it offered one or was never asked."""
+        if self._offered_once or not self._root_skipped:
+            return ""
+        reasons = collections.Counter(why.split(";")[0].split(" (")[0] for why in self._root_skipped.values())
+        listed = "; ".join(f"{reason} ({count})" for reason, count in reasons.most_common(3))
+        more = f"; {len(reasons) - 3} other reason{'s' if len(reasons) > 4 else ''}" if len(reasons) > 3 else ""
+        return f"none of the offline coder's {len(self._root_skipped)} moves applies here: {listed}{more}"
 
     def options(self, request: CoderRequest) -> dict:
         """The worker's answer for the parent's applied moves (cached)."""
@@ -126,6 +140,8 @@ class OfflineCoder:
         learned = dict(request.kb_factors)  # from earlier runs: > 1 worked in similar states, < 1 kept failing
         promising = {part for entry in request.promising for part in entry.split("+")}
         choices = [o for o in answer["options"] if o["move"] not in tried and o["move"] not in avoid]
+        if not request.parent_state.get("applied"):
+            self._root_skipped = dict(answer.get("skipped", {}))
         if not choices:
             return None
 
@@ -136,6 +152,7 @@ class OfflineCoder:
             return (-(scores.get(option["technique"], 0.0) + bonus), order, option["move"])
 
         best = min(choices, key=score)
+        self._offered_once = True
         applied = list(request.parent_state.get("applied", []))
         if not best["move"].startswith(TUNE_PREFIX):
             applied = canonical(applied + [best["move"]])
