@@ -175,3 +175,5 @@ def test_a_search_summary_to_a_pipe_has_no_empty_header_row(tmp_path):
     table = (done.stdout + done.stderr).split("kernelpro search:")[1]
     assert "┃             ┃" not in table and "┃ " not in table  # a header row draws ┃ cells
     assert "evaluations" in table
+    log = done.stdout + done.stderr  # off a terminal: no live display, so no cursor moves or colours
+    assert "\x1b[" not in log and "\r" not in log
