@@ -578,7 +578,9 @@ def test_batched_products_are_one_triton_gemm_per_batch_row(tmp_path, case):
     (["return torch.sigmoid(torch.matmul(x.transpose(-1, -2), y))"], [(3, 24, 40), (3, 24, 36)]),
     (["return torch.matmul(x, y) - 2.0"], [(40, 24), (3, 24, 36)]),
     (["return torch.tanh(torch.matmul(x, y))"], [(2, 3, 40, 24), (1, 1, 24, 36)]),
-], ids=["transposed-a", "transposed-b", "transposed-both", "batched-transposed-a", "broadcast-a", "broadcast-b"])
+    (["return torch.relu(torch.matmul(x, y))"], [(1, 40, 24), (1, 24, 36)]),
+], ids=["transposed-a", "transposed-b", "transposed-both", "batched-transposed-a", "broadcast-a", "broadcast-b",
+        "batch-of-one"])
 def test_operands_are_read_through_their_strides(tmp_path, body, shapes):
     """Transposed operands are read where they lie (no copy in the wrapper) and one side of a batched
     product may be a single matrix broadcast over the batch (its batch stride is 0); odd sizes."""

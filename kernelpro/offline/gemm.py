@@ -130,8 +130,6 @@ def _batch_sides(a_batch: tuple, b_batch: tuple):
         shape = tuple(torch.broadcast_shapes(a_batch, b_batch))
     except RuntimeError:
         return None
-    if not shape or math.prod(shape) <= 1:
-        return None
     a_batched, b_batched = a_batch == shape, b_batch == shape
     if not (a_batched or math.prod(a_batch) == 1) or not (b_batched or math.prod(b_batch) == 1):
         return None
@@ -222,7 +220,8 @@ def _kernel(group: Group) -> list[str]:
     rest = [i for i in group.inputs if i.var != g.var]
     params = ["a_ptr", "b_ptr"] + (["bias_ptr"] if g.bias is not None else []) + [f"{i.var}_ptr" for i in rest]
     params += [f"out{k}_ptr" for k in range(len(group.outputs))]
-    params += ["stride_am", "stride_ak", "stride_bk", "stride_bn"] + (["stride_ab", "stride_bb"] if g.batch > 1 else [])
+    params += ["stride_am", "stride_ak", "stride_bk", "stride_bn"]
+    params += ["stride_ab", "stride_bb"] if g.batch > 1 else []
     b_read = "weight [N, K]" if g.b_layout == "nk" else "[K, N]"
     rl = "rl" if g.batch > 1 else "r"  # a tile's rows within its own product
     lines = ["@triton.jit",
@@ -284,7 +283,8 @@ def _operand_views(g: Gemm) -> tuple[list[str], list[str]]:
         b_view = f"b.reshape(-1, {g.k}, {g.n})" if g.b_batched else f"b.reshape({g.k}, {g.n})"
         batch = ["a.stride(0)" if g.a_batched else "0", "b.stride(0)" if g.b_batched else "0"]
         return [f"    a, b = {a_view}, {b_view}"], ["a.stride(-2), a.stride(-1)", "b.stride(-2), b.stride(-1)"] + batch
-    b_strides = "b.stride(1), b.stride(0)" if g.b_layout == "nk" else "b.stride(0), b.stride(1)"
+    # (a product of batch 1 may still carry size-1 batch dimensions on b: its last two are the matrix)
+    b_strides = "b.stride(1), b.stride(0)" if g.b_layout == "nk" else "b.stride(-2), b.stride(-1)"
     return [f"    a = a.reshape(-1, {g.k})"], ["a.stride(0), a.stride(1)", b_strides]
 
 
