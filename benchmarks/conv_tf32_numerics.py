@@ -7,8 +7,9 @@ once with cuDNN's TF32 on (the reference, as KernelBench runs it) and once with 
 on the same weights and inputs (KernelBench's seeding, training mode), and reports whether the fp32
 result passes `torch.allclose(rtol=1e-4, atol=1e-4)`, the share of elements outside that tolerance and
 the median and largest relative difference; as a control, whether the TF32 call repeated passes
-against the first; and whether cuDNN's TF32 in channels_last (other kernels, other rounding) passes. It decides the offline coder's design for
-convolutions at fp32 (keep cuDNN's call, fuse around it): see docs/kernelbench.md.
+against the first; and whether cuDNN's TF32 in channels_last (other kernels, other rounding)
+passes. It decides the offline coder's design for convolutions at fp32 (keep cuDNN's call, fuse
+around it): see docs/kernelbench.md.
 
     python benchmarks/conv_tf32_numerics.py ../shared/kernelbench --json conv_tf32.json
 """

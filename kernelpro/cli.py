@@ -97,8 +97,8 @@ def _command():
     while stack:
         current = stack.pop()
         # click makes -h/--help on first use and keeps it: make it now, with the names every command has
-        current.get_help_option(current.context_class(current, help_option_names=["-h", "--help"]))
-        for param in current.params + [current._help_option]:
+        help_option = current.get_help_option(current.context_class(current, help_option_names=["-h", "--help"]))
+        for param in current.params + [help_option]:
             if getattr(param, "is_flag", False) and param.metavar is None:
                 param.metavar = ""
         stack.extend(getattr(current, "commands", {}).values())

@@ -31,12 +31,16 @@ def shown_commands() -> list[tuple[str, str]]:
     for page in PAGES:
         text = page.read_text()
         for match in BLOCK.finditer(text):
-            line_number = text[:match.start()].count("\n") + 2
-            for line in re.sub(r"\\\n\s*", " ", match.group(1)).splitlines():
-                command = line.strip()
+            first = text[:match.start()].count("\n") + 2  # the block's first line, after its fence
+            command, start = "", first
+            for number, line in enumerate(match.group(1).splitlines(), first):
+                start = start if command else number
+                command += line.strip().removesuffix("\\") + " "
+                if line.rstrip().endswith("\\"):
+                    continue  # a continued command goes on on the next line
                 if re.match(r"^(\.venv/bin/)?kernelpro\s", command):
-                    found.append((f"{page.relative_to(REPO)}:{line_number}", command.split(" #")[0].strip()))
-                line_number += 1 + line.count("\\")
+                    found.append((f"{page.relative_to(REPO)}:{start}", command.split(" #")[0].strip()))
+                command = ""
     return found
 
 

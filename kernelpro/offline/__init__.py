@@ -13,7 +13,6 @@ the search tries a sibling instead.
 from __future__ import annotations
 
 import collections
-
 import json
 import math
 import os

@@ -149,12 +149,13 @@ def diagonal_products(gm: fx.GraphModule) -> int:
                 or node.kwargs:
             continue
         left, right = node.args
-        if _diagonal_of(left) is not None and meta(right) and len(meta(right).shape) == 2:
+        row_scale, column_scale = _diagonal_of(left), _diagonal_of(right)
+        if row_scale is not None and meta(right) and len(meta(right).shape) == 2:
             with gm.graph.inserting_before(node):
-                column = gm.graph.call_function(torch.unsqueeze, (_diagonal_of(left), 1))
+                column = gm.graph.call_function(torch.unsqueeze, (row_scale, 1))
             _substitute(gm, node, operator.mul, (column, right))
-        elif _diagonal_of(right) is not None and meta(left) and len(meta(left).shape) == 2:
-            _substitute(gm, node, operator.mul, (left, _diagonal_of(right)))
+        elif column_scale is not None and meta(left) and len(meta(left).shape) == 2:
+            _substitute(gm, node, operator.mul, (left, column_scale))
         else:
             continue
         count += 1
