@@ -227,6 +227,22 @@ def test_split_configurations_only_for_few_long_rows():
     assert all(c["variant"] != "split" for c in ranked(8, 1024))  # short rows: no split
 
 
+def test_whole_tensor_reduction_is_split_into_at_most_max_chunks():
+    """A mean over all of a [32768, 32768] tensor (KernelBench's MSELoss size) is one row of 2^30: a
+    chunk of at most 65536 would cut it into 16384 chunks, more than the fold takes; it gets longer
+    chunks (powers of two), never the looped variant's single program."""
+    from kernelpro.offline.fusion_build import Group, Input, Step
+    steps = [Step("v1", "row", reduce="sum", operand="x0", deps=("x0",), level=1)]
+    for rows, length in ((1, 1 << 30), (4, 3 << 27)):
+        group = Group(kind="row", logical=(rows, length), reduced=frozenset({1}), steps=steps,
+                      inputs=[Input("x0", None, (rows, length), (rows, length), "full")])
+        ranked = triton_gen.configs(group)
+        assert ranked[0]["variant"] == "split", ranked[0]
+        chunks = {c["CHUNK"] for c in ranked if c["variant"] == "split"}
+        assert all(c & (c - 1) == 0 and 2 <= math.ceil(length / c) <= triton_gen.MAX_CHUNKS for c in chunks)
+        assert math.ceil(length / ranked[0]["CHUNK"]) * rows >= 2 * 132  # the programs fill the GPU
+
+
 def forced_looped(group, device=None):
     """The looped variant (a quarter row per chunk) for every row group without argmax."""
     if group.kind == "pointwise" or any(s.reduce in ("argmax", "argmin") for s in group.steps):

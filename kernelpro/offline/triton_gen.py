@@ -396,7 +396,11 @@ def split_chunks(group: Group, device: Device) -> list[int]:
     if group.row_length < SPLIT_FROM or group.row_count >= 2 * device.sms or any(
             s.reduce in ("argmax", "argmin") for s in group.steps):
         return []
-    return [chunk for chunk in (4096, 8192, 16384, 32768, 65536)
+    # a row longer than MAX_CHUNKS x 65536 (a whole-tensor mean of 2^30 elements) takes longer chunks:
+    # the powers of two that cut it into at most MAX_CHUNKS, MAX_CHUNKS / 2 and MAX_CHUNKS / 4 chunks
+    # (a power of two is a whole number of BLOCK_C steps, so no chunk's loop reads into the next)
+    longest = [_next_pow2(math.ceil(group.row_length / (MAX_CHUNKS >> shift))) for shift in (0, 1, 2)]
+    return [chunk for chunk in sorted({4096, 8192, 16384, 32768, 65536, *longest})
             if 2 <= math.ceil(group.row_length / chunk) <= MAX_CHUNKS]
 
 
