@@ -325,6 +325,7 @@ class SearchRun:
             baseline = self.baseline(evaluator)
             self.profile_node(0, None)
             search = self.new_search()
+            search.horizon = s.budget  # MCTS refines its best node greedily in the budget's last evaluations
             if search.root.signature == "" and self.profiles.get(0, {}).get("classification"):
                 search.root.signature = self.profiles[0]["classification"]
             self.status.evaluations = search.evaluations

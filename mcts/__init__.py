@@ -4,7 +4,8 @@ It knows nothing of CUDA: an expander (a coder) proposes children, an evaluator 
 harness) scores them with a ratio t_reference / t_candidate. See `search.Search` for
 the loop, `calibration` for the reward formula, `policies` for the injectable
 selection and widening rules, `memory` for the search memory, `baselines` for the
-ablation strategies and `synthetic` for the deterministic landscapes it is tested on.
+ablation strategies, `synthetic` for the deterministic landscapes it is tested on and
+`replay` for landscapes replayed from real searches' trees.
 """
 
 from kernelpro.mcts.baselines import (STRATEGIES, BeamSearch, BestFirstSearch, GreedySearch, RandomSearch,

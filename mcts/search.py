@@ -49,6 +49,11 @@ class SearchConfig:
     prune: bool = True
     use_memory: bool = True
     beam_width: int = 3
+    # MCTS spends the last max(greedy_tail x budget, min(budget, greedy_tail_min)) evaluations of its
+    # budget (Search.horizon) refining its best node, as greedy does: at small budgets exploration
+    # cannot pay back (benchmarks/mcts_landscapes.py); 0 and 0 turn it off
+    greedy_tail: float = 0.3
+    greedy_tail_min: int = 8
     seed: int = 0
 
 
@@ -76,6 +81,8 @@ class Search:
         self.calibration = LogRewardCalibration()
         self.rng = random.Random(self.config.seed)
         self.evaluations = 0
+        # the evaluations the caller means to spend (run() and the driver set it), for the greedy tail
+        self.horizon: int | None = None
         self.iterations = 0
         self.refused = 0  # proposals not evaluated because they repeated a failed move
         self.best_id = 0
@@ -159,8 +166,24 @@ class Search:
         much_later = dataclasses.replace(node, passes=node.passes + 10**9)
         return self.children_limit(much_later) > len(node.children) + node.pending_children
 
+    def in_greedy_tail(self) -> bool:
+        """Whether what is left of the horizon (less the evaluations in flight) is the greedy tail."""
+        if self.horizon is None:
+            return False
+        left = self.horizon - self.evaluations - len(self._in_flight)
+        return left <= max(self.config.greedy_tail * self.horizon, min(self.horizon, self.config.greedy_tail_min))
+
+    def _greedy_choice(self) -> Node | None:
+        """The best working node that may still have children (greedy's rule), if any."""
+        working = [n for n in self.nodes if n.status is Status.OK and not n.exhausted and not n.closed]
+        return min(working, key=lambda n: (-(n.ratio or 0.0), n.id), default=None)
+
     def _choose_expansion(self) -> Node | None:
-        """MCTS: descend by the selection rule until a node may widen."""
+        """MCTS: descend by the selection rule until a node may widen; in the greedy tail, the best node."""
+        if self.in_greedy_tail():
+            node = self._greedy_choice()
+            if node is not None:
+                return node
         blocked: set[int] = set()
         while not self.root.closed and self.root.id not in blocked:
             node = self.root
@@ -298,6 +321,8 @@ class Search:
     # -- the loop -----------------------------------------------------------------------
     def run(self, expander: Expander, evaluator: Evaluator, budget: Budget, batch: int = 1) -> Node:
         """Sequential ask/propose/tell until the budget is spent. Returns the best node."""
+        if budget.evaluations is not None:
+            self.horizon = budget.evaluations
         idle = 0
         while not self.done(budget) and idle < 1000:
             room = batch if budget.evaluations is None else min(batch, budget.evaluations - self.evaluations)

@@ -86,7 +86,7 @@ def test_repairs_are_asked_with_the_failure_reason():
         seen.append(request)
         return coder(request)
 
-    search = Search([], SearchConfig(seed=2), root_key="")
+    search = Search([], SearchConfig(seed=2, greedy_tail=0, greedy_tail_min=0), root_key="")  # MCTS throughout
     search.run(recording_coder, landscape.evaluate, Budget(evaluations=30))
     repairs = [r for r in seen if r.kind is ExpansionKind.REPAIR]
     assert repairs
@@ -146,7 +146,8 @@ def test_resume_from_json_is_exact(strategy):
 
     landscape, coder = fresh()
     first = make_search([], SearchConfig(strategy=strategy, seed=11), root_key="")
-    first.run(coder, landscape.evaluate, Budget(evaluations=20))
+    first.horizon = 40  # cut off half way through the same budget (as a search killed and resumed is)
+    first.run(coder, landscape.evaluate, Budget(stop=lambda search: search.evaluations >= 20))
     resumed = restore_search(json.loads(json.dumps(first.to_json())))
     resumed.run(coder, landscape.evaluate, Budget(evaluations=40))
     assert resumed.to_json() == straight.to_json()
@@ -164,8 +165,27 @@ def test_golden_tree():
     assert json.loads(json.dumps(document)) == json.loads(path.read_text())
 
 
+def test_greedy_tail_is_the_last_evaluations_of_the_budget():
+    """Up to the tail MCTS runs as without one; from there it expands the best node, as greedy does;
+    at a budget of greedy_tail_min or less it is greedy from the first evaluation."""
+    def moves(search):
+        return [tuple(n.payload) for n in search.nodes[1:] if n.payload is not None]
+
+    untailed, _ = run("noisy", 3, 60, greedy_tail=0, greedy_tail_min=0)
+    tailed, _ = run("noisy", 3, 60)
+    tail = max(0.3 * 60, 8)
+    assert moves(tailed)[:int(60 - tail)] == moves(untailed)[:int(60 - tail)]
+    assert moves(tailed) != moves(untailed)
+    for name in LANDSCAPES:
+        for seed in range(5):
+            greedy, _ = run(name, seed, 8, strategy="greedy")
+            small, _ = run(name, seed, 8)
+            assert moves(small) == moves(greedy), (name, seed)
+
+
 def test_ask_uses_virtual_loss_to_spread_a_batch():
     search, landscape = run("noisy", 4, 20)
+    search.horizon = None  # past its budget it would be in the greedy tail, which picks the best node each time
     coder = LandscapeCoder(landscape, seed=4)
     requests = search.ask(4)
     assert len(requests) == 4

@@ -1,0 +1,128 @@
+"""Replays of real searches: landscapes made of what a kernelpro search recorded.
+
+A kernelpro search keeps its tree (`tree.json`): each node's move, parent, verdict and
+ratio. A replay turns one tree into a landscape: a state is the set of moves on a
+recorded node's path (the offline coder builds a candidate from its set of moves, so
+their order does not matter), and its outcome is the recorded one. `ReplayCoder`
+proposes only recorded states: a strategy can reach nothing that was not evaluated
+for real. When it asks to grow a state that has no recorded child left, the coder
+has nothing to give, and the replay counts that request (`unseen`) instead of
+inventing an outcome.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kernelpro.mcts.records import Expansion, Outcome, Proposal
+
+State = tuple[str, ...]
+
+
+def _state(moves) -> State:
+    return tuple(sorted(moves))
+
+
+@dataclass
+class Replay:
+    name: str
+    outcomes: dict[State, tuple[str, float | None]]  # state -> (verdict, ratio; None when it failed)
+    order: list[State]  # the states in the order they were evaluated
+    evaluations: int = 0
+    unseen: int = 0  # requests to grow a state that has no recorded child left
+    _children: dict[State, list[State]] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        for state in self.order:
+            if state:
+                for index in range(len(state)):
+                    parent = state[:index] + state[index + 1:]
+                    known = self._children.setdefault(parent, [])
+                    if parent in self.outcomes and state not in known:
+                        known.append(state)
+
+    @classmethod
+    def from_tree(cls, name: str, tree: dict) -> "Replay":
+        """A replay of a search's tree.json (its evaluated nodes: transpositions were never evaluated)."""
+        nodes = {node["id"]: node for node in tree["nodes"]}
+        outcomes: dict[State, tuple[str, float | None]] = {(): ("reference", 1.0)}
+        order: list[State] = []
+        for node in sorted(tree["nodes"], key=lambda n: n["id"]):
+            if node.get("parent") is None or node.get("transposition_of") is not None or \
+                    node.get("status") == "pending":
+                continue
+            path, current = [], node
+            while current is not None and current.get("parent") is not None:
+                path.append(current["move"])
+                current = nodes.get(current["parent"])
+            state = _state(path)
+            if state in outcomes:
+                continue
+            ratio = node.get("ratio") if node.get("status") == "ok" else None
+            outcomes[state] = (node.get("verdict") or node.get("status") or "", ratio)
+            order.append(state)
+        return cls(name, outcomes, order)
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "states": [{"moves": list(s), "verdict": self.outcomes[s][0],
+                                               "ratio": self.outcomes[s][1]} for s in self.order]}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Replay":
+        outcomes: dict[State, tuple[str, float | None]] = {(): ("reference", 1.0)}
+        order = []
+        for item in data["states"]:
+            state = _state(item["moves"])
+            outcomes[state] = (item["verdict"], item["ratio"])
+            order.append(state)
+        return cls(data["name"], outcomes, order)
+
+    def key(self, state: State) -> str:
+        return ",".join(_state(state))
+
+    def children(self, state: State) -> list[State]:
+        """The recorded states one move beyond `state`, in the order they were evaluated."""
+        return self._children.get(_state(state), [])
+
+    def ratio(self, state: State) -> float | None:
+        return self.outcomes.get(_state(state), ("", None))[1]
+
+    def best_ratio(self) -> float:
+        return max(r for _, r in self.outcomes.values() if r is not None)
+
+    def evaluate(self, proposal: Proposal) -> Outcome:
+        self.evaluations += 1
+        verdict, ratio = self.outcomes[_state(proposal.payload)]
+        return Outcome(ok=True, ratio=ratio) if ratio is not None else Outcome(ok=False, failure=verdict)
+
+
+@dataclass
+class ReplayCoder:
+    """Proposes the recorded children of a state, one at a time, in their recorded order."""
+
+    replay: Replay
+
+    def __call__(self, request: Expansion) -> Proposal | None:
+        state = _state(request.payload or ())
+        tried = {label for label, _ in request.tried}
+        for child in self.replay.children(state):
+            rest = list(child)
+            for done in state:
+                rest.remove(done)
+            move = rest[0]
+            if move not in tried and move not in request.avoid:
+                return Proposal(payload=list(child), moves=(move,), key=self.replay.key(child), prior=1.0)
+        self.replay.unseen += 1
+        return None
+
+
+def load_replays(path: Path) -> list[Replay]:
+    """Replays from a bench folder (every problems/**/tree.json) or from a JSON file of them."""
+    path = Path(path)
+    if path.is_dir():
+        trees = sorted(path.glob("problems/**/tree.json")) or sorted(path.glob("**/tree.json"))
+        return [Replay.from_tree(str(tree.parent.relative_to(path / "problems")) if (path / "problems").is_dir()
+                                 else tree.parent.name, json.loads(tree.read_text())) for tree in trees]
+    return [Replay.from_json(item) for item in json.loads(path.read_text())["replays"]]

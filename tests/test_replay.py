@@ -1,0 +1,62 @@
+"""Replays of real searches (kernelpro.mcts.replay): strategies see only what was evaluated."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kernelpro.mcts import Budget, Outcome, Proposal, Search, SearchConfig, make_search
+from kernelpro.mcts.replay import Replay, ReplayCoder, load_replays
+from kernelpro.outputs import tree_document
+
+REPLAYS = Path(__file__).resolve().parent.parent / "benchmarks" / "replays" / "kb_subset30_h100_2026-11-24.json"
+
+
+@pytest.mark.parametrize("strategy", ["mcts", "greedy", "random"])
+def test_a_replayed_search_gets_only_recorded_states_and_outcomes(strategy):
+    replays = load_replays(REPLAYS)
+    assert len(replays) == 18 and all(r.order for r in replays)
+    for replay in replays:
+        search = make_search([], SearchConfig(strategy=strategy, seed=3), root_key=replay.key(()))
+        search.run(ReplayCoder(replay), replay.evaluate, Budget(evaluations=8))
+        assert search.evaluations == replay.evaluations <= len(replay.order)
+        for node in search.nodes[1:]:
+            verdict, ratio = replay.outcomes[tuple(sorted(node.payload))]
+            assert node.ratio == ratio if ratio is not None else node.failure == verdict
+
+
+def test_requests_beyond_the_recording_are_counted_not_invented():
+    replay = next(r for r in load_replays(REPLAYS) if r.name == "level1/94_MSELoss")
+    search = make_search([], SearchConfig(strategy="greedy"), root_key=replay.key(()))
+    search.run(ReplayCoder(replay), replay.evaluate, Budget(evaluations=100))
+    assert replay.evaluations == len(replay.order) == 4  # every recorded state, then nothing more
+    assert replay.unseen >= 1
+    assert replay.ratio(tuple(search.best().payload)) == replay.best_ratio() > 1.4  # fuse_pointwise, 1.48x
+
+
+def test_a_search_tree_as_written_becomes_a_replay():
+    """tree.json as kernelpro search writes it (outputs.tree_document): a state is its set of moves."""
+    search = Search({"move": "reference"}, SearchConfig(seed=0), root_key="")
+    outcomes = {("a",): Outcome(ok=True, ratio=1.5), ("b",): Outcome(ok=False, failure="incorrect"),
+                ("a", "c"): Outcome(ok=True, ratio=2.0)}
+
+    def coder(request):
+        state = tuple(request.payload.get("state", ()))
+        for moves in outcomes:
+            if len(moves) == len(state) + 1 and set(state) <= set(moves) and \
+                    "+".join(set(moves) - set(state)) not in {label for label, _ in request.tried}:
+                move = "+".join(set(moves) - set(state))
+                verdict = "correct" if outcomes[moves].ok else outcomes[moves].failure
+                return Proposal(payload={"move": move, "state": moves, "verdict": verdict}, moves=(move,),
+                                key=",".join(moves))
+        return None
+
+    search.run(coder, lambda p: outcomes[tuple(p.payload["state"])], Budget(evaluations=3))
+    replay = Replay.from_tree("hand", tree_document(search))
+    assert replay.outcomes == {(): ("reference", 1.0), ("a",): ("correct", 1.5), ("b",): ("incorrect", None),
+                               ("a", "c"): ("correct", 2.0)}
+    assert replay.children(()) == [("a",), ("b",)] or replay.children(()) == [("b",), ("a",)]
+    assert replay.children(("a",)) == [("a", "c")]
+    again = Replay.from_json(replay.to_json())
+    assert again.outcomes == replay.outcomes and again.order == replay.order
