@@ -26,6 +26,9 @@ FORMAT = 1  # bump when the chunking or the terms change: old indexes are rebuil
 SUFFIXES = (".h", ".hpp", ".cuh", ".cu", ".inl", ".cpp")
 SYMBOL_WEIGHT = 3
 SNIPPET_LINES = 8
+PER_FILE = 2  # hits per file: one file's many chunks (dispatch_policy.hpp) must not crowd out the rest
+ARCH_BOOST, OTHER_ARCH = 1.5, 0.6  # a declaration of the device's generation, of another one (demoted, kept)
+_ARCH = re.compile(r"sm_?(\d{2,3})", re.I)
 
 
 @dataclass
@@ -107,7 +110,9 @@ class Index:
         return cls(source, chunks, retriever, meta)
 
     # -- queries --------------------------------------------------------------------------------
-    def search(self, query: str, k: int = 10) -> list[Hit]:
+    def search(self, query: str, k: int = 10, arch: str | None = None, per_file: int = PER_FILE) -> list[Hit]:
+        """The k best declarations for `query`, at most `per_file` from one file. With `arch` ("sm90"):
+        declarations whose path or name names that generation rank higher, other generations lower."""
         tokens = terms(query)
         if not tokens:
             return []
@@ -119,8 +124,22 @@ class Index:
             top = float(scores.max()) if len(scores) else 0.0
             for number in exact:
                 scores[number] += top
-        order = scores.argsort()[::-1][:k]
-        return [self._hit(int(n), float(scores[n])) for n in order if scores[n] > 0]
+        wanted = _ARCH.search(arch or "")
+        if wanted:
+            for number in scores.nonzero()[0]:
+                chunk = self.chunks[int(number)]
+                generations = set(_ARCH.findall(chunk.path + " " + chunk.symbol))
+                if generations:
+                    scores[number] *= ARCH_BOOST if wanted.group(1) in generations else OTHER_ARCH
+        hits, per_path = [], {}
+        for number in scores.argsort()[::-1]:
+            if len(hits) == k or scores[number] <= 0:
+                break
+            path = self.chunks[int(number)].path
+            if per_path.get(path, 0) < per_file:
+                per_path[path] = per_path.get(path, 0) + 1
+                hits.append(self._hit(int(number), float(scores[number])))
+        return hits
 
     def _hit(self, number: int, score: float) -> Hit:
         chunk = self.chunks[number]
@@ -145,6 +164,18 @@ class Index:
             chunk = min(around, key=lambda c: c.end - c.line)
             return chunk.line, text[chunk.line - 1:chunk.end]
         return line, text[line - 1:line - 1 + context]
+
+
+def device_arch() -> str | None:
+    """The local GPU's generation as CUTLASS names it ("sm90" on an H100), or None without one."""
+    try:
+        import torch
+        if torch.cuda.is_available():
+            major, minor = torch.cuda.get_device_capability()
+            return f"sm{major}{minor}"
+    except (ImportError, RuntimeError):
+        pass
+    return None
 
 
 def load_index(rebuild: bool = False, progress=lambda message: None) -> Index:

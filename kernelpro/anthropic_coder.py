@@ -252,7 +252,8 @@ class AnthropicCoder:
         args = call.input if isinstance(call.input, dict) else {}
         try:
             if call.name == "search_cutlass" and self._index is not None:
-                hits = self._index().search(str(args.get("query", "")), 8)
+                from kernelpro.cutlass_index import device_arch
+                hits = self._index().search(str(args.get("query", "")), 8, arch=device_arch())
                 text = json.dumps([{"path": h.path, "line": h.line, "symbol": h.symbol, "snippet": h.snippet}
                                    for h in hits])
             elif call.name == "read_cutlass" and self._index is not None:

@@ -11,10 +11,10 @@ from rich.syntax import Syntax
 from kernelpro.cli_options import make_console
 
 
-def search(query: str, k: int = 10) -> list[dict]:
+def search(query: str, k: int = 10, arch: str | None = None) -> list[dict]:
     """The library call behind `kernelpro cutlass search --json`."""
     from kernelpro.cutlass_index import load_index
-    return [asdict(hit) for hit in load_index(progress=_stderr).search(query, k)]
+    return [asdict(hit) for hit in load_index(progress=_stderr).search(query, k, arch=arch)]
 
 
 def _stderr(message: str) -> None:
@@ -34,12 +34,23 @@ def register(app: typer.Typer) -> None:
     def search_command(
         query: Annotated[str, typer.Argument(metavar="QUERY", help="words or identifiers, e.g. 'sm90 tma load' or make_tiled_copy")],
         k: Annotated[int, typer.Option("-k", "--top", min=1, max=200, help="how many results")] = 10,
+        arch: Annotated[str, typer.Option("--arch", metavar="<smXY|any>", help="rank this GPU generation's "
+                                          "declarations first and demote the others; default: the local GPU's, "
+                                          "else none")] = "",
         json_output: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     ) -> None:
-        """Rank the declarations (structs, classes, functions, aliases, macros) that match QUERY."""
+        """Rank the declarations (structs, classes, functions, aliases, macros) that match QUERY, at most two
+        per file."""
+        import re
         if not query.strip():
             raise typer.BadParameter("is empty: give words or identifiers", param_hint="QUERY")
-        hits = search(query, k)
+        if arch and arch != "any" and not re.fullmatch(r"sm_?\d{2,3}[a-z]?", arch, re.I):
+            raise typer.BadParameter(f"{arch!r} is not a GPU generation: give e.g. sm90, sm80 or any",
+                                     param_hint="--arch")
+        if not arch:
+            from kernelpro.cutlass_index import device_arch
+            arch = device_arch() or "any"
+        hits = search(query, k, None if arch == "any" else arch)
         if json_output:
             typer.echo(json.dumps(hits, indent=2))
             return

@@ -113,7 +113,7 @@ def test_max_tokens_and_refusal_fail_the_expansion(api):
 class FakeIndex:
     """The code index's two calls, over a fixed declaration."""
 
-    def search(self, query, k):
+    def search(self, query, k, arch=None):
         from kernelpro.cutlass_index import Hit
         return [Hit("include/cute/atom/copy_atom.hpp", 484, 517, "function", "make_tiled_copy", 9.0,
                     "auto make_tiled_copy(...)")]

@@ -91,6 +91,24 @@ def test_the_wheel_is_indexed_and_symbols_rank_first(built):
     assert index.search("zzzzqqq") == [] and index.search("  ") == []
 
 
+def test_two_hits_per_file_and_the_devices_generation_first(built):
+    """The query that returned ten dispatch-policy tags (mostly Sm100/Sm120) now gives at most two per
+    file, and for sm90 the Hopper collectives, kernels and examples: other generations are demoted, not
+    hidden."""
+    from collections import Counter
+    index, _ = built
+    query = "warp specialized TMA WGMMA pipeline"
+    for arch in (None, "sm90"):
+        hits = index.search(query, 10, arch=arch)
+        assert len(hits) == 10 and max(Counter(h.path for h in hits).values()) <= 2
+    hopper = index.search(query, 10, arch="sm90")
+    assert "sm90" in (hopper[0].path + hopper[0].symbol).lower()
+    assert any(h.path.startswith("include/cutlass/gemm/kernel/sm90_gemm_tma_warpspecialized") for h in hopper)
+    assert not any(g in (h.path + h.symbol).lower() for h in hopper[:5] for g in ("sm100", "sm120"))
+    blackwell = index.search("KernelTmaWarpSpecializedSm100", 3, arch="sm90")
+    assert blackwell[0].symbol == "KernelTmaWarpSpecializedSm100"  # named in full: still found first
+
+
 def test_cli_search_json_and_show(built, monkeypatch):
     _, home = built
     monkeypatch.setenv("KERNELPRO_HOME", str(home))
@@ -106,6 +124,10 @@ def test_cli_search_json_and_show(built, monkeypatch):
     missing = runner.invoke(app, ["cutlass", "show", "include/../../../etc/passwd"])
     assert missing.exit_code != 0
     assert runner.invoke(app, ["cutlass", "search", "  "]).exit_code == 2
+    bad = runner.invoke(app, ["cutlass", "search", "tma", "--arch", "hopper"])
+    assert bad.exit_code == 2 and "not a GPU generation" in bad.output
+    ranked = json.loads(runner.invoke(app, ["cutlass", "search", "tma warp specialized", "--arch", "sm90", "--json"]).stdout)
+    assert "sm90" in (ranked[0]["path"] + ranked[0]["symbol"]).lower()
 
 
 def test_a_new_wheel_version_rebuilds_and_a_failed_build_leaves_nothing(built, monkeypatch):
