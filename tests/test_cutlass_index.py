@@ -201,3 +201,15 @@ def test_the_wheels_hopper_wgmma_example_compiles_to_hgmma_with_these_flags(tmp_
     sass = subprocess.run([str(cuobjdump), "-sass", str(tmp_path / "wgmma.cubin")], check=True,
                           capture_output=True, text=True).stdout
     assert "HGMMA." in sass
+
+
+def test_every_file_the_retrieval_queries_name_is_in_the_wheel():
+    """benchmarks/data/cutlass_queries.json: each relevant entry is a file or folder of the sources."""
+    data = json.loads((Path(__file__).resolve().parent.parent / "benchmarks" / "data" /
+                       "cutlass_queries.json").read_text())
+    root = locate().root
+    assert len(data["queries"]) >= 30
+    for item in data["queries"]:
+        for entry in item["relevant"]:
+            assert (root / entry).exists() or any((root / entry).parent.glob((root / entry).name + "*")), entry
+
