@@ -167,15 +167,11 @@ class Index:
 
 
 def device_arch() -> str | None:
-    """The local GPU's generation as CUTLASS names it ("sm90" on an H100), or None without one."""
-    try:
-        import torch
-        if torch.cuda.is_available():
-            major, minor = torch.cuda.get_device_capability()
-            return f"sm{major}{minor}"
-    except (ImportError, RuntimeError):
-        pass
-    return None
+    """The local GPU's generation as CUTLASS names it ("sm90" on an H100), or None without one; asked
+    through NVML, so the coder's process (the judge's) makes no CUDA context for it."""
+    from kernelpro.harness.toolchain import visible_capability
+    capability = visible_capability()
+    return f"sm{capability[0]}{capability[1]}" if capability else None
 
 
 def load_index(rebuild: bool = False, progress=lambda message: None) -> Index:

@@ -96,15 +96,12 @@ def free_device_bytes() -> int | None:
     """Free memory on the GPU this process sees first, through NVML (no CUDA context made here);
     None where NVML cannot tell."""
     try:
-        import os
-
         import pynvml
+
+        from kernelpro.harness.toolchain import visible_nvml_handle
         pynvml.nvmlInit()
         try:
-            visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
-            handle = (pynvml.nvmlDeviceGetHandleByUUID(visible) if visible.startswith(("GPU-", "MIG-"))
-                      else pynvml.nvmlDeviceGetHandleByIndex(int(visible) if visible.isdigit() else 0))
-            return int(pynvml.nvmlDeviceGetMemoryInfo(handle).free)
+            return int(pynvml.nvmlDeviceGetMemoryInfo(visible_nvml_handle(pynvml)).free)
         finally:
             pynvml.nvmlShutdown()
     except Exception:

@@ -43,6 +43,30 @@ def cuda_available() -> bool:
             os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = previous
 
 
+def visible_nvml_handle(pynvml):
+    """The NVML handle of the GPU this process sees first (CUDA_VISIBLE_DEVICES: an index or a UUID);
+    NVML must be initialized."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    if visible.startswith(("GPU-", "MIG-")):
+        return pynvml.nvmlDeviceGetHandleByUUID(visible)
+    return pynvml.nvmlDeviceGetHandleByIndex(int(visible) if visible.isdigit() else 0)
+
+
+def visible_capability() -> tuple[int, int] | None:
+    """The compute capability of the GPU this process sees first, through NVML (no CUDA context made
+    here); None without a GPU or NVML."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        try:
+            major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(visible_nvml_handle(pynvml))
+            return int(major), int(minor)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        return None
+
+
 def cuda_arch_list() -> str | None:
     import torch
     if not torch.cuda.is_available():

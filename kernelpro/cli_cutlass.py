@@ -47,10 +47,8 @@ def register(app: typer.Typer) -> None:
         if arch and arch != "any" and not re.fullmatch(r"sm_?\d{2,3}[a-z]?", arch, re.I):
             raise typer.BadParameter(f"{arch!r} is not a GPU generation: give e.g. sm90, sm80 or any",
                                      param_hint="--arch")
-        if not arch:
-            from kernelpro.cutlass_index import device_arch
-            arch = device_arch() or "any"
-        hits = search(query, k, None if arch == "any" else arch)
+        from kernelpro.cutlass_index import device_arch
+        hits = search(query, k, None if arch == "any" else arch or device_arch())
         if json_output:
             typer.echo(json.dumps(hits, indent=2))
             return

@@ -12,22 +12,13 @@ which node they expand next:
 from __future__ import annotations
 
 from kernelpro.mcts.records import Node, Status
-from kernelpro.mcts.search import Search, SearchConfig
-
-
-def _open_working_nodes(search: Search) -> list[Node]:
-    return [n for n in search.nodes if n.status is Status.OK and not n.exhausted and not n.closed]
-
-
-def _by_ratio(nodes: list[Node]) -> list[Node]:
-    return sorted(nodes, key=lambda n: (-(n.ratio or 0.0), n.id))
+from kernelpro.mcts.search import Search, SearchConfig, by_ratio as _by_ratio, \
+    open_working_nodes as _open_working_nodes
 
 
 class GreedySearch(Search):
     def _choose_expansion(self) -> Node | None:
-        for node in _by_ratio(_open_working_nodes(self)):
-            return node
-        return None
+        return self._greedy_choice()
 
 
 class BestFirstSearch(Search):

@@ -39,9 +39,8 @@ class Replay:
             if state:
                 for index in range(len(state)):
                     parent = state[:index] + state[index + 1:]
-                    known = self._children.setdefault(parent, [])
-                    if parent in self.outcomes and state not in known:
-                        known.append(state)
+                    if parent in self.outcomes and state not in self._children.get(parent, []):
+                        self._children.setdefault(parent, []).append(state)
 
     @classmethod
     def from_tree(cls, name: str, tree: dict) -> "Replay":

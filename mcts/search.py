@@ -57,6 +57,16 @@ class SearchConfig:
     seed: int = 0
 
 
+def open_working_nodes(search: "Search") -> list[Node]:
+    """The evaluated, correct nodes that may still get children."""
+    return [n for n in search.nodes if n.status is Status.OK and not n.exhausted and not n.closed]
+
+
+def by_ratio(nodes: list[Node]) -> list[Node]:
+    """Best ratio first; ties to the older node."""
+    return sorted(nodes, key=lambda n: (-(n.ratio or 0.0), n.id))
+
+
 @dataclass(frozen=True)
 class Budget:
     """When to stop: evaluations, wall-clock seconds, or a predicate on the search."""
@@ -175,8 +185,8 @@ class Search:
 
     def _greedy_choice(self) -> Node | None:
         """The best working node that may still have children (greedy's rule), if any."""
-        working = [n for n in self.nodes if n.status is Status.OK and not n.exhausted and not n.closed]
-        return min(working, key=lambda n: (-(n.ratio or 0.0), n.id), default=None)
+        ranked = by_ratio(open_working_nodes(self))
+        return ranked[0] if ranked else None
 
     def _choose_expansion(self) -> Node | None:
         """MCTS: descend by the selection rule until a node may widen; in the greedy tail, the best node."""
