@@ -35,6 +35,10 @@ class _Tally:
     max_rel: float | None = None
     nan_mismatch: bool = False
     inf_mismatch: bool = False
+    worst_excess: float | None = None  # the largest |difference| - (atol + rtol * |expected|) seen
+    worst_flat: int | None = None  # its flat index in the output
+    worst_expected: float | None = None
+    worst_got: float | None = None
 
     def most(self, current: float | None, value: float | None) -> float | None:
         if value is None:
@@ -43,7 +47,9 @@ class _Tally:
 
 
 def _chunk_details(reference: torch.Tensor, candidate: torch.Tensor, tolerance: float, tally: _Tally) -> None:
-    """Add one chunk's mismatches to the tally (float64, on the chunk's device)."""
+    """Add one chunk's mismatches to the tally (float64, on the chunk's device); the chunk starts at
+    flat index `tally.total` (every earlier chunk, passing or not, is counted there)."""
+    offset = tally.total
     tally.total += reference.numel()
     if not (reference.is_floating_point() or reference.is_complex()):
         differs = reference != candidate
@@ -64,6 +70,13 @@ def _chunk_details(reference: torch.Tensor, candidate: torch.Tensor, tolerance: 
         tally.max_abs = tally.most(tally.max_abs, finite_difference.max().item())
         tally.max_rel = tally.most(tally.max_rel, (finite_difference / reference.abs()[finite].clamp_min(1e-12))
                                    .max().item())
+        excess = torch.where(finite, difference - (tolerance + tolerance * reference.abs()),
+                             torch.full_like(difference, -float("inf")))
+        where = int(excess.argmax().item())
+        value = float(excess[where].item())
+        if value > 0 and (tally.worst_excess is None or value > tally.worst_excess):
+            tally.worst_excess, tally.worst_flat = value, offset + where
+            tally.worst_expected, tally.worst_got = float(reference[where].item()), float(candidate[where].item())
 
 
 def _chunks(expected: torch.Tensor, got: torch.Tensor):
@@ -85,6 +98,15 @@ def _chunk_close(a: torch.Tensor, b: torch.Tensor, tolerance: float) -> bool:
         return bool(torch.isclose(b, a, rtol=tolerance, atol=tolerance, equal_nan=True).all())
     except torch.OutOfMemoryError:
         return bool(torch.isclose(b.cpu(), a.cpu(), rtol=tolerance, atol=tolerance, equal_nan=True).all())
+
+
+def _unravel(flat: int, shape: tuple[int, ...]) -> list[int]:
+    """The multi-index of a flat (row-major) position."""
+    index = []
+    for size in reversed(shape):
+        flat, rest = divmod(flat, size)
+        index.append(rest)
+    return index[::-1]
 
 
 @dataclass(frozen=True)
@@ -129,8 +151,13 @@ def compare_tensor(expected: torch.Tensor, got: object, index: int, tolerance: f
         return Mismatch(f"output {index}: {fraction:.2%} of elements differ (exact match required)",
                         ErrorStats(output_index=index, trial=trial, max_abs_error=tally.max_abs,
                                    mismatch_fraction=fraction))
+    worst = {}
+    if tally.worst_flat is not None:
+        worst = {"worst_index": _unravel(tally.worst_flat, tuple(expected.shape)),
+                 "worst_expected": tally.worst_expected, "worst_got": tally.worst_got}
     stats = ErrorStats(output_index=index, trial=trial, max_abs_error=tally.max_abs, max_rel_error=tally.max_rel,
-                       mismatch_fraction=fraction, nan_inf_mismatch=tally.nan_mismatch or tally.inf_mismatch)
+                       mismatch_fraction=fraction, nan_inf_mismatch=tally.nan_mismatch or tally.inf_mismatch,
+                       **worst)
     if tally.nan_mismatch or tally.inf_mismatch:
         reason = f"output {index}: NaN/Inf positions differ from the reference"
     else:

@@ -28,7 +28,8 @@ from kernelpro.harness.problem import Problem
 from kernelpro.harness.refcache import ReferenceCache, References, reference_key
 from kernelpro.harness.process import WorkerProcess
 from kernelpro.harness.records import (CappedLog, EnergyStats, EnergyWindow, EvalOptions, EvalResult, ErrorStats,
-                                       Floor, KernelBenchTiming, MemorySizes, Phase, TimingStats, Verdict)
+                                       Floor, KernelBenchTiming, MemorySizes, Phase, Signature, TimingStats,
+                                       Verdict)
 from kernelpro.harness.timing import summarize
 from kernelpro.harness.toolchain import (ARCH_SPECIFIC, arch_for, build_environment, cuda_arch_list,  # noqa: F401
                                          cuda_available)
@@ -346,7 +347,8 @@ class Evaluator:
                 elif len(fresh.payloads) == options.correct_trials:
                     fresh.degenerate = outcome.degenerate
                     self.references.put(key, fresh)
-                outcome.info.update(flops=header["flops"], bytes_moved=header["bytes_moved"])
+                outcome.info.update(flops=header["flops"], bytes_moved=header["bytes_moved"],
+                                    signature=header.get("signature"))
                 outcome.sizes = {k: int(header.get(k) or 0) for k in MemorySizes.model_fields}
                 if reservation is not None:
                     reservation.resize(self.memory.estimate(problem, outcome.sizes))
@@ -522,6 +524,8 @@ def _result(verdict: Verdict, phase: Phase, reason: str, base: dict, began: floa
     info = outcome.info if outcome else {}
     if outcome is not None and outcome.sizes:
         fields.setdefault("memory", MemorySizes(**outcome.sizes))
+    if info.get("signature"):
+        fields.setdefault("signature", Signature(**info["signature"]))
     if outcome is not None and "phase_s" not in fields:
         if outcome.phase is not Phase.DONE:
             outcome.enter(outcome.phase)

@@ -78,3 +78,15 @@ def parameter_bytes(model) -> int:
     if not isinstance(model, torch.nn.Module):
         return 0
     return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def describe_values(values: list) -> list[dict]:
+    """Each value as the prompt and the report show it: a tensor's shape and dtype, else its type and
+    a short repr (the records' `ValueSpec`)."""
+    described = []
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            described.append({"kind": "tensor", "shape": list(value.shape), "dtype": str(value.dtype)})
+        else:
+            described.append({"kind": type(value).__name__, "value": repr(value)[:80]})
+    return described

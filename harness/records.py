@@ -112,6 +112,9 @@ class ErrorStats(_Record):
     dtype_mismatch: tuple[str, str] | None = None  # (expected, got)
     nan_inf_mismatch: bool = False
     trial: int = 0
+    worst_index: list[int] | None = Field(None, description="the element farthest outside the tolerance")
+    worst_expected: float | None = None
+    worst_got: float | None = None
 
 
 class TimingStats(_Record):
@@ -165,6 +168,22 @@ class KernelBenchTiming(_Record):
     trials: int
 
 
+class ValueSpec(_Record):
+    """One input or output of the reference as evaluated: a tensor's shape and dtype, or another value."""
+
+    kind: str = Field(description="tensor, or the Python type of another value")
+    shape: list[int] | None = None
+    dtype: str | None = None
+    value: str | None = Field(None, description="a non-tensor's repr, cut to 80 characters")
+
+
+class Signature(_Record):
+    """The reference's inputs (get_inputs(), in order) and flattened outputs, in its first trial."""
+
+    inputs: list[ValueSpec] = []
+    outputs: list[ValueSpec] = []
+
+
 class MemorySizes(_Record):
     """What the reference's first trial held on the device: the basis of the memory plan."""
 
@@ -211,6 +230,7 @@ class EvalResult(_Record):
     energy: EnergyStats | None = Field(None, description="when energy was asked for and the candidate is correct")
     kernelbench: KernelBenchTiming | None = Field(None, description="when asked for and the candidate is correct")
     memory: MemorySizes | None = None
+    signature: Signature | None = Field(None, description="the reference's inputs and outputs as evaluated")
     model_mode: ModelMode = "train"
     tolerance: float
     device: str

@@ -37,8 +37,8 @@ import torch
 
 from kernelpro.harness import channel, sandbox
 from kernelpro.harness.errors import missing_packages_line
-from kernelpro.harness.modelio import (DTYPES, build_model, cast_to, flatten_outputs, import_file,  # noqa: F401
-                                      parameter_bytes, set_seed, tensor_bytes)
+from kernelpro.harness.modelio import (DTYPES, build_model, cast_to, describe_values,  # noqa: F401
+                                      flatten_outputs, import_file, parameter_bytes, set_seed, tensor_bytes)
 from kernelpro.harness.payload import pack_values
 from kernelpro.harness.timing import (InterleavedTimer, kernelbench_times, measure_copy_bandwidth_gbps,
                                       measure_matmul_tflops)
@@ -94,6 +94,7 @@ class Job:
         self.problem = None
         self.current_phase = ""
         self.sizes: dict = {}  # the reference's input, output, parameter and peak bytes (trial 0)
+        self.signature: dict = {}  # the reference's inputs and outputs, described (trial 0)
         self.output_templates: list[torch.Tensor] = []
         self.output_devices: list[torch.device] = []
         self.reference_aliases: list[bool] = []  # per output: does the reference's alias an input?
@@ -173,6 +174,7 @@ class Job:
                 # shapes and devices only: the tensors themselves go as soon as they are sent
                 self.output_devices = [t.device for t in tensors]
                 self.output_templates = [torch.empty(t.shape, dtype=t.dtype, device="meta") for t in tensors]
+                self.signature = {"inputs": describe_values(inputs), "outputs": describe_values(outputs)}
                 del tensors
                 sizes = {"input_bytes": tensor_bytes(inputs), "output_bytes": tensor_bytes(outputs),
                          "parameter_bytes": parameter_bytes(model),
@@ -187,7 +189,8 @@ class Job:
             del payload
         if cuda:
             torch.cuda.empty_cache()
-        self.send({"type": "reference_info", "flops": flops, "bytes_moved": bytes_moved, **sizes})
+        self.send({"type": "reference_info", "flops": flops, "bytes_moved": bytes_moved, **sizes,
+                   "signature": self.signature})
 
     def memory_line(self, inputs: list) -> str:
         """The sizes an out-of-memory verdict names."""

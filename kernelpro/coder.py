@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from kernelpro.errors import KernelproError
+from kernelpro.facts import DeviceFacts, FailureFacts, ProblemFacts
 
 class CoderUnavailable(KernelproError):
     """The asked-for coder cannot run here."""
@@ -45,6 +46,12 @@ class CoderRequest:
     model_mode: str = "train"  # train (KernelBench's semantics) or eval
     knowledge: str = ""  # what the knowledge base says worked in similar states (a few lines)
     kb_factors: tuple[tuple[str, float], ...] = ()  # (technique, prior factor) from the knowledge base
+    device_facts: DeviceFacts | None = None  # measured ceilings and what the device reports
+    problem_facts: ProblemFacts | None = None  # shapes and dtypes as evaluated, work, roofline floor
+    failure_facts: FailureFacts | None = None  # the failed parent's verdict record, structured (repair)
+    best_source: str = ""  # the run's best candidate so far, where it is not the parent
+    best_ms: float | None = None
+    best_speedup: float | None = None
 
 
 @dataclass(frozen=True)

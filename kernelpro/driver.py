@@ -33,6 +33,7 @@ from kernelpro.coder import Coder, CoderFailed, CoderProposal, CoderRequest
 from kernelpro.coders import make_coder
 from kernelpro.energy import objectives
 from kernelpro.errors import KernelproError
+from kernelpro import facts
 from kernelpro.harness import EvalOptions, check_device
 from kernelpro.harness.evaluate import Evaluator
 from kernelpro.harness.problem import Problem, load_problem, reference_candidate
@@ -294,7 +295,24 @@ class SearchRun:
             techniques=tuple((t["technique"], t["score"]) for t in profile.get("techniques", [])),
             tried=tried, avoid=expansion.avoid, promising=expansion.promising, device=self.settings.device,
             precision=self.settings.precision, policy=self.settings.policy, model_mode=self.settings.model_mode,
-            **self.knowledge_for(profile))
+            **self.knowledge_for(profile), **self.facts_for(search, parent))
+
+    def facts_for(self, search: Search, parent) -> dict:
+        """The prompt's facts: the device's and the problem's (from the reference's evaluation and the
+        profiler's ceilings), the failed parent's verdict record, the run's best where it is not the parent."""
+        reference = (self.store.get("baseline") or {}).get("result") or {}
+        found = {"device_facts": facts.device_facts(self.settings.device, reference,
+                                                    self.profiles.get(0, {}).get("ceilings")),
+                 "problem_facts": facts.problem_facts(reference)}
+        payload = parent.payload or {}
+        if parent.parent is not None and parent.failure and payload.get("file"):
+            result = facts.read_result(self.out / f"candidates/node_{parent.id:04d}.json")
+            found["failure_facts"] = facts.failure_facts(result) if result else None
+        best = search.best()
+        if best.id not in (parent.id, search.root.id) and (best.payload or {}).get("file"):
+            found.update(best_source=(self.out / best.payload["file"]).read_text(), best_ms=best.payload.get("ms"),
+                         best_speedup=best.payload.get("speedup"))
+        return found
 
     def knowledge_for(self, profile: dict) -> dict:
         """The knowledge base's word on the node's state: a summary for an LLM, factors for the offline coder."""

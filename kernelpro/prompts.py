@@ -1,11 +1,13 @@
 """The LLM coder's prompt: the output contract, the reference, the parent and what the search knows.
 
-The stable prefix (rules and the reference) is one system block marked for prompt
-caching; everything that changes per expansion goes in the user turn.
+The stable prefix (the rules, worked examples, the device's and the problem's facts, the
+reference) is the system prompt, its last block marked for prompt caching; everything that
+changes per expansion (the parent, the best so far, a failure, guidance) goes in the user turn.
 """
 
 from __future__ import annotations
 
+from kernelpro import facts, worked_examples
 from kernelpro.coder import CoderRequest
 
 RULES = """You write faster implementations of PyTorch operators for kernelpro.
@@ -36,9 +38,19 @@ MODES = {
 def system_blocks(request: CoderRequest, techniques: list[str]) -> list[dict]:
     rules = RULES.format(techniques=", ".join(techniques), policy=request.policy, device=request.device,
                          precision=request.precision, mode=MODES.get(request.model_mode, ""))
+    known = [facts.device_text(request.device_facts)] if request.device_facts else []
+    if request.problem_facts:
+        known.append(facts.problem_text(request.problem_facts))
     return [{"type": "text", "text": rules},
-            {"type": "text", "text": "Reference problem (KernelBench format):\n```python\n"
-             + request.problem_source + "\n```", "cache_control": {"type": "ephemeral"}}]
+            {"type": "text", "text": worked_examples.prompt_text()},
+            {"type": "text", "text": "\n\n".join(known + ["Reference problem (KernelBench format):\n```python\n"
+                                                        + request.problem_source + "\n```"]),
+             "cache_control": {"type": "ephemeral"}}]
+
+
+def _against_floor(ms: float | None, request: CoderRequest) -> str:
+    floor = request.problem_facts.floor_ms if request.problem_facts else None
+    return f", {ms / floor:.1f}x the roofline floor" if ms and floor else ""
 
 
 def user_turn(request: CoderRequest) -> str:
@@ -47,10 +59,17 @@ def user_turn(request: CoderRequest) -> str:
         parts.append("The parent is the reference itself.")
     else:
         timing = (f"{request.parent_ms:.4f} ms, {request.parent_speedup:.2f}x over eager"
+                  + _against_floor(request.parent_ms, request)
                   if request.parent_ms and request.parent_speedup else "no timing")
         parts.append(f"Parent candidate (verdict {request.parent_verdict}, {timing}):\n```python\n"
                      f"{request.parent_source}\n```")
-    if request.failure:
+    if request.best_source:
+        timing = (f"{request.best_ms:.4f} ms, {request.best_speedup:.2f}x over eager"
+                  + _against_floor(request.best_ms, request) if request.best_ms and request.best_speedup else "")
+        parts.append(f"Best candidate of this run so far ({timing}):\n```python\n{request.best_source}\n```")
+    if request.failure_facts:
+        parts.append("Why the parent failed (repair it):\n" + facts.failure_text(request.failure_facts))
+    elif request.failure:
         parts.append(f"Why the parent failed (repair it):\n{request.failure}")
     if request.guidance:
         parts.append(f"Profiler guidance:\n{request.guidance}")

@@ -182,6 +182,14 @@ def test_kernelpro_search_with_the_anthropic_coder_end_to_end_on_cpu(tmp_path, m
     best = (out / "best.py").read_text()
     assert candidate.split("class ModelNew")[1] in best  # the submitted module, below best.py's measured header
     assert run["verdicts"] == {"correct": run["evaluations"]} and len(calls) >= 3
+    # the cached prefix carries the device's and the problem's facts and the worked examples; the user turn
+    # the parent, its time, and from the second expansion on nothing the prefix already says
+    prefix = "\n".join(block["text"] for block in calls[0]["system"])
+    for fact in ("Device: cpu", "inputs (get_inputs(), in order): float32 [", "outputs: float32 [",
+                 "GFLOP", "eager takes", "A triton candidate", "A cuda candidate", "training mode"):
+        assert fact in prefix, fact
+    assert calls[0]["system"][-1]["cache_control"] == {"type": "ephemeral"}
+    assert "Parent candidate" not in calls[0]["messages"][0]["content"]  # the root: the reference itself
     for path in out.rglob("*"):  # the key is nowhere in what the run leaves
         if path.is_file():
             assert KEY not in path.read_text(errors="ignore"), path

@@ -22,6 +22,22 @@ def test_within_tolerance_passes_and_outside_fails_with_measures():
     assert mismatch.stats.trial == 3
 
 
+def test_the_worst_element_is_located_across_chunks(monkeypatch):
+    """Small chunks, so the worst element lies in a later chunk than the first mismatch: its index
+    is the output's own (not the chunk's), with the expected and the actual value."""
+    from kernelpro.harness import compare
+    monkeypatch.setattr(compare, "CHUNK_ELEMENTS", 64)
+    expected = torch.arange(6 * 50, dtype=torch.float32).reshape(6, 50) / 7
+    got = expected.clone()
+    got[0, 3] += 0.5
+    got[4, 17] -= 2.0
+    stats = compare_tensor(expected, got, 0, 1e-4).stats
+    assert stats.worst_index == [4, 17]
+    assert stats.worst_expected == pytest.approx(float(expected[4, 17]))
+    assert stats.worst_got == pytest.approx(float(got[4, 17]))
+    assert stats.mismatch_fraction == pytest.approx(2 / 300)
+
+
 def test_nan_and_inf_positions_must_match():
     expected = torch.tensor([1.0, float("nan"), float("inf"), -float("inf")])
     assert compare_tensor(expected, expected.clone(), 0, 1e-4) is None

@@ -41,14 +41,18 @@ def test_candidate_gets_its_verdict(name, cpu_evaluator, linear_problem):
     assert result.phase.value == phase
     assert words in result.reason
     assert (result.speedup is not None) == (verdict is Verdict.CORRECT)
+    if verdict is Verdict.CORRECT:  # the reference's inputs and outputs as evaluated, for the coder's prompt
+        assert [(v.kind, v.shape, v.dtype) for v in result.signature.inputs] == [("tensor", [16, 64], "torch.float32")]
 
 
 def test_incorrect_carries_error_measures(cpu_evaluator, linear_problem):
     result = cpu_evaluator.evaluate(linear_problem, candidate_source("wrong_shape"), FAST)
     assert result.errors[0].shape_mismatch == ([16, 64], [16, 63])
+    assert result.signature.outputs[0].shape == [16, 64]  # a failed candidate's result still describes the problem
     result = cpu_evaluator.evaluate(linear_problem, candidate_source("caches_across_calls"), FAST)
     error = result.errors[0]
     assert error.trial == 1 and error.mismatch_fraction > 0.5 and error.max_abs_error > 1e-3
+    assert len(error.worst_index) == 2 and abs(error.worst_got - error.worst_expected) > 1e-3
 
 
 def test_twenty_megabytes_of_prints_are_drained_and_capped(cpu_evaluator, linear_problem):

@@ -4,7 +4,8 @@
   bytes read plus bytes written;
 - fp32: a large fp32 matrix product with TF32 off (FFMA on a GPU);
 - tf32: the same with TF32 allowed (tensor cores);
-- bf16, fp16: large matrix products in those types.
+- bf16, fp16: large matrix products in those types;
+- on a GPU, also what the device reports of itself: SMs, L2 bytes, shared memory per SM.
 
 Each is the best of several timed repeats after a warm-up. The cache lives in
 `$KERNELPRO_HOME/ceilings/<device>.json`; `kernelpro profile --remeasure` (or
@@ -34,6 +35,9 @@ class Ceilings:
     bf16_tflops: float
     fp16_tflops: float
     measured_at: str = ""
+    sm_count: int | None = None  # queried from the device (torch.cuda.get_device_properties), GPU only
+    l2_bytes: int | None = None
+    smem_per_sm_bytes: int | None = None
     method: str = "measured: copy bandwidth and matrix-product rates, best of repeats"
 
     def rate_tflops(self, precision: str = "fp32", tensor_cores: bool = False) -> float:
@@ -94,8 +98,15 @@ def measure(device_name: str = "cpu") -> Ceilings:
     bf16 = matmul_tflops(torch.bfloat16, size, False)
     fp16 = matmul_tflops(torch.float16, size, False)
     name = torch.cuda.get_device_name(device) if cuda else f"cpu ({torch.get_num_threads()} threads)"
+    properties = {}
+    if cuda:
+        reported = torch.cuda.get_device_properties(device)
+        properties = {"sm_count": reported.multi_processor_count,
+                      "l2_bytes": getattr(reported, "L2_cache_size", None),
+                      "smem_per_sm_bytes": getattr(reported, "shared_memory_per_multiprocessor", None)}
     return Ceilings(device_name=name, bandwidth_gbps=bandwidth, fp32_tflops=fp32, tf32_tflops=tf32,
-                    bf16_tflops=bf16, fp16_tflops=fp16, measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"))
+                    bf16_tflops=bf16, fp16_tflops=fp16, measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
+                    **properties)
 
 
 def cache_path(device: str, device_name: str) -> Path:

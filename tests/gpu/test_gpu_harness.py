@@ -111,3 +111,13 @@ def test_fp32_compute_ceiling_is_the_tf32_rate_and_leaves_the_flag():
     end.synchronize()
     plain_fp32 = 2 * 4096**3 / (start.elapsed_time(end) * 1e-3) / 1e12
     assert ceiling > 1.5 * plain_fp32
+
+
+@pytest.mark.parametrize("backend", ["pytorch", "triton", "cuda"])
+def test_the_prompts_worked_examples_are_correct_on_the_gpu(backend, gpu_evaluator, tmp_path):
+    """The LLM coder's worked examples (kernelpro/worked_examples.py) in the form the harness accepts."""
+    from kernelpro import worked_examples
+    path = tmp_path / "relu_scale_add.py"
+    path.write_text(worked_examples.PROBLEM)
+    result = gpu_evaluator.evaluate(load_problem(path), worked_examples.EXAMPLES[backend], OPTIONS)
+    assert result.verdict is Verdict.CORRECT, result.reason

@@ -1,0 +1,191 @@
+"""What the LLM coder is told about the device, the problem and a failed parent.
+
+Plain records, built only from what kernelpro measured or the device reported (the harness's
+evaluation of the reference, the profiler's cached ceilings, a candidate's verdict record),
+never from datasheets, and their text for the prompt. The device and the problem facts do not
+change during a run (they go in the prompt's cached prefix); a failure's facts belong to one
+expansion.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class DeviceFacts:
+    name: str
+    source: str  # where the numbers come from, in words
+    bandwidth_gbps: float | None = None
+    fp32_tflops: float | None = None
+    tf32_tflops: float | None = None
+    bf16_tflops: float | None = None
+    fp16_tflops: float | None = None
+    sm_count: int | None = None
+    l2_bytes: int | None = None
+    smem_per_sm_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class ProblemFacts:
+    inputs: tuple[str, ...]  # "float32 [16, 64]", or a non-tensor's type and value
+    outputs: tuple[str, ...]
+    flops: int = 0
+    bytes_moved: int = 0
+    floor_ms: float | None = None  # the roofline floor: the larger of bytes over bandwidth and FLOPs over rate
+    eager_ms: float | None = None
+    compile_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class FailureFacts:
+    verdict: str
+    phase: str
+    reason: str
+    first_error: str = ""  # the first compiler or Python error line of the candidate's log
+    output_index: int | None = None
+    trial: int | None = None
+    expected: str = ""  # shape or dtype the reference returned, where they differ
+    got: str = ""
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+    mismatch_fraction: float | None = None
+    worst_index: tuple[int, ...] | None = None
+    worst_expected: float | None = None
+    worst_got: float | None = None
+    tolerance: float | None = None
+
+
+def _value(spec: dict) -> str:
+    if spec.get("kind") == "tensor":
+        return f"{str(spec.get('dtype', '')).removeprefix('torch.')} {spec.get('shape')}"
+    return f"{spec.get('kind')} {spec.get('value', '')}".strip()
+
+
+def problem_facts(reference: dict) -> ProblemFacts | None:
+    """From the reference's evaluation (EvalResult JSON, as the search stores its baseline)."""
+    signature = reference.get("signature") or {}
+    if not signature:
+        return None
+    floor = reference.get("floor") or {}
+    compiled = reference.get("reference_compile") or {}
+    return ProblemFacts(inputs=tuple(_value(s) for s in signature.get("inputs", [])),
+                        outputs=tuple(_value(s) for s in signature.get("outputs", [])),
+                        flops=int(floor.get("flops") or 0), bytes_moved=int(floor.get("bytes_moved") or 0),
+                        floor_ms=floor.get("floor_ms"), eager_ms=(reference.get("reference") or {}).get("median_ms"),
+                        compile_ms=compiled.get("median_ms"))
+
+
+def device_facts(device: str, reference: dict, ceilings: dict | None = None) -> DeviceFacts:
+    """The profiler's measured ceilings (its document, else its cache for this device), else the
+    bandwidth and FLOP rate the harness measured while timing the reference."""
+    name = reference.get("device_name") or device
+    if not ceilings and device == "cuda" and reference.get("device_name"):
+        from kernelpro.tools.ceilings import cache_path
+        path = cache_path(device, name)
+        if path.exists():
+            try:
+                ceilings = json.loads(path.read_text())
+            except (OSError, ValueError):
+                ceilings = None
+    if ceilings:
+        keep = ("bandwidth_gbps", "fp32_tflops", "tf32_tflops", "bf16_tflops", "fp16_tflops", "sm_count",
+                "l2_bytes", "smem_per_sm_bytes")
+        return DeviceFacts(name=name, source="measured by kernelpro's profiler (copy bandwidth, matrix-product "
+                           "rates); SMs, L2 and shared memory as the device reports them",
+                           **{k: ceilings.get(k) for k in keep})
+    floor = reference.get("floor") or {}
+    if floor.get("bandwidth_gbps"):
+        return DeviceFacts(name=name, source="measured by the harness while timing the reference",
+                           bandwidth_gbps=floor.get("bandwidth_gbps"), fp32_tflops=floor.get("flop_rate_tflops"))
+    return DeviceFacts(name=name, source="not measured on this device")
+
+
+def _first_error(result: dict) -> str:
+    for stream in ("stderr", "stdout"):
+        log = result.get(stream) or {}
+        for line in (log.get("head", "") + "\n" + log.get("tail", "")).splitlines():
+            stripped = line.strip()
+            if " error" in stripped.lower() or stripped.startswith(("error", "Error")) or "Error:" in stripped:
+                return stripped[:300]
+    return ""
+
+
+def failure_facts(result: dict) -> FailureFacts:
+    """From a failed candidate's verdict record (EvalResult JSON)."""
+    errors = result.get("errors") or []
+    first = errors[0] if errors else {}
+    expected = got = ""
+    for key in ("shape_mismatch", "dtype_mismatch"):
+        if first.get(key):
+            expected, got = (str(v) for v in first[key])
+    worst = first.get("worst_index")
+    return FailureFacts(verdict=str(result.get("verdict", "")), phase=str(result.get("phase", "")),
+                        reason=str(result.get("reason", "")), first_error=_first_error(result),
+                        output_index=first.get("output_index"), trial=first.get("trial"), expected=expected,
+                        got=got, max_abs_error=first.get("max_abs_error"), max_rel_error=first.get("max_rel_error"),
+                        mismatch_fraction=first.get("mismatch_fraction"),
+                        worst_index=tuple(worst) if worst is not None else None,
+                        worst_expected=first.get("worst_expected"), worst_got=first.get("worst_got"),
+                        tolerance=result.get("tolerance"))
+
+
+def read_result(path: Path) -> dict:
+    """A candidate's stored verdict record, or {} where there is none."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+# -- text ------------------------------------------------------------------------------------------
+def _num(value: float | None, unit: str, digits: int = 1) -> str:
+    return f"{value:.{digits}f} {unit}" if value else "unknown"
+
+
+def device_text(facts: DeviceFacts) -> str:
+    lines = [f"Device: {facts.name} ({facts.source}).",
+             f"- memory bandwidth {_num(facts.bandwidth_gbps, 'GB/s', 0)}; FP32 (no tensor cores) "
+             f"{_num(facts.fp32_tflops, 'TFLOP/s')}, TF32 {_num(facts.tf32_tflops, 'TFLOP/s')}, "
+             f"BF16 {_num(facts.bf16_tflops, 'TFLOP/s')}, FP16 {_num(facts.fp16_tflops, 'TFLOP/s')}"]
+    if facts.sm_count:
+        kib = 1024
+        lines.append(f"- {facts.sm_count} SMs, L2 {(facts.l2_bytes or 0) // (kib * kib)} MiB, shared memory "
+                     f"{(facts.smem_per_sm_bytes or 0) // kib} KiB per SM")
+    return "\n".join(lines)
+
+
+def problem_text(facts: ProblemFacts) -> str:
+    lines = ["Problem as evaluated:", "- inputs (get_inputs(), in order): " + "; ".join(facts.inputs),
+             "- outputs: " + "; ".join(facts.outputs),
+             f"- work: {facts.flops / 1e9:.3g} GFLOP, {facts.bytes_moved / 1e6:.4g} MB moved (inputs, outputs, "
+             "parameters, each once)"]
+    if facts.floor_ms:
+        eager = (f"; eager takes {facts.eager_ms:.4f} ms, {facts.eager_ms / facts.floor_ms:.1f}x the floor"
+                 if facts.eager_ms else "")
+        lines.append(f"- roofline floor {facts.floor_ms:.4f} ms{eager}")
+    elif facts.eager_ms:
+        lines.append(f"- eager takes {facts.eager_ms:.4f} ms (no roofline floor: no measured ceilings here)")
+    if facts.compile_ms:
+        lines.append(f"- torch.compile takes {facts.compile_ms:.4f} ms")
+    return "\n".join(lines)
+
+
+def failure_text(facts: FailureFacts) -> str:
+    lines = [f"- verdict {facts.verdict} in phase {facts.phase}: {facts.reason}"]
+    if facts.first_error and facts.first_error not in facts.reason:
+        lines.append(f"- first error in the log: {facts.first_error}")
+    where = (f"output {facts.output_index}" + (f", trial {facts.trial}" if facts.trial is not None else "")
+             if facts.output_index is not None else "")
+    if facts.expected:
+        lines.append(f"- {where}: expected {facts.expected}, got {facts.got}")
+    if facts.mismatch_fraction is not None:
+        lines.append(f"- {where}: {facts.mismatch_fraction:.2%} of elements outside atol = rtol = "
+                     f"{facts.tolerance or 0:g}; max abs error {_num(facts.max_abs_error, '', 3).strip()}, max rel "
+                     f"error {_num(facts.max_rel_error, '', 3).strip()}")
+    if facts.worst_index is not None:
+        lines.append(f"- worst element at index {list(facts.worst_index)}: expected {facts.worst_expected:.6g}, "
+                     f"got {facts.worst_got:.6g}")
+    return "\n".join(lines)
