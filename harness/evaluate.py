@@ -24,7 +24,7 @@ from kernelpro.harness.cache import BuildCache, BuildEntry, needs_native_build, 
 from kernelpro.harness.errors import DeviceError, ProblemError
 from kernelpro.harness.memory import MemoryPlan, Reservation
 from kernelpro.harness.payload import available_memory_bytes, spill
-from kernelpro.harness.problem import Problem
+from kernelpro.harness.problem import Problem, reference_candidate
 from kernelpro.harness.refcache import ReferenceCache, References, reference_key
 from kernelpro.harness.process import WorkerProcess
 from kernelpro.harness.records import (CappedLog, EnergyStats, EnergyWindow, EvalOptions, EvalResult, ErrorStats,
@@ -140,6 +140,7 @@ class _Outcome:
     first_outputs: list = field(default_factory=list)  # trial 0's candidate outputs, for the repeat check
     sizes: dict = field(default_factory=dict)  # the reference's input/output/parameter/peak bytes
     degenerate: bool | None = None  # every trial's reference outputs equal so far (fresh inputs and weights)
+    itself: bool = False  # the candidate is the reference itself (a baseline): timed, not compared with itself
 
     def enter(self, phase: Phase) -> None:
         now = time.monotonic()
@@ -301,27 +302,46 @@ class Evaluator:
         outcome.info.update(device_name=ready.get("device_name", ""), torch_version=ready.get("torch", ""))
         key = reference_key(problem.source, options.seed, options.correct_trials, options.precision,
                             options.model_mode)
-        kept = self.references.get(key)
-        fresh = References() if kept is None else None
+        # The reference as its own candidate (a search's root, a bench's baseline) runs the same code on the
+        # same seeds: comparing its outputs with themselves proves nothing and, at KernelBench's sizes, cost
+        # most of a baseline (level1/36_RMSNorm_: 103 s of 147). Its first trial runs for the sizes and the
+        # signature, then it is timed (with the timing phase's own check that its results do not change).
+        outcome.itself = source == reference_candidate(problem)
+        kept = None if outcome.itself else self.references.get(key)
+        fresh = References() if kept is None and not outcome.itself else None
         if kept is not None:
             log.debug("%s: reference outputs kept from an earlier evaluation (%d trials)", problem.name,
                       len(kept.payloads))
         worker.send({
             "problem_source": problem.source, "problem_path": str(problem.path),
             "candidate_source": source, "precision": options.precision, "seed": options.seed,
-            "correct_trials": options.correct_trials, "timing_trials": options.timing_trials,
+            "correct_trials": 0 if outcome.itself else options.correct_trials, "timing_trials": options.timing_trials,
             "timing_budget_s": options.timing_budget_s, "warmup_calls": options.warmup_calls,
             "l2_flush_bytes": options.l2_flush_bytes, "cpu_settle_s": options.cpu_settle_s,
             "model_mode": options.model_mode, "extensions_dir": str(entry.extensions_dir),
-            "triton_cache_dir": str(entry.triton_cache_dir), "reference_outputs": kept is None,
+            "triton_cache_dir": str(entry.triton_cache_dir),
+            "reference_outputs": kept is None and not outcome.itself,
         })
         outcome.enter(Phase.REFERENCE)
         tolerance = options.effective_tolerance
+
+        def go_on() -> None:  # every correctness trial passed (or none was due): time it, or stop
+            if options.measure_time:
+                if self.pool.refill_on_acquire:  # a spare boots meanwhile: no GPU context starts while this times
+                    self.pool.settle(_STARTUP_LIMIT_S)
+                worker.send({"cmd": "time", "baselines": list(options.baselines),
+                             "profile_kernels": options.policy == "strict",
+                             "kernelbench": options.kernelbench_timing,
+                             "energy": bool(options.measure_energy and self.energy_meter)})
+            else:
+                worker.send({"cmd": "stop"})
         while True:
             header, payload = self._receive(worker, options.limits.for_phase(outcome.phase), outcome)
             kind = header["type"]
             if kind == "phase":
                 outcome.enter(Phase(header["phase"]))
+                if outcome.itself and outcome.phase is Phase.CORRECTNESS:
+                    go_on()
             elif kind == "problem_error":
                 raise ProblemError(problem.path, header["cause"])
             elif kind == "reference_output":
@@ -344,7 +364,7 @@ class Evaluator:
                 if kept is not None:  # this worker ran trial 0 only; the outputs are the earlier evaluation's
                     outcome.references = [self._load(payload, outcome) for payload in kept.payloads]
                     outcome.structures, outcome.degenerate = list(kept.structures), kept.degenerate
-                elif len(fresh.payloads) == options.correct_trials:
+                elif fresh is not None and len(fresh.payloads) == options.correct_trials:
                     fresh.degenerate = outcome.degenerate
                     self.references.put(key, fresh)
                 outcome.info.update(flops=header["flops"], bytes_moved=header["bytes_moved"],
@@ -355,15 +375,7 @@ class Evaluator:
             elif kind == "candidate_output":
                 self._check_trial(header, payload, outcome, tolerance)
                 if outcome.trials_passed == options.correct_trials:
-                    if options.measure_time:
-                        if self.pool.refill_on_acquire:  # a spare boots meanwhile: no GPU context starts while this times
-                            self.pool.settle(_STARTUP_LIMIT_S)
-                        worker.send({"cmd": "time", "baselines": list(options.baselines),
-                                     "profile_kernels": options.policy == "strict",
-                                     "kernelbench": options.kernelbench_timing,
-                                     "energy": bool(options.measure_energy and self.energy_meter)})
-                    else:
-                        worker.send({"cmd": "stop"})
+                    go_on()
             elif kind == "timing":
                 outcome.timing, outcome.final_payload = header, payload
             elif kind == "energy_ready":
@@ -445,7 +457,8 @@ class Evaluator:
             flags.append("degenerate_problem")
         timing = outcome.timing
         if not options.measure_time or timing is None:
-            return _result(Verdict.CORRECT, Phase.CORRECTNESS, "correct (not timed)", base, began,
+            return _result(Verdict.CORRECT, Phase.CORRECTNESS,
+                           "the reference itself (not timed)" if outcome.itself else "correct (not timed)", base, began,
                            worker=worker, outcome=outcome, flags=flags)
         final = compare.load_tensors(outcome.final_payload)
         half = timing["final_count"]
@@ -472,7 +485,9 @@ class Evaluator:
         if timing.get("kernelbench") and kernelbench is None:
             flags.append("kernelbench_timing_failed")
         return _result(
-            Verdict.CORRECT, Phase.DONE, f"correct, {eager.median_ms / candidate.median_ms:.3f}x vs eager",
+            Verdict.CORRECT, Phase.DONE,
+            ("the reference itself, timed (no correctness trials: the same code on the same seeds), "
+             if outcome.itself else "correct, ") + f"{eager.median_ms / candidate.median_ms:.3f}x vs eager",
             base, began, worker=worker, outcome=outcome, flags=flags,
             speedup=eager.median_ms / candidate.median_ms, candidate=candidate, reference=eager,
             reference_compile=compiled, energy=energy, kernelbench=kernelbench,

@@ -246,8 +246,14 @@ def test_reference_outputs_spill_to_a_file_when_memory_is_short(tmp_path, monkey
     monkeypatch.setattr(evaluate_module, "spill", lambda payload: spilled.append(len(payload)) or real_spill(payload))
     problem = load_problem(write(tmp_path, "relu.py", RELU))
     with Evaluator("cpu", cache=BuildCache(tmp_path / "builds"), spares=0) as evaluator:
-        good = evaluator.evaluate(problem, reference_candidate(problem), FAST)
-        assert good.verdict is Verdict.CORRECT, good.reason
+        itself = evaluator.evaluate(problem, reference_candidate(problem), FAST)
+        # the reference as its own candidate (a baseline) is timed, not compared with itself: no outputs cross
+        assert itself.verdict is Verdict.CORRECT and itself.reason.startswith("the reference itself, timed")
+        assert itself.correct_trials == 0 and itself.reference and itself.signature.inputs[0].shape
+        assert spilled == [] and len(evaluator.references) == 0
+        copy = RELU + "\n\nclass ModelNew(Model):\n    pass\n"
+        good = evaluator.evaluate(problem, copy, FAST)
+        assert good.verdict is Verdict.CORRECT and good.correct_trials == FAST.correct_trials, good.reason
         assert len(spilled) == FAST.correct_trials and min(spilled) > 64 * 256 * 4
         wrong = evaluator.evaluate(problem, RELU.replace("torch.relu(x)", "torch.relu(x) + 1e-3")
                                    .replace("class Model", "class ModelNew"), FAST)
