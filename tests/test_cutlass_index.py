@@ -16,6 +16,7 @@ from kernelpro.cutlass_index import (CutlassMissing, Index, include_dirs, load_i
 from kernelpro.cutlass_index import index as index_module  # noqa: E402
 from kernelpro.cutlass_index import source as source_module  # noqa: E402
 from kernelpro.cutlass_index.chunks import chunk_source, terms  # noqa: E402
+from kernelpro.cutlass_index.index import generations  # noqa: E402
 
 SNIPPET = r'''// A header in the style of CuTe.
 namespace cute {
@@ -102,11 +103,18 @@ def test_two_hits_per_file_and_the_devices_generation_first(built):
         hits = index.search(query, 10, arch=arch)
         assert len(hits) == 10 and max(Counter(h.path for h in hits).values()) <= 2
     hopper = index.search(query, 10, arch="sm90")
-    assert "sm90" in (hopper[0].path + hopper[0].symbol).lower()
+    assert generations(hopper[0].path + " " + hopper[0].symbol) == {"90"}  # sm90_..., or a hopper example
     assert any(h.path.startswith("include/cutlass/gemm/kernel/sm90_gemm_tma_warpspecialized") for h in hopper)
     assert not any(g in (h.path + h.symbol).lower() for h in hopper[:5] for g in ("sm100", "sm120"))
     blackwell = index.search("KernelTmaWarpSpecializedSm100", 3, arch="sm90")
     assert blackwell[0].symbol == "KernelTmaWarpSpecializedSm100"  # named in full: still found first
+
+
+def test_generations_are_read_from_sm_numbers_and_the_examples_names():
+    assert generations("include/cutlass/gemm/kernel/sm90_gemm_tma_warpspecialized.hpp") == {"90"}
+    assert generations("examples/54_hopper_fp8_warp_specialized_gemm/x.cu KernelTmaWarpSpecializedSm100") == {"90", "100"}
+    assert generations("examples/16_ampere_tensorop_conv2dfprop/a.cu") == {"80"}
+    assert generations("include/cute/layout.hpp adaptive_thing") == set()  # 'ada' only as a word
 
 
 def test_cli_search_json_and_show(built, monkeypatch):
@@ -127,7 +135,7 @@ def test_cli_search_json_and_show(built, monkeypatch):
     bad = runner.invoke(app, ["cutlass", "search", "tma", "--arch", "hopper"])
     assert bad.exit_code == 2 and "not a GPU generation" in bad.output
     ranked = json.loads(runner.invoke(app, ["cutlass", "search", "tma warp specialized", "--arch", "sm90", "--json"]).stdout)
-    assert "sm90" in (ranked[0]["path"] + ranked[0]["symbol"]).lower()
+    assert generations(ranked[0]["path"] + " " + ranked[0]["symbol"]) == {"90"}  # sm90_..., or a hopper example
 
 
 def test_a_new_wheel_version_rebuilds_and_a_failed_build_leaves_nothing(built, monkeypatch):
