@@ -100,15 +100,6 @@ def _chunk_close(a: torch.Tensor, b: torch.Tensor, tolerance: float) -> bool:
         return bool(torch.isclose(b.cpu(), a.cpu(), rtol=tolerance, atol=tolerance, equal_nan=True).all())
 
 
-def _unravel(flat: int, shape: tuple[int, ...]) -> list[int]:
-    """The multi-index of a flat (row-major) position."""
-    index = []
-    for size in reversed(shape):
-        flat, rest = divmod(flat, size)
-        index.append(rest)
-    return index[::-1]
-
-
 @dataclass(frozen=True)
 class Mismatch:
     reason: str
@@ -153,7 +144,7 @@ def compare_tensor(expected: torch.Tensor, got: object, index: int, tolerance: f
                                    mismatch_fraction=fraction))
     worst = {}
     if tally.worst_flat is not None:
-        worst = {"worst_index": _unravel(tally.worst_flat, tuple(expected.shape)),
+        worst = {"worst_index": [int(i) for i in torch.unravel_index(torch.tensor(tally.worst_flat), expected.shape)],
                  "worst_expected": tally.worst_expected, "worst_got": tally.worst_got}
     stats = ErrorStats(output_index=index, trial=trial, max_abs_error=tally.max_abs, max_rel_error=tally.max_rel,
                        mismatch_fraction=fraction, nan_inf_mismatch=tally.nan_mismatch or tally.inf_mismatch,

@@ -94,7 +94,6 @@ class Job:
         self.problem = None
         self.current_phase = ""
         self.sizes: dict = {}  # the reference's input, output, parameter and peak bytes (trial 0)
-        self.signature: dict = {}  # the reference's inputs and outputs, described (trial 0)
         self.output_templates: list[torch.Tensor] = []
         self.output_devices: list[torch.device] = []
         self.reference_aliases: list[bool] = []  # per output: does the reference's alias an input?
@@ -142,6 +141,7 @@ class Job:
         self.problem = problem
         flops = bytes_moved = 0
         sizes: dict = {}
+        signature: dict = {}  # the reference's inputs and outputs, described (trial 0)
         cuda = self.device.type == "cuda"
         # When the trusted side kept this problem's reference outputs from an earlier evaluation, only
         # trial 0 runs here, for the sizes and the output shapes the checks below need.
@@ -174,7 +174,7 @@ class Job:
                 # shapes and devices only: the tensors themselves go as soon as they are sent
                 self.output_devices = [t.device for t in tensors]
                 self.output_templates = [torch.empty(t.shape, dtype=t.dtype, device="meta") for t in tensors]
-                self.signature = {"inputs": describe_values(inputs), "outputs": describe_values(outputs)}
+                signature = {"inputs": describe_values(inputs), "outputs": describe_values(outputs)}
                 del tensors
                 sizes = {"input_bytes": tensor_bytes(inputs), "output_bytes": tensor_bytes(outputs),
                          "parameter_bytes": parameter_bytes(model),
@@ -190,7 +190,7 @@ class Job:
         if cuda:
             torch.cuda.empty_cache()
         self.send({"type": "reference_info", "flops": flops, "bytes_moved": bytes_moved, **sizes,
-                   "signature": self.signature})
+                   "signature": signature})
 
     def memory_line(self, inputs: list) -> str:
         """The sizes an out-of-memory verdict names."""

@@ -210,6 +210,7 @@ class SearchRun:
         (self.out / "candidates").mkdir(exist_ok=True)
         self.profiles: dict[int, dict] = self.store.profiles()
         self._fastest_ms: float | None = None
+        self._run_facts: dict | None = None  # the device's and the problem's facts, the same for every expansion
         self.resumed = resume
         self.kb = KnowledgeBase(settings.kb or None) if settings.use_kb else None
         self.kb_recorded = 0
@@ -300,10 +301,12 @@ class SearchRun:
     def facts_for(self, search: Search, parent) -> dict:
         """The prompt's facts: the device's and the problem's (from the reference's evaluation and the
         profiler's ceilings), the failed parent's verdict record, the run's best where it is not the parent."""
-        reference = (self.store.get("baseline") or {}).get("result") or {}
-        found = {"device_facts": facts.device_facts(self.settings.device, reference,
-                                                    self.profiles.get(0, {}).get("ceilings")),
-                 "problem_facts": facts.problem_facts(reference)}
+        if self._run_facts is None:  # the reference's evaluation and profile are done before any expansion
+            reference = (self.store.get("baseline") or {}).get("result") or {}
+            self._run_facts = {"device_facts": facts.device_facts(self.settings.device, reference,
+                                                                  self.profiles.get(0, {}).get("ceilings")),
+                               "problem_facts": facts.problem_facts(reference)}
+        found = dict(self._run_facts)
         payload = parent.payload or {}
         if parent.parent is not None and parent.failure and payload.get("file"):
             result = facts.read_result(self.out / f"candidates/node_{parent.id:04d}.json")

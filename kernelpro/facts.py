@@ -10,7 +10,7 @@ expansion.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 
@@ -83,13 +83,12 @@ def device_facts(device: str, reference: dict, ceilings: dict | None = None) -> 
     bandwidth and FLOP rate the harness measured while timing the reference."""
     name = reference.get("device_name") or device
     if not ceilings and device == "cuda" and reference.get("device_name"):
-        from kernelpro.tools.ceilings import cache_path
-        path = cache_path(device, name)
-        if path.exists():
-            try:
-                ceilings = json.loads(path.read_text())
-            except (OSError, ValueError):
-                ceilings = None
+        from kernelpro.tools.ceilings import cached
+        try:
+            found = cached(device, name)
+        except (OSError, ValueError, TypeError):  # an unreadable cache: the harness's numbers below
+            found = None
+        ceilings = asdict(found) if found else None
     if ceilings:
         keep = ("bandwidth_gbps", "fp32_tflops", "tf32_tflops", "bf16_tflops", "fp16_tflops", "sm_count",
                 "l2_bytes", "smem_per_sm_bytes")

@@ -114,11 +114,18 @@ def cache_path(device: str, device_name: str) -> Path:
     return kernelpro_home() / "ceilings" / f"{slug}.json"
 
 
+def cached(device: str, device_name: str) -> Ceilings | None:
+    """This device's ceilings as measured before, or None where they never were."""
+    path = cache_path(device, device_name)
+    return Ceilings(**json.loads(path.read_text())) if path.exists() else None
+
+
 def load_or_measure(device: str, device_name: str, remeasure: bool = False, timeout_s: float = 300) -> Ceilings:
     """The cached ceilings of this device, measured in a fresh process the first time."""
     path = cache_path(device, device_name)
-    if path.exists() and not remeasure:
-        return Ceilings(**json.loads(path.read_text()))
+    found = None if remeasure else cached(device, device_name)
+    if found is not None:
+        return found
     done = subprocess.run([sys.executable, "-m", "kernelpro.tools.ceilings", device], capture_output=True,
                           text=True, timeout=timeout_s)
     if done.returncode != 0:
