@@ -253,6 +253,15 @@ if [ "${TF32_NUMERICS:-0}" = 1 ]; then
     --json "$OUT/conv_tf32.json" 2>&1 | tee "$OUT/conv_tf32.log" | tail -3
 fi
 
+step "the triton_conv move's convolutions against cuDNN (CONV_KERNELS=1; CONV_PRECISION, CONV_PROBLEMS: keys)"
+# benchmarks/conv_kernels.py: each candidate judged by the harness at bf16, and cuDNN's convolution alone timed.
+if [ "${CONV_KERNELS:-0}" = 1 ]; then
+  [ -d .kb/kernelbench ] || { echo "no .kb/kernelbench: copy ../shared/kernelbench into .kb and carry it"; exit 1; }
+  timeout "${CONV_TIMEOUT:-420}" python3 benchmarks/conv_kernels.py .kb/kernelbench --precision "${CONV_PRECISION:-bf16}" \
+    ${CONV_PROBLEMS:+--problems $CONV_PROBLEMS} --json "$OUT/conv_kernels.json" --keep "$OUT/conv_candidates" \
+    2>&1 | tee "$OUT/conv_kernels.log" | tail -16
+fi
+
 step "kernelpro bench over KernelBench (KB=1; KB_ARGS, e.g. --problems @benchmarks/kernelbench_subset30.txt --budget 4; KB_NAME, KB_STATE, UNTIL)"
 # In the background (in_background), snapshotting its folder into $OUT/kb_state.tgz; KB_STATE restores
 # such a snapshot on a fresh machine, and the bench resumes from it.

@@ -136,13 +136,15 @@ def _batch_sides(a_batch: tuple, b_batch: tuple):
     return shape, a_batched, b_batched
 
 
-def expose_bare_products(gm: fx.GraphModule) -> list[fx.Node]:
+def expose_bare_products(gm: fx.GraphModule, takes=None) -> list[fx.Node]:
     """A product the model returns as it is (a level-1 GEMM) has no epilogue group for `attach` to find:
     it gets an exact one, `* 1.0`, which the GEMM's epilogue then computes in registers. The nodes
-    made; `drop_unused` takes back those no GEMM took."""
+    made; `drop_unused` takes back those no GEMM took. `takes(node)`: is it a product (default: a
+    matmul or linear this module computes)."""
+    takes = takes or (lambda node: _operands(gm, node) is not None)
     made = []
     for node in list(gm.graph.nodes):
-        if _operands(gm, node) is None or not node.users or any(u.op != "output" for u in node.users):
+        if not takes(node) or not node.users or any(u.op != "output" for u in node.users):
             continue
         with gm.graph.inserting_after(node):
             identity = gm.graph.call_function(operator.mul, (node, 1.0))
@@ -257,19 +259,28 @@ def _kernel(group: Group) -> list[str]:
         lines.append(f"    {g.var} = acc + tl.load(bias_ptr + j, mask=j < {g.n}, other=0.0).to(tl.float32)")
     else:
         lines.append(f"    {g.var} = acc")
-    # The epilogue's other inputs, indexed like a row kernel: kept dims from r, the last dim is j.
-    lay = layout(dataclasses.replace(group, reduced=frozenset({len(group.logical) - 1}), split={}))
+    return lines + epilogue(group, rest, len(group.logical) - 1)
+
+
+def epilogue(group: Group, rest: list, column: int, rounding: str = "") -> list[str]:
+    """The lines after the product: the epilogue's other inputs `rest` loaded, its steps, its stores.
+    The product's value is in `group.gemm.var`, as a [BLOCK_M, BLOCK_N] tile whose rows `r` are the
+    flat index over every logical dim but `column` and whose columns `j` index `column`; `mask` is set.
+    `rounding`: a Triton dtype expression each step's float32 result is rounded to, as eager rounds
+    each op's result to the tensors' dtype (empty: none)."""
+    lay = layout(dataclasses.replace(group, reduced=frozenset({column}), split={}))
     keep = [d for d, red in enumerate(lay.reduced) if not red]
     red = [d for d, red_ in enumerate(lay.reduced) if red_]
     index, names = _index_lines(lay, False, "r", "r")
     _, col_names = _index_lines(lay, True, "j", "c")
     names |= col_names
     row_set, col_set = {n for d, n in names.items() if d in keep}, {n for d, n in names.items() if d in red}
-    lines += ["    " + line for line in index]
+    lines = ["    " + line for line in index]
     for item in rest:
         offset = _offset(lay.strides[item.var], names, keep + red)
         lines.append(_load(item, offset if offset == "0" else _block(offset, row_set, col_set), "mask", "    "))
-    lines += [f"    {s.var} = {s.expr}" for s in group.steps]
+    lines += [f"    {s.var} = ({s.expr}).to({rounding}).to(tl.float32)" if rounding else f"    {s.var} = {s.expr}"
+              for s in group.steps]
     out_offset = _block(_offset(lay.strides["full"], names, keep + red), row_set, col_set)
     lines += [f"    tl.store(out{k}_ptr + {out_offset}, {o.var}, mask=mask)" for k, o in enumerate(group.outputs)]
     return lines

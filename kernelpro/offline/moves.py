@@ -81,6 +81,12 @@ MOVES: dict[str, Move] = {m.name: m for m in (
          "one CUTLASS 3.x Hopper GEMM: TMA loads, WGMMA tensor cores, warp-specialized persistent kernel, "
          "clusters; the epilogue runs on the accumulator before the single TMA store",
          cuda_only=True, needs_matmul=True, half_only=True, cutlass=True),
+    Move("triton_conv", "fuse_epilogue", True,
+         "compute a convolution (1-D, 2-D or 3-D; any stride, padding, dilation and groups; depthwise as its own "
+         "kernel) and the pointwise epilogue after it in one Triton kernel: an implicit GEMM on tensor cores, "
+         "float32 accumulate, the epilogue in registers before the single store. bf16/fp16 only: at fp32 the "
+         "reference's TF32 convolution is what KernelBench's tolerance passes",
+         cuda_only=True, needs_conv=True, kernels=True, half_only=True),
     Move("cuda_kernels", "vectorize_memory", True,
          "generate the pointwise chains, reductions and normalizations as CUDA C++ through load_inline instead of "
          "Triton: 16-byte vector loads and stores, warp-shuffle row reductions",

@@ -25,13 +25,14 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.passes.shape_prop import ShapeProp
 
 from kernelpro.harness.modelio import build_model, cast_to, import_file
-from kernelpro.offline import batchnorm, codegen, cuda_gen, cute_gemm, fusion, fxlibrary, fxpasses, gemm, layouts, triton_gen
+from kernelpro.offline import (batchnorm, codegen, conv_gemm, cuda_gen, cute_gemm, fusion, fxlibrary, fxpasses, gemm,
+                               layouts, triton_gen)
 from kernelpro.offline.fxpasses import foldable_nodes
 from kernelpro.offline.moves import EXCLUSIVE, MOVES, SIMPLIFY, TUNE_PREFIX, TUNE_TECHNIQUE, allowed, canonical
 from kernelpro.offline.tracing import trace
 
 FUSION_KINDS = {"fuse_reductions": "row", "fuse_pointwise": "pointwise", "triton_gemm": "pointwise",
-                "cute_gemm": "pointwise"}
+                "cute_gemm": "pointwise", "triton_conv": "pointwise"}
 CUDA_KINDS = {"row", "pointwise"}  # the cuda_kernels move generates both kinds
 TUNE_OPTIONS = 2  # tuning moves offered per node: the kernels that move the most bytes
 
@@ -161,9 +162,15 @@ class Problem:
                     if "row" in kinds and batchnorm.split_training_batch_norms(gm):
                         sources.append(batchnorm.UPDATE_SOURCE)  # the running statistics' update, in the file
                     bare = gemm.expose_bare_products(gm) if "triton_gemm" in graph_moves else []
+                    if "triton_conv" in graph_moves:  # a convolution the model returns gets an epilogue too
+                        bare += gemm.expose_bare_products(gm, lambda node: conv_gemm.is_conv(gm, node))
                     groups = fusion.partition(gm, kinds, exclude=set(folds))
                     if "triton_gemm" in graph_moves:
                         counts["triton_gemm"] = gemm.attach(gm, groups, tf32="tf32_matmul" in moves)
+                    if "triton_conv" in graph_moves:
+                        self.left_alone["triton_conv"] = []
+                        counts["triton_conv"] = conv_gemm.attach(gm, groups, precision, self.left_alone["triton_conv"])
+                    if bare:
                         groups = gemm.drop_unused(gm, groups, bare)
                     if "cute_gemm" in graph_moves:
                         self.left_alone["cute_gemm"] = []
@@ -178,8 +185,8 @@ class Problem:
                     # CUDA and CUTLASS kernels are rendered together per generator: one extension, one build
                     batched: dict = {cuda_gen: ([], []), cute_gemm: ([], [])}
                     for group in groups:
-                        generator = (cute_gemm if group.gemm.backend == "cute" else gemm) if group.gemm is not None \
-                            else cuda_gen if cuda else triton_gen
+                        generator = {"cute": cute_gemm, "conv": conv_gemm}.get(group.gemm.backend, gemm) \
+                            if group.gemm is not None else cuda_gen if cuda else triton_gen
                         # with channels_last, 4-D pointwise kernels and rows along the channels run over NHWC
                         # order, called through views (kernelpro.offline.layouts)
                         nhwc = layouts.channels_last(group) if "channels_last" in moves else None
@@ -197,7 +204,8 @@ class Problem:
                         features = {**generator.features(rendered), "layout": "nhwc" if nhwc else "reference",
                                     "window_taps": sum(i.window.taps for i in rendered.inputs if i.window)}
                         backend = {cuda_gen: "cuda", cute_gemm: "cutlass"}.get(generator, "triton")
-                        kernels.append({"name": group.name, "kind": "gemm" if group.gemm else group.kind,
+                        kernels.append({"name": group.name, "kind": group.kind if group.gemm is None
+                                        else "conv" if generator is conv_gemm else "gemm",
                                         "backend": backend, "ops": group.ops,
                                         "rank": rank, "configs": len(ranked), "config": ranked[rank],
                                         "features": features, "after_anchor": group.after_anchor,

@@ -1,0 +1,52 @@
+"""GPU: `triton_conv` candidates (implicit GEMM, depthwise) judged by the real harness at bf16 and fp16.
+
+The CPU tests check the kernels in Triton's interpreter at float32 and fp16; bf16 (which the
+interpreter does not compute) and the compiled kernels (tl.dot on tensor cores) are checked here,
+at the precision's tolerance, in training mode, sandboxed like any candidate.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+from conftest import conv_problem  # noqa: E402
+from kernelpro.harness import EvalOptions, Evaluator, PhaseLimits, Verdict, load_problem  # noqa: E402
+from kernelpro.offline.triton_gen import Device  # noqa: E402
+from kernelpro.offline.worker import Problem  # noqa: E402
+
+CASES = {
+    "conv2d-gelu": dict(nd=2, batch=8, c_in=32, c_out=64, size=(40, 36), kernel=(3, 3), stride=(1, 1),
+                        padding=(1, 1), dilation=(1, 1), groups=1, bias=True, epilogue="F.gelu(h) * y"),
+    "conv2d-strided-dilated-grouped": dict(nd=2, batch=4, c_in=24, c_out=48, size=(33, 29), kernel=(3, 5),
+                                           stride=(2, 1), padding=(2, 1), dilation=(2, 1), groups=3, bias=False,
+                                           epilogue="torch.relu(h + y)"),
+    "depthwise": dict(nd=2, batch=4, c_in=32, c_out=64, size=(31, 37), kernel=(3, 3), stride=(1, 1), padding=(1, 1),
+                      dilation=(1, 1), groups=32, bias=True, epilogue="h * torch.sigmoid(h)"),
+    "conv3d": dict(nd=3, batch=2, c_in=8, c_out=32, size=(10, 12, 14), kernel=(3, 3, 3), stride=(1, 1, 1),
+                   padding=(1, 0, 1), dilation=(1, 1, 1), groups=1, bias=True, epilogue="(torch.tanh(h), h - y)"),
+    "conv1d-bare": dict(nd=1, batch=4, c_in=16, c_out=40, size=(301,), kernel=(5,), stride=(2,), padding=(2,),
+                        dilation=(1,), groups=1, bias=True, epilogue="h"),
+}
+
+
+@pytest.fixture(scope="module")
+def evaluator(tmp_path_factory):
+    from kernelpro.harness.cache import BuildCache
+    with Evaluator("cuda", cache=BuildCache(tmp_path_factory.mktemp("builds"))) as evaluator:
+        yield evaluator
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_triton_conv_candidates_are_correct_on_the_gpu(name, precision, evaluator, tmp_path):
+    path = conv_problem(tmp_path, **CASES[name])
+    source, counts, kernels = Problem(path, 42, "train").build(["triton_conv"], {}, Device(), precision)
+    assert counts["triton_conv"] == 1
+    options = EvalOptions(device="cuda", precision=precision, timing_trials=10,
+                          limits=PhaseLimits(load_s=600, correctness_s=120))
+    result = evaluator.evaluate(load_problem(path), source, options)
+    assert result.verdict is Verdict.CORRECT, result.reason

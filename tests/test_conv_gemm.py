@@ -1,0 +1,144 @@
+"""The Triton convolution (`triton_conv`: implicit GEMM, depthwise), run by Triton's interpreter on CPU.
+
+The move is offered at bf16/fp16 only; the kernels themselves follow their inputs' dtype, so the
+interpreter checks them at float32 (exact index arithmetic, tight tolerance) and at fp16 (the
+tolerance a half-precision run is judged at). Triton's interpreter does not compute bf16 loads
+correctly on CPU, so bf16 is checked on the GPU (tests/gpu).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+from conftest import compare_models, conv_problem, load_module  # noqa: E402
+from kernelpro.offline import conv_gemm  # noqa: E402
+from kernelpro.offline.worker import Problem, expand  # noqa: E402
+
+if os.environ.get("TRITON_INTERPRET") != "1":
+    pytest.skip("these tests run Triton's interpreter (conftest turns it on where there is no GPU)",
+                allow_module_level=True)
+
+
+def build(path: Path, precision: str = "fp16", rank: int = 0) -> tuple[Path, list[dict]]:
+    """The candidate with `triton_conv`, launched with its configuration ranked `rank` (wrapping)."""
+    ranked = conv_gemm.configs
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(conv_gemm, "configs", lambda group, device=None: ranked(group)[rank % len(ranked(group)):][:1])
+        source, counts, kernels = Problem(path, 42, "train").build(["triton_conv"], precision=precision)
+    candidate = path.with_name(path.stem + "_new.py")
+    candidate.write_text(source)
+    return candidate, kernels
+
+
+def run_half(candidate: Path, dtype=torch.float16) -> tuple[torch.Tensor, torch.Tensor]:
+    module = load_module(candidate)
+    torch.manual_seed(42)
+    reference = module.Model().to(dtype)
+    torch.manual_seed(42)
+    new = module.ModelNew().to(dtype)
+    torch.manual_seed(7)
+    inputs = [i.to(dtype) for i in module.get_inputs()]
+    with torch.no_grad():
+        return reference(*inputs), new(*inputs)
+
+
+@st.composite
+def convolutions(draw):
+    nd = draw(st.integers(1, 3))
+    groups = draw(st.sampled_from([1, 1, 2, 3]))
+    depthwise = draw(st.booleans())
+    if depthwise:  # one input channel per group, one or two outputs per input channel
+        c_in = draw(st.integers(2, 12))
+        groups, c_out = c_in, c_in * draw(st.integers(1, 2))
+    else:
+        c_in = groups * draw(st.integers(1, 5))
+        c_out = groups * draw(st.integers(1, 12))
+    kernel = tuple(draw(st.integers(1, 3)) for _ in range(nd))
+    stride = tuple(draw(st.integers(1, 2)) for _ in range(nd))
+    padding = tuple(draw(st.integers(0, 2)) for _ in range(nd))
+    dilation = tuple(draw(st.integers(1, 2)) for _ in range(nd))
+    limit = {1: 20, 2: 9, 3: 6}[nd]
+    size = tuple(max(draw(st.integers(1, limit)), d * (k - 1) + 1 - 2 * p)
+                 for k, p, d in zip(kernel, padding, dilation))
+    return dict(nd=nd, batch=draw(st.integers(1, 2)), c_in=c_in, c_out=c_out, size=size, kernel=kernel,
+                stride=stride, padding=padding, dilation=dilation, groups=groups, bias=draw(st.booleans()),
+                epilogue=draw(st.sampled_from(["h", "torch.relu(h) * y", "F.gelu(h + y)", "(h * 0.5, h - y)"])),
+                functional=draw(st.booleans()))
+
+
+@pytest.mark.timeout(1200)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=convolutions(), rank=st.integers(0, 6))
+def test_convolutions_of_any_shape_match_torch(tmp_path, case, rank):
+    """1-D/2-D/3-D, stride, padding, dilation, groups, depthwise (with a channel multiplier), bias or
+    not, a module or F.convNd, a bare convolution or an epilogue with one or two outputs, any launch
+    configuration in the ranked list: the same values as torch's convolution at float32."""
+    candidate, kernels = build(conv_problem(tmp_path, **case), rank=rank)
+    depthwise = case["groups"] == case["c_in"] and case["c_out"] // case["groups"] < 16
+    assert [(k["kind"], k["features"]["kind"]) for k in kernels] == \
+        [("conv", "depthwise_conv" if depthwise else "conv")]
+    rewritten = candidate.read_text().split("def _kp_graph_functions")[1]
+    assert "conv1d" not in rewritten and "conv2d" not in rewritten and "conv3d" not in rewritten
+    compare_models(load_module(candidate), atol=1e-4, training=True)
+
+
+@pytest.mark.parametrize("case", [
+    dict(nd=2, batch=2, c_in=8, c_out=24, size=(10, 9), kernel=(3, 3), stride=(1, 1), padding=(1, 1),
+         dilation=(1, 1), groups=1, bias=True, epilogue="F.gelu(h) * y"),
+    dict(nd=2, batch=1, c_in=6, c_out=6, size=(12, 7), kernel=(3, 5), stride=(2, 1), padding=(1, 2),
+         dilation=(1, 1), groups=6, bias=False, epilogue="torch.relu(h + y)"),
+    dict(nd=3, batch=1, c_in=4, c_out=32, size=(4, 5, 6), kernel=(2, 3, 3), stride=(1, 2, 1), padding=(0, 1, 1),
+         dilation=(1, 1, 2), groups=2, bias=True, epilogue="h"),
+], ids=["conv2d-gelu", "depthwise-relu", "conv3d-grouped-bare"])
+def test_fp16_runs_within_the_half_precision_tolerance(tmp_path, case):
+    candidate, _ = build(conv_problem(tmp_path, **case))
+    expected, got = run_half(candidate)
+    assert got.dtype == torch.float16
+    torch.testing.assert_close(got, expected, atol=1e-2, rtol=1e-2)
+
+
+def test_the_move_is_offered_at_half_precision_only_and_says_why_not(tmp_path):
+    path = conv_problem(tmp_path, 2, 1, 4, 16, (8, 8), (3, 3), (1, 1), (1, 1), (1, 1), 1, True, "torch.relu(h)")
+    spec = {"problem_path": str(path), "applied": [], "device": "cuda", "precision": "fp32", "policy": "relaxed"}
+    fp32 = expand(spec)
+    assert "triton_conv" not in {o["move"] for o in fp32["options"]}
+    assert "bf16 or fp16" in fp32["skipped"]["triton_conv"]
+    half = expand(dict(spec, precision="bf16"))
+    option = next(o for o in half["options"] if o["move"] == "triton_conv")
+    assert option["technique"] == "fuse_epilogue" and "1 kernel" in option["rationale"]
+    assert [k["kind"] for k in option["kernels"]] == ["conv"]
+
+
+def test_convolutions_the_kernel_does_not_take_stay_cudnn_calls_with_a_reason(tmp_path):
+    """Reflect padding, and a convolution whose output is also used outside its epilogue."""
+    reflect = conv_problem(tmp_path, 2, 1, 4, 16, (8, 8), (3, 3), (1, 1), (1, 1), (1, 1), 1, True, "torch.relu(h)")
+    reflect.write_text(reflect.read_text().replace("bias=True)", "bias=True, padding_mode='reflect')"))
+    problem = Problem(reflect, 42, "train")
+    _, counts, kernels = problem.build(["triton_conv"], precision="bf16")
+    assert counts["triton_conv"] == 0 and kernels == []
+    assert any("reflect padding" in why for why in problem.left_alone["triton_conv"])
+    shared = conv_problem(tmp_path, 2, 1, 4, 16, (8, 8), (3, 3), (1, 1), (1, 1), (1, 1), 1, True,
+                          "torch.relu(h), h.sum()")
+    problem = Problem(shared, 42, "train")
+    _, counts, _ = problem.build(["triton_conv"], precision="bf16")
+    assert counts["triton_conv"] == 0
+
+
+def test_configurations_are_ranked_and_fit_the_problem(tmp_path):
+    path = conv_problem(tmp_path, 2, 2, 16, 24, (16, 16), (3, 3), (1, 1), (1, 1), (1, 1), 1, True, "h")
+    problem = Problem(path, 42, "train")
+    _, _, kernels = problem.build(["triton_conv"], precision="bf16")
+    (kernel,) = kernels
+    assert kernel["features"]["flops"] == 2 * (2 * 16 * 16) * 24 * (16 * 9)
+    assert kernel["configs"] > 3 and kernel["rank"] == 0
+    ranks = [problem.build(["triton_conv"], {kernel["name"]: r}, precision="bf16")[2][0]["config"]
+             for r in range(kernel["configs"])]
+    assert [c["score"] for c in ranks] == sorted((c["score"] for c in ranks), reverse=True)
+    # no tile wider than 32 output channels (24 of them) or than the 144-long reduction rounded up
+    assert all(c["BLOCK_N"] <= 32 and c["BLOCK_K"] <= 256 for c in ranks)
