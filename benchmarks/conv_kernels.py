@@ -1,11 +1,12 @@
 """The `triton_conv` move's generated convolutions against cuDNN, at bf16/fp16, per kernel (H100).
 
-For each problem (default: KernelBench's non-transposed convolution problems of levels 1 and 2
-that `../shared/kernelbench` holds and the move applies to), the offline coder builds the
+For each problem (default: convolution problems of levels 1 and 2 of `../shared/kernelbench`,
+forward and transposed; transposed ones only with `--transposed`, since the search does not offer
+them), the offline coder builds the
 `triton_conv` candidate at its top-ranked launch configuration, and the harness judges it at the
 run's precision: correctness trials at that precision's tolerance, then timing of the candidate
 and of eager (cuDNN's convolution and the epilogue's kernels), sandboxed as always. In this
-process, cuDNN's convolution alone is then timed on the same shape and precision (CUDA events,
+process, cuDNN's convolution (forward or transposed) alone is then timed on the same shape and precision (CUDA events,
 median of `--trials`; no candidate code runs here). The table sets the generated kernel's
 TFLOP/s (the convolution's FLOPs over the candidate's time, the epilogue included) beside cuDNN's
 (the same FLOPs over the convolution alone).
@@ -24,13 +25,19 @@ import time
 from pathlib import Path
 
 from kernelpro.harness import EvalOptions, Evaluator, PhaseLimits, load_problem
+from kernelpro.offline import conv_gemm
 from kernelpro.offline.worker import Problem, _device
 
 DEFAULT = ["level1/62_conv_standard_2D__square_input__asymmetric_kernel",
            "level1/63_conv_standard_2D__square_input__square_kernel", "level1/86_conv_depthwise_separable_2D",
            "level1/87_conv_pointwise_2D", "level2/25_Conv2d_Min_Tanh_Tanh", "level2/32_Conv2d_Scaling_Min",
            "level2/48_Conv3d_Scaling_Tanh_Multiply_Sigmoid", "level2/57_Conv2d_ReLU_HardSwish",
-           "level2/69_Conv2d_HardSwish_ReLU", "level2/71_Conv2d_Divide_LeakyReLU"]
+           "level2/69_Conv2d_HardSwish_ReLU", "level2/71_Conv2d_Divide_LeakyReLU",
+           "level1/64_conv_transposed_1D", "level1/65_conv_transposed_2D__square_input__asymmetric_kernel",
+           "level1/71_conv_transposed_2D__asymmetric_input__square_kernel", "level1/74_conv_transposed_1D_dilated",
+           "level1/78_conv_transposed_2D_asymmetric_input_asymmetric_kernel___padded__",
+           "level1/81_conv_transposed_2D_asymmetric_input_square_kernel___dilated____padded____strided__",
+           "level2/26_ConvTranspose3d_Add_HardSwish", "level2/100_ConvTranspose3d_Clamp_Min_Divide"]
 
 
 def cudnn_ms(problem_path: Path, precision: str, trials: int) -> list[dict]:
@@ -46,7 +53,7 @@ def cudnn_ms(problem_path: Path, precision: str, trials: int) -> list[dict]:
               for t in module["get_inputs"]()]
     convs, seen = [], []
     hooks = [m.register_forward_hook(lambda mod, args, out: seen.append((mod, args[0])))
-             for m in model.modules() if isinstance(m, (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d))]
+             for m in model.modules() if isinstance(m, torch.nn.modules.conv._ConvNd)]
     with torch.no_grad():
         model(*inputs)
     for hook in hooks:
@@ -78,7 +85,10 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=50)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--keep", type=Path, help="keep the generated candidates here")
+    parser.add_argument("--transposed", action="store_true",
+                        help="also build transposed convolutions (conv_gemm.TRANSPOSED, off in the search)")
     args = parser.parse_args()
+    conv_gemm.TRANSPOSED = args.transposed
     device, _ = _device({"device": "cuda"})
     done = json.loads(args.json.read_text())["rows"] if args.json and args.json.exists() else []
     rows = [r for r in done if r.get("precision") == args.precision]

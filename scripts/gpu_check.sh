@@ -253,12 +253,12 @@ if [ "${TF32_NUMERICS:-0}" = 1 ]; then
     --json "$OUT/conv_tf32.json" 2>&1 | tee "$OUT/conv_tf32.log" | tail -3
 fi
 
-step "the triton_conv move's convolutions against cuDNN (CONV_KERNELS=1; CONV_PRECISION, CONV_PROBLEMS: keys)"
+step "the triton_conv move's convolutions against cuDNN (CONV_KERNELS=1; CONV_PRECISION, CONV_PROBLEMS: keys, CONV_TRANSPOSED=1)"
 # benchmarks/conv_kernels.py: each candidate judged by the harness at bf16, and cuDNN's convolution alone timed.
 if [ "${CONV_KERNELS:-0}" = 1 ]; then
   [ -d .kb/kernelbench ] || { echo "no .kb/kernelbench: copy ../shared/kernelbench into .kb and carry it"; exit 1; }
   timeout "${CONV_TIMEOUT:-420}" python3 benchmarks/conv_kernels.py .kb/kernelbench --precision "${CONV_PRECISION:-bf16}" \
-    ${CONV_PROBLEMS:+--problems $CONV_PROBLEMS} --json "$OUT/conv_kernels.json" --keep "$OUT/conv_candidates" \
+    ${CONV_PROBLEMS:+--problems $CONV_PROBLEMS} ${CONV_TRANSPOSED:+--transposed} --json "$OUT/conv_kernels.json" --keep "$OUT/conv_candidates" \
     2>&1 | tee "$OUT/conv_kernels.log" | tail -16
 fi
 

@@ -114,18 +114,23 @@ def candidate_source(name: str) -> str:
 
 def conv_problem(tmp_path: Path, nd: int, batch: int, c_in: int, c_out: int, size: tuple, kernel: tuple,
                  stride: tuple, padding: tuple, dilation: tuple, groups: int, bias: bool, epilogue: str,
-                 functional: bool = False) -> Path:
-    """A KernelBench-style problem: one convolution, then `epilogue` of h (its output) and y."""
+                 functional: bool = False, output_padding: tuple | None = None) -> Path:
+    """A KernelBench-style problem: one convolution (transposed when `output_padding` is given), then
+    `epilogue` of h (its output) and y."""
     args = f"{c_in}, {c_out}, {kernel!r}, stride={stride!r}, padding={padding!r}, dilation={dilation!r}, " \
-           f"groups={groups}, bias={bias}"
-    if functional:  # F.convNd with the module's parameters
+           f"groups={groups}, bias={bias}" + (f", output_padding={output_padding!r}" if output_padding else "")
+    kind = "ConvTranspose" if output_padding else "Conv"
+    if functional and output_padding:
+        call = f"F.conv_transpose{nd}d(x, self.conv.weight, self.conv.bias, {stride!r}, {padding!r}, " \
+               f"{output_padding!r}, {groups}, {dilation!r})"
+    elif functional:  # F.convNd with the module's parameters
         call = f"F.conv{nd}d(x, self.conv.weight, self.conv.bias, {stride!r}, {padding!r}, {dilation!r}, {groups})"
     else:
         call = "self.conv(x)"
     text = "\n".join([
         "import torch", "import torch.nn as nn", "import torch.nn.functional as F", "", "",
         "class Model(nn.Module):", "    def __init__(self):", "        super().__init__()",
-        f"        self.conv = nn.Conv{nd}d({args})", "",
+        f"        self.conv = nn.{kind}{nd}d({args})", "",
         "    def forward(self, x, y):", f"        h = {call}", f"        return {epilogue}", "", "",
         "def get_inputs():",
         f"    return [torch.randn({(batch, c_in) + tuple(size)!r}), torch.randn({(1, c_out) + (1,) * nd!r})]", "", "",

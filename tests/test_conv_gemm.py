@@ -29,6 +29,7 @@ def build(path: Path, precision: str = "fp16", rank: int = 0) -> tuple[Path, lis
     """The candidate with `triton_conv`, launched with its configuration ranked `rank` (wrapping)."""
     ranked = conv_gemm.configs
     with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(conv_gemm, "TRANSPOSED", True)  # the path is off by default (see conv_gemm.TRANSPOSED)
         patch.setattr(conv_gemm, "configs", lambda group, device=None: ranked(group)[rank % len(ranked(group)):][:1])
         source, counts, kernels = Problem(path, 42, "train").build(["triton_conv"], precision=precision)
     candidate = path.with_name(path.stem + "_new.py")
@@ -64,27 +65,35 @@ def convolutions(draw):
     padding = tuple(draw(st.integers(0, 2)) for _ in range(nd))
     dilation = tuple(draw(st.integers(1, 2)) for _ in range(nd))
     limit = {1: 20, 2: 9, 3: 6}[nd]
-    size = tuple(max(draw(st.integers(1, limit)), d * (k - 1) + 1 - 2 * p)
-                 for k, p, d in zip(kernel, padding, dilation))
-    return dict(nd=nd, batch=draw(st.integers(1, 2)), c_in=c_in, c_out=c_out, size=size, kernel=kernel,
+    transposed = draw(st.booleans())
+    if transposed:  # output_padding below the stride or the dilation; the output must not be empty
+        output_padding = tuple(draw(st.integers(0, max(s, d) - 1)) for s, d in zip(stride, dilation))
+        padding = tuple(min(p, (d * (k - 1)) // 2) for p, k, d in zip(padding, kernel, dilation))
+        size = tuple(draw(st.integers(1, limit)) for _ in range(nd))
+    else:
+        output_padding = None
+        size = tuple(max(draw(st.integers(1, limit)), d * (k - 1) + 1 - 2 * p)
+                     for k, p, d in zip(kernel, padding, dilation))
+    return dict(output_padding=output_padding,nd=nd, batch=draw(st.integers(1, 2)), c_in=c_in, c_out=c_out, size=size, kernel=kernel,
                 stride=stride, padding=padding, dilation=dilation, groups=groups, bias=draw(st.booleans()),
                 epilogue=draw(st.sampled_from(["h", "torch.relu(h) * y", "F.gelu(h + y)", "(h * 0.5, h - y)"])),
                 functional=draw(st.booleans()))
 
 
 @pytest.mark.timeout(1200)
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=convolutions(), rank=st.integers(0, 6))
 def test_convolutions_of_any_shape_match_torch(tmp_path, case, rank):
-    """1-D/2-D/3-D, stride, padding, dilation, groups, depthwise (with a channel multiplier), bias or
-    not, a module or F.convNd, a bare convolution or an epilogue with one or two outputs, any launch
+    """1-D/2-D/3-D, forward or transposed, stride, padding, dilation, output padding, groups, depthwise
+    (with a channel multiplier), bias or not, a module or F.conv(_transpose)Nd, a bare convolution or an epilogue with one or two outputs, any launch
     configuration in the ranked list: the same values as torch's convolution at float32."""
     candidate, kernels = build(conv_problem(tmp_path, **case), rank=rank)
     depthwise = case["groups"] == case["c_in"] and case["c_out"] // case["groups"] < 16
     assert [(k["kind"], k["features"]["kind"]) for k in kernels] == \
         [("conv", "depthwise_conv" if depthwise else "conv")]
     rewritten = candidate.read_text().split("def _kp_graph_functions")[1]
-    assert "conv1d" not in rewritten and "conv2d" not in rewritten and "conv3d" not in rewritten
+    assert not any(f"conv{t}{n}d" in rewritten for t in ("", "_transpose") for n in (1, 2, 3))
+    assert "Conv" not in rewritten
     compare_models(load_module(candidate), atol=1e-4, training=True)
 
 
@@ -142,3 +151,12 @@ def test_configurations_are_ranked_and_fit_the_problem(tmp_path):
     assert [c["score"] for c in ranks] == sorted((c["score"] for c in ranks), reverse=True)
     # no tile wider than 32 output channels (24 of them) or than the 144-long reduction rounded up
     assert all(c["BLOCK_N"] <= 32 and c["BLOCK_K"] <= 256 for c in ranks)
+
+
+def test_transposed_convolutions_are_not_offered_and_say_why(tmp_path):
+    path = conv_problem(tmp_path, 2, 1, 8, 16, (6, 6), (3, 3), (2, 2), (1, 1), (1, 1), 1, True, "torch.relu(h)",
+                        output_padding=(1, 1))
+    problem = Problem(path, 42, "train")
+    _, counts, kernels = problem.build(["triton_conv"], precision="bf16")
+    assert counts["triton_conv"] == 0 and kernels == []
+    assert any("transposed convolutions stay cuDNN calls" in why for why in problem.left_alone["triton_conv"])

@@ -7,14 +7,19 @@ is 1e-2 and a convolution of our own can take the epilogue in registers: this mo
 `triton_conv`.
 
 `attach` finds the pointwise groups that are the epilogue of a zero-padded 1-D, 2-D or 3-D
-convolution (an `nn.Conv*d` or `F.conv*d`; any stride, padding, dilation and groups; every use
-of its output inside the group) and marks them with a `Conv`; `render` writes one of two kernels:
+convolution, forward or transposed (`nn.Conv*d`, `nn.ConvTranspose*d`, `F.conv*d`,
+`F.conv_transpose*d`; any stride, padding, dilation, output padding and groups; every use of its
+output inside the group) and marks them with a `Conv`; `render` writes one of two kernels:
 
 - **implicit GEMM** (`tl.dot` on tensor cores, float32 accumulate): per group of channels, a
   [positions x (input channels x taps)] tile of the input, gathered through the convolution's
   index arithmetic (zero outside the padding), times the weight's [(input channels x taps) x
   output channels] tile. Rows are output positions (image, then each spatial index), columns
-  output channels; a third grid axis walks the channel groups.
+  output channels; a third grid axis walks the channel groups. A transposed convolution is
+  gathered in its gradient form: output o reads input i at tap t where i * stride = o + padding
+  - t * dilation, masked off where that is no multiple of the stride (every tap is visited: at
+  stride s, 1/s^d of them do work; a sub-pixel split into s^d dense convolutions would skip
+  the rest, and is not done yet).
 - **depthwise** (each output channel reads one input channel: groups = input channels, fewer
   than 16 output channels per group): no product to tile, so a [positions x channels] tile
   accumulates tap by tap in float32.
@@ -45,10 +50,18 @@ from kernelpro.offline.triton_gen import Device, _describe, _inputs_doc, _next_p
 from kernelpro.offline.wrapper import Wrapper, output_names, python_wrapper
 
 HALF = ("bf16", "fp16")
+#: Transposed convolutions (the gradient-form gather below) are not offered: on the H100 (Triton 3.6) the
+#: kernel for level2/26_ConvTranspose3d_Add_HardSwish reads out of bounds and computes wrong values
+#: (compute-sanitizer; Triton's CPU interpreter computes the same kernel exactly), and where it was correct
+#: it ran at 0.12x-0.88x of cuDNN (docs/kernelbench.md). Tests turn it on to keep the path checked.
+TRANSPOSED = False
 ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 _MODULES = {torch.nn.Conv1d: 1, torch.nn.Conv2d: 2, torch.nn.Conv3d: 3}
 _FUNCTIONS = {torch.nn.functional.conv1d: 1, torch.nn.functional.conv2d: 2, torch.nn.functional.conv3d: 3,
               torch.conv1d: 1, torch.conv2d: 2, torch.conv3d: 3}
+_TRANSPOSED_MODULES = {torch.nn.ConvTranspose1d: 1, torch.nn.ConvTranspose2d: 2, torch.nn.ConvTranspose3d: 3}
+_TRANSPOSED_FUNCTIONS = {torch.nn.functional.conv_transpose1d: 1, torch.nn.functional.conv_transpose2d: 2,
+                         torch.nn.functional.conv_transpose3d: 3}
 
 
 @dataclass
@@ -67,6 +80,7 @@ class Conv:
     groups: int
     dtype: str = "bf16"
     backend: str = "conv"  # how the worker picks this module as the generator
+    transposed: bool = False  # a transposed convolution: weight [C, C_out / groups, *kernel]
 
     def sources(self) -> list:
         return [self.x, self.weight] + ([self.bias] if self.bias is not None else [])
@@ -77,7 +91,11 @@ class Conv:
 
     @property
     def out_per_group(self) -> int:
-        return self.w_shape[0] // self.groups
+        return self.w_shape[1] if self.transposed else self.w_shape[0] // self.groups
+
+    @property
+    def channels_out(self) -> int:
+        return self.out_shape[1]
 
     @property
     def taps(self) -> int:
@@ -96,7 +114,11 @@ class Conv:
         return self.channels_per_group == 1 and self.out_per_group < gemm.MIN_SIZE
 
     def flops(self) -> int:
-        return 2 * self.m * self.w_shape[0] * self.k
+        """The useful multiply-adds x 2: each input element meets each tap of its group's outputs (a
+        transposed convolution's implicit GEMM also visits taps that land between input elements)."""
+        if self.transposed:
+            return 2 * math.prod(self.x_shape) * self.out_per_group * self.taps
+        return 2 * self.m * self.channels_out * self.k
 
 
 def _tuple(value, nd: int) -> tuple[int, ...] | None:
@@ -111,7 +133,9 @@ def _operands(gm: fx.GraphModule, node: fx.Node):
     """(nd, x, weight, bias, stride, padding, dilation, groups) of a zero-padded convolution; or why not."""
     if node.op == "call_module":
         module = gm.get_submodule(node.target)
-        nd = _MODULES.get(type(module))
+        nd, transposed = _MODULES.get(type(module)), False
+        if nd is None:
+            nd, transposed = _TRANSPOSED_MODULES.get(type(module)), True
         if nd is None or len(node.args) != 1 or node.kwargs:
             return None
         if module.padding_mode != "zeros":
@@ -119,16 +143,19 @@ def _operands(gm: fx.GraphModule, node: fx.Node):
         padding = 0 if module.padding == "valid" else module.padding
         bias = _Attr(f"{node.target}.bias") if module.bias is not None else None
         return (nd, node.args[0], _Attr(f"{node.target}.weight"), bias, module.stride, padding, module.dilation,
-                module.groups)
-    if node.op == "call_function" and node.target in _FUNCTIONS:
-        names = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
-        bound = {"bias": None, "stride": 1, "padding": 0, "dilation": 1, "groups": 1} \
+                module.groups, transposed)
+    if node.op == "call_function" and (node.target in _FUNCTIONS or node.target in _TRANSPOSED_FUNCTIONS):
+        transposed = node.target in _TRANSPOSED_FUNCTIONS
+        names = ("input", "weight", "bias", "stride", "padding", "output_padding", "groups", "dilation") \
+            if transposed else ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
+        bound = {"bias": None, "stride": 1, "padding": 0, "dilation": 1, "groups": 1, "output_padding": 0} \
             | dict(zip(names, node.args)) | dict(node.kwargs)
-        if set(bound) - set(names) or "weight" not in bound or "input" not in bound:
+        if set(bound) - set(names) - {"output_padding"} or "weight" not in bound or "input" not in bound:
             return None
         padding = 0 if bound["padding"] == "valid" else bound["padding"]
-        return (_FUNCTIONS[node.target], bound["input"], bound["weight"], bound["bias"], bound["stride"], padding,
-                bound["dilation"], bound["groups"])
+        nd = (_TRANSPOSED_FUNCTIONS if transposed else _FUNCTIONS)[node.target]
+        return (nd, bound["input"], bound["weight"], bound["bias"], bound["stride"], padding, bound["dilation"],
+                bound["groups"], transposed)
     return None
 
 
@@ -152,7 +179,11 @@ def _conv_for(gm: fx.GraphModule, group: Group, precision: str, reasons: list[st
         if any(user not in group.nodes for user in node.users):
             reasons.append(f"{node.name}: its output is also used outside the epilogue")
             continue
-        nd, x, weight, bias, stride, padding, dilation, groups = found
+        nd, x, weight, bias, stride, padding, dilation, groups, transposed = found
+        if transposed and not TRANSPOSED:
+            reasons.append(f"{node.name}: transposed convolutions stay cuDNN calls (conv_gemm.TRANSPOSED: wrong "
+                           "values on the GPU for some shapes, and slower than cuDNN where right)")
+            continue
         stride, padding, dilation = _tuple(stride, nd), _tuple(padding, nd), _tuple(dilation, nd)
         x_shape, w_shape = _shape(gm, x), _shape(gm, weight)
         if None in (stride, padding, dilation, x_shape, w_shape) or not isinstance(groups, int) \
@@ -160,18 +191,25 @@ def _conv_for(gm: fx.GraphModule, group: Group, precision: str, reasons: list[st
             reasons.append(f"{node.name}: padding, stride or shapes the kernel does not take (unbatched input, "
                            "'same' padding)")
             continue
-        out = (x_shape[0], w_shape[0]) + tuple(
-            (size + 2 * p - d * (k - 1) - 1) // s + 1
-            for size, k, s, p, d in zip(x_shape[2:], w_shape[2:], stride, padding, dilation))
-        if out != tuple(group.logical) or x_shape[1] != w_shape[1] * groups or w_shape[0] % groups:
+        if transposed:  # the output's size also depends on output_padding: read from the traced shape
+            out = tuple(group.logical)
+            fits = x_shape[1] == w_shape[0] and w_shape[0] % groups == 0 \
+                and out[:2] == (x_shape[0], w_shape[1] * groups) and all(0 <= o - ((size - 1) * s - 2 * p + d * (k - 1) + 1) < max(s, d) for o, size, k, s, p, d in
+                        zip(out[2:], x_shape[2:], w_shape[2:], stride, padding, dilation))
+        else:
+            out = (x_shape[0], w_shape[0]) + tuple(
+                (size + 2 * p - d * (k - 1) - 1) // s + 1
+                for size, k, s, p, d in zip(x_shape[2:], w_shape[2:], stride, padding, dilation))
+            fits = out == tuple(group.logical) and x_shape[1] == w_shape[1] * groups and w_shape[0] % groups == 0
+        if not fits:
             continue
-        if bias is not None and _shape(gm, bias) != (w_shape[0],):
+        if bias is not None and _shape(gm, bias) != (out[1],):
             continue
         if max(math.prod(x_shape), math.prod(out), math.prod(w_shape)) >= 2**31:
             reasons.append(f"{node.name}: over 2^31 elements (int32 offsets)")
             continue
         return Conv(node, x, weight, bias, item.var, tuple(x_shape), tuple(w_shape), out, stride, padding, dilation,
-                    groups, dtype=precision)
+                    groups, dtype=precision, transposed=transposed)
     return None
 
 
@@ -211,9 +249,9 @@ def configs(group: Group, device: Device = Device()) -> list[dict]:
     ranked = []
     if c.depthwise:
         for bm, bn, warps in _DEPTHWISE_TILES:
-            if bn > max(16, _next_pow2(c.w_shape[0])) or bm > max(16, _next_pow2(c.m)):
+            if bn > max(16, _next_pow2(c.channels_out)) or bm > max(16, _next_pow2(c.m)):
                 continue
-            waves = math.ceil(c.m / bm) * math.ceil(c.w_shape[0] / bn) / device.sms
+            waves = math.ceil(c.m / bm) * math.ceil(c.channels_out / bn) / device.sms
             tail = waves / math.ceil(waves) if waves >= 1 else waves
             ranked.append((round(tail * (1.0 if bm * bn >= 2048 else bm * bn / 2048), 6),
                            {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps}))
@@ -234,7 +272,7 @@ def configs(group: Group, device: Device = Device()) -> list[dict]:
 def features(group: Group) -> dict:
     c = group.gemm
     size = ELEMENT_BYTES.get(c.dtype, 4)
-    return {"kind": "depthwise_conv" if c.depthwise else "conv", "m": c.m, "n": c.w_shape[0], "k": c.k,
+    return {"kind": "depthwise_conv" if c.depthwise else "conv", "transposed": c.transposed, "m": c.m, "n": c.channels_out, "k": c.k,
             "groups": c.groups, "taps": c.taps, "flops": c.flops(), "bias": c.bias is not None,
             "inputs": len(group.inputs), "outputs": len(group.outputs), "steps": len(group.steps),
             "bytes": size * (math.prod(c.x_shape) + math.prod(c.w_shape) + math.prod(c.out_shape) * len(group.outputs))}
@@ -256,10 +294,20 @@ def _spatial_lines(source: str, prefix: str, sizes: tuple[int, ...], bounded: bo
 
 def _gather(c: Conv, taps: list[str], rows: str, extra_mask: str) -> tuple[list[str], str, str]:
     """(lines, offset, mask) of the input element each output position reads at each tap: the spatial
-    input index per dim, in bounds or masked off (zero padding)."""
+    input index per dim, in bounds or masked off (zero padding). A transposed convolution's output o
+    gets input i at tap t where i * stride = o + padding - t * dilation: masked off where that is not
+    a multiple of the stride (the gradient form, every tap visited)."""
     lines, offset_terms, masks = [], [], [f"({rows} < {c.m})"] + ([extra_mask] if extra_mask else [])
     spatial = c.x_shape[2:]
     for d, (size, s, p, dil) in enumerate(zip(spatial, c.stride, c.padding, c.dilation)):
+        if c.transposed:
+            tap = (f" - {taps[d]}" + (f" * {dil}" if dil != 1 else "")) if taps[d] != "0" else ""
+            lines.append(f"u{d} = o{d}" + (f" + {p}" if p else "") + tap)
+            lines.append(f"i{d} = u{d} // {s}" if s != 1 else f"i{d} = u{d}")
+            masks.append(f"(u{d} >= 0) & (i{d} < {size})" + (f" & (u{d} % {s} == 0)" if s != 1 else ""))
+            stride = math.prod(spatial[d + 1:])
+            offset_terms.append(f"i{d}" + (f" * {stride}" if stride != 1 else ""))
+            continue
         expr = f"o{d}" + (f" * {s}" if s != 1 else "") + (f" - {p}" if p else "") \
             + (f" + {taps[d]}" + (f" * {dil}" if dil != 1 else "") if taps[d] != "0" else "")
         lines.append(f"i{d} = {expr}")
@@ -286,13 +334,13 @@ def _product_lines(c: Conv) -> list[str]:
                   f"    for t in range({c.taps}):"]
         lines += ["        " + line for line in _spatial_lines("t", "t", c.w_shape[2:], True)]
         taps = [f"t{d}" for d in range(len(spatial_out))]
-        gather, offset, mask = _gather(c, taps, "r", f"(j < {c.w_shape[0]})")
+        gather, offset, mask = _gather(c, taps, "r", f"(j < {c.channels_out})")
         lines += ["        " + line for line in gather]
         lines += [f"        a = tl.load(x_ptr + img * {c.x_shape[1] * plane} + ci * {plane} + {offset}, "
                   f"mask={mask}, other=0.0).to(tl.float32)",
-                  f"        w = tl.load(w_ptr + j * {c.taps} + t, mask=j < {c.w_shape[0]}, other=0.0).to(tl.float32)",
+                  f"        w = tl.load(w_ptr + j * {c.taps} + t, mask=j < {c.channels_out}, other=0.0).to(tl.float32)",
                   "        acc += a * w",
-                  f"    mask = (r < {c.m}) & (j < {c.w_shape[0]})"]
+                  f"    mask = (r < {c.m}) & (j < {c.channels_out})"]
     else:
         cpg, per = c.channels_per_group, c.out_per_group
         lines += ["    grp = tl.program_id(2)",
@@ -315,12 +363,12 @@ def _product_lines(c: Conv) -> list[str]:
         lines += [f"        a = tl.load(x_ptr + img * {c.x_shape[1] * plane} + ci * {plane} + {offset}, "
                   f"mask={mask}, other=0.0)",
                   "        qb = start + kk[:, None]",
-                  f"        b = tl.load(w_ptr + cj * {c.k} + qb, mask=(qb < {c.k}) & (cj < {per}), other=0.0)",
+                  f"        b = tl.load(w_ptr + {_weight_offset(c)}, mask=(qb < {c.k}) & (cj < {per}), other=0.0)",
                   "        acc = tl.dot(a, b, acc)",
                   f"    mask = (r < {c.m}) & (cj < {per})"]
     # rounded as eager rounds: cuDNN's convolution to the tensors' dtype, then the bias added and rounded again;
     # torch's own depthwise kernel (bf16) adds the bias in its float32 accumulator and rounds once
-    bias = f"tl.load(bias_ptr + j, mask=j < {c.w_shape[0]}, other=0.0).to(tl.float32)"
+    bias = f"tl.load(bias_ptr + j, mask=j < {c.channels_out}, other=0.0).to(tl.float32)"
     if c.bias is not None and c.depthwise:
         lines.append(f"    {c.var} = (acc + {bias}).to(x_ptr.dtype.element_ty).to(tl.float32)")
     else:
@@ -328,6 +376,16 @@ def _product_lines(c: Conv) -> list[str]:
         if c.bias is not None:
             lines.append(f"    {c.var} = ({c.var} + {bias}).to(x_ptr.dtype.element_ty).to(tl.float32)")
     return lines
+
+
+def _weight_offset(c: Conv) -> str:
+    """Where weight element (reduction index qb, output channel cj) of the group lies: [C_out, C / groups,
+    *kernel] forward, [C, C_out / groups, *kernel] transposed (input channel qb // taps, tap qb % taps)."""
+    if not c.transposed:
+        return f"cj * {c.k} + qb"
+    if c.taps == 1:
+        return f"qb * {c.out_per_group} + cj"
+    return f"(qb // {c.taps}) * {c.out_per_group * c.taps} + cj * {c.taps} + qb % {c.taps}"
 
 
 def rounding(group: Group) -> str:
@@ -345,8 +403,9 @@ def _kernel(group: Group) -> list[str]:
     params += [f"out{k}_ptr" for k in range(len(group.outputs))]
     block_k = "" if c.depthwise else ", BLOCK_K: tl.constexpr"
     shape = "x".join(map(str, c.x_shape))
-    what = "depthwise convolution, tap by tap" if c.depthwise else \
-        f"convolution as an implicit GEMM ([{c.m} x {c.k}] @ [{c.k} x {c.out_per_group}] per group of {c.groups})"
+    conv = "transposed convolution" if c.transposed else "convolution"
+    what = f"depthwise {conv}, tap by tap" if c.depthwise else \
+        f"{conv} as an implicit GEMM ([{c.m} x {c.k}] @ [{c.k} x {c.out_per_group}] per group of {c.groups})"
     lines = ["@triton.jit",
              f"def {group.name}_kernel({', '.join(params)}, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr{block_k}):",
              f"    # {what}: input [{shape}], weight [{'x'.join(map(str, c.w_shape))}], stride {list(c.stride)}, "
@@ -361,18 +420,19 @@ def render(group: Group, config: dict) -> str:
     c = group.gemm
     rest = [i for i in group.inputs if i.var != c.var]
     args = ["x", "w"] + (["bias"] if c.bias is not None else []) + [i.var for i in rest]
-    shapes = [c.x_shape, c.w_shape] + ([(c.w_shape[0],)] if c.bias is not None else []) + [i.shape for i in rest]
+    shapes = [c.x_shape, c.w_shape] + ([(c.channels_out,)] if c.bias is not None else []) + [i.shape for i in rest]
     outs = output_names(len(group.outputs))
     bm, bn = config["BLOCK_M"], config["BLOCK_N"]
     if c.depthwise:
-        grid = f"(triton.cdiv({c.m}, {bm}), triton.cdiv({c.w_shape[0]}, {bn}))"
+        grid = f"(triton.cdiv({c.m}, {bm}), triton.cdiv({c.channels_out}, {bn}))"
         blocks = f"BLOCK_M={bm}, BLOCK_N={bn}"
     else:
         grid = f"(triton.cdiv({c.m}, {bm}), triton.cdiv({c.out_per_group}, {bn}), {c.groups})"
         blocks = f"BLOCK_M={bm}, BLOCK_N={bn}, BLOCK_K={config['BLOCK_K']}, num_stages={config['num_stages']}"
     launch = [f"    grid = {grid}",
               f"    {group.name}_kernel[grid]({', '.join(args + outs)}, {blocks}, num_warps={config['num_warps']})"]
-    kind = "depthwise convolution" if c.depthwise else "convolution (implicit GEMM)"
+    conv = "transposed convolution" if c.transposed else "convolution"
+    kind = f"depthwise {conv}" if c.depthwise else f"{conv} (implicit GEMM)"
     wrapper = Wrapper(name=group.name, args=args, shapes=shapes,
                       doc=f"{kind} + {group.fused_ops}: one Triton kernel with the epilogue inside "
                           f"(launch: {_describe(config)}).",

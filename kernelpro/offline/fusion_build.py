@@ -116,7 +116,8 @@ class Group:
 
 _ANCHOR_FUNCTIONS = (operator.matmul, torch.matmul, torch.bmm, torch.mm, torch.addmm, torch.baddbmm, torch.einsum,
                      torch.nn.functional.linear, torch.nn.functional.conv1d, torch.nn.functional.conv2d,
-                     torch.nn.functional.conv3d, torch.nn.functional.conv_transpose2d,
+                     torch.nn.functional.conv3d, torch.nn.functional.conv_transpose1d,
+                     torch.nn.functional.conv_transpose2d, torch.nn.functional.conv_transpose3d,
                      torch.nn.functional.scaled_dot_product_attention)
 _ANCHOR_MODULES = (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.ConvTranspose1d,
                    torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d, torch.nn.Bilinear)

@@ -1,4 +1,4 @@
-"""GPU: `triton_conv` candidates (implicit GEMM, depthwise) judged by the real harness at bf16 and fp16.
+"""GPU: `triton_conv` candidates (implicit GEMM, depthwise, transposed) judged by the real harness at bf16 and fp16.
 
 The CPU tests check the kernels in Triton's interpreter at float32 and fp16; bf16 (which the
 interpreter does not compute) and the compiled kernels (tl.dot on tensor cores) are checked here,
@@ -15,6 +15,7 @@ pytestmark = [pytest.mark.gpu,
 
 from conftest import conv_problem  # noqa: E402
 from kernelpro.harness import EvalOptions, Evaluator, PhaseLimits, Verdict, load_problem  # noqa: E402
+from kernelpro.offline import conv_gemm  # noqa: E402
 from kernelpro.offline.triton_gen import Device  # noqa: E402
 from kernelpro.offline.worker import Problem  # noqa: E402
 
@@ -28,6 +29,12 @@ CASES = {
                       dilation=(1, 1), groups=32, bias=True, epilogue="h * torch.sigmoid(h)"),
     "conv3d": dict(nd=3, batch=2, c_in=8, c_out=32, size=(10, 12, 14), kernel=(3, 3, 3), stride=(1, 1, 1),
                    padding=(1, 0, 1), dilation=(1, 1, 1), groups=1, bias=True, epilogue="(torch.tanh(h), h - y)"),
+    "transposed2d-strided": dict(nd=2, batch=4, c_in=32, c_out=48, size=(17, 21), kernel=(3, 4), stride=(2, 2),
+                                 padding=(1, 1), dilation=(1, 1), groups=1, bias=True, epilogue="torch.relu(h) - y",
+                                 output_padding=(1, 0)),
+    "transposed3d-grouped-dilated": dict(nd=3, batch=2, c_in=16, c_out=32, size=(5, 6, 7), kernel=(3, 3, 3),
+                                         stride=(1, 2, 1), padding=(1, 1, 2), dilation=(1, 1, 2), groups=2,
+                                         bias=False, epilogue="h * 2.0", output_padding=(0, 1, 0)),
     "conv1d-bare": dict(nd=1, batch=4, c_in=16, c_out=40, size=(301,), kernel=(5,), stride=(2,), padding=(2,),
                         dilation=(1,), groups=1, bias=True, epilogue="h"),
 }
@@ -42,7 +49,8 @@ def evaluator(tmp_path_factory):
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 @pytest.mark.parametrize("name", list(CASES))
-def test_triton_conv_candidates_are_correct_on_the_gpu(name, precision, evaluator, tmp_path):
+def test_triton_conv_candidates_are_correct_on_the_gpu(name, precision, evaluator, tmp_path, monkeypatch):
+    monkeypatch.setattr(conv_gemm, "TRANSPOSED", True)  # off by default; these shapes are right on the H100
     path = conv_problem(tmp_path, **CASES[name])
     source, counts, kernels = Problem(path, 42, "train").build(["triton_conv"], {}, Device(), precision)
     assert counts["triton_conv"] == 1
