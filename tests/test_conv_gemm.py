@@ -74,7 +74,8 @@ def convolutions(draw):
         output_padding = None
         size = tuple(max(draw(st.integers(1, limit)), d * (k - 1) + 1 - 2 * p)
                      for k, p, d in zip(kernel, padding, dilation))
-    return dict(output_padding=output_padding,nd=nd, batch=draw(st.integers(1, 2)), c_in=c_in, c_out=c_out, size=size, kernel=kernel,
+    return dict(output_padding=output_padding, nd=nd, batch=draw(st.integers(1, 2)), c_in=c_in, c_out=c_out,
+                size=size, kernel=kernel,
                 stride=stride, padding=padding, dilation=dilation, groups=groups, bias=draw(st.booleans()),
                 epilogue=draw(st.sampled_from(["h", "torch.relu(h) * y", "F.gelu(h + y)", "(h * 0.5, h - y)"])),
                 functional=draw(st.booleans()))
@@ -85,8 +86,9 @@ def convolutions(draw):
 @given(case=convolutions(), rank=st.integers(0, 6))
 def test_convolutions_of_any_shape_match_torch(tmp_path, case, rank):
     """1-D/2-D/3-D, forward or transposed, stride, padding, dilation, output padding, groups, depthwise
-    (with a channel multiplier), bias or not, a module or F.conv(_transpose)Nd, a bare convolution or an epilogue with one or two outputs, any launch
-    configuration in the ranked list: the same values as torch's convolution at float32."""
+    (with a channel multiplier), bias or not, a module or F.conv(_transpose)Nd, a bare convolution or an
+    epilogue with one or two outputs, any launch configuration in the ranked list: the same values as
+    torch's convolution at float32."""
     candidate, kernels = build(conv_problem(tmp_path, **case), rank=rank)
     depthwise = case["groups"] == case["c_in"] and case["c_out"] // case["groups"] < 16
     assert [(k["kind"], k["features"]["kind"]) for k in kernels] == \

@@ -98,6 +98,12 @@ class Conv:
         return self.out_shape[1]
 
     @property
+    def label(self) -> str:
+        """What the kernel computes, in words (comments and docstrings)."""
+        conv = "transposed convolution" if self.transposed else "convolution"
+        return f"depthwise {conv}" if self.depthwise else conv
+
+    @property
     def taps(self) -> int:
         return math.prod(self.w_shape[2:])
 
@@ -193,9 +199,11 @@ def _conv_for(gm: fx.GraphModule, group: Group, precision: str, reasons: list[st
             continue
         if transposed:  # the output's size also depends on output_padding: read from the traced shape
             out = tuple(group.logical)
+            spatial = zip(out[2:], x_shape[2:], w_shape[2:], stride, padding, dilation)
             fits = x_shape[1] == w_shape[0] and w_shape[0] % groups == 0 \
-                and out[:2] == (x_shape[0], w_shape[1] * groups) and all(0 <= o - ((size - 1) * s - 2 * p + d * (k - 1) + 1) < max(s, d) for o, size, k, s, p, d in
-                        zip(out[2:], x_shape[2:], w_shape[2:], stride, padding, dilation))
+                and out[:2] == (x_shape[0], w_shape[1] * groups) \
+                and all(0 <= o - ((size - 1) * s - 2 * p + d * (k - 1) + 1) < max(s, d)
+                        for o, size, k, s, p, d in spatial)
         else:
             out = (x_shape[0], w_shape[0]) + tuple(
                 (size + 2 * p - d * (k - 1) - 1) // s + 1
@@ -272,8 +280,9 @@ def configs(group: Group, device: Device = Device()) -> list[dict]:
 def features(group: Group) -> dict:
     c = group.gemm
     size = ELEMENT_BYTES.get(c.dtype, 4)
-    return {"kind": "depthwise_conv" if c.depthwise else "conv", "transposed": c.transposed, "m": c.m, "n": c.channels_out, "k": c.k,
-            "groups": c.groups, "taps": c.taps, "flops": c.flops(), "bias": c.bias is not None,
+    return {"kind": "depthwise_conv" if c.depthwise else "conv", "transposed": c.transposed, "m": c.m,
+            "n": c.channels_out, "k": c.k, "groups": c.groups, "taps": c.taps, "flops": c.flops(),
+            "bias": c.bias is not None,
             "inputs": len(group.inputs), "outputs": len(group.outputs), "steps": len(group.steps),
             "bytes": size * (math.prod(c.x_shape) + math.prod(c.w_shape) + math.prod(c.out_shape) * len(group.outputs))}
 
@@ -300,19 +309,16 @@ def _gather(c: Conv, taps: list[str], rows: str, extra_mask: str) -> tuple[list[
     lines, offset_terms, masks = [], [], [f"({rows} < {c.m})"] + ([extra_mask] if extra_mask else [])
     spatial = c.x_shape[2:]
     for d, (size, s, p, dil) in enumerate(zip(spatial, c.stride, c.padding, c.dilation)):
+        tap = (f"{taps[d]}" + (f" * {dil}" if dil != 1 else "")) if taps[d] != "0" else ""
         if c.transposed:
-            tap = (f" - {taps[d]}" + (f" * {dil}" if dil != 1 else "")) if taps[d] != "0" else ""
-            lines.append(f"u{d} = o{d}" + (f" + {p}" if p else "") + tap)
+            lines.append(f"u{d} = o{d}" + (f" + {p}" if p else "") + (f" - {tap}" if tap else ""))
             lines.append(f"i{d} = u{d} // {s}" if s != 1 else f"i{d} = u{d}")
             masks.append(f"(u{d} >= 0) & (i{d} < {size})" + (f" & (u{d} % {s} == 0)" if s != 1 else ""))
-            stride = math.prod(spatial[d + 1:])
-            offset_terms.append(f"i{d}" + (f" * {stride}" if stride != 1 else ""))
-            continue
-        expr = f"o{d}" + (f" * {s}" if s != 1 else "") + (f" - {p}" if p else "") \
-            + (f" + {taps[d]}" + (f" * {dil}" if dil != 1 else "") if taps[d] != "0" else "")
-        lines.append(f"i{d} = {expr}")
-        if p or s * (c.out_shape[2 + d] - 1) + dil * (c.w_shape[2 + d] - 1) >= size:
-            masks.append(f"(i{d} >= 0) & (i{d} < {size})" if p else f"(i{d} < {size})")
+        else:
+            lines.append(f"i{d} = o{d}" + (f" * {s}" if s != 1 else "") + (f" - {p}" if p else "")
+                         + (f" + {tap}" if tap else ""))
+            if p or s * (c.out_shape[2 + d] - 1) + dil * (c.w_shape[2 + d] - 1) >= size:
+                masks.append(f"(i{d} >= 0) & (i{d} < {size})" if p else f"(i{d} < {size})")
         stride = math.prod(spatial[d + 1:])
         offset_terms.append(f"i{d}" + (f" * {stride}" if stride != 1 else ""))
     return lines, " + ".join(offset_terms), " & ".join(masks)
@@ -403,9 +409,8 @@ def _kernel(group: Group) -> list[str]:
     params += [f"out{k}_ptr" for k in range(len(group.outputs))]
     block_k = "" if c.depthwise else ", BLOCK_K: tl.constexpr"
     shape = "x".join(map(str, c.x_shape))
-    conv = "transposed convolution" if c.transposed else "convolution"
-    what = f"depthwise {conv}, tap by tap" if c.depthwise else \
-        f"{conv} as an implicit GEMM ([{c.m} x {c.k}] @ [{c.k} x {c.out_per_group}] per group of {c.groups})"
+    what = f"{c.label}, tap by tap" if c.depthwise else \
+        f"{c.label} as an implicit GEMM ([{c.m} x {c.k}] @ [{c.k} x {c.out_per_group}] per group of {c.groups})"
     lines = ["@triton.jit",
              f"def {group.name}_kernel({', '.join(params)}, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr{block_k}):",
              f"    # {what}: input [{shape}], weight [{'x'.join(map(str, c.w_shape))}], stride {list(c.stride)}, "
@@ -431,8 +436,7 @@ def render(group: Group, config: dict) -> str:
         blocks = f"BLOCK_M={bm}, BLOCK_N={bn}, BLOCK_K={config['BLOCK_K']}, num_stages={config['num_stages']}"
     launch = [f"    grid = {grid}",
               f"    {group.name}_kernel[grid]({', '.join(args + outs)}, {blocks}, num_warps={config['num_warps']})"]
-    conv = "transposed convolution" if c.transposed else "convolution"
-    kind = f"depthwise {conv}" if c.depthwise else f"{conv} (implicit GEMM)"
+    kind = c.label if c.depthwise else f"{c.label} (implicit GEMM)"
     wrapper = Wrapper(name=group.name, args=args, shapes=shapes,
                       doc=f"{kind} + {group.fused_ops}: one Triton kernel with the epilogue inside "
                           f"(launch: {_describe(config)}).",
