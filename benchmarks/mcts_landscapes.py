@@ -1,7 +1,7 @@
 """MCTS against the baselines on the synthetic landscapes, and the search's overhead.
 
     python benchmarks/mcts_landscapes.py [--seeds 40] [--first-seed 0] [--json out.json]
-        [--replays benchmarks/replays/kb_subset30_h100_2026-11-24.json | BENCH_FOLDER]
+        [--replays benchmarks/replays/suite_h100_b24_2026-11-23.json | BENCH_FOLDER ...] [--no-synthetic]
 
 For each landscape, budget and strategy: the share of seeds that found the optimum
 and the mean true ratio of the best node; then MCTS against greedy, paired by seed:
@@ -11,7 +11,10 @@ tell, without the coder and the evaluator) once the tree holds 10,000 nodes.
 
 With --replays: the same strategies on replays of real searches (kernelpro.mcts.replay):
 per budget, the geomean over the replays of the best recorded ratio reached, the mean
-evaluations to reach 95% of it, and the requests for a state never evaluated (unseen).
+evaluations to reach 95% of it, and the requests for a state never evaluated (unseen);
+then MCTS over greedy paired by problem (each problem's geomean over the seeds) with its
+95% interval. A replay's budget is capped by what was recorded (24 evaluations a search
+for the suite's replay): at 24 every strategy has seen everything.
 """
 
 from __future__ import annotations
@@ -68,27 +71,48 @@ def against_greedy(rows: list[dict]) -> list[dict]:
     return paired
 
 
+REPLAY_BUDGETS = (4, 8, 12, 16, 20)
 REPLAY_STRATEGIES = {"mcts": {}, "mcts_no_tail": {"greedy_tail": 0, "greedy_tail_min": 0},
                      "greedy": {"strategy": "greedy"}, "random": {"strategy": "random"}}
 
 
-def on_replays(path: Path, seeds: int, budgets=(2, 4, 8, 16)) -> list[dict]:
+def on_replays(path: Path, seeds: int, first_seed: int = 0, budgets=REPLAY_BUDGETS) -> list[dict]:
     rows = []
     for label, config in REPLAY_STRATEGIES.items():
         for budget in budgets:
-            logs, to95, unseen, runs = 0.0, [], 0, 0
-            for seed in range(seeds):
+            per_problem: dict[str, list[float]] = {}
+            to95, unseen = [], 0
+            for seed in range(first_seed, first_seed + seeds):
                 for replay in load_replays(path):
                     search = make_search([], SearchConfig(seed=seed, **config), root_key=replay.key(()))
                     search.run(ReplayCoder(replay), replay.evaluate, Budget(evaluations=budget))
                     best = replay.ratio(tuple(search.best().payload or ())) or 1.0
-                    logs += math.log(best)
+                    per_problem.setdefault(replay.name, []).append(math.log(best))
                     to95.append(next((n for n, ratio in search.history if ratio >= 0.95 * best), 0))
                     unseen += replay.unseen
-                    runs += 1
-            rows.append({"strategy": label, "budget": budget, "geomean_best": math.exp(logs / runs),
-                         "mean_evaluations_to_95": statistics.fmean(to95), "unseen_per_run": unseen / runs})
+            logs = {name: statistics.fmean(values) for name, values in per_problem.items()}
+            rows.append({"strategy": label, "budget": budget, "geomean_best": math.exp(statistics.fmean(logs.values())),
+                         "mean_evaluations_to_95": statistics.fmean(to95), "unseen_per_run": unseen / len(to95),
+                         "log_best_by_problem": logs})
     return rows
+
+
+def replays_against_greedy(rows: list[dict]) -> list[dict]:
+    """MCTS over greedy on replays, paired by problem (each problem's mean over seeds): the geomean
+    ratio of their best ratios with its 95% interval; worse when the interval lies below 1."""
+    paired = []
+    for row in rows:
+        if row["strategy"] != "mcts":
+            continue
+        greedy = next(r for r in rows if r["strategy"] == "greedy" and r["budget"] == row["budget"])
+        diffs = [row["log_best_by_problem"][name] - greedy["log_best_by_problem"][name]
+                 for name in row["log_best_by_problem"]]
+        mean = statistics.fmean(diffs)
+        half = 1.96 * statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else 0.0
+        paired.append({"budget": row["budget"], "ratio": math.exp(mean), "low": math.exp(mean - half),
+                       "high": math.exp(mean + half), "worse": mean + half < 0,
+                       "to95_mcts": row["mean_evaluations_to_95"], "to95_greedy": greedy["mean_evaluations_to_95"]})
+    return paired
 
 
 def overhead(strategy: str, nodes: int = 10_000, measured: int = 2_000) -> dict:
@@ -120,15 +144,7 @@ def overhead(strategy: str, nodes: int = 10_000, measured: int = 2_000) -> dict:
             "ms_per_iteration": 1e3 * spent / max(1, iterations)}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=40)
-    parser.add_argument("--first-seed", type=int, default=0, help="e.g. 40: seeds the defaults were not chosen on")
-    parser.add_argument("--json")
-    parser.add_argument("--replays", help="a replay JSON (benchmarks/replays/) or a bench folder with problems/*/tree.json")
-    args = parser.parse_args()
-    rows = quality(args.seeds, args.first_seed)
-    seeds = f"{args.seeds} seeds from {args.first_seed}"
+def print_synthetic(rows: list[dict], paired: list[dict], seeds: str) -> None:
     print(f"success rate (mean best ratio) over {seeds}\n")
     print("| landscape | budget | " + " | ".join(STRATEGIES) + " |")
     print("|---|---|" + "---|" * len(STRATEGIES))
@@ -138,7 +154,6 @@ def main() -> None:
                           and r["strategy"] == s) for s in STRATEGIES]
             print(f"| {name} | {budget} | " + " | ".join(
                 f"{c['success_rate']:.2f} ({c['mean_best_ratio']:.2f})" for c in cells) + " |")
-    paired = against_greedy(rows)
     print(f"\nMCTS minus greedy, best ratio, paired over {seeds} (mean +- 95% half-width)\n")
     print("| landscape | " + " | ".join(str(b) for b in BUDGETS) + " |")
     print("|---|" + "---|" * len(BUDGETS))
@@ -147,23 +162,53 @@ def main() -> None:
         print(f"| {name} | " + " | ".join(f"{c['mean_diff']:+.2f} +- {c['half_width']:.2f}"
                                           + (" worse" if c["worse"] else "") for c in cells) + " |")
     print(f"\nworse than greedy: {sum(p['worse'] for p in paired)} of {len(paired)}")
+
+
+def print_replays(path: str, rows: list[dict], paired: list[dict], seeds: str) -> None:
+    print(f"\nreplays of {len(load_replays(Path(path)))} real searches ({path}), {seeds}: geomean best "
+          "ratio, mean evaluations to 95% of it, unseen requests per run\n")
+    print("| strategy | budget | geomean best | evaluations to 95% | unseen |\n|---|---|---|---|---|")
+    for row in rows:
+        print(f"| {row['strategy']} | {row['budget']} | {row['geomean_best']:.3f} | "
+              f"{row['mean_evaluations_to_95']:.1f} | {row['unseen_per_run']:.2f} |")
+    print("\nMCTS over greedy, geomean of best ratios paired by problem (95% interval)\n")
+    print("| budget | mcts / greedy | evaluations to 95%: mcts, greedy |\n|---|---|---|")
+    for cell in paired:
+        print(f"| {cell['budget']} | {cell['ratio']:.3f} ({cell['low']:.3f}-{cell['high']:.3f})"
+              f"{' worse' if cell['worse'] else ''} | {cell['to95_mcts']:.1f}, {cell['to95_greedy']:.1f} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=40)
+    parser.add_argument("--first-seed", type=int, default=0, help="e.g. 40: seeds the defaults were not chosen on")
+    parser.add_argument("--json")
+    parser.add_argument("--replays", action="append", default=[],
+                        help="a replay JSON (benchmarks/replays/) or a bench folder with problems/*/tree.json; repeatable")
+    parser.add_argument("--no-synthetic", action="store_true", help="only the replays")
+    args = parser.parse_args()
+    seeds = f"{args.seeds} seeds from {args.first_seed}"
+    rows, paired, costs = [], [], []
+    if not args.no_synthetic:
+        rows = quality(args.seeds, args.first_seed)
+        paired = against_greedy(rows)
+        print_synthetic(rows, paired, seeds)
     replays = []
-    if args.replays:
-        replays = on_replays(Path(args.replays), min(args.seeds, 10))
-        print(f"\nreplays of {len(load_replays(Path(args.replays)))} real searches ({args.replays}): geomean best "
-              "ratio, mean evaluations to 95% of it, unseen requests per run\n")
-        print("| strategy | budget | geomean best | evaluations to 95% | unseen |\n|---|---|---|---|---|")
-        for row in replays:
-            print(f"| {row['strategy']} | {row['budget']} | {row['geomean_best']:.3f} | "
-                  f"{row['mean_evaluations_to_95']:.1f} | {row['unseen_per_run']:.2f} |")
-    costs = [overhead(strategy) for strategy in STRATEGIES]
-    print("\n| strategy | tree nodes | ms per iteration |\n|---|---|---|")
-    for cost in costs:
-        print(f"| {cost['strategy']} | {cost['tree_nodes']} | {cost['ms_per_iteration']:.3f} |")
+    for path in args.replays:
+        replay_rows = on_replays(Path(path), args.seeds, args.first_seed)
+        replay_paired = replays_against_greedy(replay_rows)
+        print_replays(path, replay_rows, replay_paired, seeds)
+        replays.append({"path": path, "rows": replay_rows, "against_greedy": replay_paired})
+    if not args.no_synthetic:
+        costs = [overhead(strategy) for strategy in STRATEGIES]
+        print("\n| strategy | tree nodes | ms per iteration |\n|---|---|---|")
+        for cost in costs:
+            print(f"| {cost['strategy']} | {cost['tree_nodes']} | {cost['ms_per_iteration']:.3f} |")
     if args.json:
+        command = "python benchmarks/mcts_landscapes.py --seeds %d --first-seed %d" % (args.seeds, args.first_seed)
+        command += "".join(f" --replays {path}" for path in args.replays) + (" --no-synthetic" if args.no_synthetic else "")
         with open(args.json, "w") as handle:
-            json.dump({"command": "python benchmarks/mcts_landscapes.py --seeds %d --first-seed %d"
-                       % (args.seeds, args.first_seed), "quality": rows, "against_greedy": paired, "replays": replays,
+            json.dump({"command": command, "quality": rows, "against_greedy": paired, "replays": replays,
                        "overhead": costs}, handle, indent=1)
 
 

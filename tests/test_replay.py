@@ -60,3 +60,18 @@ def test_a_search_tree_as_written_becomes_a_replay():
     assert replay.children(("a",)) == [("a", "c")]
     again = Replay.from_json(replay.to_json())
     assert again.outcomes == replay.outcomes and again.order == replay.order
+
+
+DEEP = REPLAYS.parent / "suite_h100_b24_2026-11-23.json"
+
+
+def test_the_deep_replays_hold_whole_searches_of_several_moves():
+    """The suite's budget-24 trees: 22-24 distinct evaluated states each (two orders of the same moves are
+    one state), chains of several moves to replay."""
+    replays = load_replays(DEEP)
+    assert len(replays) == 26 and all(22 <= len(r.order) <= 24 for r in replays)
+    assert max(len(state) for r in replays for state in r.order) >= 5
+    for replay in replays[:6]:
+        search = make_search([], SearchConfig(strategy="greedy", seed=0), root_key=replay.key(()))
+        search.run(ReplayCoder(replay), replay.evaluate, Budget(evaluations=200))
+        assert replay.evaluations <= 24 and search.best().ratio <= replay.best_ratio()
