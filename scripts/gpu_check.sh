@@ -253,13 +253,13 @@ if [ "${TF32_NUMERICS:-0}" = 1 ]; then
     --json "$OUT/conv_tf32.json" 2>&1 | tee "$OUT/conv_tf32.log" | tail -3
 fi
 
-step "the triton_conv move's convolutions against cuDNN (CONV_KERNELS=1; CONV_PRECISION, CONV_PROBLEMS: keys, CONV_TRANSPOSED=1)"
-# benchmarks/conv_kernels.py: each candidate judged by the harness at bf16, and cuDNN's convolution alone timed.
-if [ "${CONV_KERNELS:-0}" = 1 ]; then
+step "generated GEMMs/convolutions against cuBLAS/cuDNN (RATES=1; RATES_MOVE=triton_conv|triton_gemm, RATES_PRECISION, RATES_PROBLEMS: keys, RATES_TRANSPOSED=1)"
+# benchmarks/kernel_rates.py: each candidate judged by the harness, and the library's product alone timed.
+if [ "${RATES:-0}" = 1 ]; then
   [ -d .kb/kernelbench ] || { echo "no .kb/kernelbench: copy ../shared/kernelbench into .kb and carry it"; exit 1; }
-  timeout "${CONV_TIMEOUT:-420}" python3 benchmarks/conv_kernels.py .kb/kernelbench --precision "${CONV_PRECISION:-bf16}" \
-    ${CONV_PROBLEMS:+--problems $CONV_PROBLEMS} ${CONV_TRANSPOSED:+--transposed} --json "$OUT/conv_kernels.json" --keep "$OUT/conv_candidates" \
-    2>&1 | tee "$OUT/conv_kernels.log" | tail -16
+  timeout "${RATES_TIMEOUT:-420}" python3 benchmarks/kernel_rates.py .kb/kernelbench --move "${RATES_MOVE:-triton_conv}" \
+    --precision "${RATES_PRECISION:-bf16}" ${RATES_PROBLEMS:+--problems $RATES_PROBLEMS} ${RATES_TRANSPOSED:+--transposed} \
+    --json "$OUT/kernel_rates.json" --keep "$OUT/rate_candidates" 2>&1 | tee "$OUT/kernel_rates.log" | tail -16
 fi
 
 step "kernelpro bench over KernelBench (KB=1; KB_ARGS, e.g. --problems @benchmarks/kernelbench_subset30.txt --budget 4; KB_NAME, KB_STATE, UNTIL)"

@@ -609,6 +609,30 @@ def test_operands_are_read_through_their_strides(tmp_path, body, shapes):
     assert "matmul(" not in rewritten and "contiguous(" not in rewritten
 
 
+@pytest.mark.parametrize("body, shapes, copies", [
+    (["return torch.matmul(x, y) * 0.5"], [(130, 24), (24, 36)], True),
+    (["return torch.relu(torch.matmul(x, y))"], [(2, 65, 24), (24, 36)], True),
+    (["return torch.matmul(x, y.T) * 0.5"], [(130, 24), (36, 24)], False),
+    (["return torch.relu(x @ y.t())"], [(130, 24), (36, 24)], False),
+], ids=["n-contiguous-b", "batch-by-matrix", "k-major-b", "weight-layout"])
+def test_an_n_contiguous_float32_b_is_read_k_major(tmp_path, body, shapes, copies):
+    """At float32 on TF32 tensor cores the wrapper copies an N-contiguous b to K-major once a has
+    K_MAJOR_MIN_M rows (b_k_major); a b that is K-major already is read where it lies. Correct either way."""
+    from kernelpro.offline import gemm
+    path = write_problem(tmp_path, body, shapes)
+    kernels = check(path, ["triton_gemm"], atol=1e-3)
+    assert kernels[0]["config"].get("b_k_major", False) == (kernels[0]["features"]["b_layout"] == "kn")
+    source = path.with_name(path.stem + "_new.py")
+    assert ("b.mT.contiguous().mT" in source.read_text()) == kernels[0]["config"].get("b_k_major", False)
+    module = load_module(source)
+    copied = []
+    contiguous = torch.Tensor.contiguous
+    with pytest.MonkeyPatch.context() as patch:  # the copy is decided at run time, from b's strides
+        patch.setattr(torch.Tensor, "contiguous", lambda t, *a, **k: copied.append(t.shape) or contiguous(t, *a, **k))
+        module.ModelNew()(*module.get_inputs())
+    assert bool(copied) == copies and gemm.K_MAJOR_MIN_M <= 130
+
+
 def test_partial_batch_broadcasts_stay_library_calls(tmp_path):
     """[2, 1] against [1, 3] batch dimensions broadcast on both sides at once: not a product the GEMM's
     batch strides describe, so the matmul stays torch's."""

@@ -36,6 +36,11 @@ from kernelpro.offline.wrapper import Wrapper, output_names, python_wrapper
 
 MIN_SIZE = 16  # tl.dot wants every tile dimension >= 16; smaller products stay library calls
 SHARED_BYTES = 227 * 1024  # per block on sm_90
+# TF32 tensor cores (wgmma) read both operands K-major: Triton transposes an N-contiguous float32 b tile by
+# tile, which halved the rate on the H100 (32-36 against 70-76 TFLOP/s, benchmarks/kernel_rates.py). A
+# K-major copy of b (8 bytes an element of b, read and written) costs less than that once a has this many
+# rows (the copy over the product's time is about 90 / m at those rates).
+K_MAJOR_MIN_M = 128
 
 
 @dataclass
@@ -203,8 +208,11 @@ def configs(group: Group, device: Device = Device()) -> list[dict]:
         reuse = (bm * bn / (bm + bn)) / 64.0  # outputs per element loaded, against 128x128's
         for precision, weight in precisions:
             score = round(tail * math.sqrt(min(1.0, reuse)) * weight, 6)
-            ranked.append((score, {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "num_warps": warps,
-                                   "num_stages": stages, "precision": precision}))
+            config = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "num_warps": warps,
+                      "num_stages": stages, "precision": precision}
+            if precision != "ieee" and g.b_layout == "kn" and g.m >= K_MAJOR_MIN_M:
+                config["b_k_major"] = True
+            ranked.append((score, config))
     ranked.sort(key=lambda item: (-item[0], sorted(item[1].items())))
     return [dict(config, score=score) for score, config in ranked]
 
@@ -308,6 +316,9 @@ def render(group: Group, config: dict) -> str:
     outs = output_names(len(group.outputs))
     bm, bn = config["BLOCK_M"], config["BLOCK_N"]
     views, strides = _operand_views(g)
+    if config.get("b_k_major"):
+        views = ["    if b.dtype == torch.float32 and b.stride(-1) == 1 and b.stride(-2) != 1:",
+                 "        b = b.mT.contiguous().mT  # K-major, as TF32 tensor cores read it"] + views
     launch = views + [f"    grid = (triton.cdiv({g.m}, {bm}) * triton.cdiv({g.n}, {bn}), {g.batch})",
                       f"    {group.name}_kernel[grid]({', '.join(args + outs + strides)}, BLOCK_M={bm}, BLOCK_N={bn}, "
               f"BLOCK_K={config['BLOCK_K']}, GROUP_M={config['GROUP_M']}, PRECISION={config['precision']!r}, "
