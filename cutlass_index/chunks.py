@@ -104,9 +104,19 @@ def chunk_source(path: str, text: str) -> list[Chunk]:
     start, head = None, []  # the declaration being read: its first line and its code so far
     opened_at = None  # depth at which the current declaration's body opened
     comment_from = None  # first line of the comment block just above
+    directive = False  # the previous line was a preprocessor line continued by a backslash
     for number, raw in enumerate(lines, start=1):
         code, in_comment_next = _strip(raw, in_comment)
         stripped = raw.strip()
+        if directive or (opened_at is None and start is None and code.lstrip().startswith("#")):
+            # a directive, and the lines a trailing backslash continues it onto (`#if defined(A) ||\`): never code
+            continued = directive
+            directive = raw.rstrip().endswith("\\")
+            if continued:
+                if chunks and chunks[-1].kind == "macro" and chunks[-1].end == number - 1:
+                    chunks[-1].end, chunks[-1].text = number, chunks[-1].text + "\n" + raw
+                in_comment = in_comment_next
+                continue
         if opened_at is None and start is None:
             if not code.strip():  # comment or blank line: a comment block may lead the next declaration
                 if stripped.startswith(("//", "/*", "*")) or in_comment:

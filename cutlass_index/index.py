@@ -22,9 +22,12 @@ from kernelpro.cutlass_index.chunks import Chunk, chunk_source, terms
 from kernelpro.cutlass_index.source import CutlassMissing, CutlassSource, locate
 from kernelpro.harness.cache import kernelpro_home
 
-FORMAT = 1  # bump when the chunking or the terms change: old indexes are rebuilt
+FORMAT = 3  # bump when the chunking or the terms change: old indexes are rebuilt
 SUFFIXES = (".h", ".hpp", ".cuh", ".cu", ".inl", ".cpp")
 SYMBOL_WEIGHT = 3
+#: the PTX instructions a declaration issues in its inline assembly (`ldmatrix.sync.aligned.m8n8`,
+#: `cp.async.cg.shared.global`) count again: an engineer looks for the wrapper of an instruction by its name
+INSTRUCTION_WEIGHT = 2
 SNIPPET_LINES = 8
 PER_FILE = 2  # hits per file: one file's many chunks (dispatch_policy.hpp) must not crowd out the rest
 ARCH_BOOST, OTHER_ARCH = 1.5, 0.6  # a declaration of the device's generation, of another one (demoted, kept)
@@ -32,7 +35,9 @@ ARCH_BOOST, OTHER_ARCH = 1.5, 0.6  # a declaration of the device's generation, o
 #: names its files for what they hold (sm90_epilogue_tma_warpspecialized.hpp, swizzle.hpp, 57_hopper_grouped_gemm/).
 #: benchmarks/cutlass_retrieval.py: recall@5 0.57 -> 0.68; 2 to 6 gain alike on either half of the queries.
 PATH_BOOST = 4.0
-QUERY_STOPWORDS = frozenset({"and", "the", "with", "from", "for", "that", "two", "each", "into", "over"})
+#: words of a question that name nothing in the sources: left out of the query (BM25 and the path boost)
+QUERY_STOPWORDS = frozenset({"and", "the", "with", "from", "for", "that", "each", "into", "over", "to", "on", "of",
+                             "in", "an", "by", "is", "at", "as", "it", "or"})
 _ARCH = re.compile(r"sm_?(\d{2,3})", re.I)
 #: the names CUTLASS's examples give the generations (examples/54_hopper_fp8_..., 16_ampere_tensorop_...)
 _GENERATION_NAMES = {"volta": "70", "turing": "75", "ampere": "80", "ada": "89", "hopper": "90", "blackwell": "100"}
@@ -42,6 +47,21 @@ _NAMED = re.compile(r"(?<![a-z])(" + "|".join(_GENERATION_NAMES) + r")(?![a-z])"
 def generations(text: str) -> set[str]:
     """The GPU generations a path or a name speaks of, as SM numbers ('90')."""
     return set(_ARCH.findall(text)) | {_GENERATION_NAMES[n.lower()] for n in _NAMED.findall(text)}
+
+
+def _named_words(words: list[str], named: frozenset[str]) -> set[str]:
+    """The query's words a path names: as they are; shortened as CUTLASS shortens them (a path term of four
+    letters or more that starts the word: `desc` for descriptor, `group` for grouped); run together
+    (`warpspecialized`, `pingpong`: two neighbouring words in one term); a generation's name for its
+    number (`hopper` for sm90)."""
+    found = {w for w in words if w in named or any(len(t) >= 4 and w.startswith(t) for t in named)}
+    for first, second in zip(words, words[1:]):
+        if first + second in named:
+            found |= {first, second}
+    numbers = {f"sm{_GENERATION_NAMES[w]}" for w in words if w in _GENERATION_NAMES}
+    if numbers & named:
+        found |= {w for w in words if w in _GENERATION_NAMES and f"sm{_GENERATION_NAMES[w]}" in named}
+    return found
 
 
 @dataclass
@@ -76,8 +96,22 @@ def read_chunks(source: CutlassSource) -> list[Chunk]:
     return chunks
 
 
+_ASM = re.compile(r'\basm\s*(?:volatile\s*)?\(\s*((?:"(?:[^"\\]|\\.)*"\s*)+)')
+_MNEMONIC = re.compile(r"(?:^|[;{}]|\\n)\s*(?:@!?%?\w+\s+)?([a-z][a-z0-9_]*(?:\.[a-z0-9_:]+)+)")
+
+
+def instructions(text: str) -> list[str]:
+    """The dotted PTX mnemonics in a declaration's inline assembly, in order (setp and mov included)."""
+    found = []
+    for block in _ASM.findall(text):
+        body = "".join(re.findall(r'"((?:[^"\\]|\\.)*)"', block))
+        found += _MNEMONIC.findall(body)
+    return found
+
+
 def _document(chunk: Chunk) -> list[str]:
-    return terms(chunk.symbol) * SYMBOL_WEIGHT + terms(chunk.path) + terms(chunk.text)
+    return terms(chunk.symbol) * SYMBOL_WEIGHT + terms(chunk.path) + terms(chunk.text) + \
+        terms(" ".join(instructions(chunk.text))) * INSTRUCTION_WEIGHT
 
 
 class Index:
@@ -127,7 +161,7 @@ class Index:
     def search(self, query: str, k: int = 10, arch: str | None = None, per_file: int = PER_FILE) -> list[Hit]:
         """The k best declarations for `query`, at most `per_file` from one file. With `arch` ("sm90"):
         declarations whose path or name names that generation rank higher, other generations lower."""
-        tokens = terms(query)
+        tokens = [t for t in terms(query) if t not in QUERY_STOPWORDS]
         if not tokens:
             return []
         scores = self.retriever.get_scores(tokens)
@@ -160,7 +194,7 @@ class Index:
         return hits
 
     def _boost_by_path(self, scores, tokens: list[str]) -> None:
-        words = {t for t in tokens if len(t) > 2 and t not in QUERY_STOPWORDS}
+        words = [t for t in dict.fromkeys(tokens) if len(t) > 2]
         if not words:
             return
         for number in scores.nonzero()[0]:
@@ -168,7 +202,7 @@ class Index:
             named = self._path_terms.get(path)
             if named is None:
                 named = self._path_terms[path] = frozenset(terms(path.replace("/", " ").replace(".", " ")))
-            scores[number] *= 1 + PATH_BOOST * len(words & named) / len(words)
+            scores[number] *= 1 + PATH_BOOST * len(_named_words(words, named)) / len(words)
 
     def _hit(self, number: int, score: float) -> Hit:
         chunk = self.chunks[number]

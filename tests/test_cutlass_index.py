@@ -56,6 +56,53 @@ def test_declarations_are_chunked_with_their_heads_and_comments():
     assert chunks[0].text.startswith("/// The doc comment") and chunks[0].text.endswith("};")
 
 
+CONTINUED = r'''#if (defined(ARCH_A_ENABLED) || defined(ARCH_B_ENABLED) ||\
+     defined(ARCH_C_ENABLED))
+#define THING_ENABLED 1
+#endif
+#define LONG_MACRO(x) \
+  do { f(x); } while (0)
+
+namespace cutlass {
+struct ClusterBarrier {
+  static void arrive(uint64_t* bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(bar));
+  }
+};
+}
+'''
+
+
+def test_directives_continued_by_a_backslash_are_not_code():
+    """A multi-line `#if` no longer swallows the declarations after it (cutlass/arch/barrier.h lost
+    ClusterBarrier and every declaration after its first `#if` ending in a backslash); a continued `#define`
+    keeps its lines."""
+    chunks = chunk_source("include/cutlass/arch/barrier.h", CONTINUED)
+    assert [(c.kind, c.symbol) for c in chunks] == [("macro", "THING_ENABLED"), ("macro", "LONG_MACRO"),
+                                                    ("struct", "ClusterBarrier")]
+    assert chunks[1].text.endswith("while (0)") and (chunks[1].line, chunks[1].end) == (5, 6)
+    assert index_module.instructions(chunks[2].text) == ["mbarrier.arrive.shared::cta.b64"]
+
+
+def test_inline_assembly_gives_its_instructions():
+    text = r'''asm volatile("{\n"
+      ".reg .pred P1;\n"
+      "@P1 bra DONE;\n"
+      "ldmatrix.sync.aligned.x4.m8n8.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+      "cp.async.cg.shared.global [%0], [%1], 16;\n"
+      "}\n" : "=r"(a) : "r"(b));'''
+    assert index_module.instructions(text) == ["ldmatrix.sync.aligned.x4.m8n8.shared.b16",
+                                               "cp.async.cg.shared.global"]
+    assert index_module.instructions("int asmx = 0; // no assembly") == []
+
+
+def test_paths_name_words_shortened_run_together_or_by_generation():
+    named = frozenset(terms("include cute arch mma_sm90_desc hpp sm90_gemm_tma_warpspecialized_pingpong"))
+    assert index_module._named_words(["descriptor", "warp", "specialized", "ping", "pong", "hopper", "gemm", "des"],
+                                     named) == {"descriptor", "warp", "specialized", "ping", "pong", "hopper", "gemm"}
+    assert index_module._named_words(["ampere", "copy"], named) == set()
+
+
 def test_identifiers_split_into_search_terms():
     assert terms("SM90_TMA_LOAD") == ["sm90_tma_load", "sm90", "tma", "load", "sm", "90"]
     assert {"tiled", "mma", "tiledmma"} <= set(terms("TiledMMA"))
