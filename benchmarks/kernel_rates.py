@@ -42,10 +42,12 @@ CONVOLUTIONS = ["level1/62_conv_standard_2D__square_input__asymmetric_kernel",
            "level1/78_conv_transposed_2D_asymmetric_input_asymmetric_kernel___padded__",
            "level1/81_conv_transposed_2D_asymmetric_input_square_kernel___dilated____padded____strided__",
            "level2/26_ConvTranspose3d_Add_HardSwish", "level2/100_ConvTranspose3d_Clamp_Min_Divide"]
-GEMMS = ["level1/10_3D_tensor_matrix_multiplication", "level1/13_Matmul_for_symmetric_matrices",
+GEMMS = ["level1/10_3D_tensor_matrix_multiplication", "level1/11_4D_tensor_matrix_multiplication",
+         "level1/13_Matmul_for_symmetric_matrices",
          "level1/16_Matmul_with_transposed_A", "level1/18_Matmul_with_transposed_both", "level2/12_Gemm_Multiply_LeakyReLU",
          "level2/29_Matmul_Mish_Mish", "level2/59_Matmul_Swish_Scaling", "level2/86_Matmul_Divide_GELU",
-         "level2/95_Matmul_Add_Swish_Tanh_GELU_Hardtanh", "level3/3_DeepNarrowMLP"]
+         "level2/95_Matmul_Add_Swish_Tanh_GELU_Hardtanh", "level2/30_Gemm_GroupNorm_Hardtanh",
+         "level2/75_Gemm_GroupNorm_Min_BiasAdd", "level2/98_Matmul_AvgPool_GELU_Scale_Max", "level3/3_DeepNarrowMLP"]
 DEFAULTS = {"triton_conv": CONVOLUTIONS, "triton_gemm": GEMMS}
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 

@@ -644,10 +644,15 @@ def test_partial_batch_broadcasts_stay_library_calls(tmp_path):
     (["return torch.matmul(x, y)"], [(40, 24), (24, 36)]),
     (["return torch.matmul(x.T, y)"], [(24, 40), (24, 36)]),
     (["return torch.bmm(x, y)"], [(2, 17, 33), (2, 33, 20)]),
-], ids=["matmul", "transposed-a", "bmm"])
+    (["return torch.einsum('bijl,lk->bijk', x, y)"], [(2, 3, 7, 24), (24, 36)]),
+    (["return torch.einsum('bij,bjk->bik', x, y) * 2.0"], [(2, 20, 24), (2, 24, 36)]),
+    (["return F.group_norm(x @ y, 4)"], [(40, 24), (24, 36)]),
+    (["h = torch.matmul(x, y)", "return torch.amax(h, dim=1) + h.sum(dim=1)"], [(40, 24), (24, 36)]),
+], ids=["matmul", "transposed-a", "bmm", "einsum-4d", "einsum-batched", "then-group-norm", "then-reductions"])
 def test_a_bare_product_becomes_a_triton_gemm(tmp_path, body, shapes):
-    """A product returned as it is (KernelBench's level-1 GEMMs) gets the exact epilogue `* 1.0`, so the
-    Triton GEMM takes it; too small a product stays the library call, with nothing added."""
+    """A product with no pointwise use (returned as it is, as in KernelBench's level-1 GEMMs, or read by a
+    group norm or reductions, as in level2/30 and 98) gets the exact epilogue `* 1.0`, so the Triton GEMM
+    takes it; too small a product stays the library call, with nothing added."""
     path = write_problem(tmp_path, body, shapes)
     kernels = check(path, ["triton_gemm"], atol=1e-3)
     assert [k["kind"] for k in kernels] == ["gemm"]

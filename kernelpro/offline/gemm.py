@@ -29,7 +29,7 @@ import torch
 import torch.fx as fx
 
 from kernelpro.offline.fusion_build import Group, shape_of
-from kernelpro.offline.fusion_ops import _Attr, attr_shape
+from kernelpro.offline.fusion_ops import Unsupported, _Attr, attr_shape, resolve
 from kernelpro.offline.triton_gen import (Device, _block, _describe, _index_lines, _inputs_doc, _load, _next_pow2,
                                           _offset, layout)
 from kernelpro.offline.wrapper import Wrapper, output_names, python_wrapper
@@ -85,7 +85,28 @@ def _operands(gm: fx.GraphModule, node: fx.Node):
         or (node.op == "call_method" and node.target in ("matmul", "mm", "bmm"))
     if matmul and len(node.args) == 2 and not node.kwargs:
         return node.args[0], node.args[1], None, "kn"
+    if node.op == "call_function" and node.target is torch.einsum and len(node.args) == 3 and not node.kwargs \
+            and isinstance(node.args[0], str) and _einsum_is_matmul(node.args[0]):
+        return node.args[1], node.args[2], None, "kn"
     return None
+
+
+def _einsum_is_matmul(equation: str) -> bool:
+    """Whether an einsum of two operands is torch.matmul's product: `bijl,lk->bijk` (the last index of a
+    against a matrix's first) or `sij,sjk->sik` (the same batch indices on both sides, in order)."""
+    equation = equation.replace(" ", "")
+    if "->" not in equation or "." in equation or equation.count(",") != 1:
+        return False
+    inputs, out = equation.split("->")
+    a, b = inputs.split(",")
+    if len(set(a)) != len(a) or len(set(b)) != len(b) or len(a) < 2 or len(b) < 2:
+        return False
+    if len(b) == 2:
+        rows, (inner, column) = a[:-1], b
+        return a[-1] == inner and column not in a and out == rows + column
+    batch = a[:-2]
+    return len(a) == len(b) and b[:-2] == batch and a[-1] == b[-2] and b[-1] not in a and \
+        out == batch + a[-2] + b[-1]
 
 
 def _operand_shape(gm: fx.GraphModule, value) -> tuple[int, ...] | None:
@@ -141,15 +162,24 @@ def _batch_sides(a_batch: tuple, b_batch: tuple):
     return shape, a_batched, b_batched
 
 
+def _pointwise_user(gm: fx.GraphModule, node: fx.Node) -> bool:
+    try:
+        res = resolve(gm, node)
+    except Unsupported:
+        return False
+    return res is not None and not res.row
+
+
 def expose_bare_products(gm: fx.GraphModule, takes=None) -> list[fx.Node]:
-    """A product the model returns as it is (a level-1 GEMM) has no epilogue group for `attach` to find:
-    it gets an exact one, `* 1.0`, which the GEMM's epilogue then computes in registers. The nodes
-    made; `drop_unused` takes back those no GEMM took. `takes(node)`: is it a product (default: a
-    matmul or linear this module computes)."""
+    """A product with no pointwise use (one the model returns, as in a level-1 GEMM, or one a group norm,
+    a pooling or a reduction reads) has no epilogue group for `attach` to find: it gets an exact one,
+    `* 1.0`, which the GEMM's epilogue then computes in registers, and what read the product reads the
+    GEMM's output. The nodes made; `drop_unused` takes back those no GEMM took. `takes(node)`: is it a
+    product (default: a matmul or linear this module computes)."""
     takes = takes or (lambda node: _operands(gm, node) is not None)
     made = []
     for node in list(gm.graph.nodes):
-        if not takes(node) or not node.users or any(u.op != "output" for u in node.users):
+        if not takes(node) or not node.users or any(_pointwise_user(gm, u) for u in node.users):
             continue
         with gm.graph.inserting_after(node):
             identity = gm.graph.call_function(operator.mul, (node, 1.0))
