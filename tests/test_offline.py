@@ -391,3 +391,47 @@ def test_chain_candidates_writes_the_candidate_of_any_set_of_moves_and_names_the
         done = subprocess.run([sys.executable, str(script), str(DATA / "conv_bn_pool.py"), bad, "--out",
                                str(tmp_path / "bad")], capture_output=True, text=True, timeout=300)
         assert done.returncode != 0 and why in done.stderr
+
+
+FLAG_PROBLEM = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(16, 16)
+
+    def forward(self, x):
+        SEEN.append((torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.benchmark))
+        return torch.relu(self.lin(x))
+
+
+SEEN = []
+
+
+def get_inputs():
+    return [torch.randn(4, 16)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_library_settings_hold_for_the_forward_only(tmp_path):
+    """tf32_matmul and cudnn_benchmark turn torch's settings on inside ModelNew's forward and put them
+    back after it, so nothing else in the process (KernelBench's evaluator timing and checking its
+    reference) runs with them."""
+    from kernelpro.offline.worker import Problem
+    path = tmp_path / "flags.py"
+    path.write_text(FLAG_PROBLEM)
+    source, _, _ = Problem(path, 0).build(["tf32_matmul", "cudnn_benchmark"])
+    namespace: dict = {}
+    exec(compile(source, str(path), "exec"), namespace)
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.benchmark)
+    model = namespace["ModelNew"]()
+    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.benchmark) == before
+    model(*namespace["get_inputs"]())
+    assert namespace["SEEN"] == [(True, True)]
+    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.benchmark) == before == (False, False)

@@ -118,6 +118,10 @@ _CUDA_GRAPH = '''
 '''
 
 
+def _flag_tuple(flags: list[str]) -> str:
+    return "(" + ", ".join(f"torch.backends.{flag}" for flag in flags) + ",)"
+
+
 def render(problem_source: str, moves: list[str], gm: fx.GraphModule | None, fold_nodes: list[fx.Node],
            kernels: list[str] = (), notes: dict[str, str] | None = None) -> str:
     """The candidate for `moves` (canonical order); `gm` is the rewritten graph, or None for no graph moves.
@@ -161,19 +165,25 @@ def render(problem_source: str, moves: list[str], gm: fx.GraphModule | None, fol
             maker += [""] + ["    " + line if line else "" for line in function.splitlines()]
         maker += ["", f"    return {returns}"]
         body_attr = f"    {returns} = _kp_graph_functions()\n"
-    if "cudnn_benchmark" in moves:
-        init.append("        torch.backends.cudnn.benchmark = True")
-    if "tf32_matmul" in moves:
-        init += ["        torch.backends.cuda.matmul.allow_tf32 = True",
-                 "        torch.backends.cudnn.allow_tf32 = True"]
+    # Library settings hold for this model's forward only, and are put back after it: set in __init__
+    # they stayed on for everything else in the process (KernelBench's evaluator timed and checked its
+    # reference with the candidate's TF32 matmuls).
+    flags = (["cudnn.benchmark"] if "cudnn_benchmark" in moves else []) + (
+        ["cuda.matmul.allow_tf32", "cudnn.allow_tf32"] if "tf32_matmul" in moves else [])
     if "channels_last" in moves:
         init.append("        self.to(memory_format=torch.channels_last)")
     forward = ["    def forward(self, *args):"]
     if "channels_last" in moves:
         forward.append("        args = tuple(a.contiguous(memory_format=torch.channels_last) "
                        "if isinstance(a, torch.Tensor) and a.dim() == 4 else a for a in args)")
-    forward.append("        return self._kp_replay(args)" if "cuda_graphs" in moves else
-                   "        return self._kp_body(*args)")
+    call = "self._kp_replay(args)" if "cuda_graphs" in moves else "self._kp_body(*args)"
+    if flags:
+        forward += [f"        saved = {_flag_tuple(flags)}", "        try:",
+                    "            " + " = ".join(f"torch.backends.{flag}" for flag in flags) + " = True",
+                    f"            return {call}", "        finally:",
+                    f"            {_flag_tuple(flags)} = saved"]
+    else:
+        forward.append(f"        return {call}")
     lines = [problem_source.rstrip(), "", ""] + header + ["import torch"] + maker + [
         "", "", "class ModelNew(Model):", "    def __init__(self, *args, **kwargs):"] + init + [""]
     text = "\n".join(lines) + "\n" + body_attr + "\n" + "\n".join(forward) + "\n"
