@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from kernelpro.harness import channel, sandbox
+from kernelpro.harness import channel, flags, sandbox
 from kernelpro.harness.errors import missing_packages_line
 from kernelpro.harness.modelio import (DTYPES, build_model, cast_to, describe_values,  # noqa: F401
                                       flatten_outputs, import_file, parameter_bytes, set_seed, tensor_bytes)
@@ -374,11 +374,15 @@ class Job:
         self.phase("timing")
         seed = self.spec["seed"]
         init_inputs, first_inputs = self.trial_values(seed)
-        reference = self.build_model(self.problem.Model, seed, init_inputs)
+        # each timed model with the library settings it was built under (harness/flags.py)
+        own = self.spec.get("process_settings") or flags.snapshot()
+        reference = flags.WithSettings(self.build_model(self.problem.Model, seed, init_inputs), own)
         functions = {"eager": reference}
         if "compile" in baselines:
-            functions["compile"] = torch.compile(self.build_model(self.problem.Model, seed, init_inputs))
-        functions["candidate"] = self.build_model(self.candidate.ModelNew, seed, init_inputs)
+            functions["compile"] = flags.WithSettings(
+                torch.compile(self.build_model(self.problem.Model, seed, init_inputs)), own)
+        candidate = self.build_model(self.candidate.ModelNew, seed, init_inputs)
+        functions["candidate"] = flags.WithSettings(candidate, flags.snapshot())
         pool = [first_inputs]
         for extra in range(1, self.timing_pool_size(len(functions))):
             pool.append([self.cast(x) for x in self.call_problem(self.problem.get_inputs, seed + 1000 + extra,
@@ -467,6 +471,7 @@ def serve(sock: socket.socket, device_name: str) -> None:
         sandbox.restore_build(folder)  # in the sandbox: the cached build, private to this worker
     os.environ["TORCH_EXTENSIONS_DIR"] = spec["extensions_dir"]
     os.environ["TRITON_CACHE_DIR"] = spec["triton_cache_dir"]
+    spec["process_settings"] = flags.snapshot()  # before any candidate code runs (harness/flags.py)
     job = Job(sock, device, spec)
     try:
         job.reference_phase()

@@ -160,3 +160,35 @@ def test_torch_compile_baseline_is_reported_separately(cpu_evaluator, linear_pro
     assert result.reference_compile is not None and result.reference_compile.trials >= 5
     assert result.speedup_vs_compile == pytest.approx(
         result.reference_compile.median_ms / result.candidate.median_ms)
+
+
+SETTINGS_PROBLEM = '''import torch
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return x + float(torch.backends.cudnn.benchmark)  # what torch's setting is when the reference runs
+
+
+def get_inputs():
+    return [torch.randn(64)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_candidate_that_leaves_torch_settings_on_does_not_change_the_reference(cpu_evaluator, tmp_path):
+    """A candidate that turns a process-wide setting on in its __init__ (TF32 or cuDNN's autotuner, as the
+    offline coder's candidates once did) and leaves it on: the reference and torch.compile, timed call by
+    call beside it, still run with the worker's own settings (harness/flags.py). Without that, the
+    reference's last timed call saw the setting and its result changed, and the candidate was rejected."""
+    from kernelpro.harness import load_problem
+    path = tmp_path / "settings.py"
+    path.write_text(SETTINGS_PROBLEM)
+    source = ("import torch\n\n\nclass ModelNew(torch.nn.Module):\n    def __init__(self):\n"
+              "        super().__init__()\n        torch.backends.cudnn.benchmark = True\n\n"
+              "    def forward(self, x):\n        return x + 0.0\n")
+    result = cpu_evaluator.evaluate(load_problem(path), source, FAST)
+    assert result.verdict is Verdict.CORRECT, result.reason
