@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import torch
 import torch.fx as fx
 
-from kernelpro.offline.fusion_build import Group, shape_of
+from kernelpro.offline.fusion_build import Group, is_eval_norm, shape_of
 from kernelpro.offline.fusion_ops import Unsupported, _Attr, attr_shape, resolve
 from kernelpro.offline.triton_gen import (Device, _block, _describe, _index_lines, _inputs_doc, _load, _next_pow2,
                                           _offset, layout)
@@ -163,11 +163,13 @@ def _batch_sides(a_batch: tuple, b_batch: tuple):
 
 
 def _pointwise_user(gm: fx.GraphModule, node: fx.Node) -> bool:
+    """Whether the partitioner puts `node` in a pointwise group (an eval-mode norm is one), as
+    `fusion._Partitioner.pointwise` decides."""
     try:
         res = resolve(gm, node)
     except Unsupported:
         return False
-    return res is not None and not res.row
+    return res is not None and (not res.row or is_eval_norm(res))
 
 
 def expose_bare_products(gm: fx.GraphModule, takes=None) -> list[fx.Node]:
