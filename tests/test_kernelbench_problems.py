@@ -51,3 +51,5 @@ def test_the_subset_is_ten_problems_of_each_level():
     assert len(keys) == 30
     assert sorted({e.level for e in keys}) == [1, 2, 3]
     assert all(sum(e.level == level for e in keys) == 10 for level in (1, 2, 3))
+    level2 = select(discover(KERNELBENCH), problems=f"@{SUBSET.with_name('kernelbench_subset30_level2.txt')}")
+    assert sorted(e.key for e in level2) == sorted(e.key for e in keys if e.level == 2)
