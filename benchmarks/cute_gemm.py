@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import tempfile
 import time
 from pathlib import Path
 
+from cuda_timing import median_ms
 from kernelpro.harness import EvalOptions, Evaluator, PhaseLimits, load_problem
 from kernelpro.harness.cache import BuildCache
 from kernelpro.offline.worker import Problem, _device
@@ -43,22 +43,10 @@ def library_times(problem_path: Path, precision: str, repeats: int = 50) -> dict
     model = module["Model"](*module["get_init_inputs"]()).to("cuda", dtype)
     weight, bias = model.linear.weight, model.linear.bias
 
-    def median_ms(fn) -> float:
-        for _ in range(5):
-            fn()
-        times = []
-        for _ in range(repeats):
-            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            stop.record()
-            stop.synchronize()
-            times.append(start.elapsed_time(stop))
-        return statistics.median(times)
-
     with torch.no_grad():
         y = F.linear(x, weight, bias)
-        return {"cublas_ms": median_ms(lambda: F.linear(x, weight, bias)), "epilogue_ms": median_ms(lambda: F.gelu(y)),
+        return {"cublas_ms": median_ms(lambda: F.linear(x, weight, bias), repeats),
+                "epilogue_ms": median_ms(lambda: F.gelu(y), repeats),
                 "flops": 2 * x.shape[0] * weight.shape[0] * weight.shape[1]}
 
 

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
 from pathlib import Path
 
+from cuda_timing import median_ms
 from kernelpro.harness import EvalOptions, Evaluator, PhaseLimits, load_problem
 from kernelpro.offline import conv_gemm
 from kernelpro.offline.worker import Problem, _device
@@ -52,22 +52,6 @@ DEFAULTS = {"triton_conv": CONVOLUTIONS, "triton_gemm": GEMMS}
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
-def _median_ms(call, trials: int) -> float:
-    import torch
-    with torch.no_grad():
-        for _ in range(5):
-            call()
-        times = []
-        for _ in range(trials):
-            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            call()
-            stop.record()
-            stop.synchronize()
-            times.append(start.elapsed_time(stop))
-    return statistics.median(times)
-
-
 def cudnn_ms(problem_path: Path, precision: str, trials: int) -> list[dict]:
     """Each convolution module of the problem's model alone, on its own input as the model feeds it,
     at `precision`: median ms over CUDA-event timings (reference code, not candidate code)."""
@@ -88,7 +72,7 @@ def cudnn_ms(problem_path: Path, precision: str, trials: int) -> list[dict]:
         hook.remove()
     for conv, x in seen:
         convs.append({"input": list(x.shape), "weight": list(conv.weight.shape),
-                      "ms": _median_ms(lambda: conv(x), trials)})
+                      "ms": median_ms(lambda: conv(x), trials)})
     seen.clear()
     del model, inputs
     torch.cuda.empty_cache()
@@ -105,10 +89,10 @@ def cublas_ms(kernels: list[dict], precision: str, trials: int) -> list[dict]:
         a = torch.randn(*([batch] if batch > 1 else []), m, k, device="cuda", dtype=dtype)
         if kernel["b_layout"] == "nk":
             b = torch.randn(n, k, device="cuda", dtype=dtype)
-            ms = _median_ms(lambda: torch.nn.functional.linear(a, b), trials)
+            ms = median_ms(lambda: torch.nn.functional.linear(a, b), trials)
         else:
             b = torch.randn(*([batch] if batch > 1 else []), k, n, device="cuda", dtype=dtype)
-            ms = _median_ms(lambda: torch.matmul(a, b), trials)
+            ms = median_ms(lambda: torch.matmul(a, b), trials)
         products.append({"m": m, "n": n, "k": k, "batch": batch, "ms": ms})
     torch.cuda.empty_cache()
     return products
