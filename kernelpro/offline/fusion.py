@@ -29,7 +29,7 @@ import torch
 import torch.fx as fx
 
 from kernelpro.offline.fusion_build import (GENERATED_MODULE, RESHAPES, Group, broadcastable, build, is_anchor,
-                                            is_eval_norm, is_inplace, row_space, shape_of)
+                                            is_eval_norm, is_inplace, is_pointwise, row_space, shape_of)
 from kernelpro.offline.fusion_ops import Unsupported, _Attr, resolve
 from kernelpro.offline.fxpasses import meta
 from kernelpro.offline.windows import pool_args
@@ -48,8 +48,7 @@ class _Partitioner:
                 self.resolved[node] = None  # mutates a tensor something else still reads
 
     def pointwise(self, node) -> bool:
-        res = self.resolved.get(node)
-        return res is not None and (not res.row or is_eval_norm(res))
+        return is_pointwise(self.resolved.get(node))
 
     def windowed(self, node) -> bool:
         """A max- or average-pool, which the pointwise or row kernel after it can read in place."""

@@ -169,6 +169,11 @@ def is_eval_norm(res: Resolved) -> bool:
         res.op == "instance_norm" and not res.args["use_input_stats"])
 
 
+def is_pointwise(res: Resolved | None) -> bool:
+    """Whether a resolved op belongs in a pointwise group: element by element, or an eval-mode norm."""
+    return res is not None and (not res.row or is_eval_norm(res))
+
+
 def row_space(res: Resolved, shape: tuple[int, ...]) -> tuple[frozenset, dict] | None:
     """(reduced logical dims, split) of a row operation on an input of `shape`; None if unsupported."""
     rank, args = len(shape), res.args

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 import torch
 import torch.fx as fx
 
-from kernelpro.offline.fusion_build import Group, is_eval_norm, shape_of
-from kernelpro.offline.fusion_ops import Unsupported, _Attr, attr_shape, resolve
+from kernelpro.offline.fusion_build import Group, is_pointwise, shape_of
+from kernelpro.offline.fusion_ops import _Attr, attr_shape, resolve
 from kernelpro.offline.triton_gen import (Device, _block, _describe, _index_lines, _inputs_doc, _load, _next_pow2,
                                           _offset, layout)
 from kernelpro.offline.wrapper import Wrapper, output_names, python_wrapper
@@ -162,16 +162,6 @@ def _batch_sides(a_batch: tuple, b_batch: tuple):
     return shape, a_batched, b_batched
 
 
-def _pointwise_user(gm: fx.GraphModule, node: fx.Node) -> bool:
-    """Whether the partitioner puts `node` in a pointwise group (an eval-mode norm is one), as
-    `fusion._Partitioner.pointwise` decides."""
-    try:
-        res = resolve(gm, node)
-    except Unsupported:
-        return False
-    return res is not None and (not res.row or is_eval_norm(res))
-
-
 def expose_bare_products(gm: fx.GraphModule, takes=None) -> list[fx.Node]:
     """A product with no pointwise use (one the model returns, as in a level-1 GEMM, or one a group norm,
     a pooling or a reduction reads) has no epilogue group for `attach` to find: it gets an exact one,
@@ -181,7 +171,7 @@ def expose_bare_products(gm: fx.GraphModule, takes=None) -> list[fx.Node]:
     takes = takes or (lambda node: _operands(gm, node) is not None)
     made = []
     for node in list(gm.graph.nodes):
-        if not takes(node) or not node.users or any(_pointwise_user(gm, u) for u in node.users):
+        if not takes(node) or not node.users or any(is_pointwise(resolve(gm, u)) for u in node.users):
             continue
         with gm.graph.inserting_after(node):
             identity = gm.graph.call_function(operator.mul, (node, 1.0))
