@@ -197,12 +197,15 @@ class Index:
         words = [t for t in dict.fromkeys(tokens) if len(t) > 2]
         if not words:
             return
+        factors: dict[str, float] = {}  # per file: its declarations share the path
         for number in scores.nonzero()[0]:
             path = self.chunks[int(number)].path
-            named = self._path_terms.get(path)
-            if named is None:
-                named = self._path_terms[path] = frozenset(terms(path.replace("/", " ").replace(".", " ")))
-            scores[number] *= 1 + PATH_BOOST * len(_named_words(words, named)) / len(words)
+            if path not in factors:
+                named = self._path_terms.get(path)
+                if named is None:
+                    named = self._path_terms[path] = frozenset(terms(path.replace("/", " ").replace(".", " ")))
+                factors[path] = 1 + PATH_BOOST * len(_named_words(words, named)) / len(words)
+            scores[number] *= factors[path]
 
     def _hit(self, number: int, score: float) -> Hit:
         chunk = self.chunks[number]
