@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from kernelpro.mcts import Budget, SearchConfig, make_search
-from kernelpro.mcts.replay import ReplayCoder, load_replays
+from kernelpro.mcts.replay import Replay, ReplayCoder, load_replays
 from kernelpro.mcts.synthetic import LANDSCAPES, LandscapeCoder, Rugged
 
 STRATEGIES = ("mcts", "greedy", "beam", "best_first", "random")
@@ -77,13 +77,14 @@ REPLAY_STRATEGIES = {"mcts": {}, "mcts_no_tail": {"greedy_tail": 0, "greedy_tail
 
 
 def on_replays(path: Path, seeds: int, first_seed: int = 0, budgets=REPLAY_BUDGETS) -> list[dict]:
+    recorded = [replay.to_json() for replay in load_replays(path)]  # read once; each run gets fresh counters
     rows = []
     for label, config in REPLAY_STRATEGIES.items():
         for budget in budgets:
             per_problem: dict[str, list[float]] = {}
             to95, unseen = [], 0
             for seed in range(first_seed, first_seed + seeds):
-                for replay in load_replays(path):
+                for replay in map(Replay.from_json, recorded):
                     search = make_search([], SearchConfig(seed=seed, **config), root_key=replay.key(()))
                     search.run(ReplayCoder(replay), replay.evaluate, Budget(evaluations=budget))
                     best = replay.ratio(tuple(search.best().payload or ())) or 1.0
@@ -165,7 +166,7 @@ def print_synthetic(rows: list[dict], paired: list[dict], seeds: str) -> None:
 
 
 def print_replays(path: str, rows: list[dict], paired: list[dict], seeds: str) -> None:
-    print(f"\nreplays of {len(load_replays(Path(path)))} real searches ({path}), {seeds}: geomean best "
+    print(f"\nreplays of {len(rows[0]['log_best_by_problem'])} real searches ({path}), {seeds}: geomean best "
           "ratio, mean evaluations to 95% of it, unseen requests per run\n")
     print("| strategy | budget | geomean best | evaluations to 95% | unseen |\n|---|---|---|---|---|")
     for row in rows:
