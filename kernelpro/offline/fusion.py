@@ -84,9 +84,11 @@ class _Partitioner:
         except (Unsupported, KeyError, TypeError, IndexError):
             return None
 
-    def grow(self, kind: str, seed: fx.Node, logical, reduced=frozenset(), split=None) -> Group | None:
+    def grow(self, kind: str, seed: fx.Node, logical, reduced=frozenset(), split=None,
+             start: set | None = None) -> Group | None:
+        """The group of `seed` (or of the nodes `start`), grown by every neighbour it can take."""
         split = split or {}
-        members = {seed} | {u for u in seed.users if kind == "row" and self.relabel(u)}  # (values, indices)
+        members = set(start) if start else {seed} | {u for u in seed.users if kind == "row" and self.relabel(u)}
         group = self._try(kind, logical, reduced, split, members)
         if group is None:
             return None
@@ -119,6 +121,22 @@ class _Partitioner:
                         group, changed = trial, True
         return group
 
+    def _merge_rows(self, group: Group, groups: list[Group], logical, reduced, split) -> Group:
+        """`group` merged with the earlier row groups over the same rows that read a tensor it reads (two
+        distances from one anchor): one kernel reads that tensor once, and what combines their per-row
+        results joins it. Each merge is kept only if the union is one valid kernel."""
+        reads = {i.source for i in group.inputs}
+        for other in [g for g in groups if g.kind == "row" and (g.logical, g.reduced, g.split) == (
+                tuple(logical), reduced, split) and reads & {i.source for i in g.inputs}]:
+            self.grouped.difference_update(other.nodes)
+            merged = self.grow("row", group.nodes[0], logical, reduced, split, set(group.nodes) | set(other.nodes))
+            if merged is None:
+                self.grouped.update(other.nodes)
+                continue
+            groups.remove(other)
+            group, reads = merged, {i.source for i in merged.inputs}
+        return group
+
     def _same_row_op(self, node, logical, reduced, split) -> bool:
         res = self.resolved.get(node)
         if res is None or not res.row or is_eval_norm(res):
@@ -139,6 +157,7 @@ class _Partitioner:
                     continue
                 group = self.grow("row", node, shape, *space)
                 if group is not None:
+                    group = self._merge_rows(group, groups, shape, *space)
                     groups.append(group)
                     self.grouped.update(group.nodes)
         if "pointwise" in kinds:
@@ -152,6 +171,16 @@ class _Partitioner:
                 if group is not None:
                     groups.append(group)
                     self.grouped.update(group.nodes)
+            # A pool of a model's input that no kernel reads in place: a kernel of its own, window by window. A
+            # pool between two library calls (a CNN's, between convolutions) stays the library's: whether a kernel
+            # of ours beats it there is not measured yet.
+            for node in self.nodes:
+                if node not in self.grouped and self.windowed(node) and meta(node) is not None and \
+                        meta(node).dtype.is_floating_point and pool_args(self.gm, node)[2]["input"].op == "placeholder":
+                    group = self.grow("pointwise", node, shape_of(node))
+                    if group is not None:
+                        groups.append(group)
+                        self.grouped.update(group.nodes)
         groups.sort(key=lambda g: self.order[g.nodes[0]])
         for index, group in enumerate(groups):
             words = [w for w in dict.fromkeys(group.ops) if w not in ("identity", "getitem") and not

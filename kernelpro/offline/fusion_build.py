@@ -174,11 +174,24 @@ def is_pointwise(res: Resolved | None) -> bool:
     return res is not None and (not res.row or is_eval_norm(res))
 
 
+def norm_order(res: Resolved) -> float | None:
+    """The order of a vector norm (torch.norm's p, linalg.vector_norm's ord) the kernels compute: 1, 2 (the
+    Frobenius norm too), any other positive number, or inf; None for what they do not (nuc, 0, -inf)."""
+    order = res.args.get("p", res.args.get("ord"))
+    if order == "fro" or order is None:
+        return 2.0
+    if isinstance(order, bool) or not isinstance(order, (int, float)) or not order > 0:
+        return None
+    return float(order)
+
+
 def row_space(res: Resolved, shape: tuple[int, ...]) -> tuple[frozenset, dict] | None:
     """(reduced logical dims, split) of a row operation on an input of `shape`; None if unsupported."""
     rank, args = len(shape), res.args
     if res.op in ("sum", "mean", "amax", "amin", "logsumexp", "var", "std"):
         dims = _dims(args["dim"], rank)
+    elif res.op in ("norm", "vector_norm"):
+        dims = _dims(args["dim"], rank) if norm_order(res) is not None else None
     elif res.op in ("max", "min", "argmax", "argmin", "softmax", "log_softmax"):
         if args["dim"] is None and res.op in ("softmax", "log_softmax"):
             return None
@@ -219,6 +232,14 @@ class _Builder:
     @property
     def keepdim_shape(self) -> tuple[int, ...]:
         return tuple(1 if d in self.group.reduced else s for d, s in enumerate(self.group.logical))
+
+    @property
+    def row_broadcasts(self) -> tuple:
+        """The shapes of a per-row value that broadcast over the rows as torch broadcasts them: kept dims, and
+        the reduced dims dropped where those lead (a whole-tensor norm's 0-d value, a sum over dim 0)."""
+        squeezed = tuple(s for d, s in enumerate(self.group.logical) if d not in self.group.reduced)
+        leading = self.group.reduced == frozenset(range(len(self.group.reduced))) and not self.group.split
+        return (self.keepdim_shape, None) + ((squeezed,) if leading else ())
 
     def tensor(self, value, view: tuple[int, ...] | None = None) -> tuple[str, str, tuple | None]:
         """(var, kind, shape) of a member's result or of an external input."""
@@ -311,7 +332,7 @@ class _Builder:
         shape = shape_of(node)
         if self.group.kind == "row":
             if kind == "full":
-                if shape != self.group.logical or any(s not in (self.keepdim_shape, None) for s in row_shapes):
+                if shape != self.group.logical or any(s not in self.row_broadcasts for s in row_shapes):
                     raise Unsupported("a per-row value broadcast the wrong way")
             elif any(s != shape for s in row_shapes if s is not None) or (
                     shape != self.keepdim_shape and any(i.kind == "row" and math.prod(i.shape) != 1
@@ -421,6 +442,17 @@ class _Builder:
                 out = self.expr(f"({exps} / {total})", "full")
             else:
                 out = self.expr(f"({x} - {top} - tl.log({total}))", "full")
+        elif op in ("norm", "vector_norm"):
+            order = norm_order(res)
+            if order == 2.0:
+                out = self.expr(f"tl.sqrt({self.reduce('sum', self.expr(f'({x} * {x})', 'full'))})", "row")
+            elif order == 1.0:
+                out = self.reduce("sum", self.expr(f"tl.abs({x})", "full"))
+            elif order == math.inf:
+                out = self.reduce("max", self.expr(f"tl.abs({x})", "full"))
+            else:
+                powered = self.expr(f"tl.exp2({lit(order)} * tl.log2(tl.abs({x})))", "full")
+                out = self.expr(f"tl.exp2(tl.log2({self.reduce('sum', powered)}) / {lit(order)})", "row")
         elif op == "normalize":
             norm = self.expr(f"tl.sqrt({self.reduce('sum', self.expr(f'({x} * {x})', 'full'))})", "row")
             out = self.expr(f"({x} / tl.maximum({norm}, {lit(a['eps'] if a['eps'] is not None else 1e-12)}))",
@@ -460,7 +492,10 @@ def build(gm: fx.GraphModule, kind: str, logical: tuple, reduced: frozenset, spl
         if m is None or not (m.dtype.is_floating_point or integer):
             raise Unsupported("an output that is not a float tensor")
         if var.startswith("x"):
-            raise Unsupported("an output that is an input")
+            window = next((i.window for i in group.inputs if i.var == var), None)
+            if window is None:
+                raise Unsupported("an output that is an input")
+            var = builder.expr(f"({var})", "full")  # a pool alone: the kernel writes the windows' results
         group.outputs.append(Output(var, node, tuple(m.shape), value_kind, integer))
     if not group.outputs or all(re.fullmatch(r"[vx]\d+", s.expr) for s in group.steps):
         raise Unsupported("nothing to compute")

@@ -192,10 +192,13 @@ _FUNCTIONS = {
     torch.clamp_min: "clamp_min", torch.clamp_max: "clamp_max", torch.maximum: "maximum",
     torch.minimum: "minimum", torch.where: "where", torch.gt: "gt", operator.gt: "gt", torch.lt: "lt",
     operator.lt: "lt", torch.ge: "ge", operator.ge: "ge", torch.le: "le", operator.le: "le", torch.eq: "eq",
-    torch.ne: "ne",
+    torch.ne: "ne", torch.clone: "identity", torch.detach: "identity",
 }
 _METHODS = {name: name for name in POINTWISE if name not in ("identity", "rsub")}
+# clone and detach copy a value (forward runs under no_grad): inside a kernel, whose outputs are fresh
+# tensors, they are the value itself.
 _METHODS.update({"clip": "clamp", "true_divide": "div", "float": "identity", "contiguous": "identity",
+                 "clone": "identity", "detach": "identity",
                  "relu_": "relu", "sigmoid_": "sigmoid", "tanh_": "tanh", "clamp_": "clamp", "mul_": "mul",
                  "add_": "add", "sub_": "sub", "div_": "div", "neg_": "neg", "abs_": "abs", "exp_": "exp"})
 INPLACE_METHODS = {name for name in _METHODS if name.endswith("_")}  # they mutate their first argument
@@ -217,9 +220,10 @@ ROW_FUNCTIONS = {
     torch.argmin: "argmin", torch.softmax: "softmax", F.softmax: "softmax", torch.log_softmax: "log_softmax",
     F.log_softmax: "log_softmax", F.layer_norm: "layer_norm", F.group_norm: "group_norm",
     F.instance_norm: "instance_norm", F.batch_norm: "batch_norm", F.normalize: "normalize",
+    torch.norm: "norm", torch.linalg.vector_norm: "vector_norm",
 }
 ROW_METHODS = {"sum", "mean", "amax", "amin", "max", "min", "var", "std", "logsumexp", "argmax", "argmin",
-               "softmax", "log_softmax"}
+               "softmax", "log_softmax", "norm"}
 _ROW_PARAMS = {
     "sum": "input dim keepdim", "mean": "input dim keepdim", "amax": "input dim keepdim",
     "amin": "input dim keepdim", "max": "input dim keepdim", "min": "input dim keepdim",
@@ -231,10 +235,16 @@ _ROW_PARAMS = {
     "instance_norm": "input running_mean running_var weight bias use_input_stats momentum eps",
     "batch_norm": "input running_mean running_var weight bias training momentum eps",
     "normalize": "input p dim eps",
+    "norm": "input p dim keepdim", "vector_norm": "input ord dim keepdim",
 }
 _ROW_DEFAULTS = {"keepdim": False, "dim": None, "unbiased": None, "correction": None, "weight": None, "bias": None,
                  "eps": 1e-5, "running_mean": None, "running_var": None, "use_input_stats": True, "momentum": 0.1,
                  "training": False}
+_ROW_OP_DEFAULTS = {"normalize": {"p": 2.0, "dim": 1, "eps": 1e-12}, "norm": {"p": "fro"}, "vector_norm": {"ord": 2}}
+
+
+def _row_bind(op: str, args: tuple, kwargs: dict) -> dict:
+    return _bind(tuple(_ROW_PARAMS[op].split()), {**_ROW_DEFAULTS, **_ROW_OP_DEFAULTS.get(op, {})}, args, kwargs)
 
 
 class Unsupported(Exception):
@@ -341,8 +351,7 @@ def resolve(gm: fx.GraphModule, node: fx.Node) -> Resolved | None:
             if target in ROW_FUNCTIONS and not (target in (torch.max, torch.min) and len(node.args) > 1
                                                  and isinstance(node.args[1], fx.Node)):
                 op = ROW_FUNCTIONS[target]
-                return Resolved(op, _bind(tuple(_ROW_PARAMS[op].split()), _ROW_DEFAULTS, node.args,
-                                          node.kwargs), True)
+                return Resolved(op, _row_bind(op, node.args, node.kwargs), True)
             if target in _ADAPTIVE:
                 bound = _bind(("input", "output_size"), {}, node.args, node.kwargs)
                 return _global_pool("mean", bound["input"], _ADAPTIVE[target], bound["output_size"])
@@ -353,8 +362,7 @@ def resolve(gm: fx.GraphModule, node: fx.Node) -> Resolved | None:
         elif node.op == "call_method":
             if node.target in ROW_METHODS:
                 op = node.target
-                return Resolved(op, _bind(tuple(_ROW_PARAMS[op].split()), _ROW_DEFAULTS, node.args,
-                                          node.kwargs), True)
+                return Resolved(op, _row_bind(op, node.args, node.kwargs), True)
             if node.target == "to":
                 _to(*node.args, **node.kwargs)
                 return Resolved("identity", {"input": node.args[0]}, False)

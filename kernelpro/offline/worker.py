@@ -2,9 +2,12 @@
 or `--serve` (a spec per line on stdin, an answer per line on stdout) so that one process serves a
 whole search: torch is imported and the problem loaded and traced once, not at every node.
 
-It imports the problem (user code), builds the model on the CPU with the harness's
-seeding, traces `forward` with torch.fx and propagates shapes and dtypes on fake tensors
-of the inputs' shapes (nothing is computed: the problems' tensors are GPU-sized). For
+It imports the problem (user code), builds the model on the meta device with the harness's
+seeding (shapes without storage: a KernelBench GEMM's 32768 x 32768 weight would take 4.3 GB
+of host memory, and every candidate build copies the graph; an `__init__` that reads values
+falls back to the CPU), traces `forward` with torch.fx and propagates shapes and dtypes on
+fake tensors of the inputs' shapes (nothing is computed: the problems' tensors are GPU-sized).
+What it writes depends on shapes and dtypes only, never on weight values. For
 the moves already applied it returns the candidate source, and for every other move
 that applies here, the child candidate's source. It never runs candidate code.
 """
@@ -25,8 +28,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.passes.shape_prop import ShapeProp
 
 from kernelpro.harness.modelio import build_model, cast_to, import_file
-from kernelpro.offline import (batchnorm, codegen, conv_gemm, cuda_gen, cute_gemm, fusion, fxlibrary, fxpasses, gemm,
-                               layouts, triton_gen)
+from kernelpro.offline import (batchnorm, codegen, composites, conv_gemm, cuda_gen, cute_gemm, fusion, fxlibrary, fxpasses, gemm,
+                               layouts, scans, triton_gen)
 from kernelpro.offline.fxpasses import foldable_nodes
 from kernelpro.offline.moves import EXCLUSIVE, MOVES, SIMPLIFY, TUNE_PREFIX, TUNE_TECHNIQUE, allowed, canonical
 from kernelpro.offline.tracing import trace
@@ -97,9 +100,9 @@ def size_only_inputs(get_inputs, seed: int) -> list:
 
 
 class Problem:
-    def __init__(self, path: Path, seed: int, model_mode: str = "train", weights: str = "cpu"):
-        """`weights="meta"` builds the model without storage (shapes only): enough to trace and analyse
-        the graph, which is what a check of many problems needs; the coder itself builds on the CPU."""
+    def __init__(self, path: Path, seed: int, model_mode: str = "train", weights: str = "meta"):
+        """`weights="meta"` (the default) builds the model without storage (shapes only): enough to trace,
+        rewrite and generate code, none of which reads a weight's value; `weights="cpu"` builds real weights."""
         self.source = path.read_text()
         module = import_file("kernelpro_offline_problem", path)
         self.model_mode = model_mode
@@ -159,12 +162,16 @@ class Problem:
                 cuda = "cuda_kernels" in graph_moves
                 kinds = {FUSION_KINDS[m] for m in graph_moves if m in FUSION_KINDS} | (CUDA_KINDS if cuda else set())
                 if kinds:
+                    if composites.decompose(gm):  # losses and distances as the ops the kernels fuse
+                        propagate_shapes(gm, self.inputs)
                     if "row" in kinds and batchnorm.split_training_batch_norms(gm):
                         sources.append(batchnorm.UPDATE_SOURCE)  # the running statistics' update, in the file
                     bare = gemm.expose_bare_products(gm) if "triton_gemm" in graph_moves else []
                     if "triton_conv" in graph_moves:  # a convolution the model returns gets an epilogue too
                         bare += gemm.expose_bare_products(gm, lambda node: conv_gemm.is_conv(gm, node))
-                    groups = fusion.partition(gm, kinds, exclude=set(folds))
+                    # scans (cumsum/cumprod with the flips, slices and pointwise ops around them) with the row kernels
+                    found = scans.find(gm, set(folds), device) if "row" in kinds and not cuda else []
+                    groups = found + fusion.partition(gm, kinds, exclude=set(folds).union(*(g.nodes for g in found)))
                     if "triton_gemm" in graph_moves:
                         counts["triton_gemm"] = gemm.attach(gm, groups, tf32="tf32_matmul" in moves)
                     if "triton_conv" in graph_moves:
@@ -179,17 +186,20 @@ class Problem:
                         groups = [g for g in groups if g.kind != "pointwise" or g.gemm is not None]
                     for move in ("fuse_reductions", "fuse_pointwise"):
                         if move in graph_moves:
-                            counts[move] = sum(1 for g in groups if g.kind == FUSION_KINDS[move] and g.gemm is None)
+                            counts[move] = sum(1 for g in groups if g.kind in (FUSION_KINDS[move], "scan" if move ==
+                                                                               "fuse_reductions" else "") and g.gemm is None)
                     if cuda:
                         counts["cuda_kernels"] = sum(1 for g in groups if g.gemm is None)
                     # CUDA and CUTLASS kernels are rendered together per generator: one extension, one build
                     batched: dict = {cuda_gen: ([], []), cute_gemm: ([], [])}
                     for group in groups:
                         generator = {"cute": cute_gemm, "conv": conv_gemm}.get(group.gemm.backend, gemm) \
-                            if group.gemm is not None else cuda_gen if cuda else triton_gen
+                            if group.gemm is not None else scans if group.kind == "scan" else cuda_gen if cuda \
+                            else triton_gen
                         # with channels_last, 4-D pointwise kernels and rows along the channels run over NHWC
                         # order, called through views (kernelpro.offline.layouts)
-                        nhwc = layouts.channels_last(group) if "channels_last" in moves else None
+                        nhwc = layouts.channels_last(group) if "channels_last" in moves and generator is not scans \
+                            else None
                         rendered = group
                         if nhwc is not None:
                             rendered, adapter = nhwc

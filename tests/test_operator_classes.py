@@ -1,0 +1,218 @@
+"""KernelBench's level-1 operator classes that the offline coder's kernels take since 2026-11-25: vector
+norms, losses and distances written out as their ops, clone/detach inside an epilogue; and the graph
+worker building on the meta device. Generated kernels run in Triton's interpreter on CPU tensors."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+from conftest import compare_models, load_module  # noqa: E402
+from kernelpro.offline import composites  # noqa: E402
+from kernelpro.offline.worker import Problem, expand  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+FUSE = ["fuse_reductions", "fuse_pointwise"]
+
+if os.environ.get("TRITON_INTERPRET") != "1":
+    pytest.skip("these tests run Triton's interpreter (conftest turns it on where there is no GPU)",
+                allow_module_level=True)
+
+
+def problem(tmp_path: Path, forward: list[str], inputs: list[str], init: str = "", args: str = "x") -> Path:
+    text = "\n".join([
+        "import torch", "import torch.nn as nn", "import torch.nn.functional as F", "", "",
+        "class Model(nn.Module):", "    def __init__(self):", "        super().__init__()",
+        *(f"        {line}" for line in init.splitlines()), "",
+        f"    def forward(self, {args}):", *(f"        {line}" for line in forward), "", "",
+        "def get_inputs():", f"    return [{', '.join(inputs)}]", "", "",
+        "def get_init_inputs():", "    return []", ""])
+    path = tmp_path / f"p{abs(hash(text)) % 10**8}.py"
+    path.write_text(text)
+    return path
+
+
+def check(path: Path, moves=FUSE, atol=1e-4) -> list[dict]:
+    source, _, kernels = Problem(path, 42, "eval").build(moves)
+    candidate = path.with_name(path.stem + "_new.py")
+    candidate.write_text(source)
+    compare_models(load_module(candidate), atol=atol)
+    return kernels
+
+
+# -- vector norms ---------------------------------------------------------------------------------------
+NORMS = [
+    "torch.norm(x, p='fro')",                                  # the whole tensor (KernelBench's Frobenius)
+    "x / torch.norm(x, p='fro')",
+    "x / torch.norm(x, p=2, dim=1, keepdim=True)",             # KernelBench's L2 norm
+    "torch.norm(x, p=1, dim=-1)",
+    "torch.norm(x, p=float('inf'), dim=0)",
+    "x.norm(p=3, dim=1, keepdim=True) * 2.0",
+    "torch.linalg.vector_norm(x, ord=2, dim=(1, 2))",
+    "torch.linalg.vector_norm(x - 0.5, ord=1.5, dim=2)",
+    "F.normalize(x, dim=2)",                                    # p and dim from their defaults
+]
+
+
+@pytest.mark.parametrize("expression", NORMS)
+def test_vector_norms_are_row_reductions(tmp_path, expression):
+    path = problem(tmp_path, [f"return {expression}"], ["torch.randn(4, 6, 37)"])
+    kernels = check(path)
+    assert [k["kind"] for k in kernels] == ["row"], kernels
+
+
+def test_a_norm_the_kernels_do_not_compute_stays_a_library_call(tmp_path):
+    path = problem(tmp_path, ["return torch.norm(x, p='nuc')"], ["torch.randn(6, 5)"])
+    answer = expand({"problem_path": str(path), "applied": [], "device": "cuda", "precision": "fp32",
+                     "policy": "default", "model_mode": "eval", "seed": 42})
+    assert "fuse_reductions" not in {o["move"] for o in answer["options"]}
+
+
+# -- losses and distances -----------------------------------------------------------------------------
+THREE = ["torch.rand(12, 40)", "torch.rand(12, 40)", "torch.rand(12, 40)"]
+TWO = ["torch.randn(12, 40)", "torch.randn(12, 40)"]
+LOSSES = [
+    ("self.f = nn.TripletMarginLoss(margin=1.0)", "return self.f(x, y, z)", THREE),
+    ("self.f = nn.TripletMarginLoss(margin=0.5, p=1.0, swap=True, reduction='sum')", "return self.f(x, y, z)", THREE),
+    ("", "return F.triplet_margin_loss(x, y, z, margin=2.0, reduction='none')", THREE),
+    ("", "return F.pairwise_distance(x, y) + 1.0", TWO),
+    ("self.f = nn.PairwiseDistance(p=3.0, keepdim=True)", "return self.f(x, y)", TWO),
+    ("", "return torch.mean(1 - F.cosine_similarity(x, y, dim=1))", TWO),
+    ("self.f = nn.CosineSimilarity(dim=0)", "return self.f(x, y)", TWO),
+    ("", "return F.smooth_l1_loss(x, y)", TWO),
+    ("self.f = nn.SmoothL1Loss(beta=0.25, reduction='sum')", "return self.f(x, y)", TWO),
+    ("self.f = nn.HuberLoss(delta=0.5)", "return self.f(x, y)", TWO),
+    ("", "return F.mse_loss(x, y, reduction='sum')", TWO),
+    ("self.f = nn.L1Loss()", "return self.f(x, y)", TWO),
+    ("", "return F.soft_margin_loss(x, torch.sign(y))", TWO),
+    ("", "return F.margin_ranking_loss(x, y, torch.sign(z), margin=0.3)", THREE),
+    ("", "return F.kl_div(torch.log(torch.softmax(x, dim=1)), torch.softmax(y, dim=1), reduction='batchmean')",
+     TWO),
+    ("self.f = nn.KLDivLoss(reduction='sum', log_target=True)", "return self.f(F.log_softmax(x, 1), F.log_softmax(y, 1))",
+     TWO),
+]
+
+
+@pytest.mark.parametrize("init,forward,inputs", LOSSES, ids=[f"{i}" for i in range(len(LOSSES))])
+def test_losses_and_distances_are_written_out_and_fused(tmp_path, init, forward, inputs):
+    args = ", ".join("xyz"[:len(inputs)])
+    path = problem(tmp_path, [forward], inputs, init, args)
+    kernels = check(path, atol=1e-5)
+    assert kernels, "nothing was fused"
+    ops = {op for k in kernels for op in k["ops"]}
+    assert not ops & {"triplet_margin_loss", "pairwise_distance", "cosine_similarity"}
+
+
+def test_a_triplet_loss_reads_its_three_inputs_in_one_kernel(tmp_path):
+    """Two distances from one anchor share its read: one row kernel for both, then the mean."""
+    path = problem(tmp_path, ["return self.f(x, y, z)"], THREE, "self.f = nn.TripletMarginLoss()", "x, y, z")
+    kernels = check(path)
+    assert [k["kind"] for k in kernels] == ["row", "row"]
+    first, last = kernels
+    assert first["ops"].count("vector_norm") == 2 and last["ops"] == ["mean"]
+
+
+def test_what_the_rewrite_does_not_cover_stays_as_it_is(tmp_path):
+    """Broadcast operands, a deprecated reduction argument and integer targets stay the library's call."""
+    import torch.fx as fx
+    from kernelpro.offline.worker import propagate_shapes
+    for forward, inputs in [("return F.mse_loss(x, y)", ["torch.randn(4, 5)", "torch.randn(5)"]),
+                            ("return F.l1_loss(x, y, size_average=False)", TWO),
+                            ("return F.cross_entropy(x, y)", ["torch.randn(4, 5)", "torch.randint(0, 5, (4,))"])]:
+        path = problem(tmp_path, [forward], inputs, args="x, y")
+        built = Problem(path, 42, "eval")
+        gm = built.graph
+        propagate_shapes(gm, built.inputs)
+        before = [n.target for n in gm.graph.nodes]
+        assert composites.decompose(gm) == 0
+        assert [n.target for n in gm.graph.nodes] == before and isinstance(gm, fx.GraphModule)
+
+
+# -- clone and detach inside a GEMM's epilogue ------------------------------------------------------------
+def test_a_detached_clone_of_a_product_joins_its_epilogue(tmp_path):
+    path = problem(tmp_path, ["x = self.fc(x)", "y = x.clone().detach()", "x = x * 0.5", "return x + y"],
+                   ["torch.randn(16, 32)"], "self.fc = nn.Linear(32, 24)")
+    kernels = check(path, ["triton_gemm"], atol=1e-4)
+    assert [k["kind"] for k in kernels] == ["gemm"]
+
+
+# -- the graph worker builds shapes, not weights ------------------------------------------------------------
+def test_the_worker_writes_the_same_candidates_from_meta_weights(tmp_path):
+    """Every option's source from a model on the meta device equals the one from real CPU weights."""
+    path = ROOT / "examples" / "fusion" / "conv_bn_relu.py"
+    assert path.exists()
+    sources = {}
+    for weights in ("cpu", "meta"):
+        built = Problem(path, 42, "train", weights=weights)
+        sources[weights] = {tuple(moves): built.build(moves)[0] for moves in
+                            ([], ["fuse_reductions"], ["fuse_pointwise", "fuse_reductions"], ["simplify_all"])}
+    assert sources["cpu"] == sources["meta"]
+    assert all(p.is_meta for p in Problem(path, 42, "train").model.parameters())
+
+
+# -- scans ---------------------------------------------------------------------------------------------------
+SCANS = [
+    ("return torch.cumsum(x, dim=1)", ["torch.rand(6, 50)"]),
+    ("return torch.cumsum(x, dim=1)", ["torch.rand(3, 37, 4)"]),                       # a middle dim
+    ("return x.cumsum(0) * 2.0", ["torch.rand(45, 5)"]),                               # dim 0; its user stays out
+    ("return torch.cumsum(x.flip(1), dim=1).flip(1)", ["torch.rand(6, 50)"]),          # KernelBench's reverse
+    ("return torch.cumsum(x.flip(-1), dim=-1)", ["torch.rand(6, 50)"]),                 # reverse, not flipped back
+    ("return torch.cat((torch.zeros_like(x.select(1, 0).unsqueeze(1)), "
+     "torch.cumsum(x.narrow(dim=1, start=0, length=x.size(1) - 1), dim=1)), dim=1)", ["torch.rand(6, 50)"]),
+    ("return torch.cat([torch.zeros_like(x[:, :1]), torch.cumsum(x[:, :-1], 1)], 1)", ["torch.rand(6, 50)"]),
+    ("return torch.cumsum(x * (y > 0.5), dim=1)", ["torch.rand(6, 50)", "torch.rand(6, 50)"]),  # masked
+    ("return torch.cumsum(torch.exp(x) - y, dim=1)", ["torch.rand(6, 50)", "torch.rand(6, 50)"]),
+    ("return torch.cumprod(x + 0.5, dim=1)", ["torch.rand(6, 40)"]),
+    ("return torch.cat((torch.ones_like(x[:, :1]), torch.cumprod((x + 0.5)[:, :-1], 1)), 1)", ["torch.rand(6, 40)"]),
+]
+
+
+@pytest.mark.parametrize("forward,inputs", SCANS, ids=[str(i) for i in range(len(SCANS))])
+def test_scans_are_one_kernel_with_what_surrounds_them(tmp_path, forward, inputs, monkeypatch):
+    from kernelpro.offline import scans, triton_gen
+    monkeypatch.setattr(scans, "configs", lambda group, device=None: [{"BLOCK": 16, "num_warps": 1, "score": 1.0}])
+    path = problem(tmp_path, [forward], inputs, args=", ".join("xy"[:len(inputs)]))
+    source, _, kernels = Problem(path, 42, "eval").build(["fuse_reductions"], None, triton_gen.Device(sms=2))
+    candidate = path.with_name(path.stem + "_new.py")
+    candidate.write_text(source)
+    compare_models(load_module(candidate), atol=1e-5)
+    assert [k["kind"] for k in kernels] == ["scan"], kernels
+    body = source.split("def _kp_body")[1].split("return _kp_body")[0]
+    assert not any(word in body for word in ("cumsum(", "cumprod(", "flip(", "torch.cat(", "narrow("))
+
+
+def test_a_scan_over_too_few_rows_stays_a_library_call(tmp_path):
+    from kernelpro.offline import triton_gen
+    path = problem(tmp_path, ["return torch.cumsum(x, dim=1)"], ["torch.rand(6, 50)"])
+    _, _, kernels = Problem(path, 42, "eval").build(["fuse_reductions"], None, triton_gen.Device(sms=4))
+    assert kernels == []
+
+
+def test_scan_launch_configurations_are_ranked_and_valid():
+    from kernelpro.offline import scans
+    group = scans.ScanGroup(kind="scan", logical=(32768, 32768), dim=1)
+    ranked = scans.configs(group)
+    assert ranked and ranked[0]["BLOCK"] >= 1024
+    assert all(c["BLOCK"] <= 4096 and 2 <= c["BLOCK"] / (32 * c["num_warps"]) <= 32 for c in ranked)
+    short = scans.configs(scans.ScanGroup(kind="scan", logical=(4096, 100), dim=1))
+    assert short[0]["BLOCK"] == 256  # the fewest idle lanes for a row of 100
+
+
+# -- pools alone --------------------------------------------------------------------------------------------
+POOLS = [
+    ("self.p = nn.MaxPool2d(kernel_size=4, stride=1, padding=1, dilation=1)", "torch.randn(2, 3, 17, 19)"),
+    ("self.p = nn.MaxPool3d(kernel_size=3, stride=2, padding=1, dilation=3)", "torch.randn(2, 3, 13, 12, 11)"),
+    ("self.p = nn.AvgPool2d(kernel_size=5, padding=2, count_include_pad=False)", "torch.randn(2, 3, 16, 15)"),
+    ("self.p = nn.MaxPool1d(kernel_size=3, stride=2, ceil_mode=True)", "torch.randn(2, 4, 30)"),
+]
+
+
+@pytest.mark.parametrize("init,shape", POOLS, ids=[str(i) for i in range(len(POOLS))])
+def test_a_pool_that_no_kernel_reads_gets_a_kernel_of_its_own(tmp_path, init, shape):
+    path = problem(tmp_path, ["return self.p(x)"], [shape], init)
+    kernels = check(path, ["fuse_pointwise"], atol=1e-6)
+    assert [k["kind"] for k in kernels] == ["pointwise"] and kernels[0]["features"]["window_taps"] > 1
