@@ -31,6 +31,11 @@ INSTRUCTION_WEIGHT = 2
 SNIPPET_LINES = 8
 PER_FILE = 2  # hits per file: one file's many chunks (dispatch_policy.hpp) must not crowd out the rest
 ARCH_BOOST, OTHER_ARCH = 1.5, 0.6  # a declaration of the device's generation, of another one (demoted, kept)
+#: a file whose name is another candidate's name plus words the query does not ask for (`..._fp8`, `_sparse`,
+#: `_with_prefetch`, `..._grouped_gemm_with_blockwise_scaling`) is that file's variant: its score times this
+VARIANT = 0.5
+VARIANT_POOL = 60  # the best-scoring files among which variants are looked for
+QUERY_GENERATION = True  # a generation the query names (Ampere, sm80) is boosted instead of the device's
 #: a declaration's score times 1 + PATH_BOOST x the share of the query's words its file's path names: CUTLASS
 #: names its files for what they hold (sm90_epilogue_tma_warpspecialized.hpp, swizzle.hpp, 57_hopper_grouped_gemm/).
 #: benchmarks/cutlass_retrieval.py: recall@5 0.57 -> 0.68; 2 to 6 gain alike on either half of the queries.
@@ -64,6 +69,13 @@ def _named_words(words: list[str], named: frozenset[str]) -> set[str]:
     return found
 
 
+def _name_words(path: str) -> tuple[str, ...]:
+    """The words of a file's name in order, without an example's leading number."""
+    stem = path.rsplit("/", 1)[-1].split(".")[0]
+    words = [w for w in re.split(r"[^a-z0-9]+", stem.lower()) if w]
+    return tuple(words[1:] if words and words[0].isdigit() else words)
+
+
 @dataclass
 class Hit:
     path: str
@@ -73,6 +85,15 @@ class Hit:
     symbol: str
     score: float
     snippet: str
+
+
+def by_file(hits: list[Hit]) -> list[tuple[str, list[Hit]]]:
+    """The hits grouped with their file, files in the order of their best hit (a search keeps at most
+    `per_file` declarations of one file)."""
+    groups: dict[str, list[Hit]] = {}
+    for hit in hits:
+        groups.setdefault(hit.path, []).append(hit)
+    return list(groups.items())
 
 
 def _bm25():
@@ -166,6 +187,9 @@ class Index:
             return []
         scores = self.retriever.get_scores(tokens)
         self._boost_by_path(scores, tokens)
+        named_generations = generations(query) if QUERY_GENERATION else set()
+        if len(named_generations) == 1:  # "Ampere tensor core mma": the generation asked for, not the device's
+            arch = "sm" + next(iter(named_generations))
         wanted = _ARCH.search(arch or "")
         if wanted:
             for number in scores.nonzero()[0]:
@@ -176,6 +200,7 @@ class Index:
                     scores[number] *= OTHER_ARCH
                 elif wanted.group(1) in set(_ARCH.findall(where)):  # boosted by number only: boosting the
                     scores[number] *= ARCH_BOOST  # hopper_* examples too lost recall (0.68 -> 0.66)
+        self._demote_variants(scores, tokens)
         words = query.replace(",", " ").split()
         named = [w.split("::")[-1] for w in words if len(words) == 1 or "_" in w or re.search(r"[a-z][A-Z]", w)]
         exact = {n for word in named for n in self.symbols.get(word.lower(), [])}
@@ -192,6 +217,27 @@ class Index:
                 per_path[path] = per_path.get(path, 0) + 1
                 hits.append(self._hit(int(number), float(scores[number])))
         return hits
+
+    def _demote_variants(self, scores, tokens: list[str]) -> None:
+        """Among the best-scoring files, one whose name is another's name followed by words the query does not
+        name (`..._warpspecialized_fp8`, `mma_traits_sm90_gmma_sparse`, `54_hopper_fp8_..._gemm` followed by
+        `_with_blockwise_scaling`) is a variant of it, a specialization the query did not ask for: its
+        declarations score less."""
+        best: dict[str, float] = {}
+        for number in scores.nonzero()[0]:
+            path = self.chunks[int(number)].path
+            best[path] = max(best.get(path, 0.0), float(scores[number]))
+        pool = sorted(best, key=best.get, reverse=True)[:VARIANT_POOL]
+        words = {path: _name_words(path) for path in pool}
+        query = [t for t in dict.fromkeys(tokens) if len(t) > 1]
+        variants = {b for b in pool for a in pool if words[a] and len(words[b]) > len(words[a])
+                    and words[b][:len(words[a])] == words[a]
+                    and not _named_words(query, frozenset(words[b][len(words[a]):]))}
+
+        if variants and VARIANT != 1.0:
+            for number in scores.nonzero()[0]:
+                if self.chunks[int(number)].path in variants:
+                    scores[number] *= VARIANT
 
     def _boost_by_path(self, scores, tokens: list[str]) -> None:
         words = [t for t in dict.fromkeys(tokens) if len(t) > 2]

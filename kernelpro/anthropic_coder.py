@@ -252,10 +252,11 @@ class AnthropicCoder:
         args = call.input if isinstance(call.input, dict) else {}
         try:
             if call.name == "search_cutlass" and self._index is not None:
-                from kernelpro.cutlass_index import device_arch
+                from kernelpro.cutlass_index import by_file, device_arch
                 hits = self._index().search(str(args.get("query", "")), 8, arch=device_arch())
-                text = json.dumps([{"path": h.path, "line": h.line, "symbol": h.symbol, "snippet": h.snippet}
-                                   for h in hits])
+                text = json.dumps([{"path": path, "declarations": [{"line": h.line, "symbol": h.symbol,
+                                                                    "snippet": h.snippet} for h in found]}
+                                   for path, found in by_file(hits)])
             elif call.name == "read_cutlass" and self._index is not None:
                 start = args.get("start")
                 first, lines = self._index().show(str(args.get("path", "")), int(start) if start else None, 80)

@@ -40,7 +40,7 @@ def register(app: typer.Typer) -> None:
         json_output: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     ) -> None:
         """Rank the declarations (structs, classes, functions, aliases, macros) that match QUERY, at most two
-        per file."""
+        per file, printed under their file (--json: the declarations in rank order)."""
         import re
         if not query.strip():
             raise typer.BadParameter("is empty: give words or identifiers", param_hint="QUERY")
@@ -55,10 +55,15 @@ def register(app: typer.Typer) -> None:
         console = make_console()
         if not hits:
             console.print(f"no declaration matches {query!r}")
-        for hit in hits:
-            console.print(f"[bold]{hit['symbol']}[/] [dim]({hit['kind']}, score {hit['score']:.2f})[/]  "
-                          f"{hit['path']}:{hit['line']}", highlight=False)
-            console.print(Syntax(hit["snippet"], "cpp", line_numbers=False, word_wrap=True))
+        files: dict[str, list[dict]] = {}
+        for hit in hits:  # each file once, with its declarations (files in the order of their best hit)
+            files.setdefault(hit["path"], []).append(hit)
+        for path, declarations in files.items():
+            console.print(f"[bold cyan]{path}[/]", highlight=False)
+            for hit in declarations:
+                console.print(f"  [bold]{hit['symbol']}[/] [dim]({hit['kind']}, line {hit['line']}, score "
+                              f"{hit['score']:.2f})[/]", highlight=False)
+                console.print(Syntax(hit["snippet"], "cpp", line_numbers=False, word_wrap=True))
 
     @cutlass_app.command("show")
     def show_command(

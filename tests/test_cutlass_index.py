@@ -16,7 +16,7 @@ from kernelpro.cutlass_index import (CutlassMissing, Index, include_dirs, load_i
 from kernelpro.cutlass_index import index as index_module  # noqa: E402
 from kernelpro.cutlass_index import source as source_module  # noqa: E402
 from kernelpro.cutlass_index.chunks import chunk_source, terms  # noqa: E402
-from kernelpro.cutlass_index.index import generations  # noqa: E402
+from kernelpro.cutlass_index.index import by_file, generations  # noqa: E402
 
 SNIPPET = r'''// A header in the style of CuTe.
 namespace cute {
@@ -258,13 +258,47 @@ def test_the_wheels_hopper_wgmma_example_compiles_to_hgmma_with_these_flags(tmp_
     assert "HGMMA." in sass
 
 
-def test_every_file_the_retrieval_queries_name_is_in_the_wheel():
-    """benchmarks/data/cutlass_queries.json: each relevant entry is a file or folder of the sources."""
-    data = json.loads((Path(__file__).resolve().parent.parent / "benchmarks" / "data" /
-                       "cutlass_queries.json").read_text())
+@pytest.mark.parametrize("name,least", [("cutlass_queries.json", 30), ("cutlass_queries_heldout.json", 20)])
+def test_every_file_the_retrieval_queries_name_is_in_the_wheel(name, least):
+    """benchmarks/data/cutlass_queries*.json: each relevant entry is a file or folder of the sources."""
+    data = json.loads((Path(__file__).resolve().parent.parent / "benchmarks" / "data" / name).read_text())
     root = locate().root
-    assert len(data["queries"]) >= 30
+    assert len(data["queries"]) >= least
     for item in data["queries"]:
         for entry in item["relevant"]:
             assert (root / entry).exists() or any((root / entry).parent.glob((root / entry).name + "*")), entry
+
+
+def test_a_variant_the_query_does_not_ask_for_ranks_below_its_base(built, monkeypatch):
+    """`..._warpspecialized_fp8.hpp` is `..._warpspecialized.hpp` plus a word the query does not name: it
+    ranks below its base; a query that names the word gets the variant first."""
+    index, _ = built
+    monkeypatch.setattr(index_module, "VARIANT", 1.0)
+    plain = [h.path for h in index.search("GMMA TMA warp specialized mainloop collective", 20, arch="sm90")]
+    monkeypatch.setattr(index_module, "VARIANT", 0.5)
+    ranked = [h.path for h in index.search("GMMA TMA warp specialized mainloop collective", 20, arch="sm90")]
+    base = "include/cutlass/gemm/collective/sm90_mma_tma_gmma_ss_warpspecialized.hpp"
+    variant = base.replace(".hpp", "_fp8.hpp")
+    assert base in ranked and (variant not in ranked or ranked.index(base) < ranked.index(variant))
+    assert ranked.index(base) <= plain.index(base)
+    fp8 = [h.path for h in index.search("FP8 GMMA TMA warp specialized mainloop collective", 20, arch="sm90")]
+    assert variant in fp8 and fp8.index(variant) < fp8.index(base)
+    assert index_module._name_words("examples/67_hopper_fp8_x/67_hopper_fp8_gemm_with_blockwise.cu") == (
+        "hopper", "fp8", "gemm", "with", "blockwise")
+
+
+def test_a_generation_the_query_names_is_the_one_preferred(built):
+    """On an H100 (sm90) a question about Ampere's tensor-core MMA gets sm80's files, not sm90's."""
+    index, _ = built
+    hits = index.search("Ampere tensor core mma m16n8k16", 5, arch="sm90")
+    assert hits and all("90" not in generations(h.path + " " + h.symbol) for h in hits[:3])
+    assert any("sm80" in h.path for h in hits)
+
+
+def test_hits_are_grouped_with_their_file(built):
+    index, _ = built
+    hits = index.search("warp specialized TMA WGMMA pipeline", 10, arch="sm90")
+    grouped = by_file(hits)
+    assert [h for _, found in grouped for h in found] == sorted(hits, key=lambda h: [p for p, _ in grouped].index(h.path))
+    assert len({p for p, _ in grouped}) == len(grouped) and all(len(found) <= 2 for _, found in grouped)
 
