@@ -272,7 +272,10 @@ if [ "${KB:-0}" = 1 ]; then
     mkdir -p "$KB_DIR" && tar xzf "$KB_STATE" -C "$KB_DIR" && echo "restored $KB_STATE"
   fi
   resume=""; [ -f "$KB_DIR/bench.db" ] && resume="--resume"
-  snap_kb() { python3 scripts/bench_snapshot.py "$KB_DIR" "$OUT/kb_state.tgz"; }
+  # kb_results_state.tgz: what the bench measured without KernelBench's code (--results-only), which may be
+  # committed (benchmarks/state/) and restored with KB_STATE in a later session
+  snap_kb() { python3 scripts/bench_snapshot.py "$KB_DIR" "$OUT/kb_state.tgz"
+              python3 scripts/bench_snapshot.py "$KB_DIR" "$OUT/kb_results_state.tgz" --results-only; }
   in_background kb kernelpro bench .kb/kernelbench --out "$KB_DIR" $resume ${KB_ARGS:-} --json
   snap_kb
   python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('SELECT status, COUNT(*) FROM problems GROUP BY status').fetchall())" "$KB_DIR/bench.db"
@@ -287,6 +290,7 @@ if [ "${KB_JUDGE:-0}" = 1 ] && [ -d "$KB_DIR/problems" ]; then
     pkill -KILL -f "kernelpro bench .kb/kernelbench" 2>/dev/null; pkill -KILL -f "kernelpro search .kb/kernelbench" 2>/dev/null
     pkill -KILL -f "kernelpro.harness.worker" 2>/dev/null; sleep 2; echo "bench stopped for the judge"
     python3 scripts/bench_snapshot.py "$KB_DIR" "$OUT/kb_state.tgz"
+    python3 scripts/bench_snapshot.py "$KB_DIR" "$OUT/kb_results_state.tgz" --results-only
   fi
   gpus=$(python3 -c "import torch; print(','.join(str(i) for i in range(torch.cuda.device_count())))")
   mkdir -p "$OUT/kb_judge"

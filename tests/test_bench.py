@@ -442,3 +442,44 @@ def test_unsafe_no_sandbox_reaches_each_search_and_is_never_saved(tmp_path):
     again = Bench(BenchSettings(suite=str(SUITE), out=str(out), **FAST), resume=True)
     assert again.settings.coder == "anthropic" and not again.settings.unsafe_no_sandbox
     assert "--unsafe-no-sandbox" not in search_args(entry, again.settings, out / "p", resume=True)
+
+
+def test_a_results_only_snapshot_holds_no_problem_code_and_the_bench_resumes_from_it(tmp_path):
+    """scripts/bench_snapshot.py --results-only: what a KernelBench bench measured, without KernelBench's
+    code, so it can be committed; restored on a fresh folder, the bench runs only what it had not finished."""
+    import importlib.util
+    import tarfile
+    spec = importlib.util.spec_from_file_location("bench_snapshot", ROOT / "scripts" / "bench_snapshot.py")
+    snapshot = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(snapshot)
+    out = tmp_path / "bench"
+    settings = BenchSettings(suite=str(SUITE), out=str(out), levels="1", **FAST)
+    Bench(settings).run()
+    finished, cut = "level1/1_DoubleNegation", "level1/2_ScaledSum"
+    with sqlite3.connect(out / "bench.db") as db:  # the second one as a kill leaves it: running
+        db.execute("UPDATE problems SET status = 'running' WHERE key = ?", (cut,))
+        before = dict(db.execute("SELECT key, started FROM problems").fetchall())
+    tree = json.loads((out / "problems" / finished / "tree.json").read_text())
+    tree["nodes"][-1]["failure"] = "Traceback: x = self.secret_line(x)"
+    (out / "problems" / finished / "tree.json").write_text(json.dumps(tree))
+    archive = tmp_path / "results.tgz"
+    snapshot.snapshot(out, archive, results_only=True)
+    restored = tmp_path / "restored"
+    with tarfile.open(archive) as tar:
+        names = tar.getnames()
+        tar.extractall(restored, filter="data")
+    sources = [p.read_text() for p in sorted(SUITE.glob("level1/*.py"))]
+    for path in restored.rglob("*"):
+        if path.is_file() and path.suffix != ".db":
+            text = path.read_text()
+            assert not any(source.strip() in text for source in sources), path
+            assert "class Model" not in text and "secret_line" not in text, path
+    assert not any(n.endswith((".py", "state.db", ".log")) for n in names)
+    assert (restored / "problems" / finished / "run.json").exists() and not (restored / "problems" / cut).exists()
+    assert sqlite3.connect(restored / "bench.db").execute(
+        "SELECT status FROM problems WHERE key = ?", (cut,)).fetchone() == ("pending",)
+    Bench(BenchSettings(suite=str(SUITE), out=str(restored), levels="1", **FAST), resume=True).run()
+    after = dict(sqlite3.connect(restored / "bench.db").execute("SELECT key, started FROM problems").fetchall())
+    assert after[finished] == before[finished] and after[cut] != before[cut]
+    board = json.loads((restored / "leaderboard.json").read_text())
+    assert {row["key"] for row in board["problems"]} == {finished, cut}
