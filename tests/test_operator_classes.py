@@ -216,3 +216,59 @@ def test_a_pool_that_no_kernel_reads_gets_a_kernel_of_its_own(tmp_path, init, sh
     path = problem(tmp_path, ["return self.p(x)"], [shape], init)
     kernels = check(path, ["fuse_pointwise"], atol=1e-6)
     assert [k["kind"] for k in kernels] == ["pointwise"] and kernels[0]["features"]["window_taps"] > 1
+
+
+# -- GEMMs of every shape: split-K, matrix-vector, small K ------------------------------------------------------
+GEMMS = [  # (forward, inputs, init)
+    ("return F.gelu(self.lin(x)) * 0.5", ["torch.randn(40, 300)"], "self.lin = nn.Linear(300, 48)"),
+    ("return torch.bmm(x, y) + z", ["torch.randn(3, 20, 260)", "torch.randn(3, 260, 36)", "torch.randn(3, 1, 36)"], ""),
+    ("return torch.relu(x @ y)", ["torch.randn(70, 500)", "torch.randn(500, 1)"], ""),   # matrix-vector
+    ("return x @ y.t() * 2.0", ["torch.randn(1, 400)", "torch.randn(90, 400)"], ""),      # one row
+    ("return torch.tanh(x @ y)", ["torch.randn(64, 5)", "torch.randn(5, 80)"], ""),        # K of 5
+]
+
+
+@pytest.mark.parametrize("forward,inputs,init", GEMMS, ids=[str(i) for i in range(len(GEMMS))])
+@pytest.mark.parametrize("split", [1, 2, 4])
+def test_triton_gemm_of_any_shape_with_or_without_split_k(tmp_path, forward, inputs, init, split, monkeypatch):
+    from kernelpro.offline import gemm
+    monkeypatch.setattr(gemm, "SMALL_DIM_MIN_ELEMENTS", 256)  # test sizes: take the small ones too
+
+    def forced(group, device=None):
+        config = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 2, "num_warps": 4, "num_stages": 2,
+                  "precision": "ieee", "score": 1.0}
+        return [dict(config, SPLIT_K=split) if split > 1 else config]
+    monkeypatch.setattr(gemm, "configs", forced)
+    args = ", ".join("xyz"[:len(inputs)])
+    path = problem(tmp_path, [forward], inputs, init, args)
+    source, _, kernels = Problem(path, 42, "eval").build(["triton_gemm"])
+    candidate = path.with_name(path.stem + "_new.py")
+    candidate.write_text(source)
+    compare_models(load_module(candidate), atol=1e-4)
+    assert [k["kind"] for k in kernels] == ["gemm"]
+    assert ("_partial_kernel[" in source) == (split > 1)
+
+
+def test_split_k_is_ranked_first_only_when_the_tiles_are_under_one_wave():
+    from kernelpro.offline import gemm
+    from kernelpro.offline.fusion_build import Group
+
+    def ranked(m, n, k):
+        group = Group(kind="pointwise", logical=(m, n))
+        group.gemm = gemm.Gemm(None, None, None, None, "nk", m, n, k, (m, k), (n, k), "x0")
+        return gemm.configs(group)
+    deep = ranked(256, 256, 131072)  # 16 tiles of 64 x 64 on 132 SMs: the slices fill the GPU
+    assert deep[0].get("SPLIT_K", 1) > 1 and all(c["BLOCK_K"] * 4 <= 131072 // c.get("SPLIT_K", 1) for c in deep)
+    square = ranked(4096, 4096, 4096)
+    assert not any("SPLIT_K" in c for c in square)
+    shallow = ranked(256, 256, 512)  # too little K to slice
+    assert not any("SPLIT_K" in c for c in shallow)
+
+
+def test_a_small_classifier_head_stays_a_library_call(tmp_path):
+    """A product with a dimension under 16 is taken only when it moves at least 2^20 elements."""
+    head = problem(tmp_path, ["return self.fc(x) * 2.0"], ["torch.randn(64, 128)"], "self.fc = nn.Linear(128, 10)")
+    assert Problem(head, 42, "eval").build(["triton_gemm"])[1].get("triton_gemm", 0) == 0
+    big = problem(tmp_path, ["return torch.relu(x @ y)"], ["torch.randn(2048, 1024)", "torch.randn(1024, 1)"],
+                  args="x, y")
+    assert Problem(big, 42, "eval").build(["triton_gemm"])[1]["triton_gemm"] == 1

@@ -50,6 +50,8 @@ def _takes(gm: fx.GraphModule, group: Group, precision: str) -> tuple[object, st
         return None, "not the epilogue of a matmul or linear the GEMM takes"
     if g.batch > 1:
         return None, "a batched product (the CuTe GEMM takes one matrix product)"
+    if min(g.m, g.n) < triton_gemm.MIN_SIZE:
+        return None, f"a dimension under {triton_gemm.MIN_SIZE} (a matrix-vector product): the Triton GEMM's"
     if precision not in ELEMENT:
         return None, f"the CuTe GEMM runs at bf16 or fp16, not {precision}"
     if any(item.var != g.var for item in group.inputs):

@@ -34,7 +34,14 @@ from kernelpro.offline.triton_gen import (Device, _block, _describe, _index_line
                                           _offset, layout)
 from kernelpro.offline.wrapper import Wrapper, output_names, python_wrapper
 
-MIN_SIZE = 16  # tl.dot wants every tile dimension >= 16; smaller products stay library calls
+MIN_SIZE = 16  # tl.dot wants every tile dimension >= 16: a smaller dimension is masked within a tile of 32
+# a product with a dimension under MIN_SIZE (a matrix-vector product, a small K) is taken only when it moves this
+# many elements: a small classifier head stays the library's, a 2^26-element matrix-vector product is ours
+SMALL_DIM_MIN_ELEMENTS = 2**20
+# split-K: a grid under one wave of tiles gets SPLIT_K slices of K, one program per (tile, slice), each writing a
+# float32 partial tile; a second kernel sums the slices in a fixed order and runs the epilogue
+SPLIT_K = (2, 4, 8, 16)
+SPLIT_K_MIN_K = 1024
 SHARED_BYTES = 227 * 1024  # per block on sm_90
 # TF32 tensor cores (wgmma) read both operands K-major: Triton transposes an N-contiguous float32 b tile by
 # tile, which halved the rate on the H100 (32-36 against 70-76 TFLOP/s, benchmarks/kernel_rates.py). A
@@ -142,7 +149,8 @@ def _gemm_for(gm: fx.GraphModule, group: Group, tf32: bool) -> Gemm | None:
             continue
         if bias is not None and _operand_shape(gm, bias) != (n,):
             continue
-        if min(m, n, k) < MIN_SIZE or max(m * k, n * k, m * n) >= 2**31:
+        if max(m * k, n * k, m * n) >= 2**31 or (min(m, n, k) < MIN_SIZE and max(m * k, n * k, m * n) <
+                                                   SMALL_DIM_MIN_ELEMENTS):
             continue
         return Gemm(node, a, b, bias, b_layout, m, n, k, a_shape, b_shape, item.var, tf32, batch=batch,
                     a_batched=a_batched, b_batched=b_batched)
@@ -225,16 +233,23 @@ def configs(group: Group, device: Device = Device()) -> list[dict]:
                 or bn > max(32, _next_pow2(g.n)):
             continue  # a tile far wider than the matrix only wastes lanes
         tiles = math.ceil(g.m / bm) * math.ceil(g.n / bn) * g.batch
-        waves = tiles / device.sms
-        tail = waves / math.ceil(waves) if waves >= 1 else waves
         reuse = (bm * bn / (bm + bn)) / 64.0  # outputs per element loaded, against 128x128's
-        for precision, weight in precisions:
-            score = round(tail * math.sqrt(min(1.0, reuse)) * weight, 6)
-            config = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "num_warps": warps,
-                      "num_stages": stages, "precision": precision}
-            if precision != "ieee" and g.b_layout == "kn" and g.m >= K_MAJOR_MIN_M:
-                config["b_k_major"] = True
-            ranked.append((score, config))
+        splits = [1] + [s for s in SPLIT_K if tiles < device.sms and g.k >= SPLIT_K_MIN_K and g.k // s >= 4 * bk
+                        and s * g.batch * g.m * g.n < 2**31]
+        for split in splits:
+            waves = tiles * split / device.sms
+            tail = waves / math.ceil(waves) if waves >= 1 else waves
+            # the partial tiles' round trip (written and read once each) against the operands' bytes
+            workspace = 1 / (1 + 2 * split * g.m * g.n / (g.m * g.k + g.n * g.k)) if split > 1 else 1.0
+            for precision, weight in precisions:
+                score = round(tail * math.sqrt(min(1.0, reuse)) * weight * workspace, 6)
+                config = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "num_warps": warps,
+                          "num_stages": stages, "precision": precision}
+                if precision != "ieee" and g.b_layout == "kn" and g.m >= K_MAJOR_MIN_M:
+                    config["b_k_major"] = True
+                if split > 1:
+                    config["SPLIT_K"] = split
+                ranked.append((score, config))
     ranked.sort(key=lambda item: (-item[0], sorted(item[1].items())))
     return [dict(config, score=score) for score, config in ranked]
 
@@ -247,37 +262,51 @@ def features(group: Group) -> dict:
 
 
 # -- the kernel -----------------------------------------------------------------------------------
-def _kernel(group: Group) -> list[str]:
+def _tile_lines(g: Gemm, rl: str) -> list[str]:
+    """The program's output tile: rows `rl` (within its own product) and columns `j`, in grouped order."""
+    return ["    pid = tl.program_id(0)",
+            f"    tiles_m = tl.cdiv({g.m}, BLOCK_M)", f"    tiles_n = tl.cdiv({g.n}, BLOCK_N)",
+            "    # grouped order: GROUP_M row tiles in a row sweep the same columns of b while they are in cache",
+            "    width = GROUP_M * tiles_n", "    first_m = (pid // width) * GROUP_M",
+            "    rows_here = tl.minimum(tiles_m - first_m, GROUP_M)",
+            "    pid_m = first_m + (pid % width) % rows_here", "    pid_n = (pid % width) // rows_here",
+            f"    {rl} = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]",
+            "    j = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]"]
+
+
+def _kernel(group: Group, split: bool = False) -> list[str]:
+    """The GEMM kernel; `split`: the split-K partial kernel, whose programs each take a slice of K
+    (program_id(2)) and store a float32 partial tile, with no bias and no epilogue (`_split_epilogue`)."""
     g = group.gemm
     rest = [i for i in group.inputs if i.var != g.var]
-    params = ["a_ptr", "b_ptr"] + (["bias_ptr"] if g.bias is not None else []) + [f"{i.var}_ptr" for i in rest]
-    params += [f"out{k}_ptr" for k in range(len(group.outputs))]
+    if split:
+        params = ["a_ptr", "b_ptr", "ws_ptr"]
+    else:
+        params = ["a_ptr", "b_ptr"] + (["bias_ptr"] if g.bias is not None else []) + [f"{i.var}_ptr" for i in rest]
+        params += [f"out{k}_ptr" for k in range(len(group.outputs))]
     params += ["stride_am", "stride_ak", "stride_bk", "stride_bn"]
     params += ["stride_ab", "stride_bb"] if g.batch > 1 else []
     b_read = "weight [N, K]" if g.b_layout == "nk" else "[K, N]"
     rl = "rl" if g.batch > 1 else "r"  # a tile's rows within its own product
+    what = ("one slice of K per program_id(2), a float32 partial tile stored for the epilogue kernel" if split
+            else "float32 accumulate, then the epilogue in registers: " + group.fused_ops)
     lines = ["@triton.jit",
-             f"def {group.name}_kernel({', '.join(params)}, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, "
-             "BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, PRECISION: tl.constexpr):",
+             f"def {group.name}_{'partial_' if split else ''}kernel({', '.join(params)}, BLOCK_M: tl.constexpr, "
+             "BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, PRECISION: tl.constexpr"
+             + (", K_PER: tl.constexpr):" if split else "):"),
              f"    # {f'{g.batch} x ' if g.batch > 1 else ''}[{g.m} x {g.k}] @ {b_read} -> [{g.m} x {g.n}]"
-             + (" + bias" if g.bias is not None else "")
-             + f", float32 accumulate, then the epilogue in registers: {group.fused_ops}"]
-    lines += _inputs_doc(group, rest)
-    lines += ["    pid = tl.program_id(0)",
-              f"    tiles_m = tl.cdiv({g.m}, BLOCK_M)", f"    tiles_n = tl.cdiv({g.n}, BLOCK_N)",
-              "    # grouped order: GROUP_M row tiles in a row sweep the same columns of b while they are in cache",
-              "    width = GROUP_M * tiles_n", "    first_m = (pid // width) * GROUP_M",
-              "    rows_here = tl.minimum(tiles_m - first_m, GROUP_M)",
-              "    pid_m = first_m + (pid % width) % rows_here", "    pid_n = (pid % width) // rows_here",
-              f"    {rl} = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]",
-              "    j = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]"]
+             + (" + bias" if g.bias is not None and not split else "") + f", {what}"]
+    lines += [] if split else _inputs_doc(group, rest)
+    lines += _tile_lines(g, rl)
     if g.batch > 1:  # one product per grid row: its operands' offsets (0 for a side broadcast), its output rows
         lines += ["    batch = tl.program_id(1).to(tl.int64)",
                   "    a_ptr += batch * stride_ab", "    b_ptr += batch * stride_bb",
                   f"    r = batch * {g.m} + {rl}  # rows of the [batch x m] output, for the epilogue"]
+    first = "first" if split else "0"
+    lines += ["    first = tl.program_id(2) * K_PER  # this program's slice of K"] if split else []
     lines += ["    kk = tl.arange(0, BLOCK_K)",
               "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
-              f"    for start in range(0, {g.k}, BLOCK_K):",
+              f"    for start in range({first}, {'first + K_PER' if split else g.k}, BLOCK_K):",
               "        ka = start + kk[None, :]", "        kb = start + kk[:, None]",
               "        # both operands through their strides: a transposed one is read where it lies",
               f"        a = tl.load(a_ptr + {rl} * stride_am + ka * stride_ak, mask=({rl} < {g.m}) & (ka < {g.k}), "
@@ -285,6 +314,35 @@ def _kernel(group: Group) -> list[str]:
     lines += [f"        b = tl.load(b_ptr + kb * stride_bk + j * stride_bn, mask=(kb < {g.k}) & (j < {g.n}), other=0.0)",
               "        acc = tl.dot(a, b, acc, input_precision=PRECISION)",
               f"    mask = ({rl} < {g.m}) & (j < {g.n})"]
+    if split:
+        return lines + [f"    tl.store(ws_ptr + (tl.program_id(2) * {g.batch * g.m} + r) * {g.n} + j, acc, mask=mask)"]
+    if g.bias is not None:
+        lines.append(f"    {g.var} = acc + tl.load(bias_ptr + j, mask=j < {g.n}, other=0.0).to(tl.float32)")
+    else:
+        lines.append(f"    {g.var} = acc")
+    return lines + epilogue(group, rest, len(group.logical) - 1)
+
+
+def _split_epilogue(group: Group) -> list[str]:
+    """Split-K's second kernel: per output tile, the partial tiles summed in slice order (the same sum every
+    call), then the bias and the epilogue, as the one-kernel GEMM runs them."""
+    g = group.gemm
+    rest = [i for i in group.inputs if i.var != g.var]
+    params = ["ws_ptr"] + (["bias_ptr"] if g.bias is not None else []) + [f"{i.var}_ptr" for i in rest]
+    params += [f"out{k}_ptr" for k in range(len(group.outputs))]
+    rl = "rl" if g.batch > 1 else "r"
+    lines = ["@triton.jit",
+             f"def {group.name}_kernel({', '.join(params)}, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, "
+             "GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr):",
+             f"    # split-K's partial [{g.m} x {g.n}] tiles summed" + (" + bias" if g.bias is not None else "")
+             + f", then the epilogue in registers: {group.fused_ops}"]
+    lines += _inputs_doc(group, rest) + _tile_lines(g, rl)
+    if g.batch > 1:
+        lines += ["    batch = tl.program_id(1).to(tl.int64)", f"    r = batch * {g.m} + {rl}"]
+    lines += [f"    mask = ({rl} < {g.m}) & (j < {g.n})",
+              "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
+              "    for part in range(SPLIT_K):",
+              f"        acc += tl.load(ws_ptr + (part * {g.batch * g.m} + r) * {g.n} + j, mask=mask, other=0.0)"]
     if g.bias is not None:
         lines.append(f"    {g.var} = acc + tl.load(bias_ptr + j, mask=j < {g.n}, other=0.0).to(tl.float32)")
     else:
@@ -341,13 +399,26 @@ def render(group: Group, config: dict) -> str:
     if config.get("b_k_major"):
         views = ["    if b.dtype == torch.float32 and b.stride(-1) == 1 and b.stride(-2) != 1:",
                  "        b = b.mT.contiguous().mT  # K-major, as TF32 tensor cores read it"] + views
-    launch = views + [f"    grid = (triton.cdiv({g.m}, {bm}) * triton.cdiv({g.n}, {bn}), {g.batch})",
-                      f"    {group.name}_kernel[grid]({', '.join(args + outs + strides)}, BLOCK_M={bm}, BLOCK_N={bn}, "
-              f"BLOCK_K={config['BLOCK_K']}, GROUP_M={config['GROUP_M']}, PRECISION={config['precision']!r}, "
-              f"num_warps={config['num_warps']}, num_stages={config['num_stages']})"]
+    constants = (f"BLOCK_M={bm}, BLOCK_N={bn}, BLOCK_K={config['BLOCK_K']}, GROUP_M={config['GROUP_M']}, "
+                 f"PRECISION={config['precision']!r}, num_warps={config['num_warps']}, num_stages={config['num_stages']}")
+    split = config.get("SPLIT_K", 1)
+    grid = f"    grid = (triton.cdiv({g.m}, {bm}) * triton.cdiv({g.n}, {bn}), {g.batch})"
+    if split > 1:
+        per = math.ceil(g.k / split / config["BLOCK_K"]) * config["BLOCK_K"]
+        launch = views + [grid, f"    # {split} slices of K ({per} each): partial tiles, then their sum and the epilogue",
+                          f"    ws = torch.empty(({split}, {g.batch * g.m}, {g.n}), device=a.device, dtype=torch.float32)",
+                          f"    {group.name}_partial_kernel[grid + ({split},)](a, b, ws, {', '.join(strides)}, {constants}, "
+                          f"K_PER={per})",
+                          f"    {group.name}_kernel[grid]({', '.join(['ws'] + args[2:] + outs)}, BLOCK_M={bm}, "
+                          f"BLOCK_N={bn}, GROUP_M={config['GROUP_M']}, SPLIT_K={split}, num_warps={config['num_warps']})"]
+        kernels = _kernel(group, split=True) + ["", ""] + _split_epilogue(group)
+        how = f"a split-K Triton GEMM ({split} slices of K) and an epilogue kernel"
+    else:
+        launch = views + [grid, f"    {group.name}_kernel[grid]({', '.join(args + outs + strides)}, {constants})"]
+        kernels = _kernel(group)
+        how = "one Triton GEMM with the epilogue inside"
     wrapper = Wrapper(name=group.name, args=args, shapes=shapes,
-                      doc=f"matmul + {group.fused_ops}: one Triton GEMM with the epilogue inside "
-                          f"(launch: {_describe(config)}).",
+                      doc=f"matmul + {group.fused_ops}: {how} (launch: {_describe(config)}).",
                       outputs=[(out.shape, "a.dtype") for out in group.outputs], device="a.device", launch=launch,
                       ready_args={"a": "{}", "b": "{}"})
-    return "\n".join(_kernel(group) + ["", ""] + python_wrapper(wrapper)) + "\n"
+    return "\n".join(kernels + ["", ""] + python_wrapper(wrapper)) + "\n"
