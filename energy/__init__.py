@@ -7,7 +7,7 @@ turns times and energies into the ratio the search maximises.
 """
 
 from kernelpro.energy.meter import EnergyUnavailable, NvmlMeter, open_meter
-from kernelpro.energy.objectives import OBJECTIVES, Measured, best_index, needs_energy, ratio
+from kernelpro.energy.objectives import OBJECTIVES, Measured, best_index, describe, needs_energy, ratio
 
 __all__ = ["NvmlMeter", "EnergyUnavailable", "open_meter", "OBJECTIVES", "Measured", "ratio", "best_index",
-           "needs_energy"]
+           "needs_energy", "describe"]

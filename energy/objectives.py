@@ -74,3 +74,16 @@ def best_index(objective: str, rows: list[Measured], epsilon: float = DEFAULT_EP
             return min(eligible, key=lambda i: rows[i].candidate_j)
     return max(range(len(rows)), key=lambda i: ratio(objective, rows[i], fastest, epsilon)
                if objective == "time" or rows[i].candidate_j else 0.0)
+
+
+def describe(energy: dict) -> str:
+    """An evaluation's energy (EnergyStats' JSON) in one line: J/call of both, whether they differ beyond the
+    spread of their windows, how many windows, the idle power and the method."""
+    ours, theirs = energy["candidate"]["j_per_call"], energy["reference"]["j_per_call"]
+    windows = energy.get("windows", 1)
+    verdict = {"lower": "lower", "higher": "higher"}.get(energy.get("difference", "none"),
+                                                          "no difference beyond the windows' spread")
+    spread = (f"spread {100 * energy.get('candidate_spread', 0.0):.1f}% and "
+              f"{100 * energy.get('reference_spread', 0.0):.1f}%" if windows > 1 else "one window, no spread")
+    return (f"{ours:.4g} J/call vs {theirs:.4g} J/call for the reference: {verdict} ({windows} window"
+            f"{'s' if windows != 1 else ''} each, {spread}; idle {energy['idle_power_w']:.0f} W, {energy['method']})")

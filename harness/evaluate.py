@@ -135,7 +135,7 @@ class _Outcome:
     final_payload: bytes = b""
     idle_power_w: float | None = None
     energy_reading: object = None
-    energy: dict = field(default_factory=dict)  # "eager" / "candidate" -> EnergyWindow
+    energy: dict = field(default_factory=dict)  # "eager" / "candidate" -> [EnergyWindow, ...] in window order
     held_bytes: int = 0  # the reference outputs kept in this process's memory (the rest spilled to files)
     first_outputs: list = field(default_factory=list)  # trial 0's candidate outputs, for the repeat check
     sizes: dict = field(default_factory=dict)  # the reference's input/output/parameter/peak bytes
@@ -332,7 +332,8 @@ class Evaluator:
                 worker.send({"cmd": "time", "baselines": list(options.baselines),
                              "profile_kernels": options.policy == "strict",
                              "kernelbench": options.kernelbench_timing,
-                             "energy": bool(options.measure_energy and self.energy_meter)})
+                             "energy": bool(options.measure_energy and self.energy_meter),
+                             "energy_windows": options.energy_windows})
             else:
                 worker.send({"cmd": "stop"})
         while True:
@@ -387,9 +388,9 @@ class Evaluator:
             elif kind == "energy_done":
                 joules, seconds = self.energy_meter.stop(outcome.energy_reading)
                 calls = max(1, int(header["calls"]))
-                outcome.energy[header["name"]] = EnergyWindow(
+                outcome.energy.setdefault(header["name"], []).append(EnergyWindow(
                     j_per_call=joules / calls, power_w=joules / seconds if seconds else 0.0, calls=calls,
-                    j_per_call_above_idle=(joules - outcome.idle_power_w * seconds) / calls, window_s=seconds)
+                    j_per_call_above_idle=(joules - outcome.idle_power_w * seconds) / calls, window_s=seconds))
             elif kind == "verdict":
                 raise _Finished(Verdict(header["verdict"]), header["reason"], outcome.phase)
             elif kind == "done":
@@ -479,8 +480,8 @@ class Evaluator:
         if set(outcome.energy) == {"eager", "candidate"}:
             meter = self.energy_meter
             limit = meter.power_limit_w() if hasattr(meter, "power_limit_w") else None
-            energy = EnergyStats(method=meter.method, idle_power_w=outcome.idle_power_w, power_limit_w=limit,
-                                 reference=outcome.energy["eager"], candidate=outcome.energy["candidate"])
+            energy = energy_stats(meter.method, outcome.idle_power_w, limit, outcome.energy["eager"],
+                                  outcome.energy["candidate"])
         kernelbench = _kernelbench_timing(timing.get("kernelbench"))
         if timing.get("kernelbench") and kernelbench is None:
             flags.append("kernelbench_timing_failed")
@@ -495,6 +496,24 @@ class Evaluator:
             floor=_floor(outcome.info, timing.get("ceilings") or {}),
             custom_kernels=[k for k in timing["kernels"] if policy.launched_custom_kernel([k], source)],
         )
+
+
+def energy_stats(method: str, idle_w: float, limit_w: float | None, reference: list[EnergyWindow],
+                 candidate: list[EnergyWindow]) -> EnergyStats:
+    """Each model's window of median J/call, the spreads, and whether the candidate's energy differs from the
+    reference's beyond them: only when the two sets of windows do not overlap at all."""
+    def median(windows: list[EnergyWindow]) -> EnergyWindow:
+        return sorted(windows, key=lambda w: w.j_per_call)[(len(windows) - 1) // 2]
+
+    def spread(windows: list[EnergyWindow]) -> float:
+        values = [w.j_per_call for w in windows]
+        middle = median(windows).j_per_call
+        return (max(values) - min(values)) / middle if middle else 0.0
+    ours, theirs = [w.j_per_call for w in candidate], [w.j_per_call for w in reference]
+    difference = "lower" if max(ours) < min(theirs) else "higher" if min(ours) > max(theirs) else "none"
+    return EnergyStats(method=method, idle_power_w=idle_w, power_limit_w=limit_w, reference=median(reference),
+                       candidate=median(candidate), windows=min(len(reference), len(candidate)),
+                       reference_spread=spread(reference), candidate_spread=spread(candidate), difference=difference)
 
 
 def _kernelbench_timing(sent) -> KernelBenchTiming | None:

@@ -95,6 +95,8 @@ class EvalOptions(_Record):
                                      "KernelBench's method (autograd on, mean of 100 calls on the same inputs)")
     measure_energy: bool = Field(False, description="after timing, measure J/call of the reference and the "
                                                     "candidate (needs an energy meter on the Evaluator)")
+    energy_windows: int = Field(3, ge=1, le=20, description="energy windows per model, the reference's and the "
+                                "candidate's interleaved: their spread says which differences are real")
 
     @property
     def effective_tolerance(self) -> float:
@@ -208,9 +210,14 @@ class EnergyStats(_Record):
 
     method: str = Field(description="nvml_energy_counter, or nvml_power_sampling where the counter is missing")
     idle_power_w: float
-    reference: EnergyWindow
-    candidate: EnergyWindow
+    reference: EnergyWindow = Field(description="the reference's window of median J/call")
+    candidate: EnergyWindow = Field(description="the candidate's window of median J/call")
     power_limit_w: float | None = None
+    windows: int = Field(1, description="windows per model, the reference's and the candidate's interleaved")
+    reference_spread: float = Field(0.0, description="(max - min) / median of the reference's J/call over its windows")
+    candidate_spread: float = Field(0.0, description="the same for the candidate")
+    difference: str = Field("none", description="lower or higher: every candidate window's J/call is below (above) "
+                            "every reference window's; none: the ranges overlap, no difference beyond the spread")
 
 
 class EvalResult(_Record):

@@ -418,11 +418,12 @@ class Job:
         return {"candidate_mean_ms": statistics.fmean(samples["candidate"]),
                 "reference_mean_ms": statistics.fmean(samples["eager"]), "trials": len(samples["candidate"])}
 
-    def energy_phase(self):
-        """Back-to-back calls in windows the trusted process measures: it says go and how long."""
+    def energy_phase(self, windows: int = 1):
+        """Back-to-back calls in windows the trusted process measures: it says go and how long. `windows`
+        rounds, the reference's window then the candidate's in each, so drift (heat, clocks) falls on both."""
         self.phase("energy")
         functions, pool = self.timed
-        for name in ("eager", "candidate"):
+        for name in ("eager", "candidate") * windows:
             self.send({"type": "energy_ready", "name": name})
             command, _ = channel.receive(self.sock)
             model, calls = functions[name], 0
@@ -482,7 +483,7 @@ def serve(sock: socket.socket, device_name: str) -> None:
             job.timing_phase(command.get("baselines", ["eager"]), command.get("profile_kernels", True),
                              command.get("kernelbench", False))
             if command.get("energy"):
-                job.energy_phase()
+                job.energy_phase(int(command.get("energy_windows", 1)))
         job.send({"type": "done"})
     except Report as report:
         channel.send(sock, report.header)

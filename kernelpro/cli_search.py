@@ -175,7 +175,10 @@ def register(app: typer.Typer) -> None:
             summary.add_row("vs torch.compile", f"{document['speedup_vs_compile']:.3f}x (re-measured, "
                                                 f"{final['compile_ms']:.4f} ms)" if final else
                             f"{document['speedup_vs_compile']:.3f}x")
-        if document.get("energy_j"):
+        if document.get("energy"):
+            from kernelpro.energy import describe
+            summary.add_row("energy", describe(document["energy"]))
+        elif document.get("energy_j"):
             summary.add_row("energy", f"{document['energy_j']:.4g} J/call (reference "
                                       f"{document['baseline_energy_j']:.4g} J/call)")
         summary.add_row("moves", " + ".join(document["best_moves"]) or "(none beat the reference)")

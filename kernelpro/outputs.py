@@ -87,9 +87,7 @@ def _header(run, best: dict | None, baseline: dict, final, rejected: dict | None
                 lines.append(f"# KernelBench's method (autograd on, mean of {final.kernelbench.trials} calls): "
                              f"{final.kernelbench.speedup:.3f}x vs eager")
         if result.get("energy"):
-            energy = result["energy"]
-            lines.append(f"# energy: {energy['candidate']['j_per_call']:.4g} J/call vs "
-                         f"{energy['reference']['j_per_call']:.4g} J/call for the reference ({energy['method']})")
+            lines.append(f"# energy: {objectives.describe(result['energy'])}")
         lines.append(f"# moves: {' + '.join(best['moves']) or best['move']}")
     elif rejected:
         lines.append(f"# the search's best ({' + '.join(rejected['moves'])}, "

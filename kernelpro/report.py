@@ -62,9 +62,8 @@ def _summary_pairs(doc: dict) -> list[tuple[str, str]]:
         pairs.append(("rejected after re-measurement", f"{' + '.join(rejected['moves'])}: {rejected['speedup']:.3f}x in "
                       f"the search, {rejected['final']['speedup']:.3f}x vs eager re-measured; the reference is kept"))
     if doc.get("energy"):
-        e = doc["energy"]
-        pairs.append(("energy", f"{e['candidate']['j_per_call']:.4g} J/call vs {e['reference']['j_per_call']:.4g} "
-                                f"J/call reference; idle {e['idle_power_w']:.0f} W ({e['method']})"))
+        from kernelpro.energy.objectives import describe
+        pairs.append(("energy", describe(doc["energy"])))
     pairs.append(("verdicts", ", ".join(f"{k} {v}" for k, v in sorted(doc["verdicts"].items()))))
     if doc.get("evaluations_per_minute"):
         split = doc.get("time_split_s") or {}

@@ -483,3 +483,60 @@ def test_a_results_only_snapshot_holds_no_problem_code_and_the_bench_resumes_fro
     assert after[finished] == before[finished] and after[cut] != before[cut]
     board = json.loads((restored / "leaderboard.json").read_text())
     assert {row["key"] for row in board["problems"]} == {finished, cut}
+
+
+def _energy_result(speedup: float, reference_j: float, best_j: float, difference: str, spread: float = 0.02) -> dict:
+    window = lambda j: {"j_per_call": j, "j_per_call_above_idle": j / 2, "power_w": 300.0, "calls": 100,  # noqa: E731
+                        "window_s": 1.0}
+    return {"speedup": speedup, "best_ms": 1.0 / speedup, "baseline_ms": 1.0, "evaluations": 4,
+            "verdicts": {"correct": 4}, "energy_j": best_j, "baseline_energy_j": reference_j,
+            "energy": {"method": "nvml_energy_counter", "idle_power_w": 70.0, "reference": window(reference_j),
+                       "candidate": window(best_j), "windows": 3, "reference_spread": spread,
+                       "candidate_spread": spread, "difference": difference}}
+
+
+def test_leaderboards_report_energy_saved_and_whether_it_is_beyond_the_spread(tmp_path):
+    from kernelpro.bench.leaderboard import level_summary, markdown, problem_row
+    rows = [problem_row({"key": f"level1/{i}_P", "level": 1, "number": i, "name": "P", "status": "done",
+                         "result": result, "error": "", "seconds": 1.0})
+            for i, result in enumerate([_energy_result(1.2, 2.0, 1.6, "lower"), _energy_result(1.0, 2.0, 1.98, "none")], 1)]
+    assert rows[0]["energy_saving"] == pytest.approx(1.25) and rows[0]["energy_difference"] == "lower"
+    assert rows[0]["energy_windows"] == 3 and rows[0]["energy_spread"] == pytest.approx(0.04)
+    summary = level_summary(1, rows)
+    assert summary["geomean_energy_saving"] == pytest.approx((1.25 * 2.0 / 1.98) ** 0.5)
+    document = {"created": "now", "settings": {"suite": "s", "coder": "offline", "strategy": "mcts", "budget": 4,
+                                               "objective": "energy", "precision": "fp32", "policy": "relaxed",
+                                               "device": "cuda"},
+                "devices": ["H100"], "levels": [summary], "overall": dict(summary, level="all"), "problems": rows}
+    text = markdown(document)
+    assert "| `level1/1_P` | 2 | 1.6 | 1.250x | yes, lower | 3 |" in text
+    assert "no difference" in text and "Geomean energy saved" in text
+    jsonschema.validate(json.loads(json.dumps(dict(document, format="kernelpro-leaderboard"))), schema())
+
+
+def test_compare_reports_energy_at_matched_speed(tmp_path):
+    """A time bench against an energy bench: B's best 3% slower but 20% less energy counts, one 25% slower
+    does not, and a saving inside the windows' spread is not counted as beyond it."""
+    from kernelpro.bench.compare import markdown as compare_markdown
+    from kernelpro.bench.leaderboard import problem_row
+
+    def board(folder: Path, results: list[dict]) -> Path:
+        folder.mkdir()
+        rows = [problem_row({"key": f"level1/{i}_P", "level": 1, "number": i, "name": "P", "status": "done",
+                             "result": r, "error": "", "seconds": 1.0}) for i, r in enumerate(results, 1)]
+        (folder / "leaderboard.json").write_text(json.dumps({"problems": rows}))
+        return folder
+    time_bench = board(tmp_path / "time", [_energy_result(1.50, 2.0, 1.6, "lower"), _energy_result(2.0, 2.0, 1.0, "lower"),
+                                           _energy_result(1.10, 2.0, 1.9, "none")])
+    energy_bench = board(tmp_path / "energy", [_energy_result(1.46, 2.0, 1.28, "lower"),
+                                               _energy_result(1.5, 2.0, 0.8, "lower"),
+                                               _energy_result(1.10, 2.0, 1.89, "none", spread=0.03)])
+    result = compare(time_bench, energy_bench)
+    pairs = {p["key"]: p for p in result["energy"]}
+    assert pairs["level1/1_P"]["matched_speed"] and pairs["level1/1_P"]["energy_b_over_a"] == pytest.approx(1.25)
+    assert not pairs["level1/2_P"]["matched_speed"]
+    assert pairs["level1/3_P"]["matched_speed"] and pairs["level1/3_P"]["beyond_spread"] is False
+    summary = result["energy_at_matched_speed"]
+    assert summary["matched"] == 2 and summary["not_matched"] == ["level1/2_P"] and summary["saving_beyond_spread"] == 1
+    assert summary["geomean_energy_b_over_a"] == pytest.approx((1.25 * 1.9 / 1.89) ** 0.5)
+    assert "Energy at matched speed" in compare_markdown(result)

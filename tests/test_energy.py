@@ -143,6 +143,7 @@ def test_harness_measures_energy_after_timing_for_correct_candidates():
     assert good.ok and good.energy is not None, good.reason
     energy = good.energy
     assert energy.method == "fake_constant_power" and energy.idle_power_w == 20.0
+    assert energy.windows == 3 and energy.reference_spread >= 0 and energy.difference in ("lower", "higher", "none")
     for window in (energy.reference, energy.candidate):
         assert window.window_s >= 0.3 and window.calls >= 8
         assert window.power_w == pytest.approx(100.0)
@@ -150,3 +151,35 @@ def test_harness_measures_energy_after_timing_for_correct_candidates():
         assert window.j_per_call_above_idle == pytest.approx(80.0 * window.window_s / window.calls)
     assert "energy" in good.phase_s
     assert not bad.ok and bad.energy is None
+
+
+def _window(j):
+    from kernelpro.harness.records import EnergyWindow
+    return EnergyWindow(j_per_call=j, j_per_call_above_idle=j / 2, power_w=100.0, calls=10, window_s=1.0)
+
+
+def test_a_difference_within_the_windows_spread_is_no_difference():
+    """Each model's median window stands for it; a difference counts only where the windows do not overlap."""
+    from kernelpro.energy import describe
+    from kernelpro.harness.evaluate import energy_stats
+    apart = energy_stats("m", 50.0, None, [_window(v) for v in (1.00, 1.02, 0.99)], [_window(v) for v in (0.80, 0.82, 0.81)])
+    assert apart.difference == "lower" and apart.windows == 3
+    assert apart.reference.j_per_call == 1.00 and apart.candidate.j_per_call == 0.81
+    assert apart.reference_spread == pytest.approx(0.03) and apart.candidate_spread == pytest.approx(0.02 / 0.81)
+    close = energy_stats("m", 50.0, None, [_window(v) for v in (1.00, 1.05, 0.95)], [_window(v) for v in (0.97, 0.99, 1.01)])
+    assert close.difference == "none"
+    assert "no difference beyond the windows' spread" in describe(close.model_dump())
+    assert energy_stats("m", 50.0, None, [_window(1.0)], [_window(1.2)]).difference == "higher"
+    assert "lower (3 windows each, spread 2.5% and 3.0%" in describe(apart.model_dump())
+
+
+def test_the_worker_interleaves_the_energy_windows():
+    """Three rounds of the reference's window then the candidate's: the fake meter sees six windows."""
+    problem = load_problem(Path(__file__).parent / "data" / "problems" / "linear_relu_residual.py")
+    meter = FakeMeter()
+    started = []
+    meter.start = lambda: started.append(time.monotonic()) or started[-1]
+    options = EvalOptions(device="cpu", measure_energy=True, timing_trials=5, timing_budget_s=0.5, energy_windows=3)
+    with Evaluator("cpu", spares=0, energy_meter=meter) as evaluator:
+        result = evaluator.evaluate(problem, problem.source + "\nModelNew = Model\n", options)
+    assert result.ok and len(started) == 6 and result.energy.windows == 3

@@ -4,6 +4,13 @@ The problems both benches finished are paired by key; the test is Wilcoxon's sig
 test on the per-problem log speedups over eager (scipy), two-sided, so an ablation (MCTS
 against greedy, a knowledge base against none) says whether its difference is more than
 noise. The geometric mean of B's speedup over A's speedup is the effect size.
+
+Where both benches measured energy (`--objective energy` against `--objective time`, say), each
+paired problem also gets both bests' J/call and their energy saved over their own reference,
+and a summary of **energy at matched speed**: over the problems whose B best is within 5% of
+A's speed, the geomean of B's energy saved over A's (each best's reference J/call over its own,
+measured in one evaluation, so drift between the two benches cancels), and on how many of them
+B's saving exceeds the spread of the windows both measurements took.
 """
 
 from __future__ import annotations
@@ -33,6 +40,34 @@ def signed_rank(differences: list[float]) -> dict:
     return {"statistic": float(result.statistic), "p_value": float(result.pvalue)}
 
 
+MATCHED_SPEED = 0.05  # B's best counts as matched when its speedup is at least A's / (1 + this)
+
+
+def energy_pairs(rows_a: dict, rows_b: dict, keys: list[str]) -> list[dict]:
+    """Per problem where both bests have an energy saving: times, J/call, the savings and B's over A's."""
+    pairs = []
+    for key in keys:
+        ra, rb = rows_a[key], rows_b[key]
+        if not (ra.get("energy_saving") and rb.get("energy_saving") and ra["speedup"] and rb["speedup"]):
+            continue
+        gain = rb["energy_saving"] / ra["energy_saving"]
+        spread = (ra.get("energy_spread") or 0.0) + (rb.get("energy_spread") or 0.0)
+        pairs.append({"key": key, "best_ms_a": ra["best_ms"], "best_ms_b": rb["best_ms"], "energy_j_a": ra["energy_j"],
+                      "energy_j_b": rb["energy_j"], "saving_a": ra["energy_saving"], "saving_b": rb["energy_saving"],
+                      "energy_b_over_a": gain, "speed_b_over_a": rb["speedup"] / ra["speedup"],
+                      "matched_speed": rb["speedup"] >= ra["speedup"] / (1 + MATCHED_SPEED),
+                      "beyond_spread": abs(gain - 1) > spread if spread else None})
+    return pairs
+
+
+def matched_summary(pairs: list[dict]) -> dict:
+    matched = [p for p in pairs if p["matched_speed"]]
+    return {"problems": len(pairs), "matched": len(matched),
+            "geomean_energy_b_over_a": geomean(p["energy_b_over_a"] for p in matched),
+            "saving_beyond_spread": sum(1 for p in matched if p["energy_b_over_a"] > 1 and p["beyond_spread"]),
+            "not_matched": [p["key"] for p in pairs if not p["matched_speed"]]}
+
+
 def compare(folder_a: Path, folder_b: Path) -> dict:
     a, b = load(folder_a), load(folder_b)
     rows_a = {r["key"]: r for r in a["problems"]}
@@ -43,6 +78,7 @@ def compare(folder_a: Path, folder_b: Path) -> dict:
         if ra["speedup"] and rb["speedup"] and ra["status"] == rb["status"] == "done":
             paired.append({"key": key, "a": ra["speedup"], "b": rb["speedup"], "ratio": rb["speedup"] / ra["speedup"],
                            "evaluations_a": ra["evaluations"], "evaluations_b": rb["evaluations"]})
+    energy = energy_pairs(rows_a, rows_b, [p["key"] for p in paired])
     logs = [math.log(p["ratio"]) for p in paired]
     test = {"test": "wilcoxon signed-rank (two-sided) on log(speedup B / speedup A)", "n": len(paired),
             **signed_rank(logs)}
@@ -50,7 +86,8 @@ def compare(folder_a: Path, folder_b: Path) -> dict:
             "only_a": sorted(rows_a.keys() - rows_b.keys()), "only_b": sorted(rows_b.keys() - rows_a.keys()),
             "geomean_a": geomean(p["a"] for p in paired), "geomean_b": geomean(p["b"] for p in paired),
             "geomean_b_over_a": geomean(p["ratio"] for p in paired),
-            "b_better": sum(1 for v in logs if v > 0), "a_better": sum(1 for v in logs if v < 0), **test}
+            "b_better": sum(1 for v in logs if v > 0), "a_better": sum(1 for v in logs if v < 0), **test,
+            "energy": energy, "energy_at_matched_speed": matched_summary(energy) if energy else None}
 
 
 def markdown(document: dict) -> str:
@@ -66,6 +103,22 @@ def markdown(document: dict) -> str:
     p_value = document["p_value"]
     lines.append(f"{document['test']}: " + (f"p = {p_value:.3g}" if p_value is not None
                                              else "not enough differing pairs for a test"))
+    if document.get("energy"):
+        lines += ["", "| problem | best ms A | best ms B | J/call A | J/call B | energy saved A | energy saved B | "
+                      "B / A energy | B / A speed | matched speed | beyond spread |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for p in document["energy"]:
+            beyond = "-" if p["beyond_spread"] is None else "yes" if p["beyond_spread"] else "no"
+            lines.append(f"| `{p['key']}` | {p['best_ms_a']:.4f} | {p['best_ms_b']:.4f} | {p['energy_j_a']:.4g} | "
+                         f"{p['energy_j_b']:.4g} | {p['saving_a']:.3f}x | {p['saving_b']:.3f}x | "
+                         f"{p['energy_b_over_a']:.3f} | {p['speed_b_over_a']:.3f} | "
+                         f"{'yes' if p['matched_speed'] else 'no'} | {beyond} |")
+        summary = document["energy_at_matched_speed"]
+        gain = summary["geomean_energy_b_over_a"]
+        lines += ["", f"Energy at matched speed (B within {MATCHED_SPEED:.0%} of A's speed): {summary['matched']} of "
+                      f"{summary['problems']} problems; geomean of B's energy saved over A's "
+                      + (f"{gain:.3f} ({(1 - 1 / gain):+.1%} less energy per call)" if gain else "-")
+                      + f"; beyond the windows' spread on {summary['saving_beyond_spread']}."
+                      + (f" Not matched: {', '.join(summary['not_matched'])}." if summary["not_matched"] else "")]
     for side in ("only_a", "only_b"):
         if document[side]:
             lines.append(f"Only in {side[-1].upper()}: " + ", ".join(document[side]))

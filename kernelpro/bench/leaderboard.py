@@ -75,8 +75,24 @@ def problem_row(row: dict) -> dict:
         "gpu_minutes": round((result.get("wall_s") or row.get("seconds") or 0.0) / 60, 3),
         "tokens": result.get("tokens"), "cost_usd": result.get("cost_usd"),
         "energy_j": result.get("energy_j"), "baseline_energy_j": result.get("baseline_energy_j"),
+        **energy_columns(result),
         "device_name": result.get("device_name"), "error": row["error"] or None,
     }
+
+
+def energy_columns(result: dict) -> dict:
+    """The best's energy against the reference's in the same evaluation: the saving (reference J/call over
+    the best's), whether it is beyond the spread of their windows, and how many windows each took."""
+    energy = result.get("energy") or {}
+    if energy:
+        saving = energy["reference"]["j_per_call"] / energy["candidate"]["j_per_call"]
+    elif result.get("energy_j") and result.get("baseline_energy_j"):
+        saving = result["baseline_energy_j"] / result["energy_j"]
+    else:
+        saving = None
+    spread = (energy.get("reference_spread", 0.0) + energy.get("candidate_spread", 0.0)) if energy else None
+    return {"energy_saving": saving, "energy_difference": energy.get("difference"),
+            "energy_windows": energy.get("windows"), "energy_spread": spread}
 
 
 def level_summary(level, rows: list[dict]) -> dict:
@@ -91,6 +107,7 @@ def level_summary(level, rows: list[dict]) -> dict:
         "geomean_vs_compile": geomean([r["speedup_vs_compile"] for r in rows if r["status"] == "done"]),
         "geomean_vs_best_baseline": geomean([r["speedup_vs_best_baseline"] for r in rows if r["status"] == "done"]),
         "geomean_kernelbench_method": geomean([r["kernelbench_speedup"] for r in rows if r["status"] == "done"]),
+        "geomean_energy_saving": geomean([r.get("energy_saving") for r in rows if r["status"] == "done"]),
         "gpu_minutes": round(sum(r["gpu_minutes"] for r in rows), 3),
     }
 
@@ -154,6 +171,19 @@ def markdown(document: dict) -> str:
     lines += ["", "Times and speedups: the best re-measured after its search, with eager (and torch.compile, where "
               "timed) in the same evaluation" + (f"; timed during the search for {', '.join(f'`{k}`' for k in searched)}"
                                    if searched else "") + "."]
+    measured = [r for r in document["problems"] if r.get("energy_saving")]
+    if measured:
+        lines += ["", "| problem | reference J/call | best J/call | energy saved (reference / best) | beyond the windows' "
+                      "spread | windows |", "|---|---|---|---|---|---|"]
+        for r in measured:
+            beyond = {"lower": "yes, lower", "higher": "yes, higher", "none": "no difference"}.get(
+                r.get("energy_difference") or "", "-")
+            reference = r["energy_j"] * r["energy_saving"] if r["energy_j"] else None
+            lines.append(f"| `{r['key']}` | {_cell(reference, '{:.4g}')} | {_cell(r['energy_j'], '{:.4g}')} | "
+                         f"{_cell(r['energy_saving'], suffix='x')} | {beyond} | {_cell(r.get('energy_windows'), '{}')} |")
+        overall = document["overall"].get("geomean_energy_saving")
+        lines += ["", f"Geomean energy saved: {_cell(overall, suffix='x')} (reference J/call over the best's, in the "
+                      "best's own evaluation)."]
     failed = [r for r in document["problems"] if r["error"]]
     if failed:
         lines += ["", "Failed problems:", ""] + [f"- `{r['key']}`: {r['error'].splitlines()[0][:300]}" for r in failed]
