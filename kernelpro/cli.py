@@ -45,7 +45,7 @@ def _root(version: Annotated[bool, typer.Option("--version", callback=_version, 
 
 
 def _register_commands() -> None:
-    from kernelpro import cli_bench, cli_cutlass, cli_eval, cli_kb, cli_profile, cli_search, cli_tools
+    from kernelpro import cli_bench, cli_cutlass, cli_eval, cli_kb, cli_launch, cli_profile, cli_search, cli_tools
     cli_search.register(app)
     cli_eval.register(app)
     cli_profile.register(app)
@@ -53,6 +53,7 @@ def _register_commands() -> None:
     cli_cutlass.register(app)
     cli_kb.register(app)
     cli_bench.register(app)
+    cli_launch.register(app)
 
 
 _register_commands()

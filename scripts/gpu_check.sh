@@ -262,6 +262,22 @@ if [ "${RATES:-0}" = 1 ]; then
     --json "$OUT/kernel_rates.json" --keep "$OUT/rate_candidates" 2>&1 | tee "$OUT/kernel_rates.log" | tail -16
 fi
 
+step "launch-configuration sweep (LAUNCH=1; LAUNCH_SHAPES per template, LAUNCH_MOST, LAUNCH_PROBLEMS: a suite folder, LAUNCH_STATE: an earlier launch_state.tgz)"
+# kernelpro launch collect into /tmp/kernelpro-launch/launch.db (resumable: rows are committed per kernel), then the
+# dataset (features, configurations and times only: no problem code) back as $OUT/launch_state.tgz.
+if [ "${LAUNCH:-0}" = 1 ]; then
+  mkdir -p /tmp/kernelpro-launch
+  if [ -n "${LAUNCH_STATE:-}" ] && [ ! -f /tmp/kernelpro-launch/launch.db ]; then
+    tar xzf "$LAUNCH_STATE" -C /tmp/kernelpro-launch && echo "restored $LAUNCH_STATE"
+  fi
+  timeout "${LAUNCH_TIMEOUT:-480}" kernelpro launch collect --db /tmp/kernelpro-launch/launch.db --shapes "${LAUNCH_SHAPES:-8}" \
+    --most "${LAUNCH_MOST:-16}" ${LAUNCH_PROBLEMS:+--problems "$LAUNCH_PROBLEMS"} --json >"$OUT/launch_collect.json" \
+    2>"$OUT/launch_collect.log"; echo "launch collect: exit $?"; tail -3 "$OUT/launch_collect.log"
+  python3 -c "from kernelpro.runstore import copy_database; copy_database('/tmp/kernelpro-launch/launch.db', '/tmp/launch_copy.db')" \
+    && (cd /tmp && mv launch_copy.db launch.db.snapshot && tar czf "$OUT/launch_state.tgz" --transform 's/launch.db.snapshot/launch.db/' launch.db.snapshot)
+  kernelpro launch show --db /tmp/kernelpro-launch/launch.db
+fi
+
 step "kernelpro bench over KernelBench (KB=1; KB_ARGS, e.g. --problems @benchmarks/kernelbench_subset30.txt --budget 4; KB_NAME, KB_STATE, UNTIL)"
 # In the background (in_background), snapshotting its folder into $OUT/kb_state.tgz; KB_STATE restores
 # such a snapshot on a fresh machine, and the bench resumes from it.

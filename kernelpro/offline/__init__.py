@@ -160,8 +160,8 @@ class OfflineCoder:
         if best.get("tune"):
             state["tune"] = best["tune"]
         if best.get("kernels"):
-            state["kernels"] = [{k: kernel[k] for k in ("name", "kind", "rank", "config", "features")}
-                                for kernel in best["kernels"]]
+            state["kernels"] = [{k: kernel[k] for k in ("name", "kind", "backend", "rank", "ranking", "config",
+                                                          "features") if k in kernel} for kernel in best["kernels"]]
         return CoderProposal(source=best["source"], techniques=(best["technique"],), rationale=best["rationale"],
                              move=best["move"], state=state, prior=prior)
 

@@ -47,6 +47,7 @@ class Device:
     registers_per_sm: int = 65536
     blocks_per_sm: int = 32
     bytes_in_flight: int = 32768  # per SM to cover DRAM latency at full bandwidth (Little's law)
+    name: str = ""  # the GPU's name (a learned launch model is per device); empty: none known
 
 
 LOOPED_FROM = 1024  # rows longer than this also get looped configurations

@@ -28,6 +28,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.passes.shape_prop import ShapeProp
 
 from kernelpro.harness.modelio import build_model, cast_to, import_file
+from kernelpro import launch
 from kernelpro.offline import (batchnorm, codegen, composites, conv_gemm, cuda_gen, cute_gemm, fusion, fxlibrary, fxpasses, gemm,
                                layouts, scans, triton_gen)
 from kernelpro.offline.fxpasses import foldable_nodes
@@ -204,19 +205,21 @@ class Problem:
                         if nhwc is not None:
                             rendered, adapter = nhwc
                             sources.append(adapter)
-                        ranked = generator.configs(rendered, device)
+                        backend = {cuda_gen: "cuda", cute_gemm: "cutlass"}.get(generator, "triton")
+                        features = {**generator.features(rendered), "layout": "nhwc" if nhwc else "reference",
+                                    "window_taps": sum(i.window.taps for i in rendered.inputs if i.window)}
+                        # the analytic ranking, or a learned launch model's order of it (kernelpro.launch)
+                        ranked, ranking = launch.order(generator.configs(rendered, device), features, backend,
+                                                       device.name, device.sms)
                         rank = min(int((tune or {}).get(group.name, 0)), len(ranked) - 1)
                         if generator in batched:
                             batched[generator][0].append(rendered)
                             batched[generator][1].append(ranked[rank])
                         else:
                             sources.append(generator.render(rendered, ranked[rank]))
-                        features = {**generator.features(rendered), "layout": "nhwc" if nhwc else "reference",
-                                    "window_taps": sum(i.window.taps for i in rendered.inputs if i.window)}
-                        backend = {cuda_gen: "cuda", cute_gemm: "cutlass"}.get(generator, "triton")
                         kernels.append({"name": group.name, "kind": group.kind if group.gemm is None
                                         else "conv" if generator is conv_gemm else "gemm",
-                                        "backend": backend, "ops": group.ops,
+                                        "backend": backend, "ops": group.ops, "ranking": ranking,
                                         "rank": rank, "configs": len(ranked), "config": ranked[rank],
                                         "features": features, "after_anchor": group.after_anchor,
                                         "bytes": features["bytes"]})
@@ -237,7 +240,8 @@ def _device(spec: dict) -> tuple[triton_gen.Device, tuple[int, int] | None]:
         props = torch.cuda.get_device_properties(0)
         return triton_gen.Device(sms=props.multi_processor_count,
                                  threads_per_sm=getattr(props, "max_threads_per_multi_processor", 2048),
-                                 registers_per_sm=getattr(props, "regs_per_multiprocessor", 65536)), \
+                                 registers_per_sm=getattr(props, "regs_per_multiprocessor", 65536),
+                                 name=props.name), \
             (props.major, props.minor)
     return triton_gen.Device(), None
 

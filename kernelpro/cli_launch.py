@@ -1,0 +1,159 @@
+"""`kernelpro launch collect|import|train|eval|show`: the learned launch-configuration predictor."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kernelpro.cli_options import make_console
+
+DbPath = Annotated[Path, typer.Option("--db", help="the dataset (SQLite)")]
+DEFAULT_DB = Path("launch.db")
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def evaluate(db: Path, family: str, device: str, model_file: Path | None = None) -> dict:
+    """The library call behind `kernelpro launch eval`: a model's rankings against the two baselines on the
+    instances its training held out (or on every instance of the family when the model did not record them)."""
+    from kernelpro.launch.model import LaunchModel, analytic_order, occupancy_order, score_ranking
+    from kernelpro.launch.store import LaunchStore
+    store = LaunchStore(db)
+    instances = store.instances(family, device)
+    model = LaunchModel.load(model_file) if model_file else None
+    if model is not None:
+        held = set((model.document.get("scores") or {}).get("test_instances") or [])
+        instances = [i for i in instances if i.instance in held] if held else instances
+    rows = {"analytic": score_ranking(instances, analytic_order).as_dict(),
+            "occupancy": score_ranking(instances, occupancy_order).as_dict()}
+    if model is not None:
+        rows["predictor"] = score_ranking(instances, model.order).as_dict()
+    return {"family": family, "device": device, "instances": len(instances), "rankings": rows}
+
+
+def register(app: typer.Typer) -> None:
+    launch_app = typer.Typer(help="The learned launch-configuration predictor: collect timings, train, evaluate.",
+                             no_args_is_help=True)
+
+    @launch_app.command("collect")
+    def collect_command(
+        db: DbPath = DEFAULT_DB,
+        shapes: Annotated[int, typer.Option("--shapes", min=0, help="random shapes per kernel template")] = 8,
+        problems: Annotated[Path | None, typer.Option("--problems", help="also every problem of this suite folder "
+                                                                         "(levelN/*.py or *.py)")] = None,
+        most: Annotated[int, typer.Option("--most", min=2, help="configurations per kernel, best-ranked first")] = 16,
+        seed: Annotated[int, typer.Option("--seed")] = 0,
+        json_output: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    ) -> None:
+        """Time every configuration of generated kernels on this GPU into the dataset (resumable)."""
+        import torch
+        from kernelpro.harness.errors import KernelproError
+        from kernelpro.launch.collect import collect, cuda_timer, random_shapes
+        from kernelpro.launch.store import LaunchStore
+        from kernelpro.offline.worker import _device
+        if not torch.cuda.is_available():
+            raise KernelproError("kernelpro launch collect times kernels on a CUDA GPU, and torch sees none here")
+        device, _ = _device({"device": "cuda"})
+        paths = sorted(problems.rglob("*.py")) if problems else []
+        summary = collect(LaunchStore(db), device.name, device, cuda_timer(), random_shapes(shapes, seed), paths, most,
+                          _stderr)
+        typer.echo(json.dumps(summary, indent=2) if json_output else
+                   f"{summary['added']} rows added to {summary['path']}; {len(summary['failed'])} problems failed")
+
+    @launch_app.command("import")
+    def import_command(
+        files: Annotated[list[Path], typer.Argument(help="launch_configs.jsonl files of searches (or their folders)")],
+        db: DbPath = DEFAULT_DB,
+        sms: Annotated[int, typer.Option("--sms", min=1, help="the SM count of the GPU they ran on")] = 132,
+    ) -> None:
+        """Add the single-kernel candidates that searches measured to the dataset."""
+        from kernelpro.launch.store import LaunchStore, import_jsonl
+        store = LaunchStore(db)
+        found = [f for path in files for f in ([path] if path.is_file() else sorted(path.rglob("launch_configs.jsonl")))]
+        if not found:
+            raise typer.BadParameter("no launch_configs.jsonl there", param_hint="FILES")
+        added = skipped = 0
+        for path in found:
+            a, s = import_jsonl(store, path, sms)
+            added, skipped = added + a, skipped + s
+        typer.echo(f"{added} rows added from {len(found)} files ({skipped} lines skipped: not correct, or several "
+                   "kernels whose times cannot be told apart)")
+
+    @launch_app.command("train")
+    def train_command(
+        family: Annotated[str, typer.Argument(help="triton_pointwise, triton_row, triton_gemm, triton_scan, ...")],
+        device: Annotated[str, typer.Option("--device", help="the GPU's name as the dataset records it")],
+        db: DbPath = DEFAULT_DB,
+        out: Annotated[Path | None, typer.Option("--out", help="the model file (default: beside the dataset)")] = None,
+        install: Annotated[bool, typer.Option("--install", help="also put it where searches look "
+                                                                "($KERNELPRO_HOME/launch/models)")] = False,
+        epochs: Annotated[int, typer.Option("--epochs", min=1)] = 300,
+        seed: Annotated[int, typer.Option("--seed")] = 0,
+        json_output: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    ) -> None:
+        """Train the predictor for one family on one device; prints its held-out scores against the baselines."""
+        from kernelpro.harness.errors import KernelproError
+        from kernelpro.launch import user_models
+        from kernelpro.launch.model import model_path, train
+        from kernelpro.launch.store import LaunchStore
+        instances = LaunchStore(db).instances(family, device)
+        if len(instances) < 2:
+            raise KernelproError(f"{db} holds {len(instances)} {family} instances on {device!r} with two or more "
+                                 "configurations measured: collect more first (kernelpro launch collect)")
+        model, report = train(instances, family, device, epochs=epochs, seed=seed)
+        target = out or model_path(db.parent, family, device)
+        model.save(target)
+        if install:
+            model.save(model_path(user_models(), family, device))
+        report = {k: v for k, v in report.items() if k != "test_instances"} | {"model": str(target)}
+        if json_output:
+            typer.echo(json.dumps(report, indent=2))
+            return
+        _print_scores(report)
+
+    @launch_app.command("eval")
+    def eval_command(
+        family: Annotated[str, typer.Argument()],
+        device: Annotated[str, typer.Option("--device")],
+        db: DbPath = DEFAULT_DB,
+        model: Annotated[Path | None, typer.Option("--model", help="a model file (its held-out instances are scored)")] = None,
+        json_output: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    ) -> None:
+        """Score the rankings (predictor, analytic, occupancy heuristic) on the dataset's instances."""
+        document = evaluate(db, family, device, model)
+        if json_output:
+            typer.echo(json.dumps(document, indent=2))
+            return
+        _print_scores({"family": family, "device": device, "test": document["instances"], **document["rankings"]})
+
+    @launch_app.command("show")
+    def show_command(db: DbPath = DEFAULT_DB,
+                     json_output: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
+        """What the dataset holds: rows and instances per family, device and source."""
+        from kernelpro.launch.store import LaunchStore
+        summary = LaunchStore(db).summary()
+        if json_output:
+            typer.echo(json.dumps(summary, indent=2))
+            return
+        for group in summary["groups"]:
+            typer.echo(f"{group['family']:20} {group['device']:28} {group['source']:7} {group['rows']:7} rows "
+                       f"{group['instances']:5} instances")
+
+    app.add_typer(launch_app, name="launch")
+
+
+def _print_scores(report: dict) -> None:
+    from rich.table import Table
+    table = Table(title=f"{report['family']} on {report['device']}: {report.get('test')} held-out kernels")
+    for column in ("ranking", "top-1 speed vs best", "best in top 3"):
+        table.add_column(column)
+    for name in ("predictor", "analytic", "occupancy"):
+        if name in report:
+            table.add_row(name, f"{report[name]['top1_speed']:.3f}", f"{report[name]['top3_hit']:.0%}")
+    make_console().print(table)

@@ -1,0 +1,65 @@
+"""kernelpro.launch: a learned launch-configuration predictor for the generated kernels.
+
+`collect` sweeps the configurations of generated kernels and times them into a SQLite dataset
+(`store`), `model` trains a classifier over each kernel's valid configurations (held out by kernel
+instance) and scores it against the analytic ranking and the occupancy heuristic, and `order`
+below is what the offline coder's graph worker calls: a kernel's ranked configurations reordered by
+the model for its family and device, where one exists, with the ranking that decided recorded.
+
+Models are looked for in `$KERNELPRO_HOME/launch/models/` (`kernelpro launch train --install`), then
+among the package's shipped ones (`kernelpro/launch/models/`).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from kernelpro.launch.features import family
+from kernelpro.launch.model import FORMAT_VERSION, LaunchModel, model_path
+
+log = logging.getLogger(__name__)
+SHIPPED = Path(__file__).parent / "models"
+_CACHE: dict[tuple, tuple[LaunchModel | None, str]] = {}
+
+
+def user_models() -> Path:
+    from kernelpro.harness.cache import kernelpro_home
+    return kernelpro_home() / "launch" / "models"
+
+
+def find(kind: str, device_name: str) -> tuple[LaunchModel | None, str]:
+    """(the model for this family and device, '') or (None, why the analytic ranking is used)."""
+    key = (kind, device_name, str(user_models()))
+    if key not in _CACHE:
+        found, why = None, f"no launch model for {kind} on {device_name or 'this device'}"
+        for folder in (user_models(), SHIPPED):
+            path = model_path(folder, kind, device_name)
+            if not path.exists():
+                continue
+            try:
+                found, why = LaunchModel.load(path), ""
+            except (ValueError, KeyError, OSError) as error:
+                why = f"the launch model {path} is not used: {error}"
+                log.warning("%s; the analytic ranking is used", why)
+            break
+        _CACHE[key] = (found, why)
+    return _CACHE[key]
+
+
+def order(ranked: list[dict], features: dict, backend: str, device_name: str, sms: int) -> tuple[list[dict], str]:
+    """The generator's ranked configurations, reordered by the launch model where one exists for the kernel's
+    family and device; and which ranking decided ("predictor", or "analytic: <why not the predictor>")."""
+    if not device_name or len(ranked) < 2:
+        return ranked, "analytic"
+    model, why = find(family(features, backend), device_name)
+    if model is None:
+        return ranked, f"analytic: {why}"
+    try:
+        indices = model.rank(features, ranked, sms)
+    except Exception as error:  # a model that cannot score this kernel: never a failed build
+        return ranked, f"analytic: the launch model failed on this kernel ({type(error).__name__}: {error})"
+    return [ranked[i] for i in indices], "predictor"
+
+
+__all__ = ["FORMAT_VERSION", "LaunchModel", "find", "order", "user_models"]

@@ -1,0 +1,139 @@
+"""`kernelpro launch collect`: sweep the launch configurations of generated kernels and time each one.
+
+Instances come from kernel families at shapes drawn from a seeded generator (a pointwise chain, a
+softmax row, a layer norm, a linear with its epilogue, a cumulative sum), and from the kernels the
+offline coder generates for the problems of a suite (`--problems DIR`: each kernel's configurations
+in turn, the others kept at their first). For each instance the graph worker writes one candidate per
+configuration (its `tune` rank), and a child process (a scrubbed environment, no API keys) times
+every candidate's forward in one process: CUDA events, a 256 MB write between calls to flush L2, the
+median of `calls`. Rows are committed to the store as each instance finishes; an instance's
+configurations already in the store are not timed again, so a killed collection resumes.
+
+The timer is an argument: `cuda_timer` on a GPU; tests pass a fake with the same signature.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernelpro.launch.features import family as family_of
+from kernelpro.launch.store import LaunchStore
+
+MOVES = ["fuse_reductions", "fuse_pointwise", "triton_gemm"]
+#: family template -> (forward lines, inputs from a shape, init lines)
+TEMPLATES = {
+    "pointwise": (["return torch.relu(x * 1.5 + y) - 0.25"], lambda s: [s, s], ""),
+    "softmax": (["return torch.softmax(x, dim=-1)"], lambda s: [s], ""),
+    "layernorm": (["return torch.relu(F.layer_norm(x, (x.shape[-1],)))"], lambda s: [s], ""),
+    "linear": (["return F.gelu(self.fc(x))"], lambda s: [(s[0], s[2])], "self.fc = nn.Linear({k}, {n})"),
+    "cumsum": (["return torch.cumsum(x, dim=-1)"], lambda s: [s], ""),
+}
+
+
+@dataclass
+class Shape:
+    template: str
+    dims: tuple[int, ...]
+
+
+def random_shapes(count: int, seed: int = 0) -> list[Shape]:
+    """`count` shapes per template, log-uniform over the sizes the KernelBench problems span."""
+    rng = random.Random(seed)
+    pick = lambda low, high: int(2 ** rng.uniform(low, high))  # noqa: E731
+    shapes = []
+    for _ in range(count):
+        shapes.append(Shape("pointwise", (pick(8, 14), pick(8, 14))))
+        shapes.append(Shape("softmax", (pick(6, 14), pick(6, 15))))
+        shapes.append(Shape("layernorm", (pick(6, 14), pick(6, 14))))
+        shapes.append(Shape("linear", (pick(5, 13), pick(6, 13), pick(6, 13))))
+        shapes.append(Shape("cumsum", (pick(9, 14), pick(6, 14))))
+    return shapes
+
+
+def template_problem(shape: Shape, folder: Path) -> Path:
+    forward, inputs, init = TEMPLATES[shape.template]
+    dims = shape.dims
+    init = init.format(n=dims[1], k=dims[2]) if shape.template == "linear" else init
+    args = ", ".join("xy"[:len(inputs(dims))])
+    text = "\n".join(["import torch", "import torch.nn as nn", "import torch.nn.functional as F", "", "",
+                      "class Model(nn.Module):", "    def __init__(self):", "        super().__init__()",
+                      f"        {init}" if init else "", "", f"    def forward(self, {args}):",
+                      *(f"        {line}" for line in forward), "", "",
+                      f"def get_inputs():\n    return [{', '.join(f'torch.randn{tuple(s)!r}' for s in inputs(dims))}]", "",
+                      "def get_init_inputs():\n    return []", ""])
+    path = folder / f"{shape.template}_{'x'.join(map(str, dims))}.py"
+    path.write_text(text)
+    return path
+
+
+#: (problem, candidate sources, their configurations, the kernel's features) -> ms per candidate (None: failed)
+Timer = Callable[[Path, list[str], list[dict], dict], list[float | None]]
+
+
+def cuda_timer(calls: int = 20) -> Timer:
+    """Times each candidate source's forward for the problem at `path`, in a child process on the GPU."""
+    def run(path: Path, sources: list[str], configs: list[dict], features: dict) -> list[float | None]:
+        from kernelpro.harness.process import scrubbed_environment
+        with tempfile.TemporaryDirectory(prefix="kernelpro-launch-") as folder:
+            files = []
+            for number, source in enumerate(sources):
+                files.append(str(Path(folder) / f"candidate_{number}.py"))
+                Path(files[-1]).write_text(source)
+            spec = Path(folder) / "spec.json"
+            spec.write_text(json.dumps({"problem": str(path), "candidates": files, "calls": calls}))
+            done = subprocess.run([sys.executable, "-m", "kernelpro.launch.timing", str(spec)], capture_output=True,
+                                  text=True, timeout=600, env=scrubbed_environment({"PYTHONPATH": ":".join(sys.path)}))
+        if done.returncode != 0:
+            raise RuntimeError(f"the timing child failed: {(done.stderr.strip().splitlines() or ['no output'])[-1]}")
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    return run
+
+
+def sweep(store: LaunchStore, problem: Path, device_name: str, device, timer: Timer, most: int = 16,
+          progress=lambda message: None) -> int:
+    """Every generated kernel of one problem: each one's first `most` ranked configurations timed (the other
+    kernels at their first); the rows added."""
+    from kernelpro.offline.worker import Problem
+    built = Problem(problem, 42, "eval")
+    moves = [m for m in MOVES]
+    _, _, kernels = built.build(moves, {}, device)
+    added = 0
+    for kernel in kernels:
+        if kernel["backend"] != "triton":
+            continue
+        family = family_of(kernel["features"], kernel["backend"])
+        ranks, sources, configs = [], [], []
+        for rank in range(min(most, kernel["configs"])):
+            source, _, rebuilt = built.build(moves, {kernel["name"]: rank}, device)
+            config = next(k["config"] for k in rebuilt if k["name"] == kernel["name"])
+            if not store.has(family, device_name, kernel["features"], config):
+                ranks.append(rank), sources.append(source), configs.append(config)
+        times = timer(problem, sources, configs, kernel["features"]) if sources else []
+        for rank, config, time_ms in zip(ranks, configs, times):
+            if time_ms is not None and math.isfinite(time_ms):
+                added += store.add(family, device_name, device.sms, kernel["features"], config, rank, time_ms, "sweep")
+        progress(f"{problem.name}: {kernel['name']} ({family}), {len(times)} configurations timed")
+    return added
+
+
+def collect(store: LaunchStore, device_name: str, device, timer: Timer, shapes: list[Shape],
+            problems: list[Path] = (), most: int = 16, progress=lambda message: None) -> dict:
+    """Sweeps the template shapes, then the suite's problems; a summary of what was added."""
+    added, failed = 0, []
+    with tempfile.TemporaryDirectory(prefix="kernelpro-launch-problems-") as folder:
+        items = [template_problem(s, Path(folder)) for s in shapes] + list(problems)
+        for number, path in enumerate(items, 1):
+            try:
+                added += sweep(store, path, device_name, device, timer, most, progress)
+            except Exception as error:  # one problem's failure is recorded, the sweep goes on
+                failed.append({"problem": path.name, "error": f"{type(error).__name__}: {error}"[:300]})
+            progress(f"[{number}/{len(items)}] {path.name}: {added} rows added so far")
+    return {"added": added, "failed": failed, **store.summary()}

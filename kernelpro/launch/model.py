@@ -1,0 +1,184 @@
+"""The launch-configuration predictor: a classifier over each kernel's valid configurations.
+
+For one kernel, the classes are the configurations its generator lists as valid for its shape (the
+analytic ranking's list); nothing else can be predicted, so the mask is the list itself. A small MLP
+(shared across kernels, one per family) scores each (kernel, configuration) pair from its features
+(`kernelpro.launch.features`); a softmax over the kernel's list gives the distribution. Training
+(Adam, torch) minimises the cross-entropy against a soft target that puts its weight on the fast
+configurations: softmax(-log(time / best) / TEMPERATURE) over the measured ones. Held-out instances
+(`split`) are whole kernels, never single rows, so the scores measure kernels the model never saw.
+
+A model is a JSON file (weights as lists, kilobytes): format version, family, device, the feature
+schema and its standardization, and the training scores. A file of another format version, or of
+another device, is not used: the analytic ranking is, with a note saying why.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernelpro.launch.features import pair, vector
+from kernelpro.launch.store import Instance
+
+FORMAT_VERSION = 1
+TEMPERATURE = 0.05
+HIDDEN = 32
+
+
+@dataclass
+class Scores:
+    """How a ranking does on held-out kernels: the speed its top choice reaches against the fastest measured
+    (geomean over kernels), and how often the fastest is among its first three."""
+    instances: int
+    top1_speed: float
+    top3_hit: float
+
+    def as_dict(self) -> dict:
+        return {"instances": self.instances, "top1_speed": round(self.top1_speed, 4),
+                "top3_hit": round(self.top3_hit, 4)}
+
+
+def score_ranking(instances: list[Instance], order) -> Scores:
+    """`order(instance)`: the instance's configuration indices, best first."""
+    logs, hits = [], 0
+    for item in instances:
+        ranked = order(item)
+        logs.append(math.log(item.times[item.best] / item.times[ranked[0]]))
+        hits += item.best in ranked[:3]
+    n = max(1, len(instances))
+    return Scores(len(instances), math.exp(sum(logs) / n) if logs else 0.0, hits / n)
+
+
+def analytic_order(item: Instance) -> list[int]:
+    """The generator's own ranking: by its analytic rank."""
+    return sorted(range(len(item.configs)), key=lambda i: item.ranks[i])
+
+
+def occupancy_order(item: Instance, threads_per_sm: int = 2048, registers_per_sm: int = 65536) -> list[int]:
+    """NVIDIA's occupancy-calculator heuristic: the configuration of highest theoretical occupancy, ties to the
+    larger block. Registers per thread come from the compiled kernel where recorded, else 32."""
+    def occupancy(i: int) -> tuple[float, int]:
+        config = item.configs[i]
+        threads = 32 * config["num_warps"] if "num_warps" in config else config.get("threads", 128)
+        registers = (item.static[i] or {}).get("registers", 32)
+        blocks = max(1, min(threads_per_sm // threads, registers_per_sm // max(1, registers * threads), 32))
+        return blocks * threads / threads_per_sm, threads
+    return sorted(range(len(item.configs)), key=lambda i: tuple(-v for v in occupancy(i)))
+
+
+def split(instances: list[Instance], held_out: float = 0.25, seed: int = 0) -> tuple[list[Instance], list[Instance]]:
+    """(train, test) by kernel instance: every row of an instance is on one side."""
+    ordered = sorted(instances, key=lambda i: i.instance)
+    random.Random(seed).shuffle(ordered)
+    cut = max(1, round(len(ordered) * held_out)) if len(ordered) > 1 else 0
+    return ordered[cut:], ordered[:cut]
+
+
+def _rows(item: Instance) -> list[dict[str, float]]:
+    return [pair(item.features, config, item.ranks[i], item.sms, item.static[i])
+            for i, config in enumerate(item.configs)]
+
+
+class LaunchModel:
+    def __init__(self, document: dict):
+        self.document = document
+        self.schema: list[str] = document["schema"]
+        self.mean, self.std = document["mean"], document["std"]
+        self.layers = document["layers"]  # [(weights [out][in], bias [out]), ...]
+
+    @property
+    def family(self) -> str:
+        return self.document["family"]
+
+    @property
+    def device(self) -> str:
+        return self.document["device"]
+
+    def _inputs(self, named: dict[str, float]) -> list[float]:
+        return [(v - m) / s for v, m, s in zip(vector(named, self.schema), self.mean, self.std)]
+
+    def logits(self, rows: list[dict[str, float]]) -> list[float]:
+        out = []
+        for named in rows:
+            values = self._inputs(named)
+            for index, (weights, bias) in enumerate(self.layers):
+                values = [b + sum(w * v for w, v in zip(row, values)) for row, b in zip(weights, bias)]
+                if index < len(self.layers) - 1:
+                    values = [max(0.0, v) for v in values]
+            out.append(values[0])
+        return out
+
+    def order(self, item: Instance) -> list[int]:
+        """The instance's configurations, most probable first (only those listed: the mask)."""
+        logits = self.logits(_rows(item))
+        return sorted(range(len(logits)), key=lambda i: (-logits[i], item.ranks[i]))
+
+    def rank(self, kernel_features: dict, configs: list[dict], sms: int) -> list[int]:
+        """For a kernel the generator is building: the indices of its ranked `configs`, most probable first."""
+        item = Instance("", self.family, self.device, sms, kernel_features, list(configs), list(range(len(configs))),
+                        [0.0] * len(configs), [{}] * len(configs))
+        return self.order(item)
+
+    def save(self, path: Path) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(self.document, separators=(",", ":")))
+
+    @classmethod
+    def load(cls, path: Path) -> "LaunchModel":
+        document = json.loads(Path(path).read_text())
+        if document.get("format_version") != FORMAT_VERSION:
+            raise ValueError(f"{path}: format version {document.get('format_version')}, this kernelpro reads "
+                             f"{FORMAT_VERSION}")
+        return cls(document)
+
+
+def train(instances: list[Instance], family: str, device: str, epochs: int = 300, seed: int = 0,
+          held_out: float = 0.25) -> tuple[LaunchModel, dict]:
+    """A model for one family on one device, and its scores on the held-out instances against the analytic
+    ranking and the occupancy heuristic."""
+    import torch
+    train_set, test_set = split(instances, held_out, seed)
+    if not train_set:
+        raise ValueError(f"no {family} instances with two or more measured configurations to train on")
+    rows = {item.instance: _rows(item) for item in instances}
+    schema = sorted({name for item in train_set for named in rows[item.instance] for name in named})
+    flat = [vector(named, schema) for item in train_set for named in rows[item.instance]]
+    columns = list(zip(*flat))
+    mean = [sum(c) / len(c) for c in columns]
+    std = [max(1e-6, math.sqrt(sum((v - m) ** 2 for v in c) / len(c))) for c, m in zip(columns, mean)]
+    torch.manual_seed(seed)
+    net = torch.nn.Sequential(torch.nn.Linear(len(schema), HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, HIDDEN),
+                              torch.nn.ReLU(), torch.nn.Linear(HIDDEN, 1))
+    batches = []
+    for item in train_set:
+        x = torch.tensor([[(v - m) / s for v, m, s in zip(vector(named, schema), mean, std)]
+                          for named in rows[item.instance]], dtype=torch.float32)
+        best = min(item.times)
+        target = torch.softmax(torch.tensor([-math.log(t / best) / TEMPERATURE for t in item.times]), 0)
+        batches.append((x, target))
+    optimizer = torch.optim.Adam(net.parameters(), lr=3e-3, weight_decay=1e-4)
+    for _ in range(epochs):
+        optimizer.zero_grad()
+        loss = sum(-(target * torch.log_softmax(net(x).squeeze(-1), 0)).sum() for x, target in batches) / len(batches)
+        loss.backward()
+        optimizer.step()
+    layers = [(m.weight.detach().tolist(), m.bias.detach().tolist()) for m in net if isinstance(m, torch.nn.Linear)]
+    model = LaunchModel({"format_version": FORMAT_VERSION, "family": family, "device": device, "schema": schema,
+                         "mean": mean, "std": std, "layers": layers, "temperature": TEMPERATURE,
+                         "trained_on": len(train_set), "held_out": len(test_set), "seed": seed, "epochs": epochs})
+    report = {"family": family, "device": device, "train": len(train_set), "test": len(test_set),
+              "test_instances": sorted(i.instance for i in test_set),
+              "predictor": score_ranking(test_set, model.order).as_dict(),
+              "analytic": score_ranking(test_set, analytic_order).as_dict(),
+              "occupancy": score_ranking(test_set, occupancy_order).as_dict()}
+    model.document["scores"] = report
+    return model, report
+
+
+def model_path(folder: Path, family: str, device: str) -> Path:
+    slug = "".join(c if c.isalnum() else "_" for c in device).strip("_").lower()
+    return Path(folder) / f"{slug}__{family}.json"

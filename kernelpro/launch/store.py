@@ -1,0 +1,136 @@
+"""The launch-configuration dataset: one SQLite file, a row per (kernel instance, configuration) measured.
+
+An instance is one kernel on one device: its family (`triton_row`, `triton_gemm`, ...), the generator's
+record of it (features), and the device. Each row adds one configuration of it (its launch keys, the
+analytic score and rank it had), the measured time, where it came from (`sweep`: `kernelpro launch
+collect`; `search`: a search's launch_configs.jsonl), and static and dynamic features where recorded.
+A row is committed as it is measured, so a killed collection resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kernelpro.runstore import DurableStore
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS measured (
+    instance TEXT NOT NULL,
+    family TEXT NOT NULL,
+    device TEXT NOT NULL,
+    features TEXT NOT NULL,
+    config TEXT NOT NULL,
+    score REAL NOT NULL,
+    rank INTEGER NOT NULL,
+    time_ms REAL NOT NULL,
+    source TEXT NOT NULL,
+    static TEXT NOT NULL DEFAULT '{}',
+    dynamic TEXT NOT NULL DEFAULT '{}',
+    sms INTEGER NOT NULL,
+    PRIMARY KEY (instance, config)
+);
+"""
+
+
+def canonical(config: dict) -> str:
+    """A configuration as a stable string (its launch keys; the analytic score left out)."""
+    return json.dumps({k: v for k, v in sorted(config.items()) if k != "score"}, sort_keys=True)
+
+
+def instance_id(family: str, device: str, features: dict) -> str:
+    return hashlib.sha256(json.dumps([family, device, features], sort_keys=True).encode()).hexdigest()[:20]
+
+
+@dataclass
+class Instance:
+    """One kernel on one device with every configuration measured for it."""
+    instance: str
+    family: str
+    device: str
+    sms: int
+    features: dict
+    configs: list[dict] = field(default_factory=list)  # each with "score"
+    ranks: list[int] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
+    static: list[dict] = field(default_factory=list)
+
+    @property
+    def best(self) -> int:
+        return min(range(len(self.times)), key=self.times.__getitem__)
+
+
+class LaunchStore(DurableStore):
+    filename = "launch.db"
+    schema = SCHEMA
+
+    def __init__(self, path: Path):
+        path = Path(path)
+        if path.suffix == ".db":  # a file named as the user wants it
+            self.filename = path.name
+            path = path.parent
+        super().__init__(path)
+
+    def add(self, family: str, device: str, sms: int, features: dict, config: dict, rank: int, time_ms: float,
+            source: str, static: dict | None = None, dynamic: dict | None = None) -> bool:
+        """Records one measurement; False when that configuration of that instance was already there."""
+        instance = instance_id(family, device, features)
+        with self.db:
+            cursor = self.db.execute(
+                "INSERT OR IGNORE INTO measured VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (instance, family, device, json.dumps(features, sort_keys=True), canonical(config),
+                 float(config.get("score", 0.0)), rank, time_ms, source, json.dumps(static or {}),
+                 json.dumps(dynamic or {}), sms))
+        return cursor.rowcount == 1
+
+    def has(self, family: str, device: str, features: dict, config: dict) -> bool:
+        instance = instance_id(family, device, features)
+        row = self.db.execute("SELECT 1 FROM measured WHERE instance = ? AND config = ?",
+                              (instance, canonical(config))).fetchone()
+        return row is not None
+
+    def instances(self, family: str | None = None, device: str | None = None, least: int = 2) -> list[Instance]:
+        """Every instance with at least `least` configurations measured, its configurations in rank order."""
+        query, args = ("SELECT instance, family, device, sms, features, config, score, rank, time_ms, static "
+                       "FROM measured"), []
+        where = [(f"{name} = ?", value) for name, value in (("family", family), ("device", device)) if value]
+        if where:
+            query += " WHERE " + " AND ".join(w for w, _ in where)
+            args = [v for _, v in where]
+        found: dict[str, Instance] = {}
+        for key, fam, dev, sms, features, config, score, rank, time_ms, static in self.db.execute(
+                query + " ORDER BY instance, rank", args):
+            item = found.setdefault(key, Instance(key, fam, dev, sms, json.loads(features)))
+            item.configs.append(dict(json.loads(config), score=score))
+            item.ranks.append(rank)
+            item.times.append(time_ms)
+            item.static.append(json.loads(static))
+        return [i for i in found.values() if len(i.times) >= least]
+
+    def summary(self) -> dict:
+        rows = self.db.execute("SELECT family, device, source, COUNT(*), COUNT(DISTINCT instance) FROM measured "
+                               "GROUP BY family, device, source ORDER BY family, device, source").fetchall()
+        return {"path": str(self.path), "groups": [{"family": f, "device": d, "source": s, "rows": n, "instances": i}
+                                                   for f, d, s, n, i in rows]}
+
+
+def import_jsonl(store: LaunchStore, path: Path, sms: int) -> tuple[int, int]:
+    """A search's launch_configs.jsonl into the store: the candidates with exactly one generated kernel, whose
+    measured time is that kernel's configuration's (with the rest of the forward). (rows added, lines skipped)."""
+    from kernelpro.launch.features import family
+    added = skipped = 0
+    for line in Path(path).read_text().splitlines():
+        entry = json.loads(line) if line.strip() else {}
+        kernels = entry.get("kernels") or []
+        if entry.get("verdict") != "correct" or len(kernels) != 1 or not entry.get("median_ms"):
+            skipped += 1
+            continue
+        kernel = kernels[0]
+        config = dict(kernel["config"])
+        added += store.add(family(kernel["features"], kernel.get("backend", "")), entry.get("device_name") or "unknown",
+                           sms, kernel["features"], config, int(kernel.get("rank", 0)), float(entry["median_ms"]),
+                           "search")
+    return added, skipped

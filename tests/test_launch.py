@@ -1,0 +1,128 @@
+"""The learned launch-configuration predictor (kernelpro.launch) on the CPU: collection through the real graph
+worker with a fake timer whose fastest configuration depends on the kernel's size, training with a split by
+kernel instance, masks, the model file, and the search's use of it with its fallback."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from kernelpro.launch import collect as C
+from kernelpro.launch import model as M
+from kernelpro.launch.store import LaunchStore, import_jsonl
+from kernelpro.offline.triton_gen import Device
+
+DEVICE = Device(sms=8, name="Fake GPU 8SM")
+
+
+def fake_timer(path, sources, configs, features):
+    """A kernel's time, fastest where BLOCK (or BLOCK_C) is about elements / (4 x SMs) and with 4 warps: a rule
+    the analytic ranking does not follow and a model can only learn from the kernel's features."""
+    elements = features.get("elements") or features.get("m", 1) * features.get("n", 1)
+    ideal = min(4096, max(256, 2 ** round(math.log2(max(1, elements / (4 * DEVICE.sms))))))
+    times = []
+    for config in configs:
+        block = config.get("BLOCK") or config.get("BLOCK_C") or config.get("BLOCK_M", 64) * config.get("BLOCK_N", 64)
+        times.append(1.0 + abs(math.log2(block / ideal)) * 0.2 + abs(config.get("num_warps", 4) - 4) * 0.03)
+    return times
+
+
+@pytest.fixture(scope="module")
+def collected(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("launch")
+    store = LaunchStore(folder / "launch.db")
+    shapes = [s for s in C.random_shapes(10, seed=1) if s.template in ("pointwise", "softmax")]
+    messages = []
+    summary = C.collect(store, DEVICE.name, DEVICE, fake_timer, shapes, most=12, progress=messages.append)
+    return store, summary, messages, shapes
+
+
+def test_collection_sweeps_every_template_instance_and_resumes(collected):
+    store, summary, messages, shapes = collected
+    assert summary["failed"] == [] and summary["added"] > 100
+    families = {g["family"] for g in summary["groups"]}
+    assert families == {"triton_pointwise", "triton_row"}
+    assert any("rows added so far" in m for m in messages)
+    again = C.collect(store, DEVICE.name, DEVICE, fake_timer, shapes[:3], most=12)
+    assert again["added"] == 0  # every configuration of those instances is in the store already
+
+
+def test_the_split_is_by_instance_and_the_model_beats_the_analytic_ranking(collected, tmp_path):
+    store, *_ = collected
+    instances = store.instances("triton_pointwise", DEVICE.name)
+    train_set, test_set = M.split(instances, 0.25, seed=0)
+    assert test_set and not {i.instance for i in train_set} & {i.instance for i in test_set}
+    model, report = M.train(instances, "triton_pointwise", DEVICE.name, epochs=150)
+    assert set(report["test_instances"]) == {i.instance for i in test_set}
+    assert report["predictor"]["top1_speed"] > report["analytic"]["top1_speed"], report
+    assert report["predictor"]["top1_speed"] >= 0.9 and report["predictor"]["top3_hit"] >= 0.5, report
+    for item in test_set:  # the mask: only the instance's own configurations, each once
+        assert sorted(model.order(item)) == list(range(len(item.configs)))
+    path = tmp_path / "m.json"
+    model.save(path)
+    again = M.LaunchModel.load(path)
+    assert again.schema == model.schema and again.logits(M._rows(test_set[0])) == pytest.approx(
+        model.logits(M._rows(test_set[0])))
+    assert path.stat().st_size < 100_000  # kilobytes, not megabytes
+
+
+def test_the_search_uses_an_installed_model_and_falls_back_on_a_version_mismatch(collected, tmp_path, monkeypatch):
+    import kernelpro.launch as launch
+    from kernelpro.offline.worker import Problem
+    store, *_ = collected
+    monkeypatch.setenv("KERNELPRO_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(launch, "_CACHE", {})
+    problem = C.template_problem(C.Shape("pointwise", (300, 700)), tmp_path)
+    built = Problem(problem, 42, "eval")
+    (_, _, plain), = [built.build(["fuse_pointwise"], {}, DEVICE)]
+    assert plain[0]["ranking"].startswith("analytic: no launch model")
+    model, _ = M.train(store.instances("triton_pointwise", DEVICE.name), "triton_pointwise", DEVICE.name, epochs=150)
+    target = M.model_path(launch.user_models(), "triton_pointwise", DEVICE.name)
+    model.save(target)
+    monkeypatch.setattr(launch, "_CACHE", {})
+    _, _, learned = built.build(["fuse_pointwise"], {}, DEVICE)
+    assert learned[0]["ranking"] == "predictor" and learned[0]["configs"] == plain[0]["configs"]
+    stale = dict(model.document, format_version=M.FORMAT_VERSION - 1)
+    target.write_text(json.dumps(stale))
+    monkeypatch.setattr(launch, "_CACHE", {})
+    _, _, fallback = built.build(["fuse_pointwise"], {}, DEVICE)
+    assert fallback[0]["ranking"].startswith("analytic: the launch model") and "format version" in fallback[0]["ranking"]
+    assert fallback[0]["config"] == plain[0]["config"]
+
+
+def test_search_records_import_one_kernel_candidates_only(tmp_path):
+    kernel = {"name": "k", "kind": "pointwise", "rank": 1, "config": {"BLOCK": 1024, "num_warps": 4, "score": 0.5},
+              "features": {"kind": "pointwise", "elements": 4096, "bytes": 32768}}
+    lines = [{"verdict": "correct", "median_ms": 0.5, "device_name": "H100", "kernels": [kernel]},
+             {"verdict": "correct", "median_ms": 0.7, "device_name": "H100", "kernels": [kernel, dict(kernel, name="j")]},
+             {"verdict": "incorrect", "median_ms": None, "device_name": "H100", "kernels": [kernel]}]
+    path = tmp_path / "launch_configs.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    store = LaunchStore(tmp_path / "d.db")
+    assert import_jsonl(store, path, 132) == (1, 2)
+    assert import_jsonl(store, path, 132) == (0, 2)  # already there
+    assert store.summary()["groups"] == [{"family": "triton_pointwise", "device": "H100", "source": "search",
+                                          "rows": 1, "instances": 1}]
+
+
+def test_the_cli_trains_and_evaluates_against_the_baselines(collected, tmp_path):
+    from typer.testing import CliRunner
+    from kernelpro.cli import app
+    store, *_ = collected
+    runner = CliRunner()
+    shown = runner.invoke(app, ["launch", "show", "--db", str(store.path), "--json"])
+    assert shown.exit_code == 0 and json.loads(shown.stdout)["groups"]
+    out = tmp_path / "model.json"
+    trained = runner.invoke(app, ["launch", "train", "triton_row", "--device", DEVICE.name, "--db", str(store.path),
+                                  "--out", str(out), "--epochs", "60", "--json"])
+    assert trained.exit_code == 0, trained.output
+    report = json.loads(trained.stdout)
+    assert {"predictor", "analytic", "occupancy"} <= set(report) and out.exists()
+    scored = runner.invoke(app, ["launch", "eval", "triton_row", "--device", DEVICE.name, "--db", str(store.path),
+                                 "--model", str(out), "--json"])
+    assert scored.exit_code == 0 and json.loads(scored.stdout)["rankings"]["predictor"] == report["predictor"]
+    empty = runner.invoke(app, ["launch", "train", "triton_gemm", "--device", DEVICE.name, "--db", str(store.path)])
+    assert empty.exit_code != 0 and "collect more first" in str(empty.exception)
