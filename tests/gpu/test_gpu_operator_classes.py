@@ -1,0 +1,71 @@
+"""GPU: the level-1 operator classes added on 2026-11-25 (scans, vector norms, losses written out, a pool alone,
+split-K and matrix-vector GEMMs) as compiled kernels, judged by the real harness at fp32 in training mode,
+sandboxed like any candidate. The CPU tests check the same kernels in Triton's interpreter; this checks the
+compiled ones (tl.cumsum/tl.cumprod, the split-K partial kernel, the masked 32-wide tiles) and prints their
+speed against eager: `GPU_TESTS_K=operator_classes bash scripts/gpu_check.sh`."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+from kernelpro.harness import EvalOptions, Evaluator, PhaseLimits, Verdict, load_problem  # noqa: E402
+from kernelpro.offline.worker import Problem, _device  # noqa: E402
+
+CASES = {  # name: (forward, inputs, init, moves, the kernel kind expected)
+    "cumsum_reverse": ("return torch.cumsum(x.flip(1), dim=1).flip(1)", ["torch.rand(4096, 8192)"], "",
+                       ["fuse_reductions"], "scan"),
+    "cumsum_exclusive": ("return torch.cat((torch.zeros_like(x.select(1, 0).unsqueeze(1)), "
+                         "torch.cumsum(x.narrow(dim=1, start=0, length=x.size(1) - 1), dim=1)), dim=1)",
+                         ["torch.rand(4096, 8192)"], "", ["fuse_reductions"], "scan"),
+    "masked_cumprod": ("return torch.cumprod(1.0 + 0.001 * x * (y > 0.5), dim=1)", ["torch.rand(2048, 3000)",
+                                                                                     "torch.rand(2048, 3000)"], "",
+                       ["fuse_reductions"], "scan"),
+    "frobenius": ("return x / torch.norm(x, p='fro')", ["torch.rand(64, 64, 256, 256)"], "", ["fuse_reductions"],
+                  "row"),
+    "l2_rows": ("return x / torch.norm(x, p=2, dim=1, keepdim=True)", ["torch.rand(4096, 16384)"], "",
+                ["fuse_reductions"], "row"),
+    "triplet": ("return self.f(x, y, z)", ["torch.rand(8192, 4096)", "torch.rand(8192, 4096)",
+                                           "torch.rand(8192, 4096)"], "self.f = nn.TripletMarginLoss(margin=1.0)",
+                ["fuse_reductions"], "row"),
+    "max_pool": ("return self.p(x)", ["torch.rand(16, 64, 256, 256)"],
+                 "self.p = nn.MaxPool2d(kernel_size=4, stride=1, padding=1)", ["fuse_pointwise"], "pointwise"),
+    "split_k": ("return torch.relu(x @ y)", ["torch.rand(256, 65536)", "torch.rand(65536, 256)"], "",
+                ["triton_gemm"], "gemm"),
+    "matrix_vector": ("return x @ y", ["torch.rand(4096, 16384)", "torch.rand(16384, 1)"], "", ["triton_gemm"],
+                      "gemm"),
+}
+
+
+@pytest.fixture(scope="module")
+def evaluator(tmp_path_factory):
+    from kernelpro.harness.cache import BuildCache
+    with Evaluator("cuda", cache=BuildCache(tmp_path_factory.mktemp("builds"))) as evaluator:
+        yield evaluator
+
+
+def problem(tmp_path, forward: str, inputs: list[str], init: str):
+    args = ", ".join("xyz"[:len(inputs)])
+    path = tmp_path / "problem.py"
+    path.write_text("\n".join([
+        "import torch", "import torch.nn as nn", "import torch.nn.functional as F", "", "",
+        "class Model(nn.Module):", "    def __init__(self):", "        super().__init__()",
+        f"        {init}" if init else "", "", f"    def forward(self, {args}):", f"        {forward}", "", "",
+        f"def get_inputs():\n    return [{', '.join(inputs)}]", "", "def get_init_inputs():\n    return []", ""]))
+    return path
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_operator_class_candidates_are_correct_on_the_gpu(name, evaluator, tmp_path):
+    forward, inputs, init, moves, kind = CASES[name]
+    path = problem(tmp_path, forward, inputs, init)
+    device, _ = _device({"device": "cuda"})
+    source, _, kernels = Problem(path, 42, "train").build(moves, {}, device)
+    assert kind in [k["kind"] for k in kernels], kernels
+    options = EvalOptions(device="cuda", timing_trials=20, limits=PhaseLimits(load_s=600, correctness_s=300))
+    result = evaluator.evaluate(load_problem(path), source, options)
+    assert result.verdict is Verdict.CORRECT, result.reason
+    print(f"{name}: {result.speedup:.3f}x vs eager ({[k['config'] for k in kernels]})")
