@@ -463,7 +463,10 @@ class Evaluator:
                            worker=worker, outcome=outcome, flags=flags)
         final = compare.load_tensors(outcome.final_payload)
         half = timing["final_count"]
-        mismatch = compare.compare_outputs(final[:half], final[half:], "x", "x", tolerance)
+        mismatch = compare.compare_outputs(final[:half], final[half:2 * half], "x", "x", tolerance)
+        compiled = final[2 * half:] if timing.get("compile_count") else None
+        compile_mismatch = compare.compare_outputs(final[:half], compiled, "x", "x", tolerance) \
+            if compiled is not None else None  # the baseline judged as a candidate would be
         if mismatch:
             raise _Finished(Verdict.REJECTED, "results changed during timing (caching across calls?): "
                             + mismatch.reason, Phase.TIMING)
@@ -475,7 +478,7 @@ class Evaluator:
         candidate, eager = stats["candidate"], stats["eager"]
         if self.device == "cuda" and candidate.median_ms > candidate.host_median_ms * 1.1 + 0.05:
             flags.append("timer_mismatch")
-        compiled = stats.get("compile")
+        compiled_stats = stats.get("compile")
         energy = None
         if set(outcome.energy) == {"eager", "candidate"}:
             meter = self.energy_meter
@@ -491,8 +494,10 @@ class Evaluator:
              if outcome.itself else "correct, ") + f"{eager.median_ms / candidate.median_ms:.3f}x vs eager",
             base, began, worker=worker, outcome=outcome, flags=flags,
             speedup=eager.median_ms / candidate.median_ms, candidate=candidate, reference=eager,
-            reference_compile=compiled, energy=energy, kernelbench=kernelbench,
-            speedup_vs_compile=compiled.median_ms / candidate.median_ms if compiled else None,
+            reference_compile=compiled_stats, energy=energy, kernelbench=kernelbench,
+            compile_correct=None if compiled is None else compile_mismatch is None,
+            compile_mismatch=compile_mismatch.reason if compile_mismatch else "",
+            speedup_vs_compile=compiled_stats.median_ms / candidate.median_ms if compiled_stats else None,
             floor=_floor(outcome.info, timing.get("ceilings") or {}),
             custom_kernels=[k for k in timing["kernels"] if policy.launched_custom_kernel([k], source)],
         )

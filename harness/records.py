@@ -231,6 +231,9 @@ class EvalResult(_Record):
     candidate: TimingStats | None = None
     reference: TimingStats | None = None
     reference_compile: TimingStats | None = None
+    compile_correct: bool | None = Field(None, description="whether torch.compile's output (the timing's last call) "
+                                         "passes the same tolerance against eager; None when compile was not timed")
+    compile_mismatch: str = Field("", description="how torch.compile's output differs, when it does not pass")
     errors: list[ErrorStats] = []
     flags: list[str] = Field([], description="warnings that do not change the verdict, e.g. degenerate_problem")
     floor: Floor | None = None

@@ -392,18 +392,20 @@ class Job:
         timer = InterleavedTimer(self.device, pool, self.spec["l2_flush_bytes"])
         device_ms, host_ms, last = timer.run(functions, self.spec["timing_trials"],
                                              self.spec["timing_budget_s"], self.spec["warmup_calls"], seed)
-        last.pop("compile", None)
+        compiled_last = last.pop("compile", None)  # judged against eager's on the trusted side, like the candidate
         self.check_tampering()
         kernelbench_ms = self.kernelbench_timing(functions, timer) if kernelbench else None
         self.check_tampering()
         ceilings = self.measure_ceilings() if self.device.type == "cuda" else {}
         _, eager_out = flatten_outputs(last.pop("eager"))
         _, candidate_out = flatten_outputs(last.pop("candidate"))
-        count = len(eager_out)
-        payload = pack_values(list(eager_out) + list(candidate_out))
-        del eager_out, candidate_out
+        _, compile_out = flatten_outputs(compiled_last) if compiled_last is not None else (None, [])
+        count, compiled = len(eager_out), len(compile_out)
+        payload = pack_values(list(eager_out) + list(candidate_out) + list(compile_out))
+        del eager_out, candidate_out, compile_out, compiled_last
         self.send({"type": "timing", "device_ms": device_ms, "host_ms": host_ms, "kernels": kernels,
-                   "ceilings": ceilings, "final_count": count, "kernelbench": kernelbench_ms}, payload)
+                   "ceilings": ceilings, "final_count": count, "compile_count": compiled,
+                   "kernelbench": kernelbench_ms}, payload)
         self.timed = {"eager": functions["eager"], "candidate": functions["candidate"]}, pool
 
     def kernelbench_timing(self, functions: dict, timer: InterleavedTimer) -> dict:

@@ -241,6 +241,7 @@ class SearchRun:
                                    f"{result.reason}")
         baseline = {"result": result.model_dump(mode="json"), "eager_ms": result.reference.median_ms,
                     "compile_ms": result.reference_compile.median_ms if result.reference_compile else None,
+                    "compile_correct": result.compile_correct,
                     "energy_j": result.energy.reference.j_per_call if result.energy else None,
                     "device_name": result.device_name, "torch_version": result.torch_version}
         self.store.put("baseline", baseline)

@@ -60,6 +60,8 @@ def _final_record(final) -> dict | None:
     return {"eager_ms": final.reference.median_ms, "compile_ms": compiled.median_ms if compiled else None,
             "best_ms": final.candidate.median_ms, "speedup": final.speedup,
             "speedup_vs_compile": final.speedup_vs_compile,
+            # whether torch.compile's own output passed the tolerance against eager (None: not timed)
+            "compile_correct": final.compile_correct, "compile_mismatch": final.compile_mismatch,
             # the same best timed by KernelBench's method, to compare with published numbers
             "kernelbench": kernelbench.model_dump(mode="json") if kernelbench else None}
 
@@ -167,6 +169,7 @@ def write_all(run, search: Search, baseline: dict, stopped: str, final) -> dict:
         "model_mode": s.model_mode,
         "budget": s.budget, "evaluations": len(rows), "verdicts": verdict_counts(rows),
         "baseline_ms": baseline["eager_ms"], "baseline_compile_ms": baseline.get("compile_ms"),
+        "baseline_compile_correct": baseline.get("compile_correct"),
         "best_ms": result["candidate"]["median_ms"] if result else baseline["eager_ms"],
         # The reference timed in the best's own evaluation: speedup = best_reference_ms / best_ms.
         "best_reference_ms": result["reference"]["median_ms"] if result else baseline["eager_ms"],

@@ -499,7 +499,9 @@ def test_leaderboards_report_energy_saved_and_whether_it_is_beyond_the_spread(tm
     from kernelpro.bench.leaderboard import level_summary, markdown, problem_row
     rows = [problem_row({"key": f"level1/{i}_P", "level": 1, "number": i, "name": "P", "status": "done",
                          "result": result, "error": "", "seconds": 1.0})
-            for i, result in enumerate([_energy_result(1.2, 2.0, 1.6, "lower"), _energy_result(1.0, 2.0, 1.98, "none")], 1)]
+            for i, result in enumerate([_energy_result(1.2, 2.0, 1.6, "lower"),
+                                        dict(_energy_result(1.0, 2.0, 1.98, "none"), baseline_compile_ms=0.5,
+                                             baseline_compile_correct=False)], 1)]
     assert rows[0]["energy_saving"] == pytest.approx(1.25) and rows[0]["energy_difference"] == "lower"
     assert rows[0]["energy_windows"] == 3 and rows[0]["energy_spread"] == pytest.approx(0.04)
     summary = level_summary(1, rows)
@@ -511,6 +513,8 @@ def test_leaderboards_report_energy_saved_and_whether_it_is_beyond_the_spread(tm
     text = markdown(document)
     assert "| `level1/1_P` | 2 | 1.6 | 1.250x | yes, lower | 3 |" in text
     assert "no difference" in text and "Geomean energy saved" in text
+    assert summary["compile_incorrect"] == 1 and "| 0.5000 † |" in text  # torch.compile's output failed there
+    assert "failed the tolerance against eager on 1 problem" in text
     jsonschema.validate(json.loads(json.dumps(dict(document, format="kernelpro-leaderboard"))), schema())
 
 

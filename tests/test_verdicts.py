@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import candidate_source
-from kernelpro.harness import EvalOptions, PhaseLimits, Verdict
+from kernelpro.harness import EvalOptions, PhaseLimits, Verdict, load_problem
 
 FAST = EvalOptions(device="cpu", timing_trials=5, timing_budget_s=1.0,
                    limits=PhaseLimits(correctness_s=15, load_s=60))
@@ -160,6 +160,37 @@ def test_torch_compile_baseline_is_reported_separately(cpu_evaluator, linear_pro
     assert result.reference_compile is not None and result.reference_compile.trials >= 5
     assert result.speedup_vs_compile == pytest.approx(
         result.reference_compile.median_ms / result.candidate.median_ms)
+    assert result.compile_correct is True and result.compile_mismatch == ""
+
+
+RANDOM_PROBLEM = '''import torch
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return x + torch.rand_like(x)  # inductor draws its own random numbers, not eager's
+
+
+def get_inputs():
+    return [torch.randn(256)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.slow
+def test_a_torch_compile_whose_output_fails_the_tolerance_is_reported(cpu_evaluator, tmp_path):
+    """torch.compile's last timed output is judged against eager's like a candidate's: here inductor's random
+    numbers differ from eager's from the same seed, so its time is not a correct one, and the record says so."""
+    path = tmp_path / "random_problem.py"
+    path.write_text(RANDOM_PROBLEM)
+    problem = load_problem(path)
+    options = FAST.model_copy(update={"baselines": ("eager", "compile"), "limits": PhaseLimits(timing_s=600)})
+    result = cpu_evaluator.evaluate(problem, RANDOM_PROBLEM + "\nModelNew = Model\n", options)
+    assert result.verdict is Verdict.CORRECT, result.reason  # the candidate (the reference itself) is fine
+    assert result.compile_correct is False and "output 0" in result.compile_mismatch
 
 
 SETTINGS_PROBLEM = '''import torch

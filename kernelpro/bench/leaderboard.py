@@ -59,6 +59,8 @@ def problem_row(row: dict) -> dict:
         # otherwise eager as timed in the best's own evaluation, so eager_ms / best_ms is the speedup
         "eager_ms": final.get("eager_ms") if final else result.get("best_reference_ms") or result.get("baseline_ms"),
         "compile_ms": final.get("compile_ms") if final else result.get("baseline_compile_ms"),
+        # torch.compile's own output against eager, at the same tolerance (False: its time is not a correct one)
+        "compile_correct": final.get("compile_correct") if final else result.get("baseline_compile_correct"),
         "best_ms": final.get("best_ms") if final else result.get("best_ms"),
         "speedup": speedup, "speedup_vs_compile": vs_compile, "search_speedup": result.get("speedup"),
         # the same best by KernelBench's timing method (autograd on, mean of 100 calls), as published
@@ -108,6 +110,9 @@ def level_summary(level, rows: list[dict]) -> dict:
         "geomean_vs_best_baseline": geomean([r["speedup_vs_best_baseline"] for r in rows if r["status"] == "done"]),
         "geomean_kernelbench_method": geomean([r["kernelbench_speedup"] for r in rows if r["status"] == "done"]),
         "geomean_energy_saving": geomean([r.get("energy_saving") for r in rows if r["status"] == "done"]),
+        "compile_incorrect": sum(1 for r in rows if r.get("compile_correct") is False),
+        "geomean_vs_correct_compile": geomean([r["speedup_vs_compile"] for r in rows if r["status"] == "done"
+                                               and r.get("compile_correct") is not False]),
         "gpu_minutes": round(sum(r["gpu_minutes"] for r in rows), 3),
     }
 
@@ -156,13 +161,20 @@ def markdown(document: dict) -> str:
                      f"{_cell(summary['geomean_vs_compile'], suffix='x')} | "
                      f"{_cell(summary['geomean_vs_best_baseline'], suffix='x')} | "
                      f"{_cell(summary.get('geomean_kernelbench_method'), suffix='x')} | {summary['gpu_minutes']:.1f} |")
+    wrong = document["overall"].get("compile_incorrect")
+    if wrong:
+        lines += ["", f"torch.compile's own output failed the tolerance against eager on {wrong} problem"
+                      f"{'s' if wrong != 1 else ''} (compile ms marked †): its time there is not a correct one. "
+                      f"Geomean vs torch.compile where it passed: "
+                      f"{_cell(document['overall'].get('geomean_vs_correct_compile'), suffix='x')}."]
     lines += ["", "| problem | eager ms | compile ms | best ms | vs eager | vs compile | KernelBench's method | "
                   f"verdict | techniques | evaluations | {_minutes(document)} | tokens | cost |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in document["problems"]:
         kernelbench = (_cell(r.get("kernelbench_speedup"), suffix="x") if r.get("kernelbench_speedup")
                        else _cell(r.get("kernelbench_eager_ms"), "{:.4f}", " ms eager"))
-        lines.append(f"| `{r['key']}` | {_cell(r['eager_ms'], '{:.4f}')} | {_cell(r['compile_ms'], '{:.4f}')} | "
+        compile_ms = _cell(r["compile_ms"], "{:.4f}") + (" †" if r.get("compile_correct") is False else "")
+        lines.append(f"| `{r['key']}` | {_cell(r['eager_ms'], '{:.4f}')} | {compile_ms} | "
                      f"{_cell(r['best_ms'], '{:.4f}')} | {_cell(r['speedup'], suffix='x')} | "
                      f"{_cell(r['speedup_vs_compile'], suffix='x')} | {kernelbench} | {r['verdict']} | "
                      f"{', '.join(r['techniques']) or '-'} | {_cell(r['evaluations'], '{}')} | {r['gpu_minutes']:.1f} | "

@@ -343,6 +343,7 @@ class Bench:
                                 s.precision, eager, compiled)
         kernelbench = result.get("kernelbench") or {}
         return {"baseline_ms": eager, "baseline_compile_ms": compiled, "device_name": result.get("device_name"),
+                "baseline_compile_correct": result.get("compile_correct"),
                 "torch_version": result.get("torch_version"), "model_mode": result.get("model_mode"),
                 "kernelbench_eager_ms": kernelbench.get("reference_mean_ms"), "memory": result.get("memory"),
                 "cached": False}, ""
