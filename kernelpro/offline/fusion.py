@@ -171,12 +171,13 @@ class _Partitioner:
                 if group is not None:
                     groups.append(group)
                     self.grouped.update(group.nodes)
-            # A pool of a model's input that no kernel reads in place: a kernel of its own, window by window. A
-            # pool between two library calls (a CNN's, between convolutions) stays the library's: whether a kernel
-            # of ours beats it there is not measured yet.
+            # A pool of a model's input that the model returns (the whole computation: a pooling problem) gets a
+            # kernel of its own, window by window. A pool that feeds a library call (a CNN's, before a convolution)
+            # stays the library's: whether a kernel of ours beats it there is not measured yet.
             for node in self.nodes:
                 if node not in self.grouped and self.windowed(node) and meta(node) is not None and \
-                        meta(node).dtype.is_floating_point and pool_args(self.gm, node)[2]["input"].op == "placeholder":
+                        meta(node).dtype.is_floating_point and pool_args(self.gm, node)[2]["input"].op == "placeholder" \
+                        and all(user.op == "output" for user in node.users):
                     group = self.grow("pointwise", node, shape_of(node))
                     if group is not None:
                         groups.append(group)
