@@ -27,7 +27,10 @@ import re
 from dataclasses import dataclass, field, replace
 
 from kernelpro.offline import windows
-from kernelpro.offline.fusion_build import MAX_ONE_PASS, Group, Step
+from kernelpro.offline.fusion_build import Group, Step
+# the analytic launch ranking, and what it knows of the device (re-exported: the generators and tests use them here)
+from kernelpro.offline.triton_configs import (LOOPED_FROM, MAX_CHUNKS, SPLIT_FROM, Device, _next_pow2,  # noqa: F401
+                                              configs, persistent, split_chunks)
 from kernelpro.offline.wrapper import Wrapper, output_names, python_wrapper
 
 TANH_HELPER = '''@triton.jit
@@ -37,26 +40,6 @@ def _kp_tanh(x):
     t = (1.0 - e) / (1.0 + e)
     return tl.where(x < 0, -t, t)
 '''
-
-
-@dataclass(frozen=True)
-class Device:
-    """What the analytic model needs to know of the GPU (H100 SXM by default)."""
-    sms: int = 132
-    threads_per_sm: int = 2048
-    registers_per_sm: int = 65536
-    blocks_per_sm: int = 32
-    bytes_in_flight: int = 32768  # per SM to cover DRAM latency at full bandwidth (Little's law)
-    name: str = ""  # the GPU's name (a learned launch model is per device); empty: none known
-
-
-LOOPED_FROM = 1024  # rows longer than this also get looped configurations
-SPLIT_FROM = 8192  # rows at least this long, and fewer rows than two per SM, also get split configurations
-MAX_CHUNKS = 1024  # partial results per row in the split variant
-
-
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
 
 
 # -- the iteration space --------------------------------------------------------------------------
@@ -204,10 +187,12 @@ def window_lines(item, lay: Layout, names: dict[int, str], offset: str, mask: st
     return windows.load_lines(item.var, item.window, offset, index, mask, syntax)
 
 
-def _pointwise_kernel(group: Group, lay: Layout) -> list[str]:
+def _pointwise_kernel(group: Group, lay: Layout, persistent_grid: bool = False) -> list[str]:
+    """One element per lane; `persistent_grid`: PROGRAMS programs, each striding over the blocks."""
     params = [f"{i.var}_ptr" for i in group.inputs] + [f"out{k}_ptr" for k in range(len(group.outputs))]
-    lines = ["@triton.jit", f"def {group.name}_kernel({', '.join(params)}, n_elements, BLOCK: tl.constexpr):",
-             "    # " + _header(group)] + _inputs_doc(group)
+    lines = ["@triton.jit", f"def {group.name}_kernel({', '.join(params)}, n_elements, BLOCK: tl.constexpr"
+             + ("", ", PROGRAMS: tl.constexpr")[persistent_grid] + "):", "    # " + _header(group)] + _inputs_doc(group)
+    start = len(lines)
     lines += ["    idx = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)", "    mask = idx < n_elements"]
     index, names = _index_lines(lay, False, "idx", "i")
     lines += ["    " + line for line in index]
@@ -221,6 +206,11 @@ def _pointwise_kernel(group: Group, lay: Layout) -> list[str]:
     lines += [f"    {s.var} = {s.expr}" for s in group.steps]
     for k, out in enumerate(group.outputs):
         lines.append(f"    tl.store(out{k}_ptr + idx, {out.var}, mask=mask)")
+    if persistent_grid:  # the same body, once per block this program strides over
+        loop = ["    # persistent: PROGRAMS programs stride over the blocks (the rest of the SMs stay idle)",
+                "    for first in range(tl.program_id(0) * BLOCK, n_elements, PROGRAMS * BLOCK):",
+                "        idx = first + tl.arange(0, BLOCK)"]
+        lines = lines[:start] + loop + ["    " + line for line in lines[start + 1:]]
     return lines
 
 
@@ -391,20 +381,6 @@ def _row_kernel(group: Group, lay: Layout, looped: bool) -> list[str]:
     return lines
 
 
-def split_chunks(group: Group, device: Device) -> list[int]:
-    """Chunk lengths the split variant may cut this group's rows into: none unless the rows are long
-    (SPLIT_FROM) and too few to fill the GPU (under two per SM), and no reduction is an argmax/argmin."""
-    if group.row_length < SPLIT_FROM or group.row_count >= 2 * device.sms or any(
-            s.reduce in ("argmax", "argmin") for s in group.steps):
-        return []
-    # a row longer than MAX_CHUNKS x 65536 (a whole-tensor mean of 2^30 elements) takes longer chunks:
-    # the powers of two that cut it into at most MAX_CHUNKS, MAX_CHUNKS / 2 and MAX_CHUNKS / 4 chunks
-    # (a power of two is a whole number of BLOCK_C steps, so no chunk's loop reads into the next)
-    longest = [_next_pow2(math.ceil(group.row_length / (MAX_CHUNKS >> shift))) for shift in (0, 1, 2)]
-    return [chunk for chunk in sorted({4096, 8192, 16384, 32768, 65536, *longest})
-            if 2 <= math.ceil(group.row_length / chunk) <= MAX_CHUNKS]
-
-
 def workspaces(group: Group, chunk: int, last: int | None = None) -> list[tuple[str, tuple[int, int]]]:
     """The split variant's partial-result buffers (name, [rows, chunks]) of the levels up to `last`
     (default: all), level by level: the order of the kernels' parameters and of the launches' arguments."""
@@ -468,73 +444,6 @@ def _split_kernels(group: Group, lay: Layout) -> list[str]:
     return kernels + lines
 
 
-# -- launch configurations ------------------------------------------------------------------------
-def _occupancy(threads: int, registers: int, device: Device) -> tuple[int, float]:
-    blocks = max(1, min(device.blocks_per_sm, device.threads_per_sm // threads,
-                        device.registers_per_sm // (max(registers, 16) * threads)))
-    return blocks, blocks * threads / device.threads_per_sm
-
-
-def _score(programs: int, threads: int, per_thread: float, loads: int, device: Device, vector: float) -> float:
-    registers = min(255, int(24 + per_thread * (loads + 3)))
-    blocks, occupancy = _occupancy(threads, registers, device)
-    waves = programs / (device.sms * blocks)
-    tail = waves / math.ceil(waves) if waves >= 1 else waves
-    in_flight = min(1.0, blocks * threads * per_thread * 4 * max(1, loads) / device.bytes_in_flight)
-    return round(tail * in_flight * math.sqrt(min(1.0, vector / 4)) * occupancy ** 0.25, 6)
-
-
-def configs(group: Group, device: Device = Device()) -> list[dict]:
-    """Launch configurations for the group's kernel, best first by the analytic model."""
-    # a window input (a pool read in place) is one load per tap
-    loads = max(1, sum(i.window.taps if i.window else 1 for i in group.inputs if i.kind == "full"))
-    ranked = []
-    if group.kind == "pointwise":
-        n = math.prod(group.logical)
-        for block in (256, 512, 1024, 2048, 4096):
-            for warps in (1, 2, 4, 8, 16):
-                per_thread = block / (32 * warps)
-                if 1 <= per_thread <= 16 and (block <= 2 * _next_pow2(n) or block == 256):
-                    score = _score(math.ceil(n / block), 32 * warps, per_thread, loads, device, per_thread)
-                    ranked.append((score, {"BLOCK": block, "num_warps": warps}))
-    else:
-        length, rows = group.row_length, group.row_count
-        if length <= MAX_ONE_PASS:
-            block_c = _next_pow2(length)
-            for block_r in (1, 2, 4, 8, 16, 32, 64):
-                if block_r * block_c > MAX_ONE_PASS or block_r > _next_pow2(rows):
-                    continue
-                for warps in (1, 2, 4, 8, 16):
-                    per_thread = block_r * block_c / (32 * warps)
-                    if (1 <= per_thread or warps == 1) and per_thread <= 64:
-                        score = _score(math.ceil(rows / block_r), 32 * warps, per_thread, loads, device,
-                                       min(per_thread, block_c / 32))
-                        ranked.append((score, {"variant": "one_pass", "BLOCK_R": block_r, "BLOCK_C": block_c,
-                                               "num_warps": warps}))
-        if length > LOOPED_FROM and not any(s.reduce in ('argmax', 'argmin') for s in group.steps):
-            for block_c in (1024, 2048, 4096):
-                for warps in (4, 8, 16):
-                    per_thread = block_c / (32 * warps)
-                    if per_thread <= 32:
-                        # each extra pass re-reads the row: the model charges for it
-                        score = _score(rows, 32 * warps, per_thread, loads, device, per_thread) / max(
-                            1, group.passes()) ** 0.5
-                        ranked.append((score * (0.5 if length <= MAX_ONE_PASS else 1.0),
-                                       {"variant": "looped", "BLOCK_R": 1, "BLOCK_C": block_c, "num_warps": warps}))
-        for chunk in split_chunks(group, device):
-            for block_c in (1024, 2048, 4096):
-                for warps in (4, 8, 16):
-                    per_thread = block_c / (32 * warps)
-                    if block_c <= chunk and per_thread <= 32:
-                        # a launch per pass; every pass but the last also writes a partial per chunk
-                        score = _score(rows * math.ceil(length / chunk), 32 * warps, per_thread, loads, device,
-                                       per_thread)
-                        ranked.append((score / max(1, group.passes()) ** 0.5,
-                                       {"variant": "split", "CHUNK": chunk, "BLOCK_C": block_c, "num_warps": warps}))
-    ranked.sort(key=lambda item: (-item[0], sorted(item[1].items())))
-    return [dict(config, score=score) for score, config in ranked]
-
-
 def features(group: Group) -> dict:
     """What a launch-configuration model would learn from (recorded with every measured time)."""
     return {"kind": group.kind, "elements": math.prod(group.logical), "row_length": group.row_length,
@@ -548,7 +457,7 @@ def render(group: Group, config: dict) -> str:
     lay = layout(group)
     variant = config.get("variant")
     if group.kind == "pointwise":
-        kernel = _pointwise_kernel(group, lay)
+        kernel = _pointwise_kernel(group, lay, "PROGRAMS" in config)
     elif variant == "split":
         kernel = _split_kernels(group, lay)
     else:
@@ -560,8 +469,9 @@ def render(group: Group, config: dict) -> str:
     warps = config["num_warps"]
     if group.kind == "pointwise":
         n = math.prod(group.logical)
-        launches = [f"    {group.name}_kernel[(triton.cdiv({n}, {config['BLOCK']}),)]({launch}, {n}, "
-                    f"BLOCK={config['BLOCK']}, num_warps={warps})"]
+        grid, extra = (f"{config['PROGRAMS']}", f", PROGRAMS={config['PROGRAMS']}") if "PROGRAMS" in config else (
+            f"triton.cdiv({n}, {config['BLOCK']})", "")
+        launches = [f"    {group.name}_kernel[({grid},)]({launch}, {n}, BLOCK={config['BLOCK']}{extra}, num_warps={warps})"]
     elif variant == "split":
         launches = _split_launches(group, config, args, outs)
     else:

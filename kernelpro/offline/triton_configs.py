@@ -1,0 +1,144 @@
+"""The analytic launch ranking of the Triton row and pointwise kernels (`kernelpro.offline.triton_gen`).
+
+`configs(group, device)` lists a kernel's valid launch configurations best first: vector width,
+occupancy from an estimate of registers, waves per SM (a full last wave preferred), and bytes in
+flight per SM against what DRAM's latency needs (Little's law). Tuning moves walk down the list, and
+a learned launch model (`kernelpro.launch`) may reorder it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from kernelpro.offline.fusion_build import MAX_ONE_PASS, Group
+
+
+@dataclass(frozen=True)
+class Device:
+    """What the analytic model needs to know of the GPU (H100 SXM by default)."""
+    sms: int = 132
+    threads_per_sm: int = 2048
+    registers_per_sm: int = 65536
+    blocks_per_sm: int = 32
+    bytes_in_flight: int = 32768  # per SM to cover DRAM latency at full bandwidth (Little's law)
+    name: str = ""  # the GPU's name (a learned launch model is per device); empty: none known
+
+
+LOOPED_FROM = 1024  # rows longer than this also get looped configurations
+SPLIT_FROM = 8192  # rows at least this long, and fewer rows than two per SM, also get split configurations
+MAX_CHUNKS = 1024  # partial results per row in the split variant
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+
+def split_chunks(group: Group, device: Device) -> list[int]:
+    """Chunk lengths the split variant may cut this group's rows into: none unless the rows are long
+    (SPLIT_FROM) and too few to fill the GPU (under two per SM), and no reduction is an argmax/argmin."""
+    if group.row_length < SPLIT_FROM or group.row_count >= 2 * device.sms or any(
+            s.reduce in ("argmax", "argmin") for s in group.steps):
+        return []
+    # a row longer than MAX_CHUNKS x 65536 (a whole-tensor mean of 2^30 elements) takes longer chunks:
+    # the powers of two that cut it into at most MAX_CHUNKS, MAX_CHUNKS / 2 and MAX_CHUNKS / 4 chunks
+    # (a power of two is a whole number of BLOCK_C steps, so no chunk's loop reads into the next)
+    longest = [_next_pow2(math.ceil(group.row_length / (MAX_CHUNKS >> shift))) for shift in (0, 1, 2)]
+    return [chunk for chunk in sorted({4096, 8192, 16384, 32768, 65536, *longest})
+            if 2 <= math.ceil(group.row_length / chunk) <= MAX_CHUNKS]
+
+
+# -- launch configurations ------------------------------------------------------------------------
+def _occupancy(threads: int, registers: int, device: Device) -> tuple[int, float]:
+    blocks = max(1, min(device.blocks_per_sm, device.threads_per_sm // threads,
+                        device.registers_per_sm // (max(registers, 16) * threads)))
+    return blocks, blocks * threads / device.threads_per_sm
+
+
+def _score(programs: int, threads: int, per_thread: float, loads: int, device: Device, vector: float) -> float:
+    registers = min(255, int(24 + per_thread * (loads + 3)))
+    blocks, occupancy = _occupancy(threads, registers, device)
+    waves = programs / (device.sms * blocks)
+    tail = waves / math.ceil(waves) if waves >= 1 else waves
+    in_flight = min(1.0, blocks * threads * per_thread * 4 * max(1, loads) / device.bytes_in_flight)
+    return round(tail * in_flight * math.sqrt(min(1.0, vector / 4)) * occupancy ** 0.25, 6)
+
+
+def configs(group: Group, device: Device = Device()) -> list[dict]:
+    """Launch configurations for the group's kernel, best first by the analytic model."""
+    # a window input (a pool read in place) is one load per tap
+    loads = max(1, sum(i.window.taps if i.window else 1 for i in group.inputs if i.kind == "full"))
+    ranked = []
+    if group.kind == "pointwise":
+        n = math.prod(group.logical)
+        for block in (256, 512, 1024, 2048, 4096):
+            for warps in (1, 2, 4, 8, 16):
+                per_thread = block / (32 * warps)
+                if 1 <= per_thread <= 16 and (block <= 2 * _next_pow2(n) or block == 256):
+                    score = _score(math.ceil(n / block), 32 * warps, per_thread, loads, device, per_thread)
+                    ranked.append((score, {"BLOCK": block, "num_warps": warps}))
+    else:
+        length, rows = group.row_length, group.row_count
+        if length <= MAX_ONE_PASS:
+            block_c = _next_pow2(length)
+            for block_r in (1, 2, 4, 8, 16, 32, 64):
+                if block_r * block_c > MAX_ONE_PASS or block_r > _next_pow2(rows):
+                    continue
+                for warps in (1, 2, 4, 8, 16):
+                    per_thread = block_r * block_c / (32 * warps)
+                    if (1 <= per_thread or warps == 1) and per_thread <= 64:
+                        score = _score(math.ceil(rows / block_r), 32 * warps, per_thread, loads, device,
+                                       min(per_thread, block_c / 32))
+                        ranked.append((score, {"variant": "one_pass", "BLOCK_R": block_r, "BLOCK_C": block_c,
+                                               "num_warps": warps}))
+        if length > LOOPED_FROM and not any(s.reduce in ('argmax', 'argmin') for s in group.steps):
+            for block_c in (1024, 2048, 4096):
+                for warps in (4, 8, 16):
+                    per_thread = block_c / (32 * warps)
+                    if per_thread <= 32:
+                        # each extra pass re-reads the row: the model charges for it
+                        score = _score(rows, 32 * warps, per_thread, loads, device, per_thread) / max(
+                            1, group.passes()) ** 0.5
+                        ranked.append((score * (0.5 if length <= MAX_ONE_PASS else 1.0),
+                                       {"variant": "looped", "BLOCK_R": 1, "BLOCK_C": block_c, "num_warps": warps}))
+        for chunk in split_chunks(group, device):
+            for block_c in (1024, 2048, 4096):
+                for warps in (4, 8, 16):
+                    per_thread = block_c / (32 * warps)
+                    if block_c <= chunk and per_thread <= 32:
+                        # a launch per pass; every pass but the last also writes a partial per chunk
+                        score = _score(rows * math.ceil(length / chunk), 32 * warps, per_thread, loads, device,
+                                       per_thread)
+                        ranked.append((score / max(1, group.passes()) ** 0.5,
+                                       {"variant": "split", "CHUNK": chunk, "BLOCK_C": block_c, "num_warps": warps}))
+    ranked.sort(key=lambda item: (-item[0], sorted(item[1].items())))
+    return [dict(config, score=score) for score, config in ranked]
+
+
+
+
+def persistent(group: Group, device: Device = Device()) -> list[dict]:
+    """Persistent launches of a pointwise kernel (the `persistent_kernels` move): PROGRAMS programs that
+    stride over the blocks, fewest first among those that keep enough bytes in flight to saturate DRAM
+    (the SMs' share by Little's law, `bytes_in_flight` each): below the SM count, the SMs left over stay
+    idle, and every program pays its fixed costs once. Empty where the kernel has fewer blocks than that."""
+    if group.kind != "pointwise":
+        return []
+    n = math.prod(group.logical)
+    loads = max(1, sum(i.window.taps if i.window else 1 for i in group.inputs if i.kind == "full"))
+    needed = device.sms * device.bytes_in_flight
+    ranked = []
+    for block in (4096, 8192, 16384):
+        blocks = math.ceil(n / block)
+        in_flight = block * 4 * loads  # bytes one program has in flight per step
+        fewest = math.ceil(needed / in_flight)
+        for programs in sorted({fewest, device.sms // 2, device.sms, 2 * device.sms}):
+            if programs < 1 or programs * 2 > blocks:  # each program strides over two blocks or more
+                continue
+            for warps in (8, 16):
+                saturated = min(1.0, programs * in_flight / needed)
+                ranked.append((round(saturated / (1 + programs / device.sms) / (1 + abs(block / (32 * warps) - 16) / 64), 6),
+                               {"BLOCK": block, "num_warps": warps, "PROGRAMS": programs}))
+    ranked.sort(key=lambda item: (-item[0], sorted(item[1].items())))
+    return [dict(config, score=score) for score, config in ranked]
