@@ -272,3 +272,44 @@ def test_a_small_classifier_head_stays_a_library_call(tmp_path):
     big = problem(tmp_path, ["return torch.relu(x @ y)"], ["torch.randn(2048, 1024)", "torch.randn(1024, 1)"],
                   args="x, y")
     assert Problem(big, 42, "eval").build(["triton_gemm"])[1]["triton_gemm"] == 1
+
+
+# -- persistent pointwise grids (issue 34: fewer CTAs for the energy objective) ---------------------------------
+def test_persistent_pointwise_kernels_stride_over_every_block(tmp_path, monkeypatch):
+    from kernelpro.offline import triton_gen
+    monkeypatch.setattr(triton_gen, "persistent", lambda group, device=None: [
+        {"BLOCK": 64, "num_warps": 1, "PROGRAMS": 3, "score": 1.0}] if group.kind == "pointwise" else [])
+    path = problem(tmp_path, ["h = torch.relu(x * 2.0 + y)", "return h, F.max_pool2d(x, 2) - 1.0"],
+                   ["torch.randn(2, 3, 17, 19)", "torch.randn(3, 1, 19)"], args="x, y")
+    source, counts, kernels = Problem(path, 42, "eval").build(["fuse_pointwise", "persistent_kernels"])
+    assert counts["persistent_kernels"] == 2 and all(k["config"]["PROGRAMS"] == 3 for k in kernels)
+    assert "for first in range(tl.program_id(0) * BLOCK, n_elements, PROGRAMS * BLOCK):" in source
+    candidate = path.with_name(path.stem + "_new.py")
+    candidate.write_text(source)
+    compare_models(load_module(candidate), atol=1e-6)  # 3 programs cover 1938 and 459 elements in blocks of 64
+
+
+def test_persistent_grids_are_the_fewest_programs_that_saturate_dram():
+    from kernelpro.offline.fusion_build import Group, Input
+    from kernelpro.offline.triton_gen import Device, persistent
+    group = Group(kind="pointwise", logical=(4096, 393216))
+    group.inputs.append(Input("x0", None, (4096, 393216), (4096, 393216), "full"))
+    ranked = persistent(group, Device())
+    first = ranked[0]
+    in_flight = first["BLOCK"] * 4 * first["PROGRAMS"]
+    assert first["PROGRAMS"] < Device().sms and in_flight >= Device().sms * Device().bytes_in_flight
+    assert persistent(Group(kind="pointwise", logical=(1000,)), Device()) == []  # too few blocks to stride over
+    assert persistent(Group(kind="row", logical=(64, 4096)), Device()) == []
+
+
+def test_the_persistent_move_comes_after_a_fusion_and_not_with_cuda_kernels(tmp_path):
+    path = problem(tmp_path, ["return torch.relu(x * 2.0) + 1.0"], ["torch.randn(4096, 4096)"])
+    spec = {"problem_path": str(path), "applied": [], "device": "cuda", "precision": "fp32", "policy": "default",
+            "model_mode": "eval", "seed": 42}
+    root = expand(spec)
+    assert "persistent_kernels" not in {o["move"] for o in root["options"]}
+    after = {o["move"]: o for o in expand(dict(spec, applied=["fuse_pointwise"]))["options"]}
+    assert after["persistent_kernels"]["technique"] == "persistent_kernel"
+    assert "PROGRAMS" in after["persistent_kernels"]["kernels"][0]["config"]
+    cuda = expand(dict(spec, applied=["cuda_kernels"]))
+    assert "another backend" in cuda["skipped"]["persistent_kernels"]

@@ -91,6 +91,11 @@ MOVES: dict[str, Move] = {m.name: m for m in (
          "generate the pointwise chains, reductions and normalizations as CUDA C++ through load_inline instead of "
          "Triton: 16-byte vector loads and stores, warp-shuffle row reductions",
          cuda_only=True, fp32_only=True),
+    Move("persistent_kernels", "persistent_kernel", True,
+         "launch the generated pointwise kernels as persistent grids: the fewest programs that still keep enough "
+         "bytes in flight to saturate DRAM, each striding over the blocks, so the SMs left over stay idle and each "
+         "program's fixed costs are paid once (a configuration for --objective energy; tune moves walk the rest)",
+         cuda_only=True, kernels=True),
     Move("channels_last", "channels_last", False,
          "keep convolution weights and 4-D inputs in channels_last layout", needs_conv=True),
     Move("cudnn_benchmark", "library_call", False, "let cuDNN benchmark its convolution algorithms",
@@ -113,6 +118,9 @@ EXCLUSIVE = {move: tuple(other for name, others in BACKENDS.items() if name != b
 #: The GEMM generators take the same epilogues: a candidate takes one of them.
 GEMM_MOVES = ("triton_gemm", "cute_gemm")
 EXCLUSIVE |= {move: tuple(other for other in GEMM_MOVES if other != move) for move in GEMM_MOVES}
+#: persistent grids are a Triton launch of the Triton pointwise kernels
+EXCLUSIVE["persistent_kernels"] = ("cuda_kernels",)
+EXCLUSIVE["cuda_kernels"] = EXCLUSIVE["cuda_kernels"] + ("persistent_kernels",)
 #: Applied in this order whatever order the search chose them in, so a set of moves is one candidate.
 ORDER = list(MOVES)
 #: The order the coder tries moves of equal promise in: simplify_all, where it is offered (it makes two

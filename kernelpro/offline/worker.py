@@ -146,7 +146,7 @@ class Problem:
             gm = copy.deepcopy(self.graph)
             with torch.no_grad():
                 for move in graph_moves:
-                    if move == "fold_constants" or move in FUSION_KINDS or move == "cuda_kernels":
+                    if move == "fold_constants" or move in FUSION_KINDS or move in ("cuda_kernels", "persistent_kernels"):
                         continue
                     if move == "simplify_all":
                         self.simplified = simplify_all(gm, self.inputs)
@@ -211,6 +211,10 @@ class Problem:
                         # the analytic ranking, or a learned launch model's order of it (kernelpro.launch)
                         ranked, ranking = launch.order(generator.configs(rendered, device), features, backend,
                                                        device.name, device.sms)
+                        if "persistent_kernels" in moves and generator is triton_gen and triton_gen.persistent(
+                                rendered, device):  # persistent grids first, the others after them for tuning
+                            ranked = triton_gen.persistent(rendered, device) + ranked
+                            counts["persistent_kernels"] = counts.get("persistent_kernels", 0) + 1
                         rank = min(int((tune or {}).get(group.name, 0)), len(ranked) - 1)
                         if generator in batched:
                             batched[generator][0].append(rendered)

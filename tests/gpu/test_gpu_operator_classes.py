@@ -37,6 +37,8 @@ CASES = {  # name: (forward, inputs, init, moves, the kernel kind expected)
                 ["triton_gemm"], "gemm"),
     "matrix_vector": ("return x @ y", ["torch.rand(4096, 16384)", "torch.rand(16384, 1)"], "", ["triton_gemm"],
                       "gemm"),
+    "persistent_pointwise": ("return torch.relu(x * 2.0 + y) - 1.0", ["torch.rand(8192, 8192)", "torch.rand(8192)"],
+                             "", ["fuse_pointwise", "persistent_kernels"], "pointwise"),
 }
 
 
