@@ -87,12 +87,12 @@ class Hit:
     snippet: str
 
 
-def by_file(hits: list[Hit]) -> list[tuple[str, list[Hit]]]:
+def by_file(hits: list, path=lambda hit: hit.path) -> list[tuple[str, list]]:
     """The hits grouped with their file, files in the order of their best hit (a search keeps at most
-    `per_file` declarations of one file)."""
-    groups: dict[str, list[Hit]] = {}
+    `per_file` declarations of one file). `path`: a hit's file (`Hit.path`; `hit["path"]` for their JSON)."""
+    groups: dict[str, list] = {}
     for hit in hits:
-        groups.setdefault(hit.path, []).append(hit)
+        groups.setdefault(path(hit), []).append(hit)
     return list(groups.items())
 
 

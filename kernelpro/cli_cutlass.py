@@ -55,10 +55,8 @@ def register(app: typer.Typer) -> None:
         console = make_console()
         if not hits:
             console.print(f"no declaration matches {query!r}")
-        files: dict[str, list[dict]] = {}
-        for hit in hits:  # each file once, with its declarations (files in the order of their best hit)
-            files.setdefault(hit["path"], []).append(hit)
-        for path, declarations in files.items():
+        from kernelpro.cutlass_index import by_file
+        for path, declarations in by_file(hits, lambda hit: hit["path"]):  # each file once, with its declarations
             console.print(f"[bold cyan]{path}[/]", highlight=False)
             for hit in declarations:
                 console.print(f"  [bold]{hit['symbol']}[/] [dim]({hit['kind']}, line {hit['line']}, score "

@@ -43,7 +43,7 @@ def _results_only(bench: Path, path: Path) -> bool:
     return relative.parts[0] == "problems" and len(relative.parts) == 4 and path.name in RESULT_FILES
 
 
-def _finished_only(database: Path, bench: Path) -> set[str]:
+def _finished_only(database: Path) -> set[str]:
     """Sets the copy's unfinished problems back to pending; the keys of the finished ones."""
     import sqlite3
     db = sqlite3.connect(database)
@@ -74,7 +74,7 @@ def snapshot(bench: Path, out: Path, kb: Path | None = None, results_only: bool 
         finished: set[str] | None = None
         if results_only and (bench / "bench.db").exists():
             copy_database(bench / "bench.db", root / "bench.db")
-            finished = _finished_only(root / "bench.db", bench)
+            finished = _finished_only(root / "bench.db")
             count += 1
         for path in sorted(bench.rglob("*")):
             if not path.is_file() or path.name.endswith(("-wal", "-shm", "-journal")) or path.name == "_knowledge.db":

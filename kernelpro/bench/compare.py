@@ -21,6 +21,7 @@ from pathlib import Path
 
 from kernelpro.bench.leaderboard import geomean
 from kernelpro.bench.runner import BenchError
+from kernelpro.energy.objectives import DEFAULT_EPSILON, within_matched_speed
 
 
 def load(folder: Path) -> dict:
@@ -40,7 +41,7 @@ def signed_rank(differences: list[float]) -> dict:
     return {"statistic": float(result.statistic), "p_value": float(result.pvalue)}
 
 
-MATCHED_SPEED = 0.05  # B's best counts as matched when its speedup is at least A's / (1 + this)
+MATCHED_SPEED = DEFAULT_EPSILON  # the energy objective's own bound: B's best within 5% of A's time
 
 
 def energy_pairs(rows_a: dict, rows_b: dict, keys: list[str]) -> list[dict]:
@@ -55,7 +56,8 @@ def energy_pairs(rows_a: dict, rows_b: dict, keys: list[str]) -> list[dict]:
         pairs.append({"key": key, "best_ms_a": ra["best_ms"], "best_ms_b": rb["best_ms"], "energy_j_a": ra["energy_j"],
                       "energy_j_b": rb["energy_j"], "saving_a": ra["energy_saving"], "saving_b": rb["energy_saving"],
                       "energy_b_over_a": gain, "speed_b_over_a": rb["speedup"] / ra["speedup"],
-                      "matched_speed": rb["speedup"] >= ra["speedup"] / (1 + MATCHED_SPEED),
+                      # times on one scale: each best's, over its own eager time
+                      "matched_speed": within_matched_speed(1 / rb["speedup"], 1 / ra["speedup"], MATCHED_SPEED),
                       "beyond_spread": abs(gain - 1) > spread if spread else None})
     return pairs
 

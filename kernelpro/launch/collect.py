@@ -103,21 +103,21 @@ def sweep(store: LaunchStore, problem: Path, device_name: str, device, timer: Ti
     kernels at their first); the rows added."""
     from kernelpro.offline.worker import Problem
     built = Problem(problem, 42, "eval")
-    moves = [m for m in MOVES]
-    _, _, kernels = built.build(moves, {}, device)
+    _, _, kernels = built.build(MOVES, {}, device)
     added = 0
     for kernel in kernels:
         if kernel["backend"] != "triton":
             continue
         family = family_of(kernel["features"], kernel["backend"])
-        ranks, sources, configs = [], [], []
+        todo = []  # (rank, source, configuration) of each configuration not measured yet
         for rank in range(min(most, kernel["configs"])):
-            source, _, rebuilt = built.build(moves, {kernel["name"]: rank}, device)
+            source, _, rebuilt = built.build(MOVES, {kernel["name"]: rank}, device)
             config = next(k["config"] for k in rebuilt if k["name"] == kernel["name"])
             if not store.has(family, device_name, kernel["features"], config):
-                ranks.append(rank), sources.append(source), configs.append(config)
-        times = timer(problem, sources, configs, kernel["features"]) if sources else []
-        for rank, config, time_ms in zip(ranks, configs, times):
+                todo.append((rank, source, config))
+        configs = [config for _, _, config in todo]
+        times = timer(problem, [source for _, source, _ in todo], configs, kernel["features"]) if todo else []
+        for (rank, _, config), time_ms in zip(todo, times):
             if time_ms is not None and math.isfinite(time_ms):
                 added += store.add(family, device_name, device.sms, kernel["features"], config, rank, time_ms, "sweep")
         progress(f"{problem.name}: {kernel['name']} ({family}), {len(times)} configurations timed")

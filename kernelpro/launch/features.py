@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import math
 
+from kernelpro.offline.triton_configs import wave_fill
+
 #: launch keys that are categories, with the values they take
 CATEGORIES = {"variant": ("one_pass", "looped", "split", "warp", "block"), "precision": ("ieee", "tf32x3", "tf32")}
 #: record keys that are names, not numbers the model reads
@@ -65,7 +67,7 @@ def pair(features: dict, config: dict, rank: int, sms: int, static: dict | None 
     elements = features.get("elements") or features.get("m", 1) * features.get("n", 1)
     out["tile_programs"] = _log(grid)
     out["tile_waves"] = grid / max(1, sms)
-    out["tile_last_wave"] = (grid / sms) / math.ceil(grid / sms) if grid >= sms else grid / sms
+    out["tile_last_wave"] = wave_fill(grid / sms)
     out["tile_elements_per_thread"] = _log(elements / max(1, grid * threads))
     out["tile_bytes_per_program"] = _log(features.get("bytes", 0) / max(1, grid))
     if features.get("kind") == "gemm":

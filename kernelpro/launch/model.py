@@ -58,15 +58,17 @@ def analytic_order(item: Instance) -> list[int]:
     return sorted(range(len(item.configs)), key=lambda i: item.ranks[i])
 
 
-def occupancy_order(item: Instance, threads_per_sm: int = 2048, registers_per_sm: int = 65536) -> list[int]:
-    """NVIDIA's occupancy-calculator heuristic: the configuration of highest theoretical occupancy, ties to the
-    larger block. Registers per thread come from the compiled kernel where recorded, else 32."""
+def occupancy_order(item: Instance) -> list[int]:
+    """NVIDIA's occupancy-calculator heuristic: the configuration of highest theoretical occupancy (the analytic
+    model's own occupancy, `triton_configs._occupancy`, on an SM of the instance's device), ties to the larger
+    block. Registers per thread come from the compiled kernel where recorded, else 32."""
+    from kernelpro.offline.triton_configs import Device, _occupancy
+    device = Device(sms=item.sms)
+
     def occupancy(i: int) -> tuple[float, int]:
         config = item.configs[i]
         threads = 32 * config["num_warps"] if "num_warps" in config else config.get("threads", 128)
-        registers = (item.static[i] or {}).get("registers", 32)
-        blocks = max(1, min(threads_per_sm // threads, registers_per_sm // max(1, registers * threads), 32))
-        return blocks * threads / threads_per_sm, threads
+        return _occupancy(threads, (item.static[i] or {}).get("registers", 32), device)[1], threads
     return sorted(range(len(item.configs)), key=lambda i: tuple(-v for v in occupancy(i)))
 
 

@@ -96,23 +96,22 @@ def meta_size(proxy, dim: int) -> int:
     return int(meta(proxy.node).shape[dim])
 
 
-#: target -> (definition, its parameters in call order, the defaults, the arguments it cannot take)
-_Spec = tuple
-_FUNCTIONS: dict[object, _Spec] = {
-    F.pairwise_distance: (_pairwise_distance, ("x1", "x2", "p", "eps", "keepdim"), {}),
-    torch.pairwise_distance: (_pairwise_distance, ("x1", "x2", "p", "eps", "keepdim"), {}),
+#: target -> (definition, the function's parameters in call order)
+_FUNCTIONS: dict[object, tuple] = {
+    F.pairwise_distance: (_pairwise_distance, ("x1", "x2", "p", "eps", "keepdim")),
+    torch.pairwise_distance: (_pairwise_distance, ("x1", "x2", "p", "eps", "keepdim")),
     F.triplet_margin_loss: (_triplet, ("anchor", "positive", "negative", "margin", "p", "eps", "swap",
-                                       "size_average", "reduce", "reduction"), {}),
-    F.cosine_similarity: (_cosine_similarity, ("x1", "x2", "dim", "eps"), {}),
-    torch.cosine_similarity: (_cosine_similarity, ("x1", "x2", "dim", "eps"), {}),
-    F.mse_loss: (_mse, ("input", "target", "size_average", "reduce", "reduction"), {}),
-    F.l1_loss: (_l1, ("input", "target", "size_average", "reduce", "reduction"), {}),
-    F.smooth_l1_loss: (_smooth_l1, ("input", "target", "size_average", "reduce", "reduction", "beta"), {}),
-    F.huber_loss: (_huber, ("input", "target", "reduction", "delta"), {}),
-    F.soft_margin_loss: (_soft_margin, ("input", "target", "size_average", "reduce", "reduction"), {}),
+                                       "size_average", "reduce", "reduction")),
+    F.cosine_similarity: (_cosine_similarity, ("x1", "x2", "dim", "eps")),
+    torch.cosine_similarity: (_cosine_similarity, ("x1", "x2", "dim", "eps")),
+    F.mse_loss: (_mse, ("input", "target", "size_average", "reduce", "reduction")),
+    F.l1_loss: (_l1, ("input", "target", "size_average", "reduce", "reduction")),
+    F.smooth_l1_loss: (_smooth_l1, ("input", "target", "size_average", "reduce", "reduction", "beta")),
+    F.huber_loss: (_huber, ("input", "target", "reduction", "delta")),
+    F.soft_margin_loss: (_soft_margin, ("input", "target", "size_average", "reduce", "reduction")),
     F.margin_ranking_loss: (_margin_ranking, ("input1", "input2", "target", "margin", "size_average", "reduce",
-                                              "reduction"), {}),
-    F.kl_div: (_kl_div, ("input", "target", "size_average", "reduce", "reduction", "log_target"), {}),
+                                              "reduction")),
+    F.kl_div: (_kl_div, ("input", "target", "size_average", "reduce", "reduction", "log_target")),
 }
 
 
@@ -177,7 +176,7 @@ def decompose(gm: fx.GraphModule) -> int:
             definition, kwargs = found
             tensors = list(node.args)
         elif node.op == "call_function" and node.target in _FUNCTIONS:
-            definition, params, _ = _FUNCTIONS[node.target]
+            definition, params = _FUNCTIONS[node.target]
             bound = _bound(node, params)
             if bound is None:
                 continue

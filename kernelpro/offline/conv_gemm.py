@@ -46,6 +46,7 @@ import torch.fx as fx
 from kernelpro.offline import gemm
 from kernelpro.offline.fusion_build import Group, shape_of
 from kernelpro.offline.fusion_ops import _Attr, attr_shape
+from kernelpro.offline.triton_configs import wave_fill
 from kernelpro.offline.triton_gen import Device, _describe, _inputs_doc, _next_pow2
 from kernelpro.offline.wrapper import Wrapper, output_names, python_wrapper
 
@@ -259,8 +260,7 @@ def configs(group: Group, device: Device = Device()) -> list[dict]:
         for bm, bn, warps in _DEPTHWISE_TILES:
             if bn > max(16, _next_pow2(c.channels_out)) or bm > max(16, _next_pow2(c.m)):
                 continue
-            waves = math.ceil(c.m / bm) * math.ceil(c.channels_out / bn) / device.sms
-            tail = waves / math.ceil(waves) if waves >= 1 else waves
+            tail = wave_fill(math.ceil(c.m / bm) * math.ceil(c.channels_out / bn) / device.sms)
             ranked.append((round(tail * (1.0 if bm * bn >= 2048 else bm * bn / 2048), 6),
                            {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps}))
     else:
@@ -268,8 +268,7 @@ def configs(group: Group, device: Device = Device()) -> list[dict]:
             if bm > max(16, _next_pow2(c.m)) or bn > max(16, _next_pow2(c.out_per_group)) \
                     or bk > max(16, _next_pow2(c.k)):
                 continue
-            waves = math.ceil(c.m / bm) * math.ceil(c.out_per_group / bn) * c.groups / device.sms
-            tail = waves / math.ceil(waves) if waves >= 1 else waves
+            tail = wave_fill(math.ceil(c.m / bm) * math.ceil(c.out_per_group / bn) * c.groups / device.sms)
             reuse = (bm * bn / (bm + bn)) / 64.0
             ranked.append((round(tail * math.sqrt(min(1.0, reuse)), 6),
                            {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": warps, "num_stages": stages}))

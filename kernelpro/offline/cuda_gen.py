@@ -31,6 +31,7 @@ import re
 
 from kernelpro.offline import triton_gen, windows
 from kernelpro.offline.fusion_build import Group, Step
+from kernelpro.offline.triton_configs import wave_fill
 from kernelpro.offline.triton_gen import (Device, Dialect, Layout, RowSpace, _describe, _header, _index_lines,
                                           _inputs_doc, _needed, layout)
 from kernelpro.offline.wrapper import Wrapper, native_loader, output_names, python_wrapper
@@ -457,8 +458,7 @@ def configs(group: Group, device: Device = Device()) -> list[dict]:
             for vec in (4, 1):
                 blocks = math.ceil(n / (threads * vec))
                 resident = min(device.threads_per_sm // threads, device.blocks_per_sm)
-                waves = blocks / (device.sms * resident)
-                tail = waves / math.ceil(waves) if waves >= 1 else waves
+                tail = wave_fill(blocks / (device.sms * resident))
                 score = tail * (1.0 if vec == 4 and n % 4 == 0 else 0.6) * (1.0 if threads == 256 else 0.95)
                 ranked.append((round(score, 6), {"threads": threads, "vec": vec}))
     else:
@@ -479,8 +479,7 @@ def configs(group: Group, device: Device = Device()) -> list[dict]:
         for chunk in triton_gen.split_chunks(group, device):
             for threads in (256, 512, 1024):
                 resident = min(device.threads_per_sm // threads, device.blocks_per_sm)
-                waves = rows * math.ceil(length / chunk) / (device.sms * resident)
-                tail = waves / math.ceil(waves) if waves >= 1 else waves
+                tail = wave_fill(rows * math.ceil(length / chunk) / (device.sms * resident))
                 # the block variant re-reads a long row every pass too; split fills the SMs
                 score = tail * min(1.0, chunk / (threads * 8)) / max(1, group.passes()) ** 0.25
                 ranked.append((round(score, 6), {"variant": "split", "threads": threads, "chunk": chunk}))

@@ -30,6 +30,7 @@ import torch.fx as fx
 from kernelpro.offline import gemm as triton_gemm
 from kernelpro.offline.cuda_gen import Untranslatable, c_expr
 from kernelpro.offline.fusion_build import Group
+from kernelpro.offline.triton_configs import wave_fill
 from kernelpro.offline.triton_gen import Device, _describe
 from kernelpro.offline.wrapper import Wrapper, native_loader, python_wrapper
 
@@ -105,8 +106,7 @@ def configs(group: Group, device: Device = Device()) -> list[dict]:
         tiles_m, tiles_n = math.ceil(g.m / bm), math.ceil(g.n / bn)
         if tiles_m < cm or tiles_n < cn or (bm > 64 and g.m <= bm // 2) or (bn > 128 and g.n <= bn // 2):
             continue  # a cluster wider than the grid, or a tile mostly outside the matrix
-        waves = tiles_m * tiles_n / device.sms
-        tail = waves / math.ceil(waves) if waves >= 1 else waves
+        tail = wave_fill(tiles_m * tiles_n / device.sms)
         reuse = (bm * bn / (bm + bn)) / (128 * 256 / 384)  # outputs per element loaded, against 128x256's
         score = round(tail * math.sqrt(min(1.0, reuse)), 6)
         ranked.append((score, {"tile_m": bm, "tile_n": bn, "tile_k": bk, "schedule": schedule, "cluster_m": cm,

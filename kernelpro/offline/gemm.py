@@ -30,6 +30,7 @@ import torch.fx as fx
 
 from kernelpro.offline.fusion_build import Group, is_pointwise, shape_of
 from kernelpro.offline.fusion_ops import _Attr, attr_shape, resolve
+from kernelpro.offline.triton_configs import wave_fill
 from kernelpro.offline.triton_gen import (Device, _block, _describe, _index_lines, _inputs_doc, _load, _next_pow2,
                                           _offset, layout)
 from kernelpro.offline.wrapper import Wrapper, output_names, python_wrapper
@@ -237,8 +238,7 @@ def configs(group: Group, device: Device = Device()) -> list[dict]:
         splits = [1] + [s for s in SPLIT_K if tiles < device.sms and g.k >= SPLIT_K_MIN_K and g.k // s >= 4 * bk
                         and s * g.batch * g.m * g.n < 2**31]
         for split in splits:
-            waves = tiles * split / device.sms
-            tail = waves / math.ceil(waves) if waves >= 1 else waves
+            tail = wave_fill(tiles * split / device.sms)
             # the partial tiles' round trip (written and read once each) against the operands' bytes
             workspace = 1 / (1 + 2 * split * g.m * g.n / (g.m * g.k + g.n * g.k)) if split > 1 else 1.0
             for precision, weight in precisions:
@@ -316,11 +316,14 @@ def _kernel(group: Group, split: bool = False) -> list[str]:
               f"    mask = ({rl} < {g.m}) & (j < {g.n})"]
     if split:
         return lines + [f"    tl.store(ws_ptr + (tl.program_id(2) * {g.batch * g.m} + r) * {g.n} + j, acc, mask=mask)"]
-    if g.bias is not None:
-        lines.append(f"    {g.var} = acc + tl.load(bias_ptr + j, mask=j < {g.n}, other=0.0).to(tl.float32)")
-    else:
-        lines.append(f"    {g.var} = acc")
-    return lines + epilogue(group, rest, len(group.logical) - 1)
+    return lines + _bias_and_epilogue(group, rest)
+
+
+def _bias_and_epilogue(group: Group, rest: list) -> list[str]:
+    """After the product is in `acc`: the bias added to it, then the epilogue's steps and stores."""
+    g = group.gemm
+    product = f"acc + tl.load(bias_ptr + j, mask=j < {g.n}, other=0.0).to(tl.float32)" if g.bias is not None else "acc"
+    return [f"    {g.var} = {product}"] + epilogue(group, rest, len(group.logical) - 1)
 
 
 def _split_epilogue(group: Group) -> list[str]:
@@ -343,11 +346,7 @@ def _split_epilogue(group: Group) -> list[str]:
               "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
               "    for part in range(SPLIT_K):",
               f"        acc += tl.load(ws_ptr + (part * {g.batch * g.m} + r) * {g.n} + j, mask=mask, other=0.0)"]
-    if g.bias is not None:
-        lines.append(f"    {g.var} = acc + tl.load(bias_ptr + j, mask=j < {g.n}, other=0.0).to(tl.float32)")
-    else:
-        lines.append(f"    {g.var} = acc")
-    return lines + epilogue(group, rest, len(group.logical) - 1)
+    return lines + _bias_and_epilogue(group, rest)
 
 
 def epilogue(group: Group, rest: list, column: int, rounding: str = "") -> list[str]:

@@ -30,7 +30,7 @@ import torch.fx as fx
 
 from kernelpro.offline.fusion_build import Group, Input, Output, is_pointwise, shape_of
 from kernelpro.offline.fusion_ops import Unsupported, emit_pointwise, resolve
-from kernelpro.offline.fxpasses import meta
+from kernelpro.offline.fxpasses import arg, meta
 from kernelpro.offline.triton_gen import Device, _next_pow2
 from kernelpro.offline.wrapper import Wrapper, output_names, python_wrapper
 
@@ -61,16 +61,12 @@ def _is_scan(node: fx.Node) -> str | None:
     return None
 
 
-def _arg(node: fx.Node, index: int, name: str, default=None):
-    return node.args[index] if len(node.args) > index else node.kwargs.get(name, default)
-
-
 def _flip_of(node, dim: int, rank: int) -> fx.Node | None:
     """The input of `node` when it is a flip of exactly `dim`."""
     if not isinstance(node, fx.Node) or not ((node.op == "call_method" and node.target == "flip") or (
             node.op == "call_function" and node.target is torch.flip)):
         return None
-    dims = node.args[1:] if node.op == "call_method" and len(node.args) > 2 else (_arg(node, 1, "dims"),)
+    dims = node.args[1:] if node.op == "call_method" and len(node.args) > 2 else (arg(node, 1, "dims"),)
     if len(dims) == 1 and isinstance(dims[0], (list, tuple)):
         dims = tuple(dims[0])
     if not all(isinstance(d, int) for d in dims) or {d % rank for d in dims} != {dim}:
@@ -89,7 +85,7 @@ def _drop_last_of(node, dim: int, rank: int) -> fx.Node | None:
         return None
     if (node.op == "call_method" and node.target == "narrow") or (
             node.op == "call_function" and node.target is torch.narrow):
-        d, start, length = (_arg(node, 1, "dim"), _arg(node, 2, "start"), _arg(node, 3, "length"))
+        d, start, length = (arg(node, 1, "dim"), arg(node, 2, "start"), arg(node, 3, "length"))
         ok = isinstance(d, int) and d % rank == dim and start == 0 and length == full[dim] - 1
         return source if ok else None
     if node.op == "call_function" and node.target is operator.getitem and isinstance(node.args[1], tuple):
@@ -162,7 +158,7 @@ class _Finder:
     def group(self, scan: fx.Node, op: str) -> ScanGroup | None:
         source = scan.args[0]
         out_meta, in_meta = meta(scan), meta(source) if isinstance(source, fx.Node) else None
-        dim = _arg(scan, 1, "dim")
+        dim = arg(scan, 1, "dim")
         if out_meta is None or in_meta is None or not isinstance(dim, int) or scan.kwargs.get("dtype") is not None:
             return None
         if not out_meta.dtype.is_floating_point or len(scan.users) != 1 or len(out_meta.shape) == 0:
@@ -221,7 +217,7 @@ class _Finder:
         """The fill's nodes when `cat` puts a constant slice (the scan's identity) before the scan along `dim`."""
         if not (cat.op == "call_function" and cat.target is torch.cat):
             return None
-        parts, d = _arg(cat, 0, "tensors"), _arg(cat, 1, "dim", 0)
+        parts, d = arg(cat, 0, "tensors"), arg(cat, 1, "dim", 0)
         if not isinstance(parts, (list, tuple)) or len(parts) != 2 or parts[1] is not scan or not isinstance(d, int):
             return None
         rank = len(shape_of(scan))

@@ -30,6 +30,12 @@ SPLIT_FROM = 8192  # rows at least this long, and fewer rows than two per SM, al
 MAX_CHUNKS = 1024  # partial results per row in the split variant
 
 
+def wave_fill(waves: float) -> float:
+    """How full a launch keeps the SMs, from its waves (programs over the SMs' resident slots): the last
+    wave's share where there are several, the one partial wave's share otherwise."""
+    return waves / math.ceil(waves) if waves >= 1 else waves
+
+
 def _next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
@@ -59,8 +65,7 @@ def _occupancy(threads: int, registers: int, device: Device) -> tuple[int, float
 def _score(programs: int, threads: int, per_thread: float, loads: int, device: Device, vector: float) -> float:
     registers = min(255, int(24 + per_thread * (loads + 3)))
     blocks, occupancy = _occupancy(threads, registers, device)
-    waves = programs / (device.sms * blocks)
-    tail = waves / math.ceil(waves) if waves >= 1 else waves
+    tail = wave_fill(programs / (device.sms * blocks))
     in_flight = min(1.0, blocks * threads * per_thread * 4 * max(1, loads) / device.bytes_in_flight)
     return round(tail * in_flight * math.sqrt(min(1.0, vector / 4)) * occupancy ** 0.25, 6)
 

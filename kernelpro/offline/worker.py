@@ -211,9 +211,10 @@ class Problem:
                         # the analytic ranking, or a learned launch model's order of it (kernelpro.launch)
                         ranked, ranking = launch.order(generator.configs(rendered, device), features, backend,
                                                        device.name, device.sms)
-                        if "persistent_kernels" in moves and generator is triton_gen and triton_gen.persistent(
-                                rendered, device):  # persistent grids first, the others after them for tuning
-                            ranked = triton_gen.persistent(rendered, device) + ranked
+                        grids = triton_gen.persistent(rendered, device) if "persistent_kernels" in moves and \
+                            generator is triton_gen else []
+                        if grids:  # persistent grids first, the others after them for tuning
+                            ranked = grids + ranked
                             counts["persistent_kernels"] = counts.get("persistent_kernels", 0) + 1
                         rank = min(int((tune or {}).get(group.name, 0)), len(ranked) - 1)
                         if generator in batched:
