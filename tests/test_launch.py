@@ -50,6 +50,20 @@ def test_collection_sweeps_every_template_instance_and_resumes(collected):
     assert again["added"] == 0  # every configuration of those instances is in the store already
 
 
+def test_a_dataset_keeps_one_timing_protocol(tmp_path):
+    def other_timer(path, sources, configs, features):
+        return fake_timer(path, sources, configs, features)
+    other_timer.protocol = "interleaved-v9"
+    shapes = C.random_shapes(1, seed=3)[:1]
+    store = LaunchStore(tmp_path / "launch.db")
+    C.collect(store, DEVICE.name, DEVICE, other_timer, shapes, most=4)
+    assert store.get("timing_protocol") == "interleaved-v9"
+    with pytest.raises(ValueError, match="timing protocol 'interleaved-v9'.*new file"):
+        C.collect(store, DEVICE.name, DEVICE, fake_timer, shapes, most=4)
+    from kernelpro.launch.timing import PROTOCOL
+    assert C.cuda_timer().protocol == PROTOCOL
+
+
 def test_the_split_is_by_instance_and_the_model_beats_the_analytic_ranking(collected, tmp_path):
     store, *_ = collected
     instances = store.instances("triton_pointwise", DEVICE.name)
@@ -126,3 +140,37 @@ def test_the_cli_trains_and_evaluates_against_the_baselines(collected, tmp_path)
     assert scored.exit_code == 0 and json.loads(scored.stdout)["rankings"]["predictor"] == report["predictor"]
     empty = runner.invoke(app, ["launch", "train", "triton_gemm", "--device", DEVICE.name, "--db", str(store.path)])
     assert empty.exit_code != 0 and "collect more first" in str(empty.exception)
+
+
+def test_cross_validation_scores_every_instance_with_a_model_that_never_saw_it(collected):
+    store, *_ = collected
+    instances = store.instances("triton_pointwise", DEVICE.name)
+    groups = M.folds_of(instances, 4, seed=0)
+    names = [item.instance for group in groups for item in group]
+    assert sorted(names) == sorted(i.instance for i in instances) and len(set(names)) == len(names)
+    report = M.cross_validate(instances, "triton_pointwise", DEVICE.name, folds=4, epochs=120)
+    assert report["folds"] == 4 and report["test"] == len(instances) == report["predictor"]["instances"]
+    assert report["predictor"]["top1_speed"] > report["analytic"]["top1_speed"], report
+    assert report["predictor"]["to95"] <= report["analytic"]["to95"], report
+    model, trained = M.train(instances, "triton_pointwise", DEVICE.name, epochs=120, folds=4)
+    assert model.document["trained_on"] == len(instances) and trained["predictor"] == report["predictor"]
+
+
+def test_the_walk_to_95_percent_counts_configurations_until_one_is_within_5_percent():
+    item = M.Instance("i", "triton_pointwise", "d", 8, {}, [{}, {}, {}], [0, 1, 2], [2.0, 1.04, 1.0], [{}, {}, {}])
+    scores = M.score_ranking([item], lambda i: [0, 1, 2])
+    assert scores.to95 == 2 and scores.top1_speed == pytest.approx(0.5) and scores.top3_hit == 1
+    assert M.score_ranking([item], lambda i: [2, 0, 1]).to95 == 1
+
+
+def test_the_shipped_h100_models_load_and_record_their_cross_validated_scores():
+    import kernelpro.launch as launch
+    shipped = sorted(launch.SHIPPED.glob("*.json"))
+    assert shipped, "no shipped launch model"
+    for path in shipped:
+        model = M.LaunchModel.load(path)
+        scores = model.document["scores"]
+        assert model.device == "NVIDIA H100 80GB HBM3" and scores["folds"] == scores["test"] >= 8
+        # shipped only where it beat the analytic ranking on unseen kernels
+        assert scores["predictor"]["top1_speed"] > scores["analytic"]["top1_speed"]
+        assert path.stat().st_size < 100_000

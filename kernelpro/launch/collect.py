@@ -4,10 +4,11 @@ Instances come from kernel families at shapes drawn from a seeded generator (a p
 softmax row, a layer norm, a linear with its epilogue, a cumulative sum), and from the kernels the
 offline coder generates for the problems of a suite (`--problems DIR`: each kernel's configurations
 in turn, the others kept at their first). For each instance the graph worker writes one candidate per
-configuration (its `tune` rank), and a child process (a scrubbed environment, no API keys) times
-every candidate's forward in one process: CUDA events, a 256 MB write between calls to flush L2, the
-median of `calls`. Rows are committed to the store as each instance finishes; an instance's
-configurations already in the store are not timed again, so a killed collection resumes.
+configuration (its `tune` rank), and one child process (a scrubbed environment, no API keys) times
+every candidate's forward in interleaved rounds after a GPU warm-up: CUDA events, a 256 MB write
+between calls to flush L2, the median of `calls` (`kernelpro.launch.timing`, whose PROTOCOL the store
+records). Rows are committed to the store as each instance finishes; an instance's configurations
+already in the store are not timed again, so a killed collection resumes.
 
 The timer is an argument: `cuda_timer` on a GPU; tests pass a fake with the same signature.
 """
@@ -79,7 +80,10 @@ Timer = Callable[[Path, list[str], list[dict], dict], list[float | None]]
 
 
 def cuda_timer(calls: int = 20) -> Timer:
-    """Times each candidate source's forward for the problem at `path`, in a child process on the GPU."""
+    """Times each candidate source's forward for the problem at `path`, in a child process on the GPU
+    (`kernelpro.launch.timing`: interleaved rounds after a warm-up)."""
+    from kernelpro.launch.timing import PROTOCOL
+
     def run(path: Path, sources: list[str], configs: list[dict], features: dict) -> list[float | None]:
         from kernelpro.harness.process import scrubbed_environment
         with tempfile.TemporaryDirectory(prefix="kernelpro-launch-") as folder:
@@ -94,6 +98,7 @@ def cuda_timer(calls: int = 20) -> Timer:
         if done.returncode != 0:
             raise RuntimeError(f"the timing child failed: {(done.stderr.strip().splitlines() or ['no output'])[-1]}")
         return json.loads(done.stdout.strip().splitlines()[-1])
+    run.protocol = PROTOCOL
     return run
 
 
@@ -126,7 +131,18 @@ def sweep(store: LaunchStore, problem: Path, device_name: str, device, timer: Ti
 
 def collect(store: LaunchStore, device_name: str, device, timer: Timer, shapes: list[Shape],
             problems: list[Path] = (), most: int = 16, progress=lambda message: None) -> dict:
-    """Sweeps the template shapes, then the suite's problems; a summary of what was added."""
+    """Sweeps the template shapes, then the suite's problems; a summary of what was added. A dataset keeps
+    one timing protocol (the timer's `protocol`, stored in its meta table): times taken otherwise are
+    not comparable, so collecting into a file of another protocol is refused."""
+    protocol = getattr(timer, "protocol", "unspecified")
+    stored = store.get("timing_protocol")
+    if stored is None and store.db.execute("SELECT 1 FROM measured WHERE source = 'sweep' LIMIT 1").fetchone():
+        stored = "sequential-v1"  # collected before the protocol was recorded: one candidate after another
+    if stored is not None and stored != protocol:
+        raise ValueError(f"{store.path} holds times taken with the timing protocol {stored!r}; this collection "
+                         f"times with {protocol!r}: collect into a new file")
+    with store.db:
+        store.put("timing_protocol", protocol)
     added, failed = 0, []
     with tempfile.TemporaryDirectory(prefix="kernelpro-launch-problems-") as folder:
         items = [template_problem(s, Path(folder)) for s in shapes] + list(problems)

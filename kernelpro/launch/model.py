@@ -32,25 +32,30 @@ HIDDEN = 32
 @dataclass
 class Scores:
     """How a ranking does on held-out kernels: the speed its top choice reaches against the fastest measured
-    (geomean over kernels), and how often the fastest is among its first three."""
+    (geomean over kernels), how often the fastest is among its first three, and how many configurations a
+    tuning walk down the ranking times before one reaches 95% of the fastest's speed (mean over kernels:
+    what `tune:` moves spend)."""
     instances: int
     top1_speed: float
     top3_hit: float
+    to95: float = 0.0
 
     def as_dict(self) -> dict:
         return {"instances": self.instances, "top1_speed": round(self.top1_speed, 4),
-                "top3_hit": round(self.top3_hit, 4)}
+                "top3_hit": round(self.top3_hit, 4), "to95": round(self.to95, 3)}
 
 
 def score_ranking(instances: list[Instance], order) -> Scores:
     """`order(instance)`: the instance's configuration indices, best first."""
-    logs, hits = [], 0
+    logs, hits, walks = [], 0, []
     for item in instances:
         ranked = order(item)
-        logs.append(math.log(item.times[item.best] / item.times[ranked[0]]))
+        best = item.times[item.best]
+        logs.append(math.log(best / item.times[ranked[0]]))
         hits += item.best in ranked[:3]
+        walks.append(next(n for n, i in enumerate(ranked, 1) if best / item.times[i] >= 0.95))
     n = max(1, len(instances))
-    return Scores(len(instances), math.exp(sum(logs) / n) if logs else 0.0, hits / n)
+    return Scores(len(instances), math.exp(sum(logs) / n) if logs else 0.0, hits / n, sum(walks) / n)
 
 
 def analytic_order(item: Instance) -> list[int]:
@@ -138,15 +143,9 @@ class LaunchModel:
         return cls(document)
 
 
-def train(instances: list[Instance], family: str, device: str, epochs: int = 300, seed: int = 0,
-          held_out: float = 0.25) -> tuple[LaunchModel, dict]:
-    """A model for one family on one device, and its scores on the held-out instances against the analytic
-    ranking and the occupancy heuristic."""
+def _fit(train_set: list[Instance], family: str, device: str, epochs: int, seed: int) -> LaunchModel:
     import torch
-    train_set, test_set = split(instances, held_out, seed)
-    if not train_set:
-        raise ValueError(f"no {family} instances with two or more measured configurations to train on")
-    rows = {item.instance: _rows(item) for item in instances}
+    rows = {item.instance: _rows(item) for item in train_set}
     schema = sorted({name for item in train_set for named in rows[item.instance] for name in named})
     flat = [vector(named, schema) for item in train_set for named in rows[item.instance]]
     columns = list(zip(*flat))
@@ -169,14 +168,58 @@ def train(instances: list[Instance], family: str, device: str, epochs: int = 300
         loss.backward()
         optimizer.step()
     layers = [(m.weight.detach().tolist(), m.bias.detach().tolist()) for m in net if isinstance(m, torch.nn.Linear)]
-    model = LaunchModel({"format_version": FORMAT_VERSION, "family": family, "device": device, "schema": schema,
-                         "mean": mean, "std": std, "layers": layers, "temperature": TEMPERATURE,
-                         "trained_on": len(train_set), "held_out": len(test_set), "seed": seed, "epochs": epochs})
-    report = {"family": family, "device": device, "train": len(train_set), "test": len(test_set),
-              "test_instances": sorted(i.instance for i in test_set),
-              "predictor": score_ranking(test_set, model.order).as_dict(),
-              "analytic": score_ranking(test_set, analytic_order).as_dict(),
-              "occupancy": score_ranking(test_set, occupancy_order).as_dict()}
+    return LaunchModel({"format_version": FORMAT_VERSION, "family": family, "device": device, "schema": schema,
+                        "mean": mean, "std": std, "layers": layers, "temperature": TEMPERATURE,
+                        "trained_on": len(train_set), "seed": seed, "epochs": epochs})
+
+
+def _baselines(test_set: list[Instance]) -> dict:
+    return {"analytic": score_ranking(test_set, analytic_order).as_dict(),
+            "occupancy": score_ranking(test_set, occupancy_order).as_dict()}
+
+
+def folds_of(instances: list[Instance], folds: int, seed: int = 0) -> list[list[Instance]]:
+    """`folds` disjoint groups of whole instances (shuffled by `seed`), every instance in exactly one."""
+    ordered = sorted(instances, key=lambda i: i.instance)
+    random.Random(seed).shuffle(ordered)
+    return [ordered[k::folds] for k in range(folds) if ordered[k::folds]]
+
+
+def cross_validate(instances: list[Instance], family: str, device: str, folds: int = 5, epochs: int = 300,
+                   seed: int = 0) -> dict:
+    """The training procedure scored on every instance once: for each of `folds` groups of whole instances, a
+    model trained on the others ranks that group; the rankings are pooled, so the scores cover every
+    instance and each was unseen by the model that ranked it."""
+    if len(instances) < 2:
+        raise ValueError(f"cross-validation needs two or more {family} instances, got {len(instances)}")
+    groups = folds_of(instances, min(folds, len(instances)), seed)
+    chosen: dict[str, list[int]] = {}
+    for k, test_set in enumerate(groups):
+        model = _fit([i for j, g in enumerate(groups) if j != k for i in g], family, device, epochs, seed)
+        chosen.update({item.instance: model.order(item) for item in test_set})
+    return {"family": family, "device": device, "folds": len(groups), "test": len(instances),
+            "predictor": score_ranking(instances, lambda item: chosen[item.instance]).as_dict(),
+            **_baselines(instances)}
+
+
+def train(instances: list[Instance], family: str, device: str, epochs: int = 300, seed: int = 0,
+          held_out: float = 0.25, folds: int = 0) -> tuple[LaunchModel, dict]:
+    """A model for one family on one device, and its scores against the analytic ranking and the occupancy
+    heuristic: on the `held_out` share of instances it did not train on, or, with `folds` > 1, by
+    cross-validation (`cross_validate`), after which the model itself trains on every instance."""
+    if folds > 1:
+        report = cross_validate(instances, family, device, folds, epochs, seed) | {"train": len(instances),
+                                                                                  "test_instances": []}
+        model = _fit(instances, family, device, epochs, seed)
+    else:
+        train_set, test_set = split(instances, held_out, seed)
+        if not train_set:
+            raise ValueError(f"no {family} instances with two or more measured configurations to train on")
+        model = _fit(train_set, family, device, epochs, seed)
+        report = {"family": family, "device": device, "train": len(train_set), "test": len(test_set),
+                  "test_instances": sorted(i.instance for i in test_set),
+                  "predictor": score_ranking(test_set, model.order).as_dict(), **_baselines(test_set)}
+    model.document["held_out"] = report["test"] if not folds or folds <= 1 else 0
     model.document["scores"] = report
     return model, report
 

@@ -1,10 +1,15 @@
 """The collection's timing child: `python -m kernelpro.launch.timing SPEC.json`, on a CUDA GPU.
 
 SPEC names a problem file and candidate files (one per launch configuration of one kernel). Each
-candidate's `ModelNew` is built on the GPU (seed 42, the problem's init inputs) and its forward is
-timed on the problem's inputs: 3 warm-up calls, then `calls` calls, each after a 256 MB write that
-flushes L2, between CUDA events; the median in ms. Prints a JSON list (null for a candidate that
-failed) on its last line of stdout.
+candidate's `ModelNew` is built on the GPU (seed 42, the problem's init inputs) and called 3 times
+(compiling its kernels) before anything is timed. The GPU is then kept busy for WARM_S seconds, so
+its clocks are up when timing starts. Candidates are timed in ROUNDS interleaved rounds, each round
+in a rotated order, a share of `calls` per visit: each call after a 256 MB write that flushes L2,
+between CUDA events; a candidate's time is the median of all its calls, in ms. Interleaving spreads any
+drift of clocks or temperature over every candidate alike; timing them one after another (as the first
+collection did) made the first one timed, the analytic ranking's choice, up to 10x slower than it is.
+
+Prints a JSON list (null for a candidate that failed) on its last line of stdout.
 """
 
 from __future__ import annotations
@@ -12,42 +17,73 @@ from __future__ import annotations
 import json
 import statistics
 import sys
+import time
 from pathlib import Path
 
 FLUSH_BYTES = 256 * 1024 * 1024
+ROUNDS = 5
+WARM_S = 0.5
+PROTOCOL = "interleaved-5-rounds-v2"
 
 
-def time_candidates(spec: dict) -> list[float | None]:
+def _built(spec: dict, device) -> tuple[list, list]:
+    """(inputs, [(number, model or None)]) for the spec's candidates, each called 3 times."""
     import torch
     from kernelpro.harness.modelio import import_file
-    device = torch.device("cuda")
     problem = import_file("kernelpro_launch_problem", Path(spec["problem"]))
     torch.manual_seed(42)
     inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in problem.get_inputs()]
-    flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.float32, device=device)
-    times: list[float | None] = []
+    models = []
     for number, path in enumerate(spec["candidates"]):
         try:
             module = import_file(f"kernelpro_launch_candidate_{number}", Path(path))
             torch.manual_seed(42)
             model = module.ModelNew(*problem.get_init_inputs()).to(device)
-            samples = []
             with torch.no_grad():
                 for _ in range(3):
                     model(*inputs)
-                for _ in range(int(spec.get("calls", 20))):
-                    flush.zero_()
-                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    start.record()
-                    model(*inputs)
-                    end.record()
-                    torch.cuda.synchronize()
-                    samples.append(start.elapsed_time(end))
-            times.append(statistics.median(samples))
+            torch.cuda.synchronize()
+            models.append(model)
         except Exception as error:  # a configuration that does not compile or run: no time, the sweep goes on
             print(f"candidate {number}: {type(error).__name__}: {error}", file=sys.stderr)
-            times.append(None)
-    return times
+            models.append(None)
+    return inputs, models
+
+
+def time_candidates(spec: dict) -> list[float | None]:
+    import torch
+    device = torch.device("cuda")
+    inputs, models = _built(spec, device)
+    flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.float32, device=device)
+    started = time.perf_counter()
+    while time.perf_counter() - started < WARM_S:
+        for _ in range(20):
+            flush.zero_()
+        torch.cuda.synchronize()
+    live = [n for n, m in enumerate(models) if m is not None]
+    samples: dict[int, list[float]] = {n: [] for n in live}
+    per_visit = max(1, round(int(spec.get("calls", 20)) / ROUNDS))
+    failed: set[int] = set()
+    with torch.no_grad():
+        for round_number in range(ROUNDS):
+            shift = (round_number * len(live)) // ROUNDS
+            order = live[shift:] + live[:shift]
+            for number in (order if round_number % 2 == 0 else order[::-1]):
+                if number in failed:
+                    continue
+                try:
+                    for _ in range(per_visit):
+                        flush.zero_()
+                        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                        start.record()
+                        models[number](*inputs)
+                        end.record()
+                        torch.cuda.synchronize()
+                        samples[number].append(start.elapsed_time(end))
+                except Exception as error:
+                    print(f"candidate {number}: {type(error).__name__}: {error}", file=sys.stderr)
+                    failed.add(number)
+    return [statistics.median(samples[n]) if n in samples and n not in failed else None for n in range(len(models))]
 
 
 def main() -> None:

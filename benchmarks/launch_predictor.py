@@ -1,0 +1,101 @@
+"""The launch-configuration predictor on a measured dataset: cross-validated scores against the baselines.
+
+    python benchmarks/launch_predictor.py benchmarks/data/launch_h100_interleaved_2026-11-25.tgz \
+        --device "NVIDIA H100 80GB HBM3" [--seeds 4] [--json out.json] [--ship kernelpro/launch/models]
+        [--compare benchmarks/data/launch_h100_sequential_2026-11-25.tgz]
+
+DATASET is a `kernelpro launch collect` SQLite file, or the `launch_state.tgz` that scripts/gpu_check.sh brings
+back (it holds launch.db). For every family: leave-one-out cross-validation by kernel instance (each kernel
+ranked by a model that never saw it), repeated for `--seeds` initialisations, against the analytic ranking
+and NVIDIA's occupancy heuristic: top-1 speed (geomean of fastest / chosen), best in the top three, and how
+many configurations a `tune:` walk down the ranking times before one is within 95% of the fastest.
+
+`--ship FOLDER` writes a model trained on every instance (seed 0) for each family whose mean top-1 speed and
+walk length both beat the analytic ranking's: the ones searches then use. `--compare OTHER` prints, for the
+kernels both datasets hold, the time of the analytic ranking's first configuration over the kernel's median
+(a timing protocol that favours or penalises the first configuration timed shows there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+FAMILIES = ("triton_pointwise", "triton_row", "triton_gemm", "triton_scan")
+
+
+def open_store(path: Path, folder: Path):
+    from kernelpro.launch.store import LaunchStore
+    if path.suffix in (".tgz", ".gz"):
+        with tarfile.open(path) as archive:
+            archive.extract("launch.db", folder / path.stem, filter="data")
+        path = folder / path.stem / "launch.db"
+    return LaunchStore(path)
+
+
+def first_over_median(store, family: str) -> dict[str, float]:
+    out = {}
+    for item in store.instances(family):
+        if 0 in item.ranks:
+            out[item.instance] = item.times[item.ranks.index(0)] / statistics.median(item.times)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dataset", type=Path)
+    parser.add_argument("--device", required=True)
+    parser.add_argument("--seeds", type=int, default=4)
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--ship", type=Path)
+    parser.add_argument("--compare", type=Path)
+    args = parser.parse_args()
+    from kernelpro.launch.model import cross_validate, model_path, train
+    with tempfile.TemporaryDirectory() as folder:
+        store = open_store(args.dataset, Path(folder))
+        other = open_store(args.compare, Path(folder)) if args.compare else None
+        report = {"dataset": str(args.dataset), "device": args.device, "protocol": store.get("timing_protocol"),
+                  "seeds": args.seeds, "families": {}}
+        for family in FAMILIES:
+            instances = store.instances(family, args.device)
+            if len(instances) < 2:
+                continue
+            runs = [cross_validate(instances, family, args.device, folds=len(instances), seed=s)
+                    for s in range(args.seeds)]
+            mean = lambda name, key: statistics.mean(r[name][key] for r in runs)  # noqa: E731
+            row = {"instances": len(instances), "configurations": sum(len(i.configs) for i in instances)}
+            for name in ("predictor", "analytic", "occupancy"):
+                row[name] = {key: round(mean(name, key), 4) for key in ("top1_speed", "top3_hit", "to95")}
+            row["predictor"]["top1_range"] = [min(r["predictor"]["top1_speed"] for r in runs),
+                                              max(r["predictor"]["top1_speed"] for r in runs)]
+            row["shipped"] = (row["predictor"]["top1_speed"] > row["analytic"]["top1_speed"]
+                              and row["predictor"]["to95"] < row["analytic"]["to95"])
+            if args.ship and row["shipped"]:
+                model, _ = train(instances, family, args.device, seed=0, folds=len(instances))
+                model.save(model_path(args.ship, family, args.device))
+            if other is not None:
+                mine, theirs = first_over_median(store, family), first_over_median(other, family)
+                both = sorted(set(mine) & set(theirs))
+                row["first_over_median"] = {"kernels": len(both), "this": [round(mine[k], 3) for k in both],
+                                            "other": [round(theirs[k], 3) for k in both]}
+            report["families"][family] = row
+            p, a, o = row["predictor"], row["analytic"], row["occupancy"]
+            print(f"{family:17} {len(instances):3} kernels  top-1 {p['top1_speed']:.3f} / {a['top1_speed']:.3f} / "
+                  f"{o['top1_speed']:.3f}  top-3 {p['top3_hit']:.0%} / {a['top3_hit']:.0%} / {o['top3_hit']:.0%}  "
+                  f"to 95% {p['to95']:.2f} / {a['to95']:.2f} / {o['to95']:.2f}  (predictor / analytic / occupancy)"
+                  f"{'  shipped' if row['shipped'] else ''}", flush=True)
+            if other is not None and row["first_over_median"]["kernels"]:
+                f = row["first_over_median"]
+                print(f"{'':17} analytic first / median, worst: {max(f['this']):.2f} here, {max(f['other']):.2f} in "
+                      f"{args.compare.name}", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
