@@ -283,6 +283,7 @@ def test_persistent_pointwise_kernels_stride_over_every_block(tmp_path, monkeypa
                    ["torch.randn(2, 3, 17, 19)", "torch.randn(3, 1, 19)"], args="x, y")
     source, counts, kernels = Problem(path, 42, "eval").build(["fuse_pointwise", "persistent_kernels"])
     assert counts["persistent_kernels"] == 2 and all(k["config"]["PROGRAMS"] == 3 for k in kernels)
+    assert all(k["ranking"].startswith("persistent grids (") and "then analytic" in k["ranking"] for k in kernels)
     assert "for first in range(tl.program_id(0) * BLOCK, n_elements, PROGRAMS * BLOCK):" in source
     candidate = path.with_name(path.stem + "_new.py")
     candidate.write_text(source)

@@ -215,6 +215,7 @@ class Problem:
                             generator is triton_gen else []
                         if grids:  # persistent grids first, the others after them for tuning
                             ranked = grids + ranked
+                            ranking = f"persistent grids ({len(grids)}) first, then {ranking}"
                             counts["persistent_kernels"] = counts.get("persistent_kernels", 0) + 1
                         rank = min(int((tune or {}).get(group.name, 0)), len(ranked) - 1)
                         if generator in batched:
