@@ -157,6 +157,18 @@ def test_two_hits_per_file_and_the_devices_generation_first(built):
     assert blackwell[0].symbol == "KernelTmaWarpSpecializedSm100"  # named in full: still found first
 
 
+def test_an_example_counts_as_one_file_for_the_cap(built):
+    """An example's .cu and its helper headers are one answer: at most two hits from one example folder."""
+    from collections import Counter
+    from kernelpro.cutlass_index.index import _unit
+    assert _unit("examples/54_hopper_fp8_warp_specialized_gemm/hopper_fp8_commandline.hpp") == \
+        "examples/54_hopper_fp8_warp_specialized_gemm/"
+    assert _unit("include/cute/swizzle.hpp") == "include/cute/swizzle.hpp"
+    index, _ = built
+    hits = index.search("FP8 GEMM with warp specialization", 20, arch="sm90")
+    assert hits and max(Counter(_unit(h.path) for h in hits).values()) <= 2
+
+
 def test_generations_are_read_from_sm_numbers_and_the_examples_names():
     assert generations("include/cutlass/gemm/kernel/sm90_gemm_tma_warpspecialized.hpp") == {"90"}
     assert generations("examples/54_hopper_fp8_warp_specialized_gemm/x.cu KernelTmaWarpSpecializedSm100") == {"90", "100"}
