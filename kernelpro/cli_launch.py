@@ -37,6 +37,13 @@ def evaluate(db: Path, family: str, device: str, model_file: Path | None = None)
     return {"family": family, "device": device, "instances": len(instances), "rankings": rows}
 
 
+def problem_paths(folder: Path, only: str = "", levels: str = "") -> list[Path]:
+    """The problem files of a suite folder (KernelBench's levelN/ layout or flat), chosen as `kernelpro bench`
+    chooses them."""
+    from kernelpro.bench.suite import discover, select
+    return [entry.path for entry in select(discover(folder), levels=levels, problems=only)]
+
+
 def register(app: typer.Typer) -> None:
     launch_app = typer.Typer(help="The learned launch-configuration predictor: collect timings, train, evaluate.",
                              no_args_is_help=True)
@@ -47,6 +54,9 @@ def register(app: typer.Typer) -> None:
         shapes: Annotated[int, typer.Option("--shapes", min=0, help="random shapes per kernel template")] = 8,
         problems: Annotated[Path | None, typer.Option("--problems", help="also every problem of this suite folder "
                                                                          "(levelN/*.py or *.py)")] = None,
+        only: Annotated[str, typer.Option("--only", help="with --problems: these problems only, as `kernelpro "
+                                          "bench --problems` takes them (numbers, keys, or @file of keys)")] = "",
+        levels: Annotated[str, typer.Option("--levels", help="with --problems: these levels only ('1,2')")] = "",
         most: Annotated[int, typer.Option("--most", min=2, help="configurations per kernel, best-ranked first")] = 16,
         seed: Annotated[int, typer.Option("--seed")] = 0,
         json_output: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
@@ -57,10 +67,12 @@ def register(app: typer.Typer) -> None:
         from kernelpro.launch.collect import collect, cuda_timer, random_shapes
         from kernelpro.launch.store import LaunchStore
         from kernelpro.offline.worker import _device
+        if (only or levels) and problems is None:
+            raise KernelproError("--only and --levels choose among the problems of --problems DIR: give it")
+        paths = problem_paths(problems, only, levels) if problems else []
         if not torch.cuda.is_available():
             raise KernelproError("kernelpro launch collect times kernels on a CUDA GPU, and torch sees none here")
         device, _ = _device({"device": "cuda"})
-        paths = sorted(problems.rglob("*.py")) if problems else []
         summary = collect(LaunchStore(db), device.name, device, cuda_timer(), random_shapes(shapes, seed), paths, most,
                           _stderr)
         typer.echo(json.dumps(summary, indent=2) if json_output else

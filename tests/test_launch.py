@@ -174,3 +174,23 @@ def test_the_shipped_h100_models_load_and_record_their_cross_validated_scores():
         # shipped only where it beat the analytic ranking on unseen kernels
         assert scores["predictor"]["top1_speed"] > scores["analytic"]["top1_speed"]
         assert path.stat().st_size < 100_000
+
+
+def test_collect_chooses_suite_problems_as_bench_does(tmp_path):
+    from typer.testing import CliRunner
+    from kernelpro.cli import app
+    from kernelpro.cli_launch import problem_paths
+    from kernelpro.harness.errors import KernelproError
+    suite = tmp_path / "suite"
+    for level, names in ((1, ("1_A", "2_B")), (2, ("1_C",))):
+        (suite / f"level{level}").mkdir(parents=True)
+        for name in names:
+            (suite / f"level{level}" / f"{name}.py").write_text("")
+    assert [p.name for p in problem_paths(suite)] == ["1_A.py", "2_B.py", "1_C.py"]
+    assert [p.name for p in problem_paths(suite, levels="2")] == ["1_C.py"]
+    (tmp_path / "keys.txt").write_text("level1/2_B\n")
+    assert [p.name for p in problem_paths(suite, only=f"@{tmp_path / 'keys.txt'}")] == ["2_B.py"]
+    with pytest.raises(KernelproError, match="level9/1_Z"):
+        problem_paths(suite, only="level9/1_Z")
+    refused = CliRunner().invoke(app, ["launch", "collect", "--db", str(tmp_path / "l.db"), "--only", "1"])
+    assert refused.exit_code != 0 and "--problems DIR" in str(refused.exception)
