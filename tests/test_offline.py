@@ -192,6 +192,35 @@ def test_a_forward_that_loops_over_its_input_sizes_traces_unrolled():
         torch.testing.assert_close(graph(x), model(x))
 
 
+def test_buffers_read_with_input_sizes_stay_buffers_in_the_meta_trace():
+    """`self.mask[:, :T, :T] == 0` with T from x.size() and a relative-position table indexed by a buffer:
+    plain torch.fx fails on the slice; the meta trace once ran them on its meta copy and kept the results as
+    data-less `_tensor_constant`s (KernelBench's level3/30 and 50). They are graph reads of the buffers now."""
+    from kernelpro.offline.tracing import trace
+
+    class Masked(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("mask", torch.tril(torch.ones(8, 8)).view(1, 8, 8))
+            self.register_buffer("index", torch.randint(0, 5, (16,)))
+            self.table = torch.nn.Parameter(torch.randn(5, 2))
+
+        def forward(self, x):
+            B, T, C = x.size()
+            att = (x @ x.transpose(1, 2)).masked_fill(self.mask[:, :T, :T] == 0, float("-inf")).relu()
+            bias = self.table[self.index].view(4, 4, 2).sum(-1)
+            return att @ x + bias[:T, :C]
+
+    model, x = Masked().eval(), torch.randn(2, 4, 4)
+    with pytest.raises(Exception):
+        torch.fx.symbolic_trace(model)
+    graph = trace(model, [x])
+    reads = {n.target for n in graph.graph.nodes if n.op == "get_attr"}
+    assert {"mask", "index"} <= reads and not any(t.startswith("_tensor_constant") for t in reads)
+    with torch.no_grad():
+        torch.testing.assert_close(graph(x), model(x))
+
+
 def test_untraceable_problem_falls_back_to_moves_without_a_graph(tmp_path):
     answer = expand(spec(DATA / "untraceable.py", device="cuda"))
     assert not answer["traced"] and answer["trace_error"]

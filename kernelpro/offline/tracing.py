@@ -32,6 +32,11 @@ class _SizedProxy(MetaProxy):
 
 
 class _Tracer(MetaTracer):
+    # a buffer read in forward is a graph input (get_attr), not a value: else an expression of it with
+    # concrete sizes (`self.bias[:, :, :T, :T] == 0`, a relative-position index lookup) runs on the meta
+    # copy while tracing and is kept as a `_tensor_constant` without data
+    proxy_buffer_attributes = True
+
     def proxy(self, node: fx.Node) -> _SizedProxy:
         return _SizedProxy(node, self)
 
