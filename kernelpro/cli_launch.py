@@ -21,7 +21,8 @@ def _stderr(message: str) -> None:
 
 def evaluate(db: Path, family: str, device: str, model_file: Path | None = None) -> dict:
     """The library call behind `kernelpro launch eval`: a model's rankings against the two baselines on the
-    instances its training held out (or on every instance of the family when the model did not record them)."""
+    instances its training held out (or on every instance of the family when the model did not record them; for a
+    cross-validated model, trained on all, that is its own data: `in_sample`, beside its cross-validated scores)."""
     from kernelpro.launch.model import LaunchModel, analytic_order, occupancy_order, score_ranking
     from kernelpro.launch.store import LaunchStore
     store = LaunchStore(db)
@@ -32,9 +33,15 @@ def evaluate(db: Path, family: str, device: str, model_file: Path | None = None)
         instances = [i for i in instances if i.instance in held] if held else instances
     rows = {"analytic": score_ranking(instances, analytic_order).as_dict(),
             "occupancy": score_ranking(instances, occupancy_order).as_dict()}
+    out = {"family": family, "device": device, "instances": len(instances), "rankings": rows}
     if model is not None:
         rows["predictor"] = score_ranking(instances, model.order).as_dict()
-    return {"family": family, "device": device, "instances": len(instances), "rankings": rows}
+        scores = model.document.get("scores") or {}
+        if scores.get("folds"):  # cross-validated, then trained on every instance: these are scores on its own data
+            out["in_sample"] = True
+            out["cross_validated"] = {name: scores[name] for name in ("predictor", "analytic", "occupancy")
+                                      if name in scores}
+    return out
 
 
 def problem_paths(folder: Path, only: str = "", levels: str = "") -> list[Path]:
@@ -145,7 +152,12 @@ def register(app: typer.Typer) -> None:
         if json_output:
             typer.echo(json.dumps(document, indent=2))
             return
-        _print_scores({"family": family, "device": device, "test": document["instances"], **document["rankings"]})
+        _print_scores({"family": family, "device": device, "test": document["instances"], **document["rankings"]},
+                      "in-sample: the model trained on these" if document.get("in_sample") else "")
+        if document.get("cross_validated"):
+            cv = document["cross_validated"]["predictor"]
+            typer.echo(f"its cross-validated scores (kernels it never saw): top-1 {cv['top1_speed']:.3f}, "
+                       f"best in top 3 {cv['top3_hit']:.0%}, walk {cv.get('to95', 0):.2f}")
 
     @launch_app.command("show")
     def show_command(db: DbPath = DEFAULT_DB,
@@ -163,9 +175,9 @@ def register(app: typer.Typer) -> None:
     app.add_typer(launch_app, name="launch")
 
 
-def _print_scores(report: dict) -> None:
+def _print_scores(report: dict, how: str = "") -> None:
     from rich.table import Table
-    how = f"{report['folds']}-fold cross-validation" if report.get("folds") else "held out"
+    how = how or (f"{report['folds']}-fold cross-validation" if report.get("folds") else "held out")
     table = Table(title=f"{report['family']} on {report['device']}: {report.get('test')} kernels, {how}")
     for column in ("ranking", "top-1 speed vs best", "best in top 3", "configurations to 95%"):
         table.add_column(column)

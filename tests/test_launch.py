@@ -154,6 +154,11 @@ def test_cross_validation_scores_every_instance_with_a_model_that_never_saw_it(c
     assert report["predictor"]["to95"] <= report["analytic"]["to95"], report
     model, trained = M.train(instances, "triton_pointwise", DEVICE.name, epochs=120, folds=4)
     assert model.document["trained_on"] == len(instances) and trained["predictor"] == report["predictor"]
+    from kernelpro.cli_launch import evaluate
+    path = store.path.parent / "cv.json"
+    model.save(path)
+    scored = evaluate(store.path, "triton_pointwise", DEVICE.name, path)
+    assert scored["in_sample"] and scored["cross_validated"]["predictor"] == report["predictor"]
 
 
 def test_the_walk_to_95_percent_counts_configurations_until_one_is_within_5_percent():
