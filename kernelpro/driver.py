@@ -189,13 +189,19 @@ class SearchRun:
                                        f"({self.store.get('settings', {}).get('problem')}); give that problem, or "
                                        "another --out folder for this one")
             saved = self.store.get("settings")
-            # A run from before model modes existed ran its models in eval mode.
-            saved = {"model_mode": "eval", **saved}
-            # The run's identity stays; only how long it may go on can change.
-            settings = replace(SearchSettings(**saved), budget=settings.budget, time_limit_min=settings.time_limit_min,
-                               max_cost_usd=settings.max_cost_usd, max_tokens=settings.max_tokens)
-            if self.finished_as is not None:
-                settings = replace(settings, budget=self.finished_as.get("budget") or settings.budget)
+            if saved is None and self.finished_as is None:
+                # stopped (Ctrl-C, a kill) after its state file was made and before it recorded its settings,
+                # the first thing a run records: nothing was done, so it starts afresh with these settings
+                resume = False
+            else:
+                # A run from before model modes existed ran its models in eval mode.
+                saved = {"model_mode": "eval", **(saved or {})}
+                # The run's identity stays; only how long it may go on can change.
+                settings = replace(SearchSettings(**saved), budget=settings.budget,
+                                   time_limit_min=settings.time_limit_min, max_cost_usd=settings.max_cost_usd,
+                                   max_tokens=settings.max_tokens)
+                if self.finished_as is not None:
+                    settings = replace(settings, budget=self.finished_as.get("budget") or settings.budget)
         self.settings = settings
         options = {} if settings.coder != "anthropic" else {
             key: value for key, value in (("model", settings.model), ("planner_model", settings.planner_model)) if value}

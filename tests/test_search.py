@@ -314,6 +314,17 @@ class SlowFakeHarness(FakeHarness):
         return super().evaluate(problem, source, options)
 
 
+def test_resume_of_a_run_stopped_before_it_recorded_its_settings_starts_afresh(tmp_path):
+    """A Ctrl-C between the state file's creation and the run's first record (its settings) left a state.db
+    with nothing in it; --resume crashed on it (a bench resumed after Ctrl-C failed the problem)."""
+    from kernelpro.runstore import RunStore
+    settings = SearchSettings(problem=str(DATA / "redundant.py"), out=str(tmp_path / "run"), budget=2, profile=False)
+    RunStore(Path(settings.out)).close()  # the state file exists, with no settings in it
+    document = SearchRun(settings, resume=True, evaluator=FakeHarness()).run()
+    assert document["evaluations"] >= 1 and document["budget"] == 2
+    assert RunStore(Path(settings.out)).get("settings")["problem"] == settings.problem
+
+
 def test_remeasure_only_times_the_finished_best_again_and_evaluates_nothing_new(tmp_path):
     from kernelpro.driver import SearchInputError
     settings = SearchSettings(problem=str(DATA / "redundant.py"), out=str(tmp_path / "run"), budget=3, profile=False)
