@@ -216,13 +216,13 @@ class Index:
             top = float(scores.max()) if len(scores) else 0.0
             for number in exact:
                 scores[number] += top
-        hits, per_path = [], {}
+        hits, per_unit = [], {}
         for number in scores.argsort()[::-1]:
             if len(hits) == k or scores[number] <= 0:
                 break
             group = _unit(self.chunks[int(number)].path)
-            if per_path.get(group, 0) < per_file:
-                per_path[group] = per_path.get(group, 0) + 1
+            if per_unit.get(group, 0) < per_file:
+                per_unit[group] = per_unit.get(group, 0) + 1
                 hits.append(self._hit(int(number), float(scores[number])))
         return hits
 

@@ -135,9 +135,7 @@ def collect(store: LaunchStore, device_name: str, device, timer: Timer, shapes: 
     one timing protocol (the timer's `protocol`, stored in its meta table): times taken otherwise are
     not comparable, so collecting into a file of another protocol is refused."""
     protocol = getattr(timer, "protocol", "unspecified")
-    stored = store.get("timing_protocol")
-    if stored is None and store.db.execute("SELECT 1 FROM measured WHERE source = 'sweep' LIMIT 1").fetchone():
-        stored = "sequential-v1"  # collected before the protocol was recorded: one candidate after another
+    stored = store.timing_protocol()
     if stored is not None and stored != protocol:
         raise ValueError(f"{store.path} holds times taken with the timing protocol {stored!r}; this collection "
                          f"times with {protocol!r}: collect into a new file")

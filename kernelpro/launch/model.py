@@ -77,10 +77,16 @@ def occupancy_order(item: Instance) -> list[int]:
     return sorted(range(len(item.configs)), key=lambda i: tuple(-v for v in occupancy(i)))
 
 
-def split(instances: list[Instance], held_out: float = 0.25, seed: int = 0) -> tuple[list[Instance], list[Instance]]:
-    """(train, test) by kernel instance: every row of an instance is on one side."""
+def _shuffled(instances: list[Instance], seed: int) -> list[Instance]:
+    """The instances in an order that depends only on their names and `seed`."""
     ordered = sorted(instances, key=lambda i: i.instance)
     random.Random(seed).shuffle(ordered)
+    return ordered
+
+
+def split(instances: list[Instance], held_out: float = 0.25, seed: int = 0) -> tuple[list[Instance], list[Instance]]:
+    """(train, test) by kernel instance: every row of an instance is on one side."""
+    ordered = _shuffled(instances, seed)
     cut = max(1, round(len(ordered) * held_out)) if len(ordered) > 1 else 0
     return ordered[cut:], ordered[:cut]
 
@@ -180,8 +186,7 @@ def _baselines(test_set: list[Instance]) -> dict:
 
 def folds_of(instances: list[Instance], folds: int, seed: int = 0) -> list[list[Instance]]:
     """`folds` disjoint groups of whole instances (shuffled by `seed`), every instance in exactly one."""
-    ordered = sorted(instances, key=lambda i: i.instance)
-    random.Random(seed).shuffle(ordered)
+    ordered = _shuffled(instances, seed)
     return [ordered[k::folds] for k in range(folds) if ordered[k::folds]]
 
 
@@ -211,6 +216,7 @@ def train(instances: list[Instance], family: str, device: str, epochs: int = 300
         report = cross_validate(instances, family, device, folds, epochs, seed) | {"train": len(instances),
                                                                                   "test_instances": []}
         model = _fit(instances, family, device, epochs, seed)
+        model.document["held_out"] = 0
     else:
         train_set, test_set = split(instances, held_out, seed)
         if not train_set:
@@ -219,7 +225,7 @@ def train(instances: list[Instance], family: str, device: str, epochs: int = 300
         report = {"family": family, "device": device, "train": len(train_set), "test": len(test_set),
                   "test_instances": sorted(i.instance for i in test_set),
                   "predictor": score_ranking(test_set, model.order).as_dict(), **_baselines(test_set)}
-    model.document["held_out"] = report["test"] if not folds or folds <= 1 else 0
+        model.document["held_out"] = len(test_set)
     model.document["scores"] = report
     return model, report
 

@@ -110,6 +110,14 @@ class LaunchStore(DurableStore):
             item.static.append(json.loads(static))
         return [i for i in found.values() if len(i.times) >= least]
 
+    def timing_protocol(self) -> str | None:
+        """How this dataset's sweeps were timed (`kernelpro.launch.timing.PROTOCOL`); "sequential-v1" for
+        sweeps collected before the protocol was recorded (one candidate after another); None when empty."""
+        stored = self.get("timing_protocol")
+        if stored is None and self.db.execute("SELECT 1 FROM measured WHERE source = 'sweep' LIMIT 1").fetchone():
+            return "sequential-v1"
+        return stored
+
     def summary(self) -> dict:
         rows = self.db.execute("SELECT family, device, source, COUNT(*), COUNT(DISTINCT instance) FROM measured "
                                "GROUP BY family, device, source ORDER BY family, device, source").fetchall()

@@ -7,7 +7,7 @@ its clocks are up when timing starts. Candidates are timed in ROUNDS interleaved
 in a rotated order, a share of `calls` per visit: each call after a 256 MB write that flushes L2,
 between CUDA events; a candidate's time is the median of all its calls, in ms. Interleaving spreads any
 drift of clocks or temperature over every candidate alike; timing them one after another (as the first
-collection did) made the first one timed, the analytic ranking's choice, up to 10x slower than it is.
+collection did) made the first one timed, the analytic ranking's choice, up to 11x slower than it is.
 
 Prints a JSON list (null for a candidate that failed) on its last line of stdout.
 """
@@ -23,11 +23,12 @@ from pathlib import Path
 FLUSH_BYTES = 256 * 1024 * 1024
 ROUNDS = 5
 WARM_S = 0.5
-PROTOCOL = "interleaved-5-rounds-v2"
+PROTOCOL = f"interleaved-{ROUNDS}-rounds-v2"
 
 
 def _built(spec: dict, device) -> tuple[list, list]:
-    """(inputs, [(number, model or None)]) for the spec's candidates, each called 3 times."""
+    """(the problem's inputs on `device`, each candidate's model or None where it failed), each model called
+    3 times."""
     import torch
     from kernelpro.harness.modelio import import_file
     problem = import_file("kernelpro_launch_problem", Path(spec["problem"]))
