@@ -169,6 +169,57 @@ def test_an_example_counts_as_one_file_for_the_cap(built):
     assert hits and max(Counter(_unit(h.path) for h in hits).values()) <= 2
 
 
+def test_a_query_naming_an_instruction_finds_the_declaration_that_issues_it(built):
+    """"ldmatrix" and "cp.async" name PTX instructions: the wrappers whose inline assembly issues them rank in the
+    top five although their files name an older generation (sm75, sm80) and other files' paths name the
+    query's other words (arch/memory.h, shared_load_iterator.h); without the boost they fell out of it."""
+    index, _ = built
+    ldmatrix = [h.path for h in index.search("ldmatrix shared memory to registers", 5, arch="sm90")]
+    assert "include/cute/arch/copy_sm75.hpp" in ldmatrix
+    cp_async = index.search("cp.async global to shared memory copy", 5, arch="sm90")
+    assert "include/cute/arch/copy_sm80.hpp" in [h.path for h in cp_async]
+    saved = index_module.INSTRUCTION_BOOST
+    try:
+        index_module.INSTRUCTION_BOOST = 0.0
+        assert "include/cute/arch/copy_sm75.hpp" not in [
+            h.path for h in index.search("ldmatrix shared memory to registers", 5, arch="sm90")]
+    finally:
+        index_module.INSTRUCTION_BOOST = saved
+
+
+def test_the_instruction_the_query_names_most_closely_wins(tmp_path, monkeypatch):
+    """Of two wrappers of `cp.async`, the one whose instruction has fewer parts the query does not name
+    (cp.async.ca.shared.global: 4 of 5 named) outranks the bulk tensor copy (4 of 11), though BM25 alone
+    ranks the bulk copy first (its name repeats the query's words); the instructions survive a reload."""
+    text = r'''namespace cute {
+/// Bulk tensor copy from global to shared memory, cp async global shared copy.
+struct SM90_BULK_COPY_G2S {
+  static void copy(void const* g, void* s) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1];" :: "l"(g), "r"(s));
+  }
+};
+struct SM80_CP_ASYNC_CACHEALWAYS {
+  static void copy(void const* g, void* s) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" :: "r"(s), "l"(g));
+  }
+};
+struct Unrelated { int global_shared_copy_count; };
+}
+'''
+    monkeypatch.setenv("KERNELPRO_HOME", str(tmp_path))
+    monkeypatch.setattr(index_module, "read_chunks", lambda source: chunk_source("include/cute/arch/copy.hpp", text))
+    source = source_module.CutlassSource(locate().root, "synthetic")
+    folder = index_module.index_dir(source)
+    built_here = Index.build(source, folder)
+    query = "cp.async global to shared memory copy"
+    monkeypatch.setattr(index_module, "INSTRUCTION_BOOST", 0.0)
+    assert built_here.search(query, 3, per_file=3)[0].symbol == "SM90_BULK_COPY_G2S"
+    monkeypatch.setattr(index_module, "INSTRUCTION_BOOST", 2.0)
+    for index in (built_here, Index.load(folder, source)):
+        assert [h.symbol for h in index.search(query, 3, per_file=3)][:2] == ["SM80_CP_ASYNC_CACHEALWAYS",
+                                                                              "SM90_BULK_COPY_G2S"]
+
+
 def test_generations_are_read_from_sm_numbers_and_the_examples_names():
     assert generations("include/cutlass/gemm/kernel/sm90_gemm_tma_warpspecialized.hpp") == {"90"}
     assert generations("examples/54_hopper_fp8_warp_specialized_gemm/x.cu KernelTmaWarpSpecializedSm100") == {"90", "100"}
