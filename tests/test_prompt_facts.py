@@ -129,3 +129,28 @@ def test_the_worked_examples_are_correct_in_the_harness(backend, cpu_evaluator, 
     result = cpu_evaluator.evaluate(problem, worked_examples.EXAMPLES[backend], FAST)
     assert result.verdict is Verdict.CORRECT, result.reason
     assert "class ModelNew" in worked_examples.prompt_text()
+
+
+def test_a_turn_over_its_size_cap_drops_the_best_source_first_and_cuts_the_parent_last():
+    """Generated candidates of whole models run to hundreds of kilobytes (the offline coder's cuda_kernels
+    candidate of level3/10_ResNet101: 581,342 characters). Under the cap a turn is whole; over it, the best
+    candidate's source gives way first (its timing stays), and a parent that alone is over the cap keeps its
+    head and tail around a marker."""
+    from kernelpro.prompts import USER_TURN_CHARS
+    parent = "# parent head\n" + "x = 1\n" * 5000 + "# parent tail\n"
+    best = "# best head\n" + "y = 2\n" * 5000
+    request = CoderRequest(problem_path="p.py", problem_source="# reference\n", parent_source=parent,
+                           parent_state={}, parent_verdict="correct", parent_ms=2.0, parent_speedup=1.5,
+                           kind="refine", guidance="use shared memory", tried=(("fuse_pointwise", "1.2x"),),
+                           best_source=best, best_ms=1.0, best_speedup=3.0)
+    whole = user_turn(request)
+    assert parent in whole and best in whole and len(whole) < USER_TURN_CHARS
+    capped = user_turn(request, cap=len(whole) - 1000)
+    assert len(capped) <= len(whole) - 1000
+    assert parent in capped and "# best head" not in capped
+    assert f"its source ({len(best)} characters) is left out" in capped and "3.00x over eager" in capped
+    assert "use shared memory" in capped and "fuse_pointwise: 1.2x" in capped  # only what had to give way
+    tight = user_turn(request, cap=12_000)
+    assert len(tight) <= 12_000 + 200  # the marker and the parts' separators
+    assert "# parent head" in tight and "# parent tail" in tight and "characters of this source left out" in tight
+    assert "Improve the parent" in tight
