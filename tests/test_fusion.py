@@ -73,20 +73,26 @@ def test_looped_variant_matches_on_every_row_example(tmp_path, monkeypatch):
         check(small)
 
 
+@pytest.mark.parametrize("variant", ["looped", "split"])
 @pytest.mark.parametrize("op", ["F.layer_norm(h, (3000,))", "h.var(dim=-1, keepdim=True)",
                                 "F.group_norm(h.reshape(6, 4, 750), 2)"])
-def test_looped_statistics_take_one_pass_and_stay_accurate(tmp_path, monkeypatch, op):
+def test_row_statistics_take_one_pass_and_stay_accurate(tmp_path, monkeypatch, op, variant):
     """A looped row kernel reads the row once for mean and variance (Welford per lane, merged across
-    lanes), not twice; on rows with a large mean and a small spread, where E[x^2] - E[x]^2 would lose
-    every digit, it stays as close to a float64 reference as torch's own float32 is."""
-    monkeypatch.setattr(triton_gen, "configs", lambda group, device=None: [
-        {"variant": "looped", "BLOCK_R": 2, "BLOCK_C": 256, "num_warps": 4, "score": 1.0}]
-        if group.kind == "row" else [{"BLOCK": 1024, "num_warps": 4, "score": 1.0}])
+    lanes), not twice; so does the split variant (Welford per lane, merged per chunk, the chunks' partials
+    merged by the next kernel as Chan et al. do: a training-mode batch norm over few long rows reads its input
+    twice, not three times). On rows with a large mean and a small spread, where E[x^2] - E[x]^2 would lose
+    every digit, both stay as close to a float64 reference as torch's own float32 is."""
+    row = ({"variant": "looped", "BLOCK_R": 2, "BLOCK_C": 256, "num_warps": 4, "score": 1.0} if variant == "looped"
+           else {"variant": "split", "CHUNK": 512, "BLOCK_C": 128, "num_warps": 4, "score": 1.0})
+    monkeypatch.setattr(triton_gen, "configs", lambda group, device=None: [row]
+                        if group.kind == "row" else [{"BLOCK": 1024, "num_warps": 4, "score": 1.0}])
     path = write_problem(tmp_path, ["h = x * 0.05 + 40.0", f"return {op}"], [(6, 3000)])
     source, _, kernels = Problem(path, 42).build(FUSE)
-    assert [k["config"]["variant"] for k in kernels if k["kind"] == "row"] == ["looped"]
+    assert [k["config"]["variant"] for k in kernels if k["kind"] == "row"] == [variant]
     loops = source.count("for start in range(")
     assert loops == (2 if "norm" in op else 1) and "(Welford per lane)" in source
+    if variant == "split":  # one statistics pass kernel, then the outputs' kernel
+        assert "_pass1_kernel[" in source and "_pass2_kernel" not in source
     candidate = path.with_name(path.stem + "_new.py")
     candidate.write_text(source)
     module = load_module(candidate)
@@ -660,3 +666,25 @@ def test_a_bare_product_becomes_a_triton_gemm(tmp_path, body, shapes):
     assert check(small, ["triton_gemm"]) == []
     rewritten = small.with_name(small.stem + "_new.py").read_text().split("def _kp_graph_functions")[1]
     assert "matmul(" in rewritten and "mul(" not in rewritten.replace("matmul(", "") and "* 1.0" not in rewritten
+
+
+def test_pointwise_kernels_past_2_to_the_31_elements_index_in_int64(tmp_path, monkeypatch):
+    """A tensor of more than 2^31 elements (KernelBench's level1/45 average-pools 4.3 G of them) is past int32
+    offsets: its pointwise kernel (a pool read in place included) indexes from an int64 program id, and no
+    persistent grid, GEMM or row kernel takes it (built on the meta device: nothing of that size is made).
+    The int64 path itself is checked for values in Triton's interpreter on small tensors, with the limit
+    lowered."""
+    from kernelpro.offline import fusion_build
+    path = write_problem(tmp_path, ["a = F.avg_pool2d(x, 3)", "return torch.relu(x) * 2.0, x.sum(dim=-1), a"],
+                         [(2, 1, 32768, 32769)])
+    source, _, kernels = Problem(path, 42).build(FUSE + ["persistent_kernels"])
+    assert {k["kind"] for k in kernels} == {"pointwise"} and len(kernels) == 2, kernels
+    assert source.count("tl.program_id(0).to(tl.int64) * BLOCK") == 2 and "PROGRAMS" not in source
+    assert "x.sum(" in source or "torch.sum(" in source  # the row reduction stays torch's
+
+    small = write_problem(tmp_path, ["a = F.avg_pool2d(x, 3, stride=2, padding=1)", "return torch.relu(x) * 2.0 + y, a"],
+                          [(2, 3, 17, 19), (19,)])
+    monkeypatch.setattr(fusion_build, "MAX_ELEMENTS", 300)
+    kernels = check(small, FUSE)
+    assert {k["kind"] for k in kernels} == {"pointwise"} and len(kernels) == 2
+    assert small.with_name(small.stem + "_new.py").read_text().count("tl.program_id(0).to(tl.int64)") == 2

@@ -173,6 +173,9 @@ def _shape(gm: fx.GraphModule, value) -> tuple[int, ...] | None:
 
 
 def _conv_for(gm: fx.GraphModule, group: Group, precision: str, reasons: list[str]) -> Conv | None:
+    if group.wide:  # its tiles index in int32
+        reasons.append("a tensor of more than 2^31 elements")
+        return None
     for item in group.inputs:
         node = item.source
         if not isinstance(node, fx.Node) or item.view != group.logical or shape_of(node) != group.logical:

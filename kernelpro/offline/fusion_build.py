@@ -23,7 +23,7 @@ from kernelpro.offline.fxpasses import meta
 from kernelpro.offline.windows import Window, pool_args, window_of
 
 MAX_ONE_PASS = 16384  # the longest row the one-pass variant keeps in registers (elements)
-MAX_ELEMENTS = 2**31 - 1  # int32 offsets
+MAX_ELEMENTS = 2**31 - 1  # int32 offsets: beyond, only pointwise groups, whose Triton kernels then index in int64
 RESHAPES = {"view", "reshape", "unsqueeze", "squeeze", "flatten"}
 GENERATED_MODULE = "__kp_generated__"
 
@@ -76,6 +76,13 @@ class Group:
     after_anchor: bool = False  # reads a matmul/conv output: an epilogue
     name: str = ""
     gemm: object = None  # a `gemm.Gemm` when a Triton GEMM computes the product this epilogue reads
+
+    @property
+    def wide(self) -> bool:
+        """Whether a tensor it reads or writes has more elements than int32 offsets reach (a pointwise group
+        only: its Triton kernel then indexes in int64; the CUDA kernels always do)."""
+        return any(math.prod(shape) > MAX_ELEMENTS for shape in
+                   [self.logical] + [i.shape for i in self.inputs] + [o.shape for o in self.outputs])
 
     @property
     def fused_ops(self) -> str:
@@ -256,8 +263,8 @@ class _Builder:
             if not broadcastable(shape, logical):
                 raise Unsupported("an input that does not broadcast to the group's shape")
             view = _aligned(shape, len(logical))
-        if math.prod(shape) > MAX_ELEMENTS:
-            raise Unsupported("a tensor too large for 32-bit offsets")
+        if math.prod(shape) > MAX_ELEMENTS and self.group.kind == "row":
+            raise Unsupported("a tensor too large for 32-bit offsets (in a row kernel)")
         for existing in self.group.inputs:
             if existing.source == value and existing.view == view and existing.window is None:
                 return existing.var, existing.kind, existing.view
@@ -349,8 +356,8 @@ class _Builder:
         window = window_of(pool, self.group.logical, shape)
         if window is None or self.group.split or shape_of(node) != self.group.logical:
             raise Unsupported("a pool the kernel cannot read in place")
-        if math.prod(shape) > MAX_ELEMENTS:
-            raise Unsupported("a tensor too large for 32-bit offsets")
+        if math.prod(shape) > MAX_ELEMENTS and self.group.kind == "row":
+            raise Unsupported("a tensor too large for 32-bit offsets (in a row kernel)")
         var = f"x{len(self.group.inputs)}"
         self.group.inputs.append(Input(var, source, shape, self.group.logical, "full", source.name, window))
         self.vars[node] = (var, "full", self.group.logical)
@@ -502,8 +509,10 @@ def build(gm: fx.GraphModule, kind: str, logical: tuple, reduced: frozenset, spl
     if group.kind == "row" and group.row_length > MAX_ONE_PASS and any(
             s.reduce in ("argmax", "argmin") for s in group.steps):
         raise Unsupported("argmax over a row too long for one pass")
-    if math.prod(logical) > MAX_ELEMENTS or not group.inputs:
-        raise Unsupported("no tensor inputs, or too many elements")
+    if not group.inputs:
+        raise Unsupported("no tensor inputs")
+    if math.prod(logical) > MAX_ELEMENTS and group.kind == "row":
+        raise Unsupported("a tensor too large for 32-bit offsets (in a row kernel)")
     group.nodes = list(members)
     group.after_anchor = any(is_anchor(gm, i.source) for i in group.inputs)
     return group

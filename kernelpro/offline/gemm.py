@@ -124,6 +124,8 @@ def _operand_shape(gm: fx.GraphModule, value) -> tuple[int, ...] | None:
 
 
 def _gemm_for(gm: fx.GraphModule, group: Group, tf32: bool) -> Gemm | None:
+    if group.wide:  # its tiles index in int32
+        return None
     for item in group.inputs:
         node = item.source
         if not isinstance(node, fx.Node) or item.view != group.logical or shape_of(node) != group.logical:

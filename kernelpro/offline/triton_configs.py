@@ -128,7 +128,7 @@ def persistent(group: Group, device: Device = Device()) -> list[dict]:
     stride over the blocks, fewest first among those that keep enough bytes in flight to saturate DRAM
     (the SMs' share by Little's law, `bytes_in_flight` each): below the SM count, the SMs left over stay
     idle, and every program pays its fixed costs once. Empty where the kernel has fewer blocks than that."""
-    if group.kind != "pointwise":
+    if group.kind != "pointwise" or group.wide:  # a strided loop over more than 2^31 elements: not offered
         return []
     n = math.prod(group.logical)
     loads = max(1, sum(i.window.taps if i.window else 1 for i in group.inputs if i.kind == "full"))

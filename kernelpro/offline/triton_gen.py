@@ -193,7 +193,8 @@ def _pointwise_kernel(group: Group, lay: Layout, persistent_grid: bool = False) 
     lines = ["@triton.jit", f"def {group.name}_kernel({', '.join(params)}, n_elements, BLOCK: tl.constexpr"
              + ("", ", PROGRAMS: tl.constexpr")[persistent_grid] + "):", "    # " + _header(group)] + _inputs_doc(group)
     start = len(lines)
-    lines += ["    idx = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)", "    mask = idx < n_elements"]
+    program = "tl.program_id(0).to(tl.int64)" if group.wide else "tl.program_id(0)"  # past 2^31 elements
+    lines += [f"    idx = {program} * BLOCK + tl.arange(0, BLOCK)", "    mask = idx < n_elements"]
     index, names = _index_lines(lay, False, "idx", "i")
     lines += ["    " + line for line in index]
     dims = list(range(len(lay.sizes)))
@@ -393,45 +394,90 @@ SPLIT_PARAMS = ["n_rows", "CHUNK: tl.constexpr", "BLOCK_C: tl.constexpr", "NCHUN
                 "NCHUNKS_P2: tl.constexpr"]
 
 
+def split_passes(group: Group) -> list[tuple[int, list[Step], int]]:
+    """The split variant's passes over the row: (level, the reductions it accumulates, the last level whose
+    workspaces its kernel takes). A sum of squares about a row mean (`Group.moments`) is accumulated in the
+    pass of that mean's sum, Welford per lane and per chunk, so its own level needs no pass: a training-mode
+    batch norm reads its input twice (statistics, outputs), not three times."""
+    moments = group.moments()
+    hoisted = {s.var for s in moments.values()}
+    passes = []
+    for level in range(1, group.levels() + 1):
+        reductions = [s for s in group.reductions(level) if s.var not in hoisted]
+        if reductions:
+            passes.append((level, reductions, level + 1 if any(s.var in moments for s in reductions) else level))
+    return passes
+
+
 def _split_kernels(group: Group, lay: Layout) -> list[str]:
     """Few long rows: each row cut into NCHUNKS chunks, a program per (row, chunk).
 
-    One kernel per reduction level writes each chunk's partial result to a
-    workspace `ws_<var>` [rows, NCHUNKS]; later kernels fold the partials of the
-    levels before theirs (NCHUNKS values per row) and go on; the last kernel writes
-    the outputs, chunk by chunk.
+    One kernel per pass (`split_passes`) writes each chunk's partial results to workspaces `ws_<var>`
+    [rows, NCHUNKS]; later kernels fold the partials of the levels before theirs (NCHUNKS values per row)
+    and go on; the last kernel writes the outputs, chunk by chunk. A sum with a moment stores the chunk's
+    sum and its sum of squared deviations about the chunk's own mean; the fold merges them as Chan et al. do.
     """
     inputs, outputs = _pointers(group)
     rows = _Rows(group, lay)
     length, levels = rows.length, group.levels()
+    moments = group.moments()
+    hoisted = {s.var for s in moments.values()}
     program_rows = "tl.program_id(0) + tl.arange(0, 1)[:, None]"
     chunk_loop = ["    for start in range(0, CHUNK, BLOCK_C):",
                   "        j = tl.program_id(1) * CHUNK + start + tl.arange(0, BLOCK_C)[None, :]",
                   f"        mask = row_mask & (j < {length})"]
 
     def pointers(last: int) -> list[str]:  # the workspaces' parameters; CHUNK is a launch constant
-        return [f"ws_{s.var}_ptr" for level in range(1, last + 1) for s in group.reductions(level)]
+        return [f"{ws}_ptr" for ws, _ in workspaces(group, 1, last)]
+
+    def partials(var: str) -> str:
+        return f"tl.load(ws_{var}_ptr + r * NCHUNKS + k, mask=row_mask & (k < NCHUNKS), other=0.0)"
 
     def fold_partials(below: int) -> list[str]:
         lines = ["    k = tl.arange(0, NCHUNKS_P2)[None, :]"] if below >= 1 else []
+        if any(s.var in moments for level in range(1, below + 1) for s in group.reductions(level)):
+            lines.append(f"    counts = tl.maximum(tl.minimum(CHUNK, {length} - k * CHUNK), 1).to(tl.float32)")
         for level in range(1, below + 1):
             for s in group.reductions(level):
+                if s.var in hoisted:
+                    continue  # folded with its sum
                 lines.append(f"    {s.var} = {_FOLD[s.reduce]}(tl.load(ws_{s.var}_ptr + r * NCHUNKS + k, "
                              f"mask=row_mask & (k < NCHUNKS), other={_IDENTITY[s.reduce]}), 1)[:, None]")
+                if s.var in moments:  # each chunk's mean against the row's, weighted by the chunk's count
+                    m2 = moments[s.var].var
+                    lines += [f"    spread = tl.where(k < NCHUNKS, {partials(s.var)} / counts - {s.var} / "
+                              f"{float(length)!r}, 0.0)",
+                              f"    {m2} = tl.sum({partials(m2)} + counts * spread * spread, 1)[:, None]"]
             lines += rows.row_lines(level)
         return lines
 
+    def store_partials(reductions: list[Step]) -> list[str]:
+        lines = []
+        for s in reductions:
+            where = f"ws_{s.var}_ptr + r * NCHUNKS + tl.program_id(1)"
+            if s.var not in moments:
+                lines.append(f"    tl.store({where}, {_FOLD[s.reduce]}(acc_{s.var}, 1)[:, None], mask=row_mask)")
+                continue
+            m2 = moments[s.var].var  # the chunk's lanes merged: its sum, and squares about its own mean
+            lines += [f"    chunk_sum = tl.sum(n_{s.var} * mean_{s.var}, 1)[:, None]",
+                      f"    spread = mean_{s.var} - chunk_sum / tl.maximum(tl.sum(n_{s.var}, 1)[:, None], 1.0)",
+                      f"    tl.store({where}, chunk_sum, mask=row_mask)",
+                      f"    tl.store(ws_{m2}_ptr + r * NCHUNKS + tl.program_id(1), tl.sum(m2_{s.var} + n_{s.var} * "
+                      "spread * spread, 1)[:, None], mask=row_mask)"]
+        return lines
+
     kernels = []
-    for level in range(1, levels + 1):
-        lines = rows.start(f"{group.name}_pass{level}_kernel", inputs + pointers(level) + SPLIT_PARAMS,
-                           f"pass {level} of {levels}: one chunk's partial results", program_rows)
+    for number, (level, reductions, last) in enumerate(split_passes(group), 1):
+        welford = [moments[s.var].var for s in reductions if s.var in moments]
+        lines = rows.start(f"{group.name}_pass{level}_kernel", inputs + pointers(last) + SPLIT_PARAMS,
+                           f"pass {number} of {len(split_passes(group))}: one chunk's partial results" + (
+                               f", with {', '.join(welford)} (Welford per lane)" if welford else ""), program_rows)
         lines += rows.row_lines(0) + fold_partials(level - 1)
-        lines += [f"    acc_{s.var} = tl.full([1, BLOCK_C], {_IDENTITY[s.reduce]}, tl.float32)"
-                  for s in group.reductions(level)]
-        lines += chunk_loop + rows.accumulate(group.reductions(level), {}, "        ")
-        lines += [f"    tl.store(ws_{s.var}_ptr + r * NCHUNKS + tl.program_id(1), {_FOLD[s.reduce]}(acc_{s.var}, 1)"
-                  "[:, None], mask=row_mask)" for s in group.reductions(level)]
-        kernels += lines + ["", ""]
+        for s in reductions:
+            names = ["n_", "mean_", "m2_"] if s.var in moments else ["acc_"]
+            lines += [f"    {name}{s.var} = tl.full([1, BLOCK_C], {_IDENTITY[s.reduce]}, tl.float32)" for name in names]
+        lines += chunk_loop + rows.accumulate(reductions, moments, "        ")
+        kernels += lines + store_partials(reductions) + ["", ""]
     lines = rows.start(f"{group.name}_kernel", inputs + pointers(levels) + outputs + SPLIT_PARAMS,
                        "the outputs of one chunk from the folded partials", program_rows)
     lines += rows.row_lines(0) + fold_partials(levels)
@@ -495,8 +541,8 @@ def _split_launches(group: Group, config: dict, args: list[str], outs: list[str]
     lines = [f"    # {chunks} chunks of {config['CHUNK']} per row; a partial result per (row, chunk) and reduction"]
     lines += [f"    {ws} = torch.empty({shape!r}, device={args[0]}.device, dtype=torch.float32)"
               for ws, shape in workspaces(group, config["CHUNK"])]
-    for level in range(1, group.levels() + 1):
-        spaces = [ws for ws, _ in workspaces(group, config["CHUNK"], level)]
+    for level, _, last in split_passes(group):
+        spaces = [ws for ws, _ in workspaces(group, config["CHUNK"], last)]
         lines.append(f"    {group.name}_pass{level}_kernel[({rows}, {chunks})]({', '.join(args + spaces)}, {rows}, "
                      f"{constants})")
     grid = chunks if any(o.kind == "full" for o in group.outputs) else 1
