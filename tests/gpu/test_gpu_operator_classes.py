@@ -1,5 +1,6 @@
 """GPU: the level-1 operator classes added on 2026-11-25 (scans, vector norms, losses written out, a pool alone,
-split-K and matrix-vector GEMMs) as compiled kernels, judged by the real harness at fp32 in training mode,
+split-K and matrix-vector GEMMs; later the split variant's one-pass statistics and int64 pointwise indexing) as
+compiled kernels, judged by the real harness at fp32 in training mode,
 sandboxed like any candidate. The CPU tests check the same kernels in Triton's interpreter; this checks the
 compiled ones (tl.cumsum/tl.cumprod, the split-K partial kernel, the masked 32-wide tiles) and prints their
 speed against eager: `GPU_TESTS_K=operator_classes bash scripts/gpu_check.sh`."""
@@ -39,6 +40,12 @@ CASES = {  # name: (forward, inputs, init, moves, the kernel kind expected)
                       "gemm"),
     "persistent_pointwise": ("return torch.relu(x * 2.0 + y) - 1.0", ["torch.rand(8192, 8192)", "torch.rand(8192)"],
                              "", ["fuse_pointwise", "persistent_kernels"], "pointwise"),
+    # the split variant's one-pass statistics (two-level Welford), KernelBench level2/73's norm at its size
+    "batch_norm_split_welford": ("return self.bn(x) * 2.0", ["torch.rand(128, 64, 126, 126)"],
+                                 "self.bn = nn.BatchNorm2d(64)", ["fuse_reductions"], "row"),
+    # past 2^31 elements: int64 indexing (KernelBench level1/45's shape: 16 GiB of input)
+    "avg_pool_int64": ("return self.p(x)", ["torch.rand(16, 64, 2048, 2048)"], "self.p = nn.AvgPool2d(11)",
+                       ["fuse_pointwise"], "pointwise"),
 }
 
 
