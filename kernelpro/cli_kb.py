@@ -17,15 +17,15 @@ KbPath = Annotated[Path | None, typer.Option("--kb", help="the knowledge base (d
                                                           "else the user data folder)")]
 
 
-def show(kb: Path | None = None, family: str = "", roofline: str = "") -> dict:
+def show(kb: Path | None = None, family: str = "", roofline: str = "", objective: str = "time") -> dict:
     """The library call behind `kernelpro kb show --json`."""
     from kernelpro.knowledge import KnowledgeBase, State
     with KnowledgeBase(kb, read_only=True) as base:
         state = State(family, roofline) if family else None
-        stats = base.stats(state)
+        stats = base.stats(state, objective)
         return {"path": str(base.path), "schema_version": base.version, "observations": base.count(),
-                "state": asdict(state) if state else None,
-                "techniques": [asdict(s) | {"factor": round(s.factor(), 4)} for s in stats],
+                "state": asdict(state) if state else None, "objective": objective,
+                "techniques": [asdict(s) | {"factor": round(s.factor(objective), 4)} for s in stats],
                 "summary": base.summary(state, stats) if state else ""}
 
 
@@ -39,23 +39,32 @@ def register(app: typer.Typer) -> None:
         family: Annotated[str, typer.Option("--family", help="weigh by similarity to this operator family "
                                                              "(attention, conv, gemm, norm, reduction, pointwise)")] = "",
         roofline: Annotated[str, typer.Option("--roofline", help="and this roofline class (with --family)")] = "",
+        objective: Annotated[str, typer.Option("--objective", help="rank and give prior factors for this search "
+                                                                   "objective: time, energy or edp")] = "time",
         json_output: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     ) -> None:
-        """Per technique: attempts, successes, mean and spread of the gain, and the prior factor it gives."""
+        """Per technique: attempts, successes, mean and spread of the time gain, the energy effect where it was
+        measured, and the prior factor it gives a search of the objective."""
+        from kernelpro.knowledge import OBJECTIVES
         if roofline and not family:
             raise typer.BadParameter("needs --family too", param_hint="--roofline")
-        document = show(kb, family, roofline)
+        if objective not in OBJECTIVES:
+            raise typer.BadParameter(f"one of {', '.join(OBJECTIVES)}", param_hint="--objective")
+        document = show(kb, family, roofline, objective)
         if json_output:
             typer.echo(json.dumps(document, indent=2))
             return
         console = make_console()
         where = f" like {family}" + (f"/{roofline}" if roofline else "") if family else ""
         table = Table(title=f"{document['observations']} observations in {document['path']}{where}")
-        for column in ("technique", "attempts", "successes", "mean gain", "spread (log)", "prior factor"):
+        for column in ("technique", "attempts", "successes", "mean gain", "spread (log)", "energy per call (measured)",
+                       f"prior factor ({objective})"):
             table.add_column(column, justify="left" if column == "technique" else "right")
         for t in document["techniques"]:
+            energy = (f"{math.exp(-t['mean_energy_gain']):.3f}x ({t['energy_successes']:g})"
+                      if t["energy_successes"] else "-")
             table.add_row(t["technique"], f"{t['attempts']:g}", f"{t['successes']:g}",
-                          f"{math.exp(t['mean_gain']):.3f}x", f"{t['spread_gain']:.3f}", f"{t['factor']:.2f}")
+                          f"{math.exp(t['mean_gain']):.3f}x", f"{t['spread_gain']:.3f}", energy, f"{t['factor']:.2f}")
         console.print(table)
         if document["summary"]:
             console.print(document["summary"], highlight=False)

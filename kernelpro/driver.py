@@ -280,7 +280,8 @@ class SearchRun:
     # -- the loop ---------------------------------------------------------------------------------
     def new_search(self) -> Search:
         saved = self.store.search_state()
-        hook = self.kb.prior_hook(operator_family(self.problem.source)) if self.kb is not None else None
+        hook = self.kb.prior_hook(operator_family(self.problem.source), self.settings.objective) \
+            if self.kb is not None else None
         if saved:
             return restore_search(saved, prior_hook=hook)
         config = SearchConfig(strategy=self.settings.strategy, seed=self.settings.seed)
@@ -329,9 +330,9 @@ class SearchRun:
         if self.kb is None:
             return {}
         state = state_for(self.problem.source, profile)
-        stats = self.kb.stats(state)
+        stats = self.kb.stats(state, self.settings.objective)
         return {"knowledge": self.kb.summary(state, stats),
-                "kb_factors": tuple((s.technique, round(s.factor(), 4)) for s in stats)}
+                "kb_factors": tuple((s.technique, round(s.factor(self.settings.objective), 4)) for s in stats)}
 
     def run(self) -> dict:
         from kernelpro import outputs
@@ -523,7 +524,9 @@ class SearchRun:
                 ratio, outcome = None, Outcome(ok=False, failure=f"energy: {error}")
             child.payload.update(ms=result.candidate.median_ms, speedup=result.speedup,
                                  floor_ms=result.floor.floor_ms if result.floor else None,
-                                 energy_j=measured.candidate_j)
+                                 energy_j=measured.candidate_j,
+                                 energy_gain=measured.reference_j / measured.candidate_j
+                                 if measured.candidate_j and measured.reference_j else None)
         else:
             ratio, outcome = None, Outcome(ok=False, failure=f"{result.verdict.value}: {result.reason}")
         child.payload["verdict"] = result.verdict.value
@@ -557,11 +560,11 @@ class SearchRun:
             return
         parent = search.nodes[child.parent]
         state = state_for(self.problem.source, self.guidance_for(search, parent.id))
-        gain = math.log(child.ratio / (parent.ratio or 1.0)) if outcome.ok and child.ratio else None
         self.kb_recorded += self.kb.record(
-            state, proposal.techniques, ok=outcome.ok, log_gain=gain, failure=failure_kind(outcome.failure),
-            problem=self.problem.name, move=proposal.move, device=result.device_name or self.settings.device,
-            coder=self.settings.coder)
+            state, proposal.techniques, ok=outcome.ok, log_gain=_log_gain(child, parent, "speedup"),
+            failure=failure_kind(outcome.failure), problem=self.problem.name, move=proposal.move,
+            device=result.device_name or self.settings.device, coder=self.settings.coder,
+            log_energy_gain=_log_gain(child, parent, "energy_gain"), objective=self.settings.objective)
 
 
     def final_check(self, search: Search, evaluator: Evaluator) -> EvalResult:
@@ -573,3 +576,12 @@ class SearchRun:
         # on CUDA also by KernelBench's own method, for comparison with published numbers
         options = self.options(baselines, kernelbench=self.settings.device == "cuda")
         return evaluator.evaluate(self.problem, source, options)
+
+
+def _log_gain(child, parent, key: str) -> float | None:
+    """The log of the child's gain over the parent in `key` (each against the reference timed beside it: the
+    speedup, or the reference's joules per call over the candidate's), the root's being 1; None where either is
+    unknown."""
+    mine = (child.payload or {}).get(key)
+    theirs = 1.0 if parent.parent is None else (parent.payload or {}).get(key)
+    return math.log(mine / theirs) if mine and theirs else None

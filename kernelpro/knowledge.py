@@ -58,7 +58,23 @@ MIGRATIONS = (
                SUM(CASE WHEN ok THEN log_gain ELSE 0 END) AS gain_sum,
                SUM(CASE WHEN ok THEN log_gain * log_gain ELSE 0 END) AS gain_sq
         FROM observations GROUP BY family, roofline, technique;""",
+    # 3: the energy effect beside the time gain (log of the parent's over the child's joules per call, each
+    # against the reference measured beside it), and the objective of the run that observed it; log_gain is
+    # the time gain whatever the objective from now on (before, an energy run's objective ratio)
+    """ALTER TABLE observations ADD COLUMN log_energy_gain REAL;
+    ALTER TABLE observations ADD COLUMN objective TEXT NOT NULL DEFAULT 'time';
+    DROP VIEW technique_stats;
+    CREATE VIEW technique_stats AS
+        SELECT family, roofline, technique, COUNT(*) AS attempts, SUM(ok) AS successes,
+               SUM(CASE WHEN ok THEN log_gain ELSE 0 END) AS gain_sum,
+               SUM(CASE WHEN ok THEN log_gain * log_gain ELSE 0 END) AS gain_sq,
+               SUM(CASE WHEN ok AND log_energy_gain IS NOT NULL THEN 1 ELSE 0 END) AS energy_count,
+               SUM(CASE WHEN ok AND log_energy_gain IS NOT NULL THEN log_energy_gain ELSE 0 END) AS energy_sum,
+               SUM(CASE WHEN ok AND log_energy_gain IS NOT NULL THEN log_energy_gain * log_energy_gain ELSE 0 END)
+                   AS energy_sq
+        FROM observations GROUP BY family, roofline, technique;""",
 )
+OBJECTIVES = ("time", "energy", "edp")
 SIMILARITY = {"same_state": 1.0, "same_family": 0.5, "same_roofline": 0.25}
 _FAMILIES = (  # (family, ops that make it), first match wins
     ("attention", {"scaled_dot_product_attention", "MultiheadAttention"}),
@@ -105,12 +121,23 @@ class TechniqueStats:
     technique: str
     attempts: float  # weighted by similarity
     successes: float
-    mean_gain: float
+    mean_gain: float  # log of the time gain over the parent
     spread_gain: float
+    energy_successes: float = 0.0  # the successes whose energy was measured
+    mean_energy_gain: float = 0.0  # log of the parent's joules per call over the child's
+    spread_energy_gain: float = 0.0
 
-    def factor(self) -> float:
-        """The same factor the search's own memory gives a move (kernelpro.mcts.memory.prior_factor)."""
-        return prior_factor(self.attempts, self.successes, self.mean_gain)
+    def gain(self, objective: str = "time") -> float:
+        """The mean log gain in the objective: time; energy (the time gain where no energy was measured);
+        energy-delay product (time and energy gains added)."""
+        if objective == "time" or not self.energy_successes:
+            return self.mean_gain
+        return self.mean_energy_gain + (self.mean_gain if objective == "edp" else 0.0)
+
+    def factor(self, objective: str = "time") -> float:
+        """The same factor the search's own memory gives a move (kernelpro.mcts.memory.prior_factor), for the
+        gain in the search's objective."""
+        return prior_factor(self.attempts, self.successes, self.gain(objective))
 
 
 class KnowledgeBase:
@@ -170,14 +197,16 @@ class KnowledgeBase:
 
     # -- writing -------------------------------------------------------------------------------
     def record(self, state: State, techniques: tuple[str, ...] | list[str], *, ok: bool, log_gain: float | None,
-               failure: str = "", problem: str = "", move: str = "", device: str = "", coder: str = "") -> int:
-        """One observation per technique applied (one transaction); how many were written."""
+               failure: str = "", problem: str = "", move: str = "", device: str = "", coder: str = "",
+               log_energy_gain: float | None = None, objective: str = "time") -> int:
+        """One observation per technique applied (one transaction); how many were written. `log_gain`: the
+        time gain over the parent; `log_energy_gain`: the energy one, where both were measured."""
         rows = [(uuid.uuid4().hex, time.time(), problem, state.family, state.roofline, technique, int(ok),
-                 failure[:200], log_gain if ok else None, device, coder, ",".join(state.findings), move)
+                 failure[:200], log_gain if ok else None, device, coder, ",".join(state.findings), move,
+                 log_energy_gain if ok else None, objective)
                 for technique in dict.fromkeys(techniques)]
         with self.db:
-            self.db.executemany("INSERT INTO observations (id, at, problem, family, roofline, technique, ok, failure,"
-                                " log_gain, device, coder, findings, move) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+            self.db.executemany(_INSERT, rows)
         return len(rows)
 
     def reset(self) -> int:
@@ -195,22 +224,25 @@ class KnowledgeBase:
     def count(self) -> int:
         return self.db.execute("SELECT COUNT(*) FROM observations").fetchone()[0]
 
-    def stats(self, state: State | None = None) -> list[TechniqueStats]:
-        """Per technique, over the states similar to `state` (weighted), or over everything; best first."""
+    def stats(self, state: State | None = None, objective: str = "time") -> list[TechniqueStats]:
+        """Per technique, over the states similar to `state` (weighted), or over everything; best first for
+        the objective."""
         totals: dict[str, list[float]] = {}
-        for family, roofline, technique, attempts, successes, gain_sum, gain_sq in self.db.execute(
-                "SELECT family, roofline, technique, attempts, successes, gain_sum, gain_sq FROM technique_stats"):
+        for family, roofline, technique, *values in self.db.execute(
+                "SELECT family, roofline, technique, attempts, successes, gain_sum, gain_sq, energy_count, "
+                "energy_sum, energy_sq FROM technique_stats"):
             weight = 1.0 if state is None else self._similarity(state, family, roofline)
             if weight:
-                total = totals.setdefault(technique, [0.0] * 4)
-                for index, value in enumerate((attempts, successes, gain_sum, gain_sq)):
+                total = totals.setdefault(technique, [0.0] * 7)
+                for index, value in enumerate(values):
                     total[index] += weight * (value or 0.0)
         result = []
-        for technique, (attempts, successes, gain_sum, gain_sq) in totals.items():
-            mean = gain_sum / successes if successes else 0.0
-            spread = math.sqrt(max(0.0, gain_sq / successes - mean * mean)) if successes else 0.0
-            result.append(TechniqueStats(technique, attempts, successes, mean, spread))
-        return sorted(result, key=lambda s: (-s.factor(), -s.attempts, s.technique))
+        for technique, (attempts, successes, gain_sum, gain_sq, energy_count, energy_sum, energy_sq) in totals.items():
+            mean, spread = _moments(gain_sum, gain_sq, successes)
+            energy_mean, energy_spread = _moments(energy_sum, energy_sq, energy_count)
+            result.append(TechniqueStats(technique, attempts, successes, mean, spread, energy_count, energy_mean,
+                                         energy_spread))
+        return sorted(result, key=lambda s: (-s.factor(objective), -s.attempts, s.technique))
 
     @staticmethod
     def _similarity(state: State, family: str, roofline: str) -> float:
@@ -221,15 +253,17 @@ class KnowledgeBase:
             return SIMILARITY["same_family"]
         return SIMILARITY["same_roofline"] if same_roofline else 0.0
 
-    def prior_hook(self, family: str):
+    def prior_hook(self, family: str, objective: str = "time"):
         """The MCTS prior hook for a problem of this family: (node signature = roofline class, technique or
-        move) -> multiplicative factor from the similar states' statistics (1 where the base knows nothing)."""
+        move) -> multiplicative factor from the similar states' statistics for the search's objective (1 where
+        the base knows nothing)."""
         cache: dict[str, dict[str, float]] = {}
 
         def hook(signature: str, name: str) -> float:
             roofline = signature if signature in ROOFLINE_CLASSES else ""
             if roofline not in cache:  # read once per class and run: the base changes slowly
-                cache[roofline] = {s.technique: s.factor() for s in self.stats(State(family, roofline))}
+                cache[roofline] = {s.technique: s.factor(objective)
+                                   for s in self.stats(State(family, roofline), objective)}
             return cache[roofline].get(name, 1.0)
         return hook
 
@@ -239,18 +273,20 @@ class KnowledgeBase:
         stats = [s for s in (self.stats(state) if stats is None else stats) if s.attempts >= 1]
         if not stats:
             return ""
-        worked = [s for s in stats if s.successes and s.mean_gain > 0][:limit]
+        worked = [s for s in stats if s.successes and (s.mean_gain > 0 or s.mean_energy_gain > 0)][:limit]
         failed = [s for s in stats if s.attempts >= 2 and s.successes / s.attempts < 0.25][:limit]
         where = f"{state.family} problems" + (f", {state.roofline.replace('_', '-')} kernels" if state.roofline else "")
         lines = [f"From earlier runs on similar states ({where}):"]
         lines += [f"- {s.technique}: worked {s.successes:g} of {s.attempts:g} times, mean gain "
-                  f"{math.exp(s.mean_gain):.2f}x (spread {s.spread_gain:.2f} in log)" for s in worked]
+                  f"{math.exp(s.mean_gain):.2f}x (spread {s.spread_gain:.2f} in log)" + (
+                      f", energy per call {math.exp(-s.mean_energy_gain):.2f}x the parent's (over "
+                      f"{s.energy_successes:g} measured)" if s.energy_successes else "") for s in worked]
         lines += [f"- {s.technique}: kept failing ({s.successes:g} of {s.attempts:g} worked)" for s in failed]
         return "\n".join(lines) if len(lines) > 1 else ""
 
     def rows(self) -> list[dict]:
         columns = ("id", "at", "problem", "family", "roofline", "findings", "technique", "move", "ok", "failure",
-                   "log_gain", "device", "coder")
+                   "log_gain", "device", "coder", "log_energy_gain", "objective")
         return [dict(zip(columns, row)) | {"ok": bool(row[8])} for row in self.db.execute(
             f"SELECT {', '.join(columns)} FROM observations ORDER BY at, id")]
 
@@ -271,13 +307,24 @@ class KnowledgeBase:
             rows.append((str(item["id"]), float(item["at"]), str(item.get("problem", "")), str(item["family"]),
                          str(item["roofline"]), str(item["technique"]), int(bool(item["ok"])),
                          str(item.get("failure", "")), item.get("log_gain"), str(item.get("device", "")),
-                         str(item.get("coder", "")), str(item.get("findings", "")), str(item.get("move", ""))))
+                         str(item.get("coder", "")), str(item.get("findings", "")), str(item.get("move", "")),
+                         item.get("log_energy_gain"), str(item.get("objective") or "time")))
         before = self.count()
         with self.db:
-            self.db.executemany("INSERT OR IGNORE INTO observations (id, at, problem, family, roofline, technique, ok,"
-                                " failure, log_gain, device, coder, findings, move) VALUES "
-                                "(?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+            self.db.executemany(_INSERT.replace("INSERT", "INSERT OR IGNORE", 1), rows)
         return self.count() - before
+
+
+_INSERT = ("INSERT INTO observations (id, at, problem, family, roofline, technique, ok, failure, log_gain, device, "
+           "coder, findings, move, log_energy_gain, objective) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
+
+
+def _moments(total: float, squares: float, count: float) -> tuple[float, float]:
+    """Mean and spread of `count` (weighted) values from their sum and sum of squares; (0, 0) without any."""
+    if not count:
+        return 0.0, 0.0
+    mean = total / count
+    return mean, math.sqrt(max(0.0, squares / count - mean * mean))
 
 
 def state_for(problem_source: str, profile: dict) -> State:

@@ -41,8 +41,9 @@ def test_a_base_of_an_older_schema_is_migrated_in_order_keeping_its_rows(tmp_pat
     db.commit()
     db.close()
     with KnowledgeBase(path) as base:
-        assert base.version == len(MIGRATIONS) == 2
+        assert base.version == len(MIGRATIONS) == 3
         assert [r["id"] for r in base.rows()] == ["old"] and base.rows()[0]["findings"] == ""
+        assert base.rows()[0]["objective"] == "time" and base.rows()[0]["log_energy_gain"] is None
         assert base.stats(GEMM_MEMORY)[0].technique == "fuse_epilogue"
     db = sqlite3.connect(path)
     db.execute(f"PRAGMA user_version = {len(MIGRATIONS) + 1}")  # from a newer kernelpro
@@ -120,6 +121,16 @@ def test_the_cli_shows_exports_imports_and_resets(tmp_path, capsys, kernelpro_ho
     shown = json.loads(capsys.readouterr().out)
     assert shown["observations"] == 8 and shown["techniques"][0]["technique"] == "fuse_epilogue"
     assert shown["techniques"][-1]["factor"] < 0.5 and "kept failing" in shown["summary"]
+    assert shown["objective"] == "time" and shown["techniques"][0]["energy_successes"] == 0
+    for argv in (["kb", "show"], ["kb", "show", "--objective", "energy"]):  # the table, with its energy column
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        assert exit_.value.code == 0
+        table = capsys.readouterr().out
+        assert "energy per call" in table and f"prior factor ({argv[-1] if len(argv) > 2 else 'time'})" in table
+    with pytest.raises(SystemExit) as exit_:
+        main(["kb", "show", "--objective", "joules"])
+    assert exit_.value.code == 2 and "time, energy, edp" in capsys.readouterr().err
     exported = tmp_path / "team.json"
     for argv in (["kb", "export", "-o", str(exported)], ["kb", "import", str(exported), "--kb", str(tmp_path / "b")]):
         with pytest.raises(SystemExit) as exit_:
@@ -171,3 +182,48 @@ def test_a_search_records_every_evaluation_and_the_next_one_reads_it(tmp_path):
                                      profile=False, kb=str(kb), use_kb=False), evaluator=FakeHarness(),
                       coder=coder).run()
     assert third["knowledge_base"] is None and coder.requests[0].knowledge == ""
+
+
+def test_the_energy_effect_is_kept_beside_the_time_gain_and_ranks_for_an_energy_search(tmp_path):
+    """Per roofline class the base keeps each technique's energy effect (log of the parent's joules per call
+    over the child's) beside its time gain: a time search ranks by the time gain, an energy search by the
+    energy effect where one was measured (the time gain where none was), an EDP search by both."""
+    with KnowledgeBase(tmp_path / "kb.sqlite") as base:
+        for _ in range(3):  # faster, same energy
+            base.record(GEMM_MEMORY, ["tune_launch_config"], ok=True, log_gain=0.3, log_energy_gain=0.0,
+                        objective="energy")
+            # as fast, a fifth less energy (fewer SMs saturating the bandwidth)
+            base.record(GEMM_MEMORY, ["persistent_kernel"], ok=True, log_gain=0.0, log_energy_gain=math.log(1.25),
+                        objective="energy")
+            base.record(GEMM_MEMORY, ["fuse_epilogue"], ok=True, log_gain=0.1)  # a time run: no energy measured
+        by_time = {s.technique: s for s in base.stats(GEMM_MEMORY)}
+        assert by_time["persistent_kernel"].energy_successes == 3
+        assert by_time["persistent_kernel"].mean_energy_gain == pytest.approx(math.log(1.25))
+        assert by_time["fuse_epilogue"].energy_successes == 0
+        assert [s.technique for s in base.stats(GEMM_MEMORY)][0] == "tune_launch_config"
+        assert [s.technique for s in base.stats(GEMM_MEMORY, "energy")][0] == "persistent_kernel"
+        assert by_time["fuse_epilogue"].gain("energy") == by_time["fuse_epilogue"].gain("time") == pytest.approx(0.1)
+        assert by_time["tune_launch_config"].gain("edp") == pytest.approx(0.3)
+        hook_time, hook_energy = base.prior_hook("gemm"), base.prior_hook("gemm", "energy")
+        assert hook_time("memory_bound", "tune_launch_config") > hook_time("memory_bound", "persistent_kernel")
+        assert hook_energy("memory_bound", "persistent_kernel") > hook_energy("memory_bound", "tune_launch_config")
+        assert "energy per call 0.80x the parent's (over 3 measured)" in base.summary(GEMM_MEMORY)
+        document = base.export()
+    with KnowledgeBase(tmp_path / "copy.sqlite") as copy:
+        assert copy.import_(document) == 9
+        rows = {r["technique"]: r for r in copy.rows()}
+        assert rows["persistent_kernel"]["log_energy_gain"] == pytest.approx(math.log(1.25))
+        assert rows["persistent_kernel"]["objective"] == "energy" and rows["fuse_epilogue"]["objective"] == "time"
+
+
+def test_an_energy_search_records_the_energy_effect_of_its_moves(tmp_path):
+    """Through the real CPU harness with a fake meter: every correct evaluation's observation carries the time
+    gain and the energy effect over its parent, and the run's objective."""
+    from test_energy import FakeMeter
+    kb = tmp_path / "kb.sqlite"
+    SearchRun(SearchSettings(problem=str(DATA / "redundant.py"), out=str(tmp_path / "run"), budget=2,
+                             objective="energy", profile=False, kb=str(kb)), energy_meter=FakeMeter()).run()
+    with KnowledgeBase(kb) as base:
+        rows = [r for r in base.rows() if r["ok"]]
+    assert rows and all(r["objective"] == "energy" for r in rows)
+    assert all(r["log_energy_gain"] is not None and r["log_gain"] is not None for r in rows)
