@@ -464,3 +464,57 @@ def test_library_settings_hold_for_the_forward_only(tmp_path):
     model(*namespace["get_inputs"]())
     assert namespace["SEEN"] == [(True, True)]
     assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.benchmark) == before == (False, False)
+
+
+POOLS = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.first = nn.MaxPool3d(2)
+        self.second = nn.MaxPool3d(kernel_size=3)
+        self.padded = nn.MaxPool2d(2, padding=1)
+
+    def forward(self, x, y, z, w):
+        a = torch.sum(self.second(self.first(x)), dim=1)           # 2 then 3: one 6-wide pool, stride 6
+        b = F.max_pool1d(F.max_pool1d(y, 3, 2), 2)                 # overlapping windows: 3 + 1 x 2 = 5, stride 4
+        c = F.max_pool2d(torch.relu(F.max_pool2d(z, 2)), 2)        # a relu between: merged after simplify_all
+        d = F.max_pool2d(self.padded(w), 2)                        # padding: left alone
+        e = F.max_pool1d(F.max_pool1d(y, 2, 3), 2)                 # a gap between the first's windows: left alone
+        p = F.max_pool2d(w, 2)
+        f = F.max_pool2d(p, 2) + p.mean()                          # the first pool has another user: left alone
+        return a, b, c, d, e, f
+
+
+def get_inputs():
+    return [torch.randn(2, 3, 13, 14, 15), torch.randn(2, 3, 41), torch.randn(2, 3, 17, 18), torch.randn(2, 3, 9, 10)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_two_max_pools_in_a_row_become_one(tmp_path):
+    """max_pool(max_pool(x)) is one max pool over the windows' union where the first has no padding and no gaps
+    (KernelBench's level2/78 pools 2 then 3: one 6-wide pool, which the channel sum after it then reads in
+    place); exact, and left alone where padding, a gap or another user of the first pool makes it wrong."""
+    path = tmp_path / "pools.py"
+    path.write_text(POOLS)
+    answer = expand(spec(path))
+    options = {o["move"]: o for o in answer["options"]}
+    for name in ("merge_max_pools", "simplify_all"):
+        assert_equivalent(options[name]["source"], tmp_path)
+    body = options["merge_max_pools"]["source"].split("def _kp_body", 1)[1]
+    assert "(6, 6, 6), (6, 6, 6)" in body and "(5,), (4,)" in body
+    # a and b merged (one call each); c, e and f two calls each, d one call after its padded module, as they were
+    assert body.count("functional.max_pool") == 2 + 2 + 1 + 2 + 2 and "self.padded(w)" in body
+    merged_all = options["simplify_all"]["source"].split("def _kp_body", 1)[1]
+    assert "(4, 4), (4, 4)" in merged_all  # c: the relu moved after the pools, then they merged
+    with_pools = expand(spec(path, ["merge_max_pools"], device="cuda"))
+    kernels = {o["move"]: o["kernels"] for o in with_pools["options"]}["fuse_reductions"]
+    assert any(k["ops"][:2] == ["max_pool3d", "sum"] for k in kernels)  # read in place by the sum

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from kernelpro.offline.fxpasses import (MATMUL, SOFTMAX, _finish, _scaled, _substitute, _transpose_dims, arg,
                                         is_identity_dropout, is_op, meta)
+from kernelpro.offline.windows import _tuple, pool_args
 
 
 def _is_last_two_transpose(node, rank: int) -> bool:
@@ -163,5 +164,50 @@ def diagonal_products(gm: fx.GraphModule) -> int:
     return count
 
 
+_MAX_POOL_BY_RANK = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
+
+
+def _plain_max_pool(gm: fx.GraphModule, node) -> tuple[int, tuple[int, ...], tuple[int, ...]] | None:
+    """(rank, kernel, stride) of a max pool of values alone without padding, dilation or ceil_mode."""
+    found = pool_args(gm, node) if isinstance(node, fx.Node) else None
+    if found is None or found[0] != "max":
+        return None
+    _, rank, bound = found
+    kernel, stride, padding, dilation = (_tuple(bound.get(name, default), rank) for name, default in
+                                         (("kernel_size", None), ("stride", None), ("padding", 0), ("dilation", 1)))
+    if None in (kernel, stride, padding, dilation) or bound.get("ceil_mode") or any(padding) or \
+            any(d != 1 for d in dilation):
+        return None
+    return rank, kernel, stride
+
+
+def merge_max_pools(gm: fx.GraphModule) -> int:
+    """max_pool(k2, s2)(max_pool(k1, s1)(x)) -> max_pool((k2 - 1) * s1 + k1, s1 * s2)(x), per spatial dim, for two
+    max pools without padding, dilation or ceil_mode where the first's windows leave no gap (s1 <= k1) and it
+    feeds only the second: the maximum of the windows' maxima is the maximum over their union, one contiguous
+    window, and the outputs' sizes agree (checked on the traced shapes). One pass over the input instead of two,
+    and the first pool's output is never written."""
+    count = 0
+    for outer in list(gm.graph.nodes):
+        second = _plain_max_pool(gm, outer)
+        inner = outer.args[0] if second and outer.args else None
+        first = _plain_max_pool(gm, inner)
+        if not first or len(inner.users) != 1 or first[0] != second[0] or \
+                any(s1 > k1 for k1, s1 in zip(first[1], first[2])):
+            continue
+        rank, (k1, s1), (k2, s2) = first[0], (first[1], first[2]), (second[1], second[2])
+        kernel = tuple((b - 1) * a_stride + a for a, a_stride, b in zip(k1, s1, k2))
+        stride = tuple(a * b for a, b in zip(s1, s2))
+        source, expected = meta(inner.args[0]), meta(outer)
+        if source is None or expected is None or tuple(expected.shape[-rank:]) != tuple(
+                (n - k) // s + 1 for n, k, s in zip(source.shape[-rank:], kernel, stride)):
+            continue
+        merged = _substitute(gm, outer, _MAX_POOL_BY_RANK[rank], (inner.args[0], kernel, stride))
+        merged.meta = dict(outer.meta)
+        count += 1  # both pools are left without users: _finish drops them
+    _finish(gm)
+    return count
+
+
 LIBRARY = {"attention_to_sdpa": attention_to_sdpa, "transposed_matmuls": transposed_matmuls,
-           "diagonal_products": diagonal_products}
+           "diagonal_products": diagonal_products, "merge_max_pools": merge_max_pools}

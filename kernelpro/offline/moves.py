@@ -42,6 +42,10 @@ MOVES: dict[str, Move] = {m.name: m for m in (
     Move("pool_before_activation", "algebraic_simplify", True,
          "max-pool before a non-decreasing activation (relu, relu6, hardtanh, leaky_relu, clamp) instead of "
          "after it, so the activation runs on the pooled tensor"),
+    Move("merge_max_pools", "algebraic_simplify", True,
+         "two max pools in a row (no padding, dilation or ceil_mode; the first's windows without gaps) as the one "
+         "max pool over their windows' union, (k2 - 1) x s1 + k1 wide with stride s1 x s2: one pass over the input, "
+         "and the first pool's output is never written"),
     Move("bias_after_pool", "algebraic_simplify", True,
          "add a convolution's bias after the max-pool that reads it (a per-channel constant commutes with a "
          "window's maximum): the convolution runs without cuDNN's separate bias-add kernel, and the add runs "
