@@ -518,3 +518,55 @@ def test_two_max_pools_in_a_row_become_one(tmp_path):
     with_pools = expand(spec(path, ["merge_max_pools"], device="cuda"))
     kernels = {o["move"]: o["kernels"] for o in with_pools["options"]}["fuse_reductions"]
     assert any(k["ops"][:2] == ["max_pool3d", "sum"] for k in kernels)  # read in place by the sum
+
+
+REDUCED = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(24, 40))
+        self.gemm = nn.Linear(40, 24)
+        self.subtract = nn.Parameter(torch.randn(24))
+        self.plain = nn.Linear(40, 24, bias=False)
+        self.one = nn.Parameter(torch.randn(1))
+
+    def forward(self, x):
+        a = torch.sum(torch.matmul(x, self.weight.T) / 2, dim=1, keepdim=True) * 1.5   # KernelBench level2/14's
+        b = torch.mean(self.gemm(x) - self.subtract, dim=1, keepdim=True)                # level2/51's
+        c = (3.0 + self.plain(x) * 0.5 - 1.0).sum(-1)                                    # numbers added, no keepdim
+        d = F.linear(x, self.weight).mean(dim=-1) + torch.relu(self.gemm(x)).sum(-1)     # a relu between: left alone
+        e = (self.plain(x) + self.one).sum(-1)                                           # a one-element parameter: left alone
+        f = torch.sum(x @ self.weight.t(), dim=0)                                        # over the batch: left alone
+        return a, b, c, d, e, f
+
+
+def get_inputs():
+    return [torch.randn(7, 40)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_sum_over_a_linear_layers_features_is_taken_over_its_weights_first(tmp_path):
+    """sum/mean(x @ W^T (+ b) with numbers and parameter vectors between, over the features) is a
+    matrix-vector product with the reduced weights (KernelBench's level2/14 and level2/51): the same values,
+    the reduced weights folded at init; left alone where a nonlinearity, a one-element parameter or another
+    dim makes it wrong."""
+    path = tmp_path / "reduced.py"
+    path.write_text(REDUCED)
+    answer = expand(spec(path))
+    option = {o["move"]: o for o in answer["options"]}["reduce_before_product"]
+    assert_equivalent(option["source"], tmp_path)
+    body = option["source"].split("def _kp_body", 1)[1]
+    folds = option["source"].split("def _kp_fold_values", 1)[1].split("def _kp_body", 1)[0]
+    # sums of a's and c's weights; means of b's weight, bias and subtracted vector, and of d's weight
+    assert folds.count("torch.sum(") == 2 and folds.count("torch.mean(") == 4
+    assert body.count("torch.matmul(double") == 4 and body.count(".type_as(x)") == 4  # a, b, c, d's mean, in float64
+    assert "relu" in body and "self.one" in body and "dim = 0" in body  # d's relu, e and f as they were

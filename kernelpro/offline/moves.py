@@ -56,8 +56,12 @@ MOVES: dict[str, Move] = {m.name: m for m in (
     Move("diagonal_products", "algebraic_simplify", True,
          "a product with a diagonal matrix made from a vector (diag(v) @ B, A @ diag(v)) as the broadcast "
          "multiply it is: n^2 work instead of n^3, the same values", needs_matmul=True),
+    Move("reduce_before_product", "algebraic_simplify", True,
+         "a sum or mean over a linear layer's output features (after multiplying, dividing, adding numbers or a "
+         "parameter vector) taken over its weights first: x @ W.sum(0) + b.sum(), a matrix-vector product "
+         "instead of a matrix product; the reduced weights are computed once, at init", needs_matmul=True),
     Move("simplify_all", "algebraic_simplify", True,
-         "every algebraic rewrite (simplify_identities to diagonal_products) that applies, swept in that order "
+         "every algebraic rewrite (simplify_identities to reduce_before_product) that applies, swept in that order "
          "until none does: one move for rewrites that open up only after others (a convolution's bias reaches "
          "its max-pool once the batch norm is folded and the pool moved before the activation)"),
     Move("fold_constants", "constant_fold", True,

@@ -29,8 +29,8 @@ from torch.fx.passes.shape_prop import ShapeProp
 
 from kernelpro.harness.modelio import build_model, cast_to, import_file
 from kernelpro import launch
-from kernelpro.offline import (batchnorm, codegen, composites, conv_gemm, cuda_gen, cute_gemm, fusion, fxlibrary, fxpasses, gemm,
-                               layouts, scans, triton_gen)
+from kernelpro.offline import (batchnorm, codegen, composites, conv_gemm, cuda_gen, cute_gemm, fusion, fxlibrary, fxpasses,
+                               fxreduce, gemm, layouts, scans, triton_gen)
 from kernelpro.offline.fxpasses import foldable_nodes
 from kernelpro.offline.moves import EXCLUSIVE, MOVES, SIMPLIFY, TUNE_PREFIX, TUNE_TECHNIQUE, allowed, canonical
 from kernelpro.offline.tracing import trace
@@ -40,7 +40,7 @@ FUSION_KINDS = {"fuse_reductions": "row", "fuse_pointwise": "pointwise", "triton
 CUDA_KINDS = {"row", "pointwise"}  # the cuda_kernels move generates both kinds
 TUNE_OPTIONS = 2  # tuning moves offered per node: the kernels that move the most bytes
 
-PASSES = {**fxpasses.ALGEBRAIC, **fxlibrary.LIBRARY}  # graph moves by name
+PASSES = {**fxpasses.ALGEBRAIC, **fxlibrary.LIBRARY, **fxreduce.REWRITES}  # graph moves by name
 _CONV = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.ConvTranspose2d)
 
 
