@@ -688,3 +688,14 @@ def test_pointwise_kernels_past_2_to_the_31_elements_index_in_int64(tmp_path, mo
     kernels = check(small, FUSE)
     assert {k["kind"] for k in kernels} == {"pointwise"} and len(kernels) == 2
     assert small.with_name(small.stem + "_new.py").read_text().count("tl.program_id(0).to(tl.int64)") == 2
+
+
+def test_a_zero_dimensional_chain_is_left_to_torch_and_the_rest_still_fuses(tmp_path):
+    """A pointwise chain over a 0-d tensor (SwinV2's clamped, exponentiated logit scale) made the whole
+    fuse_pointwise move fail on level3/30 (an index error laying out a kernel with no dims); it is left to torch
+    now, and the chains around it still get their kernels."""
+    init = "\n        self.scale = nn.Parameter(torch.tensor(0.5))"
+    path = write_problem(tmp_path, ["s = torch.clamp(self.scale, max=4.6).exp()", "return torch.relu(x * 2.0) * s"],
+                         [(8, 33)], init)
+    kernels = check(path, ["fuse_pointwise"])
+    assert len(kernels) == 1 and all(k["features"]["elements"] > 1 for k in kernels)

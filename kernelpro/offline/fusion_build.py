@@ -511,6 +511,8 @@ def build(gm: fx.GraphModule, kind: str, logical: tuple, reduced: frozenset, spl
         raise Unsupported("argmax over a row too long for one pass")
     if not group.inputs:
         raise Unsupported("no tensor inputs")
+    if not logical:  # SwinV2's clamped logit scale, say: a kernel over one element is never worth a launch
+        raise Unsupported("a zero-dimensional result")
     if math.prod(logical) > MAX_ELEMENTS and group.kind == "row":
         raise Unsupported("a tensor too large for 32-bit offsets (in a row kernel)")
     group.nodes = list(members)
