@@ -59,7 +59,7 @@ def against_greedy(rows: list[dict]) -> list[dict]:
     """MCTS minus greedy, paired by seed, per landscape and budget: mean and 95% half-width."""
     paired = []
     for row in rows:
-        if row["strategy"] != "mcts":
+        if not row["strategy"].startswith("mcts") or row["strategy"] == "mcts_no_tail":
             continue
         greedy = next(r for r in rows if r["strategy"] == "greedy" and r["landscape"] == row["landscape"]
                       and r["budget"] == row["budget"])
@@ -103,14 +103,14 @@ def replays_against_greedy(rows: list[dict]) -> list[dict]:
     ratio of their best ratios with its 95% interval; worse when the interval lies below 1."""
     paired = []
     for row in rows:
-        if row["strategy"] != "mcts":
+        if not row["strategy"].startswith("mcts") or row["strategy"] == "mcts_no_tail":
             continue
         greedy = next(r for r in rows if r["strategy"] == "greedy" and r["budget"] == row["budget"])
         diffs = [row["log_best_by_problem"][name] - greedy["log_best_by_problem"][name]
                  for name in row["log_best_by_problem"]]
         mean = statistics.fmean(diffs)
         half = 1.96 * statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else 0.0
-        paired.append({"budget": row["budget"], "ratio": math.exp(mean), "low": math.exp(mean - half),
+        paired.append({"strategy": row["strategy"], "budget": row["budget"], "ratio": math.exp(mean), "low": math.exp(mean - half),
                        "high": math.exp(mean + half), "worse": mean + half < 0,
                        "to95_mcts": row["mean_evaluations_to_95"], "to95_greedy": greedy["mean_evaluations_to_95"]})
     return paired
@@ -173,9 +173,9 @@ def print_replays(path: str, rows: list[dict], paired: list[dict], seeds: str) -
         print(f"| {row['strategy']} | {row['budget']} | {row['geomean_best']:.3f} | "
               f"{row['mean_evaluations_to_95']:.1f} | {row['unseen_per_run']:.2f} |")
     print("\nMCTS over greedy, geomean of best ratios paired by problem (95% interval)\n")
-    print("| budget | mcts / greedy | evaluations to 95%: mcts, greedy |\n|---|---|---|")
+    print("| strategy | budget | over greedy | evaluations to 95%: it, greedy |\n|---|---|---|---|")
     for cell in paired:
-        print(f"| {cell['budget']} | {cell['ratio']:.3f} ({cell['low']:.3f}-{cell['high']:.3f})"
+        print(f"| {cell['strategy']} | {cell['budget']} | {cell['ratio']:.3f} ({cell['low']:.3f}-{cell['high']:.3f})"
               f"{' worse' if cell['worse'] else ''} | {cell['to95_mcts']:.1f}, {cell['to95_greedy']:.1f} |")
 
 
@@ -187,7 +187,14 @@ def main() -> None:
     parser.add_argument("--replays", action="append", default=[],
                         help="a replay JSON (benchmarks/replays/) or a bench folder with problems/*/tree.json; repeatable")
     parser.add_argument("--no-synthetic", action="store_true", help="only the replays")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME=KEY:VALUE,...",
+                        help="on the replays, also MCTS with these SearchConfig settings, e.g. "
+                             "mcts_root1=widen_c_root:1.0 (compared with greedy like MCTS); repeatable")
     args = parser.parse_args()
+    for text in args.variant:
+        name, _, settings = text.partition("=")
+        REPLAY_STRATEGIES["mcts_" + name.removeprefix("mcts_")] = {
+            key: float(value) for key, value in (item.split(":") for item in settings.split(",") if item)}
     seeds = f"{args.seeds} seeds from {args.first_seed}"
     rows, paired, costs = [], [], []
     if not args.no_synthetic:
@@ -208,6 +215,7 @@ def main() -> None:
     if args.json:
         command = "python benchmarks/mcts_landscapes.py --seeds %d --first-seed %d" % (args.seeds, args.first_seed)
         command += "".join(f" --replays {path}" for path in args.replays) + (" --no-synthetic" if args.no_synthetic else "")
+        command += "".join(f" --variant {text}" for text in args.variant)
         with open(args.json, "w") as handle:
             json.dump({"command": command, "quality": rows, "against_greedy": paired, "replays": replays,
                        "overhead": costs}, handle, indent=1)
