@@ -570,3 +570,51 @@ def test_a_sum_over_a_linear_layers_features_is_taken_over_its_weights_first(tmp
     assert folds.count("torch.sum(") == 2 and folds.count("torch.mean(") == 4
     assert body.count("torch.matmul(double") == 4 and body.count(".type_as(x)") == 4  # a, b, c, d's mean, in float64
     assert "relu" in body and "self.one" in body and "dim = 0" in body  # d's relu, e and f as they were
+
+
+FEATURE_POOLS = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.matmul = nn.Linear(40, 32)
+        self.pool = nn.AvgPool1d(kernel_size=4)
+        self.odd = nn.Linear(40, 14)
+        self.weight = nn.Parameter(torch.randn(40, 18))
+        self.overlap = nn.AvgPool1d(4, stride=2)
+
+    def forward(self, x):
+        a = torch.relu(self.pool(self.matmul(x).unsqueeze(1)).squeeze(1)) * 2.0   # KernelBench level2/98's form
+        b = F.avg_pool1d(self.odd(x).unsqueeze(1), 3).squeeze(1)                    # 14 features: 4 windows of 3
+        c = F.avg_pool1d((x @ self.weight).unsqueeze(1), 6).squeeze(1)              # W [K, N]: columns pooled
+        d = self.overlap(self.matmul(x).unsqueeze(1)).squeeze(1)                    # overlapping windows: left alone
+        e = F.avg_pool1d(self.odd(x).unsqueeze(1), 2, padding=1).squeeze(1)         # padding: left alone
+        return a, b, c, d, e
+
+
+def get_inputs():
+    return [torch.randn(7, 40)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_an_average_pool_over_a_linear_layers_features_is_taken_over_its_weights_first(tmp_path):
+    """avg_pool1d(linear(x).unsqueeze(1)).squeeze(1) with non-overlapping windows is the linear layer with its
+    weight rows and bias averaged per window (KernelBench's level2/98: a GEMM with 16 times fewer columns):
+    the same values; overlapping windows and padding are left alone."""
+    path = tmp_path / "feature_pools.py"
+    path.write_text(FEATURE_POOLS)
+    answer = expand(spec(path))
+    option = {o["move"]: o for o in answer["options"]}["pool_before_product"]
+    assert_equivalent(option["source"], tmp_path)
+    body = option["source"].split("def _kp_body", 1)[1]
+    assert "self.overlap(" in body and body.count("avg_pool1d(unsqueeze") == 1  # d and e as they were
+    assert body.count("functional.linear(x, _kp_fold") == 2  # a and b
+    assert "torch.matmul(x, _kp_fold" in body  # c

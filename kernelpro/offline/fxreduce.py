@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from kernelpro.offline.fxpasses import (ADD, DIV, MUL, SUB, _finish, _reduced_dims, _scalar_binary, arg, is_op, meta,
                                         module_of)
+from kernelpro.offline.windows import _tuple, pool_args
 
 _REDUCE = {"sum": (torch.sum, "sum"), "mean": (torch.mean, "mean")}
 
@@ -156,4 +157,68 @@ def reduce_before_product(gm: fx.GraphModule) -> int:
     return count
 
 
-REWRITES = {"reduce_before_product": reduce_before_product}
+def _feature_pool(gm: fx.GraphModule, node) -> tuple[fx.Node, int] | None:
+    """(the 2-D value, the window) of avg_pool1d(value.unsqueeze(1)).squeeze(1) with non-overlapping windows
+    (stride = kernel), no padding, no ceil_mode and no divisor override: each output feature the mean of its
+    own `window` features."""
+    if not is_op(node, (torch.squeeze,), {"squeeze"}) or arg(node, 1, "dim") not in (1, -2) or len(node.args) < 2:
+        return None
+    pool = node.args[0]
+    found = pool_args(gm, pool) if isinstance(pool, fx.Node) and len(pool.users) == 1 else None
+    if found is None or found[:2] != ("avg", 1):
+        return None
+    bound = found[2]
+    kernel, stride, padding = (_tuple(bound.get(name, 0), 1) for name in ("kernel_size", "stride", "padding"))
+    if None in (kernel, stride, padding) or kernel != stride or padding != (0,) or bound.get("ceil_mode") or \
+            bound.get("divisor_override"):
+        return None
+    lifted = bound["input"]
+    if not is_op(lifted, (torch.unsqueeze,), {"unsqueeze"}) or arg(lifted, 1, "dim") != 1 or len(lifted.users) != 1:
+        return None
+    value = lifted.args[0]
+    return (value, kernel[0]) if isinstance(value, fx.Node) and meta(value) and len(meta(value).shape) == 2 else None
+
+
+def pool_before_product(gm: fx.GraphModule) -> int:
+    """avg_pool1d over a linear layer's output features (as x.unsqueeze(1) pooled and squeezed) -> the linear
+    layer with its weight rows and bias averaged in windows: a GEMM with `window` times fewer columns
+    (KernelBench's level2/98 pools 8192 features by 16). The averaged weights are computed once, at init, in
+    float64 and cast back."""
+    count = 0
+    graph = gm.graph
+    for node in list(graph.nodes):
+        found = _feature_pool(gm, node)
+        product = _product(gm, found[0]) if found else None
+        if product is None or len(found[0].users) != 1:
+            continue
+        (value, window), (x, weight, over, bias) = found, product
+        features = meta(value).shape[-1]
+        kept = features // window * window
+
+        def averaged(source: Weight, dim: int, shape: tuple[int, ...]) -> fx.Node:
+            """The windows' means along `dim` (reshaped to `shape`, the windows in its last or middle dim)."""
+            tensor = graph.get_attr(source) if isinstance(source, str) else source
+            made = [graph.call_method("double", (tensor,))]
+            made.append(graph.call_function(torch.narrow, (made[-1], dim, 0, kept)))
+            made.append(graph.call_method("reshape", (made[-1], shape)))
+            made.append(graph.call_function(torch.mean, (made[-1], shape.index(window))))
+            made.append(graph.call_method("type_as", (made[-1], tensor)))
+            for item in made:
+                item.meta["kp_fold"] = True
+            return made[-1]
+
+        with graph.inserting_before(node):
+            groups = features // window
+            if over == 1:  # x @ W with W [K, N]: the columns are the features
+                pooled = graph.call_function(torch.matmul, (x, averaged(weight, 1, (-1, groups, window))))
+            else:  # W [N, K]: the rows are; the windows' dim is the middle one
+                pooled_bias = averaged(bias, 0, (groups, window)) if bias is not None else None
+                pooled = graph.call_function(F.linear, (x, averaged(weight, 0, (groups, window, -1)), pooled_bias))
+        pooled.meta = dict(node.meta)
+        node.replace_all_uses_with(pooled)
+        count += 1
+    _finish(gm)
+    return count
+
+
+REWRITES = {"reduce_before_product": reduce_before_product, "pool_before_product": pool_before_product}

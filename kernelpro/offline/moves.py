@@ -60,8 +60,12 @@ MOVES: dict[str, Move] = {m.name: m for m in (
          "a sum or mean over a linear layer's output features (after multiplying, dividing, adding numbers or a "
          "parameter vector) taken over its weights first: x @ W.sum(0) + b.sum(), a matrix-vector product "
          "instead of a matrix product; the reduced weights are computed once, at init", needs_matmul=True),
+    Move("pool_before_product", "algebraic_simplify", True,
+         "an average pool over a linear layer's output features (non-overlapping windows) taken over its weight rows "
+         "and bias first: a GEMM with window times fewer columns; the averaged weights are computed once, at init",
+         needs_matmul=True),
     Move("simplify_all", "algebraic_simplify", True,
-         "every algebraic rewrite (simplify_identities to reduce_before_product) that applies, swept in that order "
+         "every algebraic rewrite (simplify_identities to pool_before_product) that applies, swept in that order "
          "until none does: one move for rewrites that open up only after others (a convolution's bias reaches "
          "its max-pool once the batch norm is folded and the pool moved before the activation)"),
     Move("fold_constants", "constant_fold", True,
