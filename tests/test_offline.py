@@ -61,6 +61,15 @@ def assert_equivalent(source: str, tmp_path: Path, seeds=(0, 1)) -> None:
             torch.testing.assert_close(b, a, atol=1e-4, rtol=1e-4)
 
 
+def rewritten(tmp_path: Path, text: str, move: str) -> str:
+    """The source of the root's `move` option for the problem `text`, checked equivalent to the reference."""
+    path = tmp_path / "problem.py"
+    path.write_text(text)
+    option = {o["move"]: o for o in expand(spec(path))["options"]}[move]
+    assert_equivalent(option["source"], tmp_path)
+    return option["source"]
+
+
 def moves_of(answer: dict) -> set[str]:
     return {option["move"] for option in answer["options"]}
 
@@ -559,13 +568,9 @@ def test_a_sum_over_a_linear_layers_features_is_taken_over_its_weights_first(tmp
     matrix-vector product with the reduced weights (KernelBench's level2/14 and level2/51): the same values,
     the reduced weights folded at init; left alone where a nonlinearity, a one-element parameter or another
     dim makes it wrong."""
-    path = tmp_path / "reduced.py"
-    path.write_text(REDUCED)
-    answer = expand(spec(path))
-    option = {o["move"]: o for o in answer["options"]}["reduce_before_product"]
-    assert_equivalent(option["source"], tmp_path)
-    body = option["source"].split("def _kp_body", 1)[1]
-    folds = option["source"].split("def _kp_fold_values", 1)[1].split("def _kp_body", 1)[0]
+    source = rewritten(tmp_path, REDUCED, "reduce_before_product")
+    body = source.split("def _kp_body", 1)[1]
+    folds = source.split("def _kp_fold_values", 1)[1].split("def _kp_body", 1)[0]
     # sums of a's and c's weights; means of b's weight, bias and subtracted vector, and of d's weight
     assert folds.count("torch.sum(") == 2 and folds.count("torch.mean(") == 4
     assert body.count("torch.matmul(double") == 4 and body.count(".type_as(x)") == 4  # a, b, c, d's mean, in float64
@@ -609,12 +614,7 @@ def test_an_average_pool_over_a_linear_layers_features_is_taken_over_its_weights
     """avg_pool1d(linear(x).unsqueeze(1)).squeeze(1) with non-overlapping windows is the linear layer with its
     weight rows and bias averaged per window (KernelBench's level2/98: a GEMM with 16 times fewer columns):
     the same values; overlapping windows and padding are left alone."""
-    path = tmp_path / "feature_pools.py"
-    path.write_text(FEATURE_POOLS)
-    answer = expand(spec(path))
-    option = {o["move"]: o for o in answer["options"]}["pool_before_product"]
-    assert_equivalent(option["source"], tmp_path)
-    body = option["source"].split("def _kp_body", 1)[1]
+    body = rewritten(tmp_path, FEATURE_POOLS, "pool_before_product").split("def _kp_body", 1)[1]
     assert "self.overlap(" in body and body.count("avg_pool1d(unsqueeze") == 1  # d and e as they were
     assert body.count("functional.linear(x, _kp_fold") == 2  # a and b
     assert "torch.matmul(x, _kp_fold" in body  # c
