@@ -618,3 +618,31 @@ def test_an_average_pool_over_a_linear_layers_features_is_taken_over_its_weights
     assert "self.overlap(" in body and body.count("avg_pool1d(unsqueeze") == 1  # d and e as they were
     assert body.count("functional.linear(x, _kp_fold") == 2  # a and b
     assert "torch.matmul(x, _kp_fold" in body  # c
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.nn.GRU(5, 7, num_layers=2),
+    lambda: torch.nn.GRU(5, 7, num_layers=3, batch_first=True, bidirectional=True),
+    lambda: torch.nn.LSTM(5, 7, num_layers=2, bidirectional=True),
+    lambda: torch.nn.LSTM(5, 7, batch_first=True, proj_size=3),
+    lambda: torch.nn.RNN(5, 7, num_layers=2, nonlinearity="relu"),
+], ids=["gru", "gru-batch-first-bidirectional", "lstm-bidirectional", "lstm-projected", "rnn"])
+@pytest.mark.parametrize("batched", [True, False], ids=["batched", "unbatched"])
+def test_recurrent_modules_get_their_output_shapes_without_running(make, batched):
+    """Shape propagation gives nn.RNN/GRU/LSTM outputs their shapes from the module's settings instead of
+    running it on fake tensors (a GRU decomposed into a cell per step and layer: 7 minutes for a root
+    expansion of KernelBench's level3/40); the shapes are the ones the module returns."""
+    from kernelpro.offline.worker import _recurrent_outputs
+    module = make()
+    x = torch.randn((3, 4, 5) if batched else (4, 5))
+    expected, got = module(x), _recurrent_outputs(module, x)
+    flat = lambda out: [out[0]] + (list(out[1]) if isinstance(out[1], tuple) else [out[1]])  # noqa: E731
+    assert [t.shape for t in flat(got)] == [t.shape for t in flat(expected)]
+    assert all(t.dtype == x.dtype for t in flat(got))
+
+
+def test_a_recurrent_problem_is_traced_with_its_shapes():
+    """A GRU problem's root expansion propagates shapes through the module without running it: the chain after
+    it gets its kernel."""
+    answer = expand(spec(DATA / "gru_hidden.py", device="cuda"))
+    assert answer["traced"] and "fuse_pointwise" in moves_of(answer)
