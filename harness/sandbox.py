@@ -84,6 +84,8 @@ def wrap(command: list[str], workdir: Path, writable: tuple[Path, ...] = (),
     # side kills each sandbox itself; one orphaned by a killed kernelpro finds its channel closed and exits.
     args = [shutil.which("bwrap") or "bwrap", *_namespaces(), "--new-session",
             "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    for path in _needed_under_tmp():  # over the private /tmp, read-only: what Python needs to start
+        args += ["--ro-bind", path, path]
     for node in sorted(glob.glob("/dev/nvidia*")):  # the GPU: device nodes only
         args += ["--dev-bind", node, node]
     if build_cache is not None:
@@ -92,6 +94,21 @@ def wrap(command: list[str], workdir: Path, writable: tuple[Path, ...] = (),
     for folder in (workdir, *writable):
         args += ["--bind", str(folder), str(folder)]
     return args + ["--chdir", str(workdir), "--"] + command
+
+
+def _needed_under_tmp() -> list[str]:
+    """The interpreter's environment, kernelpro's own source and the import path where they lie under /tmp (a
+    checkout and its .venv cloned there): the private /tmp would hide them, and the worker could not even start
+    ("bwrap: execvp /tmp/.../.venv/bin/python: No such file or directory"). Outermost folders only."""
+    wanted = {sys.prefix, sys.base_prefix, os.path.dirname(sys.executable), str(Path(__file__).resolve().parents[1]),
+              *sys.path}
+    found = sorted({spelled for path in wanted if path for spelled in (os.path.abspath(path), os.path.realpath(path))
+                    if (spelled + "/").startswith("/tmp/") and spelled != "/tmp" and os.path.exists(spelled)})
+    outermost: list[str] = []
+    for path in found:
+        if not any(path.startswith(kept + "/") for kept in outermost):
+            outermost.append(path)
+    return outermost
 
 
 def restore_build(folder: str) -> None:

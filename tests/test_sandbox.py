@@ -253,3 +253,28 @@ if [name for _, name in socket.if_nameindex()] != ["lo"]:
                                   candidate_path=candidate), "timeline")
     assert result
     assert not outside.exists()
+
+
+@needs_sandbox
+def test_a_checkout_under_tmp_stays_visible_read_only_over_the_private_tmp(tmp_path, monkeypatch):
+    """The sandbox's /tmp is private and empty, so a checkout and its .venv cloned under /tmp vanished from the
+    worker's view ("bwrap: execvp /tmp/clean/.venv/bin/python: No such file or directory": every verdict a
+    runtime_error). The interpreter's environment, kernelpro's source and the import path are shown read-only
+    over it where they lie under /tmp; the rest of /tmp stays private."""
+    import subprocess
+    assert str(tmp_path).startswith("/tmp/")  # pytest's base temporary folder
+    package = tmp_path / "site"
+    package.mkdir()
+    (package / "marker.txt").write_text("seen\n")
+    (tmp_path / "private.txt").write_text("hidden")
+    monkeypatch.setattr("sys.path", [*__import__("sys").path, str(package)])
+    workdir = Path.home() / f".kp-sandbox-test-{uuid.uuid4().hex}"
+    workdir.mkdir()
+    try:
+        script = (f"cat {package / 'marker.txt'}; ls {tmp_path / 'private.txt'} 2>/dev/null || echo private; "
+                  f"touch {package / 'planted'} 2>/dev/null || echo read-only")
+        done = subprocess.run(sandbox.wrap(["sh", "-c", script], workdir), capture_output=True, text=True, timeout=60)
+    finally:
+        workdir.rmdir()
+    assert done.stdout.split() == ["seen", "private", "read-only"], done.stdout + done.stderr
+    assert not (package / "planted").exists()
