@@ -3,7 +3,8 @@
 sum(x @ W^T + b, dim=-1) is x @ W.sum(0) + b.sum(): the sum (or mean) of a product's columns is the
 product with the sum (or mean) of the weight's rows, a matrix-vector product instead of a matrix
 product (KernelBench's level2/14 sums a 1024 x 8192 x 8192 GEMM's output over its 8192 features; level2/51
-takes its mean). The reduced weights and the product with them are taken in float64 and the result cast back. What lies between the product and the reduction must commute with it: multiplying or
+takes its mean). The reduced weights and the product with them are taken in float64 and the result cast
+back. What lies between the product and the reduction must commute with it: multiplying or
 dividing by a number, adding or subtracting a number or a parameter vector over the features (its sum or
 mean then). The reduced weights and bias are computed once, at init, like the other folded weights. Exact in
 real arithmetic; in floating point the sums are taken in another order, and the harness checks the
@@ -20,8 +21,8 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
-from kernelpro.offline.fxpasses import (ADD, DIV, MUL, SUB, _finish, _reduced_dims, _scalar_binary, arg, is_op, meta,
-                                        module_of)
+from kernelpro.offline.fxpasses import (ADD, DIV, MUL, SUB, _finish, _reduced_dims, _scalar_binary, _transpose_dims,
+                                        arg, is_op, meta, module_of)
 from kernelpro.offline.windows import _tuple, pool_args
 
 _REDUCE = {"sum": (torch.sum, "sum"), "mean": (torch.mean, "mean")}
@@ -64,9 +65,8 @@ def _product(gm: fx.GraphModule, node) -> tuple[fx.Node, Weight, int, Weight | N
         return x, right, 1, None
     if not isinstance(right, fx.Node) or len(right.users) != 1:
         return None
-    transposed = is_op(right, (), {"t"}) or (right.op == "call_function" and right.target is getattr
-                                              and right.args[1:] == ("T",)) or (
-        is_op(right, (torch.transpose,), {"transpose"}) and sorted(right.args[1:3]) in ([0, 1], [-2, -1]))
+    transposed = _transpose_dims(right, 2) == (0, 1) or (right.op == "call_function" and right.target is getattr
+                                                          and right.args[1:] == ("T",))
     matrix = right.args[0] if transposed else None
     if _parameter(matrix) and meta(matrix) is not None and len(meta(matrix).shape) == 2:
         return x, matrix, 0, None
