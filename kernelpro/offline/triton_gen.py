@@ -430,8 +430,8 @@ def _split_kernels(group: Group, lay: Layout) -> list[str]:
     def pointers(last: int) -> list[str]:  # the workspaces' parameters; CHUNK is a launch constant
         return [f"{ws}_ptr" for ws, _ in workspaces(group, 1, last)]
 
-    def partials(var: str) -> str:
-        return f"tl.load(ws_{var}_ptr + r * NCHUNKS + k, mask=row_mask & (k < NCHUNKS), other=0.0)"
+    def partials(var: str, other: str = "0.0") -> str:  # a row's partial results of `var`, one per chunk
+        return f"tl.load(ws_{var}_ptr + r * NCHUNKS + k, mask=row_mask & (k < NCHUNKS), other={other})"
 
     def fold_partials(below: int) -> list[str]:
         lines = ["    k = tl.arange(0, NCHUNKS_P2)[None, :]"] if below >= 1 else []
@@ -441,8 +441,7 @@ def _split_kernels(group: Group, lay: Layout) -> list[str]:
             for s in group.reductions(level):
                 if s.var in hoisted:
                     continue  # folded with its sum
-                lines.append(f"    {s.var} = {_FOLD[s.reduce]}(tl.load(ws_{s.var}_ptr + r * NCHUNKS + k, "
-                             f"mask=row_mask & (k < NCHUNKS), other={_IDENTITY[s.reduce]}), 1)[:, None]")
+                lines.append(f"    {s.var} = {_FOLD[s.reduce]}({partials(s.var, _IDENTITY[s.reduce])}, 1)[:, None]")
                 if s.var in moments:  # each chunk's mean against the row's, weighted by the chunk's count
                     m2 = moments[s.var].var
                     lines += [f"    spread = tl.where(k < NCHUNKS, {partials(s.var)} / counts - {s.var} / "
@@ -466,11 +465,11 @@ def _split_kernels(group: Group, lay: Layout) -> list[str]:
                       "spread * spread, 1)[:, None], mask=row_mask)"]
         return lines
 
-    kernels = []
-    for number, (level, reductions, last) in enumerate(split_passes(group), 1):
+    kernels, passes = [], split_passes(group)
+    for number, (level, reductions, last) in enumerate(passes, 1):
         welford = [moments[s.var].var for s in reductions if s.var in moments]
         lines = rows.start(f"{group.name}_pass{level}_kernel", inputs + pointers(last) + SPLIT_PARAMS,
-                           f"pass {number} of {len(split_passes(group))}: one chunk's partial results" + (
+                           f"pass {number} of {len(passes)}: one chunk's partial results" + (
                                f", with {', '.join(welford)} (Welford per lane)" if welford else ""), program_rows)
         lines += rows.row_lines(0) + fold_partials(level - 1)
         for s in reductions:
