@@ -89,7 +89,8 @@ def test_the_search_uses_an_installed_model_and_falls_back_on_a_version_mismatch
     store, *_ = collected
     monkeypatch.setenv("KERNELPRO_HOME", str(tmp_path / "home"))
     monkeypatch.setattr(launch, "_CACHE", {})
-    problem = C.template_problem(C.Shape("pointwise", (300, 700)), tmp_path)
+    # a size within the collected kernels' range (beyond it the analytic ranking decides: the next test)
+    problem = C.template_problem(C.Shape("pointwise", (700, 1000)), tmp_path)
     built = Problem(problem, 42, "eval")
     (_, _, plain), = [built.build(["fuse_pointwise"], {}, DEVICE)]
     assert plain[0]["ranking"].startswith("analytic: no launch model")
@@ -105,6 +106,42 @@ def test_the_search_uses_an_installed_model_and_falls_back_on_a_version_mismatch
     _, _, fallback = built.build(["fuse_pointwise"], {}, DEVICE)
     assert fallback[0]["ranking"].startswith("analytic: the launch model") and "format version" in fallback[0]["ranking"]
     assert fallback[0]["config"] == plain[0]["config"]
+
+
+def test_a_kernel_far_outside_the_training_range_keeps_the_analytic_ranking(collected, tmp_path, monkeypatch):
+    """An MLP extrapolates arbitrarily: a kernel more than RANGE_MARGIN beyond every size the model trained on
+    is ranked analytically, with the descriptor that lies outside named; one inside the range is not."""
+    import kernelpro.launch as launch
+    from kernelpro.offline.worker import Problem
+    store, *_ = collected
+    monkeypatch.setenv("KERNELPRO_HOME", str(tmp_path / "home"))
+    instances = store.instances("triton_pointwise", DEVICE.name)
+    model, _ = M.train(instances, "triton_pointwise", DEVICE.name, epochs=50)
+    model.save(M.model_path(launch.user_models(), "triton_pointwise", DEVICE.name))
+    largest = max(i.features["elements"] for i in instances)
+    low, high = model.document["ranges"]["kernel_elements"]
+    assert round(2 ** high - 1) == largest and low <= high
+    assert model.outside(instances[0].features, DEVICE.sms) == ""
+    far = dict(instances[0].features, elements=largest * 4 * M.RANGE_MARGIN)
+    assert model.outside(far, DEVICE.sms).startswith(f"elements = {largest * 4 * M.RANGE_MARGIN:.0f} lies outside")
+    monkeypatch.setattr(launch, "_CACHE", {})
+    for rows, expected in (((700, 1000), "predictor"), ((4096, 8 * largest // 4096 + 4096), "analytic: elements")):
+        problem = C.template_problem(C.Shape("pointwise", rows), tmp_path)
+        _, _, kernels = Problem(problem, 42, "eval").build(["fuse_pointwise"], {}, DEVICE)
+        assert kernels[0]["ranking"].startswith(expected), kernels[0]["ranking"]
+
+
+def test_the_shipped_gemm_model_is_not_asked_about_a_gemm_far_larger_than_it_saw():
+    """KernelBench level2/59's GEMM (128 x 32768 x 32768): the shipped H100 model, trained on GEMMs of 64 to 7446
+    in each dimension, chose 32 x 32 tiles there (0.44x of eager on the H100); now the analytic ranking decides."""
+    import kernelpro.launch as launch
+    model, why = launch.find("triton_gemm", "NVIDIA H100 80GB HBM3")
+    assert model is not None, why
+    features = {"kind": "gemm", "m": 128, "n": 32768, "k": 32768, "batch": 1, "bias": True, "inputs": 1,
+                "outputs": 1, "steps": 3, "bytes": 4328521728}
+    assert "lies outside the launch model's training range" in model.outside(features, 132)
+    inside = dict(features, m=1000, n=2048, k=1024, bytes=4 * (1000 * 1024 + 2048 * 1024 + 1000 * 2048))
+    assert model.outside(inside, 132) == ""
 
 
 def test_search_records_import_one_kernel_candidates_only(tmp_path):

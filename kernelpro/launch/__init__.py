@@ -4,7 +4,8 @@
 (`store`), `model` trains a classifier over each kernel's valid configurations (held out by kernel
 instance) and scores it against the analytic ranking and the occupancy heuristic, and `order`
 below is what the offline coder's graph worker calls: a kernel's ranked configurations reordered by
-the model for its family and device, where one exists, with the ranking that decided recorded.
+the model for its family and device, where one exists and the kernel lies within what it was trained on,
+with the ranking that decided recorded.
 
 Models are looked for in `$KERNELPRO_HOME/launch/models/` (`kernelpro launch train --install`), then
 among the package's shipped ones (`kernelpro/launch/models/`).
@@ -56,6 +57,9 @@ def order(ranked: list[dict], features: dict, backend: str, device_name: str, sm
     if model is None:
         return ranked, f"analytic: {why}"
     try:
+        outside = model.outside(features, sms)
+        if outside:
+            return ranked, f"analytic: {outside}"
         indices = model.rank(features, ranked, sms)
     except Exception as error:  # a model that cannot score this kernel: never a failed build
         return ranked, f"analytic: the launch model failed on this kernel ({type(error).__name__}: {error})"

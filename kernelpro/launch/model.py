@@ -9,8 +9,13 @@ configurations: softmax(-log(time / best) / TEMPERATURE) over the measured ones.
 (`split`) are whole kernels, never single rows, so the scores measure kernels the model never saw.
 
 A model is a JSON file (weights as lists, kilobytes): format version, family, device, the feature
-schema and its standardization, and the training scores. A file of another format version, or of
-another device, is not used: the analytic ranking is, with a note saying why.
+schema and its standardization, the range of each kernel descriptor it was trained on, and the
+training scores. A file of another format version, or of another device, is not used: the analytic
+ranking is, with a note saying why. Nor is a model asked about a kernel far outside what it saw: a
+kernel descriptor (m, n, k, rows, row length, elements, ...) more than a factor RANGE_MARGIN beyond
+the training range keeps the analytic ranking (`outside`): an MLP extrapolates arbitrarily there (a
+128 x 32768 x 32768 GEMM got 32 x 32 tiles and ran at 0.44x of eager; the GEMMs it trained on span 64
+to 7446 in each dimension).
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from kernelpro.launch.store import Instance
 FORMAT_VERSION = 1
 TEMPERATURE = 0.05
 HIDDEN = 32
+#: how far (a factor) a kernel descriptor may lie outside the training range before the model is not asked
+RANGE_MARGIN = 2.0
 
 
 @dataclass
@@ -111,6 +118,21 @@ class LaunchModel:
     def device(self) -> str:
         return self.document["device"]
 
+    def outside(self, kernel_features: dict, sms: int) -> str:
+        """'' when the kernel lies within the model's training range (or the file records none); otherwise
+        which descriptor lies beyond it, and by how much."""
+        ranges = self.document.get("ranges") or {}
+        margin = math.log2(RANGE_MARGIN)
+        for name, value in pair(kernel_features, {}, 0, sms).items():
+            if name not in ranges or not name.startswith("kernel_"):
+                continue
+            low, high = ranges[name]
+            if not low - margin <= value <= high + margin:  # values are log2(1 + x)
+                shown = round(2 ** value - 1)
+                return (f"{name[len('kernel_'):]} = {shown} lies outside the launch model's training range "
+                        f"({round(2 ** low - 1)} to {round(2 ** high - 1)})")
+        return ""
+
     def _inputs(self, named: dict[str, float]) -> list[float]:
         return [(v - m) / s for v, m, s in zip(vector(named, self.schema), self.mean, self.std)]
 
@@ -174,8 +196,9 @@ def _fit(train_set: list[Instance], family: str, device: str, epochs: int, seed:
         loss.backward()
         optimizer.step()
     layers = [(m.weight.detach().tolist(), m.bias.detach().tolist()) for m in net if isinstance(m, torch.nn.Linear)]
+    ranges = {name: [min(c), max(c)] for name, c in zip(schema, columns) if name.startswith("kernel_")}
     return LaunchModel({"format_version": FORMAT_VERSION, "family": family, "device": device, "schema": schema,
-                        "mean": mean, "std": std, "layers": layers, "temperature": TEMPERATURE,
+                        "mean": mean, "std": std, "ranges": ranges, "layers": layers, "temperature": TEMPERATURE,
                         "trained_on": len(train_set), "seed": seed, "epochs": epochs})
 
 
