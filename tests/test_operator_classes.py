@@ -314,3 +314,37 @@ def test_the_persistent_move_comes_after_a_fusion_and_not_with_cuda_kernels(tmp_
     assert "PROGRAMS" in after["persistent_kernels"]["kernels"][0]["config"]
     cuda = expand(dict(spec, applied=["cuda_kernels"]))
     assert "another backend" in cuda["skipped"]["persistent_kernels"]
+
+
+# -- a softmax over trailing dims flattened for it (KernelBench level2/38's "spatial softmax") -----------
+FLATTENED_SOFTMAXES = [
+    ["b, c, d, h, w = x.shape", "y = torch.clamp(x, 0.0, 1.0).view(b, c, -1)",
+     "y = torch.softmax(y, dim=2)", "return y.view(b, c, d, h, w) * self.scale"],
+    ["y = F.softmax(x.flatten(2), dim=-1)", "return y.reshape(x.shape) * 3.0"],
+    ["y = x.reshape(x.shape[0], -1).softmax(1)", "return y.view(x.shape) + 1.0"],
+]
+
+
+@pytest.mark.parametrize("forward", FLATTENED_SOFTMAXES, ids=["clamp_scale", "flatten_F", "all_but_batch"])
+def test_a_softmax_over_flattened_trailing_dims_is_one_row_kernel(tmp_path, forward):
+    """The reshapes around the softmax go: the softmax is written out over the unflattened dims, and what comes
+    before and after it joins one row kernel, judged against the model as written."""
+    path = problem(tmp_path, forward, ["torch.randn(2, 4, 3, 5, 6) * 3"],
+                   init="self.scale = nn.Parameter(torch.rand(1, 4, 1, 1, 1) + 0.5)")
+    kernels = check(path, ["fuse_reductions"])
+    assert len(kernels) == 1 and kernels[0]["kind"] == "row"
+    assert {"amax", "exp", "sum"} <= set(kernels[0]["ops"])
+
+
+def test_a_softmax_whose_flattening_is_used_elsewhere_is_left_alone(tmp_path):
+    """Only the pattern whose reshapes serve the softmax alone: a flattened value used twice, a softmax over a
+    leading dim, or a result not reshaped back keep the library's softmax."""
+    import torch.fx as fx
+    from kernelpro.offline.worker import propagate_shapes
+    for forward in (["f = x.flatten(2)", "return torch.softmax(f, -1).view(x.shape) + f.view(x.shape)"],
+                    ["return torch.softmax(x.flatten(2), 1).view(x.shape)"],
+                    ["return torch.softmax(x.flatten(2), -1) * 2.0"]):
+        built = Problem(problem(tmp_path, forward, ["torch.randn(2, 4, 3, 5)"]), 42, "eval")
+        gm = built.graph
+        assert isinstance(gm, fx.GraphModule) and composites.flattened_softmaxes(gm) == 0, forward
+        propagate_shapes(gm, built.inputs)

@@ -12,6 +12,12 @@ in `torch._refs`): the same operations in the same order, so the values differ f
 only by floating-point rounding, which the harness's tolerance judges. Arguments the rewrite does
 not cover (a deprecated `size_average`, `log_target=True` with `batchmean`, integer targets) leave
 the call as it is.
+
+A softmax over trailing dimensions flattened for it (`x.view(b, c, -1).softmax(-1).view(b, c, d, h, w)`,
+a "spatial softmax") is written out too, over those dimensions of the unflattened tensor: max, exp of
+the difference, sum and quotient, the order torch's softmax computes them in. The row kernels cannot
+take the reshapes around the library's softmax, so what comes before and after it (a clamp, a scale)
+stayed separate kernels; written out, it all becomes one row kernel over the original shape.
 """
 
 from __future__ import annotations
@@ -165,9 +171,73 @@ def _supported(kwargs: dict, tensors: list) -> bool:
     return isinstance(order, (int, float)) and not isinstance(order, bool) and order > 0
 
 
-def decompose(gm: fx.GraphModule) -> int:
-    """Rewrites every loss and distance call it knows into its definition's ops; how many it rewrote."""
+_RESHAPES = {"view", "reshape", "flatten"}
+
+
+def _reshape(node) -> bool:
+    return isinstance(node, fx.Node) and (
+        (node.op == "call_method" and node.target in _RESHAPES)
+        or (node.op == "call_function" and node.target in (torch.reshape, torch.flatten)))
+
+
+def _softmax_dim(gm: fx.GraphModule, node: fx.Node) -> tuple[fx.Node, int] | None:
+    """(input, dim) of a softmax node without a dtype; None for anything else."""
+    if node.op == "call_module":
+        module = gm.get_submodule(node.target)
+        if type(module) is nn.Softmax and len(node.args) == 1 and not node.kwargs and module.dim is not None:
+            return node.args[0], module.dim
+        return None
+    if (node.op == "call_function" and node.target in (torch.softmax, F.softmax)) or (
+            node.op == "call_method" and node.target == "softmax"):
+        bound = dict(zip(("input", "dim", "dtype"), node.args)) | dict(node.kwargs)
+        if set(bound) - {"input", "dim", "dtype", "_stacklevel"} or bound.get("dtype") is not None:
+            return None
+        if isinstance(bound.get("input"), fx.Node) and isinstance(bound.get("dim"), int):
+            return bound["input"], bound["dim"]
+    return None
+
+
+def _softmax_over(x, dims: tuple[int, ...]):
+    top = torch.amax(x, dim=dims, keepdim=True)
+    e = torch.exp(x - top)
+    return e / torch.sum(e, dim=dims, keepdim=True)
+
+
+def flattened_softmaxes(gm: fx.GraphModule) -> int:
+    """Rewrites each softmax over trailing dimensions flattened for it, whose result is reshaped straight
+    back (see the module's doc), into the softmax over those dimensions of the unflattened tensor."""
     count = 0
+    for node in list(gm.graph.nodes):
+        found = _softmax_dim(gm, node)
+        if found is None:
+            continue
+        flat, dim = found
+        if not _reshape(flat) or len(flat.users) != 1 or len(node.users) != 1:
+            continue
+        back, = node.users
+        source = flat.args[0]
+        shapes = [meta(n) for n in (source, flat, back)]
+        if not _reshape(back) or any(m is None for m in shapes) or not shapes[0].dtype.is_floating_point:
+            continue
+        full, flattened, restored = (tuple(m.shape) for m in shapes)
+        dim = dim % len(flattened) if flattened else dim
+        # the flattened tensor keeps the leading dims and joins the rest into its last one, the softmax's
+        if restored != full or dim != len(flattened) - 1 or flattened[:dim] != full[:dim] or len(full) <= dim + 1:
+            continue
+        tracer = GraphAppendingTracer(gm.graph)
+        with gm.graph.inserting_before(back):
+            result = _softmax_over(fx.Proxy(source, tracer), tuple(range(dim, len(full))))
+        back.replace_all_uses_with(result.node)
+        for dead in (back, node, flat):
+            gm.graph.erase_node(dead)
+        count += 1
+    return count
+
+
+def decompose(gm: fx.GraphModule) -> int:
+    """Rewrites every loss and distance call it knows into its definition's ops, and every flattened
+    softmax (`flattened_softmaxes`); how many it rewrote."""
+    count = flattened_softmaxes(gm)
     for node in list(gm.graph.nodes):
         if node.op == "call_module":
             found = _module_call(gm.get_submodule(node.target))

@@ -46,6 +46,10 @@ CASES = {  # name: (forward, inputs, init, moves, the kernel kind expected)
     # past 2^31 elements: int64 indexing (KernelBench level1/45's shape: 16 GiB of input)
     "avg_pool_int64": ("return self.p(x)", ["torch.rand(16, 64, 2048, 2048)"], "self.p = nn.AvgPool2d(11)",
                        ["fuse_pointwise"], "pointwise"),
+    # a softmax over spatial dims flattened for it, with the clamp and scale around it (level2/38's, at its size)
+    "flattened_softmax": ("b, c, d, h, w = x.shape\n        y = torch.softmax(torch.clamp(x, 0.0, 1.0).view(b, c, -1), dim=2)"
+                          "\n        return y.view(b, c, d, h, w) * self.scale", ["torch.randn(32, 64, 32, 64, 64)"],
+                          "self.scale = nn.Parameter(torch.ones(1, 64, 1, 1, 1))", ["fuse_reductions"], "row"),
 }
 
 
