@@ -131,7 +131,7 @@ def test_a_kernel_far_outside_the_training_range_keeps_the_analytic_ranking(coll
         assert kernels[0]["ranking"].startswith(expected), kernels[0]["ranking"]
 
 
-def test_the_shipped_gemm_model_is_not_asked_about_a_gemm_far_larger_than_it_saw():
+def test_the_shipped_models_are_not_asked_about_kernels_far_larger_than_they_saw():
     """KernelBench level2/59's GEMM (128 x 32768 x 32768): the shipped H100 model, trained on GEMMs of 64 to 7446
     in each dimension, chose 32 x 32 tiles there (0.44x of eager on the H100); now the analytic ranking decides."""
     import kernelpro.launch as launch
@@ -142,6 +142,13 @@ def test_the_shipped_gemm_model_is_not_asked_about_a_gemm_far_larger_than_it_saw
     assert "lies outside the launch model's training range" in model.outside(features, 132)
     inside = dict(features, m=1000, n=2048, k=1024, bytes=4 * (1000 * 1024 + 2048 * 1024 + 1000 * 2048))
     assert model.outside(inside, 132) == ""
+    # the row model and a whole-tensor Frobenius norm (one row of 2^28): it put the one-program looped variant
+    # first there (0.011x of eager on the H100)
+    rows, why = launch.find("triton_row", "NVIDIA H100 80GB HBM3")
+    assert rows is not None, why
+    frobenius = {"kind": "row", "elements": 2 ** 28, "rows": 1, "row_length": 2 ** 28, "inputs": 1, "outputs": 1,
+                 "steps": 4, "levels": 1, "bytes": 2 ** 31}
+    assert rows.outside(frobenius, 132)
 
 
 def test_search_records_import_one_kernel_candidates_only(tmp_path):
