@@ -124,7 +124,7 @@ class LaunchModel:
         ranges = self.document.get("ranges") or {}
         margin = math.log2(RANGE_MARGIN)
         for name, value in pair(kernel_features, {}, 0, sms).items():
-            if name not in ranges or not name.startswith("kernel_"):
+            if name not in ranges:  # the file's ranges are the kernel descriptors' (kernel_*)
                 continue
             low, high = ranges[name]
             if not low - margin <= value <= high + margin:  # values are log2(1 + x)

@@ -28,7 +28,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.fx.proxy import GraphAppendingTracer
 
-from kernelpro.offline.fxpasses import meta
+from kernelpro.offline.fusion_ops import resolve
+from kernelpro.offline.fxpasses import is_op, meta
 
 _REDUCTIONS = ("mean", "sum", "none")
 
@@ -171,30 +172,17 @@ def _supported(kwargs: dict, tensors: list) -> bool:
     return isinstance(order, (int, float)) and not isinstance(order, bool) and order > 0
 
 
-_RESHAPES = {"view", "reshape", "flatten"}
-
-
-def _reshape(node) -> bool:
-    return isinstance(node, fx.Node) and (
-        (node.op == "call_method" and node.target in _RESHAPES)
-        or (node.op == "call_function" and node.target in (torch.reshape, torch.flatten)))
+_RESHAPES = ((torch.reshape, torch.flatten), {"view", "reshape", "flatten"})  # is_op's functions, methods
 
 
 def _softmax_dim(gm: fx.GraphModule, node: fx.Node) -> tuple[fx.Node, int] | None:
-    """(input, dim) of a softmax node without a dtype; None for anything else."""
-    if node.op == "call_module":
-        module = gm.get_submodule(node.target)
-        if type(module) is nn.Softmax and len(node.args) == 1 and not node.kwargs and module.dim is not None:
-            return node.args[0], module.dim
+    """(input, dim) of a softmax node (function, method or module, as the fusion resolves it) without a
+    dtype; None for anything else."""
+    res = resolve(gm, node)
+    if res is None or res.op != "softmax" or len(node.args) > 2:  # a third positional argument is a dtype
         return None
-    if (node.op == "call_function" and node.target in (torch.softmax, F.softmax)) or (
-            node.op == "call_method" and node.target == "softmax"):
-        bound = dict(zip(("input", "dim", "dtype"), node.args)) | dict(node.kwargs)
-        if set(bound) - {"input", "dim", "dtype", "_stacklevel"} or bound.get("dtype") is not None:
-            return None
-        if isinstance(bound.get("input"), fx.Node) and isinstance(bound.get("dim"), int):
-            return bound["input"], bound["dim"]
-    return None
+    source, dim = res.args["input"], res.args["dim"]
+    return (source, dim) if isinstance(source, fx.Node) and isinstance(dim, int) else None
 
 
 def _softmax_over(x, dims: tuple[int, ...]):
@@ -212,12 +200,12 @@ def flattened_softmaxes(gm: fx.GraphModule) -> int:
         if found is None:
             continue
         flat, dim = found
-        if not _reshape(flat) or len(flat.users) != 1 or len(node.users) != 1:
+        if not is_op(flat, *_RESHAPES) or len(flat.users) != 1 or len(node.users) != 1:
             continue
         back, = node.users
         source = flat.args[0]
         shapes = [meta(n) for n in (source, flat, back)]
-        if not _reshape(back) or any(m is None for m in shapes) or not shapes[0].dtype.is_floating_point:
+        if not is_op(back, *_RESHAPES) or any(m is None for m in shapes) or not shapes[0].dtype.is_floating_point:
             continue
         full, flattened, restored = (tuple(m.shape) for m in shapes)
         dim = dim % len(flattened) if flattened else dim
