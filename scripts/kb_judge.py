@@ -5,7 +5,8 @@ kernelpro agree.
 
 The oracle (ORACLE_DIR/judge.py, a copy of ../shared/oracle) runs as its own program, once per problem
 (`judge.py --pair PROBLEM CANDIDATE OUT`), one lane per GPU; it is never imported. Judgements already in
-OUT_DIR are kept, so a call cut short resumes. Then each problem's verdicts and speedups are set side by
+OUT_DIR are kept while they judged the same best.py (each records its file's SHA-256), so a call cut short
+resumes, and a problem searched again (`kernelpro bench --rerun`) is judged again. Then each problem's verdicts and speedups are set side by
 side: kernelpro's (run.json: the best's final re-measurement, by its own method and by KernelBench's) and
 the oracle's. Writes OUT_DIR/judged/<key>.json, OUT_DIR/agreement.json and prints a table.
 """
@@ -13,6 +14,7 @@ the oracle's. Writes OUT_DIR/judged/<key>.json, OUT_DIR/agreement.json and print
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -29,8 +31,22 @@ def bests(bench: Path) -> dict[str, Path]:
             for p in sorted((bench / "problems").glob("level*/*/best.py"))}
 
 
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def current_judgement(out: Path, key: str, best: Path) -> dict | None:
+    """The oracle's judgement of this very best.py, or None: never judged, or judged when the problem's
+    best was another file (a judgement without a digest is taken as stale too)."""
+    path = out / "judged" / f"{key}.json"
+    if not path.exists():
+        return None
+    judged = json.loads(path.read_text())
+    return judged if judged.get("best_sha256") == digest(best) else None
+
+
 def judge_all(bench: Path, suite: Path, oracle: Path, out: Path, gpus: list[str], until: float) -> None:
-    todo = [(key, path) for key, path in bests(bench).items() if not (out / "judged" / f"{key}.json").exists()]
+    todo = [(key, path) for key, path in bests(bench).items() if current_judgement(out, key, path) is None]
     lock = threading.Lock()
 
     def lane(gpu: str) -> None:
@@ -42,13 +58,14 @@ def judge_all(bench: Path, suite: Path, oracle: Path, out: Path, gpus: list[str]
             target = out / "judged" / f"{key}.json"
             target.parent.mkdir(parents=True, exist_ok=True)
             env = dict(os.environ, CUDA_VISIBLE_DEVICES=gpu)
-            began = time.monotonic()
+            began, sha = time.monotonic(), digest(candidate)
             done = subprocess.run([sys.executable, str(oracle / "judge.py"), "--pair", str(suite / f"{key}.py"),
                                    str(candidate), str(target) + ".part"], env=env, capture_output=True, text=True)
             part = Path(str(target) + ".part")
             if part.exists():
                 result = next(iter(json.loads(part.read_text()).values()))
                 result["seconds"] = round(time.monotonic() - began, 1)
+                result["best_sha256"] = sha
                 target.write_text(json.dumps(result, indent=1))
                 part.unlink()
                 print(f"{key}: correctness {result.get('correctness')}, speedup "
@@ -64,13 +81,15 @@ def judge_all(bench: Path, suite: Path, oracle: Path, out: Path, gpus: list[str]
 
 
 def agreement(bench: Path, out: Path) -> dict:
-    rows = []
-    for key in sorted(bests(bench)):
-        judged_path = out / "judged" / f"{key}.json"
+    rows, stale = [], []
+    for key, best in sorted(bests(bench).items()):
+        judged = current_judgement(out, key, best)
         run_path = bench / "problems" / key / "run.json"
-        if not judged_path.exists() or not run_path.exists():
+        if judged is None or not run_path.exists():
+            if (out / "judged" / f"{key}.json").exists():
+                stale.append(key)
             continue
-        judged, run = json.loads(judged_path.read_text()), json.loads(run_path.read_text())
+        run = json.loads(run_path.read_text())
         final = run.get("final") or {}
         ours = final.get("kernelbench") or {}
         theirs = judged.get("speedup_vs_eager")
@@ -93,7 +112,7 @@ def agreement(bench: Path, out: Path) -> dict:
     compared = [r for r in rows if "speedup_agrees" in r]
     return {"judged": len(rows), "correct_agree": sum(r["kernelpro_correct"] == r["kernelbench_correct"] for r in rows),
             "speedup_compared": len(compared), "speedup_agree": sum(r["speedup_agrees"] for r in compared),
-            "bench_failures": failed, "problems": rows}
+            "bench_failures": failed, "stale": stale, "problems": rows}
 
 
 def main() -> None:
@@ -117,7 +136,8 @@ def main() -> None:
               f"{cell(r['kernelbench_method_speedup'])} {cell(r['oracle_speedup'])}")
     print(f"judged {document['judged']}; correctness agrees on {document['correct_agree']}; speedup within "
           f"{SPEEDUP_AGREEMENT:.0%} on {document['speedup_agree']} of {document['speedup_compared']}; bench "
-          f"failures {len(document['bench_failures'])}")
+          f"failures {len(document['bench_failures'])}"
+          + (f"; not judged since their best changed: {', '.join(document['stale'])}" if document["stale"] else ""))
 
 
 if __name__ == "__main__":

@@ -280,7 +280,14 @@ def test_kb_judge_sets_the_two_verdicts_side_by_side(tmp_path):
             "speedup": ours, "kernelbench": {"speedup": ours}}}))
         judged = out / "judged" / f"{key}.json"
         judged.parent.mkdir(parents=True)
-        judged.write_text(json.dumps({"correctness": correct, "compiled": True, "speedup_vs_eager": theirs}))
+        judged.write_text(json.dumps({"correctness": correct, "compiled": True, "speedup_vs_eager": theirs,
+                                      "best_sha256": kb_judge.digest(folder / "best.py")}))
     document = kb_judge.agreement(bench, out)
-    assert document["judged"] == 3 and document["correct_agree"] == 2
+    assert document["judged"] == 3 and document["correct_agree"] == 2 and document["stale"] == []
     assert document["speedup_compared"] == 3 and document["speedup_agree"] == 2  # 2.0 vs 1.5 is 33% apart
+    # level2/2_B searched again (--rerun): its judgement was of the old best.py, so it is stale, not a verdict
+    (bench / "problems" / "level2/2_B" / "best.py").write_text("class ModelNew: x = 1\n")
+    document = kb_judge.agreement(bench, out)
+    assert document["judged"] == 2 and document["stale"] == ["level2/2_B"]
+    assert kb_judge.current_judgement(out, "level1/1_A", bench / "problems" / "level1/1_A" / "best.py")
+    assert kb_judge.current_judgement(out, "level2/2_B", bench / "problems" / "level2/2_B" / "best.py") is None
