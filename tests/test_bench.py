@@ -518,6 +518,28 @@ def test_leaderboards_report_energy_saved_and_whether_it_is_beyond_the_spread(tm
     jsonschema.validate(json.loads(json.dumps(dict(document, format="kernelpro-leaderboard"))), schema())
 
 
+def test_leaderboard_says_which_card_timed_each_row_when_a_bench_ran_on_two_kinds():
+    """A bench resumed on another machine (H100, then H200): each row is timed on one card, and says which."""
+    from kernelpro.bench.leaderboard import level_summary, markdown, problem_row
+
+    def document(cards):
+        rows = [problem_row({"key": f"level1/{i}_P", "level": 1, "number": i, "name": "P", "status": "done",
+                             "result": dict(_energy_result(1.5, 2.0, 1.5, "lower"), device_name=card),
+                             "error": "", "seconds": 1.0}) for i, card in enumerate(cards, 1)]
+        summary = level_summary(1, rows)
+        return {"created": "now", "settings": {"suite": "s", "coder": "offline", "strategy": "mcts", "budget": 4,
+                                               "objective": "time", "precision": "fp32", "policy": "relaxed",
+                                               "device": "cuda"},
+                "devices": sorted(set(cards)), "levels": [summary], "overall": dict(summary, level="all"),
+                "problems": rows}
+
+    mixed = markdown(document(["NVIDIA H100 80GB HBM3", "NVIDIA H200"]))
+    assert "| problem | GPU | eager ms |" in mixed
+    assert "| `level1/1_P` | NVIDIA H100 80GB HBM3 |" in mixed and "| `level1/2_P` | NVIDIA H200 |" in mixed
+    one = markdown(document(["NVIDIA H200", "NVIDIA H200"]))
+    assert "| problem | eager ms |" in one and "| GPU |" not in one
+
+
 def test_compare_reports_energy_at_matched_speed(tmp_path):
     """A time bench against an energy bench: B's best 3% slower but 20% less energy counts, one 25% slower
     does not, and a saving inside the windows' spread is not counted as beyond it."""

@@ -167,14 +167,19 @@ def markdown(document: dict) -> str:
                       f"{'s' if wrong != 1 else ''} (compile ms marked †): its time there is not a correct one. "
                       f"Geomean vs torch.compile where it passed: "
                       f"{_cell(document['overall'].get('geomean_vs_correct_compile'), suffix='x')}."]
-    lines += ["", "| problem | eager ms | compile ms | best ms | vs eager | vs compile | KernelBench's method | "
-                  f"verdict | techniques | evaluations | {_minutes(document)} | tokens | cost |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    # A bench resumed on another kind of card: each row says which one timed it (eager, compile and the
+    # best of a row are always timed together, on one card)
+    cards = sorted({r["device_name"] for r in document["problems"] if r.get("device_name")})
+    gpu_head, gpu_rule = (" GPU |", "---|") if len(cards) > 1 else ("", "")
+    lines += ["", f"| problem |{gpu_head} eager ms | compile ms | best ms | vs eager | vs compile | KernelBench's "
+                  f"method | verdict | techniques | evaluations | {_minutes(document)} | tokens | cost |",
+              f"|---|{gpu_rule}---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in document["problems"]:
         kernelbench = (_cell(r.get("kernelbench_speedup"), suffix="x") if r.get("kernelbench_speedup")
                        else _cell(r.get("kernelbench_eager_ms"), "{:.4f}", " ms eager"))
         compile_ms = _cell(r["compile_ms"], "{:.4f}") + (" †" if r.get("compile_correct") is False else "")
-        lines.append(f"| `{r['key']}` | {_cell(r['eager_ms'], '{:.4f}')} | {compile_ms} | "
+        gpu = f" {r.get('device_name') or '-'} |" if gpu_head else ""
+        lines.append(f"| `{r['key']}` |{gpu} {_cell(r['eager_ms'], '{:.4f}')} | {compile_ms} | "
                      f"{_cell(r['best_ms'], '{:.4f}')} | {_cell(r['speedup'], suffix='x')} | "
                      f"{_cell(r['speedup_vs_compile'], suffix='x')} | {kernelbench} | {r['verdict']} | "
                      f"{', '.join(r['techniques']) or '-'} | {_cell(r['evaluations'], '{}')} | {r['gpu_minutes']:.1f} | "
