@@ -52,7 +52,8 @@ class SearchMemory:
                     stats.gain_sum += gain or 0.0
 
     def failed_here(self, signature: str, moves: tuple[str, ...]) -> bool:
-        """True when every one of these moves has been tried at this signature and never worked."""
+        """True when every one of these moves has been tried at this signature and never worked (failed, or
+        left its child clearly slower than its parent: `SearchConfig.clear_loss`)."""
         here = self.table.get(signature, {})
         return bool(moves) and all(m in here and here[m].successes == 0 for m in moves)
 

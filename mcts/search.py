@@ -54,6 +54,12 @@ class SearchConfig:
     # cannot pay back (benchmarks/mcts_landscapes.py); 0 and 0 turn it off
     greedy_tail: float = 0.3
     greedy_tail_min: int = 8
+    # When above 0, a correct child below this fraction of its parent's ratio counts in the memory as a
+    # move that did not work (like a failure): the coder is told to avoid it at equivalent nodes, and a
+    # repeat is refused. Off by default, by measurement (docs/mcts.md, "Clear losses"): at 0.9 it saved
+    # no replay any evaluations it could show, cost greedy 2% at budgets 16-20 on the suite's replays,
+    # and lost the noisy landscape's optimum, where a move that loses at one depth wins at the next.
+    clear_loss: float = 0.0
     seed: int = 0
 
 
@@ -287,7 +293,8 @@ class Search:
             if log_value is not None:
                 self.calibration.observe(log_value)
             gain = log_value - math.log(parent.ratio) if outcome.ok and parent.ratio else None
-            self.memory.record(parent.signature, child.moves, outcome.ok, gain)
+            worked = outcome.ok and (gain is None or gain >= math.log(max(self.config.clear_loss, 1e-300)))
+            self.memory.record(parent.signature, child.moves, worked, gain)
         self._backup(child, log_value)
         if outcome.ok and outcome.ratio > self.best().ratio + _IMPROVEMENT:
             self.best_id = child.id

@@ -118,6 +118,33 @@ def test_memory_tells_the_coder_what_to_avoid_and_what_worked():
     assert set(request.promising) & {"fix", "y", "z"}
 
 
+def test_a_move_that_left_its_child_clearly_slower_is_avoided_and_not_evaluated_again():
+    """With SearchConfig.clear_loss=0.9, a correct but 0.5x child teaches the memory as a failure would;
+    a child a few percent slower than its parent does not. Off (the default), only failures count."""
+    search = Search([], SearchConfig(seed=0, clear_loss=0.9), root_key="root")
+
+    def step(moves: tuple[str, ...], ratio: float, key: str) -> bool:
+        request = search.ask(1)[0]
+        if not search.propose(request, Proposal(payload=list(moves), moves=moves, key=key, prior=0.5)):
+            return False
+        search.tell(request, Outcome(ok=True, ratio=ratio))
+        return True
+
+    assert step(("fast",), 1.5, "a")
+    assert step(("graphs",), 0.5, "b")  # below 0.9 x its parent's ratio, whichever node (1.0 or 1.5) it grew
+    assert step(("slight",), 1.4, "c")  # at least 0.93 x its parent's
+    request = search.ask(1)[0]
+    assert "graphs" in request.avoid and "slight" not in request.avoid and "fast" not in request.avoid
+    search.abandon(request)
+    refused = search.refused
+    assert not step(("graphs",), 2.0, "d") and search.refused == refused + 1
+    lenient = Search([], SearchConfig(seed=0), root_key="root")
+    request = lenient.ask(1)[0]
+    lenient.propose(request, Proposal(payload=["graphs"], moves=("graphs",), key="b", prior=0.5))
+    lenient.tell(request, Outcome(ok=True, ratio=0.5))
+    assert "graphs" not in lenient.ask(1)[0].avoid  # the default: only failures count
+
+
 def test_transpositions_are_never_evaluated_twice():
     for seed in range(10):
         landscape = Transpositions()
