@@ -63,7 +63,9 @@ def _final_record(final) -> dict | None:
             # whether torch.compile's own output passed the tolerance against eager (None: not timed)
             "compile_correct": final.compile_correct, "compile_mismatch": final.compile_mismatch,
             # the same best timed by KernelBench's method, to compare with published numbers
-            "kernelbench": kernelbench.model_dump(mode="json") if kernelbench else None}
+            "kernelbench": kernelbench.model_dump(mode="json") if kernelbench else None,
+            # the card that timed it (a search resumed on another machine is re-measured there)
+            "device_name": final.device_name}
 
 
 def final_history(finished_as: dict | None, remeasured: dict | None, best: dict | None) -> list[dict]:

@@ -538,6 +538,13 @@ def test_leaderboard_says_which_card_timed_each_row_when_a_bench_ran_on_two_kind
     assert "| `level1/1_P` | NVIDIA H100 80GB HBM3 |" in mixed and "| `level1/2_P` | NVIDIA H200 |" in mixed
     one = markdown(document(["NVIDIA H200", "NVIDIA H200"]))
     assert "| problem | eager ms |" in one and "| GPU |" not in one
+    # searched on an H100, re-measured on an H200 after a resume: the row's times are the re-measurement's
+    resumed = problem_row({"key": "level1/3_P", "level": 1, "number": 3, "name": "P", "status": "done", "error": "",
+                           "seconds": 1.0, "result": dict(_energy_result(1.5, 2.0, 1.5, "lower"),
+                                                          device_name="NVIDIA H100 80GB HBM3",
+                                                          final={"speedup": 1.4, "best_ms": 1.0, "eager_ms": 1.4,
+                                                                 "device_name": "NVIDIA H200"})})
+    assert resumed["device_name"] == "NVIDIA H200" and resumed["speedup"] == 1.4
 
 
 def test_compare_reports_energy_at_matched_speed(tmp_path):

@@ -78,7 +78,8 @@ def problem_row(row: dict) -> dict:
         "tokens": result.get("tokens"), "cost_usd": result.get("cost_usd"),
         "energy_j": result.get("energy_j"), "baseline_energy_j": result.get("baseline_energy_j"),
         **energy_columns(result),
-        "device_name": result.get("device_name"), "error": row["error"] or None,
+        # the card of the final re-measurement, which gives the row's times, else the search's
+        "device_name": final.get("device_name") or result.get("device_name"), "error": row["error"] or None,
     }
 
 
