@@ -103,6 +103,38 @@ def test_row_statistics_take_one_pass_and_stay_accurate(tmp_path, monkeypatch, o
     assert our_error <= max(2 * torch_error, 1e-6), (our_error, torch_error)
 
 
+@pytest.mark.parametrize("op, loops", [("torch.softmax(h, dim=-1)", 2), ("torch.log_softmax(h, dim=-1)", 2),
+                                       ("torch.logsumexp(h, dim=-1)", 1)])
+def test_softmax_statistics_take_one_pass_in_the_looped_variant(tmp_path, monkeypatch, op, loops):
+    """Online softmax: the looped variant keeps each lane's sum of exponentials relative to its running max
+    (rescaled when the max grows), so a softmax over rows too long for registers reads its input twice, not
+    three times. Checked against float64 on rows whose scale grows along the row (the max keeps moving) and
+    with -inf entries (a masked attention row; whole chunks of a lane masked), where exp(-inf - -inf) must
+    not turn into NaN."""
+    monkeypatch.setattr(triton_gen, "configs", lambda group, device=None: [
+        {"variant": "looped", "BLOCK_R": 2, "BLOCK_C": 256, "num_warps": 4, "score": 1.0}]
+        if group.kind == "row" else [{"BLOCK": 1024, "num_warps": 4, "score": 1.0}])
+    path = write_problem(tmp_path, ["h = torch.where(y > 0.8, torch.full_like(x, float('-inf')), x * (y + 2.0))",
+                                    f"return {op}"], [(6, 3000), (6, 3000)])
+    source, _, kernels = Problem(path, 42).build(FUSE)
+    assert [k["config"]["variant"] for k in kernels if k["kind"] == "row"] == ["looped"]
+    assert source.count("for start in range(") == loops and "(online softmax per lane)" in source
+    candidate = path.with_name(path.stem + "_new.py")
+    candidate.write_text(source)
+    module = load_module(candidate)
+    generator = torch.Generator().manual_seed(5)
+    x = torch.randn(6, 3000, generator=generator) * torch.linspace(0.1, 8.0, 3000)
+    y = torch.randn(6, 3000, generator=generator)
+    y[0, :2000] = 1.0  # row 0: its first two thirds -inf, so every lane starts masked
+    exact = module.Model()(x.double(), y.double())
+    ours = module.ModelNew()(x, y).double()
+    assert torch.equal(ours.isfinite(), exact.isfinite()) and not ours.isnan().any()
+    finite = exact.isfinite()
+    torch_error = (module.Model()(x, y).double() - exact)[finite].abs().max().item()
+    our_error = (ours - exact)[finite].abs().max().item()
+    assert our_error <= max(4 * torch_error, 1e-5), (our_error, torch_error)
+
+
 # -- property-based: random shapes and op chains --------------------------------------------------
 UNARY = ["torch.relu(h)", "F.gelu(h)", "F.gelu(h, approximate='tanh')", "torch.sigmoid(h)", "torch.tanh(h)",
          "F.silu(h)", "F.leaky_relu(h, 0.2)", "F.hardtanh(h, -0.5, 0.5)", "F.hardswish(h)", "F.mish(h)",

@@ -40,6 +40,9 @@ class Step:
     # a sum of squares about a row mean: the var of the sum whose mean (sum / row length) centres it;
     # a backend that loops over the row may compute both in that sum's pass (Welford), one read fewer
     moment: str = ""
+    # a sum of exp(a - m), m the row max of a: the var of that max; a backend that loops over the row may
+    # compute both in the max's pass (online softmax: the sum rescaled whenever the running max grows)
+    shifted: str = ""
 
 
 @dataclass
@@ -111,6 +114,12 @@ class Group:
         compute in one pass (the squares' reduction comes in the pass right after the sum's)."""
         levels = {s.var: s.level for s in self.steps}
         return {s.moment: s for s in self.steps if s.moment and levels[s.moment] == s.level - 1}
+
+    def online_sums(self) -> dict[str, Step]:
+        """max var -> the sum of exp(operand - max) over the same row, for each pair a looping kernel may
+        compute in one pass (the sum comes in the pass right after the max's)."""
+        levels = {s.var: s.level for s in self.steps}
+        return {s.shifted: s for s in self.steps if s.shifted and levels[s.shifted] == s.level - 1}
 
     def passes(self) -> int:
         """Reads of the row by a kernel that cannot keep it: one per reduction level, one for full outputs."""
@@ -293,13 +302,13 @@ class _Builder:
         self._seen[(kind, text)] = var
         return var
 
-    def reduce(self, how: str, operand: str, moment: str = "") -> str:
-        key = ("reduce", how, operand, moment)
+    def reduce(self, how: str, operand: str, moment: str = "", shifted: str = "") -> str:
+        key = ("reduce", how, operand, moment, shifted)
         if key in self._seen:  # one reduction per value: a long row is then read once for it, not once per user
             return self._seen[key]
         var = self.fresh()
         self.group.steps.append(Step(var, "row", reduce=how, operand=operand, deps=(operand,),
-                                     level=self._level((operand,)) + 1, moment=moment))
+                                     level=self._level((operand,)) + 1, moment=moment, shifted=shifted))
         self._seen[key] = var
         return var
 
@@ -442,7 +451,7 @@ class _Builder:
         elif op in ("logsumexp", "softmax", "log_softmax"):
             top = self.reduce("max", x)
             exps = self.expr(f"tl.exp({x} - {top})", "full")
-            total = self.reduce("sum", exps)
+            total = self.reduce("sum", exps, shifted=top)
             if op == "logsumexp":
                 out = self.expr(f"({top} + tl.log({total}))", "row")
             elif op == "softmax":

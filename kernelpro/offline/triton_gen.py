@@ -9,7 +9,9 @@ Four shapes of kernel:
   (`BLOCK_C` >= the row length); reductions along axis 1;
 - **row, looped**: one pass over the row per reduction level (the values a pass
   needs are recomputed from the inputs), then a last pass that writes the
-  full-shaped outputs;
+  full-shaped outputs; a variance rides in its mean's pass (Welford) and a
+  softmax's sum of exponentials in its max's (online softmax), so a norm or a
+  softmax reads its row twice;
 - **row, split** (few long rows): a program per (row, chunk); a kernel per
   reduction level writes each chunk's partial results to a workspace and folds
   those of the levels before it, and a last kernel writes the outputs.
@@ -293,14 +295,25 @@ class _Rows(RowSpace):
     def row_lines(self, level: int) -> list[str]:
         return [f"    {step.var} = {step.expr}" for step in self.row_steps if step.level == level]
 
-    def accumulate(self, reductions: list[Step], moments: dict[str, Step], indent: str) -> list[str]:
+    def accumulate(self, reductions: list[Step], moments: dict[str, Step], indent: str,
+                   online: dict[str, Step] | None = None) -> list[str]:
         """Inside a loop over the row: the pass's values, folded into `acc_<var>` per reduction; a sum
         with a moment (`moments`: sum var -> its sum of centred squares) is a Welford update per lane
-        instead: the lane's count, mean and sum of squared deviations (`n_`, `mean_`, `m2_<var>`)."""
+        instead: the lane's count, mean and sum of squared deviations (`n_`, `mean_`, `m2_<var>`). A max
+        with an online sum (`online`: max var -> the sum of exp(operand - max)) keeps that sum per lane
+        too, relative to the lane's running max and rescaled when the max grows."""
         roots = [s.operand for s in reductions]
         lines = self.body(_needed(self.group, roots, "full"), roots, indent)
         for s in reductions:
             value = f"tl.where(mask, {s.operand}, {_IDENTITY[s.reduce]})"
+            if s.var in (online or {}):
+                total = online[s.var].var
+                lines += [f"{indent}grown = tl.maximum(acc_{s.var}, {value})",
+                          f"{indent}acc_{total} = acc_{total} * tl.where(grown == acc_{s.var}, 1.0, "
+                          f"tl.exp(acc_{s.var} - grown)) + tl.where(mask & (grown > {_IDENTITY['max']}), "
+                          f"tl.exp({s.operand} - grown), 0.0)",
+                          f"{indent}acc_{s.var} = grown"]
+                continue
             if s.var in moments:  # every lane still in the row has seen `start // BLOCK_C + 1` values
                 lines += [f"{indent}delta = tl.where(mask, {s.operand} - mean_{s.var}, 0.0)",
                           f"{indent}n_{s.var} = n_{s.var} + tl.where(mask, 1.0, 0.0)",
@@ -348,8 +361,10 @@ def _row_kernel(group: Group, lay: Layout, looped: bool) -> list[str]:
     else:
         # a sum of squares about a row mean is computed in the pass of that mean's sum (Welford per
         # lane, merged across lanes as Chan et al. do), so a normalization reads its row twice, not 3x
-        moments = group.moments()
-        hoisted = {s.var for s in moments.values()}
+        # likewise a softmax's sum of exponentials in the pass of its max (online softmax): the row is
+        # read twice (statistics, outputs), not three times
+        moments, online = group.moments(), group.online_sums()
+        hoisted = {s.var for s in moments.values()} | {s.var for s in online.values()}
         passes = 0
         for level in range(1, group.levels() + 1):
             reductions = [s for s in group.reductions(level) if s.var not in hoisted]
@@ -359,12 +374,22 @@ def _row_kernel(group: Group, lay: Layout, looped: bool) -> list[str]:
                     names = (["n_", "mean_", "m2_"] if s.var in moments else ["acc_"])
                     lines += [f"    {name}{s.var} = tl.full([BLOCK_R, BLOCK_C], "
                               f"{_IDENTITY[s.reduce]}, tl.float32)" for name in names]
+                    if s.var in online:
+                        lines.append(f"    acc_{online[s.var].var} = tl.full([BLOCK_R, BLOCK_C], 0.0, tl.float32)")
                 welford = [moments[s.var].var for s in reductions if s.var in moments]
+                shifted = [online[s.var].var for s in reductions if s.var in online]
                 lines += [f"    for start in range(0, {length}, BLOCK_C):  # pass {passes}" + (
-                              f", with {', '.join(welford)} (Welford per lane)" if welford else ""),
+                              f", with {', '.join(welford)} (Welford per lane)" if welford else "") + (
+                              f", with {', '.join(shifted)} (online softmax per lane)" if shifted else ""),
                           "        j = start + tl.arange(0, BLOCK_C)[None, :]", f"        mask = row_mask & (j < {length})"]
-                lines += rows.accumulate(reductions, moments, "        ")
+                lines += rows.accumulate(reductions, moments, "        ", online)
                 for s in reductions:
+                    if s.var in online:  # each lane's sum brought to the row's max (a lane that saw none adds 0)
+                        total = online[s.var].var
+                        lines += [f"    {s.var} = tl.max(acc_{s.var}, 1)[:, None]",
+                                  f"    {total} = tl.sum(tl.where(acc_{s.var} == {s.var}, acc_{total}, acc_{total} * "
+                                  f"tl.exp(acc_{s.var} - {s.var})), 1)[:, None]"]
+                        continue
                     if s.var not in moments:
                         lines.append(f"    {s.var} = {_FOLD[s.reduce]}(acc_{s.var}, 1)[:, None]")
                         continue
