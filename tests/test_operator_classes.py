@@ -348,3 +348,55 @@ def test_a_softmax_whose_flattening_is_used_elsewhere_is_left_alone(tmp_path):
         gm = built.graph
         assert isinstance(gm, fx.GraphModule) and composites.flattened_softmaxes(gm) == 0, forward
         propagate_shapes(gm, built.inputs)
+
+
+# -- a convolution's bias in the kernel after it ----------------------------------------------------------
+BIASED = [  # (layer, input shape, what follows, fusion moves)
+    ("nn.Conv2d(3, 8, 3)", "(2, 3, 10, 12)", ["torch.relu(h) * 0.5"], ["fuse_pointwise"]),
+    ("nn.Conv1d(3, 8, 3, padding=1)", "(2, 3, 20)", ["F.gelu(h) + 1.0"], ["fuse_pointwise"]),
+    ("nn.ConvTranspose3d(4, 8, 3, stride=2, padding=1)", "(2, 4, 5, 6, 6)", ["torch.clamp(h, min=-1.0) / 2.0"],
+     ["fuse_pointwise"]),  # level2/100's chain
+    ("nn.ConvTranspose2d(4, 8, 3)", "(2, 4, 9, 9)", ["F.group_norm(F.gelu(h), 4)"], ["fuse_reductions"]),  # level2/19
+    ("nn.ConvTranspose3d(4, 6, 3, stride=2, padding=1, output_padding=1)", "(2, 4, 3, 4, 4)",
+     ["h = torch.clamp(h, 0.0, 1.0)", "b, c, d, hh, w = h.shape",
+      "h = torch.softmax(h.view(b, c, -1), dim=2).view(b, c, d, hh, w)", "h * 2.0"], ["fuse_reductions"]),  # level2/38
+    ("nn.Conv2d(3, 8, 3)", "(4, 3, 10, 12)", ["F.batch_norm(h, None, None, training=True) * 2.0"],
+     ["fuse_reductions"]),
+]
+
+
+@pytest.mark.parametrize("layer, shape, after, moves", BIASED, ids=[f"{b[0].split('(')[0]}-{b[3][0]}" for b in BIASED])
+def test_a_convolutions_bias_joins_the_kernel_after_it(tmp_path, layer, shape, after, moves):
+    """cuDNN adds a convolution's bias in a kernel of its own, a read and a write of the whole output; with a
+    fusion move the convolution runs without it and the generated kernel after it adds it (the same float32
+    add), for plain and transposed convolutions, before pointwise chains and before row operations (a group
+    norm, a flattened softmax, a batch norm in training mode)."""
+    lines = ["h = self.conv(x)"] + after[:-1] + ["return " + after[-1]]
+    path = problem(tmp_path, lines, [f"torch.randn{shape}"], init=f"self.conv = {layer}")
+    kernels = check(path, moves)
+    source = path.with_name(path.stem + "_new.py").read_text()
+    body = source[source.index("def _kp_body"):]
+    assert "conv" in body and ", None," in body, "the convolution still adds its own bias"
+    assert any(k["ops"][0] == "add" for k in kernels), [k["ops"] for k in kernels]
+
+
+def test_a_convolution_keeps_its_bias_where_no_generated_kernel_takes_its_output(tmp_path):
+    """Two users of the output, or an op no kernel takes: the convolution keeps its bias (moving it would add
+    a kernel of our own where cuDNN's was)."""
+    for after in (["return torch.relu(h) + h.sum()"], ["return torch.fft.rfft(h).abs()"]):
+        path = problem(tmp_path, ["h = self.conv(x)"] + after, ["torch.randn(2, 3, 10, 12)"],
+                       init="self.conv = nn.Conv2d(3, 8, 3)")
+        source, _, _ = Problem(path, 42, "eval").build(["fuse_pointwise"])
+        assert "self.conv(x)" in source
+
+
+def test_bias_after_pool_takes_transposed_convolutions(tmp_path):
+    """A transposed convolution's bias commutes with the max-pool after it as a plain one's does (level2/78:
+    ConvTranspose3d, two max-pools, a channel sum): the convolution runs without it and the kernel that reads
+    the pooled windows adds it."""
+    path = problem(tmp_path, ["h = F.max_pool3d(self.conv(x), 2)", "return torch.sum(F.max_pool3d(h, 2), dim=1)"],
+                   ["torch.randn(2, 3, 4, 5, 5)"], init="self.conv = nn.ConvTranspose3d(3, 6, 3, stride=2, padding=1)")
+    source, counts, _ = Problem(path, 42, "eval").build(["bias_after_pool"])
+    assert counts["bias_after_pool"] == 1 and "conv_transpose3d(x, conv_weight, None" in source
+    kernels = check(path, ["simplify_all", "fuse_reductions"])
+    assert [k["ops"][:2] for k in kernels] == [["max_pool3d", "add"]], [k["ops"] for k in kernels]

@@ -31,7 +31,7 @@ import torch.fx as fx
 from kernelpro.offline.fusion_build import (GENERATED_MODULE, RESHAPES, Group, broadcastable, build, is_anchor,
                                             is_eval_norm, is_inplace, is_pointwise, row_space, shape_of)
 from kernelpro.offline.fusion_ops import Unsupported, _Attr, resolve
-from kernelpro.offline.fxpasses import meta
+from kernelpro.offline.fxpasses import add_bias_after, conv_bias, meta, without_bias
 from kernelpro.offline.windows import pool_args
 
 
@@ -193,6 +193,53 @@ class _Partitioner:
 def partition(gm: fx.GraphModule, kinds: set[str], exclude: set | None = None) -> list[Group]:
     """The groups of the enabled kinds ("row", "pointwise"), in graph order; `exclude` stays as it is."""
     return _Partitioner(gm, set(exclude or ())).run(kinds)
+
+
+def _resolved(gm: fx.GraphModule, node: fx.Node):
+    if node.op not in ("call_function", "call_method", "call_module") or is_inplace(node, gm):
+        return None
+    return resolve(gm, node)
+
+
+def _taken_in(gm: fx.GraphModule, node: fx.Node, kinds: set[str]) -> bool:
+    """Whether a generated kernel of `kinds` takes in the only user of `node`: a pointwise op (or an
+    eval-mode norm) when pointwise groups are made, or a row operation, directly or through pointwise
+    ops (its prologue; the last may have several users, a row op among them: a softmax written out)
+    when row groups are."""
+    first = node
+    while len(node.users) == 1:
+        node = next(iter(node.users))
+        res = _resolved(gm, node)
+        if res is None:
+            return False
+        if not is_pointwise(res):
+            return "row" in kinds
+        if "pointwise" in kinds:
+            return True
+    users = [_resolved(gm, user) for user in node.users]
+    return node is not first and "row" in kinds and all(users) and any(not is_pointwise(u) for u in users)
+
+
+def bias_into_epilogues(gm: fx.GraphModule, kinds: set[str]) -> int:
+    """conv(x, w, b) -> conv(x, w) + b[:, None, ...] for each convolution (or transposed one) with a bias
+    whose only user a generated kernel of `kinds` takes in. Eager adds a convolution's bias in a kernel
+    of its own after cuDNN's (ATen's `add_` of the reshaped bias, in float32), a read and a write of the
+    whole output; here the same float32 add is the first op of the kernel after the convolution."""
+    count = 0
+    for conv in list(gm.graph.nodes):
+        if conv.op not in ("call_module", "call_function") or not _taken_in(gm, conv, kinds):
+            continue
+        found = conv_bias(gm, conv)
+        if found is None:
+            continue
+        add_bias_after(gm, conv, *found)
+        without_bias(gm, conv)
+        count += 1
+    if count:
+        gm.graph.eliminate_dead_code()
+        gm.graph.lint()
+        gm.recompile()
+    return count
 
 
 def _toposort(graph: fx.Graph) -> None:

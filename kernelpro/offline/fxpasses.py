@@ -274,6 +274,8 @@ def combine_scalar_ops(gm: fx.GraphModule) -> int:
 
 _CONV_MODULES = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
 _CONV_BY_DIMS = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}  # spatial dims -> functional convolution
+_TRANSPOSED_MODULES = (torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d)
+_TRANSPOSED_BY_DIMS = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
 
 
 def _with_folded_weights(gm: fx.GraphModule, node: fx.Node, producer: fx.Node, module: torch.nn.Module,
@@ -290,6 +292,10 @@ def _as_functional(gm: fx.GraphModule, node: fx.Node, module: torch.nn.Module, x
     """`node` becomes the functional linear/conv that `module` computes, on `x` with these weight and bias."""
     if isinstance(module, torch.nn.Linear):
         _substitute(gm, node, F.linear, (x, weight, bias))
+    elif isinstance(module, _TRANSPOSED_MODULES):  # the module's output_padding (no output_size given)
+        _substitute(gm, node, _TRANSPOSED_BY_DIMS[len(module.kernel_size)],
+                    (x, weight, bias, module.stride, module.padding, module.output_padding, module.groups,
+                     module.dilation))
     else:
         _substitute(gm, node, _CONV_BY_DIMS[len(module.kernel_size)],
                     (x, weight, bias, module.stride, module.padding, module.dilation, module.groups))
@@ -413,14 +419,16 @@ def pool_before_activation(gm: fx.GraphModule) -> int:
     return count
 
 
-_CONV_FNS = {conv: dims for dims, conv in _CONV_BY_DIMS.items()}
+_CONV_FNS = {conv: dims for table in (_CONV_BY_DIMS, _TRANSPOSED_BY_DIMS) for dims, conv in table.items()}
 
 
-def _conv_bias(gm: fx.GraphModule, conv) -> tuple[fx.Node, int] | None:
-    """(the bias node, spatial dims) of a convolution with a bias in zero padding; None otherwise."""
+def conv_bias(gm: fx.GraphModule, conv) -> tuple[fx.Node, int] | None:
+    """(the bias node, spatial dims) of a convolution or transposed convolution with a bias in zero
+    padding (a transposed one called on its input alone); None otherwise."""
     module = module_of(gm, conv)
-    if isinstance(module, _CONV_MODULES):
-        if module.bias is None or getattr(module, "padding_mode", "zeros") != "zeros":
+    if isinstance(module, _CONV_MODULES + _TRANSPOSED_MODULES):
+        if module.bias is None or getattr(module, "padding_mode", "zeros") != "zeros" or \
+                len(conv.args) + len(conv.kwargs) != 1:
             return None
         with gm.graph.inserting_before(conv):
             return gm.graph.get_attr(f"{conv.target}.bias"), len(module.kernel_size)
@@ -429,7 +437,7 @@ def _conv_bias(gm: fx.GraphModule, conv) -> tuple[fx.Node, int] | None:
     return None
 
 
-def _without_bias(gm: fx.GraphModule, conv: fx.Node) -> None:
+def without_bias(gm: fx.GraphModule, conv: fx.Node) -> None:
     """The convolution node computes the same convolution without its bias."""
     module = module_of(gm, conv)
     if module is None:
@@ -443,6 +451,20 @@ def _without_bias(gm: fx.GraphModule, conv: fx.Node) -> None:
     _as_functional(gm, conv, module, conv.args[0], weight, None)
 
 
+def add_bias_after(gm: fx.GraphModule, node: fx.Node, bias: fx.Node, spatial: int) -> fx.Node:
+    """Every user of `node` reads node + bias (per channel, over `spatial` dims) instead: the add, inserted
+    after it. The bias's reshape is a view of a parameter (or of a folded bias): computed once, at init."""
+    graph = gm.graph
+    with graph.inserting_after(node):
+        shaped = graph.call_function(torch.reshape, (bias, (-1,) + (1,) * spatial))
+    shaped.meta["kp_fold"] = True
+    with graph.inserting_after(shaped):
+        added = graph.call_function(operator.add, (node, shaped))
+    added.meta = dict(node.meta)
+    node.replace_all_uses_with(added, delete_user_cb=lambda user: user is not added)
+    return added
+
+
 def bias_after_pool(gm: fx.GraphModule) -> int:
     """max_pool(conv(x) + b) -> max_pool(conv(x)) + b for a convolution with a bias whose only user is the
     pool: the maximum over a window commutes with adding a per-channel constant (padding is -inf, which
@@ -453,19 +475,11 @@ def bias_after_pool(gm: fx.GraphModule) -> int:
         conv = pool.args[0] if pool.args else None
         if not isinstance(conv, fx.Node) or len(conv.users) != 1:
             continue
-        found = _conv_bias(gm, conv)
+        found = conv_bias(gm, conv)
         if found is None:
             continue
-        bias, spatial = found
-        graph = gm.graph
-        with graph.inserting_after(pool):
-            shaped = graph.call_function(torch.reshape, (bias, (-1,) + (1,) * spatial))
-        shaped.meta["kp_fold"] = True  # a view of a parameter (or of a folded bias): computed once, at init
-        with graph.inserting_after(shaped):
-            added = graph.call_function(operator.add, (pool, shaped))
-        added.meta = dict(pool.meta)
-        pool.replace_all_uses_with(added, delete_user_cb=lambda user: user is not added)
-        _without_bias(gm, conv)
+        add_bias_after(gm, pool, *found)
+        without_bias(gm, conv)
         count += 1
     _finish(gm)
     return count

@@ -184,17 +184,22 @@ class Problem:
                         continue
                     counts[move] = PASSES[move](gm)
                     propagate_shapes(gm, self.inputs)
+                cuda = "cuda_kernels" in graph_moves
+                kinds = {FUSION_KINDS[m] for m in graph_moves if m in FUSION_KINDS} | (CUDA_KINDS if cuda else set())
+                if kinds and composites.decompose(gm):  # losses and distances as the ops the kernels fuse
+                    propagate_shapes(gm, self.inputs)
+                # a convolution's bias as the first op of the kernel after it (pointwise kernels stand alone
+                # only with fuse_pointwise or cuda_kernels; triton_conv's kernel takes the bias itself)
+                taken = (kinds & {"row"}) | ({"pointwise"} if "fuse_pointwise" in graph_moves or cuda else set())
+                if taken and "triton_conv" not in graph_moves and fusion.bias_into_epilogues(gm, taken):
+                    propagate_shapes(gm, self.inputs)
                 # Without fold_constants, only what a move marked for folding (scaled weights) is folded.
                 every = foldable_nodes(gm)
                 marked = [n for n in every if n.meta.get("kp_fold")]
                 folds = every if "fold_constants" in graph_moves else marked
                 if "fold_constants" in graph_moves:
                     counts["fold_constants"] = len(every) - len(marked)
-                cuda = "cuda_kernels" in graph_moves
-                kinds = {FUSION_KINDS[m] for m in graph_moves if m in FUSION_KINDS} | (CUDA_KINDS if cuda else set())
                 if kinds:
-                    if composites.decompose(gm):  # losses and distances as the ops the kernels fuse
-                        propagate_shapes(gm, self.inputs)
                     if "row" in kinds and batchnorm.split_training_batch_norms(gm):
                         sources.append(batchnorm.UPDATE_SOURCE)  # the running statistics' update, in the file
                     bare = gemm.expose_bare_products(gm) if "triton_gemm" in graph_moves else []
