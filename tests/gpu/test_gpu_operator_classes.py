@@ -1,5 +1,6 @@
 """GPU: the level-1 operator classes added on 2026-11-25 (scans, vector norms, losses written out, a pool alone,
-split-K and matrix-vector GEMMs; later the split variant's one-pass statistics and int64 pointwise indexing) as
+split-K and matrix-vector GEMMs; later the split variant's one-pass statistics, int64 pointwise indexing, the
+looped variant's online softmax and a convolution's bias in the kernel after it) as
 compiled kernels, judged by the real harness at fp32 in training mode,
 sandboxed like any candidate. The CPU tests check the same kernels in Triton's interpreter; this checks the
 compiled ones (tl.cumsum/tl.cumprod, the split-K partial kernel, the masked 32-wide tiles) and prints their
@@ -50,6 +51,14 @@ CASES = {  # name: (forward, inputs, init, moves, the kernel kind expected)
     "flattened_softmax": ("b, c, d, h, w = x.shape\n        y = torch.softmax(torch.clamp(x, 0.0, 1.0).view(b, c, -1), dim=2)"
                           "\n        return y.view(b, c, d, h, w) * self.scale", ["torch.randn(32, 64, 32, 64, 64)"],
                           "self.scale = nn.Parameter(torch.ones(1, 64, 1, 1, 1))", ["fuse_reductions"], "row"),
+    # rows too long for registers: the looped variant's online softmax reads each row twice (level1/24's kind)
+    "log_softmax_online": ("return torch.log_softmax(x, dim=1)", ["torch.randn(4096, 65536)"], "",
+                           ["fuse_reductions"], "row"),
+    # a transposed convolution's bias in the pointwise kernel after it (level2/100 at half its batch)
+    "conv_transpose_bias_epilogue": ("return torch.clamp(self.c(x), min=-1.0) / 2.0",
+                                     ["torch.rand(8, 64, 24, 48, 48)"],
+                                     "self.c = nn.ConvTranspose3d(64, 128, 3, stride=2, padding=1)",
+                                     ["fuse_pointwise"], "pointwise"),
 }
 
 
