@@ -136,7 +136,8 @@ def test_offline_coder_through_the_loop_on_a_fake_harness(tmp_path):
     assert document["final"] == {"eager_ms": 1.0, "compile_ms": None, "best_ms": pytest.approx(document["best_ms"]),
                                  "speedup": pytest.approx(document["speedup"]), "speedup_vs_compile": None,
                                  "compile_correct": None, "compile_mismatch": "",  # torch.compile was not timed
-                                 "kernelbench": None}  # KernelBench's timing method: on CUDA only
+                                 "kernelbench": None,  # KernelBench's timing method: on CUDA only
+                                 "device_name": "fake"}  # the card that timed it
     tree = json.loads((out / "tree.json").read_text())
     evaluated = [n for n in tree["nodes"] if n["parent"] is not None and n["transposition_of"] is None]
     assert len(evaluated) == 6
