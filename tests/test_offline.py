@@ -646,3 +646,27 @@ def test_a_recurrent_problem_is_traced_with_its_shapes():
     it gets its kernel."""
     answer = expand(spec(DATA / "gru_hidden.py", device="cuda"))
     assert answer["traced"] and "fuse_pointwise" in moves_of(answer)
+
+
+def test_cuda_graphs_is_set_aside_where_its_copies_outweigh_the_launches_it_saves(tmp_path):
+    """A CUDA graph of the forward copies the inputs in and clones the outputs each call. At KernelBench's
+    level-1 sizes (one op over 6.4 GB) that costs milliseconds against microseconds of launches saved
+    (measured: 0.34x-0.51x), so the move is not offered, and the coder says why; many small ops keep it."""
+    big = tmp_path / "big.py"
+    big.write_text("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+                   "    def forward(self, x):\n        return torch.nn.functional.leaky_relu(x, 0.01)\n\n\n"
+                   "def get_inputs():\n    return [torch.rand(4096, 393216)]\n\n\n"
+                   "def get_init_inputs():\n    return []\n")
+    small = tmp_path / "small.py"
+    small.write_text("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+                     "    def __init__(self):\n        super().__init__()\n"
+                     "        self.layers = nn.ModuleList(nn.Linear(64, 64) for _ in range(8))\n\n"
+                     "    def forward(self, x):\n        for layer in self.layers:\n            x = torch.relu(layer(x))\n"
+                     "        return x\n\n\n"
+                     "def get_inputs():\n    return [torch.rand(16, 64)]\n\n\n"
+                     "def get_init_inputs():\n    return []\n")
+    answer = expand(spec(big, device="cuda"))
+    assert "cuda_graphs" not in {o["move"] for o in answer["options"]}
+    assert "outweigh the launch overhead" in answer["skipped"]["cuda_graphs"]
+    assert "25770 MB a call" in answer["skipped"]["cuda_graphs"]  # 2 x (6.4 GB in + 6.4 GB out)
+    assert "cuda_graphs" in {o["move"] for o in expand(spec(small, device="cuda"))["options"]}

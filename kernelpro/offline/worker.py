@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
+import math
 import os
 import sys
 import traceback
@@ -274,6 +275,40 @@ class Problem:
         return codegen.render(self.source, moves, None, []), counts, kernels
 
 
+#: What the cuda_graphs move's estimate assumes: a bandwidth above any current GPU's (so the copies are
+#: never overestimated) and a launch cost per op at the high end of eager PyTorch's (so the saving is not
+#: underestimated); the move is set aside only where its copies exceed that saving.
+REPLAY_BANDWIDTH = 5e12  # bytes/s
+REPLAY_LAUNCH_S = 8e-6  # seconds of launch overhead a replay can save per op of the traced forward
+
+
+def _tensor_bytes(value) -> int:
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    meta = getattr(value, "meta", {}).get("tensor_meta") if isinstance(value, fx.Node) else None
+    return int(math.prod(meta.shape)) * torch.empty((), dtype=meta.dtype).element_size() \
+        if meta is not None and hasattr(meta, "shape") else 0
+
+
+def replay_outweighed(problem: Problem) -> str:
+    """Why a CUDA graph of the whole forward cannot pay here, or '': each call copies the inputs into its
+    static buffers and clones the outputs (a read and a write of each), which must cost less than the
+    launches the replay saves. Measured on the budget-8 KernelBench bench: 0.34x-0.51x on 6.4 GB
+    inputs (level1/20, 24), 0.87x-0.92x on 0.5 GB outputs (level1/62, level2/73)."""
+    if problem.graph is None:
+        return ""  # ops unknown: the search measures it
+    ops = sum(1 for n in problem.graph.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
+    outputs = [a for n in problem.graph.graph.nodes if n.op == "output"
+               for a in torch.utils._pytree.tree_leaves(n.args[0])]
+    moved = 2 * (sum(_tensor_bytes(x) for x in problem.inputs) + sum(_tensor_bytes(o) for o in outputs))
+    copies_s, saved_s = moved / REPLAY_BANDWIDTH, ops * REPLAY_LAUNCH_S
+    if copies_s <= saved_s:
+        return ""
+    return (f"its copies (inputs in, outputs cloned: {moved / 1e6:.0f} MB a call, {copies_s * 1e6:.0f} us at "
+            f"{REPLAY_BANDWIDTH / 1e12:g} TB/s) outweigh the launch overhead it can save ({ops} ops x "
+            f"{REPLAY_LAUNCH_S * 1e6:g} us = {saved_s * 1e6:.0f} us)")
+
+
 def _device(spec: dict) -> tuple[triton_gen.Device, tuple[int, int] | None]:
     """The GPU the candidates will run on, for the launch-configuration model (H100 numbers otherwise),
     and its compute capability (None when this process sees no GPU)."""
@@ -316,6 +351,8 @@ def expand(spec: dict) -> dict:
         why = allowed(move, device=spec["device"], precision=spec["precision"], policy=spec["policy"],
                       has_conv=problem.has_conv, has_matmul=problem.has_matmul, has_triton=has_triton,
                       has_cutlass=has_cutlass, capability=capability, model_mode=model_mode)
+        if not why and name == "cuda_graphs" and spec["device"] == "cuda":
+            why = replay_outweighed(problem)
         if not why and move.graph and problem.graph is None:
             why = f"forward cannot be traced ({problem.trace_error})"
         if not why and any(other in applied for other in EXCLUSIVE.get(name, ())):
