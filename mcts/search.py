@@ -293,7 +293,8 @@ class Search:
             if log_value is not None:
                 self.calibration.observe(log_value)
             gain = log_value - math.log(parent.ratio) if outcome.ok and parent.ratio else None
-            worked = outcome.ok and (gain is None or gain >= math.log(max(self.config.clear_loss, 1e-300)))
+            clear_loss = self.config.clear_loss
+            worked = outcome.ok and (gain is None or clear_loss <= 0 or gain >= math.log(clear_loss))
             self.memory.record(parent.signature, child.moves, worked, gain)
         self._backup(child, log_value)
         if outcome.ok and outcome.ratio > self.best().ratio + _IMPROVEMENT:

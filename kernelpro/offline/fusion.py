@@ -31,7 +31,7 @@ import torch.fx as fx
 from kernelpro.offline.fusion_build import (GENERATED_MODULE, RESHAPES, Group, broadcastable, build, is_anchor,
                                             is_eval_norm, is_inplace, is_pointwise, row_space, shape_of)
 from kernelpro.offline.fusion_ops import Unsupported, _Attr, resolve
-from kernelpro.offline.fxpasses import add_bias_after, conv_bias, meta, without_bias
+from kernelpro.offline.fxpasses import meta, move_bias
 from kernelpro.offline.windows import pool_args
 
 
@@ -227,14 +227,8 @@ def bias_into_epilogues(gm: fx.GraphModule, kinds: set[str]) -> int:
     whole output; here the same float32 add is the first op of the kernel after the convolution."""
     count = 0
     for conv in list(gm.graph.nodes):
-        if conv.op not in ("call_module", "call_function") or not _taken_in(gm, conv, kinds):
-            continue
-        found = conv_bias(gm, conv)
-        if found is None:
-            continue
-        add_bias_after(gm, conv, *found)
-        without_bias(gm, conv)
-        count += 1
+        if conv.op in ("call_module", "call_function") and _taken_in(gm, conv, kinds):
+            count += move_bias(gm, conv, conv)
     if count:
         gm.graph.eliminate_dead_code()
         gm.graph.lint()

@@ -109,17 +109,20 @@ class Group:
         """The reductions computed by pass `level` over the row, in step order."""
         return [s for s in self.steps if s.reduce and s.level == level]
 
-    def moments(self) -> dict[str, Step]:
-        """sum var -> the sum of squares about that sum's mean, for each pair a looping kernel may
-        compute in one pass (the squares' reduction comes in the pass right after the sum's)."""
+    def _riders(self, link: str) -> dict[str, Step]:
+        """var -> the reduction whose `link` field names it, where that reduction comes in the pass right
+        after the named one's: the pairs a looping kernel may compute in one pass."""
         levels = {s.var: s.level for s in self.steps}
-        return {s.moment: s for s in self.steps if s.moment and levels[s.moment] == s.level - 1}
+        named = [(getattr(s, link), s) for s in self.steps]
+        return {var: s for var, s in named if var and levels[var] == s.level - 1}
+
+    def moments(self) -> dict[str, Step]:
+        """sum var -> the sum of squares about that sum's mean (one pass with it: Welford)."""
+        return self._riders("moment")
 
     def online_sums(self) -> dict[str, Step]:
-        """max var -> the sum of exp(operand - max) over the same row, for each pair a looping kernel may
-        compute in one pass (the sum comes in the pass right after the max's)."""
-        levels = {s.var: s.level for s in self.steps}
-        return {s.shifted: s for s in self.steps if s.shifted and levels[s.shifted] == s.level - 1}
+        """max var -> the sum of exp(operand - max) over the same row (one pass with it: online softmax)."""
+        return self._riders("shifted")
 
     def passes(self) -> int:
         """Reads of the row by a kernel that cannot keep it: one per reduction level, one for full outputs."""

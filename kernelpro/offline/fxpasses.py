@@ -422,7 +422,7 @@ def pool_before_activation(gm: fx.GraphModule) -> int:
 _CONV_FNS = {conv: dims for table in (_CONV_BY_DIMS, _TRANSPOSED_BY_DIMS) for dims, conv in table.items()}
 
 
-def conv_bias(gm: fx.GraphModule, conv) -> tuple[fx.Node, int] | None:
+def _conv_bias(gm: fx.GraphModule, conv) -> tuple[fx.Node, int] | None:
     """(the bias node, spatial dims) of a convolution or transposed convolution with a bias in zero
     padding (a transposed one called on its input alone); None otherwise."""
     module = module_of(gm, conv)
@@ -437,7 +437,7 @@ def conv_bias(gm: fx.GraphModule, conv) -> tuple[fx.Node, int] | None:
     return None
 
 
-def without_bias(gm: fx.GraphModule, conv: fx.Node) -> None:
+def _without_bias(gm: fx.GraphModule, conv: fx.Node) -> None:
     """The convolution node computes the same convolution without its bias."""
     module = module_of(gm, conv)
     if module is None:
@@ -451,18 +451,25 @@ def without_bias(gm: fx.GraphModule, conv: fx.Node) -> None:
     _as_functional(gm, conv, module, conv.args[0], weight, None)
 
 
-def add_bias_after(gm: fx.GraphModule, node: fx.Node, bias: fx.Node, spatial: int) -> fx.Node:
-    """Every user of `node` reads node + bias (per channel, over `spatial` dims) instead: the add, inserted
-    after it. The bias's reshape is a view of a parameter (or of a folded bias): computed once, at init."""
+def move_bias(gm: fx.GraphModule, conv: fx.Node, after: fx.Node) -> bool:
+    """Whether `conv` had a bias (`_conv_bias`) that now comes after `after` (the convolution itself, or
+    an op its bias commutes with): every user of `after` reads after + bias (per channel) instead, and
+    the convolution runs without it. The bias's reshape is a view of a parameter (or of a folded bias):
+    computed once, at init."""
+    found = _conv_bias(gm, conv)
+    if found is None:
+        return False
+    bias, spatial = found
     graph = gm.graph
-    with graph.inserting_after(node):
+    with graph.inserting_after(after):
         shaped = graph.call_function(torch.reshape, (bias, (-1,) + (1,) * spatial))
     shaped.meta["kp_fold"] = True
     with graph.inserting_after(shaped):
-        added = graph.call_function(operator.add, (node, shaped))
-    added.meta = dict(node.meta)
-    node.replace_all_uses_with(added, delete_user_cb=lambda user: user is not added)
-    return added
+        added = graph.call_function(operator.add, (after, shaped))
+    added.meta = dict(after.meta)
+    after.replace_all_uses_with(added, delete_user_cb=lambda user: user is not added)
+    _without_bias(gm, conv)
+    return True
 
 
 def bias_after_pool(gm: fx.GraphModule) -> int:
@@ -473,14 +480,8 @@ def bias_after_pool(gm: fx.GraphModule) -> int:
     count = 0
     for pool in [node for node in gm.graph.nodes if _max_pool_of_values(gm, node)]:
         conv = pool.args[0] if pool.args else None
-        if not isinstance(conv, fx.Node) or len(conv.users) != 1:
-            continue
-        found = conv_bias(gm, conv)
-        if found is None:
-            continue
-        add_bias_after(gm, pool, *found)
-        without_bias(gm, conv)
-        count += 1
+        if isinstance(conv, fx.Node) and len(conv.users) == 1:
+            count += move_bias(gm, conv, pool)
     _finish(gm)
     return count
 

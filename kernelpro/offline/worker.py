@@ -28,7 +28,7 @@ import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.passes.shape_prop import ShapeProp
 
-from kernelpro.harness.modelio import build_model, cast_to, import_file
+from kernelpro.harness.modelio import build_model, cast_to, import_file, tensor_bytes
 from kernelpro import launch
 from kernelpro.offline import (batchnorm, codegen, composites, conv_gemm, cuda_gen, cute_gemm, fusion, fxlibrary, fxpasses,
                                fxreduce, gemm, layouts, scans, triton_gen)
@@ -282,14 +282,6 @@ REPLAY_BANDWIDTH = 5e12  # bytes/s
 REPLAY_LAUNCH_S = 8e-6  # seconds of launch overhead a replay can save per op of the traced forward
 
 
-def _tensor_bytes(value) -> int:
-    if isinstance(value, torch.Tensor):
-        return value.numel() * value.element_size()
-    meta = getattr(value, "meta", {}).get("tensor_meta") if isinstance(value, fx.Node) else None
-    return int(math.prod(meta.shape)) * torch.empty((), dtype=meta.dtype).element_size() \
-        if meta is not None and hasattr(meta, "shape") else 0
-
-
 def replay_outweighed(problem: Problem) -> str:
     """Why a CUDA graph of the whole forward cannot pay here, or '': each call copies the inputs into its
     static buffers and clones the outputs (a read and a write of each), which must cost less than the
@@ -298,9 +290,9 @@ def replay_outweighed(problem: Problem) -> str:
     if problem.graph is None:
         return ""  # ops unknown: the search measures it
     ops = sum(1 for n in problem.graph.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
-    outputs = [a for n in problem.graph.graph.nodes if n.op == "output"
-               for a in torch.utils._pytree.tree_leaves(n.args[0])]
-    moved = 2 * (sum(_tensor_bytes(x) for x in problem.inputs) + sum(_tensor_bytes(o) for o in outputs))
+    outputs = [fxpasses.meta(a) for n in problem.graph.graph.nodes if n.op == "output"
+               for a in torch.utils._pytree.tree_leaves(n.args[0]) if isinstance(a, fx.Node)]
+    moved = 2 * (tensor_bytes(problem.inputs) + sum(math.prod(m.shape) * m.dtype.itemsize for m in outputs if m))
     copies_s, saved_s = moved / REPLAY_BANDWIDTH, ops * REPLAY_LAUNCH_S
     if copies_s <= saved_s:
         return ""
