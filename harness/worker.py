@@ -326,35 +326,28 @@ class Job:
         for index in range(self.spec["correct_trials"]):
             seed = self.spec["seed"] + index
             init_inputs, inputs = self.trial_values(seed)
-            try:
-                model = self.build_model(self.candidate.ModelNew, seed, init_inputs)
-                structure, snapshots = self.run_candidate(model, inputs, seed)
-                payload = pack_values(snapshots)  # host copies: the device holds one call's tensors at a time
-                count = len(snapshots)
-                del snapshots
-                if index == 0:  # determinism: a second call on the same inputs
-                    _, again = self.run_candidate(model, inputs, seed)
-                    repeat = pack_values(again)
-                    del again
-                else:
-                    repeat = None
-            except Report:
-                raise
-            except torch.OutOfMemoryError:
-                raise  # serve() makes it the runtime_error that names the phase and the sizes
-            except BaseException as error:
-                verdict = "compile_error" if is_build_failure(error) else "runtime_error"
-                raise Report({"type": "verdict", "verdict": verdict,
-                              "reason": f"trial {index}: {one_line(error)}", "log": error_tail(error)})
-            self.check_tampering()
-            del model, inputs, init_inputs
-            self.send({"type": "candidate_output", "trial": index, "structure": structure,
-                       "count": count, "repeat": False}, payload)
-            del payload
-            if repeat is not None:
+            model = self.trial_call(index, lambda: self.build_model(self.candidate.ModelNew, seed, init_inputs))
+            # each call's outputs go out before the next call: the device holds one call's tensors at a time
+            for repeat in (False, True) if index == 0 else (False,):  # determinism: trial 0 twice, same inputs
+                structure, snapshots = self.trial_call(index, lambda: self.run_candidate(model, inputs, seed))
+                self.check_tampering()
                 self.send({"type": "candidate_output", "trial": index, "structure": structure,
-                           "count": count, "repeat": True}, repeat)
-                del repeat
+                           "count": len(snapshots), "repeat": repeat}, pack_values(snapshots))
+                del snapshots
+            del model, inputs, init_inputs
+
+    def trial_call(self, index: int, call):
+        """A correctness trial's step; what it raises becomes the trial's verdict."""
+        try:
+            return call()
+        except Report:
+            raise
+        except torch.OutOfMemoryError:
+            raise  # serve() makes it the runtime_error that names the phase and the sizes
+        except BaseException as error:
+            verdict = "compile_error" if is_build_failure(error) else "runtime_error"
+            raise Report({"type": "verdict", "verdict": verdict,
+                          "reason": f"trial {index}: {one_line(error)}", "log": error_tail(error)})
 
     def timing_pool_size(self, functions: int) -> int:
         """Input sets to rotate through: TIMING_POOL_SIZE where they fit in the device's free memory

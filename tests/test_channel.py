@@ -37,6 +37,28 @@ def test_a_payload_of_several_buffers_arrives_as_one():
     assert bytes(received) == b"head" + tensor.numpy().tobytes() + b"tail"
 
 
+@pytest.mark.parametrize("elements", [1 << 20, 7], ids=["sealed_file", "socket"])
+def test_parts_that_write_themselves_arrive_in_place(elements):
+    """A payload's device-tensor parts (payload.DeviceBytes) are copied straight into the sealed file
+    (or, under its size, into the frame), between plain buffers, and load back as the same values;
+    the file is sealed afterwards, so no writable mapping was left behind."""
+    import torch
+
+    from kernelpro.harness.payload import DeviceBytes, load_tensors, pack_values
+    left, right = socket.socketpair()
+    a = torch.randn(elements, 3).t()  # not contiguous: packed as its contiguous bytes
+    b = torch.arange(elements, dtype=torch.int64)
+    parts = pack_values([a, 2.5, b])
+    # what a GPU's outputs pack as, with CPU tensors in their place (this machine may have no GPU)
+    parts[1:] = [DeviceBytes(torch.frombuffer(bytearray(part), dtype=torch.uint8)) for part in parts[1:]]
+    sender = threading.Thread(target=channel.send, args=(left, {"type": "trial"}, parts))
+    sender.start()
+    _, received = channel.receive(right, deadline=time.monotonic() + 60)
+    sender.join()
+    got = load_tensors(received)
+    assert torch.equal(got[0], a) and got[1] == 2.5 and torch.equal(got[2], b)
+
+
 def test_a_frame_that_stops_short_times_out_or_reports_the_closed_peer():
     left, right = socket.socketpair()
     encoded = b'{"type": "trial"}'

@@ -353,6 +353,19 @@ def test_group_instance_and_batch_norms(tmp_path, shape, groups, layout, trainin
         assert sum(k["config"].get("variant") == "split" for k in split) >= 3
 
 
+def test_channels_last_takes_3d_convolutions_as_channels_last_3d(tmp_path):
+    """A Conv3d model with the channels_last move: its 5-D weight and input go channels_last_3d
+    (Module.to(memory_format=torch.channels_last) raised "required rank 4 tensor" on level2/100),
+    the 4-D one channels_last, and the outputs match."""
+    init = ("\n        self.conv3 = nn.Conv3d(3, 4, 3, padding=1)\n        self.conv2 = nn.Conv2d(3, 4, 3, padding=1)")
+    path = write_problem(tmp_path, ["a = torch.clamp(self.conv3(x), min=0.1) / 2.0",
+                                    "return a, torch.relu(self.conv2(y))"], [(2, 3, 4, 5, 6), (2, 3, 5, 6)], init)
+    check(path, ["channels_last", "fuse_pointwise"])
+    model = load_module(path.with_name(path.stem + "_new.py")).ModelNew()
+    assert model.conv3.weight.is_contiguous(memory_format=torch.channels_last_3d)
+    assert model.conv2.weight.is_contiguous(memory_format=torch.channels_last)
+
+
 def test_channels_last_pointwise_kernels_read_and_write_nhwc_memory_without_copies(tmp_path):
     """With channels_last, a 4-D pointwise kernel runs over NHWC order through permuted views: a
     channels_last input reaches it uncopied, its results stay channels_last, and broadcast inputs

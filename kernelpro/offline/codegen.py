@@ -170,12 +170,16 @@ def render(problem_source: str, moves: list[str], gm: fx.GraphModule | None, fol
     # reference with the candidate's TF32 matmuls).
     flags = (["cudnn.benchmark"] if "cudnn_benchmark" in moves else []) + (
         ["cuda.matmul.allow_tf32", "cudnn.allow_tf32"] if "tf32_matmul" in moves else [])
+    # channels_last for 4-D tensors, channels_last_3d for 5-D ones (Conv3d's weights and inputs):
+    # Module.to(memory_format=torch.channels_last) raises on a 5-D weight.
     if "channels_last" in moves:
-        init.append("        self.to(memory_format=torch.channels_last)")
+        init += ["        for tensor in [*self.parameters(), *self.buffers()]:",
+                 "            if tensor.dim() in (4, 5):",
+                 "                tensor.data = tensor.data.contiguous(memory_format=_kp_channels_last(tensor))"]
     forward = ["    def forward(self, *args):"]
     if "channels_last" in moves:
-        forward.append("        args = tuple(a.contiguous(memory_format=torch.channels_last) "
-                       "if isinstance(a, torch.Tensor) and a.dim() == 4 else a for a in args)")
+        forward.append("        args = tuple(a.contiguous(memory_format=_kp_channels_last(a)) "
+                       "if isinstance(a, torch.Tensor) and a.dim() in (4, 5) else a for a in args)")
     call = "self._kp_replay(args)" if "cuda_graphs" in moves else "self._kp_body(*args)"
     if flags:
         forward += [f"        saved = {_flag_tuple(flags)}", "        try:",
@@ -184,7 +188,10 @@ def render(problem_source: str, moves: list[str], gm: fx.GraphModule | None, fol
                     f"            {_flag_tuple(flags)} = saved"]
     else:
         forward.append(f"        return {call}")
-    lines = [problem_source.rstrip(), "", ""] + header + ["import torch"] + maker + [
+    layout = ["", "", "def _kp_channels_last(tensor):",
+              "    return torch.channels_last if tensor.dim() == 4 else torch.channels_last_3d"] \
+        if "channels_last" in moves else []
+    lines = [problem_source.rstrip(), "", ""] + header + ["import torch"] + layout + maker + [
         "", "", "class ModelNew(Model):", "    def __init__(self, *args, **kwargs):"] + init + [""]
     text = "\n".join(lines) + "\n" + body_attr + "\n" + "\n".join(forward) + "\n"
     if "cuda_graphs" in moves:

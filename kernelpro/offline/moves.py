@@ -109,7 +109,7 @@ MOVES: dict[str, Move] = {m.name: m for m in (
          "program's fixed costs are paid once (a configuration for --objective energy; tune moves walk the rest)",
          cuda_only=True, kernels=True),
     Move("channels_last", "channels_last", False,
-         "keep convolution weights and 4-D inputs in channels_last layout", needs_conv=True),
+         "keep convolution weights and inputs in channels_last layout (channels_last_3d for 3-D convolutions)", needs_conv=True),
     Move("cudnn_benchmark", "library_call", False, "let cuDNN benchmark its convolution algorithms",
          cuda_only=True, needs_conv=True),
     Move("tf32_matmul", "reduce_precision", False,
