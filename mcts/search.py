@@ -54,6 +54,9 @@ class SearchConfig:
     # cannot pay back (benchmarks/mcts_landscapes.py); 0 and 0 turn it off
     greedy_tail: float = 0.3
     greedy_tail_min: int = 8
+    # The first greedy_head evaluations also follow greedy's rule (the best open node), before any
+    # exploration: 0 turns it off
+    greedy_head: int = 0
     # When above 0, a correct child below this fraction of its parent's ratio counts in the memory as a
     # move that did not work (like a failure): the coder is told to avoid it at equivalent nodes, and a
     # repeat is refused. Off by default, by measurement (docs/mcts.md, "Clear losses"): at 0.9 it saved
@@ -196,7 +199,7 @@ class Search:
 
     def _choose_expansion(self) -> Node | None:
         """MCTS: descend by the selection rule until a node may widen; in the greedy tail, the best node."""
-        if self.in_greedy_tail():
+        if self.in_greedy_tail() or self.evaluations + len(self._in_flight) < self.config.greedy_head:
             node = self._greedy_choice()
             if node is not None:
                 return node

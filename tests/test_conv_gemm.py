@@ -8,6 +8,7 @@ correctly on CPU, so bf16 is checked on the GPU (tests/gpu).
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -29,7 +30,6 @@ def build(path: Path, precision: str = "fp16", rank: int = 0) -> tuple[Path, lis
     """The candidate with `triton_conv`, launched with its configuration ranked `rank` (wrapping)."""
     ranked = conv_gemm.configs
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(conv_gemm, "TRANSPOSED", True)  # the path is off by default (see conv_gemm.TRANSPOSED)
         patch.setattr(conv_gemm, "configs", lambda group, device=None: ranked(group)[rank % len(ranked(group)):][:1])
         source, counts, kernels = Problem(path, 42, "train").build(["triton_conv"], precision=precision)
     candidate = path.with_name(path.stem + "_new.py")
@@ -155,10 +155,51 @@ def test_configurations_are_ranked_and_fit_the_problem(tmp_path):
     assert all(c["BLOCK_N"] <= 32 and c["BLOCK_K"] <= 256 for c in ranks)
 
 
-def test_transposed_convolutions_are_not_offered_and_say_why(tmp_path):
+def test_transposed_convolutions_are_offered_and_can_be_turned_off(tmp_path):
     path = conv_problem(tmp_path, 2, 1, 8, 16, (6, 6), (3, 3), (2, 2), (1, 1), (1, 1), 1, True, "torch.relu(h)",
                         output_padding=(1, 1))
-    problem = Problem(path, 42, "train")
-    _, counts, kernels = problem.build(["triton_conv"], precision="bf16")
+    _, counts, kernels = Problem(path, 42, "train").build(["triton_conv"], precision="bf16")
+    assert counts["triton_conv"] == 1 and kernels[0]["features"]["transposed"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(conv_gemm, "TRANSPOSED", False)
+        problem = Problem(path, 42, "train")
+        _, counts, kernels = problem.build(["triton_conv"], precision="bf16")
     assert counts["triton_conv"] == 0 and kernels == []
     assert any("transposed convolutions stay cuDNN calls" in why for why in problem.left_alone["triton_conv"])
+
+
+@pytest.mark.parametrize("case", [
+    dict(nd=2, batch=2, c_in=4, c_out=6, size=(4, 5), kernel=(3, 3), stride=(2, 2), padding=(1, 1),
+         dilation=(1, 1), groups=1, bias=True, epilogue="torch.relu(h) * y", output_padding=(1, 1)),
+    # stride 3 over a 2-tap kernel: one phase reads no tap at all (its outputs are the bias alone)
+    dict(nd=1, batch=1, c_in=3, c_out=4, size=(5,), kernel=(2,), stride=(3,), padding=(0,),
+         dilation=(1,), groups=1, bias=True, epilogue="h", output_padding=(2,)),
+    # dilation 2 at stride 2: the taps of a phase are every tap or none
+    dict(nd=3, batch=1, c_in=4, c_out=4, size=(3, 3, 2), kernel=(3, 2, 2), stride=(2, 1, 2), padding=(1, 0, 1),
+         dilation=(2, 1, 1), groups=2, bias=False, epilogue="h - y", output_padding=(1, 0, 0)),
+], ids=["2d-stride2", "1d-stride3-a-phase-without-taps", "3d-dilated-grouped"])
+def test_transposed_convolutions_split_into_sub_pixel_phases(tmp_path, case):
+    """A transposed convolution runs as prod(stride) dense implicit GEMMs, one launch per phase: every
+    output position belongs to exactly one phase, each phase visits exactly the taps that land on input
+    elements for its outputs (no masked taps), and the values are torch's."""
+    candidate, kernels = build(conv_problem(tmp_path, **case))
+    source = candidate.read_text()
+    module = load_module(candidate).Model().conv
+    x_shape = (case["batch"], case["c_in"]) + case["size"]
+    out_shape = tuple(module(torch.zeros(x_shape)).shape)
+    conv = conv_gemm.Conv(None, None, None, None, "h", x_shape, tuple(module.weight.shape), out_shape, case["stride"],
+                          case["padding"], case["dilation"], case["groups"], transposed=True)
+    split = conv_gemm.phases(conv)
+    assert len(split) == math.prod(min(s, o) for s, o in zip(case["stride"], conv.out_shape[2:]))
+    assert source.count("_kernel[(triton.cdiv(") == len(split) and "% 2 == 0" not in source
+    for d, (out, k, s, p, dil) in enumerate(zip(conv.out_shape[2:], case["kernel"], case["stride"], case["padding"],
+                                                case["dilation"])):
+        owners = {}
+        for phase in split:
+            for g in range(phase.count[d]):
+                o = phase.rho[d] + s * g
+                taps = [phase.first[d] + s // math.gcd(s, dil) * n for n in range(phase.taps[d])]
+                assert taps == [t for t in range(k) if (o + p - t * dil) % s == 0]
+                owners.setdefault(o, set()).add(phase.rho[d])
+        assert sorted(owners) == list(range(out)) and all(len(v) == 1 for v in owners.values())
+    compare_models(load_module(candidate), atol=1e-4, training=True)

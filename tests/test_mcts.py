@@ -210,6 +210,21 @@ def test_greedy_tail_is_the_last_evaluations_of_the_budget():
             assert moves(small) == moves(greedy), (name, seed)
 
 
+def test_greedy_head_is_the_first_evaluations():
+    """With greedy_head=k the first k evaluations expand greedy's choice, and a search of k + the tail
+    is greedy throughout; a head of 0 changes nothing."""
+    def moves(search):
+        return [tuple(n.payload) for n in search.nodes[1:] if n.payload is not None]
+
+    for seed in range(4):
+        greedy, _ = run("deceptive", seed, 16, strategy="greedy")
+        headed, _ = run("deceptive", seed, 16, greedy_head=8)  # 8 + the tail of 8: greedy throughout
+        assert moves(headed) == moves(greedy), seed
+        default, _ = run("deceptive", seed, 30)
+        assert moves(run("deceptive", seed, 30, greedy_head=0)[0]) == moves(default)
+    assert any(moves(run("noisy", seed, 30, greedy_head=4)[0]) != moves(run("noisy", seed, 30)[0]) for seed in range(4))
+
+
 def test_ask_uses_virtual_loss_to_spread_a_batch():
     search, landscape = run("noisy", 4, 20)
     search.horizon = None  # past its budget it would be in the greedy tail, which picks the best node each time

@@ -16,10 +16,11 @@ output inside the group) and marks them with a `Conv`; `render` writes one of tw
   index arithmetic (zero outside the padding), times the weight's [(input channels x taps) x
   output channels] tile. Rows are output positions (image, then each spatial index), columns
   output channels; a third grid axis walks the channel groups. A transposed convolution is
-  gathered in its gradient form: output o reads input i at tap t where i * stride = o + padding
-  - t * dilation, masked off where that is no multiple of the stride (every tap is visited: at
-  stride s, 1/s^d of them do work; a sub-pixel split into s^d dense convolutions would skip
-  the rest, and is not done yet).
+  split into sub-pixel phases (`phases`): output o reads input i at tap t where i * stride = o +
+  padding - t * dilation, so the outputs of one residue of o modulo the stride read one fixed
+  subset of the taps, at exact offsets; each phase is a dense implicit GEMM of its own (one
+  launch each, its numbers as constexprs), and no tap between input elements is visited (the
+  gradient form visited every tap and masked off all but 1/s^d of them at stride s).
 - **depthwise** (each output channel reads one input channel: groups = input channels, fewer
   than 16 output channels per group): no product to tile, so a [positions x channels] tile
   accumulates tap by tap in float32.
@@ -36,6 +37,7 @@ and the math between them stays float32, as each eager op computes it.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from dataclasses import dataclass
@@ -51,11 +53,12 @@ from kernelpro.offline.triton_gen import Device, _describe, _inputs_doc, _next_p
 from kernelpro.offline.wrapper import Wrapper, output_names, python_wrapper
 
 HALF = ("bf16", "fp16")
-#: Transposed convolutions (the gradient-form gather below) are not offered: on the H100 (Triton 3.6) the
-#: kernel for level2/26_ConvTranspose3d_Add_HardSwish reads out of bounds and computes wrong values
-#: (compute-sanitizer; Triton's CPU interpreter computes the same kernel exactly), and where it was correct
-#: it ran at 0.12x-0.88x of cuDNN (docs/kernelbench.md). Tests turn it on to keep the path checked.
-TRANSPOSED = False
+#: Transposed convolutions are offered (at bf16/fp16, like the rest of the move) since the sub-pixel split:
+#: on the H100 its kernels were correct on 4 of 5 KernelBench shapes, where the gradient-form gather before
+#: it computed wrong values on level2/26; the fifth, level2/26, missed bf16's tolerance on a handful of
+#: elements by rounding (accumulation order; the search judges every candidate). They mostly lose to cuDNN
+#: (0.20x-0.93x; 1.03x on level2/100; docs/kernelbench.md). False leaves them cuDNN calls.
+TRANSPOSED = True
 ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 _MODULES = {torch.nn.Conv1d: 1, torch.nn.Conv2d: 2, torch.nn.Conv3d: 3}
 _FUNCTIONS = {torch.nn.functional.conv1d: 1, torch.nn.functional.conv2d: 2, torch.nn.functional.conv3d: 3,
@@ -128,6 +131,32 @@ class Conv:
         return 2 * self.m * self.channels_out * self.k
 
 
+@dataclass(frozen=True)
+class Phase:
+    """One sub-pixel phase of a transposed convolution: per spatial dim, the outputs o = rho + stride * g
+    (g < count), which read only the taps t = first + step * n (n < taps), those where o + padding -
+    t * dilation is a multiple of the stride (step = stride / gcd(stride, dilation)); input i = g +
+    (rho + padding - t * dilation) / stride, an exact division. Each phase is a dense convolution."""
+
+    rho: tuple[int, ...]
+    first: tuple[int, ...]
+    taps: tuple[int, ...]
+    count: tuple[int, ...]
+
+
+def phases(c: Conv) -> list[Phase]:
+    """A transposed convolution split into prod(stride) dense convolutions (sub-pixel), so no tap that
+    lands between input elements is visited. A phase may have no taps (its outputs are the bias)."""
+    per_dim = []
+    for out, k, s, p, dil in zip(c.out_shape[2:], c.w_shape[2:], c.stride, c.padding, c.dilation):
+        options = []
+        for rho in range(min(s, out)):
+            hit = [t for t in range(k) if (rho + p - t * dil) % s == 0]
+            options.append((rho, hit[0] if hit else 0, len(hit), -(-(out - rho) // s)))
+        per_dim.append(options)
+    return [Phase(*map(tuple, zip(*combo))) for combo in itertools.product(*per_dim)]
+
+
 def _tuple(value, nd: int) -> tuple[int, ...] | None:
     if isinstance(value, int):
         return (value,) * nd
@@ -191,8 +220,7 @@ def _conv_for(gm: fx.GraphModule, group: Group, precision: str, reasons: list[st
             continue
         nd, x, weight, bias, stride, padding, dilation, groups, transposed = found
         if transposed and not TRANSPOSED:
-            reasons.append(f"{node.name}: transposed convolutions stay cuDNN calls (conv_gemm.TRANSPOSED: wrong "
-                           "values on the GPU for some shapes, and slower than cuDNN where right)")
+            reasons.append(f"{node.name}: transposed convolutions stay cuDNN calls (conv_gemm.TRANSPOSED is off)")
             continue
         stride, padding, dilation = _tuple(stride, nd), _tuple(padding, nd), _tuple(dilation, nd)
         x_shape, w_shape = _shape(gm, x), _shape(gm, weight)
@@ -307,7 +335,8 @@ def _gather(c: Conv, taps: list[str], rows: str, extra_mask: str) -> tuple[list[
     """(lines, offset, mask) of the input element each output position reads at each tap: the spatial
     input index per dim, in bounds or masked off (zero padding). A transposed convolution's output o
     gets input i at tap t where i * stride = o + padding - t * dilation: masked off where that is not
-    a multiple of the stride (the gradient form, every tap visited)."""
+    a multiple of the stride (the gradient form, every tap visited: the depthwise kernel's; the implicit
+    GEMM splits a transposed convolution into sub-pixel phases instead, `_subpixel_lines`)."""
     lines, offset_terms, masks = [], [], [f"({rows} < {c.m})"] + ([extra_mask] if extra_mask else [])
     spatial = c.x_shape[2:]
     for d, (size, s, p, dil) in enumerate(zip(spatial, c.stride, c.padding, c.dilation)):
@@ -349,6 +378,8 @@ def _product_lines(c: Conv) -> list[str]:
                   f"        w = tl.load(w_ptr + j * {c.taps} + t, mask=j < {c.channels_out}, other=0.0).to(tl.float32)",
                   "        acc += a * w",
                   f"    mask = (r < {c.m}) & (j < {c.channels_out})"]
+    elif c.transposed:
+        return _subpixel_lines(c)
     else:
         cpg, per = c.channels_per_group, c.out_per_group
         lines += ["    grp = tl.program_id(2)",
@@ -374,8 +405,14 @@ def _product_lines(c: Conv) -> list[str]:
                   f"        b = tl.load(w_ptr + {_weight_offset(c)}, mask=(qb < {c.k}) & (cj < {per}), other=0.0)",
                   "        acc = tl.dot(a, b, acc)",
                   f"    mask = (r < {c.m}) & (cj < {per})"]
-    # rounded as eager rounds: cuDNN's convolution to the tensors' dtype, then the bias added and rounded again;
-    # torch's own depthwise kernel (bf16) adds the bias in its float32 accumulator and rounds once
+    return lines + _rounded(c)
+
+
+def _rounded(c: Conv) -> list[str]:
+    """The accumulator rounded as eager rounds: cuDNN's convolution to the tensors' dtype, then the bias
+    added and rounded again; torch's own depthwise kernel (bf16) adds the bias in its float32 accumulator
+    and rounds once."""
+    lines = []
     bias = f"tl.load(bias_ptr + j, mask=j < {c.channels_out}, other=0.0).to(tl.float32)"
     if c.bias is not None and c.depthwise:
         lines.append(f"    {c.var} = (acc + {bias}).to(x_ptr.dtype.element_ty).to(tl.float32)")
@@ -384,6 +421,73 @@ def _product_lines(c: Conv) -> list[str]:
         if c.bias is not None:
             lines.append(f"    {c.var} = ({c.var} + {bias}).to(x_ptr.dtype.element_ty).to(tl.float32)")
     return lines
+
+
+def _unravel(source: str, prefix: str, sizes: list[str]) -> list[str]:
+    """`source` unravelled over the constexpr `sizes` (last fastest) into `{prefix}0`, `{prefix}1`, ..."""
+    lines = []
+    for d, size in enumerate(sizes):
+        inner = " * ".join(sizes[d + 1:])
+        lines.append(f"{prefix}{d} = " + (f"({source} // ({inner}))" if inner else source)
+                     + (f" % {size}" if d or prefix == "g" else ""))
+    return lines
+
+
+def _subpixel_lines(c: Conv) -> list[str]:
+    """A transposed convolution's implicit GEMM over one sub-pixel phase (`Phase`; the phase's numbers
+    come as constexprs: RHO, TAP (first tap), NT (taps), Q (outputs) per dim; KP, NTAPS, MP): rows are
+    the phase's outputs, the reduction its input channels x its own taps only."""
+    nd = len(c.out_shape) - 2
+    spatial_out, spatial_in, kernel = c.out_shape[2:], c.x_shape[2:], c.w_shape[2:]
+    plane = math.prod(spatial_in)
+    cpg, per = c.channels_per_group, c.out_per_group
+    counts, taps = [f"Q{d}" for d in range(nd)], [f"NT{d}" for d in range(nd)]
+    lines = ["    pid_m = tl.program_id(0)", "    pid_n = tl.program_id(1)",
+             "    rp = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]  # the phase's outputs: image, then position",
+             f"    img = rp // ({' * '.join(counts)})"]
+    lines += ["    " + line for line in _unravel("rp", "g", counts)]
+    lines += [f"    o{d} = RHO{d} + {s} * g{d}" if s != 1 else f"    o{d} = RHO{d} + g{d}"
+              for d, s in enumerate(c.stride)]
+    flat = " + ".join(f"o{d}" + (f" * {math.prod(spatial_out[d + 1:])}" if d < nd - 1 else "") for d in range(nd))
+    lines += [f"    r = img * {math.prod(spatial_out)} + {flat}  # the output position the epilogue indexes",
+              "    grp = tl.program_id(2)",
+              "    cj = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]  # output channels within the group",
+              f"    j = grp * {per} + cj  # output channels",
+              f"    x_ptr += grp * {cpg * plane}", f"    w_ptr += grp * {per * c.k}",
+              "    kk = tl.arange(0, BLOCK_K)",
+              "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
+              "    for start in range(0, KP, BLOCK_K):",
+              "        q = start + kk[None, :]  # the phase's reduction index: input channel, then its taps",
+              "        ci = q // NTAPS", "        n = q % NTAPS"]
+    steps = [s // math.gcd(s, dil) for s, dil in zip(c.stride, c.dilation)]
+    masks, offsets = ["(rp < MP)", "(q < KP)"], []
+    lines += ["        " + line for line in _unravel("n", "n", taps)]
+    for d, (size, s, p, dil, step) in enumerate(zip(spatial_in, c.stride, c.padding, c.dilation, steps)):
+        lines.append(f"        t{d} = TAP{d} + {step} * n{d}")
+        lines.append(f"        i{d} = g{d} + (RHO{d} + {p} - t{d}" + (f" * {dil}" if dil != 1 else "") + f") // {s}  # exact")
+        masks.append(f"(i{d} >= 0) & (i{d} < {size})")
+        offsets.append(f"i{d}" + (f" * {math.prod(spatial_in[d + 1:])}" if d < nd - 1 else ""))
+    lines += [f"        a = tl.load(x_ptr + img * {c.x_shape[1] * plane} + ci * {plane} + {' + '.join(offsets)}, "
+              f"mask={' & '.join(masks)}, other=0.0)",
+              "        qb = start + kk[:, None]", "        nb = qb % NTAPS"]
+    lines += ["        " + line for line in _unravel("nb", "nb", taps)]
+    tap = " + ".join(f"(TAP{d} + {step} * nb{d})" + (f" * {math.prod(kernel[d + 1:])}" if d < nd - 1 else "")
+                     for d, step in enumerate(steps))
+    lines += [f"        b = tl.load(w_ptr + (qb // NTAPS) * {per * c.taps} + cj * {c.taps} + {tap}, "
+              f"mask=(qb < KP) & (cj < {per}), other=0.0)",
+              "        acc = tl.dot(a, b, acc)",
+              f"    mask = (rp < MP) & (cj < {per})"]
+    return lines + _rounded(c)
+
+
+def _phase_constants(c: Conv, phase: Phase) -> str:
+    """The constexpr arguments of one phase's launch (NT and NTAPS at least 1: a phase without taps has
+    KP = 0, and its loop never runs)."""
+    parts = [f"RHO{d}={phase.rho[d]}, TAP{d}={phase.first[d]}, NT{d}={max(1, phase.taps[d])}, Q{d}={phase.count[d]}"
+             for d in range(len(phase.rho))]
+    ntaps = math.prod(phase.taps)
+    return ", ".join(parts + [f"KP={c.channels_per_group * ntaps}", f"NTAPS={max(1, ntaps)}",
+                              f"MP={c.out_shape[0] * math.prod(phase.count)}"])
 
 
 def _weight_offset(c: Conv) -> str:
@@ -410,9 +514,15 @@ def _kernel(group: Group) -> list[str]:
     params = ["x_ptr", "w_ptr"] + (["bias_ptr"] if c.bias is not None else []) + [f"{i.var}_ptr" for i in rest]
     params += [f"out{k}_ptr" for k in range(len(group.outputs))]
     block_k = "" if c.depthwise else ", BLOCK_K: tl.constexpr"
+    if c.transposed and not c.depthwise:  # one launch per sub-pixel phase, its numbers as constexprs
+        names = [f"{n}{d}" for d in range(len(c.stride)) for n in ("RHO", "TAP", "NT", "Q")] + ["KP", "NTAPS", "MP"]
+        block_k += "".join(f", {n}: tl.constexpr" for n in names)
     shape = "x".join(map(str, c.x_shape))
     what = f"{c.label}, tap by tap" if c.depthwise else \
         f"{c.label} as an implicit GEMM ([{c.m} x {c.k}] @ [{c.k} x {c.out_per_group}] per group of {c.groups})"
+    if c.transposed and not c.depthwise:
+        what = (f"{c.label} as implicit GEMMs, one per sub-pixel phase ({len(phases(c))}: each output reads only "
+                f"the taps that land on input elements)")
     lines = ["@triton.jit",
              f"def {group.name}_kernel({', '.join(params)}, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr{block_k}):",
              f"    # {what}: input [{shape}], weight [{'x'.join(map(str, c.w_shape))}], stride {list(c.stride)}, "
@@ -438,6 +548,13 @@ def render(group: Group, config: dict) -> str:
         blocks = f"BLOCK_M={bm}, BLOCK_N={bn}, BLOCK_K={config['BLOCK_K']}, num_stages={config['num_stages']}"
     launch = [f"    grid = {grid}",
               f"    {group.name}_kernel[grid]({', '.join(args + outs)}, {blocks}, num_warps={config['num_warps']})"]
+    if c.transposed and not c.depthwise:
+        launch = []
+        for phase in phases(c):
+            rows = c.out_shape[0] * math.prod(phase.count)
+            launch += [f"    {group.name}_kernel[(triton.cdiv({rows}, {bm}), triton.cdiv({c.out_per_group}, {bn}), "
+                       f"{c.groups})]({', '.join(args + outs)}, {blocks}, {_phase_constants(c, phase)}, "
+                       f"num_warps={config['num_warps']})"]
     kind = c.label if c.depthwise else f"{c.label} (implicit GEMM)"
     wrapper = Wrapper(name=group.name, args=args, shapes=shapes,
                       doc=f"{kind} + {group.fused_ops}: one Triton kernel with the epilogue inside "

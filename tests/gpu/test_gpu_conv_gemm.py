@@ -50,7 +50,7 @@ def evaluator(tmp_path_factory):
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 @pytest.mark.parametrize("name", list(CASES))
 def test_triton_conv_candidates_are_correct_on_the_gpu(name, precision, evaluator, tmp_path, monkeypatch):
-    monkeypatch.setattr(conv_gemm, "TRANSPOSED", True)  # off by default; these shapes are right on the H100
+    monkeypatch.setattr(conv_gemm, "TRANSPOSED", True)  # on by default; kept for runs that turn it off
     path = conv_problem(tmp_path, **CASES[name])
     source, counts, kernels = Problem(path, 42, "train").build(["triton_conv"], {}, Device(), precision)
     assert counts["triton_conv"] == 1
