@@ -124,8 +124,8 @@ class Conv:
         return self.channels_per_group == 1 and self.out_per_group < gemm.MIN_SIZE
 
     def flops(self) -> int:
-        """The useful multiply-adds x 2: each input element meets each tap of its group's outputs (a
-        transposed convolution's implicit GEMM also visits taps that land between input elements)."""
+        """The useful multiply-adds x 2: each input element meets each tap of its group's outputs (what a
+        transposed convolution's sub-pixel phases compute, no tap between input elements visited)."""
         if self.transposed:
             return 2 * math.prod(self.x_shape) * self.out_per_group * self.taps
         return 2 * self.m * self.channels_out * self.k
