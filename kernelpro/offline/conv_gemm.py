@@ -123,6 +123,11 @@ class Conv:
     def depthwise(self) -> bool:
         return self.channels_per_group == 1 and self.out_per_group < gemm.MIN_SIZE
 
+    @property
+    def subpixel(self) -> bool:
+        """A transposed convolution's implicit GEMM: one launch per sub-pixel phase (`phases`)."""
+        return self.transposed and not self.depthwise
+
     def flops(self) -> int:
         """The useful multiply-adds x 2: each input element meets each tap of its group's outputs (what a
         transposed convolution's sub-pixel phases compute, no tap between input elements visited)."""
@@ -318,12 +323,13 @@ def features(group: Group) -> dict:
 
 
 # -- the kernels ----------------------------------------------------------------------------------
-def _spatial_lines(source: str, prefix: str, sizes: tuple[int, ...], bounded: bool) -> list[str]:
-    """Unravel `source`, a flat index over `sizes` (last fastest; with more dims before them unless
-    `bounded`), into `{prefix}0`, `{prefix}1`, ..."""
+def _spatial_lines(source: str, prefix: str, sizes, bounded: bool) -> list[str]:
+    """Unravel `source`, a flat index over `sizes` (numbers, or constexpr names; last fastest; with more
+    dims before them unless `bounded`), into `{prefix}0`, `{prefix}1`, ..."""
     lines = []
     for d, size in enumerate(sizes):
-        inner = math.prod(sizes[d + 1:])
+        rest = sizes[d + 1:]
+        inner = math.prod(rest) if all(isinstance(n, int) for n in rest) else f"({' * '.join(rest)})"
         expr = source if inner == 1 else f"({source} // {inner})"
         if d or not bounded:
             expr = f"{expr} % {size}"
@@ -357,6 +363,8 @@ def _gather(c: Conv, taps: list[str], rows: str, extra_mask: str) -> tuple[list[
 
 def _product_lines(c: Conv) -> list[str]:
     """The kernel body up to the product's value in `c.var` (before the epilogue)."""
+    if c.subpixel:
+        return _subpixel_lines(c)
     spatial_out = c.out_shape[2:]
     plane = math.prod(c.x_shape[2:])  # input elements per channel
     lines = ["    pid_m = tl.program_id(0)", "    pid_n = tl.program_id(1)",
@@ -378,16 +386,9 @@ def _product_lines(c: Conv) -> list[str]:
                   f"        w = tl.load(w_ptr + j * {c.taps} + t, mask=j < {c.channels_out}, other=0.0).to(tl.float32)",
                   "        acc += a * w",
                   f"    mask = (r < {c.m}) & (j < {c.channels_out})"]
-    elif c.transposed:
-        return _subpixel_lines(c)
     else:
-        cpg, per = c.channels_per_group, c.out_per_group
-        lines += ["    grp = tl.program_id(2)",
-                  "    cj = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]  # output channels within the group",
-                  f"    j = grp * {per} + cj  # output channels",
-                  f"    x_ptr += grp * {cpg * plane}", f"    w_ptr += grp * {per * c.k}",
-                  "    kk = tl.arange(0, BLOCK_K)",
-                  "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
+        per = c.out_per_group
+        lines += _group_lines(c) + [
                   f"    for start in range(0, {c.k}, BLOCK_K):",
                   "        q = start + kk[None, :]  # the reduction index: input channel, then tap",
                   f"        ci = q // {c.taps}" if c.taps != 1 else "        ci = q"]
@@ -402,10 +403,22 @@ def _product_lines(c: Conv) -> list[str]:
         lines += [f"        a = tl.load(x_ptr + img * {c.x_shape[1] * plane} + ci * {plane} + {offset}, "
                   f"mask={mask}, other=0.0)",
                   "        qb = start + kk[:, None]",
-                  f"        b = tl.load(w_ptr + {_weight_offset(c)}, mask=(qb < {c.k}) & (cj < {per}), other=0.0)",
+                  f"        b = tl.load(w_ptr + cj * {c.k} + qb, mask=(qb < {c.k}) & (cj < {per}), other=0.0)",  # [C_out, C / g, *k]
                   "        acc = tl.dot(a, b, acc)",
                   f"    mask = (r < {c.m}) & (cj < {per})"]
     return lines + _rounded(c)
+
+
+def _group_lines(c: Conv) -> list[str]:
+    """An implicit GEMM's tile of output channels within its group (grid axis 2), the input and weight
+    pointers moved to the group, and the accumulator."""
+    per = c.out_per_group
+    return ["    grp = tl.program_id(2)",
+            "    cj = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]  # output channels within the group",
+            f"    j = grp * {per} + cj  # output channels",
+            f"    x_ptr += grp * {c.channels_per_group * math.prod(c.x_shape[2:])}", f"    w_ptr += grp * {per * c.k}",
+            "    kk = tl.arange(0, BLOCK_K)",
+            "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)"]
 
 
 def _rounded(c: Conv) -> list[str]:
@@ -423,16 +436,6 @@ def _rounded(c: Conv) -> list[str]:
     return lines
 
 
-def _unravel(source: str, prefix: str, sizes: list[str]) -> list[str]:
-    """`source` unravelled over the constexpr `sizes` (last fastest) into `{prefix}0`, `{prefix}1`, ..."""
-    lines = []
-    for d, size in enumerate(sizes):
-        inner = " * ".join(sizes[d + 1:])
-        lines.append(f"{prefix}{d} = " + (f"({source} // ({inner}))" if inner else source)
-                     + (f" % {size}" if d or prefix == "g" else ""))
-    return lines
-
-
 def _subpixel_lines(c: Conv) -> list[str]:
     """A transposed convolution's implicit GEMM over one sub-pixel phase (`Phase`; the phase's numbers
     come as constexprs: RHO, TAP (first tap), NT (taps), Q (outputs) per dim; KP, NTAPS, MP): rows are
@@ -440,28 +443,23 @@ def _subpixel_lines(c: Conv) -> list[str]:
     nd = len(c.out_shape) - 2
     spatial_out, spatial_in, kernel = c.out_shape[2:], c.x_shape[2:], c.w_shape[2:]
     plane = math.prod(spatial_in)
-    cpg, per = c.channels_per_group, c.out_per_group
+    per = c.out_per_group
     counts, taps = [f"Q{d}" for d in range(nd)], [f"NT{d}" for d in range(nd)]
     lines = ["    pid_m = tl.program_id(0)", "    pid_n = tl.program_id(1)",
              "    rp = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]  # the phase's outputs: image, then position",
              f"    img = rp // ({' * '.join(counts)})"]
-    lines += ["    " + line for line in _unravel("rp", "g", counts)]
+    lines += ["    " + line for line in _spatial_lines("rp", "g", counts, False)]
     lines += [f"    o{d} = RHO{d} + {s} * g{d}" if s != 1 else f"    o{d} = RHO{d} + g{d}"
               for d, s in enumerate(c.stride)]
     flat = " + ".join(f"o{d}" + (f" * {math.prod(spatial_out[d + 1:])}" if d < nd - 1 else "") for d in range(nd))
-    lines += [f"    r = img * {math.prod(spatial_out)} + {flat}  # the output position the epilogue indexes",
-              "    grp = tl.program_id(2)",
-              "    cj = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]  # output channels within the group",
-              f"    j = grp * {per} + cj  # output channels",
-              f"    x_ptr += grp * {cpg * plane}", f"    w_ptr += grp * {per * c.k}",
-              "    kk = tl.arange(0, BLOCK_K)",
-              "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
+    lines += [f"    r = img * {math.prod(spatial_out)} + {flat}  # the output position the epilogue indexes"]
+    lines += _group_lines(c) + [
               "    for start in range(0, KP, BLOCK_K):",
               "        q = start + kk[None, :]  # the phase's reduction index: input channel, then its taps",
               "        ci = q // NTAPS", "        n = q % NTAPS"]
     steps = [s // math.gcd(s, dil) for s, dil in zip(c.stride, c.dilation)]
     masks, offsets = ["(rp < MP)", "(q < KP)"], []
-    lines += ["        " + line for line in _unravel("n", "n", taps)]
+    lines += ["        " + line for line in _spatial_lines("n", "n", taps, True)]
     for d, (size, s, p, dil, step) in enumerate(zip(spatial_in, c.stride, c.padding, c.dilation, steps)):
         lines.append(f"        t{d} = TAP{d} + {step} * n{d}")
         lines.append(f"        i{d} = g{d} + (RHO{d} + {p} - t{d}" + (f" * {dil}" if dil != 1 else "") + f") // {s}  # exact")
@@ -470,7 +468,7 @@ def _subpixel_lines(c: Conv) -> list[str]:
     lines += [f"        a = tl.load(x_ptr + img * {c.x_shape[1] * plane} + ci * {plane} + {' + '.join(offsets)}, "
               f"mask={' & '.join(masks)}, other=0.0)",
               "        qb = start + kk[:, None]", "        nb = qb % NTAPS"]
-    lines += ["        " + line for line in _unravel("nb", "nb", taps)]
+    lines += ["        " + line for line in _spatial_lines("nb", "nb", taps, True)]
     tap = " + ".join(f"(TAP{d} + {step} * nb{d})" + (f" * {math.prod(kernel[d + 1:])}" if d < nd - 1 else "")
                      for d, step in enumerate(steps))
     lines += [f"        b = tl.load(w_ptr + (qb // NTAPS) * {per * c.taps} + cj * {c.taps} + {tap}, "
@@ -490,16 +488,6 @@ def _phase_constants(c: Conv, phase: Phase) -> str:
                               f"MP={c.out_shape[0] * math.prod(phase.count)}"])
 
 
-def _weight_offset(c: Conv) -> str:
-    """Where weight element (reduction index qb, output channel cj) of the group lies: [C_out, C / groups,
-    *kernel] forward, [C, C_out / groups, *kernel] transposed (input channel qb // taps, tap qb % taps)."""
-    if not c.transposed:
-        return f"cj * {c.k} + qb"
-    if c.taps == 1:
-        return f"qb * {c.out_per_group} + cj"
-    return f"(qb // {c.taps}) * {c.out_per_group * c.taps} + cj * {c.taps} + qb % {c.taps}"
-
-
 def rounding(group: Group) -> str:
     """How the epilogue's steps round: to the input's dtype after each, as eager does at bf16/fp16, unless
     a step is a cast to float32 (a bare variable), after which eager computes in float32."""
@@ -514,13 +502,13 @@ def _kernel(group: Group) -> list[str]:
     params = ["x_ptr", "w_ptr"] + (["bias_ptr"] if c.bias is not None else []) + [f"{i.var}_ptr" for i in rest]
     params += [f"out{k}_ptr" for k in range(len(group.outputs))]
     block_k = "" if c.depthwise else ", BLOCK_K: tl.constexpr"
-    if c.transposed and not c.depthwise:  # one launch per sub-pixel phase, its numbers as constexprs
+    if c.subpixel:  # one launch per phase, its numbers as constexprs
         names = [f"{n}{d}" for d in range(len(c.stride)) for n in ("RHO", "TAP", "NT", "Q")] + ["KP", "NTAPS", "MP"]
         block_k += "".join(f", {n}: tl.constexpr" for n in names)
     shape = "x".join(map(str, c.x_shape))
     what = f"{c.label}, tap by tap" if c.depthwise else \
         f"{c.label} as an implicit GEMM ([{c.m} x {c.k}] @ [{c.k} x {c.out_per_group}] per group of {c.groups})"
-    if c.transposed and not c.depthwise:
+    if c.subpixel:
         what = (f"{c.label} as implicit GEMMs, one per sub-pixel phase ({len(phases(c))}: each output reads only "
                 f"the taps that land on input elements)")
     lines = ["@triton.jit",
@@ -548,7 +536,7 @@ def render(group: Group, config: dict) -> str:
         blocks = f"BLOCK_M={bm}, BLOCK_N={bn}, BLOCK_K={config['BLOCK_K']}, num_stages={config['num_stages']}"
     launch = [f"    grid = {grid}",
               f"    {group.name}_kernel[grid]({', '.join(args + outs)}, {blocks}, num_warps={config['num_warps']})"]
-    if c.transposed and not c.depthwise:
+    if c.subpixel:
         launch = []
         for phase in phases(c):
             rows = c.out_shape[0] * math.prod(phase.count)
