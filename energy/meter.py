@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 
 from kernelpro.harness.errors import KernelproError
+from kernelpro.harness.toolchain import visible_nvml_handle
 
 MIN_WINDOW_S = 1.0
 UPDATES_PER_WINDOW = 20  # the window holds at least this many counter updates
@@ -66,13 +67,18 @@ def load_nvml():
 class NvmlMeter:
     """Energy windows on one GPU. `method` says how: the energy counter, or sampled power."""
 
-    def __init__(self, nvml=None, index: int = 0, min_window_s: float = MIN_WINDOW_S):
+    def __init__(self, nvml=None, index: int | None = None, min_window_s: float = MIN_WINDOW_S):
+        """`index`: NVML's index of the GPU; by default the one this process's CUDA sees first. NVML numbers
+        the machine's GPUs and ignores CUDA_VISIBLE_DEVICES, so a bench worker pinned to GPU 1 would
+        otherwise read GPU 0's counter, where another worker runs."""
         self.nvml = nvml or load_nvml()
         try:
             self.nvml.nvmlInit()
-            self.handle = self.nvml.nvmlDeviceGetHandleByIndex(index)
+            self.handle = (visible_nvml_handle(self.nvml) if index is None
+                           else self.nvml.nvmlDeviceGetHandleByIndex(index))
         except Exception as error:
-            raise EnergyUnavailable(f"NVML cannot open GPU {index}: {error}") from error
+            which = "the visible GPU" if index is None else f"GPU {index}"
+            raise EnergyUnavailable(f"NVML cannot open {which}: {error}") from error
         self.method = "nvml_energy_counter"
         try:
             self.nvml.nvmlDeviceGetTotalEnergyConsumption(self.handle)

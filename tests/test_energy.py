@@ -45,6 +45,9 @@ class FakeNvml:
             raise FakeNVMLError("not initialized")
         return ("gpu", index)
 
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        return ("gpu", uuid)
+
     def nvmlDeviceGetTotalEnergyConsumption(self, handle):
         if not self.counter:
             raise FakeNVMLError("Not Supported")
@@ -72,6 +75,17 @@ def test_counter_meter_measures_idle_and_busy_windows():
     joules, seconds = meter.stop(reading)
     assert joules / seconds == pytest.approx(300.0, rel=0.1)
     assert meter.power_limit_w() == 700.0
+
+
+def test_meter_reads_the_gpu_this_process_sees(monkeypatch):
+    """NVML numbers every GPU of the machine; a bench worker pinned with CUDA_VISIBLE_DEVICES must read its own."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert NvmlMeter(FakeNvml(), min_window_s=0.2).handle == ("gpu", 1)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-5d3c,GPU-77aa")
+    assert NvmlMeter(FakeNvml(), min_window_s=0.2).handle == ("gpu", "GPU-5d3c")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert NvmlMeter(FakeNvml(), min_window_s=0.2).handle == ("gpu", 0)
+    assert NvmlMeter(FakeNvml(), index=3, min_window_s=0.2).handle == ("gpu", 3)
 
 
 def test_missing_counter_falls_back_to_sampled_power_and_says_so():
