@@ -54,8 +54,9 @@ def register(app: typer.Typer) -> None:
     @app.command("bench", context_settings={"help_option_names": ["-h", "--help"]})
     def bench_command(
         targets: Annotated[list[str], typer.Argument(
-            help="SUITE (levelN/ID_Name.py, or a flat folder of problems); or: compare DIR_A DIR_B",
-            metavar="SUITE | compare DIR_A DIR_B")],
+            help="SUITE (levelN/ID_Name.py, or a flat folder of problems); or: compare DIR_A DIR_B; or: report "
+                 "DIR (the leaderboards of a bench as it stands)",
+            metavar="SUITE | compare DIR_A DIR_B | report DIR")],
         level: Annotated[str, typer.Option("--level", help="levels to run, e.g. 1,2")] = "",
         problems: Annotated[str, typer.Option("--problems", help="problem numbers (1-20,35), keys "
                                               "(level1/19_ReLU,...) or @FILE, a file of keys")] = "",
@@ -93,13 +94,26 @@ def register(app: typer.Typer) -> None:
         no_kb: NoKb = False,
         json_output: Annotated[bool, typer.Option("--json", help="no live display; print the JSON document")] = False,
     ) -> None:
-        """Run a search on every problem of SUITE and write leaderboard.{md,json,html}; or compare two benches."""
+        """Run a search on every problem of SUITE and write leaderboard.{md,json,html}; compare two benches; or
+        report DIR: write the leaderboards of a bench as it stands (running or stopped)."""
         if targets[0] == "compare":
             if len(targets) != 3:
                 raise typer.BadParameter("compare takes two bench folders: compare DIR_A DIR_B", param_hint="SUITE")
             from kernelpro.bench.compare import compare, markdown
             document = compare(Path(targets[1]), Path(targets[2]))
             typer.echo(json.dumps(document, indent=2) if json_output else markdown(document), nl=False)
+            return
+        if targets[0] == "report":
+            if len(targets) != 2:
+                raise typer.BadParameter("report takes one bench folder: report DIR", param_hint="SUITE")
+            from kernelpro.bench import Bench
+            document = Bench.report(Path(targets[1]))
+            if json_output:
+                typer.echo(json.dumps(document, indent=2))
+            else:
+                overall = document["overall"]
+                typer.echo(f"{overall['finished']} of {overall['problems']} problems finished; wrote {targets[1]}/"
+                           "leaderboard.md, leaderboard.json, leaderboard.html")
             return
         if len(targets) != 1:
             raise typer.BadParameter("give one suite folder", param_hint="SUITE")

@@ -575,7 +575,24 @@ class SearchRun:
         source = (self.out / search.best().payload["file"]).read_text()
         # on CUDA also by KernelBench's own method, for comparison with published numbers
         options = self.options(baselines, kernelbench=self.settings.device == "cuda")
+        options = options.model_copy(update={"measure_energy": self.final_meter(evaluator)})
         return evaluator.evaluate(self.problem, source, options)
+
+    def final_meter(self, evaluator: Evaluator) -> bool:
+        """Whether the closing re-measurement takes the best's and the reference's energy too: under any
+        objective where NVML reads the GPU, so a time search's best has a J/call to set against an energy
+        search's (`kernelpro bench compare`). A few seconds of windows, outside the budget."""
+        if getattr(evaluator, "energy_meter", None) is not None:
+            return True
+        if self.settings.device != "cuda":
+            return False
+        from kernelpro.energy import EnergyUnavailable, open_meter
+        try:
+            evaluator.energy_meter = open_meter(self.settings.device)
+        except EnergyUnavailable as error:
+            self.store.put("final_energy_note", f"energy not measured: {error}")
+            return False
+        return True
 
 
 def _log_gain(child, parent, key: str) -> float | None:

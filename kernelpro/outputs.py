@@ -65,7 +65,9 @@ def _final_record(final) -> dict | None:
             # the same best timed by KernelBench's method, to compare with published numbers
             "kernelbench": kernelbench.model_dump(mode="json") if kernelbench else None,
             # the card that timed it (a search resumed on another machine is re-measured there)
-            "device_name": final.device_name}
+            "device_name": final.device_name,
+            # the best's and the reference's J/call in the same evaluation, where NVML could read the GPU
+            "energy": final.energy.model_dump(mode="json") if final.energy else None}
 
 
 def final_history(finished_as: dict | None, remeasured: dict | None, best: dict | None) -> list[dict]:

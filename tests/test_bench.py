@@ -193,6 +193,31 @@ def test_compare_pairs_problems_and_tests_the_difference(finished_bench, tmp_pat
     assert exit_.value.code == 2 and "no leaderboard.json" in capsys.readouterr().err
 
 
+def test_report_writes_the_leaderboards_of_a_bench_as_it_stands(finished_bench, tmp_path, capsys):
+    """A snapshot of a running bench (one problem still running) has no leaderboard yet: report writes it."""
+    out, document = finished_bench
+    copy = tmp_path / "snapshot"
+    shutil.copytree(out, copy)
+    for name in ("leaderboard.json", "leaderboard.md", "leaderboard.html"):
+        (copy / name).unlink()
+    running = document["problems"][0]["key"]
+    with sqlite3.connect(copy / "bench.db") as db:
+        db.execute("UPDATE problems SET status = 'running', result = NULL WHERE key = ?", (running,))
+    with pytest.raises(SystemExit) as exit_:
+        main(["bench", "report", str(copy), "--json"])
+    assert exit_.value.code == 0
+    printed = json.loads(capsys.readouterr().out)
+    written = json.loads((copy / "leaderboard.json").read_text())
+    assert printed["problems"] == written["problems"] and (copy / "leaderboard.md").exists()
+    rows = {r["key"]: r for r in written["problems"]}
+    assert rows[running]["status"] == "running" and written["overall"]["finished"] == len(rows) - 1
+    before = {r["key"]: r["status"] for r in document["problems"]}
+    assert all(r["status"] == before[key] for key, r in rows.items() if key != running)
+    with pytest.raises(SystemExit) as exit_:
+        main(["bench", "report", str(tmp_path)])
+    assert exit_.value.code != 0 and "no bench.db" in capsys.readouterr().err
+
+
 def test_resume_with_a_larger_budget_extends_every_search(tmp_path, monkeypatch):
     monkeypatch.setenv("KERNELPRO_HOME", str(tmp_path / "home"))
     out = tmp_path / "bench"
@@ -516,6 +541,31 @@ def test_leaderboards_report_energy_saved_and_whether_it_is_beyond_the_spread(tm
     assert summary["compile_incorrect"] == 1 and "| 0.5000 † |" in text  # torch.compile's output failed there
     assert "failed the tolerance against eager on 1 problem" in text
     jsonschema.validate(json.loads(json.dumps(dict(document, format="kernelpro-leaderboard"))), schema())
+
+
+def test_energy_columns_come_from_the_closing_re_measurement_where_it_took_energy():
+    """A time search measures energy only in its best's re-measurement: the row's J/call and saving are that
+    measurement's, like its times; an energy search's row prefers it over the best's evaluation in the search."""
+    from kernelpro.bench.leaderboard import problem_row
+    final_energy = _energy_result(1.4, 3.0, 2.0, "lower", spread=0.01)["energy"]
+    time_result = {"speedup": 1.5, "best_ms": 0.7, "baseline_ms": 1.0, "evaluations": 4, "verdicts": {"correct": 4},
+                   "energy_j": None, "baseline_energy_j": None, "energy": None,
+                   "final": {"speedup": 1.4, "best_ms": 0.7, "eager_ms": 0.98, "energy": final_energy}}
+    row = problem_row({"key": "level1/1_P", "level": 1, "number": 1, "name": "P", "status": "done", "error": "",
+                       "seconds": 1.0, "result": time_result})
+    assert (row["energy_j"], row["baseline_energy_j"], row["energy_from"]) == (2.0, 3.0, "final")
+    assert row["energy_saving"] == pytest.approx(1.5) and row["energy_spread"] == pytest.approx(0.02)
+    searched = dict(_energy_result(1.2, 2.0, 1.6, "lower"), final={"speedup": 1.2, "best_ms": 0.8, "eager_ms": 1.0,
+                                                                   "energy": final_energy})
+    row = problem_row({"key": "level1/2_P", "level": 1, "number": 2, "name": "P", "status": "done", "error": "",
+                       "seconds": 1.0, "result": searched})
+    assert row["energy_saving"] == pytest.approx(1.5) and row["energy_from"] == "final"
+    old = problem_row({"key": "level1/3_P", "level": 1, "number": 3, "name": "P", "status": "done", "error": "",
+                       "seconds": 1.0, "result": _energy_result(1.2, 2.0, 1.6, "lower")})
+    assert old["energy_saving"] == pytest.approx(1.25) and old["energy_from"] == "search"
+    nothing = problem_row({"key": "level1/4_P", "level": 1, "number": 4, "name": "P", "status": "done", "error": "",
+                           "seconds": 1.0, "result": dict(time_result, final={"speedup": 1.4, "best_ms": 0.7})})
+    assert nothing["energy_saving"] is None and nothing["energy_from"] is None
 
 
 def test_leaderboard_says_which_card_timed_each_row_when_a_bench_ran_on_two_kinds():

@@ -137,7 +137,8 @@ def test_offline_coder_through_the_loop_on_a_fake_harness(tmp_path):
                                  "speedup": pytest.approx(document["speedup"]), "speedup_vs_compile": None,
                                  "compile_correct": None, "compile_mismatch": "",  # torch.compile was not timed
                                  "kernelbench": None,  # KernelBench's timing method: on CUDA only
-                                 "device_name": "fake"}  # the card that timed it
+                                 "device_name": "fake",  # the card that timed it
+                                 "energy": None}  # no meter: no energy windows
     tree = json.loads((out / "tree.json").read_text())
     evaluated = [n for n in tree["nodes"] if n["parent"] is not None and n["transposition_of"] is None]
     assert len(evaluated) == 6
@@ -374,6 +375,43 @@ def test_energy_objective_end_to_end_with_a_fake_meter(tmp_path):
     assert document["evaluations"] == 2 and len(rows) >= 3
     if document["best_node"]:
         assert document["energy_j"] > 0 and document["energy"]["method"] == "fake_constant_power"
+
+
+class MeteredFakeHarness(FakeHarness):
+    """FakeHarness with an energy meter: J/call proportional to time (100 W), windows only where asked."""
+
+    energy_meter = "fake meter"
+
+    def __init__(self):
+        super().__init__()
+        self.asked: list[bool] = []
+
+    def evaluate(self, problem, source, options) -> EvalResult:
+        from kernelpro.harness.records import EnergyStats, EnergyWindow
+        result = super().evaluate(problem, source, options)
+        self.asked.append(bool(options.measure_energy))
+        if not (options.measure_energy and result.ok):
+            return result
+        window = lambda ms: EnergyWindow(j_per_call=0.1 * ms, j_per_call_above_idle=0.05 * ms, power_w=100.0,  # noqa: E731
+                                         calls=100, window_s=1.0)
+        return result.model_copy(update={"energy": EnergyStats(
+            method="fake", idle_power_w=50.0, reference=window(result.reference.median_ms),
+            candidate=window(result.candidate.median_ms), windows=3)})
+
+
+def test_a_time_search_takes_energy_in_its_closing_re_measurement_only(tmp_path):
+    """Where the evaluator can read energy, the best's re-measurement after a time search takes it too (so
+    `bench compare` can set a time best's J/call against an energy best's); the search's own evaluations
+    do not spend windows on it."""
+    settings = SearchSettings(problem=str(DATA / "redundant.py"), out=str(tmp_path / "run"), budget=3, profile=False)
+    harness = MeteredFakeHarness()
+    document = SearchRun(settings, evaluator=harness).run()
+    assert document["objective"] == "time" and document["best_node"]
+    assert harness.asked == [False] * 4 + [True]  # the reference, 3 candidates, then the best re-measured
+    energy = document["final"]["energy"]
+    assert energy["method"] == "fake" and energy["reference"]["j_per_call"] == pytest.approx(0.1)
+    assert energy["candidate"]["j_per_call"] == pytest.approx(0.1 * document["final"]["best_ms"])
+    assert document["energy"] is None  # the search's own evaluation of the best took none
 
 
 class InterruptingCoder:

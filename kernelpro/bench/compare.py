@@ -118,7 +118,7 @@ def markdown(document: dict) -> str:
         gain = summary["geomean_energy_b_over_a"]
         lines += ["", f"Energy at matched speed (B within {MATCHED_SPEED:.0%} of A's speed): {summary['matched']} of "
                       f"{summary['problems']} problems; geomean of B's energy saved over A's "
-                      + (f"{gain:.3f} ({(1 - 1 / gain):+.1%} less energy per call)" if gain else "-")
+                      + (f"{gain:.3f} (B's J/call {1 / gain - 1:+.1%} against A's)" if gain else "-")
                       + f"; beyond the windows' spread on {summary['saving_beyond_spread']}."
                       + (f" Not matched: {', '.join(summary['not_matched'])}." if summary["not_matched"] else "")]
     for side in ("only_a", "only_b"):

@@ -76,7 +76,6 @@ def problem_row(row: dict) -> dict:
         "evaluations": result.get("evaluations"), "verdicts": verdicts,
         "gpu_minutes": round((result.get("wall_s") or row.get("seconds") or 0.0) / 60, 3),
         "tokens": result.get("tokens"), "cost_usd": result.get("cost_usd"),
-        "energy_j": result.get("energy_j"), "baseline_energy_j": result.get("baseline_energy_j"),
         **energy_columns(result),
         # the card of the final re-measurement, which gives the row's times, else the search's
         "device_name": final.get("device_name") or result.get("device_name"), "error": row["error"] or None,
@@ -85,8 +84,14 @@ def problem_row(row: dict) -> dict:
 
 def energy_columns(result: dict) -> dict:
     """The best's energy against the reference's in the same evaluation: the saving (reference J/call over
-    the best's), whether it is beyond the spread of their windows, and how many windows each took."""
-    energy = result.get("energy") or {}
+    the best's), whether it is beyond the spread of their windows, and how many windows each took. From the
+    closing re-measurement where it took energy (any objective on a GPU NVML reads: the same measurement as
+    the row's times), else from the best's evaluation in the search (`energy_from` says which)."""
+    final_energy = (result.get("final") or {}).get("energy")
+    energy = final_energy or result.get("energy") or {}
+    energy_j, baseline_j = result.get("energy_j"), result.get("baseline_energy_j")
+    if final_energy:
+        energy_j, baseline_j = final_energy["candidate"]["j_per_call"], final_energy["reference"]["j_per_call"]
     if energy:
         saving = energy["reference"]["j_per_call"] / energy["candidate"]["j_per_call"]
     elif result.get("energy_j") and result.get("baseline_energy_j"):
@@ -94,8 +99,10 @@ def energy_columns(result: dict) -> dict:
     else:
         saving = None
     spread = (energy.get("reference_spread", 0.0) + energy.get("candidate_spread", 0.0)) if energy else None
-    return {"energy_saving": saving, "energy_difference": energy.get("difference"),
-            "energy_windows": energy.get("windows"), "energy_spread": spread}
+    return {"energy_j": energy_j, "baseline_energy_j": baseline_j,
+            "energy_saving": saving, "energy_difference": energy.get("difference"),
+            "energy_windows": energy.get("windows"), "energy_spread": spread,
+            "energy_from": "final" if final_energy else "search" if energy or saving else None}
 
 
 def level_summary(level, rows: list[dict]) -> dict:

@@ -203,6 +203,19 @@ class Bench:
         known = self.store.any_baseline(source_sha256(entry.path), self.settings.precision)
         return known["eager_ms"] * 1e3 if known else float(entry.level or 1)
 
+    @staticmethod
+    def report(folder: Path) -> dict:
+        """`kernelpro bench report DIR`: the leaderboards of a bench as it stands (running, killed, or restored
+        from a snapshot), written into DIR with no search started: unfinished rows keep their status."""
+        out = Path(folder)
+        if not (out / "bench.db").exists():
+            raise BenchError(f"{out} holds no bench (no bench.db)")
+        store = BenchStore(out)
+        saved = store.get("settings")
+        if not saved:
+            raise BenchError(f"{out}: its bench.db records no settings (a bench stopped before it started)")
+        return write_leaderboards(out, store, BenchSettings(**{"model_mode": "eval", **saved}))
+
     def pending(self) -> list[Entry]:
         finished = {r["key"] for r in self.store.rows() if r["status"] in FINISHED}
         todo = [e for e in self.entries if e.key not in finished]
