@@ -179,6 +179,11 @@ def print_replays(path: str, rows: list[dict], paired: list[dict], seeds: str) -
               f"{' worse' if cell['worse'] else ''} | {cell['to95_mcts']:.1f}, {cell['to95_greedy']:.1f} |")
 
 
+def settings_of(text: str) -> dict:
+    """KEY:VALUE,... -> SearchConfig settings (numbers)."""
+    return {key: float(value) for key, value in (item.split(":") for item in text.split(",") if item)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=40)
@@ -190,11 +195,16 @@ def main() -> None:
     parser.add_argument("--variant", action="append", default=[], metavar="NAME=KEY:VALUE,...",
                         help="on the replays, also MCTS with these SearchConfig settings, e.g. "
                              "mcts_root1=widen_c_root:1.0 (compared with greedy like MCTS); repeatable")
+    parser.add_argument("--base", default="", metavar="KEY:VALUE,...",
+                        help="on the replays, these SearchConfig settings for every strategy, e.g. losing_below:0 "
+                             "(the search as it was before a default changed)")
     args = parser.parse_args()
+    base = settings_of(args.base)
+    for label in REPLAY_STRATEGIES:
+        REPLAY_STRATEGIES[label] = {**base, **REPLAY_STRATEGIES[label]}
     for text in args.variant:
         name, _, settings = text.partition("=")
-        REPLAY_STRATEGIES["mcts_" + name.removeprefix("mcts_")] = {
-            key: float(value) for key, value in (item.split(":") for item in settings.split(",") if item)}
+        REPLAY_STRATEGIES["mcts_" + name.removeprefix("mcts_")] = {**base, **settings_of(settings)}
     seeds = f"{args.seeds} seeds from {args.first_seed}"
     rows, paired, costs = [], [], []
     if not args.no_synthetic:
@@ -215,7 +225,7 @@ def main() -> None:
     if args.json:
         command = "python benchmarks/mcts_landscapes.py --seeds %d --first-seed %d" % (args.seeds, args.first_seed)
         command += "".join(f" --replays {path}" for path in args.replays) + (" --no-synthetic" if args.no_synthetic else "")
-        command += "".join(f" --variant {text}" for text in args.variant)
+        command += "".join(f" --variant {text}" for text in args.variant) + (f" --base {args.base}" if args.base else "")
         with open(args.json, "w") as handle:
             json.dump({"command": command, "quality": rows, "against_greedy": paired, "replays": replays,
                        "overhead": costs}, handle, indent=1)

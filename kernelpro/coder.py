@@ -40,6 +40,7 @@ class CoderRequest:
     tried: tuple[tuple[str, str], ...] = ()  # (move, outcome) already tried at this node
     avoid: tuple[str, ...] = ()  # moves that failed at an equivalent node
     promising: tuple[str, ...] = ()  # moves that worked elsewhere in this run
+    losing: tuple[str, ...] = ()  # moves that only failed or lost (a clearly slower child) wherever tried in this run
     device: str = "cpu"
     precision: str = "fp32"
     policy: str = "relaxed"

@@ -302,7 +302,8 @@ class SearchRun:
             parent_ms=payload.get("ms"), parent_speedup=parent.ratio, kind=expansion.kind.value,
             failure=expansion.failure, guidance=profile.get("guidance", ""),
             techniques=tuple((t["technique"], t["score"]) for t in profile.get("techniques", [])),
-            tried=tried, avoid=expansion.avoid, promising=expansion.promising, device=self.settings.device,
+            tried=tried, avoid=expansion.avoid, promising=expansion.promising,
+            losing=expansion.losing, device=self.settings.device,
             precision=self.settings.precision, policy=self.settings.policy, model_mode=self.settings.model_mode,
             **self.knowledge_for(profile), **self.facts_for(search, parent))
 

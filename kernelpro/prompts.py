@@ -122,6 +122,9 @@ def _turn_parts(request: CoderRequest) -> dict[str, str]:
         parts["avoid"] = "Failed at an equivalent node, do not repeat: " + ", ".join(request.avoid)
     if request.promising:
         parts["promising"] = "Worked elsewhere in this run: " + ", ".join(request.promising)
+    if request.losing:
+        parts["losing"] = ("Failed or made the candidate clearly slower wherever tried in this run (try these last): "
+                           + ", ".join(request.losing))
     if request.knowledge:
         parts["knowledge"] = request.knowledge
     parts["ask"] = {"new_strategy": "Propose a different strategy from what was tried.",

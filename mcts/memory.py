@@ -26,6 +26,7 @@ class MoveStats:
     attempts: int = 0
     successes: int = 0
     gain_sum: float = 0.0  # sum of log(ratio child / ratio parent) over successes
+    wins: int | None = None  # correct and not clearly slower than the parent (None: a state from before it was kept)
 
     @property
     def mean_gain(self) -> float:
@@ -42,7 +43,9 @@ class SearchMemory:
     keys: dict[str, int] = field(default_factory=dict)  # state key -> first node id with it
     prior_hook: PriorHook | None = None
 
-    def record(self, signature: str, moves: tuple[str, ...], ok: bool, gain: float | None) -> None:
+    def record(self, signature: str, moves: tuple[str, ...], ok: bool, gain: float | None, won: bool | None = None) -> None:
+        """`won`: correct and not clearly slower than the parent (by default: `ok`)."""
+        won = ok if won is None else won
         for move in moves:
             for stats in (self.table.setdefault(signature, {}).setdefault(move, MoveStats()),
                           self.global_moves.setdefault(move, MoveStats())):
@@ -50,6 +53,8 @@ class SearchMemory:
                 if ok:
                     stats.successes += 1
                     stats.gain_sum += gain or 0.0
+                if stats.wins is not None or stats.attempts == 1:
+                    stats.wins = (stats.wins or 0) + (1 if won else 0)
 
     def failed_here(self, signature: str, moves: tuple[str, ...]) -> bool:
         """True when every one of these moves has been tried at this signature and never worked (failed, or
@@ -60,6 +65,13 @@ class SearchMemory:
     def avoid(self, signature: str) -> tuple[str, ...]:
         here = self.table.get(signature, {})
         return tuple(sorted(m for m, s in here.items() if s.successes == 0))
+
+    def losing(self) -> tuple[str, ...]:
+        """Moves that, everywhere they were tried in this run, failed or left their child clearly slower
+        than its parent (`SearchConfig.losing_below`). A coder offers them last, not never: what loses at
+        one node may still win at another, but repeats of such moves were wasted evaluations in our
+        benches (docs/mcts.md, "Moves that lost everywhere")."""
+        return tuple(sorted(m for m, s in self.global_moves.items() if s.attempts and s.wins == 0))
 
     def promising(self, limit: int = 5) -> tuple[str, ...]:
         ranked = sorted(((s.factor(), m) for m, s in self.global_moves.items() if s.successes),
@@ -78,7 +90,7 @@ class SearchMemory:
 
     def to_json(self) -> dict:
         def stats_json(stats: MoveStats) -> list:
-            return [stats.attempts, stats.successes, stats.gain_sum]
+            return [stats.attempts, stats.successes, stats.gain_sum, stats.wins]
         return {
             "table": {sig: {m: stats_json(s) for m, s in moves.items()} for sig, moves in self.table.items()},
             "global_moves": {m: stats_json(s) for m, s in self.global_moves.items()},

@@ -63,6 +63,7 @@ class Expansion:
     tried: tuple[tuple[str, str], ...] = ()  # (moves, outcome) already tried at this node
     avoid: tuple[str, ...] = ()  # moves that failed at an equivalent node
     promising: tuple[str, ...] = ()  # moves that worked elsewhere, best first
+    losing: tuple[str, ...] = ()  # moves that only failed or lost wherever they were tried: offer them last
 
 
 @dataclass

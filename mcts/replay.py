@@ -99,20 +99,25 @@ class Replay:
 
 @dataclass
 class ReplayCoder:
-    """Proposes the recorded children of a state, one at a time, in their recorded order."""
+    """Proposes the recorded children of a state, one at a time, in their recorded order (moves that lost
+    wherever they were tried, `Expansion.losing`, after the others)."""
 
     replay: Replay
 
     def __call__(self, request: Expansion) -> Proposal | None:
         state = _state(request.payload or ())
         tried = {label for label, _ in request.tried}
+        open_children = []
         for child in self.replay.children(state):
             rest = list(child)
             for done in state:
                 rest.remove(done)
             move = rest[0]
             if move not in tried and move not in request.avoid:
-                return Proposal(payload=list(child), moves=(move,), key=self.replay.key(child), prior=1.0)
+                open_children.append((move in request.losing, move, child))
+        if open_children:  # in recorded order, moves that lost everywhere so far last (as the offline coder does)
+            _, move, child = min(open_children, key=lambda item: item[0])
+            return Proposal(payload=list(child), moves=(move,), key=self.replay.key(child), prior=1.0)
         self.replay.unseen += 1
         return None
 

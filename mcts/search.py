@@ -63,6 +63,9 @@ class SearchConfig:
     # no replay any evaluations it could show, cost greedy 2% at budgets 16-20 on the suite's replays,
     # and lost the noisy landscape's optimum, where a move that loses at one depth wins at the next.
     clear_loss: float = 0.0
+    # A correct child below this fraction of its parent's ratio is a loss: a move that only failed or lost
+    # wherever it was tried in this run is offered last (Expansion.losing); 0 turns it off
+    losing_below: float = 0.9
     seed: int = 0
 
 
@@ -164,7 +167,8 @@ class Search:
         use_memory = self.config.use_memory
         return Expansion(ticket=ticket, node_id=node.id, kind=kind, payload=node.payload, failure=node.failure,
                          tried=tried, avoid=self.memory.avoid(node.signature) if use_memory else (),
-                         promising=self.memory.promising() if use_memory else ())
+                         promising=self.memory.promising() if use_memory else (),
+                         losing=self.memory.losing() if use_memory and self.config.losing_below > 0 else ())
 
     @staticmethod
     def _outcome_label(node: Node) -> str:
@@ -298,7 +302,9 @@ class Search:
             gain = log_value - math.log(parent.ratio) if outcome.ok and parent.ratio else None
             clear_loss = self.config.clear_loss
             worked = outcome.ok and (gain is None or clear_loss <= 0 or gain >= math.log(clear_loss))
-            self.memory.record(parent.signature, child.moves, worked, gain)
+            below = self.config.losing_below
+            won = outcome.ok and (gain is None or below <= 0 or gain >= math.log(below))
+            self.memory.record(parent.signature, child.moves, worked, gain, won)
         self._backup(child, log_value)
         if outcome.ok and outcome.ratio > self.best().ratio + _IMPROVEMENT:
             self.best_id = child.id

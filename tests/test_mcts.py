@@ -145,6 +145,39 @@ def test_a_move_that_left_its_child_clearly_slower_is_avoided_and_not_evaluated_
     assert "graphs" not in lenient.ask(1)[0].avoid  # the default: only failures count
 
 
+def test_moves_that_lost_wherever_they_were_tried_are_named_for_the_coder_to_offer_last():
+    """losing_below=0.9 (the default): a move whose every child failed or fell below 0.9x of its parent is in
+    Expansion.losing (at any node: the hint is run-wide); one child that held its parent's speed takes it
+    out; tune-like repeats are the coder's business. Off (0), nothing is named; an old state resumes."""
+    from kernelpro.mcts.memory import SearchMemory
+
+    def searched(config: SearchConfig, outcomes: list[tuple[tuple[str, ...], Outcome]]) -> Search:
+        search = Search([], config, root_key="root")
+        for index, (moves, outcome) in enumerate(outcomes):
+            request = search.ask(1)[0]
+            assert search.propose(request, Proposal(payload=list(moves), moves=moves, key=str(index), prior=0.5))
+            search.tell(request, outcome)
+        return search
+
+    outcomes = [(("fast",), Outcome(ok=True, ratio=1.5)), (("layout",), Outcome(ok=True, ratio=0.6)),
+                (("tf32",), Outcome(ok=False, failure="incorrect")), (("graphs",), Outcome(ok=True, ratio=0.7)),
+                (("slight",), Outcome(ok=True, ratio=1.45))]
+    search = searched(SearchConfig(seed=0, greedy_tail=0, greedy_tail_min=0), outcomes)
+    request = search.ask(1)[0]
+    assert set(request.losing) == {"layout", "tf32", "graphs"} and "layout" not in request.avoid
+    search.abandon(request)
+    request = search.ask(1)[0]
+    search.propose(request, Proposal(payload=["fast", "graphs"], moves=("graphs",), key="g2", prior=0.5))
+    search.tell(request, Outcome(ok=True, ratio=search.nodes[request.node_id].ratio * 0.98))  # held its parent's
+    assert "graphs" not in search.ask(1)[0].losing
+    assert searched(SearchConfig(seed=0, losing_below=0), outcomes).ask(1)[0].losing == ()
+    old = search.memory.to_json()
+    for table in [old["global_moves"], *old["table"].values()]:  # a state from before wins were kept
+        for move in table:
+            table[move] = table[move][:3]
+    assert SearchMemory.from_json(old).losing() == ()
+
+
 def test_transpositions_are_never_evaluated_twice():
     for seed in range(10):
         landscape = Transpositions()

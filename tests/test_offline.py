@@ -312,6 +312,12 @@ def test_offline_coder_follows_guidance_skips_tried_moves_and_caches():
     assert coder.propose(request(problem, kind="repair", failure="incorrect")) is None
     everything = [o for o in MOVES]
     assert coder.propose(request(problem, tried=tuple((m, "x") for m in everything))) is None
+    # a move that lost wherever it was tried in this run comes last, after moves of lower scores...
+    demoted = coder.propose(request(problem, techniques=(("library_call", 0.9),), losing=("transposed_matmuls",)))
+    assert demoted.move != "transposed_matmuls"
+    # ...but is still offered where nothing else is left
+    rest = tuple((m, "x") for m in everything if m != "transposed_matmuls")
+    assert coder.propose(request(problem, tried=rest, losing=("transposed_matmuls",))).move == "transposed_matmuls"
     coder.close()
 
 

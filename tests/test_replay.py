@@ -75,3 +75,21 @@ def test_the_deep_replays_hold_whole_searches_of_several_moves():
         search = make_search([], SearchConfig(strategy="greedy", seed=0), root_key=replay.key(()))
         search.run(ReplayCoder(replay), replay.evaluate, Budget(evaluations=200))
         assert replay.evaluations <= 24 and search.best().ratio <= replay.best_ratio()
+
+
+def test_the_replay_coder_offers_moves_that_lost_everywhere_last_as_the_offline_coder_does():
+    from kernelpro.mcts import Expansion, ExpansionKind
+    replay = Replay.from_json({"name": "p", "states": [
+        {"moves": ["layout"], "verdict": "correct", "ratio": 0.5},
+        {"moves": ["fuse"], "verdict": "correct", "ratio": 1.5},
+        {"moves": ["fuse", "layout"], "verdict": "correct", "ratio": 0.7}]})
+    coder = ReplayCoder(replay)
+
+    def ask(payload, losing=(), tried=()):
+        request = Expansion(ticket=0, node_id=0, kind=ExpansionKind.REFINE, payload=payload, tried=tried,
+                            losing=losing)
+        return coder(request)
+    assert ask([]).moves == ("layout",)  # recorded order
+    assert ask([], losing=("layout",)).moves == ("fuse",)
+    assert ask(["fuse"], losing=("layout",)).moves == ("layout",)  # nothing else recorded there: still offered
+    assert ask([], losing=("layout",), tried=(("fuse", "1.5x"),)).moves == ("layout",)

@@ -138,6 +138,7 @@ class OfflineCoder:
         scores = dict(request.techniques)
         learned = dict(request.kb_factors)  # from earlier runs: > 1 worked in similar states, < 1 kept failing
         promising = {part for entry in request.promising for part in entry.split("+")}
+        losing = {part for entry in request.losing for part in entry.split("+") if not part.startswith(TUNE_PREFIX)}
         choices = [o for o in answer["options"] if o["move"] not in tried and o["move"] not in avoid]
         if not request.parent_state.get("applied"):
             self._root_skipped = dict(answer.get("skipped", {}))
@@ -148,7 +149,9 @@ class OfflineCoder:
             bonus = 0.2 if option["move"] in promising else 0.0
             bonus += KB_WEIGHT * math.log(learned.get(option["technique"], 1.0))
             order = PREFERENCE.index(option["move"]) if option["move"] in PREFERENCE else len(PREFERENCE)  # tuning last
-            return (-(scores.get(option["technique"], 0.0) + bonus), order, option["move"])
+            # a move that failed or lost wherever it was tried in this run comes after every other
+            # (a tune: move is the next configuration each time, so its record says nothing of the next)
+            return (option["move"] in losing, -(scores.get(option["technique"], 0.0) + bonus), order, option["move"])
 
         best = min(choices, key=score)
         self._offered_once = True
