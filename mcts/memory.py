@@ -26,7 +26,7 @@ class MoveStats:
     attempts: int = 0
     successes: int = 0
     gain_sum: float = 0.0  # sum of log(ratio child / ratio parent) over successes
-    wins: int | None = None  # correct and not clearly slower than the parent (None: a state from before it was kept)
+    wins: int | None = 0  # correct and not clearly slower than the parent (None: a state from before it was kept)
 
     @property
     def mean_gain(self) -> float:
@@ -53,8 +53,8 @@ class SearchMemory:
                 if ok:
                     stats.successes += 1
                     stats.gain_sum += gain or 0.0
-                if stats.wins is not None or stats.attempts == 1:
-                    stats.wins = (stats.wins or 0) + (1 if won else 0)
+                if stats.wins is not None:
+                    stats.wins += 1 if won else 0
 
     def failed_here(self, signature: str, moves: tuple[str, ...]) -> bool:
         """True when every one of these moves has been tried at this signature and never worked (failed, or
@@ -100,7 +100,12 @@ class SearchMemory:
     @classmethod
     def from_json(cls, data: dict, prior_hook: PriorHook | None = None) -> "SearchMemory":
         return cls(
-            table={sig: {m: MoveStats(*s) for m, s in moves.items()} for sig, moves in data["table"].items()},
-            global_moves={m: MoveStats(*s) for m, s in data["global_moves"].items()},
+            table={sig: {m: _stats(s) for m, s in moves.items()} for sig, moves in data["table"].items()},
+            global_moves={m: _stats(s) for m, s in data["global_moves"].items()},
             keys=dict(data["keys"]), prior_hook=prior_hook,
         )
+
+
+def _stats(saved: list) -> MoveStats:
+    """A move's statistics from to_json; a state from before wins were kept has three numbers: wins unknown."""
+    return MoveStats(*saved) if len(saved) > 3 else MoveStats(*saved, wins=None)

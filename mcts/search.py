@@ -300,11 +300,11 @@ class Search:
             if log_value is not None:
                 self.calibration.observe(log_value)
             gain = log_value - math.log(parent.ratio) if outcome.ok and parent.ratio else None
-            clear_loss = self.config.clear_loss
-            worked = outcome.ok and (gain is None or clear_loss <= 0 or gain >= math.log(clear_loss))
-            below = self.config.losing_below
-            won = outcome.ok and (gain is None or below <= 0 or gain >= math.log(below))
-            self.memory.record(parent.signature, child.moves, worked, gain, won)
+
+            def held(floor: float) -> bool:  # correct, and not below `floor` x its parent's ratio (0: any)
+                return outcome.ok and (gain is None or floor <= 0 or gain >= math.log(floor))
+            self.memory.record(parent.signature, child.moves, held(self.config.clear_loss), gain,
+                               held(self.config.losing_below))
         self._backup(child, log_value)
         if outcome.ok and outcome.ratio > self.best().ratio + _IMPROVEMENT:
             self.best_id = child.id

@@ -94,8 +94,8 @@ def energy_columns(result: dict) -> dict:
         energy_j, baseline_j = final_energy["candidate"]["j_per_call"], final_energy["reference"]["j_per_call"]
     if energy:
         saving = energy["reference"]["j_per_call"] / energy["candidate"]["j_per_call"]
-    elif result.get("energy_j") and result.get("baseline_energy_j"):
-        saving = result["baseline_energy_j"] / result["energy_j"]
+    elif energy_j and baseline_j:
+        saving = baseline_j / energy_j
     else:
         saving = None
     spread = (energy.get("reference_spread", 0.0) + energy.get("candidate_spread", 0.0)) if energy else None

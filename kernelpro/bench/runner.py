@@ -31,6 +31,12 @@ from kernelpro.bench.store import FINISHED, BenchStore, source_sha256
 from kernelpro.bench.suite import Entry, discover, select
 
 
+def saved_settings(saved: dict) -> BenchSettings:
+    """A bench's settings as its bench.db records them; a bench from before model modes existed ran its
+    models in eval mode."""
+    return BenchSettings(**{"model_mode": "eval", **saved})
+
+
 @dataclass
 class BenchStatus:
     total: int
@@ -99,10 +105,8 @@ class Bench:
         self.out = out
         if resume:
             saved = self.store.get("settings")
-            # a bench from before model modes existed ran its models in eval mode
             # the safety choice is this command's, never the saved one's
-            settings = replace(BenchSettings(**{"model_mode": "eval", **saved}),
-                               unsafe_no_sandbox=settings.unsafe_no_sandbox) if saved else settings
+            settings = replace(saved_settings(saved), unsafe_no_sandbox=settings.unsafe_no_sandbox) if saved else settings
         if extend_budget is not None and extend_budget != settings.budget:
             settings = self._extend(settings, extend_budget)
         self.settings = settings
@@ -214,7 +218,7 @@ class Bench:
         saved = store.get("settings")
         if not saved:
             raise BenchError(f"{out}: its bench.db records no settings (a bench stopped before it started)")
-        return write_leaderboards(out, store, BenchSettings(**{"model_mode": "eval", **saved}))
+        return write_leaderboards(out, store, saved_settings(saved))
 
     def pending(self) -> list[Entry]:
         finished = {r["key"] for r in self.store.rows() if r["status"] in FINISHED}
