@@ -70,6 +70,12 @@ def _final_record(final) -> dict | None:
             "energy": final.energy.model_dump(mode="json") if final.energy else None}
 
 
+def _final_failure(final) -> dict | None:
+    if final is None or final.ok:
+        return None
+    return {"verdict": final.verdict.value, "phase": final.phase.value, "reason": final.reason}
+
+
 def final_history(finished_as: dict | None, remeasured: dict | None, best: dict | None) -> list[dict]:
     """The earlier re-measurements of the same best (a --remeasure run keeps them), then this one."""
     earlier = []
@@ -184,6 +190,10 @@ def write_all(run, search: Search, baseline: dict, stopped: str, final) -> dict:
         "final_speedup": remeasured["speedup"] if remeasured else None,
         "kernelbench_speedup": (remeasured.get("kernelbench") or {}).get("speedup") if remeasured else None,
         "final": remeasured,
+        # A closing re-measurement that did not end correct (its verdict and reason): the row then shows the
+        # search's own measurement, and this says why; and why it took no energy, where it did not.
+        "final_failure": _final_failure(final),
+        "final_energy_note": run.store.get("final_energy_note"),
         # Every re-measurement of this best, oldest first (the closing check, then each --remeasure):
         # how far one timing of it moves.
         "final_history": final_history(run.finished_as, remeasured, best),

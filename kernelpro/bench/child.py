@@ -83,7 +83,7 @@ def summarize_run(folder: Path) -> dict:
     keep = ("device_name", "torch_version", "baseline_ms", "baseline_compile_ms", "best_ms", "best_reference_ms",
             "speedup", "speedup_vs_compile", "final_speedup", "best_moves", "evaluations", "verdicts", "wall_s",
             "energy_j", "baseline_energy_j", "stopped", "coder", "strategy", "objective", "precision", "budget",
-            "time_split_s", "final", "final_history", "model_mode", "kernelbench_speedup", "energy",
+            "time_split_s", "final", "final_failure", "final_history", "model_mode", "kernelbench_speedup", "energy",
             "baseline_compile_correct")
     return {k: run.get(k) for k in keep} | {
         "techniques": list(dict.fromkeys(techniques)),

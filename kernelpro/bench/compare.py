@@ -41,6 +41,20 @@ def signed_rank(differences: list[float]) -> dict:
     return {"statistic": float(result.statistic), "p_value": float(result.pvalue)}
 
 
+def evaluations_to(folder: Path, key: str, fraction: float = 0.95) -> int | None:
+    """How many evaluations the problem's search spent before its best so far first reached `fraction` of
+    its final best (the tree's own history, as the replay landscapes measure it); None without a tree."""
+    path = Path(folder) / "problems" / key / "tree.json"
+    try:
+        history = json.loads(path.read_text())["search"]["history"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not history:
+        return 0
+    best = max(ratio for _, ratio in history)
+    return next(n for n, ratio in history if ratio >= fraction * best)
+
+
 MATCHED_SPEED = DEFAULT_EPSILON  # the energy objective's own bound: B's best within 5% of A's time
 
 
@@ -79,7 +93,11 @@ def compare(folder_a: Path, folder_b: Path) -> dict:
         ra, rb = rows_a[key], rows_b[key]
         if ra["speedup"] and rb["speedup"] and ra["status"] == rb["status"] == "done":
             paired.append({"key": key, "a": ra["speedup"], "b": rb["speedup"], "ratio": rb["speedup"] / ra["speedup"],
-                           "evaluations_a": ra["evaluations"], "evaluations_b": rb["evaluations"]})
+                           "evaluations_a": ra["evaluations"], "evaluations_b": rb["evaluations"],
+                           # final: re-measured after the search; search: the search's own timing (a row
+                           # whose re-measurement failed); pairs of different kinds are flagged
+                           "measured_a": ra.get("measured"), "measured_b": rb.get("measured"),
+                           "to95_a": evaluations_to(folder_a, key), "to95_b": evaluations_to(folder_b, key)})
     energy = energy_pairs(rows_a, rows_b, [p["key"] for p in paired])
     logs = [math.log(p["ratio"]) for p in paired]
     test = {"test": "wilcoxon signed-rank (two-sided) on log(speedup B / speedup A)", "n": len(paired),
@@ -89,19 +107,43 @@ def compare(folder_a: Path, folder_b: Path) -> dict:
             "geomean_a": geomean(p["a"] for p in paired), "geomean_b": geomean(p["b"] for p in paired),
             "geomean_b_over_a": geomean(p["ratio"] for p in paired),
             "b_better": sum(1 for v in logs if v > 0), "a_better": sum(1 for v in logs if v < 0), **test,
+            "mixed_measurements": [p["key"] for p in paired if p["measured_a"] != p["measured_b"]],
+            **_to95_means(paired),
             "energy": energy, "energy_at_matched_speed": matched_summary(energy) if energy else None}
+
+
+def _to95_means(paired: list[dict]) -> dict:
+    """Mean evaluations to 95% of each search's own best, over the pairs where both trees are there."""
+    both = [p for p in paired if p["to95_a"] is not None and p["to95_b"] is not None]
+    return {"to95_pairs": len(both),
+            "mean_to95_a": sum(p["to95_a"] for p in both) / len(both) if both else None,
+            "mean_to95_b": sum(p["to95_b"] for p in both) / len(both) if both else None}
+
+
+def _count(value) -> str:
+    return "-" if value is None else str(value)
 
 
 def markdown(document: dict) -> str:
     lines = [f"A: {document['a']}", f"B: {document['b']}", "",
-             "| problem | A vs eager | B vs eager | B / A | evaluations A | evaluations B |", "|---|---|---|---|---|---|"]
+             "| problem | A vs eager | B vs eager | B / A | evaluations A | evaluations B | to 95% A | to 95% B |",
+             "|---|---|---|---|---|---|---|---|"]
     for p in document["paired"]:
-        lines.append(f"| `{p['key']}` | {p['a']:.3f}x | {p['b']:.3f}x | {p['ratio']:.3f} | {p['evaluations_a']} | "
-                     f"{p['evaluations_b']} |")
+        mark = lambda side: "" if p.get(f"measured_{side}") != "search" else " (search)"  # noqa: E731
+        lines.append(f"| `{p['key']}` | {p['a']:.3f}x{mark('a')} | {p['b']:.3f}x{mark('b')} | {p['ratio']:.3f} | "
+                     f"{p['evaluations_a']} | {p['evaluations_b']} | {_count(p.get('to95_a'))} | "
+                     f"{_count(p.get('to95_b'))} |")
     if document["paired"]:
         lines += ["", f"{document['n']} paired problems: geomean A {document['geomean_a']:.3f}x, B "
                       f"{document['geomean_b']:.3f}x, B/A {document['geomean_b_over_a']:.3f}; B better on "
                       f"{document['b_better']}, A on {document['a_better']}."]
+        if document.get("to95_pairs"):
+            lines.append(f"Evaluations to 95% of each search's own best (its tree's history), mean over "
+                         f"{document['to95_pairs']}: A {document['mean_to95_a']:.2f}, B {document['mean_to95_b']:.2f}.")
+        if document.get("mixed_measurements"):
+            lines.append("Speedups are the bests re-measured after their searches; (search) marks a row timed during "
+                         "its search instead (its re-measurement did not end correct), so these pairs mix the two: "
+                         + ", ".join(f"`{k}`" for k in document["mixed_measurements"]) + ".")
     p_value = document["p_value"]
     lines.append(f"{document['test']}: " + (f"p = {p_value:.3g}" if p_value is not None
                                              else "not enough differing pairs for a test"))

@@ -56,6 +56,8 @@ def problem_row(row: dict) -> dict:
         "verdict": "failed" if row["status"] == "failed" else ("improved" if (speedup or 0) > 1 else
                                                                "no_gain" if valid else row["status"]),
         "measured": measured,
+        # why the closing re-measurement gave no numbers, where it ran and did not end correct
+        "final_failure": _failure_line(result.get("final_failure")),
         # otherwise eager as timed in the best's own evaluation, so eager_ms / best_ms is the speedup
         "eager_ms": final.get("eager_ms") if final else result.get("best_reference_ms") or result.get("baseline_ms"),
         "compile_ms": final.get("compile_ms") if final else result.get("baseline_compile_ms"),
@@ -80,6 +82,10 @@ def problem_row(row: dict) -> dict:
         # the card of the final re-measurement, which gives the row's times, else the search's
         "device_name": final.get("device_name") or result.get("device_name"), "error": row["error"] or None,
     }
+
+
+def _failure_line(failure: dict | None) -> str | None:
+    return f"{failure['verdict']} ({failure['phase']}): {failure['reason']}" if failure else None
 
 
 def energy_columns(result: dict) -> dict:
@@ -196,6 +202,10 @@ def markdown(document: dict) -> str:
     lines += ["", "Times and speedups: the best re-measured after its search, with eager (and torch.compile, where "
               "timed) in the same evaluation" + (f"; timed during the search for {', '.join(f'`{k}`' for k in searched)}"
                                    if searched else "") + "."]
+    unconfirmed = [r for r in document["problems"] if r.get("final_failure")]
+    if unconfirmed:
+        lines += ["", "Re-measurements that did not end correct (these rows show the search's times):", ""] + [
+            f"- `{r['key']}`: {r['final_failure'].splitlines()[0][:300]}" for r in unconfirmed]
     measured = [r for r in document["problems"] if r.get("energy_saving")]
     if measured:
         lines += ["", "| problem | reference J/call | best J/call | energy saved (reference / best) | beyond the windows' "

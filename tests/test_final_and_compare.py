@@ -1,0 +1,87 @@
+"""A closing re-measurement that does not end correct is recorded with its reason (run.json, the
+leaderboard row and its notes), and `kernelpro bench compare` flags pairs that mix re-measured and
+search-timed rows and reports each search's evaluations to 95% of its own best (its tree's history)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from kernelpro.bench.compare import compare, evaluations_to, markdown as compare_markdown
+from kernelpro.bench.leaderboard import level_summary, markdown, problem_row, schema
+from kernelpro.driver import SearchRun, SearchSettings
+from kernelpro.harness.records import EvalResult, Phase, Verdict
+from test_search import DATA, FakeHarness
+
+
+class FinalFails(FakeHarness):
+    """The fake harness, whose `fail_at`-th evaluation (the closing re-measurement) runs out of time."""
+
+    def __init__(self, fail_at: int):
+        super().__init__()
+        self.fail_at = fail_at
+
+    def evaluate(self, problem, source, options) -> EvalResult:
+        result = super().evaluate(problem, source, options)
+        if len(self.sources) == self.fail_at:
+            return EvalResult(verdict=Verdict.TIMEOUT, phase=Phase.TIMING, reason="timing ran past 60 s",
+                              tolerance=1e-4, device="cpu", precision="fp32", policy="relaxed")
+        return result
+
+
+def test_a_failed_re_measurement_is_recorded_with_its_reason(tmp_path):
+    settings = SearchSettings(problem=str(DATA / "redundant.py"), out=str(tmp_path / "run"), budget=3, profile=False)
+    harness = FinalFails(fail_at=5)  # the baseline, three evaluations, then the re-measurement
+    document = SearchRun(settings, evaluator=harness).run()
+    assert len(harness.sources) == 5 and document["final"] is None
+    assert document["final_failure"] == {"verdict": "timeout", "phase": "timing", "reason": "timing ran past 60 s"}
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["final_failure"]["verdict"] == "timeout"
+    fine = SearchRun(SearchSettings(problem=settings.problem, out=str(tmp_path / "fine"), budget=3, profile=False),
+                     evaluator=FakeHarness()).run()
+    assert fine["final"] is not None and fine["final_failure"] is None  # the test can tell the two apart
+
+    row = problem_row({"key": "level1/1_P", "level": 1, "number": 1, "name": "P", "status": "done", "error": "",
+                       "seconds": 1.0, "result": {k: document[k] for k in ("speedup", "best_ms", "baseline_ms",
+                                                                           "evaluations", "verdicts", "final",
+                                                                           "final_failure")}})
+    assert row["measured"] == "search" and row["final_failure"] == "timeout (timing): timing ran past 60 s"
+    summary = level_summary(1, [row])
+    board = {"created": "now", "settings": {"suite": "s", "coder": "offline", "strategy": "mcts", "budget": 3,
+                                            "objective": "time", "precision": "fp32", "policy": "relaxed",
+                                            "device": "cpu"},
+             "devices": ["fake"], "levels": [summary], "overall": dict(summary, level="all"), "problems": [row]}
+    text = markdown(board)
+    assert "Re-measurements that did not end correct" in text and "timing ran past 60 s" in text
+    jsonschema.validate(json.loads(json.dumps(dict(board, format="kernelpro-leaderboard"))), schema())
+
+
+def _bench(folder: Path, rows: list[tuple[str, float, str, list]]) -> Path:
+    """A bench folder: its leaderboard rows (key, speedup, how measured) and each problem's tree history."""
+    problems = []
+    for key, speedup, measured, history in rows:
+        problems.append({"key": key, "speedup": speedup, "status": "done", "evaluations": len(history),
+                         "measured": measured})
+        tree = folder / "problems" / key / "tree.json"
+        tree.parent.mkdir(parents=True)
+        tree.write_text(json.dumps({"search": {"history": history}}))
+    (folder / "leaderboard.json").write_text(json.dumps({"problems": problems}))
+    return folder
+
+
+def test_compare_reports_evaluations_to_95_percent_and_flags_mixed_measurements(tmp_path):
+    greedy = _bench(tmp_path / "greedy", [("level2/1_A", 2.0, "final", [[1, 1.9], [2, 2.0], [3, 2.0]]),
+                                          ("level2/2_B", 8.0, "search", [[1, 7.0], [2, 8.1]])])
+    mcts = _bench(tmp_path / "mcts", [("level2/1_A", 2.0, "final", [[1, 1.0], [2, 1.5], [3, 2.0]]),
+                                      ("level2/2_B", 7.0, "final", [[1, 7.0], [2, 7.0], [3, 7.0], [4, 8.2]])])
+    assert evaluations_to(greedy, "level2/1_A") == 1 and evaluations_to(mcts, "level2/1_A") == 3
+    assert evaluations_to(greedy, "level2/9_None") is None
+    result = compare(greedy, mcts)
+    pairs = {p["key"]: p for p in result["paired"]}
+    assert (pairs["level2/2_B"]["to95_a"], pairs["level2/2_B"]["to95_b"]) == (2, 4)
+    assert result["mean_to95_a"] == pytest.approx(1.5) and result["mean_to95_b"] == pytest.approx(3.5)
+    assert result["mixed_measurements"] == ["level2/2_B"]
+    text = compare_markdown(result)
+    assert "| 8.000x (search) | 7.000x |" in text and "A 1.50, B 3.50" in text and "mix the two" in text
