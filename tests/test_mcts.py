@@ -312,3 +312,21 @@ def test_render_shows_verdicts_and_closed_nodes():
 def test_beam_keeps_its_width():
     search, _ = run("noisy", 0, 30, strategy="beam", beam_width=2)
     assert len(search.beam) <= 2
+
+
+def test_follow_gain_refines_a_decisive_child_before_trying_its_siblings():
+    """A root child 7x faster than the reference: with follow_gain 3 the next expansion grows it (its recorded
+    child reaches 8x at the second evaluation); off (0), MCTS first tries the root's other children."""
+    from kernelpro.mcts.replay import Replay, ReplayCoder
+    states = [(["a"], 7.0), (["b"], 1.0), (["c"], 1.01), (["d"], 0.9), (["a", "e"], 8.0)]
+    recorded = {"name": "decisive", "states": [{"moves": m, "verdict": "correct", "ratio": r} for m, r in states]}
+
+    def grown(follow_gain: float) -> list[tuple[str, ...]]:
+        replay = Replay.from_json(recorded)
+        search = make_search([], SearchConfig(follow_gain=follow_gain), root_key=replay.key(()))
+        # a budget of 12: its first 4 evaluations are MCTS's own, the last 8 its greedy tail
+        search.run(ReplayCoder(replay), replay.evaluate, Budget(evaluations=12))
+        return [tuple(sorted(n.payload)) for n in search.nodes[1:]]
+
+    assert grown(3.0)[:2] == [("a",), ("a", "e")]
+    assert grown(0.0)[:2] == [("a",), ("b",)]
