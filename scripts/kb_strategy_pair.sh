@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Issue 33's real comparison on one GPU machine, resumable across calls of the device tool:
+#   1. `kernelpro bench --strategy greedy` on KEYS (problem keys, comma-separated; default: level 2 of the
+#      30-problem subset), in /tmp/kernelpro-bench/<TAG>g, snapshot in $OUT/greedy/ (GREEDY_STATE restores
+#      an earlier snapshot on a fresh machine);
+#   2. then `--strategy mcts` at the same budget on the same problems, in /tmp/kernelpro-bench/<TAG>m,
+#      snapshot in $OUT/mcts/ (MCTS_STATE);
+#   3. JUDGE=1: KernelBench's evaluator on both benches' bests, in $OUT/judge_greedy/ and $OUT/judge_mcts/.
+# Both strategies run on the same GPU, one after the other, so each problem's pair is timed on one card;
+# where a session's device time cannot hold all problems, KEYS and TAG split them into parts.
+# TOTAL: seconds this call may take. GREEDY_DONE=1 / MCTS_DONE=1 skip a bench that is done.
+# BUDGET: evaluations per problem (default 12: at 8 or less MCTS is greedy by construction).
+set -uo pipefail
+OUT=${OUT:-$PWD/.out}
+began=$(date +%s)
+left() { echo $(( ${TOTAL:-570} - ($(date +%s) - began) )); }
+skip="SKIP_NCU_QUERY=1 SKIP_GPU_TESTS=1 SKIP_CUTE=1 SKIP_EVALS=1 SKIP_THROUGHPUT=1 SKIP_PROFILE_BENCH=1 SKIP_FUSION=1 SKIP_SEARCH=1"
+keys=${KEYS:-$(grep -v '^#' benchmarks/kernelbench_subset30_level2.txt | paste -sd, -)}
+tag=${TAG:-kb12}
+args="--problems $keys --budget ${BUDGET:-12} --no-profile --no-kb"
+still_running() { [ -f /tmp/kernelpro-bg/kb.pid ] && kill -0 "$(cat /tmp/kernelpro-bg/kb.pid)" 2>/dev/null; }
+for strategy in greedy mcts; do
+  upper=$(echo "$strategy" | tr a-z A-Z); done_var=${upper}_DONE; state_var=${upper}_STATE
+  [ "${!done_var:-0}" = 1 ] && continue
+  [ "$(left)" -gt 60 ] || exit 0
+  env $skip OUT="$OUT/$strategy" KB=1 KB_NAME="$tag${strategy:0:1}" ${!state_var:+KB_STATE=${!state_var}} UNTIL="$(left)" \
+    KB_ARGS="$args --strategy $strategy" bash scripts/gpu_check.sh 2>&1 | tail -25
+  if still_running; then echo "the $strategy bench is still running: call again"; exit 0; fi
+done
+[ "${JUDGE:-0}" = 1 ] || exit 0
+for strategy in greedy mcts; do
+  [ "$(left)" -gt 90 ] || exit 0
+  upper=$(echo "$strategy" | tr a-z A-Z); state_var=${upper}_STATE
+  # KB=1 restores the bench on a fresh machine (its state) and lets a finished one end at once
+  env $skip OUT="$OUT/judge_$strategy" KB=1 KB_JUDGE=1 KB_NAME="$tag${strategy:0:1}" ${!state_var:+KB_STATE=${!state_var}} \
+    KB_ARGS="$args --strategy $strategy" UNTIL=60 KB_JUDGE_UNTIL=$(( $(left) / 2 - 60 )) \
+    KB_JUDGE_TIMEOUT=$(( $(left) / 2 )) bash scripts/gpu_check.sh 2>&1 | tail -30
+done
