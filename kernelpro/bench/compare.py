@@ -94,8 +94,8 @@ def compare(folder_a: Path, folder_b: Path) -> dict:
         if ra["speedup"] and rb["speedup"] and ra["status"] == rb["status"] == "done":
             paired.append({"key": key, "a": ra["speedup"], "b": rb["speedup"], "ratio": rb["speedup"] / ra["speedup"],
                            "evaluations_a": ra["evaluations"], "evaluations_b": rb["evaluations"],
-                           # final: re-measured after the search; search: the search's own timing (a row
-                           # whose re-measurement failed); pairs of different kinds are flagged
+                           # final: re-measured after the search; search: the search's own timing (no
+                           # re-measurement, or one that failed); pairs of different kinds are flagged
                            "measured_a": ra.get("measured"), "measured_b": rb.get("measured"),
                            "to95_a": evaluations_to(folder_a, key), "to95_b": evaluations_to(folder_b, key)})
     energy = energy_pairs(rows_a, rows_b, [p["key"] for p in paired])
@@ -142,7 +142,8 @@ def markdown(document: dict) -> str:
                          f"{document['to95_pairs']}: A {document['mean_to95_a']:.2f}, B {document['mean_to95_b']:.2f}.")
         if document.get("mixed_measurements"):
             lines.append("Speedups are the bests re-measured after their searches; (search) marks a row timed during "
-                         "its search instead (its re-measurement did not end correct), so these pairs mix the two: "
+                         "its search instead (no re-measurement: the reference stayed best, or it did not end correct), so these "
+                         "pairs mix the two: "
                          + ", ".join(f"`{k}`" for k in document["mixed_measurements"]) + ".")
     p_value = document["p_value"]
     lines.append(f"{document['test']}: " + (f"p = {p_value:.3g}" if p_value is not None
