@@ -583,8 +583,8 @@ class SearchRun:
         """Whether the closing re-measurement takes the best's and the reference's energy too: under any
         objective where NVML reads the GPU, so a time search's best has a J/call to set against an energy
         search's (`kernelpro bench compare`). A few seconds of windows, outside the budget."""
+        self.store.put("final_energy_note", None)  # a note from an earlier segment no longer holds
         if getattr(evaluator, "energy_meter", None) is not None:
-            self.store.put("final_energy_note", None)  # a note from an earlier segment no longer holds
             return True
         if self.settings.device != "cuda":
             return False
@@ -594,7 +594,6 @@ class SearchRun:
         except EnergyUnavailable as error:
             self.store.put("final_energy_note", f"energy not measured: {error}")
             return False
-        self.store.put("final_energy_note", None)
         return True
 
 

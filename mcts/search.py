@@ -209,7 +209,7 @@ class Search:
         """The best correct child that beat `node` by `follow_gain` or more, if that is on (else None)."""
         if self.config.follow_gain <= 0:
             return None
-        floor = self.config.follow_gain * ((node.ratio or 1.0) if node.parent is not None else 1.0)
+        floor = self.config.follow_gain * (node.ratio or 1.0)  # the root's ratio is 1.0
         winners = [self.nodes[c] for c in node.children if self.nodes[c].status is Status.OK
                    and self._selectable(self.nodes[c], blocked) and (self.nodes[c].ratio or 0.0) >= floor]
         return by_ratio(winners)[0] if winners else None

@@ -19,7 +19,7 @@ import json
 import math
 from pathlib import Path
 
-from kernelpro.bench.leaderboard import geomean
+from kernelpro.bench.leaderboard import _cell, geomean
 from kernelpro.bench.runner import BenchError
 from kernelpro.energy.objectives import DEFAULT_EPSILON, within_matched_speed
 
@@ -120,8 +120,8 @@ def _to95_means(paired: list[dict]) -> dict:
             "mean_to95_b": sum(p["to95_b"] for p in both) / len(both) if both else None}
 
 
-def _count(value) -> str:
-    return "-" if value is None else str(value)
+def _timed_in_search(pair: dict, side: str) -> str:
+    return " (search)" if pair.get(f"measured_{side}") == "search" else ""
 
 
 def markdown(document: dict) -> str:
@@ -129,10 +129,9 @@ def markdown(document: dict) -> str:
              "| problem | A vs eager | B vs eager | B / A | evaluations A | evaluations B | to 95% A | to 95% B |",
              "|---|---|---|---|---|---|---|---|"]
     for p in document["paired"]:
-        mark = lambda side: "" if p.get(f"measured_{side}") != "search" else " (search)"  # noqa: E731
-        lines.append(f"| `{p['key']}` | {p['a']:.3f}x{mark('a')} | {p['b']:.3f}x{mark('b')} | {p['ratio']:.3f} | "
-                     f"{p['evaluations_a']} | {p['evaluations_b']} | {_count(p.get('to95_a'))} | "
-                     f"{_count(p.get('to95_b'))} |")
+        lines.append(f"| `{p['key']}` | {p['a']:.3f}x{_timed_in_search(p, 'a')} | "
+                     f"{p['b']:.3f}x{_timed_in_search(p, 'b')} | {p['ratio']:.3f} | {p['evaluations_a']} | "
+                     f"{p['evaluations_b']} | {_cell(p.get('to95_a'), '{}')} | {_cell(p.get('to95_b'), '{}')} |")
     if document["paired"]:
         lines += ["", f"{document['n']} paired problems: geomean A {document['geomean_a']:.3f}x, B "
                       f"{document['geomean_b']:.3f}x, B/A {document['geomean_b_over_a']:.3f}; B better on "
