@@ -54,7 +54,8 @@ def register(app: typer.Typer) -> None:
     @app.command("bench", context_settings={"help_option_names": ["-h", "--help"]})
     def bench_command(
         targets: Annotated[list[str], typer.Argument(
-            help="SUITE (levelN/ID_Name.py, or a flat folder of problems); or: compare DIR_A DIR_B; or: report "
+            help="SUITE (levelN/ID_Name.py, or a flat folder of problems); or: compare DIR_A DIR_B (a side run in "
+                 "parts: DIR_A1,DIR_A2); or: report "
                  "DIR (the leaderboards of a bench as it stands)",
             metavar="SUITE | compare DIR_A DIR_B | report DIR")],
         level: Annotated[str, typer.Option("--level", help="levels to run, e.g. 1,2")] = "",
@@ -98,9 +99,10 @@ def register(app: typer.Typer) -> None:
         report DIR: write the leaderboards of a bench as it stands (running or stopped)."""
         if targets[0] == "compare":
             if len(targets) != 3:
-                raise typer.BadParameter("compare takes two bench folders: compare DIR_A DIR_B", param_hint="SUITE")
+                raise typer.BadParameter("compare takes two bench folders: compare DIR_A DIR_B (a side run in parts: "
+                                         "DIR_A1,DIR_A2)", param_hint="SUITE")
             from kernelpro.bench.compare import compare, markdown
-            document = compare(Path(targets[1]), Path(targets[2]))
+            document = compare(*([Path(p) for p in side.split(",") if p] for side in targets[1:3]))
             typer.echo(json.dumps(document, indent=2) if json_output else markdown(document), nl=False)
             return
         if targets[0] == "report":

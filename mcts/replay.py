@@ -78,6 +78,20 @@ class Replay:
             order.append(state)
         return cls(data["name"], outcomes, order)
 
+    @classmethod
+    def merged(cls, replays: list["Replay"]) -> "Replay":
+        """One problem's searches as one replay (greedy's tree and MCTS's, say): the first replay's states in
+        its order, then each later one's states that no earlier one evaluated; a state evaluated twice keeps
+        the first outcome, so a strategy replays what was measured, once."""
+        outcomes: dict[State, tuple[str, float | None]] = {(): ("reference", 1.0)}
+        order: list[State] = []
+        for replay in replays:
+            for state in replay.order:
+                if state not in outcomes:
+                    outcomes[state] = replay.outcomes[state]
+                    order.append(state)
+        return cls(replays[0].name, outcomes, order)
+
     def key(self, state: State) -> str:
         return ",".join(_state(state))
 
@@ -130,3 +144,13 @@ def load_replays(path: Path) -> list[Replay]:
         return [Replay.from_tree(str(tree.parent.relative_to(path / "problems")) if (path / "problems").is_dir()
                                  else tree.parent.name, json.loads(tree.read_text())) for tree in trees]
     return [Replay.from_json(item) for item in json.loads(path.read_text())["replays"]]
+
+
+def merge_benches(folders: list[Path]) -> list[Replay]:
+    """Per problem, the merged replay of the benches' trees (in the order the folders are given); a problem
+    keeps the folders that hold it, so benches run in parts (part 1, part 2 of each) merge as well."""
+    by_name: dict[str, list[Replay]] = {}
+    for folder in folders:
+        for replay in load_replays(folder):
+            by_name.setdefault(replay.name, []).append(replay)
+    return [Replay.merged(group) for _, group in sorted(by_name.items())]

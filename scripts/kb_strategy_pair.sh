@@ -5,7 +5,8 @@
 #      an earlier snapshot on a fresh machine);
 #   2. then `--strategy mcts` at the same budget on the same problems, in /tmp/kernelpro-bench/<TAG>m,
 #      snapshot in $OUT/mcts/ (MCTS_STATE);
-#   3. JUDGE=1: KernelBench's evaluator on both benches' bests, in $OUT/judge_greedy/ and $OUT/judge_mcts/.
+#   3. JUDGE=1: KernelBench's evaluator on both benches' bests, in $OUT/judge_greedy/ and $OUT/judge_mcts/, each
+#      given an even share of the time left (JUDGE_ONLY=greedy or mcts: that one only).
 # Both strategies run on the same GPU, one after the other, so each problem's pair is timed on one card;
 # where a session's device time cannot hold all problems, KEYS and TAG split them into parts.
 # TOTAL: seconds this call may take. GREEDY_DONE=1 / MCTS_DONE=1 skip a bench that is done.
@@ -28,11 +29,15 @@ for strategy in greedy mcts; do
   if still_running; then echo "the $strategy bench is still running: call again"; exit 0; fi
 done
 [ "${JUDGE:-0}" = 1 ] || exit 0
-for strategy in greedy mcts; do
-  [ "$(left)" -gt 90 ] || exit 0
+# JUDGE_ONLY=greedy|mcts judges one bench (call again for a bench whose judging ran out of time)
+judged=${JUDGE_ONLY:-greedy mcts}; remaining=$(echo $judged | wc -w)
+for strategy in $judged; do
+  # each bench gets an even share of what is left, the last one all of it
+  share=$(( $(left) / remaining )); remaining=$(( remaining - 1 ))
+  if [ "$share" -le 150 ]; then echo "no time left to judge the $strategy bench: call again with JUDGE=1 JUDGE_ONLY=$strategy"; exit 0; fi
   upper=$(echo "$strategy" | tr a-z A-Z); state_var=${upper}_STATE
   # KB=1 restores the bench on a fresh machine (its state) and lets a finished one end at once
   env $skip OUT="$OUT/judge_$strategy" KB=1 KB_JUDGE=1 KB_NAME="$tag${strategy:0:1}" ${!state_var:+KB_STATE=${!state_var}} \
-    KB_ARGS="$args --strategy $strategy" UNTIL=60 KB_JUDGE_UNTIL=$(( $(left) / 2 - 60 )) \
-    KB_JUDGE_TIMEOUT=$(( $(left) / 2 )) bash scripts/gpu_check.sh 2>&1 | tail -30
+    KB_ARGS="$args --strategy $strategy" UNTIL=60 KB_JUDGE_UNTIL=$(( share - 90 )) \
+    KB_JUDGE_TIMEOUT=$(( share - 30 )) bash scripts/gpu_check.sh 2>&1 | tail -30
 done

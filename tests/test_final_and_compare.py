@@ -85,3 +85,30 @@ def test_compare_reports_evaluations_to_95_percent_and_flags_mixed_measurements(
     assert result["mixed_measurements"] == ["level2/2_B"]
     text = compare_markdown(result)
     assert "| 8.000x (search) | 7.000x |" in text and "A 1.50, B 3.50" in text and "mix the two" in text
+
+
+def test_compare_counts_evaluations_to_the_better_best_and_takes_a_bench_in_parts(tmp_path, capsys):
+    from kernelpro.bench.runner import BenchError
+    from kernelpro.cli import main
+    # part 1: both find the same; part 2: A settles at 1.03x, B finds 9.5x at its 4th evaluation
+    greedy1 = _bench(tmp_path / "g1", [("level2/1_A", 2.0, "final", [[1, 2.0], [2, 2.0]])])
+    greedy2 = _bench(tmp_path / "g2", [("level2/2_B", 1.03, "final", [[1, 1.02], [2, 1.03], [3, 1.03], [4, 1.03]])])
+    mcts1 = _bench(tmp_path / "m1", [("level2/1_A", 2.0, "final", [[1, 1.5], [2, 2.0]])])
+    mcts2 = _bench(tmp_path / "m2", [("level2/2_B", 9.5, "final", [[1, 1.02], [2, 1.02], [3, 1.03], [4, 9.5]])])
+    result = compare([greedy1, greedy2], [mcts1, mcts2])
+    pairs = {p["key"]: p for p in result["paired"]}
+    assert result["n"] == 2 and result["a"] == f"{greedy1},{greedy2}"
+    # to its own best A is faster on B's problem (1 against 4), but it never reached 95% of 9.5x
+    assert (pairs["level2/2_B"]["to95_a"], pairs["level2/2_B"]["to95_b"]) == (1, 4)
+    assert (pairs["level2/2_B"]["to95_better_a"], pairs["level2/2_B"]["to95_better_b"]) == (None, 4)
+    assert (pairs["level2/1_A"]["to95_better_a"], pairs["level2/1_A"]["to95_better_b"]) == (1, 2)
+    assert (result["better_reached_a"], result["better_reached_b"]) == (1, 2)
+    # a search that never reached it counts as its evaluations + 1: A (1 + 5) / 2, B (2 + 4) / 2
+    assert result["mean_to95_better_a"] == pytest.approx(3.0) and result["mean_to95_better_b"] == pytest.approx(3.0)
+    text = compare_markdown(result)
+    assert "| 1 | 4 | never | 4 |" in text and "A reached it on 1 of 2, B on 2" in text
+    with pytest.raises(SystemExit) as exit_:
+        main(["bench", "compare", f"{greedy1},{greedy2}", f"{mcts1},{mcts2}", "--json"])
+    assert exit_.value.code == 0 and json.loads(capsys.readouterr().out)["n"] == 2
+    with pytest.raises(BenchError, match="level2/1_A is in both"):
+        compare([greedy1, greedy1], mcts1)

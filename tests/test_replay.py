@@ -93,3 +93,53 @@ def test_the_replay_coder_offers_moves_that_lost_everywhere_last_as_the_offline_
     assert ask([], losing=("layout",)).moves == ("fuse",)
     assert ask(["fuse"], losing=("layout",)).moves == ("layout",)  # nothing else recorded there: still offered
     assert ask([], losing=("layout",), tried=(("fuse", "1.5x"),)).moves == ("layout",)
+
+
+def test_two_searches_of_one_problem_merge_into_one_replay_keeping_the_first_outcome(tmp_path):
+    """greedy's and MCTS's trees of a problem (benchmarks/make_replay.py): greedy's states in order, then the
+    states only MCTS evaluated; a state both evaluated keeps greedy's ratio. Benches in parts merge by problem."""
+    import json
+    import subprocess
+    import sys
+    from kernelpro.mcts.replay import merge_benches
+    greedy = {"name": "level2/78_X", "states": [{"moves": ["a"], "verdict": "correct", "ratio": 1.02},
+                                                 {"moves": ["a", "b"], "verdict": "correct", "ratio": 1.03}]}
+    mcts = {"name": "level2/78_X", "states": [{"moves": ["a"], "verdict": "correct", "ratio": 1.01},
+                                               {"moves": ["a", "c"], "verdict": "correct", "ratio": 1.02},
+                                               {"moves": ["a", "c", "d"], "verdict": "correct", "ratio": 9.5}]}
+    merged = Replay.merged([Replay.from_json(greedy), Replay.from_json(mcts)])
+    assert merged.order == [("a",), ("a", "b"), ("a", "c"), ("a", "c", "d")]
+    assert merged.ratio(("a",)) == 1.02 and merged.best_ratio() == 9.5
+    assert merged.children(("a",)) == [("a", "b"), ("a", "c")] and merged.children(("a", "c")) == [("a", "c", "d")]
+
+    def bench(name, trees):  # a bench folder whose problems' tree.json replay as the given states
+        for key, states in trees.items():
+            nodes = [{"id": 0, "parent": None, "status": "ok", "ratio": 1.0}]
+            for item in states:  # each state's moves as a chain from the root, one node per move
+                parent = 0
+                for depth, move in enumerate(item["moves"], 1):
+                    known = next((n for n in nodes if n["parent"] == parent and n.get("move") == move), None)
+                    if known is None:
+                        known = {"id": len(nodes), "parent": parent, "move": move, "status": "ok",
+                                 "verdict": "correct", "ratio": item["ratio"] if depth == len(item["moves"]) else 1.0}
+                        nodes.append(known)
+                    parent = known["id"]
+            tree = tmp_path / name / "problems" / key / "tree.json"
+            tree.parent.mkdir(parents=True)
+            tree.write_text(json.dumps({"nodes": nodes}))
+        return tmp_path / name
+    part1 = bench("g1", {"level2/1_Y": [{"moves": ["a"], "ratio": 2.0}]})
+    part2 = bench("g2", {"level2/78_X": greedy["states"]})
+    other = bench("m2", {"level2/78_X": mcts["states"]})
+    replays = merge_benches([part1, part2, other])
+    assert [r.name for r in replays] == ["level2/1_Y", "level2/78_X"]
+    assert replays[1].order == merged.order and replays[1].ratio(("a",)) == 1.02
+    out = tmp_path / "replay.json"
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, str(root / "benchmarks" / "make_replay.py"), str(out), str(part1),
+                           str(part2), str(other), "--source", "test"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert [r.order for r in load_replays(out)] == [r.order for r in replays]
+    missing = subprocess.run([sys.executable, str(root / "benchmarks" / "make_replay.py"), str(out), str(tmp_path / "no"),
+                              "--source", "test"], capture_output=True, text=True)
+    assert missing.returncode == 2 and "no problems/*/tree.json in" in missing.stderr

@@ -1,5 +1,9 @@
 """`kernelpro bench compare DIR_A DIR_B`: two benches side by side, with a paired test.
 
+A side may be several bench folders, comma-separated (`compare g1,g2 m1,m2`): a bench run in parts
+(problems split across sessions or machines) is compared as one. A problem in two folders of one
+side is an error.
+
 The problems both benches finished are paired by key; the test is Wilcoxon's signed-rank
 test on the per-problem log speedups over eager (scipy), two-sided, so an ablation (MCTS
 against greedy, a knowledge base against none) says whether its difference is more than
@@ -31,6 +35,19 @@ def load(folder: Path) -> dict:
     return json.loads(path.read_text())
 
 
+def load_side(folders) -> tuple[dict, dict]:
+    """One side of a comparison, from one bench folder or several (a bench run in parts): its rows by
+    problem key, and the folder each row came from (whose tree the to-95% counts read)."""
+    rows, homes = {}, {}
+    for folder in ([folders] if isinstance(folders, (str, Path)) else folders):
+        for row in load(Path(folder))["problems"]:
+            if row["key"] in rows:
+                raise BenchError(f"{row['key']} is in both {homes[row['key']]} and {folder}: "
+                                 "a side's folders must hold different problems")
+            rows[row["key"]], homes[row["key"]] = row, Path(folder)
+    return rows, homes
+
+
 def signed_rank(differences: list[float]) -> dict:
     """Wilcoxon's signed-rank test (two-sided, zero differences dropped) on paired differences;
     statistic and p_value stay None below two nonzero differences."""
@@ -41,18 +58,40 @@ def signed_rank(differences: list[float]) -> dict:
     return {"statistic": float(result.statistic), "p_value": float(result.pvalue)}
 
 
+def history(folder: Path, key: str) -> list | None:
+    """The search's best-so-far history, [[evaluations, ratio], ...] (its tree.json); None without a tree."""
+    path = Path(folder) / "problems" / key / "tree.json"
+    try:
+        return list(json.loads(path.read_text())["search"]["history"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def first_reaching(steps: list, target: float) -> int | None:
+    """The evaluations spent when the best so far first reached `target`; None if it never did."""
+    return next((n for n, ratio in steps if ratio >= target), None)
+
+
 def evaluations_to(folder: Path, key: str, fraction: float = 0.95) -> int | None:
     """How many evaluations the problem's search spent before its best so far first reached `fraction` of
     its final best (the tree's own history, as the replay landscapes measure it); None without a tree."""
-    path = Path(folder) / "problems" / key / "tree.json"
-    try:
-        history = json.loads(path.read_text())["search"]["history"]
-    except (OSError, ValueError, KeyError, TypeError):
+    steps = history(folder, key)
+    if steps is None:
         return None
-    if not history:
+    if not steps:
         return 0
-    best = max(ratio for _, ratio in history)
-    return next(n for n, ratio in history if ratio >= fraction * best)
+    return first_reaching(steps, fraction * max(ratio for _, ratio in steps))
+
+
+def to_better_best(steps_a: list | None, steps_b: list | None, fraction: float = 0.95) -> dict:
+    """Evaluations each search spent to reach `fraction` of the better of the two searches' bests (both
+    from the searches' own timings), so a search that stopped early at a poor best is not counted fast;
+    None for a search that never reached it, and for both without both trees."""
+    if not steps_a or not steps_b:
+        return {"to95_better_a": None, "to95_better_b": None, "reached_a": None, "reached_b": None}
+    target = fraction * max(ratio for _, ratio in steps_a + steps_b)
+    a, b = first_reaching(steps_a, target), first_reaching(steps_b, target)
+    return {"to95_better_a": a, "to95_better_b": b, "reached_a": a is not None, "reached_b": b is not None}
 
 
 MATCHED_SPEED = DEFAULT_EPSILON  # the energy objective's own bound: B's best within 5% of A's time
@@ -84,10 +123,10 @@ def matched_summary(pairs: list[dict]) -> dict:
             "not_matched": [p["key"] for p in pairs if not p["matched_speed"]]}
 
 
-def compare(folder_a: Path, folder_b: Path) -> dict:
-    a, b = load(folder_a), load(folder_b)
-    rows_a = {r["key"]: r for r in a["problems"]}
-    rows_b = {r["key"]: r for r in b["problems"]}
+def compare(folder_a, folder_b) -> dict:
+    """Bench A against bench B; each side one folder or a list of folders (a bench run in parts)."""
+    rows_a, homes_a = load_side(folder_a)
+    rows_b, homes_b = load_side(folder_b)
     paired = []
     for key in sorted(rows_a.keys() & rows_b.keys()):
         ra, rb = rows_a[key], rows_b[key]
@@ -97,12 +136,13 @@ def compare(folder_a: Path, folder_b: Path) -> dict:
                            # final: re-measured after the search; search: the search's own timing (no
                            # re-measurement, or one that failed); pairs of different kinds are flagged
                            "measured_a": ra.get("measured"), "measured_b": rb.get("measured"),
-                           "to95_a": evaluations_to(folder_a, key), "to95_b": evaluations_to(folder_b, key)})
+                           "to95_a": evaluations_to(homes_a[key], key), "to95_b": evaluations_to(homes_b[key], key),
+                           **to_better_best(history(homes_a[key], key), history(homes_b[key], key))})
     energy = energy_pairs(rows_a, rows_b, [p["key"] for p in paired])
     logs = [math.log(p["ratio"]) for p in paired]
     test = {"test": "wilcoxon signed-rank (two-sided) on log(speedup B / speedup A)", "n": len(paired),
             **signed_rank(logs)}
-    return {"a": str(folder_a), "b": str(folder_b), "paired": paired,
+    return {"a": _names(folder_a), "b": _names(folder_b), "paired": paired,
             "only_a": sorted(rows_a.keys() - rows_b.keys()), "only_b": sorted(rows_b.keys() - rows_a.keys()),
             "geomean_a": geomean(p["a"] for p in paired), "geomean_b": geomean(p["b"] for p in paired),
             "geomean_b_over_a": geomean(p["ratio"] for p in paired),
@@ -112,12 +152,34 @@ def compare(folder_a: Path, folder_b: Path) -> dict:
             "energy": energy, "energy_at_matched_speed": matched_summary(energy) if energy else None}
 
 
+def _names(folders) -> str:
+    return str(folders) if isinstance(folders, (str, Path)) else ",".join(map(str, folders))
+
+
 def _to95_means(paired: list[dict]) -> dict:
-    """Mean evaluations to 95% of each search's own best, over the pairs where both trees are there."""
+    """Mean evaluations to 95% of each search's own best, over the pairs where both trees are there; and to
+    95% of the pair's better best: how often each side reached it, and the mean counting a side that never
+    did as its evaluations + 1 (so that mean is a lower bound for it)."""
     both = [p for p in paired if p["to95_a"] is not None and p["to95_b"] is not None]
+    better = [p for p in paired if p.get("reached_a") is not None]
+
+    def censored(p: dict, side: str) -> int:
+        reached = p[f"to95_better_{side}"]
+        return reached if reached is not None else p[f"evaluations_{side}"] + 1
     return {"to95_pairs": len(both),
             "mean_to95_a": sum(p["to95_a"] for p in both) / len(both) if both else None,
-            "mean_to95_b": sum(p["to95_b"] for p in both) / len(both) if both else None}
+            "mean_to95_b": sum(p["to95_b"] for p in both) / len(both) if both else None,
+            "better_pairs": len(better),
+            "better_reached_a": sum(1 for p in better if p["reached_a"]),
+            "better_reached_b": sum(1 for p in better if p["reached_b"]),
+            "mean_to95_better_a": sum(censored(p, "a") for p in better) / len(better) if better else None,
+            "mean_to95_better_b": sum(censored(p, "b") for p in better) / len(better) if better else None}
+
+
+def _reached(pair: dict, side: str) -> str:
+    if pair.get(f"reached_{side}") is None:
+        return "-"
+    return str(pair[f"to95_better_{side}"]) if pair[f"reached_{side}"] else "never"
 
 
 def _timed_in_search(pair: dict, side: str) -> str:
@@ -126,12 +188,14 @@ def _timed_in_search(pair: dict, side: str) -> str:
 
 def markdown(document: dict) -> str:
     lines = [f"A: {document['a']}", f"B: {document['b']}", "",
-             "| problem | A vs eager | B vs eager | B / A | evaluations A | evaluations B | to 95% A | to 95% B |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| problem | A vs eager | B vs eager | B / A | evaluations A | evaluations B | to 95% A | to 95% B | "
+             "to 95% of better A | to 95% of better B |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for p in document["paired"]:
         lines.append(f"| `{p['key']}` | {p['a']:.3f}x{_timed_in_search(p, 'a')} | "
                      f"{p['b']:.3f}x{_timed_in_search(p, 'b')} | {p['ratio']:.3f} | {p['evaluations_a']} | "
-                     f"{p['evaluations_b']} | {_cell(p.get('to95_a'), '{}')} | {_cell(p.get('to95_b'), '{}')} |")
+                     f"{p['evaluations_b']} | {_cell(p.get('to95_a'), '{}')} | {_cell(p.get('to95_b'), '{}')} | "
+                     f"{_reached(p, 'a')} | {_reached(p, 'b')} |")
     if document["paired"]:
         lines += ["", f"{document['n']} paired problems: geomean A {document['geomean_a']:.3f}x, B "
                       f"{document['geomean_b']:.3f}x, B/A {document['geomean_b_over_a']:.3f}; B better on "
@@ -139,6 +203,12 @@ def markdown(document: dict) -> str:
         if document.get("to95_pairs"):
             lines.append(f"Evaluations to 95% of each search's own best (its tree's history), mean over "
                          f"{document['to95_pairs']}: A {document['mean_to95_a']:.2f}, B {document['mean_to95_b']:.2f}.")
+        if document.get("better_pairs"):
+            lines.append(f"To 95% of the better of the pair's two bests (both searches' own timings): A reached it on "
+                         f"{document['better_reached_a']} of {document['better_pairs']}, B on "
+                         f"{document['better_reached_b']}; mean evaluations, a search that never reached it counted "
+                         f"as its evaluations + 1: A {document['mean_to95_better_a']:.2f}, "
+                         f"B {document['mean_to95_better_b']:.2f}.")
         if document.get("mixed_measurements"):
             lines.append("Speedups are the bests re-measured after their searches; (search) marks a row timed during "
                          "its search instead (no re-measurement: the reference stayed best, or it did not end correct), so these "
