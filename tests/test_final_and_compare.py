@@ -112,3 +112,6 @@ def test_compare_counts_evaluations_to_the_better_best_and_takes_a_bench_in_part
     assert exit_.value.code == 0 and json.loads(capsys.readouterr().out)["n"] == 2
     with pytest.raises(BenchError, match="level2/1_A is in both"):
         compare([greedy1, greedy1], mcts1)
+    with pytest.raises(SystemExit) as exit_:
+        main(["bench", "compare", ",", str(mcts1)])
+    assert exit_.value.code == 2 and "names no bench folder" in capsys.readouterr().err

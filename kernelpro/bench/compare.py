@@ -38,8 +38,11 @@ def load(folder: Path) -> dict:
 def load_side(folders) -> tuple[dict, dict]:
     """One side of a comparison, from one bench folder or several (a bench run in parts): its rows by
     problem key, and the folder each row came from (whose tree the to-95% counts read)."""
+    folders = [folders] if isinstance(folders, (str, Path)) else list(folders)
+    if not folders:
+        raise BenchError("a side of the comparison names no bench folder")
     rows, homes = {}, {}
-    for folder in ([folders] if isinstance(folders, (str, Path)) else folders):
+    for folder in folders:
         for row in load(Path(folder))["problems"]:
             if row["key"] in rows:
                 raise BenchError(f"{row['key']} is in both {homes[row['key']]} and {folder}: "
