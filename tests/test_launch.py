@@ -147,7 +147,8 @@ def test_the_shipped_models_are_not_asked_about_kernels_far_larger_than_they_saw
     dataset = Path(__file__).resolve().parent.parent / "benchmarks" / "data" / "launch_h100_interleaved_2026-11-26.tgz"
     with tarfile.open(dataset) as archive:
         archive.extract("launch.db", tmp_path, filter="data")
-    swept = [item for item in LaunchStore(tmp_path / "launch.db").instances("triton_gemm", "NVIDIA H100 80GB HBM3")
+    store = LaunchStore(tmp_path / "launch.db")
+    swept = [item for item in store.instances("triton_gemm", "NVIDIA H100 80GB HBM3")
              if (item.features["m"], item.features["n"], item.features["k"]) == (128, 32768, 32768)]
     assert len(swept) == 1
     item = swept[0]
@@ -161,7 +162,7 @@ def test_the_shipped_models_are_not_asked_about_kernels_far_larger_than_they_saw
     # fastest; a row far longer is still left to the analytic ranking
     rows, why = launch.find("triton_row", "NVIDIA H100 80GB HBM3")
     assert rows is not None, why
-    single = [item for item in LaunchStore(tmp_path / "launch.db").instances("triton_row", "NVIDIA H100 80GB HBM3")
+    single = [item for item in store.instances("triton_row", "NVIDIA H100 80GB HBM3")
               if item.features["rows"] == 1]
     assert single
     for item in single:

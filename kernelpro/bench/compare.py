@@ -35,19 +35,23 @@ def load(folder: Path) -> dict:
     return json.loads(path.read_text())
 
 
-def load_side(folders) -> tuple[dict, dict]:
-    """One side of a comparison, from one bench folder or several (a bench run in parts): its rows by
-    problem key, and the folder each row came from (whose tree the to-95% counts read)."""
-    folders = [folders] if isinstance(folders, (str, Path)) else list(folders)
+def side_folders(folders) -> list[Path]:
+    """One bench folder, or several (a bench run in parts), as a list."""
+    return [Path(folders)] if isinstance(folders, (str, Path)) else [Path(f) for f in folders]
+
+
+def load_side(folders: list[Path]) -> tuple[dict, dict]:
+    """One side of a comparison, from its bench folders: its rows by problem key, and the folder each row
+    came from (whose tree the to-95% counts read)."""
     if not folders:
         raise BenchError("a side of the comparison names no bench folder")
     rows, homes = {}, {}
     for folder in folders:
-        for row in load(Path(folder))["problems"]:
+        for row in load(folder)["problems"]:
             if row["key"] in rows:
                 raise BenchError(f"{row['key']} is in both {homes[row['key']]} and {folder}: "
                                  "a side's folders must hold different problems")
-            rows[row["key"]], homes[row["key"]] = row, Path(folder)
+            rows[row["key"]], homes[row["key"]] = row, folder
     return rows, homes
 
 
@@ -78,7 +82,11 @@ def first_reaching(steps: list, target: float) -> int | None:
 def evaluations_to(folder: Path, key: str, fraction: float = 0.95) -> int | None:
     """How many evaluations the problem's search spent before its best so far first reached `fraction` of
     its final best (the tree's own history, as the replay landscapes measure it); None without a tree."""
-    steps = history(folder, key)
+    return to_own_best(history(folder, key), fraction)
+
+
+def to_own_best(steps: list | None, fraction: float = 0.95) -> int | None:
+    """`evaluations_to` on a history already read."""
     if steps is None:
         return None
     if not steps:
@@ -128,24 +136,26 @@ def matched_summary(pairs: list[dict]) -> dict:
 
 def compare(folder_a, folder_b) -> dict:
     """Bench A against bench B; each side one folder or a list of folders (a bench run in parts)."""
-    rows_a, homes_a = load_side(folder_a)
-    rows_b, homes_b = load_side(folder_b)
+    folders_a, folders_b = side_folders(folder_a), side_folders(folder_b)
+    rows_a, homes_a = load_side(folders_a)
+    rows_b, homes_b = load_side(folders_b)
     paired = []
     for key in sorted(rows_a.keys() & rows_b.keys()):
         ra, rb = rows_a[key], rows_b[key]
         if ra["speedup"] and rb["speedup"] and ra["status"] == rb["status"] == "done":
+            steps_a, steps_b = history(homes_a[key], key), history(homes_b[key], key)  # each tree read once
             paired.append({"key": key, "a": ra["speedup"], "b": rb["speedup"], "ratio": rb["speedup"] / ra["speedup"],
                            "evaluations_a": ra["evaluations"], "evaluations_b": rb["evaluations"],
                            # final: re-measured after the search; search: the search's own timing (no
                            # re-measurement, or one that failed); pairs of different kinds are flagged
                            "measured_a": ra.get("measured"), "measured_b": rb.get("measured"),
-                           "to95_a": evaluations_to(homes_a[key], key), "to95_b": evaluations_to(homes_b[key], key),
-                           **to_better_best(history(homes_a[key], key), history(homes_b[key], key))})
+                           "to95_a": to_own_best(steps_a), "to95_b": to_own_best(steps_b),
+                           **to_better_best(steps_a, steps_b)})
     energy = energy_pairs(rows_a, rows_b, [p["key"] for p in paired])
     logs = [math.log(p["ratio"]) for p in paired]
     test = {"test": "wilcoxon signed-rank (two-sided) on log(speedup B / speedup A)", "n": len(paired),
             **signed_rank(logs)}
-    return {"a": _names(folder_a), "b": _names(folder_b), "paired": paired,
+    return {"a": ",".join(map(str, folders_a)), "b": ",".join(map(str, folders_b)), "paired": paired,
             "only_a": sorted(rows_a.keys() - rows_b.keys()), "only_b": sorted(rows_b.keys() - rows_a.keys()),
             "geomean_a": geomean(p["a"] for p in paired), "geomean_b": geomean(p["b"] for p in paired),
             "geomean_b_over_a": geomean(p["ratio"] for p in paired),
@@ -153,10 +163,6 @@ def compare(folder_a, folder_b) -> dict:
             "mixed_measurements": [p["key"] for p in paired if p["measured_a"] != p["measured_b"]],
             **_to95_means(paired),
             "energy": energy, "energy_at_matched_speed": matched_summary(energy) if energy else None}
-
-
-def _names(folders) -> str:
-    return str(folders) if isinstance(folders, (str, Path)) else ",".join(map(str, folders))
 
 
 def _to95_means(paired: list[dict]) -> dict:
