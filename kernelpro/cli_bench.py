@@ -13,7 +13,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from kernelpro.cli_options import (Device, KbPath, ModelModeChoice, ModelModeOpt, NoKb, PolicyChoice, PolicyOpt,
+from kernelpro.cli_options import (Device, KbPath, LaunchRankingChoice, LaunchRankingOpt, ModelModeChoice, ModelModeOpt,
+                                   NoKb, PolicyChoice, PolicyOpt,
                                    PrecisionChoice, PrecisionOpt, knowledge_base, quiet)
 from kernelpro.cli_search import CoderChoice, ObjectiveChoice, StrategyChoice
 from kernelpro.cli_options import make_console
@@ -70,6 +71,7 @@ def register(app: typer.Typer) -> None:
         precision: PrecisionOpt = PrecisionChoice.fp32,
         policy: PolicyOpt = PolicyChoice.relaxed,
         model_mode: ModelModeOpt = ModelModeChoice.train,
+        launch_ranking: LaunchRankingOpt = LaunchRankingChoice.auto,
         device: Device = None,
         gpus: Annotated[str, typer.Option("--gpus", help="all, or GPU indices such as 0,1 (one worker each)")] = "all",
         backend: Annotated[str, typer.Option("--backend", help="local (a worker per local GPU) or ray (a task per "
@@ -134,7 +136,8 @@ def register(app: typer.Typer) -> None:
             strategy=strategy.value, precision=precision.value, policy=policy.value, model_mode=model_mode.value,
             device=device.value if device else default_device(), gpus=gpus, profile=profile,
             baselines_only=baselines_only, time_limit_min=time_limit, **knowledge,
-            backend=backend, ray_address=ray_address, unsafe_no_sandbox=unsafe_no_sandbox)
+            backend=backend, ray_address=ray_address, unsafe_no_sandbox=unsafe_no_sandbox,
+            launch_ranking=launch_ranking.value)
         if force:
             if resume:
                 raise typer.BadParameter("--force starts over; --resume continues: give one of them",

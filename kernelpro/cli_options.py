@@ -30,6 +30,11 @@ class ModelModeChoice(str, enum.Enum):
     eval = "eval"
 
 
+class LaunchRankingChoice(str, enum.Enum):
+    auto = "auto"
+    analytic = "analytic"
+
+
 class BaselineChoice(str, enum.Enum):
     eager = "eager"
     compile = "compile"
@@ -44,6 +49,10 @@ PrecisionOpt = Annotated[PrecisionChoice, typer.Option(
 ModelModeOpt = Annotated[ModelModeChoice, typer.Option(
     "--model-mode", help="train: run models as KernelBench does (training mode: batch statistics, active "
                          "dropout); eval: call .eval() first, for inference")]
+LaunchRankingOpt = Annotated[LaunchRankingChoice, typer.Option(
+    "--launch-ranking", help="the offline coder's launch configurations (first choice and tune: moves): auto, from the "
+                             "learned launch model where one exists for the kernel's family and GPU, else the analytic "
+                             "ranking; analytic: always the analytic ranking")]
 Timeout = Annotated[float | None, typer.Option(
     "--timeout", min=1, help="wall-clock limit in seconds for every phase (build, load, correctness, timing)")]
 JsonFlag = Annotated[bool, typer.Option(

@@ -93,6 +93,7 @@ class SearchSettings:
     unsafe_no_sandbox: bool = False  # let the LLM coder's candidates run where no sandbox works
     use_kb: bool = True  # read priors from and record outcomes into the knowledge base
     kb: str = ""  # its path ("" = kernelpro.knowledge.default_path())
+    launch_ranking: str = "auto"  # the offline coder's launch configurations: auto (learned model where one exists) or analytic
 
 
 MAX_CODER_FAILURES_IN_ROW = 4  # then the search stops and says why
@@ -203,8 +204,12 @@ class SearchRun:
                 if self.finished_as is not None:
                     settings = replace(settings, budget=self.finished_as.get("budget") or settings.budget)
         self.settings = settings
-        options = {} if settings.coder != "anthropic" else {
-            key: value for key, value in (("model", settings.model), ("planner_model", settings.planner_model)) if value}
+        options: dict = {}
+        if settings.coder == "offline":
+            options = {"launch_ranking": settings.launch_ranking}
+        elif settings.coder == "anthropic":
+            options = {key: value for key, value in (("model", settings.model), ("planner_model", settings.planner_model))
+                       if value}
         self.coder = coder or make_coder(settings.coder, seed=42, **options)
         if objectives.needs_energy(settings.objective) and energy_meter is None:
             from kernelpro.energy import open_meter

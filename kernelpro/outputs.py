@@ -154,6 +154,17 @@ def launch_configs(rows: list[dict], search: Search, baseline: dict) -> str:
     return "".join(line + "\n" for line in lines)
 
 
+def launch_rankings(rows: list[dict], search: Search) -> dict[str, int]:
+    """Which ranking chose the launch configuration of each generated kernel the search evaluated ("predictor", or
+    "analytic: why not"), counted over kernels; persistent grids put first are counted by the ranking after them."""
+    counts: dict[str, int] = {}
+    for row in rows:
+        for kernel in ((search.nodes[row["node_id"]].payload or {}).get("state", {}).get("kernels") or []):
+            label = str(kernel.get("ranking") or "analytic").split(" first, then ")[-1]
+            counts[label] = counts.get(label, 0) + 1
+    return dict(sorted(counts.items(), key=lambda item: -item[1]))
+
+
 def write_all(run, search: Search, baseline: dict, stopped: str, final) -> dict:
     out, s = run.out, run.settings
     rows = run.store.evaluations()
@@ -176,7 +187,8 @@ def write_all(run, search: Search, baseline: dict, stopped: str, final) -> dict:
         "problem": str(s.problem), "objective": s.objective, "device": s.device,
         "device_name": baseline.get("device_name"), "torch_version": baseline.get("torch_version"),
         "coder": s.coder, "strategy": s.strategy, "precision": s.precision, "policy": s.policy, "seed": s.seed,
-        "model_mode": s.model_mode,
+        "model_mode": s.model_mode, "launch_ranking": s.launch_ranking,
+        "launch_rankings": launch_rankings(rows, search),
         "budget": s.budget, "evaluations": len(rows), "verdicts": verdict_counts(rows),
         "baseline_ms": baseline["eager_ms"], "baseline_compile_ms": baseline.get("compile_ms"),
         "baseline_compile_correct": baseline.get("compile_correct"),

@@ -108,6 +108,57 @@ def test_the_search_uses_an_installed_model_and_falls_back_on_a_version_mismatch
     assert fallback[0]["config"] == plain[0]["config"]
 
 
+def test_launch_ranking_analytic_keeps_the_generators_order_where_a_model_exists(collected, tmp_path, monkeypatch):
+    """`--launch-ranking analytic` (the baseline of the in-search comparison): the graph worker ranks every kernel
+    analytically although an installed model would reorder it, says so, and its tune: moves walk that order; the
+    offline coder sends the choice to its worker and keeps the answers of the two apart."""
+    import kernelpro.launch as launch
+    from kernelpro.offline import OfflineCoder
+    from kernelpro.offline.worker import Problem, expand
+    store, *_ = collected
+    monkeypatch.setenv("KERNELPRO_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(launch, "_CACHE", {})
+    problem = C.template_problem(C.Shape("pointwise", (700, 1000)), tmp_path)
+    built = Problem(problem, 42, "eval")
+    _, _, plain = built.build(["fuse_pointwise"], {}, DEVICE)
+    model, _ = M.train(store.instances("triton_pointwise", DEVICE.name), "triton_pointwise", DEVICE.name, epochs=150)
+    model.save(M.model_path(launch.user_models(), "triton_pointwise", DEVICE.name))
+    monkeypatch.setattr(launch, "_CACHE", {})
+    _, _, learned = built.build(["fuse_pointwise"], {}, DEVICE)
+    _, _, analytic = built.build(["fuse_pointwise"], {}, DEVICE, "fp32", "analytic")
+    assert learned[0]["ranking"] == "predictor"
+    assert analytic[0]["ranking"] == "analytic: as asked (--launch-ranking analytic)"
+    assert analytic[0]["config"] == plain[0]["config"]
+    assert learned[0]["config"] != plain[0]["config"], "the fake timer's rule should move the first choice"
+    # the worker's answer: a bad value is refused, not taken for "auto"
+    spec = {"problem_path": str(problem), "applied": ["fuse_pointwise"], "tune": {}, "device": "cpu",
+            "precision": "fp32", "policy": "relaxed", "model_mode": "eval", "launch_ranking": "learned"}
+    with pytest.raises(ValueError, match="launch_ranking must be one of auto, analytic"):
+        expand(spec)
+    from kernelpro.coder import CoderRequest
+    request = CoderRequest(problem_path=str(problem), problem_source=problem.read_text(), parent_source="",
+                           parent_state={"applied": ["fuse_pointwise"]}, parent_verdict="correct", parent_ms=None,
+                           parent_speedup=None, kind="refine", model_mode="eval")
+    for choice, expected in (("analytic", "analytic: as asked"), ("auto", "analytic")):
+        coder = OfflineCoder(launch_ranking=choice)
+        try:
+            kernels = coder.options(request)["kernels"]
+        finally:
+            coder.close()
+        assert kernels and all(k["ranking"].startswith(expected) for k in kernels), (choice, kernels[0]["ranking"])
+        assert choice == "analytic" or "as asked" not in kernels[0]["ranking"]
+    # from the command line: the search hands the choice to its offline coder, and a bench to each search
+    from kernelpro.bench.child import BenchSettings, search_args
+    from kernelpro.bench.suite import Entry
+    from kernelpro.driver import SearchRun, SearchSettings
+    run = SearchRun(SearchSettings(problem=str(problem), out=str(tmp_path / "run"), launch_ranking="analytic",
+                                   use_kb=False))
+    assert run.coder.launch_ranking == "analytic"
+    args = search_args(Entry(key="p", path=problem, level=None, number=None, name="p"), BenchSettings(
+        suite=str(tmp_path), out=str(tmp_path / "bench"), launch_ranking="analytic"), tmp_path / "p", resume=False)
+    assert args[args.index("--launch-ranking") + 1] == "analytic"
+
+
 def test_a_kernel_far_outside_the_training_range_keeps_the_analytic_ranking(collected, tmp_path, monkeypatch):
     """An MLP extrapolates arbitrarily: a kernel more than RANGE_MARGIN beyond every size the model trained on
     is ranked analytically, with the descriptor that lies outside named; one inside the range is not."""
@@ -264,3 +315,162 @@ def test_collect_chooses_suite_problems_as_bench_does(tmp_path):
         problem_paths(suite, only="level9/1_Z")
     refused = CliRunner().invoke(app, ["launch", "collect", "--db", str(tmp_path / "l.db"), "--only", "1"])
     assert refused.exit_code != 0 and "--problems DIR" in str(refused.exception)
+
+
+def test_run_json_and_the_leaderboard_say_which_ranking_chose_the_launch_configurations():
+    """A search counts, over the generated kernels it evaluated, which ranking chose each one's configuration; the
+    bench's leaderboard adds them up and names why the model was not used (a GPU no model was trained for)."""
+    from types import SimpleNamespace
+    from kernelpro.bench.leaderboard import launch_ranking_lines
+    from kernelpro.outputs import launch_rankings
+
+    def node(*rankings):
+        return SimpleNamespace(payload={"state": {"kernels": [{"ranking": r} for r in rankings]}})
+    search = SimpleNamespace(nodes={1: node("predictor"), 2: node("predictor", "analytic: no launch model for "
+                                                                  "triton_pointwise on NVIDIA H100 80GB HBM3"),
+                                    3: node("persistent grids (18) first, then predictor"), 4: SimpleNamespace(payload={})})
+    rows = [{"node_id": i} for i in (1, 2, 3, 4)]
+    counts = launch_rankings(rows, search)
+    assert counts == {"predictor": 3, "analytic: no launch model for triton_pointwise on NVIDIA H100 80GB HBM3": 1}
+    h200 = {"analytic: no launch model for triton_row on NVIDIA H200": 8}
+    lines = launch_ranking_lines([{"launch_rankings": counts}, {"launch_rankings": h200}, {"launch_rankings": {}}])
+    assert lines[1] == ("Launch configurations of the 12 generated kernels evaluated: the learned launch model chose 3, "
+                        "the analytic ranking 9 (no launch model for triton_row on NVIDIA H200 (8); no launch model "
+                        "for triton_pointwise on NVIDIA H100 80GB HBM3 (1)).")
+    assert launch_ranking_lines([{"launch_rankings": {}}]) == []
+
+
+def test_static_features_come_from_the_compiled_kernels_sass_and_resources():
+    """From a real capture (tests/data/sass/capture.sh: nvcc 13.0, sm_90, cuobjdump from PyPI): registers, the
+    instruction mix, access widths and spills; a configuration's kernels (a split row's passes) add up."""
+    from kernelpro.launch.static import for_kernel, from_sass
+    from kernelpro.tools.sass import parse_resource_usage, parse_sass
+    folder = Path(__file__).parent / "data" / "sass"
+    kernels = parse_sass((folder / "kernels_sm90.sass").read_text())
+    parse_resource_usage((folder / "kernels_sm90.resources").read_text(), kernels)
+    vec4 = from_sass(kernels["_Z8add_vec4PK6float4S1_PS_i"])
+    spill = from_sass(kernels["_Z11spill_heavyPfii"])
+    assert vec4["registers"] == 22 and vec4["access_bits"] == 128 and vec4["global_loads"] == 2
+    assert vec4["global_stores"] == 1 and vec4["local_memory"] == 0
+    assert spill["registers"] == 38 and spill["local_memory"] > 20 and spill["instructions"] > vec4["instructions"]
+    found = {"fused_sum_0_kernel": vec4, "fused_sum_0_pass1_kernel": spill, "fused_sum_1_kernel": spill}
+    both = for_kernel(found, "fused_sum_0")
+    assert both["kernels"] == 2 and both["registers"] == 38
+    assert both["instructions"] == vec4["instructions"] + spill["instructions"]
+    assert for_kernel(found, "fused_sum_1")["kernels"] == 1 and for_kernel(found, "fused_mul_0") == {}
+
+
+COMPILE_HERE = """
+import json, sys
+from pathlib import Path
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from kernelpro.harness.modelio import import_file
+from kernelpro.launch.static import for_kernel, of_triton_module
+module = import_file("kernelpro_static_candidate", Path(sys.argv[1]))
+signature = {"x": "*fp32", "y": "*fp32", "out": "*fp32", "n": "i32", "BLOCK": "constexpr"}
+out = {}
+for warps, block in ((4, 1024), (8, 4096)):
+    compiled = triton.compile(ASTSource(module.fused_add_0_kernel, signature, constexprs={"BLOCK": block}),
+                              target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+    module.fused_add_0_kernel.device_caches = {0: ({"key": compiled}, {}, None, None, None)}
+    found = of_triton_module(module)
+    out[block] = {"names": sorted(found), "static": for_kernel(found, "fused_add_0")}
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("triton") is None, reason="needs triton")
+def test_static_features_of_a_triton_kernel_compiled_for_the_h100_here(tmp_path):
+    """A Triton kernel compiled on this CPU machine for sm_90 (Triton compiles without a GPU; in a child process, as
+    the CPU tests otherwise interpret Triton): of_triton_module finds it in its JIT function's cache (laid out as
+    Triton's JITFunction keeps it: per device, a tuple whose first element maps keys to compiled kernels) and reads
+    its registers and instruction mix through cuobjdump."""
+    import os
+    import subprocess
+    import sys
+    from types import ModuleType
+    from kernelpro.launch.static import of_triton_module
+    from kernelpro.tools.api import find_binary
+    if find_binary("cuobjdump") is None:
+        pytest.skip("needs cuobjdump")
+    path = tmp_path / "candidate.py"
+    path.write_text('''import triton
+import triton.language as tl
+
+
+@triton.jit
+def fused_add_0_kernel(x, y, out, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = i < n
+    tl.store(out + i, tl.load(x + i, mask=m) + tl.load(y + i, mask=m), mask=m)
+''')
+    script = tmp_path / "compile_here.py"
+    script.write_text(COMPILE_HERE)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, str(script), str(path)], capture_output=True, text=True, timeout=600,
+                          env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    sizes = json.loads(done.stdout.strip().splitlines()[-1])
+    for block, found in sizes.items():
+        static = found["static"]
+        assert found["names"] == ["fused_add_0_kernel"]
+        assert static["registers"] > 0 and static["global_loads"] >= 2 and static["global_stores"] >= 1
+        assert static["kernels"] == 1 and static["instructions"] > 10
+    assert sizes["1024"]["static"] != sizes["4096"]["static"]  # another configuration, other code
+    assert of_triton_module(ModuleType("empty")) == {}
+
+
+def test_a_sweep_stores_each_rows_static_features_and_ranks_analytically(collected, tmp_path, monkeypatch):
+    """The timing child's answer ({"ms", "static"} per candidate) lands in the row of the kernel it belongs to;
+    the sweep ranks analytically even where a launch model for the device is installed (the rows' ranks are the
+    analytic ranking's, the baseline the model is scored against)."""
+    import kernelpro.launch as launch
+    store, *_ = collected
+    monkeypatch.setenv("KERNELPRO_HOME", str(tmp_path / "home"))
+    model, _ = M.train(store.instances("triton_pointwise", DEVICE.name), "triton_pointwise", DEVICE.name, epochs=50)
+    model.save(M.model_path(launch.user_models(), "triton_pointwise", DEVICE.name))
+    monkeypatch.setattr(launch, "_CACHE", {})
+    seen = []
+
+    def timer(path, sources, configs, features):
+        seen.append([c["BLOCK"] for c in configs])
+        return [{"ms": t, "static": {"other_kernel": {"registers": 99.0},
+                                     f"{name}_kernel": {"registers": float(16 + n), "instructions": 40.0}}}
+                for n, (t, name) in enumerate(zip(fake_timer(path, sources, configs, features),
+                                                  [re_name(s) for s in sources]))]
+
+    def re_name(source):
+        import re
+        return re.search(r"def (\w+)_kernel\(", source).group(1)
+    fresh = LaunchStore(tmp_path / "static.db")
+    problem = C.template_problem(C.Shape("pointwise", (700, 1000)), tmp_path)
+    added = C.sweep(fresh, problem, DEVICE.name, DEVICE, timer, most=6)
+    assert added == 6
+    item, = fresh.instances("triton_pointwise", DEVICE.name)
+    assert sorted(s["registers"] for s in item.static) == [16.0, 17.0, 18.0, 19.0, 20.0, 21.0]
+    assert all(s["kernels"] == 1 and s["instructions"] == 40.0 for s in item.static)
+    scores = [item.configs[i]["score"] for i in sorted(range(len(item.ranks)), key=lambda i: item.ranks[i])]
+    assert scores == sorted(scores, reverse=True) and sorted(item.ranks) == list(range(6))
+
+
+def test_static_features_train_only_where_every_row_has_them_and_keep_a_model_out_of_the_search(collected):
+    """A dataset where some rows lack static features trains without them; one where all have them trains with
+    them, and such a model is not asked in the search (which ranks before anything is compiled)."""
+    store, *_ = collected
+    items = store.instances("triton_pointwise", DEVICE.name)
+    partial = [dataclasses_replace(item, static=[{"registers": 32.0}] * len(item.configs)) for item in items[1:]] + \
+        [items[0]]
+    model, _ = M.train(partial, "triton_pointwise", DEVICE.name, epochs=5)
+    assert not any(name.startswith("static_") for name in model.schema)
+    full = [dataclasses_replace(item, static=[{"registers": float(16 + n)} for n in range(len(item.configs))])
+            for item in items]
+    model, _ = M.train(full, "triton_pointwise", DEVICE.name, epochs=5)
+    assert "static_registers" in model.schema
+    assert "static" in model.outside(items[0].features, DEVICE.sms)
+
+
+def dataclasses_replace(item, **changes):
+    import dataclasses
+    return dataclasses.replace(item, **changes)

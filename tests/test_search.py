@@ -203,6 +203,7 @@ def test_end_to_end_search_writes_every_output(attention_run):
     for key in ("baseline_ms", "best_ms", "speedup", "evaluations", "verdicts", "objective", "device", "coder"):
         assert key in document
     assert document["coder"] == "offline" and document["device"] == "cpu" and document["objective"] == "time"
+    assert document["launch_ranking"] == "auto"
     assert sum(document["verdicts"].values()) == document["evaluations"] <= 3
     assert document["evaluations"] == 3 or document["stopped"] == "no moves left"
     split = document["time_split_s"]  # the offline coder's graph worker and the evaluations both took time

@@ -66,6 +66,7 @@ class BenchSettings:
     backend: str = "local"  # "local" (a worker per local GPU) or "ray" (a task per problem on a Ray cluster)
     ray_address: str = ""  # "" starts a local Ray instance
     unsafe_no_sandbox: bool = False  # passed to each search (the Anthropic coder where no sandbox works)
+    launch_ranking: str = "auto"  # passed to each search: the offline coder's launch configurations
 
 
 def summarize_run(folder: Path) -> dict:
@@ -84,7 +85,7 @@ def summarize_run(folder: Path) -> dict:
             "speedup", "speedup_vs_compile", "final_speedup", "best_moves", "evaluations", "verdicts", "wall_s",
             "energy_j", "baseline_energy_j", "stopped", "coder", "strategy", "objective", "precision", "budget",
             "time_split_s", "final", "final_failure", "final_history", "model_mode", "kernelbench_speedup", "energy",
-            "baseline_compile_correct")
+            "baseline_compile_correct", "launch_ranking", "launch_rankings")
     return {k: run.get(k) for k in keep} | {
         "techniques": list(dict.fromkeys(techniques)),
         "tokens": (usage.get("input_tokens", 0) or 0) + (usage.get("output_tokens", 0) or 0) if usage else None,
@@ -100,7 +101,7 @@ def search_args(entry: Entry, s: BenchSettings, folder: Path, resume: bool) -> l
     """The `kernelpro search` command line of one problem."""
     return ["search", str(entry.path), "--budget", str(s.budget), "--coder", s.coder, "--objective", s.objective,
             "--strategy", s.strategy, "--precision", s.precision, "--policy", s.policy, "--device", s.device,
-            "--model-mode", s.model_mode,
+            "--model-mode", s.model_mode, "--launch-ranking", s.launch_ranking,
             "--out", str(folder), "--json"] + (["--resume"] if resume else []) + \
         ([] if s.profile else ["--no-profile"]) + (["--time-limit", str(s.time_limit_min)] if s.time_limit_min else []) + \
         (["--no-kb"] if not s.use_kb else ["--kb", s.kb] if s.kb else []) + \

@@ -79,6 +79,8 @@ def problem_row(row: dict) -> dict:
         "gpu_minutes": round((result.get("wall_s") or row.get("seconds") or 0.0) / 60, 3),
         "tokens": result.get("tokens"), "cost_usd": result.get("cost_usd"),
         **energy_columns(result),
+        # which ranking chose each evaluated generated kernel's launch configuration ("predictor" or "analytic: why")
+        "launch_rankings": result.get("launch_rankings") or {},
         # the card of the final re-measurement, which gives the row's times, else the search's
         "device_name": final.get("device_name") or result.get("device_name"), "error": row["error"] or None,
     }
@@ -154,7 +156,9 @@ def _how(document: dict) -> str:
     s = document["settings"]
     return (f"{document['created']}; coder {s['coder']}, strategy {s['strategy']}, budget {s['budget']}, objective "
             f"{s['objective']}, precision {s['precision']}, policy {s['policy']}, model mode "
-            f"{s.get('model_mode', 'eval')}; devices: "
+            f"{s.get('model_mode', 'eval')}"
+            + (f", launch ranking {s['launch_ranking']}" if s.get("launch_ranking", "auto") != "auto" else "")
+            + "; devices: "
             f"{', '.join(document['devices']) or '-'}")
 
 
@@ -219,10 +223,30 @@ def markdown(document: dict) -> str:
         overall = document["overall"].get("geomean_energy_saving")
         lines += ["", f"Geomean energy saved: {_cell(overall, suffix='x')} (reference J/call over the best's, in the "
                       "best's own evaluation)."]
+    lines += launch_ranking_lines(document["problems"])
     failed = [r for r in document["problems"] if r["error"]]
     if failed:
         lines += ["", "Failed problems:", ""] + [f"- `{r['key']}`: {r['error'].splitlines()[0][:300]}" for r in failed]
     return "\n".join(lines) + "\n"
+
+
+def launch_ranking_lines(problems: list[dict]) -> list[str]:
+    """What chose the generated kernels' launch configurations over the bench: the learned launch model or the
+    analytic ranking, counted over evaluated kernels, with the commonest reasons the model was not used (a bench
+    with --launch-ranking auto on a GPU no model was trained for ranks analytically throughout, and says so)."""
+    counts: dict[str, int] = {}
+    for row in problems:
+        for label, count in (row.get("launch_rankings") or {}).items():
+            counts[label] = counts.get(label, 0) + count
+    total = sum(counts.values())
+    if not total:
+        return []
+    learned = counts.get("predictor", 0)
+    reasons = sorted(((c, label.removeprefix("analytic: ")) for label, c in counts.items() if label != "predictor"),
+                     reverse=True)[:3]
+    why = "; ".join(f"{reason} ({count})" for count, reason in reasons)
+    return ["", f"Launch configurations of the {total} generated kernels evaluated: the learned launch model chose "
+                f"{learned}, the analytic ranking {total - learned}" + (f" ({why})" if why else "") + "."]
 
 
 # -- the HTML report ------------------------------------------------------------------------------

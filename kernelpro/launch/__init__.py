@@ -48,9 +48,13 @@ def find(kind: str, device_name: str) -> tuple[LaunchModel | None, str]:
     return _CACHE[key]
 
 
-def order(ranked: list[dict], features: dict, backend: str, device_name: str, sms: int) -> tuple[list[dict], str]:
+def order(ranked: list[dict], features: dict, backend: str, device_name: str, sms: int,
+          learned: bool = True) -> tuple[list[dict], str]:
     """The generator's ranked configurations, reordered by the launch model where one exists for the kernel's
-    family and device; and which ranking decided ("predictor", or "analytic: <why not the predictor>")."""
+    family and device (and `learned`: False keeps the analytic ranking, as `--launch-ranking analytic` asks);
+    and which ranking decided ("predictor", or "analytic: <why not the predictor>")."""
+    if not learned:
+        return ranked, "analytic: as asked (--launch-ranking analytic)"
     if not device_name or len(ranked) < 2:
         return ranked, "analytic"
     model, why = find(family(features, backend), device_name)

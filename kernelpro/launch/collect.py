@@ -10,7 +10,9 @@ between calls to flush L2, the median of `calls` (`kernelpro.launch.timing`, who
 records). Rows are committed to the store as each instance finishes; an instance's configurations
 already in the store are not timed again, so a killed collection resumes.
 
-The timer is an argument: `cuda_timer` on a GPU; tests pass a fake with the same signature.
+The timer is an argument: `cuda_timer` on a GPU; tests pass a fake with the same signature. The GPU's timing
+child also reports each candidate's compiled Triton kernels' static features (`kernelpro.launch.static`: registers,
+shared memory, the SASS instruction mix), and each row stores those of its kernel.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelpro.launch.features import family as family_of
+from kernelpro.launch.static import for_kernel
 from kernelpro.launch.store import LaunchStore
 
 MOVES = ["fuse_reductions", "fuse_pointwise", "triton_gemm"]
@@ -76,7 +79,9 @@ def template_problem(shape: Shape, folder: Path) -> Path:
 
 
 #: (problem, candidate sources, their configurations, the kernel's features) -> ms per candidate (None: failed)
-Timer = Callable[[Path, list[str], list[dict], dict], list[float | None]]
+# (problem, candidate sources, configurations, kernel record) -> per candidate a time in ms, or a dict {"ms": time,
+# "static": {Triton function: static features}}, or None where it failed
+Timer = Callable[[Path, list[str], list[dict], dict], list[float | dict | None]]
 
 
 def cuda_timer(calls: int = 20) -> Timer:
@@ -108,7 +113,9 @@ def sweep(store: LaunchStore, problem: Path, device_name: str, device, timer: Ti
     kernels at their first); the rows added."""
     from kernelpro.offline.worker import Problem
     built = Problem(problem, 42, "eval")
-    _, _, kernels = built.build(MOVES, {}, device)
+    # the analytic ranking, never a launch model's order of it: the rows record each configuration's analytic
+    # rank (a baseline the model is scored against), and the sweep takes the analytic ranking's first `most`
+    _, _, kernels = built.build(MOVES, {}, device, "fp32", "analytic")
     added = 0
     for kernel in kernels:
         if kernel["backend"] != "triton":
@@ -116,15 +123,19 @@ def sweep(store: LaunchStore, problem: Path, device_name: str, device, timer: Ti
         family = family_of(kernel["features"], kernel["backend"])
         todo = []  # (rank, source, configuration) of each configuration not measured yet
         for rank in range(min(most, kernel["configs"])):
-            source, _, rebuilt = built.build(MOVES, {kernel["name"]: rank}, device)
+            source, _, rebuilt = built.build(MOVES, {kernel["name"]: rank}, device, "fp32", "analytic")
             config = next(k["config"] for k in rebuilt if k["name"] == kernel["name"])
             if not store.has(family, device_name, kernel["features"], config):
                 todo.append((rank, source, config))
         configs = [config for _, _, config in todo]
         times = timer(problem, [source for _, source, _ in todo], configs, kernel["features"]) if todo else []
-        for (rank, _, config), time_ms in zip(todo, times):
+        for (rank, _, config), measured in zip(todo, times):
+            # a timer gives a time, or {"ms": time, "static": {function: static features}} (the GPU's timing child)
+            time_ms, static = (measured.get("ms"), for_kernel(measured.get("static") or {}, kernel["name"])) \
+                if isinstance(measured, dict) else (measured, {})
             if time_ms is not None and math.isfinite(time_ms):
-                added += store.add(family, device_name, device.sms, kernel["features"], config, rank, time_ms, "sweep")
+                added += store.add(family, device_name, device.sms, kernel["features"], config, rank, time_ms, "sweep",
+                                   static=static)
         progress(f"{problem.name}: {kernel['name']} ({family}), {len(times)} configurations timed")
     return added
 

@@ -6,8 +6,8 @@ candidate configuration by its launch keys (BLOCK, num_warps, BLOCK_M, SPLIT_K, 
 ...) and what the analytic ranking said of it (its score and rank). Numbers enter as log2(1 + x),
 categories one-hot, and the analytic tile facts are derived the same way for every family: programs
 launched, waves over the SMs, elements per thread and bytes per program. Static features from the
-compiled kernel (registers, shared memory, instruction mix; `static_` keys) join where the collection
-recorded them. The model's schema is the sorted list of names seen in its training data; a name missing
+compiled kernel (registers, shared memory, instruction mix; `static_` keys, `kernelpro.launch.static`) join
+where the collection recorded them. The model's schema is the sorted list of names seen in its training data; a name missing
 from a row is 0.
 """
 

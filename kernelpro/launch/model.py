@@ -121,6 +121,9 @@ class LaunchModel:
     def outside(self, kernel_features: dict, sms: int) -> str:
         """'' when the kernel lies within the model's training range (or the file records none); otherwise
         which descriptor lies beyond it, and by how much."""
+        if any(name.startswith("static_") for name in self.schema):
+            return ("the launch model reads compiled-kernel (static) features, which the search does not have "
+                    "before it compiles")
         ranges = self.document.get("ranges") or {}
         margin = math.log2(RANGE_MARGIN)
         for name, value in pair(kernel_features, {}, 0, sms).items():
@@ -175,6 +178,9 @@ def _fit(train_set: list[Instance], family: str, device: str, epochs: int, seed:
     import torch
     rows = {item.instance: _rows(item) for item in train_set}
     schema = sorted({name for item in train_set for named in rows[item.instance] for name in named})
+    if not all(static for item in train_set for static in item.static):
+        # static features only where every row has them: a row without would read as a kernel of zero registers
+        schema = [name for name in schema if not name.startswith("static_")]
     flat = [vector(named, schema) for item in train_set for named in rows[item.instance]]
     columns = list(zip(*flat))
     mean = [sum(c) / len(c) for c in columns]

@@ -9,7 +9,9 @@ between CUDA events; a candidate's time is the median of all its calls, in ms. I
 drift of clocks or temperature over every candidate alike; timing them one after another (as the first
 collection did) made the first one timed, the analytic ranking's choice, up to 11x slower than it is.
 
-Prints a JSON list (null for a candidate that failed) on its last line of stdout.
+Prints a JSON list on its last line of stdout: per candidate, {"ms": its time, "static": the static features of
+every Triton kernel it compiled, by function name (`kernelpro.launch.static`; {} where cuobjdump is missing or
+failed)}, or null for a candidate that failed.
 """
 
 from __future__ import annotations
@@ -26,15 +28,15 @@ WARM_S = 0.5
 PROTOCOL = f"interleaved-{ROUNDS}-rounds-v2"
 
 
-def _built(spec: dict, device) -> tuple[list, list]:
-    """(the problem's inputs on `device`, each candidate's model or None where it failed), each model called
-    3 times."""
+def _built(spec: dict, device) -> tuple[list, list, list]:
+    """(the problem's inputs on `device`, each candidate's model or None where it failed, each candidate's static
+    features by kernel), each model called 3 times."""
     import torch
     from kernelpro.harness.modelio import import_file
     problem = import_file("kernelpro_launch_problem", Path(spec["problem"]))
     torch.manual_seed(42)
     inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in problem.get_inputs()]
-    models = []
+    models, static = [], []
     for number, path in enumerate(spec["candidates"]):
         try:
             module = import_file(f"kernelpro_launch_candidate_{number}", Path(path))
@@ -48,13 +50,21 @@ def _built(spec: dict, device) -> tuple[list, list]:
         except Exception as error:  # a configuration that does not compile or run: no time, the sweep goes on
             print(f"candidate {number}: {type(error).__name__}: {error}", file=sys.stderr)
             models.append(None)
-    return inputs, models
+            static.append({})
+            continue
+        try:
+            from kernelpro.launch.static import of_triton_module
+            static.append(of_triton_module(module))
+        except Exception as error:  # no cuobjdump, or a cache Triton laid out otherwise: no static features
+            print(f"candidate {number}: no static features ({type(error).__name__}: {error})", file=sys.stderr)
+            static.append({})
+    return inputs, models, static
 
 
-def time_candidates(spec: dict) -> list[float | None]:
+def time_candidates(spec: dict) -> list[dict | None]:
     import torch
     device = torch.device("cuda")
-    inputs, models = _built(spec, device)
+    inputs, models, static = _built(spec, device)
     flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.float32, device=device)
     started = time.perf_counter()
     while time.perf_counter() - started < WARM_S:
@@ -84,7 +94,8 @@ def time_candidates(spec: dict) -> list[float | None]:
                 except Exception as error:
                     print(f"candidate {number}: {type(error).__name__}: {error}", file=sys.stderr)
                     failed.add(number)
-    return [statistics.median(samples[n]) if n in samples and n not in failed else None for n in range(len(models))]
+    return [{"ms": statistics.median(samples[n]), "static": static[n]} if n in samples and n not in failed else None
+            for n in range(len(models))]
 
 
 def main() -> None:

@@ -39,8 +39,9 @@ class OfflineCoderError(KernelproError):
 class OfflineCoder:
     name = "offline"
 
-    def __init__(self, seed: int = 42, time_limit_s: float = WORKER_LIMIT_S):
+    def __init__(self, seed: int = 42, time_limit_s: float = WORKER_LIMIT_S, launch_ranking: str = "auto"):
         self.seed = seed
+        self.launch_ranking = launch_ranking  # auto: a learned launch model where one exists; analytic: never
         self.time_limit_s = time_limit_s
         self._cache: dict[tuple, dict] = {}
         self.worker_calls = 0  # answers asked of the graph worker
@@ -65,12 +66,12 @@ class OfflineCoder:
         applied = tuple(canonical(request.parent_state.get("applied", [])))
         tune = dict(request.parent_state.get("tune", {}))
         key = (request.problem_path, applied, tuple(sorted(tune.items())), request.device, request.precision,
-               request.policy, request.model_mode)
+               request.policy, request.model_mode, self.launch_ranking)
         if key not in self._cache:
             self._cache[key] = self._run_worker({
                 "problem_path": request.problem_path, "applied": list(applied), "tune": tune,
                 "device": request.device, "precision": request.precision, "policy": request.policy,
-                "model_mode": request.model_mode, "seed": self.seed})
+                "model_mode": request.model_mode, "seed": self.seed, "launch_ranking": self.launch_ranking})
         return self._cache[key]
 
     def _start_worker(self) -> subprocess.Popen:

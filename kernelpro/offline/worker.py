@@ -36,6 +36,7 @@ from kernelpro.offline.fxpasses import foldable_nodes
 from kernelpro.offline.moves import EXCLUSIVE, MOVES, SIMPLIFY, TUNE_PREFIX, TUNE_TECHNIQUE, allowed, canonical
 from kernelpro.offline.tracing import trace
 
+LAUNCH_RANKINGS = ("auto", "analytic")  # auto: a learned launch model where one exists; analytic: the generators' own
 FUSION_KINDS = {"fuse_reductions": "row", "fuse_pointwise": "pointwise", "triton_gemm": "pointwise",
                 "cute_gemm": "pointwise", "triton_conv": "pointwise"}
 CUDA_KINDS = {"row", "pointwise"}  # the cuda_kernels move generates both kinds
@@ -165,8 +166,9 @@ class Problem:
             self.trace_error = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:300]
 
     def build(self, moves: list[str], tune: dict | None = None, device: triton_gen.Device = triton_gen.Device(),
-              precision: str = "fp32") -> tuple[str, dict[str, int], list[dict]]:
-        """(candidate source, rewrites made per graph move, the generated kernels with their launch configs)."""
+              precision: str = "fp32", launch_ranking: str = "auto") -> tuple[str, dict[str, int], list[dict]]:
+        """(candidate source, rewrites made per graph move, the generated kernels with their launch configs).
+        launch_ranking: "auto" (a learned launch model's order where one exists) or "analytic" (never)."""
         moves = canonical(moves)
         graph_moves = [m for m in moves if MOVES[m].graph]
         counts: dict[str, int] = {}
@@ -246,7 +248,7 @@ class Problem:
                                     "window_taps": sum(i.window.taps for i in rendered.inputs if i.window)}
                         # the analytic ranking, or a learned launch model's order of it (kernelpro.launch)
                         ranked, ranking = launch.order(generator.configs(rendered, device), features, backend,
-                                                       device.name, device.sms)
+                                                       device.name, device.sms, learned=launch_ranking != "analytic")
                         grids = triton_gen.persistent(rendered, device) if "persistent_kernels" in moves and \
                             generator is triton_gen else []
                         if grids:  # persistent grids first, the others after them for tuning
@@ -333,7 +335,10 @@ def expand(spec: dict) -> dict:
     tune = dict(spec.get("tune", {}))
     device, capability = _device(spec)
     precision = spec.get("precision", "fp32")
-    source, _, kernels = problem.build(applied, tune, device, precision)
+    launch_ranking = spec.get("launch_ranking", "auto")
+    if launch_ranking not in LAUNCH_RANKINGS:
+        raise ValueError(f"launch_ranking must be one of {', '.join(LAUNCH_RANKINGS)}, not {launch_ranking!r}")
+    source, _, kernels = problem.build(applied, tune, device, precision, launch_ranking)
     has_triton = importlib.util.find_spec("triton") is not None
     has_cutlass = importlib.util.find_spec("cutlass_library") is not None
     options, skipped = [], {}
@@ -356,7 +361,7 @@ def expand(spec: dict) -> dict:
             skipped[name] = why
             continue
         try:
-            child, counts, child_kernels = problem.build(applied + [name], tune, device, precision)
+            child, counts, child_kernels = problem.build(applied + [name], tune, device, precision, launch_ranking)
         except Exception as error:  # a rewrite that fails here is a move that does not apply
             skipped[name] = f"rewrite failed: {type(error).__name__}: {error}"[:300]
             continue
@@ -390,7 +395,7 @@ def expand(spec: dict) -> dict:
             continue
         child_tune = dict(tune, **{kernel["name"]: kernel["rank"] + 1})
         try:
-            child, _, child_kernels = problem.build(applied, child_tune, device, precision)
+            child, _, child_kernels = problem.build(applied, child_tune, device, precision, launch_ranking)
         except Exception as error:
             skipped[TUNE_PREFIX + kernel["name"]] = f"rewrite failed: {type(error).__name__}: {error}"[:300]
             continue

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Issue 35's in-search comparison on an H100 machine (the shipped launch models are for the H100), resumable
+# across calls of the device tool:
+#   kernelpro bench benchmarks/suite --problems @KEYS --budget BUDGET --no-profile --no-kb --launch-ranking auto
+#   (the learned launch models) on GPU 0 and the same with --launch-ranking analytic on GPU 1, at once (on a
+#   one-GPU machine one after the other), each in its own process session so that it outlives the call; then
+#   (JUDGE=1, both finished) KernelBench's evaluator on both benches' bests. It stops at once where the GPU has
+#   no launch model (both arms would rank analytically). Afterwards, on any machine: kernelpro bench compare AUTO ANALYTIC.
+# The first call sets the machine up through scripts/gpu_check.sh (every GPU step skipped); later calls on the
+# same warm machine wait for the benches and snapshot them into $OUT/<arm>_state.tgz. AUTO_STATE / ANALYTIC_STATE
+# restore such snapshots on a fresh machine. TOTAL: seconds this call may take (default 570).
+set -uo pipefail
+OUT=${OUT:-$PWD/.out}
+mkdir -p "$OUT"
+began=$(date +%s)
+left() { echo $(( ${TOTAL:-570} - ($(date +%s) - began) )); }
+keys=${KEYS:-@benchmarks/launch_rank_suite10.txt}
+budget=${BUDGET:-8}
+work=/tmp/kernelpro-pair
+mkdir -p "$work" /tmp/kernelpro-bench
+if [ ! -f "$work/setup.done" ]; then
+  env SKIP_NCU_QUERY=1 SKIP_GPU_TESTS=1 SKIP_CUTE=1 SKIP_EVALS=1 SKIP_THROUGHPUT=1 SKIP_PROFILE_BENCH=1 \
+    SKIP_FUSION=1 SKIP_SEARCH=1 OUT="$work/setup" bash scripts/gpu_check.sh >"$work/setup.log" 2>&1 \
+    && touch "$work/setup.done" || { tail -20 "$work/setup.log"; exit 1; }
+  cp "$work/setup/machine.txt" "$OUT/" 2>/dev/null
+fi
+# what gpu_check.sh set up: the carried wheels' site folder and, where the image lacks bubblewrap, its wrapper
+export PYTHONUNBUFFERED=1 KERNELPRO_HOME=/tmp/kernelpro-home PYTHONPATH=$PWD/.gpu-site${PYTHONPATH:+:$PYTHONPATH}
+[ -x /tmp/bwrap-root/bin/bwrap ] && export PATH=/tmp/bwrap-root/bin:$PATH
+# The comparison needs a launch model for this GPU: without one both arms rank analytically (the first run of this
+# script, on two H200s, was such an A/A run: benchmarks/results/launch_rank_suite_h200x2_2026-11-26/)
+python3 - <<'PY' || exit 2
+import sys, torch
+import kernelpro.launch as launch
+name = torch.cuda.get_device_name(0)
+found = {kind: launch.find(kind, name)[0] is not None for kind in ("triton_row", "triton_gemm")}
+print(f"{name}: launch models for", ", ".join(k for k, v in found.items() if v) or "no family")
+if not any(found.values()):
+    sys.exit(f"no launch model for {name}: --launch-ranking auto would rank analytically too; use an H100 "
+             "(nvidia-h100-x2, or nvidia-h100-x1, where the two arms run one after the other)")
+PY
+gpus=$(python3 -c "import torch; print(torch.cuda.device_count())")
+running() { [ -f "$work/$1.pid" ] && kill -0 "$(cat "$work/$1.pid")" 2>/dev/null; }
+done_() { [ -f "$work/$1.rc" ]; }
+# start_arm ARM GPU: the arm's bench in its own process session (it outlives this call), resuming its folder
+start_arm() {
+  local arm=$1 gpu=$2 dir=/tmp/kernelpro-bench/lr_$1 resume=""
+  [ -f "$dir/bench.db" ] && resume="--resume"
+  setsid nohup bash -c "kernelpro bench benchmarks/suite --problems $keys --budget $budget --no-profile --no-kb \
+    --launch-ranking $arm --gpus $gpu --out $dir $resume --json >$work/$arm.json 2>>$work/$arm.log; \
+    echo \$? >$work/$arm.rc" </dev/null >/dev/null 2>&1 &
+  echo $! >"$work/$arm.pid"; echo "$arm bench started on GPU $gpu"
+}
+for arm in auto analytic; do
+  dir=/tmp/kernelpro-bench/lr_$arm
+  state_var=$(echo "$arm" | tr a-z A-Z)_STATE
+  if [ -n "${!state_var:-}" ] && [ ! -f "$dir/bench.db" ]; then
+    mkdir -p "$dir" && tar xzf "${!state_var}" -C "$dir" && echo "restored ${!state_var}"
+  fi
+done
+# two GPUs: both arms at once, auto on GPU 0 and analytic on GPU 1; one GPU: one after the other, never together
+next_arm() {
+  if [ "$gpus" -ge 2 ]; then
+    running auto || done_ auto || start_arm auto 0
+    running analytic || done_ analytic || start_arm analytic 1
+  elif ! running auto && ! running analytic; then
+    if ! done_ auto; then start_arm auto 0; elif ! done_ analytic; then start_arm analytic 0; fi
+  fi
+}
+next_arm
+snap() {
+  for arm in auto analytic; do
+    python3 scripts/bench_snapshot.py "/tmp/kernelpro-bench/lr_$arm" "$OUT/${arm}_state.tgz" >/dev/null 2>&1
+  done
+}
+last=$SECONDS
+while ! { done_ auto && done_ analytic; } && [ "$(left)" -gt 45 ]; do
+  sleep 10
+  next_arm >/dev/null
+  if [ $((SECONDS - last)) -ge 120 ]; then snap; last=$SECONDS; fi
+done
+snap
+for arm in auto analytic; do
+  echo "== $arm: $(running "$arm" && echo running || echo "finished (exit $(cat "$work/$arm.rc" 2>/dev/null))")"
+  python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('SELECT status, COUNT(*) FROM problems GROUP BY status').fetchall())" \
+    "/tmp/kernelpro-bench/lr_$arm/bench.db" 2>/dev/null
+  tail -3 "$work/$arm.log" 2>/dev/null
+done
+if ! { done_ auto && done_ analytic; }; then echo "a bench is still running: call again"; exit 0; fi
+[ "${JUDGE:-0}" = 1 ] || exit 0
+[ -d .kb/oracle ] || { echo "no .kb/oracle: copy ../shared/oracle into .kb and carry it"; exit 1; }
+# KernelBench's evaluator (a copy of ../shared/oracle, run as its own program) on each bench's bests, at once,
+# the auto bench's on GPU 0 and the analytic bench's on GPU 1; judgements already made are kept
+gpu=0
+for arm in auto analytic; do
+  mkdir -p "$OUT/judge_$arm"
+  [ -f "$work/judge_$arm.tgz" ] && tar xzf "$work/judge_$arm.tgz" -C "$OUT/judge_$arm"
+  timeout $(( $(left) - 20 )) python3 scripts/kb_judge.py "/tmp/kernelpro-bench/lr_$arm" benchmarks/suite .kb/oracle \
+    --out "$OUT/judge_$arm" --gpus $gpu --until $(( $(left) - 80 )) >"$OUT/judge_$arm/judge.log" 2>&1 &
+  # one GPU: the judgements one after the other too
+  if [ "$gpus" -ge 2 ]; then gpu=$((gpu + 1)); else wait; fi
+done
+wait
+for arm in auto analytic; do
+  echo "== judge $arm"; tail -16 "$OUT/judge_$arm/judge.log"
+  (cd "$OUT/judge_$arm" && tar czf "$work/judge_$arm.tgz" .)
+done
