@@ -56,7 +56,10 @@ class SearchConfig:
     greedy_tail_min: int = 8
     # The first greedy_head evaluations also follow greedy's rule (the best open node), before any
     # exploration: 0 turns it off
-    greedy_head: int = 0
+    greedy_head: int = 2
+    # When above 0, the greedy head goes on past greedy_head for as long as every evaluation so far raised the
+    # best ratio by at least this factor (1.05: 5%): greedy while it keeps gaining, exploration once it stalls
+    head_gain: float = 1.05
     # When above 0, a correct child below this fraction of its parent's ratio counts in the memory as a
     # move that did not work (like a failure): the coder is told to avoid it at equivalent nodes, and a
     # repeat is refused. Off by default, by measurement (docs/mcts.md, "Clear losses"): at 0.9 it saved
@@ -200,6 +203,20 @@ class Search:
         left = self.horizon - self.evaluations - len(self._in_flight)
         return left <= max(self.config.greedy_tail * self.horizon, min(self.horizon, self.config.greedy_tail_min))
 
+    def in_greedy_head(self) -> bool:
+        """Whether the next expansion is in the greedy head: among the first greedy_head evaluations (counting
+        those in flight), or, with head_gain, while every evaluation so far raised the best by that factor."""
+        if self.evaluations + len(self._in_flight) < self.config.greedy_head:
+            return True
+        if self.config.head_gain <= 0 or not self.history:
+            return False
+        previous = 1.0  # the reference's ratio
+        for _, best in self.history:
+            if best < previous * self.config.head_gain:
+                return False
+            previous = best
+        return True
+
     def _greedy_choice(self) -> Node | None:
         """The best working node that may still have children (greedy's rule), if any."""
         ranked = by_ratio(open_working_nodes(self))
@@ -216,7 +233,7 @@ class Search:
 
     def _choose_expansion(self) -> Node | None:
         """MCTS: descend by the selection rule until a node may widen; in the greedy tail, the best node."""
-        if self.in_greedy_tail() or self.evaluations + len(self._in_flight) < self.config.greedy_head:
+        if self.in_greedy_tail() or self.in_greedy_head():
             node = self._greedy_choice()
             if node is not None:
                 return node

@@ -245,7 +245,7 @@ def test_greedy_tail_is_the_last_evaluations_of_the_budget():
 
 def test_greedy_head_is_the_first_evaluations():
     """With greedy_head=k the first k evaluations expand greedy's choice, and a search of k + the tail
-    is greedy throughout; a head of 0 changes nothing."""
+    is greedy throughout; the default head (2, going on while each evaluation gains 5%) differs from none."""
     def moves(search):
         return [tuple(n.payload) for n in search.nodes[1:] if n.payload is not None]
 
@@ -254,8 +254,24 @@ def test_greedy_head_is_the_first_evaluations():
         headed, _ = run("deceptive", seed, 16, greedy_head=8)  # 8 + the tail of 8: greedy throughout
         assert moves(headed) == moves(greedy), seed
         default, _ = run("deceptive", seed, 30)
-        assert moves(run("deceptive", seed, 30, greedy_head=0)[0]) == moves(default)
-    assert any(moves(run("noisy", seed, 30, greedy_head=4)[0]) != moves(run("noisy", seed, 30)[0]) for seed in range(4))
+        assert moves(run("deceptive", seed, 30, greedy_head=2, head_gain=1.05)[0]) == moves(default)
+    assert any(moves(run("noisy", seed, 30, greedy_head=0, head_gain=0)[0]) != moves(run("noisy", seed, 30)[0])
+               for seed in range(4))
+
+
+def test_the_head_goes_on_while_every_evaluation_gains_head_gain():
+    """head_gain: past greedy_head, the head lasts while each evaluation so far raised the best by that factor
+    (from the reference's 1.0), and ends at the first that did not; 0 turns it off."""
+    search, _ = run("noisy", 0, 1, greedy_head=0, head_gain=1.05)
+    search.history = [(1, 1.10), (2, 1.20)]
+    assert search.in_greedy_head()
+    search.history.append((3, 1.21))  # below 1.20 x 1.05
+    assert not search.in_greedy_head()
+    search.history = [(1, 1.02)]
+    assert not search.in_greedy_head()
+    off, _ = run("noisy", 0, 1, greedy_head=0, head_gain=0)
+    off.history = [(1, 2.0)]
+    assert not off.in_greedy_head()
 
 
 def test_ask_uses_virtual_loss_to_spread_a_batch():
@@ -323,8 +339,9 @@ def test_follow_gain_refines_a_decisive_child_before_trying_its_siblings():
 
     def grown(follow_gain: float) -> list[tuple[str, ...]]:
         replay = Replay.from_json(recorded)
-        search = make_search([], SearchConfig(follow_gain=follow_gain), root_key=replay.key(()))
-        # a budget of 12: its first 4 evaluations are MCTS's own, the last 8 its greedy tail
+        search = make_search([], SearchConfig(follow_gain=follow_gain, greedy_head=0, head_gain=0),
+                             root_key=replay.key(()))
+        # a budget of 12 and no greedy head: its first 4 evaluations are MCTS's own, the last 8 its greedy tail
         search.run(ReplayCoder(replay), replay.evaluate, Budget(evaluations=12))
         return [tuple(sorted(n.payload)) for n in search.nodes[1:]]
 
