@@ -7,8 +7,9 @@
 #   (JUDGE=1, both finished) KernelBench's evaluator on both benches' bests. It stops at once where the GPU has
 #   no launch model (both arms would rank analytically). Afterwards, on any machine: kernelpro bench compare AUTO ANALYTIC.
 # The first call sets the machine up through scripts/gpu_check.sh (every GPU step skipped); later calls on the
-# same warm machine wait for the benches and snapshot them into $OUT/<arm>_state.tgz. AUTO_STATE / ANALYTIC_STATE
-# restore such snapshots on a fresh machine. TOTAL: seconds this call may take (default 570).
+# same warm machine wait for the benches and snapshot them into $OUT/<arm>_seed<SEED>_state.tgz. AUTO_STATE /
+# ANALYTIC_STATE restore such snapshots on a fresh machine. SEED (default 0): each search's seed (a pair per
+# seed, in its own folders). TOTAL: seconds this call may take (default 570).
 set -uo pipefail
 OUT=${OUT:-$PWD/.out}
 mkdir -p "$OUT"
@@ -16,13 +17,14 @@ began=$(date +%s)
 left() { echo $(( ${TOTAL:-570} - ($(date +%s) - began) )); }
 keys=${KEYS:-@benchmarks/launch_rank_suite10.txt}
 budget=${BUDGET:-8}
-work=/tmp/kernelpro-pair
+seed=${SEED:-0}  # each search's seed: run the pair again with SEED=1, 2, ... (each seed its own folders)
+work=/tmp/kernelpro-pair/seed$seed
 mkdir -p "$work" /tmp/kernelpro-bench
-if [ ! -f "$work/setup.done" ]; then
+setup=/tmp/kernelpro-pair/setup.done
+if [ ! -f "$setup" ]; then
   env SKIP_NCU_QUERY=1 SKIP_GPU_TESTS=1 SKIP_CUTE=1 SKIP_EVALS=1 SKIP_THROUGHPUT=1 SKIP_PROFILE_BENCH=1 \
     SKIP_FUSION=1 SKIP_SEARCH=1 OUT="$work/setup" bash scripts/gpu_check.sh >"$work/setup.log" 2>&1 \
-    && touch "$work/setup.done" || { tail -20 "$work/setup.log"; exit 1; }
-  cp "$work/setup/machine.txt" "$OUT/" 2>/dev/null
+    && touch "$setup" || { tail -20 "$work/setup.log"; exit 1; }
 fi
 # what gpu_check.sh set up: the carried wheels' site folder and, where the image lacks bubblewrap, its wrapper
 export PYTHONUNBUFFERED=1 KERNELPRO_HOME=/tmp/kernelpro-home PYTHONPATH=$PWD/.gpu-site${PYTHONPATH:+:$PYTHONPATH}
@@ -44,15 +46,15 @@ running() { [ -f "$work/$1.pid" ] && kill -0 "$(cat "$work/$1.pid")" 2>/dev/null
 done_() { [ -f "$work/$1.rc" ]; }
 # start_arm ARM GPU: the arm's bench in its own process session (it outlives this call), resuming its folder
 start_arm() {
-  local arm=$1 gpu=$2 dir=/tmp/kernelpro-bench/lr_$1 resume=""
+  local arm=$1 gpu=$2 dir=/tmp/kernelpro-bench/lr${seed}_$1 resume=""
   [ -f "$dir/bench.db" ] && resume="--resume"
   setsid nohup bash -c "kernelpro bench benchmarks/suite --problems $keys --budget $budget --no-profile --no-kb \
-    --launch-ranking $arm --gpus $gpu --out $dir $resume --json >$work/$arm.json 2>>$work/$arm.log; \
+    --launch-ranking $arm --seed $seed --gpus $gpu --out $dir $resume --json >$work/$arm.json 2>>$work/$arm.log; \
     echo \$? >$work/$arm.rc" </dev/null >/dev/null 2>&1 &
   echo $! >"$work/$arm.pid"; echo "$arm bench started on GPU $gpu"
 }
 for arm in auto analytic; do
-  dir=/tmp/kernelpro-bench/lr_$arm
+  dir=/tmp/kernelpro-bench/lr${seed}_$arm
   state_var=$(echo "$arm" | tr a-z A-Z)_STATE
   if [ -n "${!state_var:-}" ] && [ ! -f "$dir/bench.db" ]; then
     mkdir -p "$dir" && tar xzf "${!state_var}" -C "$dir" && echo "restored ${!state_var}"
@@ -70,7 +72,7 @@ next_arm() {
 next_arm
 snap() {
   for arm in auto analytic; do
-    python3 scripts/bench_snapshot.py "/tmp/kernelpro-bench/lr_$arm" "$OUT/${arm}_state.tgz" >/dev/null 2>&1
+    python3 scripts/bench_snapshot.py "/tmp/kernelpro-bench/lr${seed}_$arm" "$OUT/${arm}_seed${seed}_state.tgz" >/dev/null 2>&1
   done
 }
 last=$SECONDS
@@ -83,7 +85,7 @@ snap
 for arm in auto analytic; do
   echo "== $arm: $(running "$arm" && echo running || echo "finished (exit $(cat "$work/$arm.rc" 2>/dev/null))")"
   python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('SELECT status, COUNT(*) FROM problems GROUP BY status').fetchall())" \
-    "/tmp/kernelpro-bench/lr_$arm/bench.db" 2>/dev/null
+    "/tmp/kernelpro-bench/lr${seed}_$arm/bench.db" 2>/dev/null
   tail -3 "$work/$arm.log" 2>/dev/null
 done
 if ! { done_ auto && done_ analytic; }; then echo "a bench is still running: call again"; exit 0; fi
@@ -95,7 +97,7 @@ gpu=0
 for arm in auto analytic; do
   mkdir -p "$OUT/judge_$arm"
   [ -f "$work/judge_$arm.tgz" ] && tar xzf "$work/judge_$arm.tgz" -C "$OUT/judge_$arm"
-  timeout $(( $(left) - 20 )) python3 scripts/kb_judge.py "/tmp/kernelpro-bench/lr_$arm" benchmarks/suite .kb/oracle \
+  timeout $(( $(left) - 20 )) python3 scripts/kb_judge.py "/tmp/kernelpro-bench/lr${seed}_$arm" benchmarks/suite .kb/oracle \
     --out "$OUT/judge_$arm" --gpus $gpu --until $(( $(left) - 80 )) >"$OUT/judge_$arm/judge.log" 2>&1 &
   # one GPU: the judgements one after the other too
   if [ "$gpus" -ge 2 ]; then gpu=$((gpu + 1)); else wait; fi

@@ -155,8 +155,9 @@ def test_launch_ranking_analytic_keeps_the_generators_order_where_a_model_exists
                                    use_kb=False))
     assert run.coder.launch_ranking == "analytic"
     args = search_args(Entry(key="p", path=problem, level=None, number=None, name="p"), BenchSettings(
-        suite=str(tmp_path), out=str(tmp_path / "bench"), launch_ranking="analytic"), tmp_path / "p", resume=False)
-    assert args[args.index("--launch-ranking") + 1] == "analytic"
+        suite=str(tmp_path), out=str(tmp_path / "bench"), launch_ranking="analytic", seed=3), tmp_path / "p",
+        resume=False)
+    assert args[args.index("--launch-ranking") + 1] == "analytic" and args[args.index("--seed") + 1] == "3"
 
 
 def test_a_kernel_far_outside_the_training_range_keeps_the_analytic_ranking(collected, tmp_path, monkeypatch):

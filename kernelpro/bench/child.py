@@ -67,6 +67,7 @@ class BenchSettings:
     ray_address: str = ""  # "" starts a local Ray instance
     unsafe_no_sandbox: bool = False  # passed to each search (the Anthropic coder where no sandbox works)
     launch_ranking: str = "auto"  # passed to each search: the offline coder's launch configurations
+    seed: int = 0  # passed to each search (--seed): repeat a bench with other seeds to see its spread
 
 
 def summarize_run(folder: Path) -> dict:
@@ -101,7 +102,7 @@ def search_args(entry: Entry, s: BenchSettings, folder: Path, resume: bool) -> l
     """The `kernelpro search` command line of one problem."""
     return ["search", str(entry.path), "--budget", str(s.budget), "--coder", s.coder, "--objective", s.objective,
             "--strategy", s.strategy, "--precision", s.precision, "--policy", s.policy, "--device", s.device,
-            "--model-mode", s.model_mode, "--launch-ranking", s.launch_ranking,
+            "--model-mode", s.model_mode, "--launch-ranking", s.launch_ranking, "--seed", str(s.seed),
             "--out", str(folder), "--json"] + (["--resume"] if resume else []) + \
         ([] if s.profile else ["--no-profile"]) + (["--time-limit", str(s.time_limit_min)] if s.time_limit_min else []) + \
         (["--no-kb"] if not s.use_kb else ["--kb", s.kb] if s.kb else []) + \
