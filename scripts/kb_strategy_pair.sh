@@ -15,7 +15,7 @@ set -uo pipefail
 OUT=${OUT:-$PWD/.out}
 began=$(date +%s)
 left() { echo $(( ${TOTAL:-570} - ($(date +%s) - began) )); }
-skip="SKIP_NCU_QUERY=1 SKIP_GPU_TESTS=1 SKIP_CUTE=1 SKIP_EVALS=1 SKIP_THROUGHPUT=1 SKIP_PROFILE_BENCH=1 SKIP_FUSION=1 SKIP_SEARCH=1"
+skip="SKIP_STANDARD=1"  # gpu_check.sh: only the set-up and the KB steps
 keys=${KEYS:-$(grep -v '^#' benchmarks/kernelbench_subset30_level2.txt | paste -sd, -)}
 tag=${TAG:-kb12}
 args="--problems $keys --budget ${BUDGET:-12} --no-profile --no-kb"

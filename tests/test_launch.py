@@ -4,6 +4,7 @@ kernel instance, masks, the model file, and the search's use of it with its fall
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -461,17 +462,12 @@ def test_static_features_train_only_where_every_row_has_them_and_keep_a_model_ou
     them, and such a model is not asked in the search (which ranks before anything is compiled)."""
     store, *_ = collected
     items = store.instances("triton_pointwise", DEVICE.name)
-    partial = [dataclasses_replace(item, static=[{"registers": 32.0}] * len(item.configs)) for item in items[1:]] + \
+    partial = [dataclasses.replace(item, static=[{"registers": 32.0}] * len(item.configs)) for item in items[1:]] + \
         [items[0]]
     model, _ = M.train(partial, "triton_pointwise", DEVICE.name, epochs=5)
     assert not any(name.startswith("static_") for name in model.schema)
-    full = [dataclasses_replace(item, static=[{"registers": float(16 + n)} for n in range(len(item.configs))])
+    full = [dataclasses.replace(item, static=[{"registers": float(16 + n)} for n in range(len(item.configs))])
             for item in items]
     model, _ = M.train(full, "triton_pointwise", DEVICE.name, epochs=5)
     assert "static_registers" in model.schema
     assert "static" in model.outside(items[0].features, DEVICE.sms)
-
-
-def dataclasses_replace(item, **changes):
-    import dataclasses
-    return dataclasses.replace(item, **changes)
