@@ -285,6 +285,23 @@ if [ "${LAUNCH:-0}" = 1 ]; then
   kernelpro launch show --db /tmp/kernelpro-launch/launch.db
 fi
 
+step "energy of each launch configuration at matched speed (ENERGY_CONFIGS=1; ENERGY_PROBLEMS, ENERGY_MOST, ENERGY_NCU=1, UNTIL)"
+# benchmarks/energy_configs.py (issue 34), one process per "KEY:MOVES" item of ENERGY_PROBLEMS (a .kb/kernelbench
+# problem and the comma-separated moves that generate its kernels), in the background (in_background), each
+# problem's JSON into /tmp/kernelpro-energy/ as it finishes, copied into $OUT/energy_configs/; a later call on the
+# same warm machine skips the problems done.
+if [ "${ENERGY_CONFIGS:-0}" = 1 ]; then
+  [ -d .kb/kernelbench ] || { echo "no .kb/kernelbench: copy ../shared/kernelbench into .kb and carry it"; exit 1; }
+  mkdir -p /tmp/kernelpro-energy "$OUT/energy_configs"
+  snap_energy() { cp /tmp/kernelpro-energy/*.json "$OUT/energy_configs/" 2>/dev/null; }
+  energy_items=${ENERGY_PROBLEMS:-"level1/20_LeakyReLU:fuse_pointwise,persistent_kernels level2/59_Matmul_Swish_Scaling:triton_gemm"}
+  in_background energy bash -c 'for item in $0; do key=${item%%:*}; json=/tmp/kernelpro-energy/$(echo "$key" | tr / _).json
+      [ -f "$json" ] && continue
+      python3 benchmarks/energy_configs.py ".kb/kernelbench/$key.py" --moves "${item#*:}" --most "${ENERGY_MOST:-12}" \
+        ${ENERGY_NCU:+--ncu} --json "$json.part" && mv "$json.part" "$json"; done' "$energy_items"
+  snap_energy; ls /tmp/kernelpro-energy
+fi
+
 step "kernelpro bench over KernelBench (KB=1; KB_ARGS, e.g. --problems @benchmarks/kernelbench_subset30.txt --budget 4; KB_NAME, KB_STATE, UNTIL)"
 # In the background (in_background), snapshotting its folder into $OUT/kb_state.tgz; KB_STATE restores
 # such a snapshot on a fresh machine, and the bench resumes from it.

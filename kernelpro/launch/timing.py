@@ -28,7 +28,7 @@ WARM_S = 0.5
 PROTOCOL = f"interleaved-{ROUNDS}-rounds-v2"
 
 
-def _built(spec: dict, device) -> tuple[list, list, list]:
+def build_candidates(spec: dict, device) -> tuple[list, list, list]:
     """(the problem's inputs on `device`, each candidate's model or None where it failed, each candidate's static
     features by kernel), each model called 3 times."""
     import torch
@@ -63,8 +63,16 @@ def _built(spec: dict, device) -> tuple[list, list, list]:
 
 def time_candidates(spec: dict) -> list[dict | None]:
     import torch
+    inputs, models, static = build_candidates(spec, torch.device("cuda"))
+    times = time_models(models, inputs, int(spec.get("calls", 20)))
+    return [{"ms": ms, "static": static[n]} if ms is not None else None for n, ms in enumerate(times)]
+
+
+def time_models(models: list, inputs: list, calls: int = 20) -> list[float | None]:
+    """Each model's median ms per call (None where it is None or failed): ROUNDS interleaved rounds after
+    WARM_S seconds of warm-up, an L2 flush before each call."""
+    import torch
     device = torch.device("cuda")
-    inputs, models, static = _built(spec, device)
     flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.float32, device=device)
     started = time.perf_counter()
     while time.perf_counter() - started < WARM_S:
@@ -73,7 +81,7 @@ def time_candidates(spec: dict) -> list[dict | None]:
         torch.cuda.synchronize()
     live = [n for n, m in enumerate(models) if m is not None]
     samples: dict[int, list[float]] = {n: [] for n in live}
-    per_visit = max(1, round(int(spec.get("calls", 20)) / ROUNDS))
+    per_visit = max(1, round(calls / ROUNDS))
     failed: set[int] = set()
     with torch.no_grad():
         for round_number in range(ROUNDS):
@@ -94,8 +102,7 @@ def time_candidates(spec: dict) -> list[dict | None]:
                 except Exception as error:
                     print(f"candidate {number}: {type(error).__name__}: {error}", file=sys.stderr)
                     failed.add(number)
-    return [{"ms": statistics.median(samples[n]), "static": static[n]} if n in samples and n not in failed else None
-            for n in range(len(models))]
+    return [statistics.median(samples[n]) if n in samples and n not in failed else None for n in range(len(models))]
 
 
 def main() -> None:
