@@ -79,7 +79,8 @@ def energy_windows(models: list, inputs: list, times_ms: list[float], chosen: li
                 joules, seconds = meter.stop(reading)
                 found[n].append({"j_per_call": joules / calls, "j_above_idle": (joules - idle_w * seconds) / calls,
                                  "ms_per_call": seconds * 1000.0 / calls, "idle_w": idle_w, "calls": calls})
-    return {"method": meter.method, "window_s": meter.min_window_s, "windows": found}
+    return {"method": meter.method, "window_s": meter.min_window_s, "windows": found,
+            "power_limit_w": meter.power_limit_w()}
 
 
 def child(spec_path: Path) -> None:
@@ -101,7 +102,8 @@ def child(spec_path: Path) -> None:
         fastest is not None and times[n] <= fastest * (1 + spec["within"]))]
     energy = energy_windows(models, inputs, times, chosen, int(spec["windows"]))
     print(json.dumps({"ms": times, "energy": {str(n): w for n, w in energy["windows"].items()},
-                      "method": energy["method"], "window_s": energy["window_s"]}))
+                      "method": energy["method"], "window_s": energy["window_s"],
+                      "power_limit_w": energy["power_limit_w"]}))
 
 
 def ncu_child(spec_path: Path, number: int) -> None:
@@ -167,7 +169,11 @@ def summarise(kernel: dict, measured: dict) -> dict:
                      **({"j_per_call": statistics.median(w["j_per_call"] for w in windows),
                          "j_above_idle": statistics.median(w["j_above_idle"] for w in windows),
                          "j_low": min(w["j_per_call"] for w in windows), "j_high": max(w["j_per_call"] for w in windows),
-                         "spread": spread([w["j_per_call"] for w in windows]), "windows": len(windows)}
+                         "spread": spread([w["j_per_call"] for w in windows]), "windows": len(windows),
+                         # back to back, as in the windows: at a power limit the sustained time is longer than the
+                         # time of one call after an L2 flush (`ms`), and the power says whether the card was capped
+                         "window_ms": statistics.median(w["ms_per_call"] for w in windows),
+                         "power_w": statistics.median(w["j_per_call"] / w["ms_per_call"] * 1000.0 for w in windows)}
                         if windows else {})})
     timed = [r for r in rows if r["ms"] is not None]
     if not timed:
@@ -202,7 +208,8 @@ def measure(problem: Path, moves: list[str], args, device, folder: Path, progres
         measured = json.loads(done.stdout.strip().splitlines()[-1])
         summary = summarise(kernel, measured)
         reference = measured["energy"].get(str(len(files))) or []
-        summary.update(method=measured["method"], window_s=measured["window_s"],
+        summary.update(method=measured["method"], window_s=measured["window_s"], windows=measured["energy"],
+                       power_limit_w=measured.get("power_limit_w"),
                        reference_ms=measured["ms"][-1],
                        reference_j_per_call=statistics.median(w["j_per_call"] for w in reference) if reference else None)
         if args.ncu and "least_energy" in summary:

@@ -48,6 +48,8 @@ def test_summary_takes_the_least_energy_within_five_percent_of_the_fastest():
     assert out["energy_saved"] == pytest.approx(1.05 / 0.81)
     assert out["speed_ratio"] == pytest.approx(0.99 / 1.03)
     assert out["beyond_spread"] is True
+    by_rank = {c["rank"]: c for c in out["configs"]}
+    assert by_rank[1]["power_w"] == pytest.approx(810.0)  # 0.81 J per 1 ms back to back
 
 
 def test_overlapping_windows_are_no_saving_and_a_kernel_that_never_ran_says_so():
