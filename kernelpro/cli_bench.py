@@ -74,6 +74,9 @@ def register(app: typer.Typer) -> None:
         launch_ranking: LaunchRankingOpt = LaunchRankingChoice.auto,
         seed: Annotated[int, typer.Option("--seed", help="each search's seed (kernelpro search --seed); a bench "
                                                          "repeated with other seeds shows its spread")] = 0,
+        compile_baseline: Annotated[bool, typer.Option(
+            "--compile-baseline/--no-compile-baseline", help="time torch.compile too in each search (on CUDA); "
+            "without it the leaderboard has no torch.compile column and a bench costs less GPU time")] = True,
         device: Device = None,
         gpus: Annotated[str, typer.Option("--gpus", help="all, or GPU indices such as 0,1 (one worker each)")] = "all",
         backend: Annotated[str, typer.Option("--backend", help="local (a worker per local GPU) or ray (a task per "
@@ -139,7 +142,7 @@ def register(app: typer.Typer) -> None:
             device=device.value if device else default_device(), gpus=gpus, profile=profile,
             baselines_only=baselines_only, time_limit_min=time_limit, **knowledge,
             backend=backend, ray_address=ray_address, unsafe_no_sandbox=unsafe_no_sandbox,
-            launch_ranking=launch_ranking.value, seed=seed)
+            launch_ranking=launch_ranking.value, seed=seed, compile_baseline=compile_baseline)
         if force:
             if resume:
                 raise typer.BadParameter("--force starts over; --resume continues: give one of them",

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 35's in-search comparison on an H100 machine (the shipped launch models are for the H100), resumable
 # across calls of the device tool:
-#   kernelpro bench benchmarks/suite --problems @KEYS --budget BUDGET --no-profile --no-kb --launch-ranking auto
+#   kernelpro bench benchmarks/suite --problems @KEYS --budget BUDGET --no-profile --no-kb --no-compile-baseline
+#   --launch-ranking auto
 #   (the learned launch models) on GPU 0 and the same with --launch-ranking analytic on GPU 1, at once (on a
 #   one-GPU machine one after the other), each in its own process session so that it outlives the call; then
 #   (JUDGE=1, both finished) KernelBench's evaluator on both benches' bests. It stops at once where the GPU has
@@ -47,7 +48,7 @@ done_() { [ -f "$work/$1.rc" ]; }
 start_arm() {
   local arm=$1 gpu=$2 dir=/tmp/kernelpro-bench/lr${seed}_$1 resume=""
   [ -f "$dir/bench.db" ] && resume="--resume"
-  setsid nohup bash -c "kernelpro bench benchmarks/suite --problems $keys --budget $budget --no-profile --no-kb \
+  setsid nohup bash -c "kernelpro bench benchmarks/suite --problems $keys --budget $budget --no-profile --no-kb --no-compile-baseline \
     --launch-ranking $arm --seed $seed --gpus $gpu --out $dir $resume --json >$work/$arm.json 2>>$work/$arm.log; \
     echo \$? >$work/$arm.rc" </dev/null >/dev/null 2>&1 &
   echo $! >"$work/$arm.pid"; echo "$arm bench started on GPU $gpu"

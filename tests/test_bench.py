@@ -469,6 +469,20 @@ def test_unsafe_no_sandbox_reaches_each_search_and_is_never_saved(tmp_path):
     assert "--unsafe-no-sandbox" not in search_args(entry, again.settings, out / "p", resume=True)
 
 
+def test_no_compile_baseline_reaches_each_search_and_a_resumed_bench_keeps_it(tmp_path):
+    """--no-compile-baseline (a cheaper bench: no torch.compile timing) is passed to every search's command line
+    and saved with the bench, so a resumed bench times the same baselines."""
+    from kernelpro.bench.child import search_args
+    out = tmp_path / "bench"
+    bench = Bench(BenchSettings(suite=str(SUITE), out=str(out), compile_baseline=False, **FAST))
+    entry = bench.entries[0]
+    assert "--no-compile-baseline" in search_args(entry, bench.settings, out / "p", resume=False)
+    again = Bench(BenchSettings(suite=str(SUITE), out=str(out), **FAST), resume=True)
+    assert "--no-compile-baseline" in search_args(entry, again.settings, out / "p", resume=True)
+    default = BenchSettings(suite=str(SUITE), out=str(tmp_path / "other"), **FAST)
+    assert "--no-compile-baseline" not in search_args(entry, default, out / "p", resume=False)
+
+
 def test_a_results_only_snapshot_holds_no_problem_code_and_the_bench_resumes_from_it(tmp_path):
     """scripts/bench_snapshot.py --results-only: what a KernelBench bench measured, without KernelBench's
     code, so it can be committed; restored on a fresh folder, the bench runs only what it had not finished."""
