@@ -106,24 +106,11 @@ def child(spec_path: Path) -> None:
                       "power_limit_w": energy["power_limit_w"]}))
 
 
-def ncu_child(spec_path: Path, number: int) -> None:
-    """One candidate's forward between cudaProfilerStart/Stop (after 3 warm-up calls), for ncu."""
-    import torch
-    from kernelpro.launch.timing import build_candidates
-    spec = json.loads(spec_path.read_text())
-    spec["candidates"] = [spec["candidates"][number]]
-    inputs, models, _ = build_candidates(spec, torch.device("cuda"))
-    with torch.no_grad():
-        torch.cuda.synchronize()
-        torch.cuda.profiler.start()
-        models[0](*inputs)
-        torch.cuda.synchronize()
-        torch.cuda.profiler.stop()
-
-
 def _run_child(args: list[str], timeout: float, prefix: list[str] = ()) -> subprocess.CompletedProcess:
+    """`python ARGS` (this script where ARGS do not start with -m) in a scrubbed environment."""
     from kernelpro.harness.process import scrubbed_environment
-    return subprocess.run([*prefix, sys.executable, str(Path(__file__).resolve()), *args], capture_output=True,
+    script = [] if args[0] == "-m" else [str(Path(__file__).resolve())]
+    return subprocess.run([*prefix, sys.executable, *script, *args], capture_output=True,
                           text=True, timeout=timeout, env=scrubbed_environment({"PYTHONPATH": ":".join(sys.path)}))
 
 
@@ -134,8 +121,11 @@ def ncu_metrics(spec: Path, number: int, kernel: str, folder: Path) -> dict:
     ncu = shutil.which("ncu")
     if ncu is None:
         return {"error": "ncu is not on PATH"}
-    log = folder / f"ncu_{number}.log"
-    done = _run_child(["--ncu-child", str(spec), str(number)], 600,
+    log, one = folder / f"ncu_{number}.log", folder / f"ncu_{number}.json"
+    loaded = json.loads(spec.read_text())
+    one.write_text(json.dumps({**loaded, "candidates": [loaded["candidates"][number]]}))
+    # the candidate's forward between cudaProfilerStart/Stop, after the 3 calls that compile it
+    done = _run_child(["-m", "kernelpro.launch.timing", "--profile", str(one)], 600,
                       command(ncu, log, metrics=NCU_METRICS, kernel_regex=f"regex:^{kernel}"))
     text = log.read_text() if log.exists() else ""
     try:
@@ -272,14 +262,11 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--table", type=Path, nargs="+", help="print a markdown table of these result files")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--ncu-child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.table:
         return print(table(args.table))
     if args.child:
         return child(args.child)
-    if args.ncu_child:
-        return ncu_child(Path(args.ncu_child[0]), int(args.ncu_child[1]))
     if not args.problems:
         parser.error("name at least one problem file")
     from kernelpro.offline.worker import _device

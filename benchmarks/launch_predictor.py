@@ -2,13 +2,17 @@
 
     python benchmarks/launch_predictor.py benchmarks/data/launch_h100_interleaved_2026-11-25.tgz \
         --device "NVIDIA H100 80GB HBM3" [--seeds 4] [--json out.json] [--ship kernelpro/launch/models]
-        [--compare benchmarks/data/launch_h100_sequential_2026-11-25.tgz]
+        [--compare benchmarks/data/launch_h100_sequential_2026-11-25.tgz] [--measured-features]
 
 DATASET is a `kernelpro launch collect` SQLite file, or the `launch_state.tgz` that scripts/gpu_check.sh brings
 back (it holds launch.db). For every family: leave-one-out cross-validation by kernel instance (each kernel
 ranked by a model that never saw it), repeated for `--seeds` initialisations, against the analytic ranking
 and NVIDIA's occupancy heuristic: top-1 speed (geomean of fastest / chosen), best in the top three, and how
 many configurations a `tune:` walk down the ranking times before one is within 95% of the fastest.
+
+Models are scored and shipped as searches use them: on the features a search has before it compiles anything.
+`--measured-features` scores them with the compiled-kernel (static) and ncu (dynamic) features too, where every
+row of the dataset has them (offline only: nothing is shipped then).
 
 `--ship FOLDER` writes a model trained on every instance (seed 0) for each family whose mean top-1 speed and
 walk length both beat the analytic ranking's: the ones searches then use. `--compare OTHER` prints, for the
@@ -54,18 +58,23 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--ship", type=Path)
     parser.add_argument("--compare", type=Path)
+    parser.add_argument("--measured-features", action="store_true",
+                        help="score with the static and dynamic features too (nothing is shipped)")
     args = parser.parse_args()
-    from kernelpro.launch.model import cross_validate, model_path, train
+    if args.ship and args.measured_features:
+        parser.error("--ship writes models for searches, which lack the measured features: drop --measured-features")
+    from kernelpro.launch.model import MEASURED_ONLY, cross_validate, model_path, train
+    drop = () if args.measured_features else MEASURED_ONLY
     with tempfile.TemporaryDirectory() as folder:
         store = open_store(args.dataset, Path(folder))
         other = open_store(args.compare, Path(folder)) if args.compare else None
         report = {"dataset": str(args.dataset), "device": args.device, "protocol": store.get("timing_protocol"),
-                  "seeds": args.seeds, "families": {}}
+                  "seeds": args.seeds, "measured_features": args.measured_features, "families": {}}
         for family in FAMILIES:
             instances = store.instances(family, args.device)
             if len(instances) < 2:
                 continue
-            runs = [cross_validate(instances, family, args.device, folds=len(instances), seed=s)
+            runs = [cross_validate(instances, family, args.device, folds=len(instances), seed=s, drop=drop)
                     for s in range(args.seeds)]
             mean = lambda name, key: statistics.mean(r[name][key] for r in runs)  # noqa: E731
             row = {"instances": len(instances), "configurations": sum(len(i.configs) for i in instances)}

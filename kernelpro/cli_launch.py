@@ -66,6 +66,9 @@ def register(app: typer.Typer) -> None:
         levels: Annotated[str, typer.Option("--levels", help="with --problems: these levels only ('1,2')")] = "",
         most: Annotated[int, typer.Option("--most", min=2, help="configurations per kernel, best-ranked first")] = 16,
         seed: Annotated[int, typer.Option("--seed")] = 0,
+        ncu: Annotated[bool, typer.Option("--ncu", help="also profile each kernel once (its first configuration) "
+                                          "with Nsight Compute: occupancy, memory and SM utilization, cache hit "
+                                          "rates, DRAM bytes (dynamic features, shared by the kernel's rows)")] = False,
         json_output: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     ) -> None:
         """Time every configuration of generated kernels on this GPU into the dataset (resumable)."""
@@ -79,9 +82,13 @@ def register(app: typer.Typer) -> None:
         paths = problem_paths(problems, only, levels) if problems else []
         if not torch.cuda.is_available():
             raise KernelproError("kernelpro launch collect times kernels on a CUDA GPU, and torch sees none here")
+        profiler = None
+        if ncu:
+            from kernelpro.launch.dynamic import ncu_profiler
+            profiler = ncu_profiler()
         device, _ = _device({"device": "cuda"})
         summary = collect(LaunchStore(db), device.name, device, cuda_timer(), random_shapes(shapes, seed), paths, most,
-                          _stderr)
+                          _stderr, profiler)
         typer.echo(json.dumps(summary, indent=2) if json_output else
                    f"{summary['added']} rows added to {summary['path']}; {len(summary['failed'])} problems failed")
 
@@ -117,18 +124,23 @@ def register(app: typer.Typer) -> None:
         folds: Annotated[int, typer.Option("--folds", min=0, help="score by cross-validation over this many groups "
                                            "of whole kernels (each scored by a model that never saw it), then "
                                            "train on all; 0: hold a quarter out")] = 0,
+        measured_features: Annotated[bool, typer.Option(
+            "--measured-features", help="also train on the compiled-kernel (static) and ncu (dynamic) features "
+            "where every row has them: such a model scores offline (eval), but a search, which ranks before it "
+            "compiles, does not use it")] = False,
         json_output: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     ) -> None:
         """Train the predictor for one family on one device; prints its held-out scores against the baselines."""
         from kernelpro.harness.errors import KernelproError
         from kernelpro.launch import user_models
-        from kernelpro.launch.model import model_path, train
+        from kernelpro.launch.model import MEASURED_ONLY, model_path, train
         from kernelpro.launch.store import LaunchStore
         instances = LaunchStore(db).instances(family, device)
         if len(instances) < 2:
             raise KernelproError(f"{db} holds {len(instances)} {family} instances on {device!r} with two or more "
                                  "configurations measured: collect more first (kernelpro launch collect)")
-        model, report = train(instances, family, device, epochs=epochs, seed=seed, folds=folds)
+        model, report = train(instances, family, device, epochs=epochs, seed=seed, folds=folds,
+                              drop=() if measured_features else MEASURED_ONLY)
         target = out or model_path(db.parent, family, device)
         model.save(target)
         if install:

@@ -464,10 +464,118 @@ def test_static_features_train_only_where_every_row_has_them_and_keep_a_model_ou
     items = store.instances("triton_pointwise", DEVICE.name)
     partial = [dataclasses.replace(item, static=[{"registers": 32.0}] * len(item.configs)) for item in items[1:]] + \
         [items[0]]
-    model, _ = M.train(partial, "triton_pointwise", DEVICE.name, epochs=5)
+    model, _ = M.train(partial, "triton_pointwise", DEVICE.name, epochs=5, drop=())
     assert not any(name.startswith("static_") for name in model.schema)
     full = [dataclasses.replace(item, static=[{"registers": float(16 + n)} for n in range(len(item.configs))])
             for item in items]
-    model, _ = M.train(full, "triton_pointwise", DEVICE.name, epochs=5)
+    model, _ = M.train(full, "triton_pointwise", DEVICE.name, epochs=5, drop=())
     assert "static_registers" in model.schema
     assert "static" in model.outside(items[0].features, DEVICE.sms)
+    # a model trained for searches (train's default, what launch_predictor.py ships) leaves them out
+    model, _ = M.train(full, "triton_pointwise", DEVICE.name, epochs=5)
+    assert not any(name.startswith("static_") for name in model.schema)
+    assert model.outside(items[0].features, DEVICE.sms) == ""
+
+
+CAPTURE = Path(__file__).parent / "data" / "profile_captures" / "h100" / "vocab_log_softmax_cuda" / "ncu.csv"
+
+
+def test_dynamic_features_of_a_kernel_and_its_passes_from_a_real_ncu_capture():
+    """tests/data/profile_captures/h100/vocab_log_softmax_cuda (CAPTURES.md has the command): a generated kernel
+    whose configurations include split ones (`_pass1_kernel`, `_pass2_kernel`); its dynamic features take
+    every launch of its functions, percentages weighted by each launch's duration, DRAM bytes added up."""
+    from kernelpro.launch.dynamic import BYTES, DURATION, PERCENT, of_kernel
+    from kernelpro.tools.ncu import parse_csv
+    rows = parse_csv(CAPTURE.read_text())
+    found = of_kernel(rows, "fused_div_log_softmax_0")
+    assert found["launches"] == 3.0
+    assert found["dram_bytes"] == sum(r.get(m) for r in rows for m in BYTES) > 1e8
+    durations = [r.get(DURATION) for r in rows]
+    occupancy = sum(d * r.get(PERCENT["occupancy"]) for d, r in zip(durations, rows)) / sum(durations)
+    assert found["occupancy"] == pytest.approx(occupancy) and 85.0 < found["occupancy"] < 91.0
+    assert 0.0 <= found["l1_hit"] <= 100.0 and 0.0 <= found["l2_hit"] <= 100.0
+    assert set(found) == set(PERCENT) | {"dram_bytes", "launches"}
+    assert of_kernel(rows, "fused_div_log_softmax_1") == {}  # another kernel's name: nothing
+    assert of_kernel(rows, "fused_div") == {}  # a prefix of the name is not the kernel
+    incomplete = [dataclasses.replace(r, metrics={k: v for k, v in r.metrics.items() if k != PERCENT["l2_hit"]})
+                  for r in rows]
+    assert of_kernel(incomplete, "fused_div_log_softmax_0") == {}  # a metric missing: no features, not zeros
+
+
+def test_a_sweep_with_a_profiler_gives_every_row_of_a_kernel_its_profile(tmp_path):
+    """One profile per kernel, of its first configuration (the source with every kernel at rank 0), shared by its
+    rows; a dataset swept without one gets it on a later run with a profiler, and a failing profiler leaves the
+    rows without dynamic features while the sweep goes on."""
+    profiled = []
+
+    def profiler(problem, source, kernel_name):
+        profiled.append((kernel_name, source))
+        return {"occupancy": 50.0, "memory_util": 80.0, "sm_util": 10.0, "l1_hit": 0.0, "l2_hit": 5.0,
+                "dram_bytes": 4.0e6, "launches": 1.0}
+    problem = C.template_problem(C.Shape("pointwise", (700, 1000)), tmp_path)
+    store = LaunchStore(tmp_path / "dynamic.db")
+    C.sweep(store, problem, DEVICE.name, DEVICE, fake_timer, most=4)
+    item, = store.instances("triton_pointwise", DEVICE.name)
+    assert item.dynamic == {}
+    messages = []
+    C.sweep(store, problem, DEVICE.name, DEVICE, fake_timer, most=4, progress=messages.append, profiler=profiler)
+    item, = store.instances("triton_pointwise", DEVICE.name)
+    assert len(profiled) == 1 and item.dynamic["memory_util"] == 80.0 and len(item.times) == 4
+    from kernelpro.offline.worker import Problem
+    first, _, _ = Problem(problem, 42, "eval").build(C.MOVES, {}, DEVICE, "fp32", "analytic")
+    assert profiled[0][1] == first and f"def {profiled[0][0]}_kernel(" in first  # the kernel, at its first
+    C.sweep(store, problem, DEVICE.name, DEVICE, fake_timer, most=6, profiler=profiler)
+    item, = store.instances("triton_pointwise", DEVICE.name)
+    assert len(profiled) == 1 and len(item.times) == 6  # profiled once; the new rows share it
+    named = M._rows(item)[0]
+    assert named["dynamic_memory_util"] == pytest.approx(0.8) and named["dynamic_dram_bytes"] > 20
+
+    def broken(problem, source, kernel_name):
+        raise RuntimeError("ncu: ERR_NVGPUCTRPERM")
+    other = LaunchStore(tmp_path / "broken.db")
+    messages = []
+    assert C.sweep(other, problem, DEVICE.name, DEVICE, fake_timer, most=3, progress=messages.append,
+                   profiler=broken) == 3
+    assert other.instances("triton_pointwise", DEVICE.name)[0].dynamic == {}
+    assert any("no ncu profile" in m and "ERR_NVGPUCTRPERM" in m for m in messages)
+
+
+def test_dynamic_features_train_only_where_every_kernel_has_them_and_keep_a_model_out_of_the_search(collected):
+    store, *_ = collected
+    items = store.instances("triton_pointwise", DEVICE.name)
+    profile = {"occupancy": 50.0, "memory_util": 80.0, "sm_util": 10.0, "l1_hit": 0.0, "l2_hit": 5.0,
+               "dram_bytes": 4.0e6, "launches": 1.0}
+    partial = [dataclasses.replace(item, dynamic=profile) for item in items[1:]] + [items[0]]
+    model, _ = M.train(partial, "triton_pointwise", DEVICE.name, epochs=5, drop=())
+    assert not any(name.startswith("dynamic_") for name in model.schema)
+    full = [dataclasses.replace(item, dynamic=dict(profile, occupancy=float(10 * n))) for n, item in enumerate(items)]
+    model, _ = M.train(full, "triton_pointwise", DEVICE.name, epochs=5, drop=())
+    assert "dynamic_occupancy" in model.schema
+    assert "ncu-measured (dynamic)" in model.outside(items[0].features, DEVICE.sms)
+    scores = M.cross_validate(full, "triton_pointwise", DEVICE.name, folds=3, epochs=5, drop=M.MEASURED_ONLY)
+    assert scores["test"] == len(full)
+
+
+def test_the_cli_trains_for_searches_unless_asked_for_the_measured_features(tmp_path):
+    """`launch train` on a dataset whose every kernel was profiled: without --measured-features the model leaves
+    the dynamic features out (a search can use it), with it the model reads them (offline scores only)."""
+    from typer.testing import CliRunner
+    from kernelpro.cli import app
+
+    def profiler(problem, source, kernel_name):
+        return {"occupancy": float(len(source) % 97), "memory_util": 70.0, "sm_util": 20.0, "l1_hit": 1.0,
+                "l2_hit": 3.0, "dram_bytes": float(len(source)), "launches": 1.0}
+    store = LaunchStore(tmp_path / "launch.db")
+    shapes = [s for s in C.random_shapes(3, seed=5) if s.template == "pointwise"]
+    C.collect(store, DEVICE.name, DEVICE, fake_timer, shapes, most=4, profiler=profiler)
+    assert all(item.dynamic for item in store.instances("triton_pointwise", DEVICE.name))
+    runner = CliRunner()
+    for flag, expected in (([], False), (["--measured-features"], True)):
+        out = tmp_path / f"model{len(flag)}.json"
+        trained = runner.invoke(app, ["launch", "train", "triton_pointwise", "--device", DEVICE.name, "--db",
+                                      str(store.path), "--out", str(out), "--epochs", "5", "--json", *flag])
+        assert trained.exit_code == 0, trained.output
+        schema = json.loads(out.read_text())["schema"]
+        assert any(name.startswith("dynamic_") for name in schema) is expected
+    helped = runner.invoke(app, ["launch", "collect", "--help"])
+    assert "--ncu" in helped.stdout

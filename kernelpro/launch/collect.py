@@ -12,7 +12,9 @@ already in the store are not timed again, so a killed collection resumes.
 
 The timer is an argument: `cuda_timer` on a GPU; tests pass a fake with the same signature. The GPU's timing
 child also reports each candidate's compiled Triton kernels' static features (`kernelpro.launch.static`: registers,
-shared memory, the SASS instruction mix), and each row stores those of its kernel.
+shared memory, the SASS instruction mix), and each row stores those of its kernel. With a profiler (`--ncu`:
+`kernelpro.launch.dynamic.ncu_profiler`), each kernel is also profiled once, at its first configuration, and
+all its rows store those dynamic features; a kernel swept before without them gets them on a later `--ncu` run.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from kernelpro.launch.dynamic import Profiler
 from kernelpro.launch.features import family as family_of
 from kernelpro.launch.static import for_kernel
 from kernelpro.launch.store import LaunchStore
@@ -108,14 +111,15 @@ def cuda_timer(calls: int = 20) -> Timer:
 
 
 def sweep(store: LaunchStore, problem: Path, device_name: str, device, timer: Timer, most: int = 16,
-          progress=lambda message: None) -> int:
+          progress=lambda message: None, profiler: Profiler | None = None) -> int:
     """Every generated kernel of one problem: each one's first `most` ranked configurations timed (the other
-    kernels at their first); the rows added."""
+    kernels at their first); the rows added. With a `profiler`, each kernel not yet profiled also gets its
+    dynamic features, from its first configuration, on every row."""
     from kernelpro.offline.worker import Problem
     built = Problem(problem, 42, "eval")
     # the analytic ranking, never a launch model's order of it: the rows record each configuration's analytic
     # rank (a baseline the model is scored against), and the sweep takes the analytic ranking's first `most`
-    _, _, kernels = built.build(MOVES, {}, device, "fp32", "analytic")
+    first, _, kernels = built.build(MOVES, {}, device, "fp32", "analytic")
     added = 0
     for kernel in kernels:
         if kernel["backend"] != "triton":
@@ -129,19 +133,28 @@ def sweep(store: LaunchStore, problem: Path, device_name: str, device, timer: Ti
                 todo.append((rank, source, config))
         configs = [config for _, _, config in todo]
         times = timer(problem, [source for _, source, _ in todo], configs, kernel["features"]) if todo else []
+        dynamic = store.dynamic_of(family, device_name, kernel["features"])
+        if profiler is not None and not dynamic:
+            try:
+                dynamic = profiler(problem, first, kernel["name"])
+            except Exception as error:  # no profile: the rows go without dynamic features, the sweep goes on
+                progress(f"{problem.name}: {kernel['name']}: no ncu profile ({type(error).__name__}: {error})"[:300])
         for (rank, _, config), measured in zip(todo, times):
             # a timer gives a time, or {"ms": time, "static": {function: static features}} (the GPU's timing child)
             time_ms, static = (measured.get("ms"), for_kernel(measured.get("static") or {}, kernel["name"])) \
                 if isinstance(measured, dict) else (measured, {})
             if time_ms is not None and math.isfinite(time_ms):
                 added += store.add(family, device_name, device.sms, kernel["features"], config, rank, time_ms, "sweep",
-                                   static=static)
+                                   static=static, dynamic=dynamic)
+        if dynamic:  # rows stored before the profile (a sweep without --ncu) get it too
+            store.set_dynamic(family, device_name, kernel["features"], dynamic)
         progress(f"{problem.name}: {kernel['name']} ({family}), {len(times)} configurations timed")
     return added
 
 
 def collect(store: LaunchStore, device_name: str, device, timer: Timer, shapes: list[Shape],
-            problems: list[Path] = (), most: int = 16, progress=lambda message: None) -> dict:
+            problems: list[Path] = (), most: int = 16, progress=lambda message: None,
+            profiler: Profiler | None = None) -> dict:
     """Sweeps the template shapes, then the suite's problems; a summary of what was added. A dataset keeps
     one timing protocol (the timer's `protocol`, stored in its meta table): times taken otherwise are
     not comparable, so collecting into a file of another protocol is refused."""
@@ -157,7 +170,7 @@ def collect(store: LaunchStore, device_name: str, device, timer: Timer, shapes: 
         items = [template_problem(s, Path(folder)) for s in shapes] + list(problems)
         for number, path in enumerate(items, 1):
             try:
-                added += sweep(store, path, device_name, device, timer, most, progress)
+                added += sweep(store, path, device_name, device, timer, most, progress, profiler)
             except Exception as error:  # one problem's failure is recorded, the sweep goes on
                 failed.append({"problem": path.name, "error": f"{type(error).__name__}: {error}"[:300]})
             progress(f"[{number}/{len(items)}] {path.name}: {added} rows added so far")

@@ -6,8 +6,9 @@ candidate configuration by its launch keys (BLOCK, num_warps, BLOCK_M, SPLIT_K, 
 ...) and what the analytic ranking said of it (its score and rank). Numbers enter as log2(1 + x),
 categories one-hot, and the analytic tile facts are derived the same way for every family: programs
 launched, waves over the SMs, elements per thread and bytes per program. Static features from the
-compiled kernel (registers, shared memory, instruction mix; `static_` keys, `kernelpro.launch.static`) join
-where the collection recorded them. The model's schema is the sorted list of names seen in its training data; a name missing
+compiled kernel (registers, shared memory, instruction mix; `static_` keys, `kernelpro.launch.static`) and
+dynamic ones from an ncu profile of the kernel (occupancy, memory and SM utilization, cache hit rates, DRAM
+bytes; `dynamic_` keys, `kernelpro.launch.dynamic`) join where the collection recorded them. The model's schema is the sorted list of names seen in its training data; a name missing
 from a row is 0.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import math
 
+from kernelpro.launch.dynamic import PERCENT as DYNAMIC_PERCENT
 from kernelpro.offline.triton_configs import wave_fill
 
 #: launch keys that are categories, with the values they take
@@ -44,7 +46,8 @@ def programs(features: dict, config: dict) -> float:
     return math.ceil(rows / (config.get("BLOCK_R") or config.get("rows_per_block") or 1))
 
 
-def pair(features: dict, config: dict, rank: int, sms: int, static: dict | None = None) -> dict[str, float]:
+def pair(features: dict, config: dict, rank: int, sms: int, static: dict | None = None,
+         dynamic: dict | None = None) -> dict[str, float]:
     """The named inputs of one (kernel, configuration) pair."""
     out: dict[str, float] = {"device_sms": _log(sms), "analytic_rank": _log(rank),
                              "analytic_score": _log(1000 * float(config.get("score", 0.0)))}
@@ -75,6 +78,9 @@ def pair(features: dict, config: dict, rank: int, sms: int, static: dict | None 
         out["tile_intensity"] = _log(2 * m * n * k / max(1, 4 * (m * k + n * k + m * n)))
     for key, value in (static or {}).items():
         out[f"static_{key}"] = _log(value) if isinstance(value, (int, float)) else 0.0
+    for key, value in (dynamic or {}).items():  # percentages as fractions, counts as log2(1 + x)
+        if isinstance(value, (int, float)):
+            out[f"dynamic_{key}"] = value / 100.0 if key in DYNAMIC_PERCENT else _log(value)
     return out
 
 

@@ -99,7 +99,7 @@ def split(instances: list[Instance], held_out: float = 0.25, seed: int = 0) -> t
 
 
 def _rows(item: Instance) -> list[dict[str, float]]:
-    return [pair(item.features, config, item.ranks[i], item.sms, item.static[i])
+    return [pair(item.features, config, item.ranks[i], item.sms, item.static[i], item.dynamic)
             for i, config in enumerate(item.configs)]
 
 
@@ -124,6 +124,9 @@ class LaunchModel:
         if any(name.startswith("static_") for name in self.schema):
             return ("the launch model reads compiled-kernel (static) features, which the search does not have "
                     "before it compiles")
+        if any(name.startswith("dynamic_") for name in self.schema):
+            return ("the launch model reads ncu-measured (dynamic) features, which the search does not have "
+                    "before it runs the kernel")
         ranges = self.document.get("ranges") or {}
         margin = math.log2(RANGE_MARGIN)
         for name, value in pair(kernel_features, {}, 0, sms).items():
@@ -174,13 +177,24 @@ class LaunchModel:
         return cls(document)
 
 
-def _fit(train_set: list[Instance], family: str, device: str, epochs: int, seed: int) -> LaunchModel:
+#: Feature prefixes measured on the compiled or running kernel, which a search does not have when it ranks (before
+#: it compiles anything): a model meant for searches leaves them out (`train`'s default)
+MEASURED_ONLY = ("static_", "dynamic_")
+
+
+def _fit(train_set: list[Instance], family: str, device: str, epochs: int, seed: int,
+         drop: tuple[str, ...] = ()) -> LaunchModel:
+    """`drop`: prefixes of feature names left out (e.g. ("static_", "dynamic_") to score a model without them)."""
     import torch
     rows = {item.instance: _rows(item) for item in train_set}
     schema = sorted({name for item in train_set for named in rows[item.instance] for name in named})
+    # static and dynamic features only where every row has them: a row without would read as a kernel of zero
+    # registers, or of zero occupancy
     if not all(static for item in train_set for static in item.static):
-        # static features only where every row has them: a row without would read as a kernel of zero registers
-        schema = [name for name in schema if not name.startswith("static_")]
+        drop = (*drop, "static_")
+    if not all(item.dynamic for item in train_set):
+        drop = (*drop, "dynamic_")
+    schema = [name for name in schema if not name.startswith(drop)] if drop else schema
     flat = [vector(named, schema) for item in train_set for named in rows[item.instance]]
     columns = list(zip(*flat))
     mean = [sum(c) / len(c) for c in columns]
@@ -220,7 +234,7 @@ def folds_of(instances: list[Instance], folds: int, seed: int = 0) -> list[list[
 
 
 def cross_validate(instances: list[Instance], family: str, device: str, folds: int = 5, epochs: int = 300,
-                   seed: int = 0) -> dict:
+                   seed: int = 0, drop: tuple[str, ...] = ()) -> dict:
     """The training procedure scored on every instance once: for each of `folds` groups of whole instances, a
     model trained on the others ranks that group; the rankings are pooled, so the scores cover every
     instance and each was unseen by the model that ranked it."""
@@ -229,7 +243,7 @@ def cross_validate(instances: list[Instance], family: str, device: str, folds: i
     groups = folds_of(instances, min(folds, len(instances)), seed)
     chosen: dict[str, list[int]] = {}
     for k, test_set in enumerate(groups):
-        model = _fit([i for j, g in enumerate(groups) if j != k for i in g], family, device, epochs, seed)
+        model = _fit([i for j, g in enumerate(groups) if j != k for i in g], family, device, epochs, seed, drop)
         chosen.update({item.instance: model.order(item) for item in test_set})
     return {"family": family, "device": device, "folds": len(groups), "test": len(instances),
             "predictor": score_ranking(instances, lambda item: chosen[item.instance]).as_dict(),
@@ -237,20 +251,21 @@ def cross_validate(instances: list[Instance], family: str, device: str, folds: i
 
 
 def train(instances: list[Instance], family: str, device: str, epochs: int = 300, seed: int = 0,
-          held_out: float = 0.25, folds: int = 0) -> tuple[LaunchModel, dict]:
+          held_out: float = 0.25, folds: int = 0, drop: tuple[str, ...] = MEASURED_ONLY) -> tuple[LaunchModel, dict]:
     """A model for one family on one device, and its scores against the analytic ranking and the occupancy
     heuristic: on the `held_out` share of instances it did not train on, or, with `folds` > 1, by
-    cross-validation (`cross_validate`), after which the model itself trains on every instance."""
+    cross-validation (`cross_validate`), after which the model itself trains on every instance. By default
+    without the measured features (`MEASURED_ONLY`), so that searches can use it; `drop=()` keeps them."""
     if folds > 1:
-        report = cross_validate(instances, family, device, folds, epochs, seed) | {"train": len(instances),
-                                                                                  "test_instances": []}
-        model = _fit(instances, family, device, epochs, seed)
+        report = cross_validate(instances, family, device, folds, epochs, seed, drop) | {"train": len(instances),
+                                                                                        "test_instances": []}
+        model = _fit(instances, family, device, epochs, seed, drop)
         model.document["held_out"] = 0
     else:
         train_set, test_set = split(instances, held_out, seed)
         if not train_set:
             raise ValueError(f"no {family} instances with two or more measured configurations to train on")
-        model = _fit(train_set, family, device, epochs, seed)
+        model = _fit(train_set, family, device, epochs, seed, drop)
         report = {"family": family, "device": device, "train": len(train_set), "test": len(test_set),
                   "test_instances": sorted(i.instance for i in test_set),
                   "predictor": score_ranking(test_set, model.order).as_dict(), **_baselines(test_set)}

@@ -12,6 +12,7 @@ candidate compiled (`of_triton_module`); the dataset stores them per row (`stati
 
 from __future__ import annotations
 
+import re
 import tempfile
 from pathlib import Path
 
@@ -69,12 +70,19 @@ def of_triton_module(module, folder: Path | None = None) -> dict[str, dict[str, 
 PER_LAUNCH = ("registers", "shared_bytes", "access_bits")  # the largest over a configuration's kernels; the rest add up
 
 
+def part_of(function: str, kernel_name: str) -> bool:
+    """Whether a compiled function belongs to the generated kernel `kernel_name`: its `<name>_kernel`, or a pass of
+    it (`<name>_pass1_kernel`, `<name>_partial_kernel`); not another kernel whose name starts the same way."""
+    return function in (kernel_name, f"{kernel_name}_kernel") or \
+        re.fullmatch(re.escape(kernel_name) + r"_[a-z]+\d*_kernel", function) is not None
+
+
 def for_kernel(found: dict[str, dict[str, float]], kernel_name: str) -> dict[str, float]:
     """The static features of the generated kernel `kernel_name`: its Triton function (`<name>_kernel`), together with
     the other passes of the same configuration (a split row's `<name>_pass1_kernel`, a split-K GEMM's
     `<name>_partial_kernel`): counts added up, registers, shared memory and access width the largest, and
     `kernels`, how many there are. {} where none was compiled under that name."""
-    parts = [features for name, features in found.items() if name == kernel_name or name.startswith(kernel_name + "_")]
+    parts = [features for name, features in found.items() if part_of(name, kernel_name)]
     out: dict[str, float] = {}
     for features in parts:
         for key, value in features.items():

@@ -57,6 +57,7 @@ class Instance:
     ranks: list[int] = field(default_factory=list)
     times: list[float] = field(default_factory=list)
     static: list[dict] = field(default_factory=list)
+    dynamic: dict = field(default_factory=dict)  # the kernel's, one profile shared by its rows (launch.dynamic)
 
     @property
     def best(self) -> int:
@@ -94,21 +95,35 @@ class LaunchStore(DurableStore):
 
     def instances(self, family: str | None = None, device: str | None = None, least: int = 2) -> list[Instance]:
         """Every instance with at least `least` configurations measured, its configurations in rank order."""
-        query, args = ("SELECT instance, family, device, sms, features, config, score, rank, time_ms, static "
-                       "FROM measured"), []
+        query, args = ("SELECT instance, family, device, sms, features, config, score, rank, time_ms, static, "
+                       "dynamic FROM measured"), []
         where = [(f"{name} = ?", value) for name, value in (("family", family), ("device", device)) if value]
         if where:
             query += " WHERE " + " AND ".join(w for w, _ in where)
             args = [v for _, v in where]
         found: dict[str, Instance] = {}
-        for key, fam, dev, sms, features, config, score, rank, time_ms, static in self.db.execute(
+        for key, fam, dev, sms, features, config, score, rank, time_ms, static, dynamic in self.db.execute(
                 query + " ORDER BY instance, rank", args):
             item = found.setdefault(key, Instance(key, fam, dev, sms, json.loads(features)))
             item.configs.append(dict(json.loads(config), score=score))
             item.ranks.append(rank)
             item.times.append(time_ms)
             item.static.append(json.loads(static))
+            item.dynamic = item.dynamic or json.loads(dynamic)
         return [i for i in found.values() if len(i.times) >= least]
+
+    def dynamic_of(self, family: str, device: str, features: dict) -> dict:
+        """The instance's dynamic features where one of its rows has them, else {}."""
+        row = self.db.execute("SELECT dynamic FROM measured WHERE instance = ? AND dynamic != '{}' LIMIT 1",
+                              (instance_id(family, device, features),)).fetchone()
+        return json.loads(row[0]) if row else {}
+
+    def set_dynamic(self, family: str, device: str, features: dict, dynamic: dict) -> int:
+        """Gives every row of the instance its dynamic features (a profile added after its sweep); rows changed."""
+        with self.db:
+            cursor = self.db.execute("UPDATE measured SET dynamic = ? WHERE instance = ?",
+                                     (json.dumps(dynamic, sort_keys=True), instance_id(family, device, features)))
+        return cursor.rowcount
 
     def timing_protocol(self) -> str | None:
         """How this dataset's sweeps were timed (`kernelpro.launch.timing.PROTOCOL`); "sequential-v1" for

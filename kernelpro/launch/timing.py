@@ -12,6 +12,10 @@ collection did) made the first one timed, the analytic ranking's choice, up to 1
 Prints a JSON list on its last line of stdout: per candidate, {"ms": its time, "static": the static features of
 every Triton kernel it compiled, by function name (`kernelpro.launch.static`; {} where cuobjdump is missing or
 failed)}, or null for a candidate that failed.
+
+`python -m kernelpro.launch.timing --profile SPEC.json`: the first candidate's forward once more, between
+cudaProfilerStart and cudaProfilerStop, after its 3 calls, for `ncu --profile-from-start off`
+(`kernelpro.launch.dynamic`).
 """
 
 from __future__ import annotations
@@ -105,7 +109,23 @@ def time_models(models: list, inputs: list, calls: int = 20) -> list[float | Non
     return [statistics.median(samples[n]) if n in samples and n not in failed else None for n in range(len(models))]
 
 
+def profile_first(spec: dict) -> None:
+    """The first candidate's forward between cudaProfilerStart/Stop (after the 3 calls that compile it)."""
+    import torch
+    inputs, models, _ = build_candidates({**spec, "candidates": spec["candidates"][:1]}, torch.device("cuda"))
+    if models[0] is None:
+        sys.exit("the candidate failed to build or run")
+    with torch.no_grad():
+        torch.cuda.synchronize()
+        torch.cuda.profiler.start()
+        models[0](*inputs)
+        torch.cuda.synchronize()
+        torch.cuda.profiler.stop()
+
+
 def main() -> None:
+    if sys.argv[1] == "--profile":
+        return profile_first(json.loads(Path(sys.argv[2]).read_text()))
     print(json.dumps(time_candidates(json.loads(Path(sys.argv[1]).read_text()))))
 
 
