@@ -132,7 +132,7 @@ def ncu_metrics(spec: Path, number: int, kernel: str, folder: Path) -> dict:
         check_log(text)
     except Exception as error:
         return {"error": str(error)}
-    rows = parse_csv(done.stdout + "\n" + text) or parse_csv(done.stdout)
+    rows = parse_csv(text + "\n" + done.stdout)
     if not rows:
         return {"error": f"no kernel named {kernel} profiled (rc {done.returncode})"}
     out = {metric: sum(r.get(metric) or 0.0 for r in rows) for metric in NCU_METRICS}
@@ -198,7 +198,7 @@ def measure(problem: Path, moves: list[str], args, device, folder: Path, progres
         measured = json.loads(done.stdout.strip().splitlines()[-1])
         summary = summarise(kernel, measured)
         reference = measured["energy"].get(str(len(files))) or []
-        summary.update(method=measured["method"], window_s=measured["window_s"], windows=measured["energy"],
+        summary.update(method=measured["method"], window_s=measured["window_s"], raw_windows=measured["energy"],
                        power_limit_w=measured.get("power_limit_w"),
                        reference_ms=measured["ms"][-1],
                        reference_j_per_call=statistics.median(w["j_per_call"] for w in reference) if reference else None)

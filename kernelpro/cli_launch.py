@@ -135,6 +135,9 @@ def register(app: typer.Typer) -> None:
         from kernelpro.launch import user_models
         from kernelpro.launch.model import MEASURED_ONLY, model_path, train
         from kernelpro.launch.store import LaunchStore
+        if install and measured_features:
+            raise typer.BadParameter("--install puts the model where searches look, and a search cannot use one that "
+                                     "reads measured features: give one of them", param_hint="--measured-features")
         instances = LaunchStore(db).instances(family, device)
         if len(instances) < 2:
             raise KernelproError(f"{db} holds {len(instances)} {family} instances on {device!r} with two or more "

@@ -577,5 +577,8 @@ def test_the_cli_trains_for_searches_unless_asked_for_the_measured_features(tmp_
         assert trained.exit_code == 0, trained.output
         schema = json.loads(out.read_text())["schema"]
         assert any(name.startswith("dynamic_") for name in schema) is expected
+    both = runner.invoke(app, ["launch", "train", "triton_pointwise", "--device", DEVICE.name, "--db",
+                               str(store.path), "--install", "--measured-features"])
+    assert both.exit_code == 2 and "search" in both.output
     helped = runner.invoke(app, ["launch", "collect", "--help"])
     assert "--ncu" in helped.stdout
