@@ -582,3 +582,26 @@ def test_the_cli_trains_for_searches_unless_asked_for_the_measured_features(tmp_
     assert both.exit_code == 2 and "search" in both.output
     helped = runner.invoke(app, ["launch", "collect", "--help"])
     assert "--ncu" in helped.stdout
+
+
+def test_the_ncu_profiler_reads_what_ncu_wrote_into_its_log(tmp_path):
+    """The profiler's plumbing without a GPU: a stand-in `ncu` (a script) that records its command line and writes
+    the committed H100 capture into the --log-file it was given; the profiler returns the kernel's features from it,
+    and the profiled command is the timing child's --profile mode under --clock-control none."""
+    import stat
+    from kernelpro.launch.dynamic import METRICS, ncu_profiler
+    seen = tmp_path / "argv.json"
+    fake = tmp_path / "ncu"
+    fake.write_text("#!/usr/bin/env python3\nimport json, shutil, sys\nargv = sys.argv[1:]\n"
+                    f"json.dump(argv, open({str(seen)!r}, 'w'))\n"
+                    f"shutil.copy({str(CAPTURE)!r}, argv[argv.index('--log-file') + 1])\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    problem = C.template_problem(C.Shape("pointwise", (64, 64)), tmp_path)
+    found = ncu_profiler(str(fake))(problem, "class ModelNew: pass\n", "fused_div_log_softmax_0")
+    assert found["launches"] == 3.0 and 0.0 < found["memory_util"] < 100.0
+    argv = json.loads(seen.read_text())
+    assert argv[argv.index("--clock-control") + 1] == "none"
+    assert set(argv[argv.index("--metrics") + 1].split(",")) == set(METRICS)
+    assert argv[argv.index("--kernel-name") + 1] == "regex:^fused_div_log_softmax_0"
+    assert argv[-4:-1] == ["-m", "kernelpro.launch.timing", "--profile"]
+    assert ncu_profiler(str(fake))(problem, "", "no_such_kernel_0") == {}
