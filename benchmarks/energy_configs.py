@@ -41,20 +41,14 @@ NCU_METRICS = ["dram__bytes.sum", "smsp__inst_executed.sum", "sm__cycles_active.
 
 def variants(problem: Path, moves: list[str], most: int, device) -> list[dict]:
     """Per Triton kernel of the candidate `moves` make: its configurations' sources, ranks and configurations."""
+    from kernelpro.launch.collect import configurations
     from kernelpro.offline.worker import Problem
     built = Problem(problem, 42, "train")
     _, _, kernels = built.build(moves, {}, device, "fp32", "analytic")
-    out = []
-    for kernel in kernels:
-        if kernel["backend"] != "triton":
-            continue
-        configs = []
-        for rank in range(min(most, kernel["configs"])):
-            source, _, rebuilt = built.build(moves, {kernel["name"]: rank}, device, "fp32", "analytic")
-            config = next(k["config"] for k in rebuilt if k["name"] == kernel["name"])
-            configs.append({"rank": rank, "config": config, "source": source})
-        out.append({"kernel": kernel["name"], "configs": configs})
-    return out
+    return [{"kernel": kernel["name"], "configs": [{"rank": rank, "config": config, "source": source} for
+                                                   rank, source, config in configurations(built, moves, kernel, most,
+                                                                                          device)]}
+            for kernel in kernels if kernel["backend"] == "triton"]
 
 
 def energy_windows(models: list, inputs: list, times_ms: list[float], chosen: list[int], windows: int) -> dict:
@@ -106,33 +100,26 @@ def child(spec_path: Path) -> None:
                       "power_limit_w": energy["power_limit_w"]}))
 
 
-def _run_child(args: list[str], timeout: float, prefix: list[str] = ()) -> subprocess.CompletedProcess:
-    """`python ARGS` (this script where ARGS do not start with -m) in a scrubbed environment."""
+def _run_child(args: list[str], timeout: float) -> subprocess.CompletedProcess:
+    """`python THIS_SCRIPT ARGS` in a scrubbed environment."""
     from kernelpro.harness.process import scrubbed_environment
-    script = [] if args[0] == "-m" else [str(Path(__file__).resolve())]
-    return subprocess.run([*prefix, sys.executable, *script, *args], capture_output=True,
+    return subprocess.run([sys.executable, str(Path(__file__).resolve()), *args], capture_output=True,
                           text=True, timeout=timeout, env=scrubbed_environment({"PYTHONPATH": ":".join(sys.path)}))
 
 
-def ncu_metrics(spec: Path, number: int, kernel: str, folder: Path) -> dict:
+def ncu_metrics(spec: Path, number: int, kernel: str) -> dict:
     """The kernel's ncu metrics in candidate `number`'s forward (summed over its launches), or {"error": ...}."""
-    import shutil
-    from kernelpro.tools.ncu import check_log, command, parse_csv
-    ncu = shutil.which("ncu")
+    from kernelpro.launch.dynamic import ncu_rows
+    from kernelpro.tools.api import find_binary
+    ncu = find_binary("ncu")
     if ncu is None:
         return {"error": "ncu is not on PATH"}
-    log, one = folder / f"ncu_{number}.log", folder / f"ncu_{number}.json"
     loaded = json.loads(spec.read_text())
-    one.write_text(json.dumps({**loaded, "candidates": [loaded["candidates"][number]]}))
-    # the candidate's forward between cudaProfilerStart/Stop, after the 3 calls that compile it
-    done = _run_child(["-m", "kernelpro.launch.timing", "--profile", str(one)], 600,
-                      command(ncu, log, metrics=NCU_METRICS, kernel_regex=f"regex:^{kernel}"))
-    text = log.read_text() if log.exists() else ""
     try:
-        check_log(text)
+        rows, done = ncu_rows(str(ncu), Path(loaded["problem"]), Path(loaded["candidates"][number]).read_text(),
+                              kernel, NCU_METRICS, 600)
     except Exception as error:
         return {"error": str(error)}
-    rows = parse_csv(text + "\n" + done.stdout)
     if not rows:
         return {"error": f"no kernel named {kernel} profiled (rc {done.returncode})"}
     out = {metric: sum(r.get(metric) or 0.0 for r in rows) for metric in NCU_METRICS}
@@ -204,7 +191,7 @@ def measure(problem: Path, moves: list[str], args, device, folder: Path, progres
                        reference_j_per_call=statistics.median(w["j_per_call"] for w in reference) if reference else None)
         if args.ncu and "least_energy" in summary:
             ranks = [item["rank"] for item in kernel["configs"]]
-            summary["ncu"] = {str(rank): ncu_metrics(spec, ranks.index(rank), kernel["kernel"], folder)
+            summary["ncu"] = {str(rank): ncu_metrics(spec, ranks.index(rank), kernel["kernel"])
                               for rank in dict.fromkeys([summary["fastest"], summary["least_energy"]])}
         found["kernels"].append(summary)
         line = f"{problem.stem} {'+'.join(moves)} {kernel['kernel']}: {len(files)} configurations, " \

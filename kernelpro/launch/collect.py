@@ -110,6 +110,16 @@ def cuda_timer(calls: int = 20) -> Timer:
     return run
 
 
+def configurations(built, moves: list[str], kernel: dict, most: int, device) -> list[tuple[int, str, dict]]:
+    """(rank, candidate source, configuration) of the kernel's first `most` analytically ranked configurations, the
+    problem's other kernels at their first; `built` is the problem's `kernelpro.offline.worker.Problem`."""
+    out = []
+    for rank in range(min(most, kernel["configs"])):
+        source, _, rebuilt = built.build(moves, {kernel["name"]: rank}, device, "fp32", "analytic")
+        out.append((rank, source, next(k["config"] for k in rebuilt if k["name"] == kernel["name"])))
+    return out
+
+
 def sweep(store: LaunchStore, problem: Path, device_name: str, device, timer: Timer, most: int = 16,
           progress=lambda message: None, profiler: Profiler | None = None) -> int:
     """Every generated kernel of one problem: each one's first `most` ranked configurations timed (the other
@@ -125,16 +135,14 @@ def sweep(store: LaunchStore, problem: Path, device_name: str, device, timer: Ti
         if kernel["backend"] != "triton":
             continue
         family = family_of(kernel["features"], kernel["backend"])
-        todo = []  # (rank, source, configuration) of each configuration not measured yet
-        for rank in range(min(most, kernel["configs"])):
-            source, _, rebuilt = built.build(MOVES, {kernel["name"]: rank}, device, "fp32", "analytic")
-            config = next(k["config"] for k in rebuilt if k["name"] == kernel["name"])
-            if not store.has(family, device_name, kernel["features"], config):
-                todo.append((rank, source, config))
+        # (rank, source, configuration) of each configuration not measured yet
+        todo = [(rank, source, config) for rank, source, config in configurations(built, MOVES, kernel, most, device)
+                if not store.has(family, device_name, kernel["features"], config)]
         configs = [config for _, _, config in todo]
         times = timer(problem, [source for _, source, _ in todo], configs, kernel["features"]) if todo else []
         dynamic = store.dynamic_of(family, device_name, kernel["features"])
-        if profiler is not None and not dynamic:
+        profiled = profiler is not None and not dynamic
+        if profiled:
             try:
                 dynamic = profiler(problem, first, kernel["name"])
             except Exception as error:  # no profile: the rows go without dynamic features, the sweep goes on
@@ -146,7 +154,7 @@ def sweep(store: LaunchStore, problem: Path, device_name: str, device, timer: Ti
             if time_ms is not None and math.isfinite(time_ms):
                 added += store.add(family, device_name, device.sms, kernel["features"], config, rank, time_ms, "sweep",
                                    static=static, dynamic=dynamic)
-        if dynamic:  # rows stored before the profile (a sweep without --ncu) get it too
+        if profiled and dynamic:  # rows stored before the profile (a sweep without --ncu) get it too
             store.set_dynamic(family, device_name, kernel["features"], dynamic)
         progress(f"{problem.name}: {kernel['name']} ({family}), {len(times)} configurations timed")
     return added

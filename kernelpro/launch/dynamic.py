@@ -54,28 +54,37 @@ def of_kernel(rows: list, kernel_name: str) -> dict[str, float]:
     return out
 
 
+def ncu_rows(ncu: str, problem: Path, source: str, kernel_name: str, metrics: list[str],
+             timeout_s: float = 300.0) -> tuple[list, subprocess.CompletedProcess]:
+    """ncu's rows (`kernelpro.tools.ncu.NcuKernel`) for the functions named `kernel_name...` in one forward of the
+    candidate `source` (the timing child's `--profile` mode, `--clock-control none`), and the child's outcome;
+    raises where ncu reported a fatal error (no permission for the counters, ...)."""
+    from kernelpro.harness.process import scrubbed_environment
+    from kernelpro.tools.ncu import check_log, command, parse_csv
+    with tempfile.TemporaryDirectory(prefix="kernelpro-launch-ncu-") as folder:
+        candidate, spec, log = (Path(folder) / name for name in ("candidate.py", "spec.json", "ncu.log"))
+        candidate.write_text(source)
+        spec.write_text(json.dumps({"problem": str(problem), "candidates": [str(candidate)]}))
+        argv = command(ncu, log, metrics=metrics, kernel_regex=f"regex:^{kernel_name}") + \
+            [sys.executable, "-m", "kernelpro.launch.timing", "--profile", str(spec)]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s,
+                              env=scrubbed_environment({"PYTHONPATH": ":".join(sys.path)}))
+        text = (log.read_text(errors="replace") if log.exists() else "") + "\n" + done.stdout
+    check_log(text)
+    return parse_csv(text), done
+
+
 def ncu_profiler(ncu: str | None = None, timeout_s: float = 300.0) -> Profiler:
     """Profiles one candidate's forward with Nsight Compute (`--clock-control none`) in a child process."""
     from kernelpro.harness.errors import KernelproError
-    from kernelpro.harness.process import scrubbed_environment
     from kernelpro.tools.api import find_binary
-    from kernelpro.tools.ncu import check_log, command, parse_csv
     found = ncu or find_binary("ncu")
     if found is None:
         raise KernelproError("--ncu needs Nsight Compute's ncu on PATH (it comes with the CUDA toolkit)")
 
     def profile(problem: Path, source: str, kernel_name: str) -> dict:
-        with tempfile.TemporaryDirectory(prefix="kernelpro-launch-ncu-") as folder:
-            candidate, spec, log = (Path(folder) / name for name in ("candidate.py", "spec.json", "ncu.log"))
-            candidate.write_text(source)
-            spec.write_text(json.dumps({"problem": str(problem), "candidates": [str(candidate)]}))
-            argv = command(str(found), log, metrics=METRICS, kernel_regex=f"regex:^{kernel_name}") + \
-                [sys.executable, "-m", "kernelpro.launch.timing", "--profile", str(spec)]
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s,
-                                  env=scrubbed_environment({"PYTHONPATH": ":".join(sys.path)}))
-            text = (log.read_text(errors="replace") if log.exists() else "") + "\n" + done.stdout
-        check_log(text)
+        rows, done = ncu_rows(str(found), problem, source, kernel_name, METRICS, timeout_s)
         if done.returncode != 0:
             raise RuntimeError(f"the profiled child failed: {(done.stderr.strip().splitlines() or ['no output'])[-1]}")
-        return of_kernel(parse_csv(text), kernel_name)
+        return of_kernel(rows, kernel_name)
     return profile

@@ -8,8 +8,8 @@ categories one-hot, and the analytic tile facts are derived the same way for eve
 launched, waves over the SMs, elements per thread and bytes per program. Static features from the
 compiled kernel (registers, shared memory, instruction mix; `static_` keys, `kernelpro.launch.static`) and
 dynamic ones from an ncu profile of the kernel (occupancy, memory and SM utilization, cache hit rates, DRAM
-bytes; `dynamic_` keys, `kernelpro.launch.dynamic`) join where the collection recorded them. The model's schema is the sorted list of names seen in its training data; a name missing
-from a row is 0.
+bytes; `dynamic_` keys, `kernelpro.launch.dynamic`) join where the collection recorded them. The model's schema
+is the sorted list of names seen in its training data; a name missing from a row is 0.
 """
 
 from __future__ import annotations

@@ -103,6 +103,13 @@ def _rows(item: Instance) -> list[dict[str, float]]:
             for i, config in enumerate(item.configs)]
 
 
+#: Feature prefixes measured on the compiled or running kernel, which a search does not have when it ranks (before
+#: it compiles anything), and why: a model meant for searches leaves them out (`train`'s default)
+MEASURED = {"static_": "compiled-kernel (static) features, which the search does not have before it compiles",
+            "dynamic_": "ncu-measured (dynamic) features, which the search does not have before it runs the kernel"}
+MEASURED_ONLY = tuple(MEASURED)
+
+
 class LaunchModel:
     def __init__(self, document: dict):
         self.document = document
@@ -121,12 +128,9 @@ class LaunchModel:
     def outside(self, kernel_features: dict, sms: int) -> str:
         """'' when the kernel lies within the model's training range (or the file records none); otherwise
         which descriptor lies beyond it, and by how much."""
-        if any(name.startswith("static_") for name in self.schema):
-            return ("the launch model reads compiled-kernel (static) features, which the search does not have "
-                    "before it compiles")
-        if any(name.startswith("dynamic_") for name in self.schema):
-            return ("the launch model reads ncu-measured (dynamic) features, which the search does not have "
-                    "before it runs the kernel")
+        for prefix, what in MEASURED.items():
+            if any(name.startswith(prefix) for name in self.schema):
+                return f"the launch model reads {what}"
         ranges = self.document.get("ranges") or {}
         margin = math.log2(RANGE_MARGIN)
         for name, value in pair(kernel_features, {}, 0, sms).items():
@@ -177,11 +181,6 @@ class LaunchModel:
         return cls(document)
 
 
-#: Feature prefixes measured on the compiled or running kernel, which a search does not have when it ranks (before
-#: it compiles anything): a model meant for searches leaves them out (`train`'s default)
-MEASURED_ONLY = ("static_", "dynamic_")
-
-
 def _fit(train_set: list[Instance], family: str, device: str, epochs: int, seed: int,
          drop: tuple[str, ...] = ()) -> LaunchModel:
     """`drop`: prefixes of feature names left out (e.g. ("static_", "dynamic_") to score a model without them)."""
@@ -194,7 +193,7 @@ def _fit(train_set: list[Instance], family: str, device: str, epochs: int, seed:
         drop = (*drop, "static_")
     if not all(item.dynamic for item in train_set):
         drop = (*drop, "dynamic_")
-    schema = [name for name in schema if not name.startswith(drop)] if drop else schema
+    schema = [name for name in schema if not name.startswith(drop)]
     flat = [vector(named, schema) for item in train_set for named in rows[item.instance]]
     columns = list(zip(*flat))
     mean = [sum(c) / len(c) for c in columns]
