@@ -60,6 +60,11 @@ class SearchConfig:
     # When above 0, the greedy head goes on past greedy_head for as long as every evaluation so far raised the
     # best ratio by at least this factor (1.05: 5%): greedy while it keeps gaining, exploration once it stalls
     head_gain: float = 1.05
+    # With head_gain, how many evaluations in a row may leave the best below that factor before the head ends
+    # (0: the first such evaluation ends it), as long as no evaluation has failed (failures are where exploring
+    # and repairing pay). 3 by measurement (docs/mcts.md, "Patience in the head"): it mends the noisy landscape
+    # at budget 15 and keeps failure_prone's gain at 30
+    head_patience: int = 3
     # When above 0, a correct child below this fraction of its parent's ratio counts in the memory as a
     # move that did not work (like a failure): the coder is told to avoid it at equivalent nodes, and a
     # repeat is refused. Off by default, by measurement (docs/mcts.md, "Clear losses"): at 0.9 it saved
@@ -210,11 +215,16 @@ class Search:
             return True
         if self.config.head_gain <= 0 or not self.history:
             return False
-        previous = 1.0  # the reference's ratio
+        # patience only while nothing failed: failures are where exploring (and repairing) pays
+        patience = 0 if any(n.status is Status.FAILED for n in self.nodes) else self.config.head_patience
+        previous, misses = 1.0, 0  # the reference's ratio
         for _, best in self.history:
             if best < previous * self.config.head_gain:
-                return False
-            previous = best
+                misses += 1
+                if misses > patience:
+                    return False
+            else:
+                previous, misses = best, 0
         return True
 
     def _greedy_choice(self) -> Node | None:

@@ -261,8 +261,8 @@ def test_greedy_head_is_the_first_evaluations():
 
 def test_the_head_goes_on_while_every_evaluation_gains_head_gain():
     """head_gain: past greedy_head, the head lasts while each evaluation so far raised the best by that factor
-    (from the reference's 1.0), and ends at the first that did not; 0 turns it off."""
-    search, _ = run("noisy", 0, 1, greedy_head=0, head_gain=1.05)
+    (from the reference's 1.0), and ends at the first that did not (without head_patience); 0 turns it off."""
+    search, _ = run("noisy", 0, 1, greedy_head=0, head_gain=1.05, head_patience=0)
     search.history = [(1, 1.10), (2, 1.20)]
     assert search.in_greedy_head()
     search.history.append((3, 1.21))  # below 1.20 x 1.05
@@ -274,8 +274,26 @@ def test_the_head_goes_on_while_every_evaluation_gains_head_gain():
     assert not off.in_greedy_head()
 
 
+def test_head_patience_tolerates_evaluations_without_gain_until_something_fails():
+    """head_patience: the head survives that many evaluations in a row that did not raise the best by head_gain (a
+    gain resets the count), but not once any evaluation has failed: there exploring and repairing pay."""
+    search, _ = run("noisy", 0, 1, greedy_head=0, head_gain=1.05, head_patience=2)
+    search.history = [(1, 1.10), (2, 1.10), (3, 1.10)]
+    assert search.in_greedy_head()
+    search.history.append((4, 1.10))  # a third miss in a row
+    assert not search.in_greedy_head()
+    search.history = [(1, 1.10), (2, 1.10), (3, 1.20), (4, 1.20), (5, 1.20)]
+    assert search.in_greedy_head()
+    evaluated = next(n for n in search.nodes[1:] if n.status is Status.OK)
+    evaluated.status = Status.FAILED
+    assert not search.in_greedy_head()  # two misses, and patience is off after a failure
+    search.history = [(1, 1.10)]
+    assert search.in_greedy_head()  # every evaluation gained: the head goes on, failure or not
+
+
 def test_ask_uses_virtual_loss_to_spread_a_batch():
-    search, landscape = run("noisy", 4, 20)
+    # no greedy head either: while it lasts (on this landscape, without failures, a patient one) it picks the best node
+    search, landscape = run("noisy", 4, 20, greedy_head=0, head_gain=0)
     search.horizon = None  # past its budget it would be in the greedy tail, which picks the best node each time
     coder = LandscapeCoder(landscape, seed=4)
     requests = search.ask(4)
