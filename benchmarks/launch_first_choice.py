@@ -5,9 +5,10 @@ under the launch models of a folder, and what searches measured for those config
         --moves triton_gemm --device "NVIDIA H100 80GB HBM3" [--models DIR] [--runs BENCH_DIR ...] [--json OUT]
 
 CPU only: the offline coder's graph worker builds each problem's candidate for the moves with each ranking (as a
-search's first candidate does); `--models DIR` uses the model files in DIR instead of the installed and shipped
-ones (otherwise the shipped ones, never a user's installed ones). `--runs` reads the `launch_configs.jsonl` of the given bench folders (or run folders) and reports the time
-measured for a kernel of the same shape at the same configuration, where a search evaluated it.
+search's first candidate does), with the shipped launch models, or with the model files in `--models DIR` instead
+(never a user's installed ones). `--runs` reads the `launch_configs.jsonl` files under the given bench (or run)
+folders and reports the time measured for a kernel of the same shape at the same configuration, where a search
+evaluated it with no other generated kernel.
 """
 
 from __future__ import annotations

@@ -613,3 +613,44 @@ def test_the_ncu_profiler_reads_what_ncu_wrote_into_its_log(tmp_path):
     assert argv[argv.index("--kernel-name") + 1] == "regex:^fused_div_log_softmax_0"
     assert argv[-4:-1] == ["-m", "kernelpro.launch.timing", "--profile"]
     assert ncu_profiler(str(fake))(problem, "", "no_such_kernel_0") == {}
+
+
+def test_launch_first_choice_reads_each_rankings_first_configuration_and_what_searches_measured(tmp_path):
+    """benchmarks/launch_first_choice.py on our suite's 4096 x 4096 x 4096 GEMM: the analytic ranking's first tile,
+    and, with the GEMM model withdrawn, `auto` falls back to it and says why; a model in --models is used instead, and
+    a search's measured time for the same kernel at the same configuration is reported beside it."""
+    import subprocess
+    import sys
+    root = Path(__file__).resolve().parent.parent
+    script, suite = root / "benchmarks" / "launch_first_choice.py", root / "benchmarks" / "suite"
+    args = [sys.executable, str(script), str(suite), "--problems", "level2/11_LinearGelu", "--moves", "triton_gemm",
+            "--device", "NVIDIA H100 80GB HBM3", "--json", str(tmp_path / "rows.json")]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    analytic, auto = json.loads((tmp_path / "rows.json").read_text())
+    assert analytic["ranking"] == "analytic" and auto["config"] == analytic["config"]
+    assert auto["decided"] == "analytic: no launch model for triton_gemm on NVIDIA H100 80GB HBM3"
+    # a search that measured the analytic first choice (its record, as a search writes it), and a model that puts
+    # another configuration first
+    kernel = {"name": "gemm_gelu_0", "kind": "gemm", "rank": 0, "config": dict(analytic["config"], score=0.9),
+              "features": {"kind": "gemm", "m": 4096, "n": 4096, "k": 4096, "batch": 1, "b_layout": "nk", "bias": True,
+                           "inputs": 1, "outputs": 1, "steps": 1, "bytes": 201326592, "layout": "reference",
+                           "window_taps": 0}}
+    run = tmp_path / "bench" / "problems" / "level2" / "11_LinearGelu"
+    run.mkdir(parents=True)
+    (run / "launch_configs.jsonl").write_text(json.dumps({"verdict": "correct", "median_ms": 1.883,
+                                                          "kernels": [kernel]}) + "\n")
+    store = LaunchStore(tmp_path / "launch.db")
+    timer = lambda path, sources, configs, features: [1.0 + 0.1 * i for i in range(len(configs))][::-1]  # noqa: E731
+    shapes = [C.Shape("linear", dims) for dims in ((2048, 2048, 2048), (4096, 4096, 4096), (3072, 4096, 2048))]
+    C.collect(store, DEVICE.name, DEVICE, timer, shapes, most=6)
+    models = tmp_path / "models"
+    model, _ = M.train(store.instances("triton_gemm", DEVICE.name), "triton_gemm", "NVIDIA H100 80GB HBM3", epochs=60,
+                       held_out=0.0)
+    model.save(M.model_path(models, "triton_gemm", "NVIDIA H100 80GB HBM3"))
+    done = subprocess.run(args + ["--models", str(models), "--runs", str(tmp_path / "bench")], capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    analytic, auto = json.loads((tmp_path / "rows.json").read_text())
+    assert analytic["measured_ms"] == 1.883 and auto["decided"] == "predictor"
+    assert auto["config"] != analytic["config"] and auto["measured_ms"] is None
