@@ -52,6 +52,22 @@ def first_over_median(store, family: str) -> dict[str, float]:
     return out
 
 
+RANKINGS = ("predictor", "analytic", "occupancy")
+
+
+def averaged(reports: list[dict]) -> dict:
+    """Each ranking's scores, the mean over the seeds' reports (`cross_validate`'s, or their `aligned` parts)."""
+    return {name: {key: round(statistics.mean(r[name][key] for r in reports), 4)
+                   for key in ("top1_speed", "top3_hit", "to95")} for name in RANKINGS}
+
+
+def scores_line(label: str, kernels: int, scores: dict) -> str:
+    p, a, o = (scores[name] for name in RANKINGS)
+    return (f"{label:17} {kernels:3} kernels  top-1 {p['top1_speed']:.3f} / {a['top1_speed']:.3f} / "
+            f"{o['top1_speed']:.3f}  top-3 {p['top3_hit']:.0%} / {a['top3_hit']:.0%} / {o['top3_hit']:.0%}  "
+            f"to 95% {p['to95']:.2f} / {a['to95']:.2f} / {o['to95']:.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dataset", type=Path)
@@ -78,17 +94,12 @@ def main() -> None:
                 continue
             runs = [cross_validate(instances, family, args.device, folds=len(instances), seed=s, drop=drop)
                     for s in range(args.seeds)]
-            mean = lambda name, key: statistics.mean(r[name][key] for r in runs)  # noqa: E731
-            row = {"instances": len(instances), "configurations": sum(len(i.configs) for i in instances)}
-            for name in ("predictor", "analytic", "occupancy"):
-                row[name] = {key: round(mean(name, key), 4) for key in ("top1_speed", "top3_hit", "to95")}
+            row = {"instances": len(instances), "configurations": sum(len(i.configs) for i in instances),
+                   **averaged(runs)}
             row["predictor"]["top1_range"] = [min(r["predictor"]["top1_speed"] for r in runs),
                                               max(r["predictor"]["top1_speed"] for r in runs)]
             if "aligned" in runs[0]:  # the kernels whose sizes all divide by 16, as searches' kernels mostly do
-                amean = lambda name, key: statistics.mean(r["aligned"][name][key] for r in runs)  # noqa: E731
-                row["aligned"] = {"instances": runs[0]["aligned"]["instances"]} | {
-                    name: {key: round(amean(name, key), 4) for key in ("top1_speed", "top3_hit", "to95")}
-                    for name in ("predictor", "analytic", "occupancy")}
+                row["aligned"] = {"instances": runs[0]["aligned"]["instances"]} | averaged([r["aligned"] for r in runs])
             # shipped where it beats the analytic ranking overall, and on the aligned kernels where there are any
             # (a GEMM model that won overall on unaligned random shapes lost every aligned GEMM in search)
             p, a = row["predictor"], row["analytic"]
@@ -105,16 +116,10 @@ def main() -> None:
                 row["first_over_median"] = {"kernels": len(both), "this": [round(mine[k], 3) for k in both],
                                             "other": [round(theirs[k], 3) for k in both]}
             report["families"][family] = row
-            p, a, o = row["predictor"], row["analytic"], row["occupancy"]
-            print(f"{family:17} {len(instances):3} kernels  top-1 {p['top1_speed']:.3f} / {a['top1_speed']:.3f} / "
-                  f"{o['top1_speed']:.3f}  top-3 {p['top3_hit']:.0%} / {a['top3_hit']:.0%} / {o['top3_hit']:.0%}  "
-                  f"to 95% {p['to95']:.2f} / {a['to95']:.2f} / {o['to95']:.2f}  (predictor / analytic / occupancy)"
+            print(scores_line(family, len(instances), row) + "  (predictor / analytic / occupancy)"
                   f"{'  shipped' if row['shipped'] else ''}", flush=True)
             if "aligned" in row:
-                p, a, o = row["aligned"]["predictor"], row["aligned"]["analytic"], row["aligned"]["occupancy"]
-                print(f"{'  aligned':17} {row['aligned']['instances']:3} kernels  top-1 {p['top1_speed']:.3f} / "
-                      f"{a['top1_speed']:.3f} / {o['top1_speed']:.3f}  top-3 {p['top3_hit']:.0%} / {a['top3_hit']:.0%} / "
-                      f"{o['top3_hit']:.0%}  to 95% {p['to95']:.2f} / {a['to95']:.2f} / {o['to95']:.2f}", flush=True)
+                print(scores_line("  aligned", row["aligned"]["instances"], row["aligned"]), flush=True)
             if other is not None and row["first_over_median"]["kernels"]:
                 f = row["first_over_median"]
                 print(f"{'':17} analytic first / median, worst: {max(f['this']):.2f} here, {max(f['other']):.2f} in "

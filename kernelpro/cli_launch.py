@@ -196,13 +196,10 @@ def _print_scores(report: dict, how: str = "") -> None:
     table = Table(title=f"{report['family']} on {report['device']}: {report.get('test')} kernels, {how}")
     for column in ("ranking", "top-1 speed vs best", "best in top 3", "configurations to 95%"):
         table.add_column(column)
-    aligned = report.get("aligned") or {}
-    for name in ("predictor", "analytic", "occupancy"):
-        if name in report:
-            table.add_row(name, f"{report[name]['top1_speed']:.3f}", f"{report[name]['top3_hit']:.0%}",
-                          f"{report[name].get('to95', 0):.2f}")
-    for name in ("predictor", "analytic", "occupancy"):  # those of the kernels whose sizes all divide by 16
-        if name in aligned:
-            table.add_row(f"{name}, {aligned['instances']} aligned", f"{aligned[name]['top1_speed']:.3f}",
-                          f"{aligned[name]['top3_hit']:.0%}", f"{aligned[name].get('to95', 0):.2f}")
+    aligned = report.get("aligned") or {}  # the scores of the kernels whose sizes all divide by 16, where any
+    for scores, suffix in ((report, ""), (aligned, f", {aligned.get('instances')} aligned")):
+        for name in ("predictor", "analytic", "occupancy"):
+            if name in scores:
+                table.add_row(name + suffix, f"{scores[name]['top1_speed']:.3f}", f"{scores[name]['top3_hit']:.0%}",
+                              f"{scores[name].get('to95', 0):.2f}")
     make_console().print(table)

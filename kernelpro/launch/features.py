@@ -30,10 +30,14 @@ SKIPPED = {"kind", "score", "layout", "backend", "dtype", "b_layout"}
 ALIGNED = ("m", "n", "k", "rows", "row_length", "elements")
 
 
+def divides_by_16(size) -> bool:
+    return int(size) % 16 == 0
+
+
 def aligned(features: dict) -> bool:
     """Whether every size of the kernel divides by 16 (or is 1: a pointwise kernel's row length), as nearly all of
     KernelBench's and real models' do."""
-    return all(int(features[key]) % 16 == 0 or int(features[key]) == 1 for key in ALIGNED if key in features)
+    return all(divides_by_16(features[key]) or int(features[key]) == 1 for key in ALIGNED if key in features)
 
 
 def _log(value: float) -> float:
@@ -67,7 +71,7 @@ def pair(features: dict, config: dict, rank: int, sms: int, static: dict | None 
             continue
         out[f"kernel_{key}"] = float(value) if isinstance(value, bool) else _log(value)
         if key in ALIGNED:
-            out[f"kernel_{key}_div16"] = float(int(value) % 16 == 0)
+            out[f"kernel_{key}_div16"] = float(divides_by_16(value))
     for key, value in config.items():
         if key in SKIPPED:
             continue
