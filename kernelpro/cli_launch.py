@@ -149,10 +149,16 @@ def register(app: typer.Typer) -> None:
         if install:
             model.save(model_path(user_models(), family, device))
         report = {k: v for k, v in report.items() if k != "test_instances"} | {"model": str(target)}
+        classes = model.document.get("classes")  # set by cross-validation: the kinds of kernel it may rank
+        if classes is not None:
+            report["classes"] = classes
         if json_output:
             typer.echo(json.dumps(report, indent=2))
             return
         _print_scores(report)
+        if classes is not None:
+            typer.echo(f"searches ask it about {' and '.join(classes)} kernels (where it beat the analytic ranking)"
+                       if classes else "it beat the analytic ranking on no kind of kernel: searches keep that ranking")
 
     @launch_app.command("eval")
     def eval_command(
@@ -196,8 +202,11 @@ def _print_scores(report: dict, how: str = "") -> None:
     table = Table(title=f"{report['family']} on {report['device']}: {report.get('test')} kernels, {how}")
     for column in ("ranking", "top-1 speed vs best", "best in top 3", "configurations to 95%"):
         table.add_column(column)
-    aligned = report.get("aligned") or {}  # the scores of the kernels whose sizes all divide by 16, where any
-    for scores, suffix in ((report, ""), (aligned, f", {aligned.get('instances')} aligned")):
+    from kernelpro.launch.model import KERNEL_CLASSES
+    # then each kind of kernel's scores (aligned: every size divisible by 16), where the report has them
+    parts = [(report, "")] + [(report[kind], f", {report[kind]['instances']} {kind}")
+                              for kind in KERNEL_CLASSES if kind in report]
+    for scores, suffix in parts:
         for name in ("predictor", "analytic", "occupancy"):
             if name in scores:
                 table.add_row(name + suffix, f"{scores[name]['top1_speed']:.3f}", f"{scores[name]['top3_hit']:.0%}",

@@ -16,7 +16,10 @@ kernel descriptor (m, n, k, rows, row length, elements, ...) more than a factor 
 the training range keeps the analytic ranking (`outside`): an MLP extrapolates arbitrarily there (a
 128 x 32768 x 32768 GEMM got 32 x 32 tiles and ran at 0.44x of eager; the GEMMs it trained on span 64
 to 7446 in each dimension), nor about a kernel whose sizes divide by 16 where none it trained on did, or the
-reverse.
+reverse. A file that names the kinds of kernel it may rank (`classes`: aligned, every size a multiple of 16, or
+unaligned; `trusted_classes`) is asked about those only: the kinds on which its cross-validated scores beat the
+analytic ranking's (the H100 GEMM model of 2026-11-27 did on unaligned GEMMs, 0.98 against 0.61 of the fastest at
+its first choice, and lost on the aligned ones, 0.65 against 0.86).
 """
 
 from __future__ import annotations
@@ -35,6 +38,18 @@ TEMPERATURE = 0.05
 HIDDEN = 32
 #: how far (a factor) a kernel descriptor may lie outside the training range before the model is not asked
 RANGE_MARGIN = 2.0
+#: the kinds of kernel a model's scores are kept apart for, and may be trusted for on their own
+KERNEL_CLASSES = ("aligned", "unaligned")
+#: the fewest kernels of a kind on which a model's cross-validated win counts
+MIN_CLASS_KERNELS = 3
+#: differences in top-1 speed and in walk length (configurations) smaller than these are ties: the seeds of one
+#: cross-validation differ by about that much
+TIE_TOP1, TIE_WALK = 0.005, 0.1
+
+
+def kernel_class(features: dict) -> str:
+    """'aligned' where every size of the kernel divides by 16 (as nearly all of KernelBench's do), else 'unaligned'."""
+    return "aligned" if aligned(features) else "unaligned"
 
 
 @dataclass
@@ -132,6 +147,12 @@ class LaunchModel:
         for prefix, what in MEASURED.items():
             if any(name.startswith(prefix) for name in self.schema):
                 return f"the launch model reads {what}"
+        classes = self.document.get("classes")
+        if classes is not None and kernel_class(kernel_features) not in classes:
+            if not classes:
+                return "the launch model beat the analytic ranking on no kind of kernel it never saw"
+            return (f"the launch model ranks {' and '.join(classes)} kernels only (where it beat the analytic ranking "
+                    f"on kernels it never saw), and this one is {kernel_class(kernel_features)}")
         ranges = self.document.get("ranges") or {}
         margin = math.log2(RANGE_MARGIN)
         for name, value in pair(kernel_features, {}, 0, sms).items():
@@ -253,14 +274,35 @@ def cross_validate(instances: list[Instance], family: str, device: str, folds: i
     report = {"family": family, "device": device, "folds": len(groups), "test": len(instances),
               "predictor": score_ranking(instances, lambda item: chosen[item.instance]).as_dict(),
               **_baselines(instances)}
-    # the same scores on the aligned kernels alone (every size divisible by 16), those searches mostly meet: a
-    # dataset of random shapes is mostly unaligned, and its overall scores can hide a loss there
-    subset = [item for item in instances if aligned(item.features)]
-    if subset:
-        report["aligned"] = {"instances": len(subset),
-                             "predictor": score_ranking(subset, lambda item: chosen[item.instance]).as_dict(),
-                             **_baselines(subset)}
-    return report
+    return report | by_class(instances, lambda item: chosen[item.instance])
+
+
+def by_class(instances: list[Instance], order) -> dict:
+    """The same scores for each kind of kernel apart (`KERNEL_CLASSES`): the aligned ones (every size divisible by
+    16) are those searches mostly meet, and a dataset of random shapes is mostly unaligned: overall scores can hide
+    a loss on either."""
+    out = {}
+    for name in KERNEL_CLASSES:
+        subset = [item for item in instances if kernel_class(item.features) == name]
+        if subset:
+            out[name] = {"instances": len(subset), "predictor": score_ranking(subset, order).as_dict(),
+                         **_baselines(subset)}
+    return out
+
+
+def beats_analytic(scores: dict) -> bool:
+    """Whether the predictor's top choice is as fast as the analytic ranking's and its walk to 95% as short (each
+    up to a tie, `TIE_TOP1` and `TIE_WALK`), and one of them better by more than a tie."""
+    p, a = scores["predictor"], scores["analytic"]
+    top1, walk = p["top1_speed"] - a["top1_speed"], a["to95"] - p["to95"]  # > 0: the predictor's better
+    return top1 >= -TIE_TOP1 and walk >= -TIE_WALK and (top1 > TIE_TOP1 or walk > TIE_WALK)
+
+
+def trusted_classes(report: dict) -> list[str]:
+    """The kinds of kernel (`KERNEL_CLASSES`) on which a report's predictor beat the analytic ranking, over at least
+    MIN_CLASS_KERNELS kernels of that kind: the ones a model may rank in searches."""
+    return [name for name in KERNEL_CLASSES
+            if name in report and report[name]["instances"] >= MIN_CLASS_KERNELS and beats_analytic(report[name])]
 
 
 def train(instances: list[Instance], family: str, device: str, epochs: int = 300, seed: int = 0,
@@ -281,9 +323,12 @@ def train(instances: list[Instance], family: str, device: str, epochs: int = 300
         model = _fit(train_set, family, device, epochs, seed, drop)
         report = {"family": family, "device": device, "train": len(train_set), "test": len(test_set),
                   "test_instances": sorted(i.instance for i in test_set),
-                  "predictor": score_ranking(test_set, model.order).as_dict(), **_baselines(test_set)}
+                  "predictor": score_ranking(test_set, model.order).as_dict(), **_baselines(test_set),
+                  **by_class(test_set, model.order)}
         model.document["held_out"] = len(test_set)
     model.document["scores"] = report
+    if folds > 1:  # cross-validated, every kernel scored: only the kinds of kernel it was seen to rank better
+        model.document["classes"] = trusted_classes(report)
     return model, report
 
 
