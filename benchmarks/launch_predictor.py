@@ -17,10 +17,11 @@ row of the dataset has them (offline only: nothing is shipped then).
 The aligned kernels (every size divisible by 16, as searches' kernels mostly are) and the unaligned ones are
 scored apart too, printed and saved. `--ship FOLDER` writes a model trained on every instance (seed 0) for each
 family whose mean top-1 speed and walk beat the analytic ranking's (as good on both, better on one, where a
-difference under 0.005 of top-1 or 0.1 of walk is a tie) on either kind, over at least three kernels of it; the file names the kinds it won on (`classes`), and searches ask it
-about kernels of those kinds only. `--compare OTHER` prints, for the
-kernels both datasets hold, the time of the analytic ranking's first configuration over the kernel's median
-(a timing protocol that favours or penalises the first configuration timed shows there).
+difference under 0.005 of top-1 or 0.1 of walk is a tie) on either kind, over at least three kernels of it; the
+file names the kinds it won on (`classes`), and searches ask it about kernels of those kinds only.
+`--compare OTHER` prints, for the kernels both datasets hold, the time of the analytic ranking's first
+configuration over the kernel's median (a timing protocol that favours or penalises the first configuration timed
+shows there).
 """
 
 from __future__ import annotations

@@ -41,7 +41,8 @@ def asked(kind):
     model = launch.find(kind, name)[0]
     return model is not None and "aligned" in model.document.get("classes", ["aligned"])
 found = {kind: asked(kind) for kind in ("triton_row", "triton_gemm", "triton_pointwise")}
-print(f"{name}: launch models for aligned kernels of", ", ".join(k for k, v in found.items() if v) or "no family the problems generate")
+print(f"{name}: launch models for aligned kernels of",
+      ", ".join(k for k, v in found.items() if v) or "no family the problems generate")
 if not any(found.values()):
     sys.exit(f"no launch model for the problems' (aligned) kernels on {name}: --launch-ranking auto would rank "
              "analytically too (an A/A run); install one (kernelpro launch train --install) or, for the shipped "
