@@ -37,10 +37,10 @@ import kernelpro.launch as launch
 name = torch.cuda.get_device_name(0)
 # the families the suite's problems generate (no scans among them); their kernels' sizes all divide by 16, so a model
 # that ranks unaligned kernels only (its file's `classes`) is not asked about them either
-def asked(kind):
-    model = launch.find(kind, name)[0]
-    return model is not None and "aligned" in model.document.get("classes", ["aligned"])
-found = {kind: asked(kind) for kind in ("triton_row", "triton_gemm", "triton_pointwise")}
+def asked(family):
+    model = launch.find(family, name)[0]
+    return model is not None and model.ranks("aligned")
+found = {family: asked(family) for family in ("triton_row", "triton_gemm", "triton_pointwise")}
 print(f"{name}: launch models for aligned kernels of",
       ", ".join(k for k, v in found.items() if v) or "no family the problems generate")
 if not any(found.values()):

@@ -257,8 +257,10 @@ def test_a_model_ranks_only_the_kinds_of_kernel_it_beat_the_analytic_ranking_on(
     assert model.outside(odd, DEVICE.sms) == ""
     model.document["classes"] = []
     assert "no kind of kernel" in model.outside(odd, DEVICE.sms)
+    assert not model.ranks("aligned") and not model.ranks("unaligned")
     del model.document["classes"]  # a file without the list (shipped before it) ranks any kind it saw
     assert model.outside(cube, DEVICE.sms) == model.outside(odd, DEVICE.sms) == ""
+    assert model.ranks("aligned") and model.ranks("unaligned")
     # a model held out a quarter only has no evidence per kind: it keeps no list
     held, _ = M.train(instances, "triton_pointwise", DEVICE.name, epochs=5)
     assert "classes" not in held.document

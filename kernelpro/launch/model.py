@@ -141,18 +141,25 @@ class LaunchModel:
     def device(self) -> str:
         return self.document["device"]
 
+    def ranks(self, kind: str) -> bool:
+        """Whether the model may rank kernels of this kind (`KERNEL_CLASSES`): those its file names (`classes`), or
+        any kind where it names none (files written before the list, or trained without cross-validation)."""
+        classes = self.document.get("classes")
+        return classes is None or kind in classes
+
     def outside(self, kernel_features: dict, sms: int) -> str:
         """'' when the kernel lies within the model's training range (or the file records none); otherwise
         which descriptor lies beyond it, and by how much."""
         for prefix, what in MEASURED.items():
             if any(name.startswith(prefix) for name in self.schema):
                 return f"the launch model reads {what}"
-        classes = self.document.get("classes")
-        if classes is not None and kernel_class(kernel_features) not in classes:
+        kind = kernel_class(kernel_features)
+        if not self.ranks(kind):
+            classes = self.document["classes"]
             if not classes:
                 return "the launch model beat the analytic ranking on no kind of kernel it never saw"
             return (f"the launch model ranks {' and '.join(classes)} kernels only (where it beat the analytic ranking "
-                    f"on kernels it never saw), and this one is {kernel_class(kernel_features)}")
+                    f"on kernels it never saw), and this one is {kind}")
         ranges = self.document.get("ranges") or {}
         margin = math.log2(RANGE_MARGIN)
         for name, value in pair(kernel_features, {}, 0, sms).items():
