@@ -2,7 +2,7 @@
 under the launch models of a folder, and what searches measured for those configurations.
 
     python benchmarks/launch_first_choice.py benchmarks/suite --problems level2/9_GemmBiasGelu,level2/11_LinearGelu \
-        --moves triton_gemm --device "NVIDIA H100 80GB HBM3" [--models DIR] [--runs BENCH_DIR ...] [--json OUT]
+        --moves triton_gemm --device "NVIDIA H100 80GB HBM3" [--each] [--models DIR] [--runs BENCH_DIR ...] [--json OUT]
 
 CPU only: the offline coder's graph worker builds each problem's candidate for the moves with each ranking (as a
 search's first candidate does), with the shipped launch models, or with the model files in `--models DIR` instead
@@ -44,8 +44,10 @@ def _key(record: dict) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("suite", type=Path)
-    parser.add_argument("--problems", required=True, help="comma-separated keys (level2/9_GemmBiasGelu,...)")
-    parser.add_argument("--moves", default="triton_gemm")
+    parser.add_argument("--problems", required=True, help="comma-separated keys (level2/9_GemmBiasGelu,...) or @FILE")
+    parser.add_argument("--moves", default="triton_gemm", help="the moves of one candidate, comma-separated")
+    parser.add_argument("--each", action="store_true",
+                        help="a candidate per move instead (a move that does not apply to a problem is reported so)")
     parser.add_argument("--device", required=True)
     parser.add_argument("--sms", type=int, default=132)
     parser.add_argument("--models", type=Path, help="a folder of launch model files to use instead")
@@ -62,14 +64,22 @@ def main() -> int:
     times = measured(args.runs)
     device = triton_configs.Device(sms=args.sms, name=args.device)
     rows = []
-    for key in args.problems.split(","):
+    move_sets = [[m] for m in args.moves.split(",")] if args.each else [args.moves.split(",")]
+    keys = args.problems.split(",")
+    if args.problems.startswith("@"):  # a file of keys, one per line, '#' comments
+        keys = [line.split("#")[0].strip() for line in Path(args.problems[1:]).read_text().splitlines()]
+    for key in filter(None, keys):
         problem = Problem(args.suite / f"{key}.py", seed=42)
-        for ranking in ("analytic", "auto"):
-            _, _, kernels = problem.build(args.moves.split(","), device=device, launch_ranking=ranking)
+        for moves, ranking in [(m, r) for m in move_sets for r in ("analytic", "auto")]:
+            try:
+                _, _, kernels = problem.build(moves, device=device, launch_ranking=ranking)
+            except Exception as error:  # the move does not apply to this problem (e.g. no GEMM to rewrite)
+                print(f"{key:32} {ranking:8} {','.join(moves)}: not built ({type(error).__name__}: {str(error)[:60]})")
+                continue
             for kernel in kernels:
                 config = {k: v for k, v in kernel["config"].items() if k != "score"}
                 ms = times.get((_key(kernel["features"]), _key(config)))
-                rows.append({"problem": key, "ranking": ranking, "kernel": kernel["name"],
+                rows.append({"problem": key, "moves": moves, "ranking": ranking, "kernel": kernel["name"],
                              "decided": kernel.get("ranking", ""), "config": config, "measured_ms": ms})
                 tiles = "x".join(str(config[k]) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K") if k in config) or config
                 print(f"{key:32} {ranking:8} {kernel['name']:26} {tiles!s:14} "

@@ -21,24 +21,33 @@ def _stderr(message: str) -> None:
 
 def evaluate(db: Path, family: str, device: str, model_file: Path | None = None) -> dict:
     """The library call behind `kernelpro launch eval`: a model's rankings against the two baselines on the
-    instances its training held out (or on every instance of the family when the model did not record them; for a
-    cross-validated model, trained on all, that is its own data: `in_sample`, beside its cross-validated scores)."""
-    from kernelpro.launch.model import LaunchModel, analytic_order, occupancy_order, score_ranking
+    dataset's kernels it never trained on: those its training held out, or, where its file lists the kernels it
+    trained on (`trained_instances`), every other one (`unseen`). Only where neither tells them apart, every
+    kernel of the family; for a cross-validated model, trained on all, that is its own data (`in_sample`, beside
+    its cross-validated scores). Each kind of kernel (aligned, unaligned) is scored apart too."""
+    from kernelpro.launch.model import LaunchModel, analytic_order, by_class, occupancy_order, score_ranking
     from kernelpro.launch.store import LaunchStore
     store = LaunchStore(db)
     instances = store.instances(family, device)
     model = LaunchModel.load(model_file) if model_file else None
+    out = {"family": family, "device": device}
     if model is not None:
         held = set((model.document.get("scores") or {}).get("test_instances") or [])
-        instances = [i for i in instances if i.instance in held] if held else instances
+        trained = set(model.document.get("trained_instances") or [])
+        if held:
+            instances = [i for i in instances if i.instance in held]
+        elif trained and any(i.instance not in trained for i in instances):
+            instances = [i for i in instances if i.instance not in trained]
+            out["unseen"] = True
     rows = {"analytic": score_ranking(instances, analytic_order).as_dict(),
             "occupancy": score_ranking(instances, occupancy_order).as_dict()}
-    out = {"family": family, "device": device, "instances": len(instances), "rankings": rows}
+    out |= {"instances": len(instances), "rankings": rows}
     if model is not None:
         rows["predictor"] = score_ranking(instances, model.order).as_dict()
+        out["by_class"] = by_class(instances, model.order)
         scores = model.document.get("scores") or {}
-        if scores.get("folds"):  # cross-validated, then trained on every instance: these are scores on its own data
-            out["in_sample"] = True
+        if scores.get("folds"):  # cross-validated, then trained on every instance
+            out["in_sample"] = not out.get("unseen")
             out["cross_validated"] = {name: scores[name] for name in ("predictor", "analytic", "occupancy")
                                       if name in scores}
     return out
@@ -165,7 +174,8 @@ def register(app: typer.Typer) -> None:
         family: Annotated[str, typer.Argument()],
         device: Annotated[str, typer.Option("--device")],
         db: DbPath = DEFAULT_DB,
-        model: Annotated[Path | None, typer.Option("--model", help="a model file (its held-out instances are scored)")] = None,
+        model: Annotated[Path | None, typer.Option(
+            "--model", help="a model file (the kernels it never trained on are scored)")] = None,
         json_output: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     ) -> None:
         """Score the rankings (predictor, analytic, occupancy heuristic) on the dataset's instances."""
@@ -173,8 +183,10 @@ def register(app: typer.Typer) -> None:
         if json_output:
             typer.echo(json.dumps(document, indent=2))
             return
-        _print_scores({"family": family, "device": device, "test": document["instances"], **document["rankings"]},
-                      "in-sample: the model trained on these" if document.get("in_sample") else "")
+        how = ("in-sample: the model trained on these" if document.get("in_sample")
+               else "none of which the model trained on" if document.get("unseen") else "")
+        _print_scores({"family": family, "device": device, "test": document["instances"], **document["rankings"],
+                       **document.get("by_class", {})}, how)
         if document.get("cross_validated"):
             cv = document["cross_validated"]["predictor"]
             typer.echo(f"its cross-validated scores (kernels it never saw): top-1 {cv['top1_speed']:.3f}, "

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Issue 35's in-search comparison on an H100 machine (the shipped launch models are for the H100), resumable
 # across calls of the device tool:
-#   kernelpro bench benchmarks/suite --problems @KEYS --budget BUDGET --no-profile --no-kb --no-compile-baseline
+#   kernelpro bench SUITE --problems @KEYS --budget BUDGET --no-profile --no-kb --no-compile-baseline
 #   --launch-ranking auto
 #   (the learned launch models) on GPU 0 and the same with --launch-ranking analytic on GPU 1, at once (on a
 #   one-GPU machine one after the other), each in its own process session so that it outlives the call; then
-#   (JUDGE=1, both finished) KernelBench's evaluator on both benches' bests. It stops at once where the GPU has
-#   no launch model (both arms would rank analytically). Afterwards, on any machine: kernelpro bench compare AUTO ANALYTIC.
+#   (JUDGE=1, both finished) KernelBench's evaluator on both benches' bests. It stops at once where no launch model
+#   of the GPU is asked about the problems' kernels (both arms would rank analytically). Afterwards, on any machine:
+#   kernelpro bench compare AUTO ANALYTIC.
 # The first call sets the machine up through scripts/gpu_check.sh (every GPU step skipped); later calls on the
 # same warm machine wait for the benches and snapshot them into $OUT/<arm>_seed<SEED>_state.tgz. AUTO_STATE /
 # ANALYTIC_STATE restore such snapshots on a fresh machine. SEED (default 0): each search's seed (a pair per
@@ -17,6 +18,8 @@ mkdir -p "$OUT"
 began=$(date +%s)
 left() { echo $(( ${TOTAL:-570} - ($(date +%s) - began) )); }
 keys=${KEYS:-@benchmarks/launch_rank_suite10.txt}
+# SUITE: the problems' folder; for KernelBench's: SUITE=.kb/kernelbench KEYS=@benchmarks/launch_rank_kb_unaligned.txt
+suite=${SUITE:-benchmarks/suite}
 budget=${BUDGET:-8}
 seed=${SEED:-0}  # each search's seed: run the pair again with SEED=1, 2, ... (each seed its own folders)
 work=/tmp/kernelpro-pair/seed$seed
@@ -29,24 +32,25 @@ fi
 # what gpu_check.sh set up: the carried wheels' site folder and, where the image lacks bubblewrap, its wrapper
 export PYTHONUNBUFFERED=1 KERNELPRO_HOME=/tmp/kernelpro-home PYTHONPATH=$PWD/.gpu-site${PYTHONPATH:+:$PYTHONPATH}
 [ -x /tmp/bwrap-root/bin/bwrap ] && export PATH=/tmp/bwrap-root/bin:$PATH
-# The comparison needs a launch model for this GPU: without one both arms rank analytically (the first run of this
-# script, on two H200s, was such an A/A run: benchmarks/results/launch_rank_suite_h200x2_2026-11-26/)
-python3 - <<'PY' || exit 2
-import sys, torch
-import kernelpro.launch as launch
-name = torch.cuda.get_device_name(0)
-# the families the suite's problems generate (no scans among them); their kernels' sizes all divide by 16, so a model
-# that ranks unaligned kernels only (its file's `classes`) is not asked about them either
-def asked(family):
-    model = launch.find(family, name)[0]
-    return model is not None and model.ranks("aligned")
-found = {family: asked(family) for family in ("triton_row", "triton_gemm", "triton_pointwise")}
-print(f"{name}: launch models for aligned kernels of",
-      ", ".join(k for k, v in found.items() if v) or "no family the problems generate")
-if not any(found.values()):
-    sys.exit(f"no launch model for the problems' (aligned) kernels on {name}: --launch-ranking auto would rank "
-             "analytically too (an A/A run); install one (kernelpro launch train --install) or, for the shipped "
-             "models, use an H100 (nvidia-h100-x2, or nvidia-h100-x1, where the two arms run one after the other)")
+# The comparison needs problems whose kernels a launch model for this GPU is asked about: otherwise both arms rank
+# analytically (the first run of this script, on two H200s, was such an A/A run:
+# benchmarks/results/launch_rank_suite_h200x2_2026-11-26/). Each problem's first candidate for each family's move is
+# built with either ranking, as a search builds it (benchmarks/launch_first_choice.py), and the call stops unless the
+# learned ranking decides one kernel's configuration somewhere.
+python3 - "$suite" "$keys" "$work/first_choice.json" <<'PY' || exit 2
+import json, subprocess, sys, torch
+suite, keys, out = sys.argv[1:]
+props = torch.cuda.get_device_properties(0)
+subprocess.run([sys.executable, "benchmarks/launch_first_choice.py", suite, "--problems", keys, "--each",
+                "--moves", "triton_gemm,fuse_pointwise,fuse_reductions", "--device", props.name,
+                "--sms", str(props.multi_processor_count), "--json", out], check=True, stdout=subprocess.DEVNULL)
+asked = sorted({f"{r['problem']} ({r['kernel']})" for r in json.load(open(out))
+                if r["ranking"] == "auto" and r["decided"] == "predictor"})
+print(f"{props.name}: the launch models rank", ", ".join(asked) or "no kernel of these problems")
+if not asked:
+    sys.exit(f"no launch model on {props.name} is asked about these problems' kernels: --launch-ranking auto would "
+             "rank analytically too (an A/A run); the shipped models are for the H100 and rank unaligned kernels "
+             "only (benchmarks/launch_rank_kb_unaligned.txt lists KernelBench problems with such kernels)")
 PY
 gpus=$(python3 -c "import torch; print(torch.cuda.device_count())")
 running() { [ -f "$work/$1.pid" ] && kill -0 "$(cat "$work/$1.pid")" 2>/dev/null; }
@@ -55,7 +59,7 @@ done_() { [ -f "$work/$1.rc" ]; }
 start_arm() {
   local arm=$1 gpu=$2 dir=/tmp/kernelpro-bench/lr${seed}_$1 resume=""
   [ -f "$dir/bench.db" ] && resume="--resume"
-  setsid nohup bash -c "kernelpro bench benchmarks/suite --problems $keys --budget $budget --no-profile --no-kb --no-compile-baseline \
+  setsid nohup bash -c "kernelpro bench $suite --problems $keys --budget $budget --no-profile --no-kb --no-compile-baseline \
     --launch-ranking $arm --seed $seed --gpus $gpu --out $dir $resume --json >$work/$arm.json 2>>$work/$arm.log; \
     echo \$? >$work/$arm.rc" </dev/null >/dev/null 2>&1 &
   echo $! >"$work/$arm.pid"; echo "$arm bench started on GPU $gpu"
@@ -104,7 +108,7 @@ gpu=0
 for arm in auto analytic; do
   mkdir -p "$OUT/judge_$arm"
   [ -f "$work/judge_$arm.tgz" ] && tar xzf "$work/judge_$arm.tgz" -C "$OUT/judge_$arm"
-  timeout $(( $(left) - 20 )) python3 scripts/kb_judge.py "/tmp/kernelpro-bench/lr${seed}_$arm" benchmarks/suite .kb/oracle \
+  timeout $(( $(left) - 20 )) python3 scripts/kb_judge.py "/tmp/kernelpro-bench/lr${seed}_$arm" "$suite" .kb/oracle \
     --out "$OUT/judge_$arm" --gpus $gpu --until $(( $(left) - 80 )) >"$OUT/judge_$arm/judge.log" 2>&1 &
   # one GPU: the judgements one after the other too
   if [ "$gpus" -ge 2 ]; then gpu=$((gpu + 1)); else wait; fi

@@ -100,18 +100,37 @@ def occupancy_order(item: Instance) -> list[int]:
     return sorted(range(len(item.configs)), key=lambda i: tuple(-v for v in occupancy(i)))
 
 
-def _shuffled(instances: list[Instance], seed: int) -> list[Instance]:
-    """The instances in an order that depends only on their names and `seed`."""
-    ordered = sorted(instances, key=lambda i: i.instance)
+#: The sizes that make a kernel's shape. Kernels of one shape that differ in their ops only (a mean and a max over the
+#: same tensor, KernelBench's level1/48 and 49) favour the same configurations, so held-out splits keep them together:
+#: a kernel is never scored by a model that trained on such a twin.
+SHAPE_KEYS = ("batch", "m", "n", "k", "rows", "row_length", "elements")
+
+
+def shape_of(item: Instance) -> tuple:
+    return tuple(item.features.get(key) for key in SHAPE_KEYS)
+
+
+def _shuffled(instances: list[Instance], seed: int) -> list[list[Instance]]:
+    """The instances grouped by shape (`shape_of`), the groups in an order that depends only on the instances' names
+    and `seed`."""
+    groups: dict[tuple, list[Instance]] = {}
+    for item in sorted(instances, key=lambda i: i.instance):
+        groups.setdefault(shape_of(item), []).append(item)
+    ordered = list(groups.values())
     random.Random(seed).shuffle(ordered)
     return ordered
 
 
 def split(instances: list[Instance], held_out: float = 0.25, seed: int = 0) -> tuple[list[Instance], list[Instance]]:
-    """(train, test) by kernel instance: every row of an instance is on one side."""
-    ordered = _shuffled(instances, seed)
-    cut = max(1, round(len(ordered) * held_out)) if len(ordered) > 1 else 0
-    return ordered[cut:], ordered[:cut]
+    """(train, test) by kernel instance: every row of an instance is on one side, and every instance of a shape too
+    (`SHAPE_KEYS`); the test side takes whole shapes until it holds `held_out` of the instances."""
+    groups = _shuffled(instances, seed)
+    if len(groups) < 2:
+        return [i for g in groups for i in g], []
+    want, test = max(1, round(len(instances) * held_out)), []
+    while groups[1:] and len(test) < want:
+        test += groups.pop(0)
+    return [i for g in groups for i in g], test
 
 
 def _rows(item: Instance) -> list[dict[str, float]]:
@@ -252,7 +271,8 @@ def _fit(train_set: list[Instance], family: str, device: str, epochs: int, seed:
     ranges = {name: [min(c), max(c)] for name, c in zip(schema, columns) if name.startswith("kernel_")}
     return LaunchModel({"format_version": FORMAT_VERSION, "family": family, "device": device, "schema": schema,
                         "mean": mean, "std": std, "ranges": ranges, "layers": layers, "temperature": TEMPERATURE,
-                        "trained_on": len(train_set), "seed": seed, "epochs": epochs})
+                        "trained_on": len(train_set), "trained_instances": sorted(i.instance for i in train_set),
+                        "seed": seed, "epochs": epochs})
 
 
 def _baselines(test_set: list[Instance]) -> dict:
@@ -261,9 +281,11 @@ def _baselines(test_set: list[Instance]) -> dict:
 
 
 def folds_of(instances: list[Instance], folds: int, seed: int = 0) -> list[list[Instance]]:
-    """`folds` disjoint groups of whole instances (shuffled by `seed`), every instance in exactly one."""
-    ordered = _shuffled(instances, seed)
-    return [ordered[k::folds] for k in range(folds) if ordered[k::folds]]
+    """At most `folds` disjoint groups of whole instances (shuffled by `seed`), every instance in exactly one and the
+    instances of one shape in the same one (so leave-one-out leaves one shape out)."""
+    shapes = _shuffled(instances, seed)
+    groups = [[item for shape in shapes[k::folds] for item in shape] for k in range(folds)]
+    return [group for group in groups if group]
 
 
 def cross_validate(instances: list[Instance], family: str, device: str, folds: int = 5, epochs: int = 300,

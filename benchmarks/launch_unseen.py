@@ -1,0 +1,65 @@
+"""Per kernel, how the launch models of a folder rank the kernels of a dataset against the analytic ranking: the
+share of the fastest configuration's speed that each ranking's first choice reaches, the kind of kernel (aligned:
+every size divisible by 16) and whether a search would ask the model about it at all (`LaunchModel.outside`).
+
+    python benchmarks/launch_unseen.py DATASET(.db|.tgz) --device "NVIDIA H100 80GB HBM3" \
+        [--models kernelpro/launch/models] [--json OUT]
+
+Meant for kernels collected after the models were trained (a dataset the models never saw): CPU only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dataset", type=Path, help="a launch dataset: launch.db, or a .tgz holding one")
+    parser.add_argument("--device", required=True)
+    parser.add_argument("--models", type=Path,
+                        default=Path(__file__).resolve().parent.parent / "kernelpro" / "launch" / "models")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    from kernelpro.launch.model import LaunchModel, analytic_order, kernel_class, model_path
+    from kernelpro.launch.store import LaunchStore
+    db = args.dataset
+    if db.suffix == ".tgz":
+        folder = Path(tempfile.mkdtemp())
+        with tarfile.open(db) as archive:
+            archive.extract("launch.db", folder, filter="data")
+        db = folder / "launch.db"
+    store, rows = LaunchStore(db), []
+    for path in sorted(args.models.glob("*.json")):
+        model = LaunchModel.load(path)
+        if model_path(args.models, model.document["family"], args.device) != path:
+            continue
+        for item in store.instances(model.document["family"], args.device):
+            best, why = item.times[item.best], model.outside(item.features, item.sms)
+            shape = {k: item.features[k] for k in ("m", "n", "k", "rows", "row_length") if k in item.features}
+            rows.append({"family": model.document["family"], "instance": item.instance, "shape": shape,
+                         "kind": kernel_class(item.features), "configurations": len(item.configs),
+                         "analytic": best / item.times[analytic_order(item)[0]],
+                         "predictor": best / item.times[model.order(item)[0]], "asked": not why, "why_not": why})
+            r = rows[-1]
+            print(f"{r['family']:17} {r['kind']:9} {json.dumps(shape):46} {r['configurations']:3} configurations: "
+                  f"analytic {r['analytic']:.3f}, predictor {r['predictor']:.3f}, "
+                  f"{'asked' if r['asked'] else 'not asked'}")
+    asked = [r for r in rows if r["asked"]]
+    if asked:
+        mean = lambda key: math.exp(sum(math.log(r[key]) for r in asked) / len(asked))  # noqa: E731
+        print(f"kernels a search would ask the models about: {len(asked)}; first choice's share of the fastest, "
+              f"geomean: predictor {mean('predictor'):.3f}, analytic {mean('analytic'):.3f}")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
