@@ -6,9 +6,10 @@
 
 DATASET is a `kernelpro launch collect` SQLite file, or the `launch_state.tgz` that scripts/gpu_check.sh brings
 back (it holds launch.db). For every family: leave-one-out cross-validation by kernel instance (each kernel
-ranked by a model that never saw it, nor a kernel of the same sizes: `model.SHAPE_KEYS`), repeated for `--seeds` initialisations, against the analytic ranking
-and NVIDIA's occupancy heuristic: top-1 speed (geomean of fastest / chosen), best in the top three, and how
-many configurations a `tune:` walk down the ranking times before one is within 95% of the fastest.
+ranked by a model that never saw it, nor a kernel of the same sizes: `model.SHAPE_KEYS`), repeated for `--seeds`
+initialisations, against the analytic ranking and NVIDIA's occupancy heuristic: top-1 speed (geomean of fastest /
+chosen), best in the top three, and how many configurations a `tune:` walk down the ranking times before one is
+within 95% of the fastest.
 
 Models are scored and shipped as searches use them: on the features a search has before it compiles anything.
 `--measured-features` scores them with the compiled-kernel (static) and ncu (dynamic) features too, where every
