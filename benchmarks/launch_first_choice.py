@@ -59,16 +59,17 @@ def main() -> int:
     os.environ["KERNELPRO_HOME"] = home
     if args.models:
         shutil.copytree(args.models, Path(home) / "launch" / "models")
+    from kernelpro.bench.suite import read_keys
     from kernelpro.offline import triton_configs
     from kernelpro.offline.worker import Problem
     times = measured(args.runs)
     device = triton_configs.Device(sms=args.sms, name=args.device)
     rows = []
     move_sets = [[m] for m in args.moves.split(",")] if args.each else [args.moves.split(",")]
-    keys = args.problems.split(",")
-    if args.problems.startswith("@"):  # a file of keys, one per line, '#' comments
-        keys = [line.split("#")[0].strip() for line in Path(args.problems[1:]).read_text().splitlines()]
-    for key in filter(None, keys):
+    keys = read_keys(args.problems)  # as `kernelpro bench --problems` reads them: keys, or @FILE
+    if keys is None:
+        parser.error("--problems: give problem keys (level2/9_GemmBiasGelu,...) or @FILE, not numbers")
+    for key in keys:
         problem = Problem(args.suite / f"{key}.py", seed=42)
         for moves, ranking in [(m, r) for m in move_sets for r in ("analytic", "auto")]:
             try:

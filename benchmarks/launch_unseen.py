@@ -14,7 +14,6 @@ import argparse
 import json
 import math
 import sys
-import tarfile
 import tempfile
 from pathlib import Path
 
@@ -27,26 +26,20 @@ def main() -> int:
                         default=Path(__file__).resolve().parent.parent / "kernelpro" / "launch" / "models")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    from kernelpro.launch.model import LaunchModel, analytic_order, kernel_class, model_path
-    from kernelpro.launch.store import LaunchStore
-    db = args.dataset
-    if db.suffix == ".tgz":
-        folder = Path(tempfile.mkdtemp())
-        with tarfile.open(db) as archive:
-            archive.extract("launch.db", folder, filter="data")
-        db = folder / "launch.db"
-    store, rows = LaunchStore(db), []
+    from kernelpro.launch.model import LaunchModel, analytic_order, kernel_class, model_path, score_ranking
+    from launch_predictor import open_store  # this folder's script: a dataset file, or a .tgz holding one
+    store, rows = open_store(args.dataset, Path(tempfile.mkdtemp())), []
     for path in sorted(args.models.glob("*.json")):
         model = LaunchModel.load(path)
         if model_path(args.models, model.document["family"], args.device) != path:
             continue
         for item in store.instances(model.document["family"], args.device):
-            best, why = item.times[item.best], model.outside(item.features, item.sms)
+            why = model.outside(item.features, item.sms)
             shape = {k: item.features[k] for k in ("m", "n", "k", "rows", "row_length") if k in item.features}
             rows.append({"family": model.document["family"], "instance": item.instance, "shape": shape,
                          "kind": kernel_class(item.features), "configurations": len(item.configs),
-                         "analytic": best / item.times[analytic_order(item)[0]],
-                         "predictor": best / item.times[model.order(item)[0]], "asked": not why, "why_not": why})
+                         "analytic": score_ranking([item], analytic_order).top1_speed,
+                         "predictor": score_ranking([item], model.order).top1_speed, "asked": not why, "why_not": why})
             r = rows[-1]
             print(f"{r['family']:17} {r['kind']:9} {json.dumps(shape):46} {r['configurations']:3} configurations: "
                   f"analytic {r['analytic']:.3f}, predictor {r['predictor']:.3f}, "
