@@ -81,7 +81,8 @@ def main() -> int:
                 config = {k: v for k, v in kernel["config"].items() if k != "score"}
                 ms = times.get((_key(kernel["features"]), _key(config)))
                 rows.append({"problem": key, "moves": moves, "ranking": ranking, "kernel": kernel["name"],
-                             "decided": kernel.get("ranking", ""), "config": config, "measured_ms": ms})
+                             "decided": kernel.get("ranking", ""), "config": config, "measured_ms": ms,
+                             "features": kernel["features"]})
                 tiles = "x".join(str(config[k]) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K") if k in config) or config
                 print(f"{key:32} {ranking:8} {kernel['name']:26} {tiles!s:14} "
                       f"{'' if ms is None else f'{ms:.3f} ms':10} {kernel.get('ranking', '')[:60]}")

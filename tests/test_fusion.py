@@ -265,6 +265,41 @@ def test_split_configurations_only_for_few_long_rows():
     assert all(c["variant"] != "split" for c in ranked(8, 1024))  # short rows: no split
 
 
+def test_strided_rows_read_neighbouring_rows_together(tmp_path, monkeypatch):
+    """A mean over dim 1 of a (B, R, I) tensor reduces rows whose elements lie I apart, while neighbouring rows are
+    contiguous (KernelBench's level1/48 at (128, 4096, 4095): one row per program ran at 0.34 of its fastest
+    configuration on the H100). Such a group says so (`row_stride`, recorded in its features only where it is above
+    1), the ranking puts many rows per program first (looped over short stretches where a row is long), and each of
+    those configurations computes what torch does; rows along the last dimension keep their ranking."""
+    from kernelpro.offline.fusion_build import Group, Input, Step
+    steps = [Step("v1", "row", reduce="sum", operand="x0", deps=("x0",), level=1)]
+
+    def group(shape, reduced):
+        return Group(kind="row", logical=shape, reduced=frozenset(reduced), steps=steps,
+                     inputs=[Input("x0", None, shape, shape, "full")])
+    middle, last = group((128, 4096, 4095), {1}), group((128 * 4095, 4096), {1})
+    assert (middle.row_stride, last.row_stride, group((6, 5, 4, 3), {1, 2}).row_stride) == (4095, 1, 3)
+    assert (middle.row_length, middle.row_count) == (last.row_length, last.row_count)
+    assert triton_gen.features(middle)["row_stride"] == 4095 and "row_stride" not in triton_gen.features(last)
+    first = triton_gen.configs(middle)[0]
+    assert first["variant"] == "looped" and first["BLOCK_R"] >= 32 and first["BLOCK_C"] <= 64
+    assert triton_gen.configs(last)[0]["BLOCK_R"] == 1  # a contiguous row: its own elements side by side
+    seen, ranked = [], triton_gen.configs
+    monkeypatch.setattr(triton_gen, "configs", lambda g, device=triton_gen.Device(): seen.append(g) or ranked(g, device))
+    path = write_problem(tmp_path, ["return x.mean(dim=1)"], [(3, 70, 45)])
+    _, _, kernels = Problem(path, 42).build(["fuse_reductions"])
+    assert kernels[0]["features"]["row_stride"] == 45 and seen[0].row_stride == 45
+    candidate = path.with_name(path.stem + "_new.py")
+    wide = [(c["variant"], i) for i, c in enumerate(ranked(seen[0])) if c["BLOCK_R"] >= 16]
+    ranks = [i for v, i in wide if v == "one_pass"][:3] + [i for v, i in wide if v == "looped"][:3]
+    assert len(set(ranks)) == 6  # three of each variant
+    for rank in sorted(set(ranks)):
+        source, _, built = Problem(path, 42).build(["fuse_reductions"], {kernels[0]["name"]: rank})
+        assert built[0]["config"]["BLOCK_R"] >= 16
+        candidate.write_text(source)
+        compare_models(load_module(candidate), atol=1e-5)
+
+
 def test_whole_tensor_reduction_is_split_into_at_most_max_chunks():
     """A mean over all of a [32768, 32768] tensor (KernelBench's MSELoss size) is one row of 2^30: a
     chunk of at most 65536 would cut it into 16384 chunks, more than the fold takes; it gets longer

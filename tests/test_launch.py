@@ -255,6 +255,9 @@ def test_a_model_ranks_only_the_kinds_of_kernel_it_beat_the_analytic_ranking_on(
     assert model.outside(cube, DEVICE.sms) == ("the launch model ranks unaligned kernels only (where it beat the "
                                               "analytic ranking on kernels it never saw), and this one is aligned")
     assert model.outside(odd, DEVICE.sms) == ""
+    # a descriptor none of its kernels had: rows read across (a reduction over a middle dimension)
+    assert model.outside(dict(odd, row_stride=4095), DEVICE.sms) == ("row_stride = 4095, a descriptor no kernel the "
+                                                                     "launch model trained on had")
     model.document["classes"] = []
     assert "no kind of kernel" in model.outside(odd, DEVICE.sms)
     assert not model.ranks("aligned") and not model.ranks("unaligned")

@@ -16,7 +16,8 @@ kernel descriptor (m, n, k, rows, row length, elements, ...) more than a factor 
 the training range keeps the analytic ranking (`outside`): an MLP extrapolates arbitrarily there (a
 128 x 32768 x 32768 GEMM got 32 x 32 tiles and ran at 0.44x of eager; the GEMMs it trained on span 64
 to 7446 in each dimension), nor about a kernel whose sizes divide by 16 where none it trained on did, or the
-reverse. A file that names the kinds of kernel it may rank (`classes`: aligned, every size a multiple of 16, or
+reverse, nor about one with a descriptor none of its kernels had (`row_stride`: rows read across, a reduction over
+a middle dimension, which the models of 2026-11-27 never saw). A file that names the kinds of kernel it may rank (`classes`: aligned, every size a multiple of 16, or
 unaligned; `trusted_classes`) is asked about those only: the kinds on which its cross-validated scores beat the
 analytic ranking's (the H100 GEMM model of 2026-11-27 did on unaligned GEMMs, 0.98 against 0.61 of the fastest at
 its first choice, and lost on the aligned ones, 0.65 against 0.86).
@@ -183,6 +184,9 @@ class LaunchModel:
         margin = math.log2(RANGE_MARGIN)
         for name, value in pair(kernel_features, {}, 0, sms).items():
             if name not in ranges:  # the file's ranges are the kernel descriptors' (kernel_*)
+                if ranges and name.startswith("kernel_") and value:  # a descriptor no training kernel had
+                    return (f"{name[len('kernel_'):]} = {round(2 ** value - 1)}, a descriptor no kernel the launch "
+                            f"model trained on had")
                 continue
             low, high = ranges[name]
             if name.endswith("_div16"):  # a flag: the model must have seen kernels of this kind, aligned or not

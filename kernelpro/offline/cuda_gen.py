@@ -488,10 +488,12 @@ def configs(group: Group, device: Device = Device()) -> list[dict]:
 
 
 def features(group: Group) -> dict:
-    return {"backend": "cuda", "kind": group.kind, "elements": math.prod(group.logical),
-            "row_length": group.row_length, "rows": group.row_count, "inputs": len(group.inputs),
-            "outputs": len(group.outputs), "steps": len(group.steps), "levels": group.levels(),
-            "bytes": group.bytes_moved()}
+    """As `triton_gen.features`: `row_stride` only where rows are strided."""
+    out = {"backend": "cuda", "kind": group.kind, "elements": math.prod(group.logical),
+           "row_length": group.row_length, "rows": group.row_count, "inputs": len(group.inputs),
+           "outputs": len(group.outputs), "steps": len(group.steps), "levels": group.levels(),
+           "bytes": group.bytes_moved()}
+    return out | ({"row_stride": group.row_stride} if group.row_stride > 1 else {})
 
 
 # -- the source -----------------------------------------------------------------------------------

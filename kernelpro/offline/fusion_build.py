@@ -102,6 +102,15 @@ class Group:
     def row_count(self) -> int:
         return math.prod(self.logical) // self.row_length
 
+    @property
+    def row_stride(self) -> int:
+        """Elements between consecutive elements of a row in the full-shaped tensors (read in the logical order):
+        1 when the reduced dimensions are the innermost, as in a softmax over the last dim; 4095 for a mean over
+        dim 1 of a (128, 4096, 4095) tensor, whose neighbouring *rows* are the contiguous ones (1 for a pointwise
+        group)."""
+        last = max([*self.reduced, *self.split], default=None)
+        return 1 if last is None else math.prod(self.logical[last + 1:])
+
     def levels(self) -> int:
         return max((s.level for s in self.steps if s.reduce), default=0)
 

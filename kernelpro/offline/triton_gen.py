@@ -515,10 +515,13 @@ def _split_kernels(group: Group, lay: Layout) -> list[str]:
 
 
 def features(group: Group) -> dict:
-    """What a launch-configuration model would learn from (recorded with every measured time)."""
-    return {"kind": group.kind, "elements": math.prod(group.logical), "row_length": group.row_length,
-            "rows": group.row_count, "inputs": len(group.inputs), "outputs": len(group.outputs),
-            "steps": len(group.steps), "levels": group.levels(), "bytes": group.bytes_moved()}
+    """What a launch-configuration model would learn from (recorded with every measured time). `row_stride` only
+    where rows are strided (neighbouring rows contiguous instead), so that the records of every other kernel, and
+    the instances they make in a launch dataset, stay what they were before it was recorded."""
+    out = {"kind": group.kind, "elements": math.prod(group.logical), "row_length": group.row_length,
+           "rows": group.row_count, "inputs": len(group.inputs), "outputs": len(group.outputs),
+           "steps": len(group.steps), "levels": group.levels(), "bytes": group.bytes_moved()}
+    return out | ({"row_stride": group.row_stride} if group.row_stride > 1 else {})
 
 
 # -- the wrapper ----------------------------------------------------------------------------------
