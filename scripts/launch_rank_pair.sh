@@ -11,7 +11,9 @@
 # The first call sets the machine up through scripts/gpu_check.sh (every GPU step skipped); later calls on the
 # same warm machine wait for the benches and snapshot them into $OUT/<arm>_seed<SEED>_state.tgz. AUTO_STATE /
 # ANALYTIC_STATE restore such snapshots on a fresh machine. SEED (default 0): each search's seed (a pair per
-# seed, in its own folders). TOTAL: seconds this call may take (default 570).
+# seed, in its own folders). FIRST_GPU (default 0): the pair's GPUs are FIRST_GPU and the next, so that on a
+# machine of four two seeds run at once (SEED=1 FIRST_GPU=0 and SEED=2 FIRST_GPU=2, after one set-up). TOTAL:
+# seconds this call may take (default 570).
 set -uo pipefail
 OUT=${OUT:-$PWD/.out}
 mkdir -p "$OUT"
@@ -22,6 +24,7 @@ keys=${KEYS:-@benchmarks/launch_rank_suite10.txt}
 suite=${SUITE:-benchmarks/suite}
 budget=${BUDGET:-8}
 seed=${SEED:-0}  # each search's seed: run the pair again with SEED=1, 2, ... (each seed its own folders)
+first=${FIRST_GPU:-0}
 work=/tmp/kernelpro-pair/seed$seed
 mkdir -p "$work" /tmp/kernelpro-bench
 setup=/tmp/kernelpro-pair/setup.done
@@ -40,7 +43,7 @@ export PYTHONUNBUFFERED=1 KERNELPRO_HOME=/tmp/kernelpro-home PYTHONPATH=$PWD/.gp
 python3 - "$suite" "$keys" "$work/first_choice.json" <<'PY' || exit 2
 import json, subprocess, sys, torch
 suite, keys, out = sys.argv[1:]
-props = torch.cuda.get_device_properties(0)
+props = torch.cuda.get_device_properties(0)  # the machine's GPUs are all of one kind
 subprocess.run([sys.executable, "benchmarks/launch_first_choice.py", suite, "--problems", keys, "--each",
                 "--moves", "triton_gemm,fuse_pointwise,fuse_reductions", "--device", props.name,
                 "--sms", str(props.multi_processor_count), "--json", out], check=True, stdout=subprocess.DEVNULL)
@@ -52,7 +55,7 @@ if not asked:
              "rank analytically too (an A/A run); the shipped models are for the H100 and rank unaligned kernels "
              "only (benchmarks/launch_rank_kb_unaligned.txt lists KernelBench problems with such kernels)")
 PY
-gpus=$(python3 -c "import torch; print(torch.cuda.device_count())")
+gpus=$(( $(python3 -c "import torch; print(torch.cuda.device_count())") - first ))  # the GPUs from FIRST_GPU on
 running() { [ -f "$work/$1.pid" ] && kill -0 "$(cat "$work/$1.pid")" 2>/dev/null; }
 done_() { [ -f "$work/$1.rc" ]; }
 # start_arm ARM GPU: the arm's bench in its own process session (it outlives this call), resuming its folder
@@ -71,13 +74,14 @@ for arm in auto analytic; do
     mkdir -p "$dir" && tar xzf "${!state_var}" -C "$dir" && echo "restored ${!state_var}"
   fi
 done
-# two GPUs: both arms at once, auto on GPU 0 and analytic on GPU 1; one GPU: one after the other, never together
+# two GPUs: both arms at once, auto on FIRST_GPU and analytic on the next; one GPU: one after the other, never
+# together
 next_arm() {
   if [ "$gpus" -ge 2 ]; then
-    running auto || done_ auto || start_arm auto 0
-    running analytic || done_ analytic || start_arm analytic 1
+    running auto || done_ auto || start_arm auto "$first"
+    running analytic || done_ analytic || start_arm analytic $((first + 1))
   elif ! running auto && ! running analytic; then
-    if ! done_ auto; then start_arm auto 0; elif ! done_ analytic; then start_arm analytic 0; fi
+    if ! done_ auto; then start_arm auto "$first"; elif ! done_ analytic; then start_arm analytic "$first"; fi
   fi
 }
 next_arm
@@ -103,8 +107,8 @@ if ! { done_ auto && done_ analytic; }; then echo "a bench is still running: cal
 [ "${JUDGE:-0}" = 1 ] || exit 0
 [ -d .kb/oracle ] || { echo "no .kb/oracle: copy ../shared/oracle into .kb and carry it"; exit 1; }
 # KernelBench's evaluator (a copy of ../shared/oracle, run as its own program) on each bench's bests, at once,
-# the auto bench's on GPU 0 and the analytic bench's on GPU 1; judgements already made are kept
-gpu=0
+# the auto bench's on FIRST_GPU and the analytic bench's on the next; judgements already made are kept
+gpu=$first
 for arm in auto analytic; do
   mkdir -p "$OUT/judge_$arm"
   [ -f "$work/judge_$arm.tgz" ] && tar xzf "$work/judge_$arm.tgz" -C "$OUT/judge_$arm"
