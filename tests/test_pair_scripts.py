@@ -1,0 +1,48 @@
+"""scripts/bench_pair.sh, the GPU machine's driver of two benches side by side, run on the CPU (`--device cpu`): both
+arms run at once on their halves of GPUS, finish, are snapshotted whole and results-only, and a second call resumes
+nothing that is done; `kernelpro bench compare` reads the two folders."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+from kernelpro.bench.compare import compare
+
+ROOT = Path(__file__).resolve().parent.parent
+SUITE = ROOT / "tests" / "data" / "bench_suite"
+
+
+def run_pair(tmp_path: Path, **extra: str) -> str:
+    pair_root = tmp_path / "pair"
+    pair_root.mkdir(exist_ok=True)
+    (pair_root / "setup.done").touch()  # the GPU machine's set-up (gpu_check.sh) is not this test's
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", PAIR_ROOT=str(pair_root),
+               BENCH_ROOT=str(tmp_path / "benches"), OUT=str(tmp_path / "out"), KERNELPRO_HOME=str(tmp_path / "home"),
+               SUITE=str(SUITE), KEYS="level1/1_DoubleNegation", BUDGET="1", TAG="t", NAME_A="greedy",
+               NAME_B="mcts", ARGS="--device cpu --no-profile --no-kb --no-compile-baseline",
+               ARGS_A="--strategy greedy", ARGS_B="--strategy mcts", GPUS="0,1", TOTAL="400", **extra)
+    done = subprocess.run(["bash", "scripts/bench_pair.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_two_benches_run_side_by_side_and_resume(tmp_path):
+    first = run_pair(tmp_path)
+    assert "greedy bench started on GPU 0" in first and "mcts bench started on GPU 1" in first
+    assert first.count("finished (exit 0)") == 2 and "[('done', 1)]" in first
+    out = tmp_path / "out"
+    for name in ("greedy", "mcts"):
+        with tarfile.open(out / f"t_{name}_state.tgz") as whole, tarfile.open(out / f"t_{name}_results.tgz") as results:
+            assert any(m.name.endswith(".py") for m in whole.getmembers())  # the candidates' code
+            assert not any(m.name.endswith(".py") for m in results.getmembers())
+            assert "bench.db" in results.getnames()
+    again = run_pair(tmp_path)  # everything done: nothing is started again
+    assert "started" not in again and again.count("finished (exit 0)") == 2
+    benches = tmp_path / "benches"
+    result = compare(benches / "t_greedy", benches / "t_mcts")
+    assert result["n"] == 1 and not result["only_a"] and not result["only_b"]
