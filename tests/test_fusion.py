@@ -271,7 +271,7 @@ def test_strided_rows_read_neighbouring_rows_together(tmp_path, monkeypatch):
     configuration on the H100). Such a group says so (`row_stride`, recorded in its features only where it is above
     1), the ranking puts many rows per program first (looped over short stretches where a row is long), and each of
     those configurations computes what torch does; rows along the last dimension keep their ranking."""
-    from kernelpro.offline.fusion_build import Group, Input, Step
+    from kernelpro.offline.fusion_build import Group, Input, Output, Step
     steps = [Step("v1", "row", reduce="sum", operand="x0", deps=("x0",), level=1)]
 
     def group(shape, reduced):
@@ -284,6 +284,14 @@ def test_strided_rows_read_neighbouring_rows_together(tmp_path, monkeypatch):
     first = triton_gen.configs(middle)[0]
     assert first["variant"] == "looped" and first["BLOCK_R"] >= 32 and first["BLOCK_C"] <= 64
     assert triton_gen.configs(last)[0]["BLOCK_R"] == 1  # a contiguous row: its own elements side by side
+    # a norm over channels (RMSNorm's 64 of (B, 64, H, W)) writes full outputs: a looped kernel would read each row
+    # twice where one pass keeps it in registers, so many rows in one pass come first
+    norm = Group(kind="row", logical=(16, 64, 4096), reduced=frozenset({1}), inputs=[
+        Input("x0", None, (16, 64, 4096), (16, 64, 4096), "full")], steps=steps + [
+        Step("v2", "full", expr="x0 / v1", deps=("x0", "v1"), level=1)], outputs=[Output("v2", None, (16, 64, 4096),
+                                                                                       "full")])
+    assert norm.passes() == 2 and triton_gen.configs(norm)[0]["variant"] == "one_pass"
+    assert triton_gen.configs(norm)[0]["BLOCK_R"] >= 32
     seen, ranked = [], triton_gen.configs
     monkeypatch.setattr(triton_gen, "configs", lambda g, device=triton_gen.Device(): seen.append(g) or ranked(g, device))
     path = write_problem(tmp_path, ["return x.mean(dim=1)"], [(3, 70, 45)])

@@ -117,7 +117,9 @@ def configs(group: Group, device: Device = Device()) -> list[dict]:
         if strided and loops and length > 1:
             # strided rows: many neighbouring rows per program, a short stretch of each per step, so that every load
             # reads BLOCK_R contiguous elements (level1/48's mean over dim 1 ran at 0.34 of its fastest configuration
-            # with one row per program, and fastest with the most rows the one-pass variant offered, 4)
+            # with one row per program, and fastest with the most rows the one-pass variant offered, 4); where the
+            # row fits the one-pass variant and a pass would read it again (a norm's outputs), halved as above
+            again = 0.5 if length <= MAX_ONE_PASS and group.passes() > 1 else 1.0
             for block_r in (16, 32, 64, 128):
                 for block_c in (8, 16, 32, 64):
                     if block_r > _next_pow2(rows) or block_c > _next_pow2(length) or block_r * block_c > 8192:
@@ -125,8 +127,8 @@ def configs(group: Group, device: Device = Device()) -> list[dict]:
                     for warps in (4, 8):
                         per_thread = block_r * block_c / (32 * warps)
                         if 1 <= per_thread <= 32:
-                            score = _score(math.ceil(rows / block_r), 32 * warps, per_thread, loads, device,
-                                           min(per_thread, block_r / 32)) / max(1, group.passes()) ** 0.5
+                            score = again * _score(math.ceil(rows / block_r), 32 * warps, per_thread, loads, device,
+                                                   min(per_thread, block_r / 32)) / max(1, group.passes()) ** 0.5
                             ranked.append((score, {"variant": "looped", "BLOCK_R": block_r, "BLOCK_C": block_c,
                                                    "num_warps": warps}))
         for chunk in split_chunks(group, device):
