@@ -1,29 +1,32 @@
 #!/usr/bin/env bash
-# Two benches of the same problems that differ in their arguments, on one GPU machine, resumable across calls of the
-# device tool (issue 34's time against energy, issue 35's learned against analytic launch ranking):
-#   kernelpro bench SUITE --problems KEYS --budget BUDGET $ARGS $ARGS_A --gpus <A's GPUs> --out /tmp/kernelpro-bench/<TAG>_<NAME_A>
-#   the same with $ARGS_B on B's GPUs, in /tmp/kernelpro-bench/<TAG>_<NAME_B>
-# GPUS (default: all of the machine's; a comma-separated list) are split in halves, A on the first and B on the second, so that both run at
-# once on one host (the pair's times and energy from one machine); with one GPU, A and then B on it, never together.
-# Each bench runs in its own process session, so it outlives the call; a later call on the same warm machine finds
-# it running, waits and snapshots. Snapshots: $OUT/<TAG>_<NAME>_state.tgz (the whole folder, with the problems' code:
-# keep KernelBench's out of git) and $OUT/<TAG>_<NAME>_results.tgz (--results-only, which may be committed);
-# STATE_A / STATE_B restore a whole-folder snapshot on a fresh machine. JUDGE=1, once both are finished:
-# KernelBench's evaluator (.kb/oracle, a copy of ../shared/oracle) on both benches' bests, each on its half's GPUs,
-# judgements already made on this machine kept, packed as $OUT/<TAG>_judge_<NAME>.tgz. TOTAL: seconds this call may take (default 570). Afterwards, anywhere:
-#   kernelpro bench compare A_FOLDER B_FOLDER
+# Two benches of the same problems that differ in their arguments, on one GPU machine, resumable across calls of
+# the device tool (issue 34's time against energy, issue 35's learned against analytic launch ranking):
+#   kernelpro bench SUITE --problems KEYS --budget BUDGET $ARGS $ARGS_A --gpus <A's GPUs> \
+#     --out $BENCH_ROOT/<TAG>_<NAME_A>
+#   the same with $ARGS_B on B's GPUs, in $BENCH_ROOT/<TAG>_<NAME_B> (BENCH_ROOT: /tmp/kernelpro-bench)
+# GPUS (default: all of the machine's; a comma-separated list) are split in halves, A on the first and B on the
+# second, so that both run at once on one host (the pair's times and energy from one machine); with one GPU, A and
+# then B on it, never together. Each bench runs in its own process session, so it outlives the call; a later call
+# on the same warm machine finds it running, waits and snapshots. Snapshots: $OUT/<TAG>_<NAME>_state.tgz (the whole
+# folder, with the problems' code: keep KernelBench's out of git) and $OUT/<TAG>_<NAME>_results.tgz (--results-only,
+# which may be committed); STATE_A / STATE_B restore a whole-folder snapshot on a fresh machine. JUDGE=1, once both
+# are finished: KernelBench's evaluator (.kb/oracle, a copy of ../shared/oracle) on both benches' bests, each on its
+# half's GPUs, judgements already made on this machine kept, packed as $OUT/<TAG>_judge_<NAME>.tgz. TOTAL: seconds
+# this call may take (default 570). Afterwards, anywhere: kernelpro bench compare A_FOLDER B_FOLDER
 # Example (issue 34, level 1):
 #   SUITE=.kb/kernelbench KEYS=@benchmarks/kernelbench_subset30_level1.txt BUDGET=8 ARGS="--no-profile --no-kb" \
-#     TAG=kb8l1 NAME_A=time ARGS_A="--objective time" NAME_B=energy ARGS_B="--objective energy" JUDGE=1 bash scripts/bench_pair.sh
+#     TAG=kb8l1 NAME_A=time ARGS_A="--objective time" NAME_B=energy ARGS_B="--objective energy" JUDGE=1 \
+#     bash scripts/bench_pair.sh
 set -uo pipefail
 OUT=${OUT:-$PWD/.out}
 mkdir -p "$OUT"
 began=$(date +%s)
 left() { echo $(( ${TOTAL:-570} - ($(date +%s) - began) )); }
-: "${KEYS:?KEYS: the problems, keys or @FILE}" "${ARGS_A?ARGS_A: arm A's arguments}" "${ARGS_B?ARGS_B: arm B's arguments}"
+: "${KEYS:?KEYS: the problems, keys or @FILE}" "${ARGS_A?ARGS_A: arm A's arguments}" \
+  "${ARGS_B?ARGS_B: arm B's arguments}"
 suite=${SUITE:-.kb/kernelbench} tag=${TAG:-pair} name_a=${NAME_A:-a} name_b=${NAME_B:-b}
 source scripts/gpu_env.sh  # the set-up, once per machine; pair_root (PAIR_ROOT)
-work=$pair_root/$tag benches=${BENCH_ROOT:-/tmp/kernelpro-bench}  # BENCH_ROOT: where the bench folders live
+work=$pair_root/$tag benches=${BENCH_ROOT:-/tmp/kernelpro-bench}
 mkdir -p "$work" "$benches"
 all=$(python3 -c "import torch; print(','.join(map(str, range(torch.cuda.device_count()))))")
 IFS=, read -r -a chosen <<<"${GPUS:-$all}"
@@ -42,7 +45,8 @@ start() {
   dir=$(folder "$name")
   [ -f "$dir/bench.db" ] && resume="--resume"
   setsid nohup bash -c "kernelpro bench $suite --problems $KEYS --budget ${BUDGET:-8} ${ARGS:-} $args --gpus $gpus \
-    --out $dir $resume --json >$work/$name.json 2>>$work/$name.log; echo \$? >$work/$name.rc" </dev/null >/dev/null 2>&1 &
+    --out $dir $resume --json >$work/$name.json 2>>$work/$name.log; echo \$? >$work/$name.rc" \
+    </dev/null >/dev/null 2>&1 &
   echo $! >"$work/$name.pid"; echo "$name bench started on GPU $gpus"
 }
 for arm in A B; do
@@ -65,7 +69,8 @@ snap() {
   for name in "$name_a" "$name_b"; do
     [ -f "$(folder "$name")/bench.db" ] || continue
     python3 scripts/bench_snapshot.py "$(folder "$name")" "$OUT/${tag}_${name}_state.tgz" >/dev/null 2>&1
-    python3 scripts/bench_snapshot.py "$(folder "$name")" "$OUT/${tag}_${name}_results.tgz" --results-only >/dev/null 2>&1
+    python3 scripts/bench_snapshot.py "$(folder "$name")" "$OUT/${tag}_${name}_results.tgz" --results-only \
+      >/dev/null 2>&1
   done
 }
 next
@@ -78,8 +83,8 @@ done
 snap
 for name in "$name_a" "$name_b"; do
   echo "== $name: $(running "$name" && echo running || echo "finished (exit $(cat "$work/$name.rc" 2>/dev/null))")"
-  python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('SELECT status, COUNT(*) FROM problems GROUP BY status').fetchall())" \
-    "$(folder "$name")/bench.db" 2>/dev/null
+  python3 -c "import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).execute(
+    'SELECT status, COUNT(*) FROM problems GROUP BY status').fetchall())" "$(folder "$name")/bench.db" 2>/dev/null
   tail -3 "$work/$name.log" 2>/dev/null
 done
 if ! { finished "$name_a" && finished "$name_b"; }; then echo "a bench is still running: call again"; exit 0; fi
@@ -90,8 +95,8 @@ if ! { finished "$name_a" && finished "$name_b"; }; then echo "a bench is still 
 for name in "$name_a" "$name_b"; do
   gpus=$gpus_a; [ "$name" = "$name_b" ] && gpus=$gpus_b
   mkdir -p "$work/judge_$name"
-  timeout $(( $(left) - 20 )) python3 scripts/kb_judge.py "$(folder "$name")" "$suite" .kb/oracle --out "$work/judge_$name" \
-    --gpus "$gpus" --until $(( $(left) - 80 )) >"$work/judge_$name/judge.log" 2>&1 &
+  timeout $(( $(left) - 20 )) python3 scripts/kb_judge.py "$(folder "$name")" "$suite" .kb/oracle \
+    --out "$work/judge_$name" --gpus "$gpus" --until $(( $(left) - 80 )) >"$work/judge_$name/judge.log" 2>&1 &
   [ "$half" -ge 1 ] || wait
 done
 wait

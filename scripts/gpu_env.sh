@@ -9,5 +9,6 @@ if [ ! -f "$pair_root/setup.done" ]; then
     && touch "$pair_root/setup.done" || { tail -20 "$pair_root/setup.log"; exit 1; }
 fi
 # the carried wheels' site folder and, where the image lacks bubblewrap, its wrapper
-export PYTHONUNBUFFERED=1 KERNELPRO_HOME=${KERNELPRO_HOME:-/tmp/kernelpro-home} PYTHONPATH=$PWD/.gpu-site${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONUNBUFFERED=1 KERNELPRO_HOME=${KERNELPRO_HOME:-/tmp/kernelpro-home}
+export PYTHONPATH=$PWD/.gpu-site${PYTHONPATH:+:$PYTHONPATH}
 if [ -x /tmp/bwrap-root/bin/bwrap ]; then export PATH=/tmp/bwrap-root/bin:$PATH; fi

@@ -17,10 +17,11 @@ the training range keeps the analytic ranking (`outside`): an MLP extrapolates a
 128 x 32768 x 32768 GEMM got 32 x 32 tiles and ran at 0.44x of eager; the GEMMs it trained on span 64
 to 7446 in each dimension), nor about a kernel whose sizes divide by 16 where none it trained on did, or the
 reverse, nor about one with a descriptor none of its kernels had (`row_stride`: rows read across, a reduction over
-a middle dimension, which the models of 2026-11-27 never saw). A file that names the kinds of kernel it may rank (`classes`: aligned, every size a multiple of 16, or
-unaligned; `trusted_classes`) is asked about those only: the kinds on which its cross-validated scores beat the
-analytic ranking's (the H100 GEMM model of 2026-11-27 did on unaligned GEMMs, 0.98 against 0.61 of the fastest at
-its first choice, and lost on the aligned ones, 0.65 against 0.86).
+a middle dimension, which the models of 2026-11-27 never saw). A file that names the kinds of kernel it may rank
+(`classes`: aligned, every size a multiple of 16, or unaligned; `trusted_classes`) is asked about those only: the
+kinds on which its cross-validated scores beat the analytic ranking's (the H100 GEMM model of 2026-11-27 did on
+unaligned GEMMs, 0.98 against 0.61 of the fastest at its first choice, and lost on the aligned ones, 0.65 against
+0.86).
 """
 
 from __future__ import annotations
