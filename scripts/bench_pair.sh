@@ -11,8 +11,9 @@
 # folder, with the problems' code: keep KernelBench's out of git) and $OUT/<TAG>_<NAME>_results.tgz (--results-only,
 # which may be committed); STATE_A / STATE_B restore a whole-folder snapshot on a fresh machine. JUDGE=1, once both
 # are finished: KernelBench's evaluator (.kb/oracle, a copy of ../shared/oracle) on both benches' bests, each on its
-# half's GPUs, judgements already made on this machine kept, packed as $OUT/<TAG>_judge_<NAME>.tgz. TOTAL: seconds
-# this call may take (default 570). Afterwards, anywhere: kernelpro bench compare A_FOLDER B_FOLDER
+# half's GPUs, judgements already made on this machine kept (JUDGED_A / JUDGED_B: an earlier machine's), packed as
+# $OUT/<TAG>_judge_<NAME>.tgz. TOTAL: seconds this call may take (default 570). Afterwards, anywhere:
+#   kernelpro bench compare A_FOLDER B_FOLDER
 # Example (issue 34, level 1):
 #   SUITE=.kb/kernelbench KEYS=@benchmarks/kernelbench_subset30_level1.txt BUDGET=8 ARGS="--no-profile --no-kb" \
 #     TAG=kb8l1 NAME_A=time ARGS_A="--objective time" NAME_B=energy ARGS_B="--objective energy" JUDGE=1 \
@@ -90,11 +91,16 @@ done
 if ! { finished "$name_a" && finished "$name_b"; }; then echo "a bench is still running: call again"; exit 0; fi
 [ "${JUDGE:-0}" = 1 ] || exit 0
 [ -d .kb/oracle ] || { echo "no .kb/oracle: copy ../shared/oracle into .kb and carry it"; exit 1; }
+if [ "$(left)" -lt 150 ]; then echo "too little time left to judge: call again with JUDGE=1"; exit 0; fi
 # both at once on their halves' GPUs (one GPU: one after the other), into $work/judge_<NAME>/ (judgements already
 # made kept), packed as $OUT/<TAG>_judge_<NAME>.tgz
-for name in "$name_a" "$name_b"; do
-  gpus=$gpus_a; [ "$name" = "$name_b" ] && gpus=$gpus_b
+for arm in A B; do
+  name_var=name_${arm,,} judged_var=JUDGED_$arm
+  name=${!name_var} gpus=$gpus_a; [ "$arm" = B ] && gpus=$gpus_b
   mkdir -p "$work/judge_$name"
+  if [ -n "${!judged_var:-}" ] && [ ! -f "$work/judge_$name/judge.log" ]; then  # an earlier machine's judgements
+    tar xzf "${!judged_var}" -C "$work/judge_$name"
+  fi
   timeout $(( $(left) - 20 )) python3 scripts/kb_judge.py "$(folder "$name")" "$suite" .kb/oracle \
     --out "$work/judge_$name" --gpus "$gpus" --until $(( $(left) - 80 )) >"$work/judge_$name/judge.log" 2>&1 &
   [ "$half" -ge 1 ] || wait
