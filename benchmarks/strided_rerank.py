@@ -18,9 +18,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from launch_predictor import open_store  # noqa: E402
-
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -34,6 +31,7 @@ def main() -> int:
     from kernelpro.launch.store import canonical
     from kernelpro.offline.fusion_build import Group, Input, Step
     from kernelpro.offline.triton_configs import configs
+    from launch_predictor import open_store  # this folder's script: a dataset file, or a .tgz holding one
     shape = tuple(int(s) for s in args.shape.split(","))
     group = Group(kind="row", logical=shape, reduced=frozenset(int(d) for d in args.reduced.split(",")),
                   steps=[Step("v1", "row", reduce="sum", operand="x0", deps=("x0",), level=1)],
@@ -47,14 +45,13 @@ def main() -> int:
                 continue
             best = min(item.times)
             ranked = sorted(range(len(item.configs)), key=lambda i: -scores.get(canonical(item.configs[i]), -1.0))
-            first_then = item.ranks.index(0)
+            first_then, first_score = item.ranks.index(0), scores.get(canonical(item.configs[ranked[0]]), 0.0)
             row = {"instance": item.instance, "row_stride": group.row_stride, "fastest_ms": best,
                    "first_now": canonical(item.configs[ranked[0]]), "first_now_share": best / item.times[ranked[0]],
                    "next_two_now_shares": [best / item.times[i] for i in ranked[1:3]],
                    "first_then": canonical(item.configs[first_then]),
                    "first_then_share": best / item.times[first_then],
-                   "unmeasured_now_ahead": sum(1 for key, score in scores.items()
-                                               if score > scores.get(canonical(item.configs[ranked[0]]), 0.0))}
+                   "unmeasured_now_ahead": sum(1 for score in scores.values() if score > first_score)}
             out.append(row)
             print(f"{item.instance[:8]} fastest {best:.3f} ms; first now {row['first_now']} at "
                   f"{row['first_now_share']:.3f} of it (then {row['first_then']} at {row['first_then_share']:.3f}); "

@@ -488,12 +488,8 @@ def configs(group: Group, device: Device = Device()) -> list[dict]:
 
 
 def features(group: Group) -> dict:
-    """As `triton_gen.features`: `row_stride` only where rows are strided."""
-    out = {"backend": "cuda", "kind": group.kind, "elements": math.prod(group.logical),
-           "row_length": group.row_length, "rows": group.row_count, "inputs": len(group.inputs),
-           "outputs": len(group.outputs), "steps": len(group.steps), "levels": group.levels(),
-           "bytes": group.bytes_moved()}
-    return out | ({"row_stride": group.row_stride} if group.row_stride > 1 else {})
+    """The Triton generator's record of the same group (`triton_gen.features`), marked as a CUDA kernel's."""
+    return {"backend": "cuda", **triton_gen.features(group)}
 
 
 # -- the source -----------------------------------------------------------------------------------
