@@ -750,6 +750,43 @@ def test_launch_unseen_scores_each_kernel_of_a_dataset_with_a_models_folder(coll
     assert "kernels a search would ask the models about" in done.stdout or not any(r["asked"] for r in rows.values())
 
 
+def test_first_choice_shares_times_each_labels_first_configuration_from_the_dataset(collected, tmp_path):
+    """benchmarks/first_choice_shares.py: each label's first configuration (launch_first_choice.py's records) as a
+    share of the fastest the dataset timed for that kernel, the kernel found by the first label's features and the
+    other labels' choices by problem and kernel name; a choice the dataset never timed is reported as not timed and
+    left out of the geomean."""
+    import subprocess
+    import sys
+    store, *_ = collected
+    items = store.instances("triton_row", DEVICE.name)[:2]
+    now, before = [], []
+    for n, item in enumerate(items):
+        fastest, slowest = item.times.index(min(item.times)), item.times.index(max(item.times))
+        base = {"problem": f"level1/{n}_p", "kernel": f"k_{n}", "ranking": "analytic"}
+        now.append(dict(base, config=item.configs[fastest], features=item.features))
+        untimed = dict(item.configs[0], num_warps=3)  # no sweep times three warps
+        before.append(dict(base, config=item.configs[slowest] if n == 0 else untimed))
+        before.append(dict(base, ranking="auto", config=item.configs[fastest]))  # another ranking's: not read
+    for name, rows in (("now", now), ("before", before)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(rows))
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "first_choice_shares.py"
+    done = subprocess.run([sys.executable, str(script), str(store.path), "--device", DEVICE.name, "--first",
+                           f"now={tmp_path / 'now.json'}", "--first", f"before={tmp_path / 'before.json'}",
+                           "--json", str(tmp_path / "out.json")], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    out = json.loads((tmp_path / "out.json").read_text())
+    first, second = out["kernels"]
+    assert [first["instance"], second["instance"]] == [i.instance for i in items]
+    assert first["now"]["share"] == 1.0 and second["now"]["share"] == 1.0
+    assert first["before"]["share"] == pytest.approx(min(items[0].times) / max(items[0].times))
+    assert second["before"]["share"] is None and "before not timed" in done.stdout
+    assert out["timed_under_every_label"] == 1
+    assert out["geomean_share"]["before"] == pytest.approx(first["before"]["share"])
+    bad = subprocess.run([sys.executable, str(script), str(store.path), "--device", DEVICE.name, "--first", "now"],
+                         capture_output=True, text=True, timeout=600)
+    assert bad.returncode == 2 and "LABEL=FILE" in bad.stderr
+
+
 def test_held_out_splits_keep_the_kernels_of_one_shape_together():
     """A mean and a max over the same tensor (KernelBench's level1/48 and 49) favour the same configurations: scored
     apart, each would be ranked by a model that trained on its twin. Folds and the held-out split keep a shape whole."""
