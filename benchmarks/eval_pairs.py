@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -21,18 +20,18 @@ def pairs(folder: Path, before: str, after: str) -> list[dict]:
     rows = {}
     for label in (before, after):
         for path in sorted(folder.glob(f"*_{label}.json")):
-            result = json.loads(path.read_text())
+            try:
+                result = json.loads(path.read_text())
+            except ValueError as error:
+                raise SystemExit(f"{path}: not a kernelpro eval JSON ({error})") from None
             rows.setdefault(path.name[: -len(f"_{label}.json")], {})[label] = {
                 "verdict": result.get("verdict"), "speedup": result.get("speedup"),
                 "kernelbench_speedup": (result.get("kernelbench") or {}).get("speedup")}
     return [{"problem": name, **rows[name]} for name in sorted(rows)]
 
 
-def geomean(values: list[float]) -> float | None:
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
-
-
 def summary(rows: list[dict], before: str, after: str) -> dict:
+    from kernelpro.bench.leaderboard import geomean
     both = [r for r in rows if all(r.get(label, {}).get("verdict") == "correct" for label in (before, after))]
     out = {"problems": len(rows), "paired": len(both)}
     for label in (before, after):

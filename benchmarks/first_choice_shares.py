@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import tempfile
 from pathlib import Path
@@ -47,10 +46,6 @@ def shares(items, firsts: dict[str, list[dict]], ranking: str) -> list[dict]:
     return out
 
 
-def geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values))
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dataset", type=Path, help="a launch dataset: launch.db, or a .tgz holding one")
@@ -66,7 +61,11 @@ def main() -> int:
         label, _, path = item.partition("=")
         if not path:
             parser.error(f"--first {item!r}: give LABEL=FILE")
-        firsts[label] = json.loads(Path(path).read_text())
+        try:
+            firsts[label] = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as error:
+            parser.error(f"--first {item!r}: {error}")
+    from kernelpro.bench.leaderboard import geomean
     from launch_predictor import open_store  # this folder's script: a dataset file, or a .tgz holding one
     with tempfile.TemporaryDirectory() as folder:
         items = open_store(args.dataset, Path(folder)).instances(args.family, args.device)

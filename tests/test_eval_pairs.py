@@ -45,3 +45,6 @@ def test_bad_input_is_a_clear_error(tmp_path):
     assert missing.returncode == 2 and "not a folder" in missing.stderr
     empty = _run(str(tmp_path))
     assert empty.returncode == 1 and "no *_old.json" in empty.stderr
+    (tmp_path / "x_old.json").write_text("{not json")
+    broken = _run(str(tmp_path))
+    assert broken.returncode == 1 and "x_old.json: not a kernelpro eval JSON" in broken.stderr

@@ -785,6 +785,9 @@ def test_first_choice_shares_times_each_labels_first_configuration_from_the_data
     bad = subprocess.run([sys.executable, str(script), str(store.path), "--device", DEVICE.name, "--first", "now"],
                          capture_output=True, text=True, timeout=600)
     assert bad.returncode == 2 and "LABEL=FILE" in bad.stderr
+    absent = subprocess.run([sys.executable, str(script), str(store.path), "--device", DEVICE.name, "--first",
+                             f"now={tmp_path / 'absent.json'}"], capture_output=True, text=True, timeout=600)
+    assert absent.returncode == 2 and "absent.json" in absent.stderr and "Traceback" not in absent.stderr
 
 
 def test_held_out_splits_keep_the_kernels_of_one_shape_together():
