@@ -344,16 +344,28 @@ def test_the_walk_to_95_percent_counts_configurations_until_one_is_within_5_perc
     assert M.score_ranking([item], lambda i: [2, 0, 1]).to95 == 1
 
 
-def test_the_shipped_h100_models_load_and_record_their_cross_validated_scores():
+#: The committed dataset the shipped models were trained on (benchmarks/launch_predictor.py DATASET --ship)
+SHIPPED_FROM = Path(__file__).resolve().parent.parent / "benchmarks" / "data" / "launch_h100_h200_kb_strided_2026-11-27.tgz"
+
+
+def test_the_shipped_h100_models_load_and_record_their_cross_validated_scores(tmp_path):
+    import tarfile
     import kernelpro.launch as launch
+    with tarfile.open(SHIPPED_FROM) as archive:
+        archive.extract("launch.db", tmp_path, filter="data")
+    store = LaunchStore(tmp_path / "launch.db")
     shipped = sorted(launch.SHIPPED.glob("*.json"))
     assert shipped, "no shipped launch model"
     for path in shipped:
         model = M.LaunchModel.load(path)
         scores = model.document["scores"]
-        # leave one shape out: a fold per distinct shape (kernels of the same sizes share one)
         assert model.device == "NVIDIA H100 80GB HBM3" and scores["test"] >= 8
-        assert scores["test"] - 3 <= scores["folds"] <= scores["test"]
+        # trained on every instance of its family in the dataset, and cross-validated leaving one shape out: a fold
+        # per distinct shape (kernels of the same sizes share one)
+        instances = store.instances(model.family, model.device)
+        assert sorted(model.document["trained_instances"]) == sorted(item.instance for item in instances)
+        assert scores["test"] == len(instances)
+        assert scores["folds"] == len({M.shape_of(item) for item in instances})
         # shipped for the kinds of kernel on which it beat the analytic ranking on unseen kernels
         classes = model.document.get("classes")
         assert classes, f"{path.name} names no kind of kernel it may rank"
