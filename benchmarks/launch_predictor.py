@@ -32,20 +32,18 @@ import argparse
 import json
 import statistics
 import sys
-import tarfile
 import tempfile
 from pathlib import Path
 
-FAMILIES = ("triton_pointwise", "triton_row", "triton_gemm", "triton_scan")
-
 
 def open_store(path: Path, folder: Path):
-    from kernelpro.launch.store import LaunchStore
-    if path.suffix in (".tgz", ".gz"):
-        with tarfile.open(path) as archive:
-            archive.extract("launch.db", folder / path.stem, filter="data")
-        path = folder / path.stem / "launch.db"
-    return LaunchStore(path)
+    """The dataset file (a launch .db, or a .tgz holding one), unpacked under `folder` (the other launch scripts of
+    this folder import it from here)."""
+    from kernelpro.launch.store import open_dataset
+    return open_dataset(path, folder)
+
+
+FAMILIES = ("triton_pointwise", "triton_row", "triton_gemm", "triton_scan")
 
 
 def first_over_median(store, family: str) -> dict[str, float]:

@@ -1,4 +1,4 @@
-"""`kernelpro launch collect|import|train|eval|show`: the learned launch-configuration predictor."""
+"""`kernelpro launch collect|import|join|train|eval|show`: the learned launch-configuration predictor."""
 
 from __future__ import annotations
 
@@ -119,6 +119,31 @@ def register(app: typer.Typer) -> None:
             added, skipped = added + a, skipped + s
         typer.echo(f"{added} rows added from {len(found)} files ({skipped} lines skipped: not correct, or several "
                    "kernels whose times cannot be told apart)")
+
+    @launch_app.command("join")
+    def join_command(
+        others: Annotated[list[Path], typer.Argument(help="datasets to add: launch.db files, or .tgz archives "
+                                                          "holding one (gpu_check.sh's launch_state.tgz)")],
+        db: DbPath = DEFAULT_DB,
+        drop: Annotated[list[str], typer.Option("--drop", help="an instance (id or prefix) to remove from --db "
+                                                               "first; repeatable")] = [],
+    ) -> None:
+        """Join other datasets into one (an instance already in --db keeps its rows)."""
+        import sqlite3
+        import tempfile
+        from kernelpro.launch.store import LaunchStore, open_dataset
+        store = LaunchStore(db)
+        with tempfile.TemporaryDirectory() as folder:
+            try:
+                removed = store.drop(drop)
+                if removed:
+                    typer.echo(f"{removed} rows of {len(drop)} instances dropped from {db}")
+                for path in others:
+                    added, skipped = store.join(open_dataset(path, Path(folder)))
+                    typer.echo(f"{added} rows added from {path} ({skipped} instances skipped: already in {db})")
+            except (ValueError, sqlite3.DatabaseError) as error:
+                _stderr(f"Error: {error}")
+                raise typer.Exit(2)
 
     @launch_app.command("train")
     def train_command(

@@ -816,3 +816,40 @@ def test_held_out_splits_keep_the_kernels_of_one_shape_together():
         train, test = M.split(items, 0.25, seed)
         assert {"mean", "max"} <= {i.instance for i in train} or {"mean", "max"} <= {i.instance for i in test}
         assert test and len(train) + len(test) == len(items)
+
+
+def test_join_rebuilds_the_committed_strided_dataset_and_refuses_other_protocols(tmp_path):
+    """`kernelpro launch join` makes benchmarks/data/launch_h100_h200_kb_strided_2026-11-27.tgz from the two files it
+    was joined from by hand (SQLite, 2026-11-27): the third collection without its two contiguous-row records of
+    level1/48 and 49, then the strided collection. A dataset timed with another protocol is refused."""
+    import tarfile
+    from typer.testing import CliRunner
+    from kernelpro.cli import app
+    data = Path(__file__).resolve().parent.parent / "benchmarks" / "data"
+    out = tmp_path / "joined.db"
+    runner = CliRunner()
+    first = runner.invoke(app, ["launch", "join", str(data / "launch_h100_h200_kb_2026-11-27.tgz"), "--db", str(out)])
+    assert first.exit_code == 0, first.output
+    second = runner.invoke(app, ["launch", "join", str(data / "launch_h100_kb_strided_2026-11-27.tgz"), "--db",
+                                 str(out), "--drop", "242008b7", "--drop", "f50b7979"])
+    assert second.exit_code == 0, second.output
+    assert "32 rows of 2 instances dropped" in second.output and "792 rows added" in second.output
+    with tarfile.open(data / "launch_h100_h200_kb_strided_2026-11-27.tgz") as archive:
+        archive.extract("launch.db", tmp_path / "committed", filter="data")
+
+    def rows(path):
+        store = LaunchStore(path)
+        return sorted(store.db.execute("SELECT * FROM measured").fetchall()), store.timing_protocol()
+
+    assert rows(out) == rows(tmp_path / "committed" / "launch.db")
+    # again: every instance is there already, nothing added
+    again = runner.invoke(app, ["launch", "join", str(data / "launch_h100_kb_strided_2026-11-27.tgz"), "--db", str(out)])
+    assert again.exit_code == 0 and "0 rows added" in again.output and "18 instances skipped" in again.output
+    sequential = runner.invoke(app, ["launch", "join", str(data / "launch_h100_sequential_2026-11-25.tgz"), "--db",
+                                     str(out)])
+    assert sequential.exit_code == 2 and "sequential-v1" in sequential.output
+    assert rows(out) == rows(tmp_path / "committed" / "launch.db")
+    ambiguous = runner.invoke(app, ["launch", "join", "--db", str(out), "--drop", "", str(out)])
+    assert ambiguous.exit_code == 2 and "not one" in ambiguous.output
+    missing = runner.invoke(app, ["launch", "join", str(tmp_path / "nothing.db"), "--db", str(out)])
+    assert missing.exit_code == 2 and "not a dataset" in missing.output

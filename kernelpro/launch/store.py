@@ -133,11 +133,63 @@ class LaunchStore(DurableStore):
             return "sequential-v1"
         return stored
 
+    def drop(self, instances: list[str]) -> int:
+        """Removes every row of the instances named (a full id or a prefix of one, as `show --json` and
+        `eval` print them); the rows removed. A name that matches no instance, or several, is an error."""
+        known = [row[0] for row in self.db.execute("SELECT DISTINCT instance FROM measured")]
+        removed = 0
+        for name in instances:
+            matches = [key for key in known if key.startswith(name)]
+            if len(matches) != 1:
+                raise ValueError(f"instance {name!r} matches {len(matches)} instances of {self.path}, not one")
+            with self.db:
+                removed += self.db.execute("DELETE FROM measured WHERE instance = ?", (matches[0],)).rowcount
+        return removed
+
+    def join(self, other: "LaunchStore") -> tuple[int, int]:
+        """Adds another dataset's rows: every instance this one lacks, whole (an instance both hold keeps this
+        one's rows, so one kernel's times never mix two collections). Both must be timed with one protocol
+        (an empty store takes the other's). (rows added, instances skipped because both held them)."""
+        mine, theirs = self.timing_protocol(), other.timing_protocol()
+        if mine and theirs and mine != theirs:
+            raise ValueError(f"{other.path} was timed with {theirs!r}, {self.path} with {mine!r}: their times do "
+                             "not compare")
+        held = {row[0] for row in self.db.execute("SELECT DISTINCT instance FROM measured")}
+        rows = other.db.execute("SELECT * FROM measured").fetchall()
+        skipped = {row[0] for row in rows if row[0] in held}
+        with self.db:
+            added = sum(self.db.execute(f"INSERT OR IGNORE INTO measured VALUES ({', '.join('?' * len(row))})",
+                                        row).rowcount for row in rows if row[0] not in held)
+        if theirs and not mine:
+            self.put("timing_protocol", theirs)
+        return added, len(skipped)
+
     def summary(self) -> dict:
         rows = self.db.execute("SELECT family, device, source, COUNT(*), COUNT(DISTINCT instance) FROM measured "
                                "GROUP BY family, device, source ORDER BY family, device, source").fetchall()
         return {"path": str(self.path), "groups": [{"family": f, "device": d, "source": s, "rows": n, "instances": i}
                                                    for f, d, s, n, i in rows]}
+
+
+def open_dataset(path: Path, folder: Path) -> LaunchStore:
+    """A dataset: a launch .db, a folder holding launch.db, or a .tgz holding one (gpu_check.sh's launch_state.tgz, the
+    committed datasets), unpacked into a fresh folder under `folder`. ValueError for anything else."""
+    import tarfile
+    import tempfile
+    path = Path(path)
+    if path.is_dir() and (path / LaunchStore.filename).is_file():  # a collection's folder
+        return LaunchStore(path)
+    if not path.is_file() or path.suffix not in (".db", ".tgz", ".gz"):
+        raise ValueError(f"{path}: not a dataset (a launch .db, a .tgz holding launch.db, or a folder holding one)")
+    if path.suffix in (".tgz", ".gz"):
+        unpacked = Path(tempfile.mkdtemp(dir=folder))
+        try:
+            with tarfile.open(path) as archive:
+                archive.extract("launch.db", unpacked, filter="data")
+        except (KeyError, tarfile.TarError) as error:
+            raise ValueError(f"{path}: no launch.db in it ({error})") from error
+        path = unpacked / "launch.db"
+    return LaunchStore(path)
 
 
 def import_jsonl(store: LaunchStore, path: Path, sms: int) -> tuple[int, int]:
