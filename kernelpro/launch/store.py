@@ -155,10 +155,12 @@ class LaunchStore(DurableStore):
             raise ValueError(f"{other.path} was timed with {theirs!r}, {self.path} with {mine!r}: their times do "
                              "not compare")
         held = {row[0] for row in self.db.execute("SELECT DISTINCT instance FROM measured")}
-        rows = other.db.execute("SELECT * FROM measured").fetchall()
+        columns = ("instance, family, device, features, config, score, rank, time_ms, source, static, dynamic, "
+                   "sms")  # by name, in case a file's columns lie in another order
+        rows = other.db.execute(f"SELECT {columns} FROM measured").fetchall()
         skipped = {row[0] for row in rows if row[0] in held}
         with self.db:
-            added = sum(self.db.execute(f"INSERT OR IGNORE INTO measured VALUES ({', '.join('?' * len(row))})",
+            added = sum(self.db.execute(f"INSERT OR IGNORE INTO measured ({columns}) VALUES ({', '.join('?' * 12)})",
                                         row).rowcount for row in rows if row[0] not in held)
         if theirs and not mine:
             self.put("timing_protocol", theirs)
