@@ -849,7 +849,9 @@ def test_join_rebuilds_the_committed_strided_dataset_and_refuses_other_protocols
                                      str(out)])
     assert sequential.exit_code == 2 and "sequential-v1" in sequential.output
     assert rows(out) == rows(tmp_path / "committed" / "launch.db")
-    ambiguous = runner.invoke(app, ["launch", "join", "--db", str(out), "--drop", "", str(out)])
+    # a name that matches several instances (every id starts with "") stops the command before anything is removed
+    ambiguous = runner.invoke(app, ["launch", "join", "--db", str(out), "--drop", "0628ae16", "--drop", "", str(out)])
     assert ambiguous.exit_code == 2 and "not one" in ambiguous.output
+    assert rows(out) == rows(tmp_path / "committed" / "launch.db")
     missing = runner.invoke(app, ["launch", "join", str(tmp_path / "nothing.db"), "--db", str(out)])
     assert missing.exit_code == 2 and "not a dataset" in missing.output

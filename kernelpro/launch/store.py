@@ -134,17 +134,17 @@ class LaunchStore(DurableStore):
         return stored
 
     def drop(self, instances: list[str]) -> int:
-        """Removes every row of the instances named (a full id or a prefix of one, as `show --json` and
-        `eval` print them); the rows removed. A name that matches no instance, or several, is an error."""
+        """Removes every row of the instances named (each a full id or a prefix of one); the rows removed. A name
+        that matches no instance, or several, is an error, and then nothing is removed."""
         known = [row[0] for row in self.db.execute("SELECT DISTINCT instance FROM measured")]
-        removed = 0
+        chosen = []
         for name in instances:
             matches = [key for key in known if key.startswith(name)]
             if len(matches) != 1:
                 raise ValueError(f"instance {name!r} matches {len(matches)} instances of {self.path}, not one")
-            with self.db:
-                removed += self.db.execute("DELETE FROM measured WHERE instance = ?", (matches[0],)).rowcount
-        return removed
+            chosen.append(matches[0])
+        with self.db:
+            return sum(self.db.execute("DELETE FROM measured WHERE instance = ?", (key,)).rowcount for key in chosen)
 
     def join(self, other: "LaunchStore") -> tuple[int, int]:
         """Adds another dataset's rows: every instance this one lacks, whole (an instance both hold keeps this
