@@ -219,16 +219,27 @@ def register(app: typer.Typer) -> None:
 
     @launch_app.command("show")
     def show_command(db: DbPath = DEFAULT_DB,
-                     json_output: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
+                     json_output: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+                     instances: Annotated[bool, typer.Option("--instances", help="also each kernel instance: its "
+                                                             "id (for join --drop), configurations and record")] = False,
+                     ) -> None:
         """What the dataset holds: rows and instances per family, device and source."""
         from kernelpro.launch.store import LaunchStore
-        summary = LaunchStore(db).summary()
+        store = LaunchStore(db)
+        summary = store.summary()
+        if instances:
+            summary["instances"] = [{"instance": item.instance, "family": item.family, "device": item.device,
+                                     "configurations": len(item.configs), "features": item.features}
+                                    for item in store.instances(least=1)]
         if json_output:
             typer.echo(json.dumps(summary, indent=2))
             return
         for group in summary["groups"]:
             typer.echo(f"{group['family']:20} {group['device']:28} {group['source']:7} {group['rows']:7} rows "
                        f"{group['instances']:5} instances")
+        for item in summary.get("instances", []):
+            typer.echo(f"{item['instance']}  {item['family']:18} {item['device']:28} {item['configurations']:4} "
+                       f"configurations  {json.dumps(item['features'], sort_keys=True)}")
 
     app.add_typer(launch_app, name="launch")
 

@@ -853,5 +853,11 @@ def test_join_rebuilds_the_committed_strided_dataset_and_refuses_other_protocols
     ambiguous = runner.invoke(app, ["launch", "join", "--db", str(out), "--drop", "0628ae16", "--drop", "", str(out)])
     assert ambiguous.exit_code == 2 and "not one" in ambiguous.output
     assert rows(out) == rows(tmp_path / "committed" / "launch.db")
+    # show --instances lists the ids --drop takes
+    shown = runner.invoke(app, ["launch", "show", "--db", str(out), "--instances", "--json"])
+    listed = json.loads(shown.output)["instances"]
+    assert len(listed) == 116 and any(item["instance"].startswith("0628ae16") for item in listed)
+    plain = runner.invoke(app, ["launch", "show", "--db", str(out), "--instances"]).output
+    assert "0628ae16" in plain and "f50b7979" not in plain
     missing = runner.invoke(app, ["launch", "join", str(tmp_path / "nothing.db"), "--db", str(out)])
     assert missing.exit_code == 2 and "not a dataset" in missing.output
