@@ -66,9 +66,9 @@ def main() -> int:
         except (OSError, ValueError) as error:
             parser.error(f"--first {item!r}: {error}")
     from kernelpro.bench.leaderboard import geomean
-    from launch_predictor import open_store  # this folder's script: a dataset file, or a .tgz holding one
+    from kernelpro.launch.store import open_dataset  # a launch .db, a folder holding one, or a .tgz
     with tempfile.TemporaryDirectory() as folder:
-        items = open_store(args.dataset, Path(folder)).instances(args.family, args.device)
+        items = open_dataset(args.dataset, Path(folder)).instances(args.family, args.device)
         rows = shares(items, firsts, args.ranking)
     if not rows:
         print("no kernel of the first JSON is in the dataset", file=sys.stderr)

@@ -36,13 +36,6 @@ import tempfile
 from pathlib import Path
 
 
-def open_store(path: Path, folder: Path):
-    """The dataset file (a launch .db, or a .tgz holding one), unpacked under `folder` (the other launch scripts of
-    this folder import it from here)."""
-    from kernelpro.launch.store import open_dataset
-    return open_dataset(path, folder)
-
-
 FAMILIES = ("triton_pointwise", "triton_row", "triton_gemm", "triton_scan")
 
 
@@ -84,10 +77,11 @@ def main() -> None:
     if args.ship and args.measured_features:
         parser.error("--ship writes models for searches, which lack the measured features: drop --measured-features")
     from kernelpro.launch.model import KERNEL_CLASSES, MEASURED_ONLY, cross_validate, model_path, train, trusted_classes
+    from kernelpro.launch.store import open_dataset
     drop = () if args.measured_features else MEASURED_ONLY
     with tempfile.TemporaryDirectory() as folder:
-        store = open_store(args.dataset, Path(folder))
-        other = open_store(args.compare, Path(folder)) if args.compare else None
+        store = open_dataset(args.dataset, Path(folder))
+        other = open_dataset(args.compare, Path(folder)) if args.compare else None
         report = {"dataset": str(args.dataset), "device": args.device, "protocol": store.get("timing_protocol"),
                   "seeds": args.seeds, "measured_features": args.measured_features, "families": {}}
         for family in FAMILIES:

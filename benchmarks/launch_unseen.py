@@ -27,8 +27,8 @@ def main() -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     from kernelpro.launch.model import LaunchModel, analytic_order, kernel_class, model_path, score_ranking
-    from launch_predictor import open_store  # this folder's script: a dataset file, or a .tgz holding one
-    store, rows = open_store(args.dataset, Path(tempfile.mkdtemp())), []
+    from kernelpro.launch.store import open_dataset  # a launch .db, a folder holding one, or a .tgz
+    store, rows = open_dataset(args.dataset, Path(tempfile.mkdtemp())), []
     for path in sorted(args.models.glob("*.json")):
         model = LaunchModel.load(path)
         if model_path(args.models, model.document["family"], args.device) != path:

@@ -31,7 +31,7 @@ def main() -> int:
     from kernelpro.launch.store import canonical
     from kernelpro.offline.fusion_build import Group, Input, Step
     from kernelpro.offline.triton_configs import configs
-    from launch_predictor import open_store  # this folder's script: a dataset file, or a .tgz holding one
+    from kernelpro.launch.store import open_dataset  # a launch .db, a folder holding one, or a .tgz
     shape = tuple(int(s) for s in args.shape.split(","))
     group = Group(kind="row", logical=shape, reduced=frozenset(int(d) for d in args.reduced.split(",")),
                   steps=[Step("v1", "row", reduce="sum", operand="x0", deps=("x0",), level=1)],
@@ -40,7 +40,7 @@ def main() -> int:
     wanted = args.instances.split(",")
     out = []
     with tempfile.TemporaryDirectory() as folder:
-        for item in open_store(args.dataset, Path(folder)).instances("triton_row", args.device):
+        for item in open_dataset(args.dataset, Path(folder)).instances("triton_row", args.device):
             if not any(item.instance.startswith(w) for w in wanted):
                 continue
             best = min(item.times)

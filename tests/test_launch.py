@@ -349,11 +349,9 @@ SHIPPED_FROM = Path(__file__).resolve().parent.parent / "benchmarks" / "data" / 
 
 
 def test_the_shipped_h100_models_load_and_record_their_cross_validated_scores(tmp_path):
-    import tarfile
     import kernelpro.launch as launch
-    with tarfile.open(SHIPPED_FROM) as archive:
-        archive.extract("launch.db", tmp_path, filter="data")
-    store = LaunchStore(tmp_path / "launch.db")
+    from kernelpro.launch.store import open_dataset
+    store = open_dataset(SHIPPED_FROM, tmp_path)
     shipped = sorted(launch.SHIPPED.glob("*.json"))
     assert shipped, "no shipped launch model"
     for path in shipped:
@@ -822,9 +820,9 @@ def test_join_rebuilds_the_committed_strided_dataset_and_refuses_other_protocols
     """`kernelpro launch join` makes benchmarks/data/launch_h100_h200_kb_strided_2026-11-27.tgz from the two files it
     was joined from by hand (SQLite, 2026-11-27): the third collection without its two contiguous-row records of
     level1/48 and 49, then the strided collection. A dataset timed with another protocol is refused."""
-    import tarfile
     from typer.testing import CliRunner
     from kernelpro.cli import app
+    from kernelpro.launch.store import open_dataset
     data = Path(__file__).resolve().parent.parent / "benchmarks" / "data"
     out = tmp_path / "joined.db"
     runner = CliRunner()
@@ -834,25 +832,23 @@ def test_join_rebuilds_the_committed_strided_dataset_and_refuses_other_protocols
                                  str(out), "--drop", "242008b7", "--drop", "f50b7979"])
     assert second.exit_code == 0, second.output
     assert "32 rows of 2 instances dropped" in second.output and "792 rows added" in second.output
-    with tarfile.open(data / "launch_h100_h200_kb_strided_2026-11-27.tgz") as archive:
-        archive.extract("launch.db", tmp_path / "committed", filter="data")
+    committed = open_dataset(data / "launch_h100_h200_kb_strided_2026-11-27.tgz", tmp_path)
 
-    def rows(path):
-        store = LaunchStore(path)
+    def rows(store):
         return sorted(store.db.execute("SELECT * FROM measured").fetchall()), store.timing_protocol()
 
-    assert rows(out) == rows(tmp_path / "committed" / "launch.db")
+    assert rows(LaunchStore(out)) == rows(committed)
     # again: every instance is there already, nothing added
     again = runner.invoke(app, ["launch", "join", str(data / "launch_h100_kb_strided_2026-11-27.tgz"), "--db", str(out)])
     assert again.exit_code == 0 and "0 rows added" in again.output and "18 instances skipped" in again.output
     sequential = runner.invoke(app, ["launch", "join", str(data / "launch_h100_sequential_2026-11-25.tgz"), "--db",
                                      str(out)])
     assert sequential.exit_code == 2 and "sequential-v1" in sequential.output
-    assert rows(out) == rows(tmp_path / "committed" / "launch.db")
+    assert rows(LaunchStore(out)) == rows(committed)
     # a name that matches several instances (every id starts with "") stops the command before anything is removed
     ambiguous = runner.invoke(app, ["launch", "join", "--db", str(out), "--drop", "0628ae16", "--drop", "", str(out)])
     assert ambiguous.exit_code == 2 and "not one" in ambiguous.output
-    assert rows(out) == rows(tmp_path / "committed" / "launch.db")
+    assert rows(LaunchStore(out)) == rows(committed)
     # show --instances lists the ids --drop takes
     shown = runner.invoke(app, ["launch", "show", "--db", str(out), "--instances", "--json"])
     listed = json.loads(shown.output)["instances"]

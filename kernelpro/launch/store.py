@@ -133,10 +133,13 @@ class LaunchStore(DurableStore):
             return "sequential-v1"
         return stored
 
+    def instance_ids(self) -> list[str]:
+        return [row[0] for row in self.db.execute("SELECT DISTINCT instance FROM measured ORDER BY instance")]
+
     def drop(self, instances: list[str]) -> int:
         """Removes every row of the instances named (each a full id or a prefix of one); the rows removed. A name
         that matches no instance, or several, is an error, and then nothing is removed."""
-        known = [row[0] for row in self.db.execute("SELECT DISTINCT instance FROM measured")]
+        known = self.instance_ids()
         chosen = []
         for name in instances:
             matches = [key for key in known if key.startswith(name)]
@@ -154,7 +157,7 @@ class LaunchStore(DurableStore):
         if mine and theirs and mine != theirs:
             raise ValueError(f"{other.path} was timed with {theirs!r}, {self.path} with {mine!r}: their times do "
                              "not compare")
-        held = {row[0] for row in self.db.execute("SELECT DISTINCT instance FROM measured")}
+        held = set(self.instance_ids())
         columns = ("instance, family, device, features, config, score, rank, time_ms, source, static, dynamic, "
                    "sms")  # by name, in case a file's columns lie in another order
         rows = other.db.execute(f"SELECT {columns} FROM measured").fetchall()
