@@ -204,13 +204,10 @@ def test_models_are_not_asked_about_kernels_unlike_those_they_saw(tmp_path):
     2026-11-26, trained mostly on unaligned random GEMMs, started every aligned GEMM of our suite at 32 x 64 tiles
     (1.3-1.5x slower searches, 2026-11-27). A model trained on the H100 GEMMs of 2026-11-26 that are not multiples
     of 16 is not asked about an aligned one, nor about a GEMM far beyond every swept one."""
-    import tarfile
     from kernelpro.launch.features import aligned
-    from kernelpro.launch.store import LaunchStore
+    from kernelpro.launch.store import open_dataset
     dataset = Path(__file__).resolve().parent.parent / "benchmarks" / "data" / "launch_h100_interleaved_2026-11-26.tgz"
-    with tarfile.open(dataset) as archive:
-        archive.extract("launch.db", tmp_path, filter="data")
-    store = LaunchStore(tmp_path / "launch.db")
+    store = open_dataset(dataset, tmp_path)
     gemms = store.instances("triton_gemm", "NVIDIA H100 80GB HBM3")
     unaligned = [item for item in gemms if not aligned(item.features)]
     assert len(unaligned) == 8 and len(gemms) == 10
