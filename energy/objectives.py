@@ -76,6 +76,33 @@ def best_index(objective: str, rows: list[Measured], epsilon: float = DEFAULT_EP
                if objective == "time" or rows[i].candidate_j else 0.0)
 
 
+def unconfirmed(objective: str, speedup: float, energy: dict | None) -> str | None:
+    """Why a search's best, re-measured once after the search (free of the selection's winner's curse), no longer
+    beats the reference under the objective; None where it still does, or where the re-measurement took no
+    energy and so cannot say. `energy`: the re-measurement's EnergyStats as JSON.
+
+    - time: slower than eager.
+    - energy: more energy than eager beyond the windows' spread, or no difference beyond it and slower.
+      Among the searched candidates the least energy is the luckiest draw as well as the best kernel: with 3
+      windows each, "lower" by chance alone has odds of 1 in 20 per candidate, so a search of eight finds one
+      often; the re-measurement is the one independent test.
+    - edp: energy times delay above eager's."""
+    if objective == "time":
+        return f"re-measured at {speedup:.3f}x vs eager" if speedup < 1.0 else None
+    if not energy:
+        return None
+    ours, theirs = energy["candidate"]["j_per_call"], energy["reference"]["j_per_call"]
+    measured = f"re-measured at {ours:.4g} J/call against eager's {theirs:.4g} and {speedup:.3f}x its speed"
+    if objective == "edp":
+        return f"{measured}: more energy x delay" if speedup * theirs / ours < 1.0 else None
+    difference = energy.get("difference", "none")
+    if difference == "higher":
+        return f"{measured}: more energy, beyond the windows' spread"
+    if difference != "lower" and speedup < 1.0:
+        return f"{measured}: no less energy beyond the windows' spread, and slower"
+    return None
+
+
 def describe(energy: dict) -> str:
     """An evaluation's energy (EnergyStats' JSON) in one line: J/call of both, whether they differ beyond the
     spread of their windows, how many windows, the idle power and the method."""

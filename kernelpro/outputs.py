@@ -40,16 +40,20 @@ def choose_best(objective: str, rows: list[dict], epsilon: float, baseline: dict
 
 
 def _confirmed(objective: str, best: dict | None, final, best_id: int) -> tuple[dict | None, object, dict | None]:
-    """(best, final, rejected): under the time objective a best whose re-measurement after the search
-    (free of the selection's winner's curse) is slower than eager gives way to the reference, and is
-    reported as `rejected`; a user who deploys best.py never gets code measured slower than what they had."""
-    if (objective != "time" or best is None or final is None or not final.ok or final.speedup is None
-            or final.speedup >= 1.0 or best["node_id"] != best_id):
+    """(best, final, rejected): a best whose re-measurement after the search no longer beats eager under the
+    objective (`objectives.unconfirmed`: slower under time; more energy, or no less and slower, under energy)
+    gives way to the reference and is reported as `rejected`, with why; a user who deploys best.py never gets code
+    measured worse than what they had."""
+    if best is None or final is None or not final.ok or final.speedup is None or best["node_id"] != best_id:
+        return best, final, None
+    why = objectives.unconfirmed(objective, final.speedup,
+                                 final.energy.model_dump(mode="json") if final.energy else None)
+    if why is None:
         return best, final, None
     # the moves as best.py's header names a best's (a coder's candidate may apply none: then its move)
     return None, None, {"node": best["node_id"], "moves": best["moves"] or [best["move"]],
-                        "speedup": best["result"]["speedup"],
-                        "final": _final_record(final)}
+                        "speedup": best["result"]["speedup"], "objective_ratio": best["objective_ratio"],
+                        "why": why, "final": _final_record(final)}
 
 
 def _final_record(final) -> dict | None:
@@ -102,9 +106,8 @@ def _header(run, best: dict | None, baseline: dict, final, rejected: dict | None
             lines.append(f"# energy: {objectives.describe(result['energy'])}")
         lines.append(f"# moves: {' + '.join(best['moves']) or best['move']}")
     elif rejected:
-        lines.append(f"# the search's best ({' + '.join(rejected['moves'])}, "
-                     f"{rejected['speedup']:.3f}x in the search) re-measured at {rejected['final']['speedup']:.3f}x "
-                     "vs eager: this is the reference itself")
+        lines.append(f"# the search's best ({' + '.join(rejected['moves'])}, {rejected['speedup']:.3f}x in the "
+                     f"search) {rejected['why']}: this is the reference itself")
     else:
         lines.append("# no candidate beat the reference under this objective: this is the reference itself")
     lines += [f"# device: {result.get('device_name') or s.device} ({s.device}), precision {s.precision}, "
@@ -209,7 +212,8 @@ def write_all(run, search: Search, baseline: dict, stopped: str, final) -> dict:
         # Every re-measurement of this best, oldest first (the closing check, then each --remeasure):
         # how far one timing of it moves.
         "final_history": final_history(run.finished_as, remeasured, best),
-        # The search's best when its re-measurement found it slower than eager: the reference is kept.
+        # The search's best when its re-measurement no longer beat eager under the objective (`why`): the
+        # reference is kept.
         "rejected_best": rejected,
         "objective_ratio": best["objective_ratio"] if best else 1.0,
         "best_node": best["node_id"] if best else 0, "best_moves": best["moves"] if best else [],

@@ -59,8 +59,9 @@ def _summary_pairs(doc: dict) -> list[tuple[str, str]]:
                                                        f"{doc['speedup_vs_compile']:.3f}x vs torch.compile"))
     rejected = doc.get("rejected_best")
     if rejected:
+        why = rejected.get("why") or f"re-measured at {rejected['final']['speedup']:.3f}x vs eager"  # before "why"
         pairs.append(("rejected after re-measurement", f"{' + '.join(rejected['moves'])}: {rejected['speedup']:.3f}x in "
-                      f"the search, {rejected['final']['speedup']:.3f}x vs eager re-measured; the reference is kept"))
+                      f"the search, {why}; the reference is kept"))
     if doc.get("energy"):
         from kernelpro.energy.objectives import describe
         pairs.append(("energy", describe(doc["energy"])))

@@ -9,6 +9,7 @@ import pytest
 
 from kernelpro.energy import Measured, NvmlMeter, best_index, ratio
 from kernelpro.energy.meter import EnergyUnavailable, open_meter
+from kernelpro.energy.objectives import unconfirmed
 from kernelpro.harness import EvalOptions
 from kernelpro.harness.evaluate import Evaluator
 from kernelpro.harness.problem import load_problem
@@ -197,3 +198,19 @@ def test_the_worker_interleaves_the_energy_windows():
     with Evaluator("cpu", spares=0, energy_meter=meter) as evaluator:
         result = evaluator.evaluate(problem, problem.source + "\nModelNew = Model\n", options)
     assert result.ok and len(started) == 6 and result.energy.windows == 3
+
+
+def _stats(ours: float, theirs: float, difference: str) -> dict:
+    return {"candidate": {"j_per_call": ours}, "reference": {"j_per_call": theirs}, "difference": difference}
+
+
+def test_a_re_measured_best_is_confirmed_under_each_objective():
+    assert unconfirmed("time", 1.01, None) is None and "0.990x vs eager" in unconfirmed("time", 0.99, None)
+    # energy: a saving beyond the spread stands even if slower; no difference stands only if not slower
+    assert unconfirmed("energy", 0.9, _stats(0.8, 1.0, "lower")) is None
+    assert unconfirmed("energy", 1.0, _stats(1.01, 1.0, "none")) is None
+    assert "and slower" in unconfirmed("energy", 0.99, _stats(0.97, 1.0, "none"))
+    assert "more energy, beyond" in unconfirmed("energy", 1.3, _stats(1.2, 1.0, "higher"))
+    assert unconfirmed("energy", 0.5, None) is None  # no energy in the re-measurement: it cannot say
+    assert unconfirmed("edp", 0.9, _stats(0.8, 1.0, "none")) is None  # 0.9 x 1.25 = 1.125
+    assert "energy x delay" in unconfirmed("edp", 0.8, _stats(0.9, 1.0, "lower"))  # 0.8 x 1.11 = 0.89

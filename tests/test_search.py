@@ -415,6 +415,50 @@ def test_a_time_search_takes_energy_in_its_closing_re_measurement_only(tmp_path)
     assert document["energy"] is None  # the search's own evaluation of the best took none
 
 
+class LuckyEnergyHarness(MeteredFakeHarness):
+    """MeteredFakeHarness whose closing re-measurement (every evaluation after the budget's) finds the best as
+    `difference` says against eager, at `speedup`: an energy best that was a lucky draw among the searched."""
+
+    def __init__(self, budget: int, difference: str, speedup: float):
+        super().__init__()
+        self.budget, self.difference, self.speedup = budget, difference, speedup
+
+    def evaluate(self, problem, source, options) -> EvalResult:
+        result = super().evaluate(problem, source, options)
+        if len(self.sources) <= self.budget + 1 or not result.ok or result.energy is None:
+            return result
+        candidate = result.candidate.model_copy(update={"median_ms": result.reference.median_ms / self.speedup})
+        scale = {"higher": 1.1, "none": 1.0, "lower": 0.9}[self.difference]
+        energy = result.energy.model_copy(update={"difference": self.difference, "candidate": result.energy.candidate
+                                                  .model_copy(update={"j_per_call": 0.1 * scale})})
+        return result.model_copy(update={"candidate": candidate, "speedup": self.speedup, "energy": energy})
+
+
+@pytest.mark.parametrize("difference, speedup, kept", [("higher", 1.2, False), ("none", 0.97, False),
+                                                       ("none", 1.05, True), ("lower", 0.97, True)])
+def test_an_energy_best_the_re_measurement_does_not_confirm_gives_way_to_the_reference(tmp_path, difference, speedup,
+                                                                                       kept):
+    """Under --objective energy the closing re-measurement decides too: more energy than eager beyond the spread,
+    or no less and slower, and best.py is the reference, with why."""
+    settings = SearchSettings(problem=str(DATA / "redundant.py"), out=str(tmp_path / "run"), budget=3,
+                              objective="energy", profile=False)
+    harness = LuckyEnergyHarness(3, difference, speedup)
+    document = SearchRun(settings, evaluator=harness, energy_meter=harness.energy_meter).run()
+    assert document["final_speedup" if kept else "speedup"] == pytest.approx(speedup if kept else 1.0)
+    assert (document["rejected_best"] is None) == kept
+    if kept:
+        assert document["best_moves"] and document["final"]["energy"]["difference"] == difference
+        return
+    rejected = document["rejected_best"]
+    assert rejected["objective_ratio"] > 1.0 and rejected["final"]["energy"]["difference"] == difference
+    assert document["best_moves"] == [] and document["energy"] is None
+    why = {"higher": "more energy, beyond the windows' spread",
+           "none": "no less energy beyond the windows' spread, and slower"}[difference]
+    assert rejected["why"].endswith(why) and f"{speedup:.3f}x its speed" in rejected["why"]
+    assert f"{rejected['why']}: this is the reference itself" in (tmp_path / "run" / "best.py").read_text()
+    assert why in (tmp_path / "run" / "report.md").read_text()
+
+
 class InterruptingCoder:
     """The offline coder, until Ctrl-C arrives while it is asked for its third candidate."""
 
