@@ -854,3 +854,34 @@ def test_join_rebuilds_the_committed_strided_dataset_and_refuses_other_protocols
     assert "0628ae16" in plain and "f50b7979" not in plain
     missing = runner.invoke(app, ["launch", "join", str(tmp_path / "nothing.db"), "--db", str(out)])
     assert missing.exit_code == 2 and "not a dataset" in missing.output
+
+
+def test_launch_bandwidth_divides_each_kernels_bytes_by_its_fastest_time(tmp_path):
+    """benchmarks/launch_bandwidth.py on the committed H100 dataset: per memory-bound kernel the bandwidth its fastest
+    configuration implies, the analytic first choice's share (score_ranking's), and per family and kind how many sit
+    below the threshold, each checked against the dataset itself."""
+    import subprocess
+    import sys
+    from kernelpro.launch.store import open_dataset
+    root = Path(__file__).resolve().parent.parent
+    dataset = root / "benchmarks" / "data" / "launch_h100_h200_kb_strided_2026-11-27.tgz"
+    h100 = "NVIDIA H100 80GB HBM3"
+    done = subprocess.run([sys.executable, str(root / "benchmarks" / "launch_bandwidth.py"), str(dataset), "--device",
+                           h100, "--below", "0.25", "--json", str(tmp_path / "bw.json")], capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    document = json.loads((tmp_path / "bw.json").read_text())
+    (tmp_path / "data").mkdir()
+    store = open_dataset(dataset, tmp_path / "data")
+    items = [i for i in store.instances(device=h100) if i.family in ("triton_row", "triton_pointwise", "triton_scan")]
+    assert len(document["kernels"]) == len(items) and not any(r["family"] == "triton_gemm" for r in document["kernels"])
+    implied = [i.features["bytes"] / min(i.times) / 1e6 for i in items]
+    assert document["peak_gbps"] == pytest.approx(max(implied))
+    assert sorted(r["gbps"] for r in document["kernels"]) == pytest.approx(sorted(implied))
+    assert sorted(r["analytic_first"] for r in document["kernels"]) == pytest.approx(
+        sorted(M.score_ranking([i], M.analytic_order).top1_speed for i in items))
+    rows = {s["kind"]: s for s in document["summary"] if s["family"] == "triton_row"}
+    far = [i for i, g in zip(items, implied) if i.family == "triton_row" and M.kernel_class(i.features) == "unaligned"
+           and g < 0.25 * max(implied)]
+    assert rows["unaligned"]["far"] == len(far) > 0
+    assert f"| triton_row | unaligned | {rows['unaligned']['kernels']} | {len(far)} |" in done.stdout
