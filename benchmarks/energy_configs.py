@@ -9,7 +9,7 @@ For each problem and each `--moves` set, the offline coder's graph worker genera
 the analytic ranking); for each Triton kernel it makes, one candidate per launch configuration (its first `--most`
 ranked ones, the other kernels at their first). One child process (a scrubbed environment) builds them all and the
 problem's own model (the reference), times each (`kernelpro.launch.timing.time_models`: interleaved rounds, an L2
-flush before each call, CUDA events), then measures the energy of the reference, the first-ranked configuration and
+flush and a GPU-side wait before each call, CUDA events; the 2026-11-27 results predate the wait), then measures the energy of the reference, the first-ranked configuration and
 every configuration within `--within` of the fastest time: `--windows` interleaved rounds, each a window of
 back-to-back calls that holds at least 20 updates of NVML's energy counter (`kernelpro.energy.NvmlMeter`), the idle
 power read just before each round. Per candidate: the median J/call over its windows, with and without the idle

@@ -68,7 +68,8 @@ def main() -> int:
                                 "spread_far": geomean([r["slowest_over_fastest"] for r in far]),
                                 "spread_near": geomean([r["slowest_over_fastest"] for r in near])})
     print(f"fastest implied bandwidth in the dataset: {peak:.0f} GB/s; far: below {args.below:.0%} of it")
-    print("| family | kind | kernels | far from memory | analytic first (far / near) | slowest / fastest (far / near) |")
+    print("| family | kind | kernels | far from memory | analytic first (far / near) "
+          "| slowest / fastest (far / near) |")
     print("|---|---|---|---|---|---|")
     fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
     for s in summary:

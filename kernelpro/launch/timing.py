@@ -4,10 +4,14 @@ SPEC names a problem file and candidate files (one per launch configuration of o
 candidate's `ModelNew` is built on the GPU (seed 42, the problem's init inputs) and called 3 times
 (compiling its kernels) before anything is timed. The GPU is then kept busy for WARM_S seconds, so
 its clocks are up when timing starts. Candidates are timed in ROUNDS interleaved rounds, each round
-in a rotated order, a share of `calls` per visit: each call after a 256 MB write that flushes L2,
-between CUDA events; a candidate's time is the median of all its calls, in ms. Interleaving spreads any
-drift of clocks or temperature over every candidate alike; timing them one after another (as the first
-collection did) made the first one timed, the analytic ranking's choice, up to 11x slower than it is.
+in a rotated order, a share of `calls` per visit: each call after a 256 MB write that flushes L2, then a
+GPU-side wait longer than the host takes to issue the call, then between CUDA events; a candidate's time is the
+median of all its calls, in ms. Interleaving spreads any drift of clocks or temperature over every candidate alike;
+timing them one after another (as the first collection did) made the first one timed, the analytic ranking's choice,
+up to 11x slower than it is. The wait (since protocol v3, 2026-11-27) queues the call behind it before the start
+event runs, so the time is the GPU's alone: without it a forward whose host time (35-120 us on the H100 machine)
+outlasted the flush (about 85 us) was timed from an idle GPU waiting on the host, and small kernels' times rose by up
+to 2.6x at random (`benchmarks/launch_timing_check.py`; docs/launch.md).
 
 Prints a JSON list on its last line of stdout: per candidate, {"ms": its time, "static": the static features of
 every Triton kernel it compiled, by function name (`kernelpro.launch.static`; {} where cuobjdump is missing or
@@ -29,7 +33,8 @@ from pathlib import Path
 FLUSH_BYTES = 256 * 1024 * 1024
 ROUNDS = 5
 WARM_S = 0.5
-PROTOCOL = f"interleaved-{ROUNDS}-rounds-v2"
+MIN_WAIT_MS = 0.5
+PROTOCOL = f"interleaved-{ROUNDS}-rounds-queued-v3"
 
 
 def build_candidates(spec: dict, device) -> tuple[list, list, list]:
@@ -72,9 +77,37 @@ def time_candidates(spec: dict) -> list[dict | None]:
     return [{"ms": ms, "static": static[n]} if ms is not None else None for n, ms in enumerate(times)]
 
 
-def time_models(models: list, inputs: list, calls: int = 20) -> list[float | None]:
+def issue_ms(model, inputs: list, calls: int = 3) -> float:
+    """The host's time to issue one call of `model` (the longest of `calls`, each from an idle GPU), in ms."""
+    import torch
+    longest = 0.0
+    with torch.no_grad():
+        for _ in range(calls):
+            torch.cuda.synchronize()
+            began = time.perf_counter()
+            model(*inputs)
+            longest = max(longest, 1e3 * (time.perf_counter() - began))
+    torch.cuda.synchronize()
+    return longest
+
+
+def cycles_per_ms() -> float:
+    """GPU clock cycles of `torch.cuda._sleep` per millisecond, measured."""
+    import torch
+    torch.cuda._sleep(1000)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(1_000_000)
+    end.record()
+    torch.cuda.synchronize()
+    return 1_000_000 / max(start.elapsed_time(end), 1e-3)
+
+
+def time_models(models: list, inputs: list, calls: int = 20, queued: bool = True) -> list[float | None]:
     """Each model's median ms per call (None where it is None or failed): ROUNDS interleaved rounds after
-    WARM_S seconds of warm-up, an L2 flush before each call."""
+    WARM_S seconds of warm-up, an L2 flush before each call, then (`queued`) a GPU-side wait of twice the
+    model's host issue time (at least MIN_WAIT_MS), so the call is queued before its start event runs.
+    `queued=False` is protocol v2's timing, for comparison."""
     import torch
     device = torch.device("cuda")
     flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.float32, device=device)
@@ -87,6 +120,15 @@ def time_models(models: list, inputs: list, calls: int = 20) -> list[float | Non
     samples: dict[int, list[float]] = {n: [] for n in live}
     per_visit = max(1, round(calls / ROUNDS))
     failed: set[int] = set()
+    wait: dict[int, int] = {}
+    if queued:
+        rate = cycles_per_ms()
+        for number in live:
+            try:
+                wait[number] = int(rate * max(MIN_WAIT_MS, 2 * issue_ms(models[number], inputs)))
+            except Exception as error:
+                print(f"candidate {number}: {type(error).__name__}: {error}", file=sys.stderr)
+                failed.add(number)
     with torch.no_grad():
         for round_number in range(ROUNDS):
             shift = (round_number * len(live)) // ROUNDS
@@ -97,6 +139,8 @@ def time_models(models: list, inputs: list, calls: int = 20) -> list[float | Non
                 try:
                     for _ in range(per_visit):
                         flush.zero_()
+                        if queued:
+                            torch.cuda._sleep(wait[number])
                         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                         start.record()
                         models[number](*inputs)
