@@ -6,8 +6,8 @@ offline coder generates for the problems of a suite (`--problems DIR`: each kern
 in turn, the others kept at their first). For each instance the graph worker writes one candidate per
 configuration (its `tune` rank), and one child process (a scrubbed environment, no API keys) times
 every candidate's forward in interleaved rounds after a GPU warm-up: CUDA events, a 256 MB write
-between calls to flush L2 and a GPU-side wait that queues the call so only GPU time counts, the median of `calls` (`kernelpro.launch.timing`, whose PROTOCOL the store
-records). Rows are committed to the store as each instance finishes; an instance's configurations
+between calls to flush L2 and a GPU-side wait that queues the call so only GPU time counts, the median of `calls`
+(`kernelpro.launch.timing`, whose PROTOCOL the store records). Rows are committed to the store as each instance finishes; an instance's configurations
 already in the store are not timed again, so a killed collection resumes.
 
 The timer is an argument: `cuda_timer` on a GPU; tests pass a fake with the same signature. The GPU's timing

@@ -9,9 +9,9 @@ GPU-side wait longer than the host takes to issue the call, then between CUDA ev
 median of all its calls, in ms. Interleaving spreads any drift of clocks or temperature over every candidate alike;
 timing them one after another (as the first collection did) made the first one timed, the analytic ranking's choice,
 up to 11x slower than it is. The wait (since protocol v3, 2026-11-27) queues the call behind it before the start
-event runs, so the time is the GPU's alone: without it a forward whose host time (35-120 us on the H100 machine)
+event runs, so the time is the GPU's alone: without it a forward whose host time (24-118 us on the H100 machines)
 outlasted the flush (about 85 us) was timed from an idle GPU waiting on the host, and small kernels' times rose by up
-to 2.6x at random (`benchmarks/launch_timing_check.py`; docs/launch.md).
+to 2.7x, differently from run to run (`benchmarks/launch_timing_check.py`; docs/launch.md).
 
 Prints a JSON list on its last line of stdout: per candidate, {"ms": its time, "static": the static features of
 every Triton kernel it compiled, by function name (`kernelpro.launch.static`; {} where cuobjdump is missing or
