@@ -47,8 +47,9 @@ def shares(items, firsts: dict[str, list[dict]], ranking: str) -> list[dict]:
 
 
 def main() -> int:
+    from kernelpro.launch.store import dataset_path
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("dataset", type=Path, help="a launch dataset: launch.db, or a .tgz holding one")
+    parser.add_argument("dataset", type=dataset_path, help="a launch dataset: launch.db, or a .tgz holding one")
     parser.add_argument("--device", required=True)
     parser.add_argument("--first", action="append", required=True, metavar="LABEL=FILE",
                         help="a launch_first_choice.py JSON; the first one given must carry features")

@@ -27,8 +27,9 @@ def geomean(values: list[float]) -> float | None:
 
 
 def main() -> int:
+    from kernelpro.launch.store import dataset_path
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("dataset", type=Path, help="a launch dataset: launch.db, or a .tgz holding one")
+    parser.add_argument("dataset", type=dataset_path, help="a launch dataset: launch.db, or a .tgz holding one")
     parser.add_argument("--device", required=True)
     parser.add_argument("--family", action="append", help="a family (repeatable); default: the memory-bound ones")
     parser.add_argument("--below", type=float, default=0.2)

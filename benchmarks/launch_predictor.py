@@ -64,13 +64,14 @@ def scores_line(label: str, kernels: int, scores: dict) -> str:
 
 
 def main() -> None:
+    from kernelpro.launch.store import dataset_path
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("dataset", type=Path)
+    parser.add_argument("dataset", type=dataset_path)
     parser.add_argument("--device", required=True)
     parser.add_argument("--seeds", type=int, default=4)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--ship", type=Path)
-    parser.add_argument("--compare", type=Path)
+    parser.add_argument("--compare", type=dataset_path)
     parser.add_argument("--measured-features", action="store_true",
                         help="score with the static and dynamic features too (nothing is shipped)")
     args = parser.parse_args()

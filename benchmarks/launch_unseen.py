@@ -19,8 +19,9 @@ from pathlib import Path
 
 
 def main() -> int:
+    from kernelpro.launch.store import dataset_path
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("dataset", type=Path, help="a launch dataset: launch.db, or a .tgz holding one")
+    parser.add_argument("dataset", type=dataset_path, help="a launch dataset: launch.db, or a .tgz holding one")
     parser.add_argument("--device", required=True)
     parser.add_argument("--models", type=Path,
                         default=Path(__file__).resolve().parent.parent / "kernelpro" / "launch" / "models")

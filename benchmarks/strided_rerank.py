@@ -20,8 +20,9 @@ from pathlib import Path
 
 
 def main() -> int:
+    from kernelpro.launch.store import dataset_path
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("dataset", type=Path)
+    parser.add_argument("dataset", type=dataset_path)
     parser.add_argument("--device", required=True)
     parser.add_argument("--shape", required=True, help="the kernel's logical shape, e.g. 128,4096,4095")
     parser.add_argument("--reduced", required=True, help="the reduced dimensions, e.g. 1")

@@ -885,3 +885,21 @@ def test_launch_bandwidth_divides_each_kernels_bytes_by_its_fastest_time(tmp_pat
            and g < 0.25 * max(implied)]
     assert rows["unaligned"]["far"] == len(far) > 0
     assert f"| triton_row | unaligned | {rows['unaligned']['kernels']} | {len(far)} |" in done.stdout
+
+
+@pytest.mark.parametrize("script, extra", [
+    ("launch_predictor.py", []), ("launch_unseen.py", []), ("launch_bandwidth.py", []),
+    ("first_choice_shares.py", ["--first", "a=x.json"]),
+    ("strided_rerank.py", ["--shape", "4,4", "--reduced", "1", "--instances", "x"])])
+def test_the_launch_scripts_refuse_a_path_that_is_no_dataset_in_one_line(script, extra, tmp_path):
+    """A missing dataset, or a file that cannot be one, ends in argparse's usage error naming the path: exit 2 and no
+    traceback."""
+    import subprocess
+    import sys
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / script
+    (tmp_path / "notes.txt").write_text("not a dataset\n")
+    for given, says in ((tmp_path / "missing.tgz", "no such file"), (tmp_path / "notes.txt", "not a dataset")):
+        done = subprocess.run([sys.executable, str(path), str(given), "--device", DEVICE.name, *extra],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 2, done.stderr
+        assert f"{given}: {says}" in done.stderr and "Traceback" not in done.stderr

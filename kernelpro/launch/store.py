@@ -176,6 +176,20 @@ class LaunchStore(DurableStore):
                                                    for f, d, s, n, i in rows]}
 
 
+NOT_A_DATASET = "not a dataset (a launch .db, a .tgz holding launch.db, or a folder holding one)"
+
+
+def dataset_path(text: str) -> Path:
+    """`text` as a dataset's path, for a script's command line (argparse's `type`): a one-line error, not a
+    traceback, where nothing there can be a dataset."""
+    import argparse
+    path = Path(text)
+    if (path.is_dir() and (path / LaunchStore.filename).is_file()) or (
+            path.is_file() and path.suffix in (".db", ".tgz", ".gz")):
+        return path
+    raise argparse.ArgumentTypeError(f"{path}: {'no such file' if not path.exists() else NOT_A_DATASET}")
+
+
 def open_dataset(path: Path, folder: Path) -> LaunchStore:
     """A dataset: a launch .db, a folder holding launch.db, or a .tgz holding one (gpu_check.sh's launch_state.tgz, the
     committed datasets), unpacked into a fresh folder under `folder`. ValueError for anything else."""
@@ -185,7 +199,7 @@ def open_dataset(path: Path, folder: Path) -> LaunchStore:
     if path.is_dir() and (path / LaunchStore.filename).is_file():  # a collection's folder
         return LaunchStore(path)
     if not path.is_file() or path.suffix not in (".db", ".tgz", ".gz"):
-        raise ValueError(f"{path}: not a dataset (a launch .db, a .tgz holding launch.db, or a folder holding one)")
+        raise ValueError(f"{path}: {NOT_A_DATASET}")
     if path.suffix in (".tgz", ".gz"):
         unpacked = Path(tempfile.mkdtemp(dir=folder))
         try:
