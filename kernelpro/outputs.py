@@ -40,11 +40,14 @@ def choose_best(objective: str, rows: list[dict], epsilon: float, baseline: dict
 
 
 def _confirmed(objective: str, best: dict | None, final, best_id: int) -> tuple[dict | None, object, dict | None]:
+    # best_id: the node `final` re-measured
     """(best, final, rejected): a best whose re-measurement after the search no longer beats eager under the
     objective (`objectives.unconfirmed`: slower under time; more energy, or no less and slower, under energy)
     gives way to the reference and is reported as `rejected`, with why; a user who deploys best.py never gets code
     measured worse than what they had."""
-    if best is None or final is None or not final.ok or final.speedup is None or best["node_id"] != best_id:
+    if best is not None and final is not None and best["node_id"] != best_id:
+        return best, None, None  # a re-measurement of another kernel is not this one's
+    if best is None or final is None or not final.ok or final.speedup is None:
         return best, final, None
     why = objectives.unconfirmed(objective, final.speedup,
                                  final.energy.model_dump(mode="json") if final.energy else None)
@@ -168,14 +171,24 @@ def launch_rankings(rows: list[dict], search: Search) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda item: -item[1]))
 
 
-def write_all(run, search: Search, baseline: dict, stopped: str, final) -> dict:
-    out, s = run.out, run.settings
+def evaluations_and_best(run, search: Search, baseline: dict) -> tuple[list[dict], dict | None]:
+    """The run's evaluations, each with its applied moves (and launch-configuration ranks), and the best of them
+    under the objective (`choose_best`): the one best.py holds, and so the one the closing re-measurement times.
+    Under `energy` it need not be the search's own best node (`Search.best_id`, by the reward each evaluation had
+    when it was made: matched speed against the fastest found so far, not the fastest of all)."""
     rows = run.store.evaluations()
-    for row in rows:  # the applied moves (and launch-configuration ranks), for the header and the report
+    for row in rows:
         state = (search.nodes[row["node_id"]].payload or {}).get("state", {})
         row["moves"] = list(state.get("applied", [])) + [f"tune:{k}={v}" for k, v in state.get("tune", {}).items()]
-    best = choose_best(s.objective, rows, s.epsilon, baseline)
-    best, final, rejected = _confirmed(s.objective, best, final, search.best_id)
+    return rows, choose_best(run.settings.objective, rows, run.settings.epsilon, baseline)
+
+
+def write_all(run, search: Search, baseline: dict, stopped: str, final) -> dict:
+    """`final`: the closing re-measurement of the node the run store records as `final_node`; a measurement of
+    another node than the best (a state written before the two were the same) is not reported as the best's."""
+    out, s = run.out, run.settings
+    rows, best = evaluations_and_best(run, search, baseline)
+    best, final, rejected = _confirmed(s.objective, best, final, run.store.get("final_node", search.best_id))
     if best:
         source = (out / best["source_file"]).read_text()
     else:

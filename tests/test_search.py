@@ -459,6 +459,36 @@ def test_an_energy_best_the_re_measurement_does_not_confirm_gives_way_to_the_ref
     assert why in (tmp_path / "run" / "report.md").read_text()
 
 
+class EarlyThriftHarness(MeteredFakeHarness):
+    """MeteredFakeHarness where a candidate of one move uses half eager's energy and any deeper one 0.8 of it: the
+    first candidate is the search's own best by the reward it had when it was the fastest so far, but the deeper ones
+    run more than 5% faster, so the objective's best (least energy at matched speed with the fastest of all) is one
+    of them."""
+
+    def evaluate(self, problem, source, options) -> EvalResult:
+        result = super().evaluate(problem, source, options)
+        if result.energy is None or fake_moves(source) == 0:
+            return result
+        joules = 0.05 if fake_moves(source) == 1 else 0.08
+        candidate = result.energy.candidate.model_copy(update={"j_per_call": joules})
+        return result.model_copy(update={"energy": result.energy.model_copy(update={"candidate": candidate})})
+
+
+def test_the_closing_re_measurement_times_the_kernel_best_py_holds(tmp_path):
+    """Under --objective energy the best of the evaluations (best.py) can be another node than the search's own best;
+    the re-measurement reported as the best's must be of best.py's kernel (it once timed the search's node)."""
+    settings = SearchSettings(problem=str(DATA / "redundant.py"), out=str(tmp_path / "run"), budget=4,
+                              objective="energy", profile=False)
+    harness = EarlyThriftHarness()
+    document = SearchRun(settings, evaluator=harness, energy_meter=harness.energy_meter).run()
+    tree = json.loads((tmp_path / "run" / "tree.json").read_text())
+    assert tree["best"] != document["best_node"] != 0  # the two differ here, which the test is about
+    node = next(n for n in tree["nodes"] if n["id"] == document["best_node"])
+    assert harness.sources[-1] == (tmp_path / "run" / node["file"]).read_text()  # the closing evaluation's source
+    assert document["final"]["best_ms"] == pytest.approx(0.9 ** fake_moves(harness.sources[-1]))
+    assert fake_moves(harness.sources[-1]) >= 2 and document["final"]["energy"]["candidate"]["j_per_call"] == 0.08
+
+
 class InterruptingCoder:
     """The offline coder, until Ctrl-C arrives while it is asked for its third candidate."""
 
