@@ -39,13 +39,12 @@ def choose_best(objective: str, rows: list[dict], epsilon: float, baseline: dict
     return {**correct[index], "objective_ratio": value} if value > 1.0 else None
 
 
-def _confirmed(objective: str, best: dict | None, final, best_id: int) -> tuple[dict | None, object, dict | None]:
-    # best_id: the node `final` re-measured
-    """(best, final, rejected): a best whose re-measurement after the search no longer beats eager under the
-    objective (`objectives.unconfirmed`: slower under time; more energy, or no less and slower, under energy)
-    gives way to the reference and is reported as `rejected`, with why; a user who deploys best.py never gets code
-    measured worse than what they had."""
-    if best is not None and final is not None and best["node_id"] != best_id:
+def _confirmed(objective: str, best: dict | None, final, measured_id: int) -> tuple[dict | None, object, dict | None]:
+    """(best, final, rejected): a best whose re-measurement after the search (`final`, of node `measured_id`) no
+    longer beats eager under the objective (`objectives.unconfirmed`: slower under time; more energy, or no less and
+    slower, under energy) gives way to the reference and is reported as `rejected`, with why; a user who deploys
+    best.py never gets code measured worse than what they had."""
+    if best is not None and final is not None and best["node_id"] != measured_id:
         return best, None, None  # a re-measurement of another kernel is not this one's
     if best is None or final is None or not final.ok or final.speedup is None:
         return best, final, None
