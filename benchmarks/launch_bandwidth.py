@@ -17,13 +17,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import tempfile
 from pathlib import Path
-
-
-def geomean(values: list[float]) -> float | None:
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
 def main() -> int:
@@ -36,7 +31,8 @@ def main() -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     families = args.family or ["triton_row", "triton_pointwise", "triton_scan"]
-    from kernelpro.launch.model import analytic_order, kernel_class
+    from kernelpro.bench.leaderboard import geomean
+    from kernelpro.launch.model import analytic_order, kernel_class, score_ranking
     from kernelpro.launch.store import open_dataset
     store = open_dataset(args.dataset, Path(tempfile.mkdtemp()))
     rows = []
@@ -45,14 +41,13 @@ def main() -> int:
             continue
         moved = float(item.features.get("bytes") or 0)
         fastest = min(item.times)
-        first = analytic_order(item)[0]
         rows.append({"family": item.family, "kind": kernel_class(item.features),
                      "shape": {k: item.features[k] for k in ("m", "n", "k", "rows", "row_length", "elements")
                                if k in item.features},
                      "megabytes": moved / 1e6, "fastest_us": 1e3 * fastest,
                      "gbps": moved / fastest / 1e6 if moved else None,
                      "slowest_over_fastest": max(item.times) / fastest,
-                     "analytic_first": fastest / item.times[first]})
+                     "analytic_first": score_ranking([item], analytic_order).top1_speed})
     if not rows:
         raise SystemExit(f"{args.dataset}: no kernel of {', '.join(families)} on {args.device}")
     peak = max(r["gbps"] or 0.0 for r in rows)

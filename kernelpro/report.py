@@ -59,7 +59,9 @@ def _summary_pairs(doc: dict) -> list[tuple[str, str]]:
                                                        f"{doc['speedup_vs_compile']:.3f}x vs torch.compile"))
     rejected = doc.get("rejected_best")
     if rejected:
-        why = rejected.get("why") or f"re-measured at {rejected['final']['speedup']:.3f}x vs eager"  # before "why"
+        from kernelpro.energy.objectives import unconfirmed
+        # a run.json from before "why" rejected under time only
+        why = rejected.get("why") or unconfirmed("time", rejected["final"]["speedup"], None)
         pairs.append(("rejected after re-measurement", f"{' + '.join(rejected['moves'])}: {rejected['speedup']:.3f}x in "
                       f"the search, {why}; the reference is kept"))
     if doc.get("energy"):

@@ -179,13 +179,21 @@ class LaunchStore(DurableStore):
 NOT_A_DATASET = "not a dataset (a launch .db, a .tgz holding launch.db, or a folder holding one)"
 
 
+def _is_collection(path: Path) -> bool:
+    return path.is_dir() and (path / LaunchStore.filename).is_file()
+
+
+def _is_dataset(path: Path) -> bool:
+    """A collection's folder, or a file open_dataset reads (a .db, or a .tgz/.gz holding one)."""
+    return _is_collection(path) or (path.is_file() and path.suffix in (".db", ".tgz", ".gz"))
+
+
 def dataset_path(text: str) -> Path:
     """`text` as a dataset's path, for a script's command line (argparse's `type`): a one-line error, not a
     traceback, where nothing there can be a dataset."""
     import argparse
     path = Path(text)
-    if (path.is_dir() and (path / LaunchStore.filename).is_file()) or (
-            path.is_file() and path.suffix in (".db", ".tgz", ".gz")):
+    if _is_dataset(path):
         return path
     raise argparse.ArgumentTypeError(f"{path}: {'no such file' if not path.exists() else NOT_A_DATASET}")
 
@@ -196,9 +204,9 @@ def open_dataset(path: Path, folder: Path) -> LaunchStore:
     import tarfile
     import tempfile
     path = Path(path)
-    if path.is_dir() and (path / LaunchStore.filename).is_file():  # a collection's folder
+    if _is_collection(path):
         return LaunchStore(path)
-    if not path.is_file() or path.suffix not in (".db", ".tgz", ".gz"):
+    if not _is_dataset(path):
         raise ValueError(f"{path}: {NOT_A_DATASET}")
     if path.suffix in (".tgz", ".gz"):
         unpacked = Path(tempfile.mkdtemp(dir=folder))

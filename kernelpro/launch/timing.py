@@ -120,15 +120,8 @@ def time_models(models: list, inputs: list, calls: int = 20, queued: bool = True
     samples: dict[int, list[float]] = {n: [] for n in live}
     per_visit = max(1, round(calls / ROUNDS))
     failed: set[int] = set()
-    wait: dict[int, int] = {}
-    if queued:
-        rate = cycles_per_ms()
-        for number in live:
-            try:
-                wait[number] = int(rate * max(MIN_WAIT_MS, 2 * issue_ms(models[number], inputs)))
-            except Exception as error:
-                print(f"candidate {number}: {type(error).__name__}: {error}", file=sys.stderr)
-                failed.add(number)
+    wait: dict[int, int] = {}  # a model's wait in cycles, measured on its first visit (untimed)
+    rate = cycles_per_ms() if queued else 0.0
     with torch.no_grad():
         for round_number in range(ROUNDS):
             shift = (round_number * len(live)) // ROUNDS
@@ -137,6 +130,8 @@ def time_models(models: list, inputs: list, calls: int = 20, queued: bool = True
                 if number in failed:
                     continue
                 try:
+                    if queued and number not in wait:
+                        wait[number] = int(rate * max(MIN_WAIT_MS, 2 * issue_ms(models[number], inputs)))
                     for _ in range(per_visit):
                         flush.zero_()
                         if queued:
