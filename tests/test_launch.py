@@ -733,7 +733,8 @@ def test_launch_first_choice_reads_each_rankings_first_configuration_and_what_se
 
 def test_launch_unseen_scores_each_kernel_of_a_dataset_with_a_models_folder(collected, tmp_path):
     """benchmarks/launch_unseen.py: per kernel of a dataset, each ranking's first choice as a share of the fastest
-    (the same numbers score_ranking gives one kernel), its kind, and whether a search would ask the model."""
+    (the same numbers score_ranking gives one kernel), its kind, whether a search would ask the model, and whether
+    the model trained on it (then left out of the summary line)."""
     import subprocess
     import sys
     store, *_ = collected
@@ -754,7 +755,10 @@ def test_launch_unseen_scores_each_kernel_of_a_dataset_with_a_models_folder(coll
         assert row["predictor"] == pytest.approx(M.score_ranking([item], model.order).top1_speed)
         assert row["kind"] == M.kernel_class(item.features)
         assert row["asked"] == (model.outside(item.features, item.sms) == "")
-    assert "kernels a search would ask the models about" in done.stdout or not any(r["asked"] for r in rows.values())
+        assert row["trained_on"] == (item.instance in model.document["trained_instances"])
+    unseen = [r for r in rows.values() if r["asked"] and not r["trained_on"]]
+    assert f"unseen kernels a search would ask the models about: {len(unseen)};" in done.stdout or not unseen
+    assert sum(r["trained_on"] for r in rows.values()) == len(instances) // 2  # the half it trained on is marked
 
 
 def test_first_choice_shares_times_each_labels_first_configuration_from_the_dataset(collected, tmp_path):
@@ -887,8 +891,46 @@ def test_launch_bandwidth_divides_each_kernels_bytes_by_its_fastest_time(tmp_pat
     assert f"| triton_row | unaligned | {rows['unaligned']['kernels']} | {len(far)} |" in done.stdout
 
 
+def test_launch_relabel_compares_two_collections_of_the_same_kernels(tmp_path):
+    """benchmarks/launch_relabel.py on the committed v2 and v3 H100 collections: the kernels both hold, restricted to
+    the configurations both timed; per kernel whether the fastest is the same and the analytic first choice's share
+    under each dataset's labels, each checked against the datasets themselves."""
+    import subprocess
+    import sys
+    from kernelpro.launch.store import canonical, open_dataset
+    root = Path(__file__).resolve().parent.parent
+    old, new = (root / "benchmarks" / "data" / f"launch_h100_{name}.tgz" for name in ("ncu_2026-11-27", "v3_2026-11-28"))
+    h100 = "NVIDIA H100 80GB HBM3"
+    done = subprocess.run([sys.executable, str(root / "benchmarks" / "launch_relabel.py"), str(old), str(new),
+                           "--device", h100, "--json", str(tmp_path / "relabel.json")], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr
+    document = json.loads((tmp_path / "relabel.json").read_text())
+    assert document["protocols"] == {"old": "interleaved-5-rounds-v2", "new": "interleaved-5-rounds-queued-v3"}
+    stores = []
+    for name, path in (("old", old), ("new", new)):
+        (tmp_path / name).mkdir()
+        stores.append({i.instance: i for i in open_dataset(path, tmp_path / name).instances(device=h100)})
+    both = set(stores[0]) & set(stores[1])
+    assert {r["instance"] for r in document["kernels"]} == both and both
+    for row in document["kernels"]:
+        a, b = stores[0][row["instance"]], stores[1][row["instance"]]
+        shared = {canonical(c) for c in a.configs} & {canonical(c) for c in b.configs}
+        assert row["configurations"] == len(shared)
+        times = [{canonical(c): t for c, t in zip(i.configs, i.times) if canonical(c) in shared} for i in (a, b)]
+        fastest = [min(t, key=t.get) for t in times]
+        assert row["same_fastest"] == (fastest[0] == fastest[1])
+        assert row["fastest_new_over_old"] == pytest.approx(times[1][fastest[1]] / times[0][fastest[0]])
+        for side, item, timed in (("old", a, times[0]), ("new", b, times[1])):
+            first = min((i for i, c in enumerate(item.configs) if canonical(c) in shared), key=item.ranks.__getitem__)
+            assert row["analytic_first"][side] == pytest.approx(min(timed.values()) / item.times[first])
+    total = sum(s["kernels"] for s in document["summary"])
+    assert total == len(both) and f"{len(both)} kernels in both" in done.stdout
+
+
 @pytest.mark.parametrize("script, extra", [
     ("launch_predictor.py", []), ("launch_unseen.py", []), ("launch_bandwidth.py", []),
+    ("launch_relabel.py", ["other.tgz"]),
     ("first_choice_shares.py", ["--first", "a=x.json"]),
     ("strided_rerank.py", ["--shape", "4,4", "--reduced", "1", "--instances", "x"])])
 def test_the_launch_scripts_refuse_a_path_that_is_no_dataset_in_one_line(script, extra, tmp_path):
