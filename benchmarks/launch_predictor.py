@@ -3,6 +3,7 @@
     python benchmarks/launch_predictor.py benchmarks/data/launch_h100_interleaved_2026-11-25.tgz \
         --device "NVIDIA H100 80GB HBM3" [--seeds 4] [--json out.json] [--ship kernelpro/launch/models]
         [--compare benchmarks/data/launch_h100_sequential_2026-11-25.tgz] [--measured-features]
+        [--members N] [--confirm OTHER_DATASET ...]
 
 DATASET is a `kernelpro launch collect` SQLite file, or the `launch_state.tgz` that scripts/gpu_check.sh brings
 back (it holds launch.db). For every family: leave-one-out cross-validation by kernel instance (each kernel
@@ -20,7 +21,9 @@ scored apart too, printed and saved. `--ship FOLDER` writes a model trained on e
 family whose mean top-1 speed and walk beat the analytic ranking's (as good on both, better on one, where a
 difference under 0.005 of top-1 or 0.1 of walk is a tie) on either kind, over at least three kernels of it, and
 whose own cross-validation (seed 0, the scores its file records) does too; the file names the kinds it won on
-(`classes`), and searches ask it about kernels of those kinds only.
+(`classes`), and searches ask it about kernels of those kinds only. With `--confirm OTHER` a kind must also be won
+on OTHER's kernels, cross-validated the same way (an independent collection: labels of another day, protocol or
+set of shapes). A model is an ensemble of `--members` MLPs (`kernelpro.launch.model.MEMBERS` by default).
 `--compare OTHER` prints, for the kernels both datasets hold, the time of the analytic ranking's first
 configuration over the kernel's median (a timing protocol that favours or penalises the first configuration timed
 shows there).
@@ -72,25 +75,33 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--ship", type=Path)
     parser.add_argument("--compare", type=dataset_path)
+    parser.add_argument("--members", type=int, default=None, help="MLPs per model (default: the package's MEMBERS)")
+    parser.add_argument("--confirm", type=dataset_path, action="append", default=[],
+                        help="another dataset (repeatable): --ship trusts a kind of kernel only where the predictor "
+                             "beats the analytic ranking on it there too")
     parser.add_argument("--measured-features", action="store_true",
                         help="score with the static and dynamic features too (nothing is shipped)")
     args = parser.parse_args()
     if args.ship and args.measured_features:
         parser.error("--ship writes models for searches, which lack the measured features: drop --measured-features")
-    from kernelpro.launch.model import KERNEL_CLASSES, MEASURED_ONLY, cross_validate, model_path, train, trusted_classes
+    from kernelpro.launch.model import (KERNEL_CLASSES, MEASURED_ONLY, MEMBERS, cross_validate, model_path, train,
+                                        trusted_classes)
+    members = args.members or MEMBERS
     from kernelpro.launch.store import open_dataset
     drop = () if args.measured_features else MEASURED_ONLY
     with tempfile.TemporaryDirectory() as folder:
         store = open_dataset(args.dataset, Path(folder))
         other = open_dataset(args.compare, Path(folder)) if args.compare else None
+        confirming = [(path, open_dataset(path, Path(tempfile.mkdtemp(dir=folder)))) for path in args.confirm]
         report = {"dataset": str(args.dataset), "device": args.device, "protocol": store.get("timing_protocol"),
-                  "seeds": args.seeds, "measured_features": args.measured_features, "families": {}}
+                  "seeds": args.seeds, "members": members, "measured_features": args.measured_features,
+                  "confirm": [str(path) for path, _ in confirming], "families": {}}
         for family in FAMILIES:
             instances = store.instances(family, args.device)
             if len(instances) < 2:
                 continue
-            runs = [cross_validate(instances, family, args.device, folds=len(instances), seed=s, drop=drop)
-                    for s in range(args.seeds)]
+            runs = [cross_validate(instances, family, args.device, folds=len(instances), seed=s, drop=drop,
+                                   members=members) for s in range(args.seeds)]
             row = {"instances": len(instances), "configurations": sum(len(i.configs) for i in instances),
                    **averaged(runs)}
             row["predictor"]["top1_range"] = [min(r["predictor"]["top1_speed"] for r in runs),
@@ -101,9 +112,20 @@ def main() -> None:
             # shipped for the kinds of kernel on which it beats the analytic ranking (a GEMM model that won overall on
             # unaligned random shapes lost every aligned GEMM in search, 2026-11-27)
             row["classes"] = trusted_classes(row)
+            for path, other_store in confirming:  # a kind counts only where every other dataset's kernels agree
+                others = other_store.instances(family, args.device)
+                if len(others) < 2:
+                    row["classes"], row.setdefault("confirmed", {})[str(path)] = [], "too few kernels"
+                    continue
+                theirs = [cross_validate(others, family, args.device, folds=len(others), seed=s, drop=drop,
+                                         members=members) for s in range(args.seeds)]
+                scores = {name: {"instances": theirs[0][name]["instances"]} | averaged([r[name] for r in theirs])
+                          for name in KERNEL_CLASSES if name in theirs[0]}
+                row.setdefault("confirmed", {})[str(path)] = scores
+                row["classes"] = [kind for kind in row["classes"] if kind in trusted_classes(scores)]
             row["shipped"] = bool(row["classes"])
             if args.ship and row["shipped"]:
-                model, _ = train(instances, family, args.device, seed=0, folds=len(instances))
+                model, _ = train(instances, family, args.device, seed=0, folds=len(instances), members=members)
                 # the kinds on which the seeds' mean and the shipped model's own cross-validation (the scores its file
                 # records) both beat the analytic ranking: a kind won on the mean only rests on the seeds' spread
                 row["classes"] = [kind for kind in row["classes"] if kind in model.document["classes"]]
@@ -111,6 +133,10 @@ def main() -> None:
                 if row["shipped"]:
                     model.document["classes"] = row["classes"]
                     model.save(model_path(args.ship, family, args.device))
+            stale = model_path(args.ship, family, args.device) if args.ship else None
+            if stale is not None and not row["shipped"] and stale.exists():  # an earlier model that no longer qualifies
+                stale.unlink()
+                print(f"{family}: removed {stale} (no kind of kernel qualifies now)", flush=True)
             if other is not None:
                 mine, theirs = first_over_median(store, family), first_over_median(other, family)
                 both = sorted(set(mine) & set(theirs))
@@ -123,6 +149,11 @@ def main() -> None:
             for name in KERNEL_CLASSES:
                 if name in row:
                     print(scores_line(f"  {name}", row[name]["instances"], row[name]), flush=True)
+            for path, scores in row.get("confirmed", {}).items():
+                for name in KERNEL_CLASSES:
+                    if isinstance(scores, dict) and name in scores:
+                        print(scores_line(f"  {name} in {Path(path).name}", scores[name]["instances"], scores[name]),
+                              flush=True)
             if other is not None and row["first_over_median"]["kernels"]:
                 f = row["first_over_median"]
                 print(f"{'':17} analytic first / median, worst: {max(f['this']):.2f} here, {max(f['other']):.2f} in "

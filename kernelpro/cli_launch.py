@@ -155,6 +155,8 @@ def register(app: typer.Typer) -> None:
                                                                 "($KERNELPRO_HOME/launch/models)")] = False,
         epochs: Annotated[int, typer.Option("--epochs", min=1)] = 300,
         seed: Annotated[int, typer.Option("--seed")] = 0,
+        members: Annotated[int, typer.Option("--members", min=1, help="MLPs in the model, their scores averaged "
+                                             "(each initialised from its own seed)")] = 4,
         folds: Annotated[int, typer.Option("--folds", min=0, help="score by cross-validation over this many groups "
                                            "of whole kernels (each scored by a model that never saw it), then "
                                            "train on all; 0: hold a quarter out")] = 0,
@@ -177,7 +179,7 @@ def register(app: typer.Typer) -> None:
             raise KernelproError(f"{db} holds {len(instances)} {family} instances on {device!r} with two or more "
                                  "configurations measured: collect more first (kernelpro launch collect)")
         model, report = train(instances, family, device, epochs=epochs, seed=seed, folds=folds,
-                              drop=() if measured_features else MEASURED_ONLY)
+                              drop=() if measured_features else MEASURED_ONLY, members=members)
         target = out or model_path(db.parent, family, device)
         model.save(target)
         if install:

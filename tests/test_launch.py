@@ -369,6 +369,54 @@ def test_the_shipped_h100_models_load_and_record_their_cross_validated_scores(tm
         assert path.stat().st_size < 100_000
 
 
+def test_a_model_is_an_ensemble_whose_score_is_its_members_mean(collected):
+    """MEMBERS MLPs from seeds seed * members + 0, 1, ...: a one-member model of seed s * MEMBERS + m is member m, and
+    the ensemble's score for a row is the mean of its members' scores."""
+    store, *_ = collected
+    instances = store.instances("triton_pointwise", DEVICE.name)
+    ensemble = M._fit(instances, "triton_pointwise", DEVICE.name, 40, seed=1, members=3)
+    assert len(ensemble.document["members"]) == 3 and ensemble.document["format_version"] == M.FORMAT_VERSION
+    rows = M._rows(instances[0])
+    alone = []
+    for member in range(3):
+        one = M._fit(instances, "triton_pointwise", DEVICE.name, 40, seed=3 * 1 + member, members=1)
+        assert one.document["members"] == [ensemble.document["members"][member]]
+        alone.append(one.logits(rows))
+    assert ensemble.logits(rows) == pytest.approx([sum(column) / 3 for column in zip(*alone)])
+    assert len({json.dumps(member) for member in ensemble.document["members"]}) == 3  # three initialisations
+
+
+def test_launch_predictor_ships_only_kinds_another_dataset_confirms_and_removes_a_stale_model(collected, tmp_path):
+    """benchmarks/launch_predictor.py --confirm OTHER: a kind of kernel is trusted only where OTHER's kernels,
+    cross-validated alike, confirm it; a family none is trusted for ships nothing, and an earlier file of it in the
+    --ship folder is removed (a search would otherwise keep using it)."""
+    import subprocess
+    import sys
+    store, *_ = collected
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "launch_predictor.py"
+    empty = LaunchStore(tmp_path / "empty.db")  # holds no kernel of either family: confirms nothing
+    empty.put("timing_protocol", "none")
+    ship = tmp_path / "models"
+    stale = M.model_path(ship, "triton_row", DEVICE.name)
+    stale.parent.mkdir()
+    stale.write_text("{}")
+    base = [sys.executable, str(script), str(store.path), "--device", DEVICE.name, "--seeds", "1", "--members", "1"]
+    done = subprocess.run(base + ["--confirm", str(empty.path), "--ship", str(ship), "--json", str(tmp_path / "c.json")],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr
+    report = json.loads((tmp_path / "c.json").read_text())
+    assert report["members"] == 1 and report["confirm"] == [str(empty.path)]
+    for family, row in report["families"].items():
+        assert row["classes"] == [] and not row["shipped"]
+        assert row["confirmed"] == {str(empty.path): "too few kernels"}
+    assert not stale.exists() and f"triton_row: removed {stale}" in done.stdout
+    assert not list(ship.glob("*.json"))
+    alone = subprocess.run(base + ["--json", str(tmp_path / "a.json")], capture_output=True, text=True, timeout=900)
+    assert alone.returncode == 0, alone.stderr
+    # without --confirm the same cross-validation decides alone (the fake timer's rule makes the predictor win)
+    assert any(row["classes"] for row in json.loads((tmp_path / "a.json").read_text())["families"].values())
+
+
 def test_collect_chooses_suite_problems_as_bench_does(tmp_path):
     from typer.testing import CliRunner
     from kernelpro.cli import app

@@ -7,8 +7,11 @@ analytic ranking's list); nothing else can be predicted, so the mask is the list
 (Adam, torch) minimises the cross-entropy against a soft target that puts its weight on the fast
 configurations: softmax(-log(time / best) / TEMPERATURE) over the measured ones. Held-out instances
 (`split`) are whole kernels, never single rows, so the scores measure kernels the model never saw.
+A model is an ensemble of MEMBERS such MLPs, trained alike from different initialisations, whose scores are
+averaged: one MLP's ranking of an unseen kernel moves with its seed (four seeds' leave-one-shape-out top-1 over the
+2026-11-28 v3 collection's GEMMs: 0.805 to 0.874), and an average is steadier (docs/launch.md, "An ensemble").
 
-A model is a JSON file (weights as lists, kilobytes): format version, family, device, the feature
+A model is a JSON file (weights as lists, six significant digits, kilobytes): format version, family, device, the feature
 schema and its standardization, the range of each kernel descriptor it was trained on, and the
 training scores. A file of another format version, or of another device, is not used: the analytic
 ranking is, with a note saying why. Nor is a model asked about a kernel far outside what it saw: a
@@ -35,9 +38,12 @@ from pathlib import Path
 from kernelpro.launch.features import aligned, pair, vector
 from kernelpro.launch.store import Instance
 
-FORMAT_VERSION = 1
+#: 2: `members`, an ensemble of MLPs (version 1 held one, `layers`)
+FORMAT_VERSION = 2
 TEMPERATURE = 0.05
 HIDDEN = 32
+#: MLPs per model, their scores averaged
+MEMBERS = 4
 #: how far (a factor) a kernel descriptor may lie outside the training range before the model is not asked
 RANGE_MARGIN = 2.0
 #: the kinds of kernel a model's scores are kept apart for, and may be trusted for on their own
@@ -152,7 +158,7 @@ class LaunchModel:
         self.document = document
         self.schema: list[str] = document["schema"]
         self.mean, self.std = document["mean"], document["std"]
-        self.layers = document["layers"]  # [(weights [out][in], bias [out]), ...]
+        self.members = document["members"]  # per MLP: [(weights [out][in], bias [out]), ...]
 
     @property
     def family(self) -> str:
@@ -205,14 +211,18 @@ class LaunchModel:
         return [(v - m) / s for v, m, s in zip(vector(named, self.schema), self.mean, self.std)]
 
     def logits(self, rows: list[dict[str, float]]) -> list[float]:
+        """Each row's score: the mean of the members' outputs."""
         out = []
         for named in rows:
-            values = self._inputs(named)
-            for index, (weights, bias) in enumerate(self.layers):
-                values = [b + sum(w * v for w, v in zip(row, values)) for row, b in zip(weights, bias)]
-                if index < len(self.layers) - 1:
-                    values = [max(0.0, v) for v in values]
-            out.append(values[0])
+            inputs, total = self._inputs(named), 0.0
+            for layers in self.members:
+                values = inputs
+                for index, (weights, bias) in enumerate(layers):
+                    values = [b + sum(w * v for w, v in zip(row, values)) for row, b in zip(weights, bias)]
+                    if index < len(layers) - 1:
+                        values = [max(0.0, v) for v in values]
+                total += values[0]
+            out.append(total / len(self.members))
         return out
 
     def order(self, item: Instance) -> list[int]:
@@ -240,8 +250,9 @@ class LaunchModel:
 
 
 def _fit(train_set: list[Instance], family: str, device: str, epochs: int, seed: int,
-         drop: tuple[str, ...] = ()) -> LaunchModel:
-    """`drop`: prefixes of feature names left out (e.g. ("static_", "dynamic_") to score a model without them)."""
+         drop: tuple[str, ...] = (), members: int = MEMBERS) -> LaunchModel:
+    """`drop`: prefixes of feature names left out (e.g. ("static_", "dynamic_") to score a model without them).
+    `members` MLPs on the same standardized inputs, initialised from seeds seed * members + 0, 1, ..."""
     import torch
     rows = {item.instance: _rows(item) for item in train_set}
     schema = sorted({name for item in train_set for named in rows[item.instance] for name in named})
@@ -256,9 +267,6 @@ def _fit(train_set: list[Instance], family: str, device: str, epochs: int, seed:
     columns = list(zip(*flat))
     mean = [sum(c) / len(c) for c in columns]
     std = [max(1e-6, math.sqrt(sum((v - m) ** 2 for v in c) / len(c))) for c, m in zip(columns, mean)]
-    torch.manual_seed(seed)
-    net = torch.nn.Sequential(torch.nn.Linear(len(schema), HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, HIDDEN),
-                              torch.nn.ReLU(), torch.nn.Linear(HIDDEN, 1))
     batches = []
     for item in train_set:
         x = torch.tensor([[(v - m) / s for v, m, s in zip(vector(named, schema), mean, std)]
@@ -266,18 +274,29 @@ def _fit(train_set: list[Instance], family: str, device: str, epochs: int, seed:
         best = min(item.times)
         target = torch.softmax(torch.tensor([-math.log(t / best) / TEMPERATURE for t in item.times]), 0)
         batches.append((x, target))
+    ensemble = [_train_mlp(batches, len(schema), epochs, seed * members + member) for member in range(members)]
+    ranges = {name: [min(c), max(c)] for name, c in zip(schema, columns) if name.startswith("kernel_")}
+    return LaunchModel({"format_version": FORMAT_VERSION, "family": family, "device": device, "schema": schema,
+                        "mean": mean, "std": std, "ranges": ranges, "members": ensemble, "temperature": TEMPERATURE,
+                        "trained_on": len(train_set), "trained_instances": sorted(i.instance for i in train_set),
+                        "seed": seed, "epochs": epochs})
+
+
+def _train_mlp(batches: list, inputs: int, epochs: int, seed: int) -> list:
+    """One MLP fitted to the (inputs, soft target) batches: its layers as lists, six significant digits."""
+    import torch
+    torch.manual_seed(seed)
+    net = torch.nn.Sequential(torch.nn.Linear(inputs, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, HIDDEN),
+                              torch.nn.ReLU(), torch.nn.Linear(HIDDEN, 1))
     optimizer = torch.optim.Adam(net.parameters(), lr=3e-3, weight_decay=1e-4)
     for _ in range(epochs):
         optimizer.zero_grad()
         loss = sum(-(target * torch.log_softmax(net(x).squeeze(-1), 0)).sum() for x, target in batches) / len(batches)
         loss.backward()
         optimizer.step()
-    layers = [(m.weight.detach().tolist(), m.bias.detach().tolist()) for m in net if isinstance(m, torch.nn.Linear)]
-    ranges = {name: [min(c), max(c)] for name, c in zip(schema, columns) if name.startswith("kernel_")}
-    return LaunchModel({"format_version": FORMAT_VERSION, "family": family, "device": device, "schema": schema,
-                        "mean": mean, "std": std, "ranges": ranges, "layers": layers, "temperature": TEMPERATURE,
-                        "trained_on": len(train_set), "trained_instances": sorted(i.instance for i in train_set),
-                        "seed": seed, "epochs": epochs})
+    short = lambda values: [float(f"{v:.6g}") for v in values]  # noqa: E731
+    return [([short(row) for row in m.weight.detach().tolist()], short(m.bias.detach().tolist()))
+            for m in net if isinstance(m, torch.nn.Linear)]
 
 
 def _baselines(test_set: list[Instance]) -> dict:
@@ -294,7 +313,7 @@ def folds_of(instances: list[Instance], folds: int, seed: int = 0) -> list[list[
 
 
 def cross_validate(instances: list[Instance], family: str, device: str, folds: int = 5, epochs: int = 300,
-                   seed: int = 0, drop: tuple[str, ...] = ()) -> dict:
+                   seed: int = 0, drop: tuple[str, ...] = (), members: int = MEMBERS) -> dict:
     """The training procedure scored on every instance once: for each of `folds` groups of whole instances, a
     model trained on the others ranks that group; the rankings are pooled, so the scores cover every
     instance and each was unseen by the model that ranked it."""
@@ -303,7 +322,8 @@ def cross_validate(instances: list[Instance], family: str, device: str, folds: i
     groups = folds_of(instances, min(folds, len(instances)), seed)
     chosen: dict[str, list[int]] = {}
     for k, test_set in enumerate(groups):
-        model = _fit([i for j, g in enumerate(groups) if j != k for i in g], family, device, epochs, seed, drop)
+        model = _fit([i for j, g in enumerate(groups) if j != k for i in g], family, device, epochs, seed, drop,
+                     members)
         chosen.update({item.instance: model.order(item) for item in test_set})
     report = {"family": family, "device": device, "folds": len(groups), "test": len(instances),
               "predictor": score_ranking(instances, lambda item: chosen[item.instance]).as_dict(),
@@ -340,21 +360,22 @@ def trusted_classes(report: dict) -> list[str]:
 
 
 def train(instances: list[Instance], family: str, device: str, epochs: int = 300, seed: int = 0,
-          held_out: float = 0.25, folds: int = 0, drop: tuple[str, ...] = MEASURED_ONLY) -> tuple[LaunchModel, dict]:
+          held_out: float = 0.25, folds: int = 0, drop: tuple[str, ...] = MEASURED_ONLY,
+          members: int = MEMBERS) -> tuple[LaunchModel, dict]:
     """A model for one family on one device, and its scores against the analytic ranking and the occupancy
     heuristic: on the `held_out` share of instances it did not train on, or, with `folds` > 1, by
     cross-validation (`cross_validate`), after which the model itself trains on every instance. By default
     without the measured features (`MEASURED_ONLY`), so that searches can use it; `drop=()` keeps them."""
     if folds > 1:
-        report = cross_validate(instances, family, device, folds, epochs, seed, drop) | {"train": len(instances),
-                                                                                        "test_instances": []}
-        model = _fit(instances, family, device, epochs, seed, drop)
+        report = cross_validate(instances, family, device, folds, epochs, seed, drop, members) | {
+            "train": len(instances), "test_instances": []}
+        model = _fit(instances, family, device, epochs, seed, drop, members)
         model.document["held_out"] = 0
     else:
         train_set, test_set = split(instances, held_out, seed)
         if not train_set:
             raise ValueError(f"no {family} instances with two or more measured configurations to train on")
-        model = _fit(train_set, family, device, epochs, seed, drop)
+        model = _fit(train_set, family, device, epochs, seed, drop, members)
         report = {"family": family, "device": device, "train": len(train_set), "test": len(test_set),
                   "test_instances": sorted(i.instance for i in test_set),
                   "predictor": score_ranking(test_set, model.order).as_dict(), **_baselines(test_set),
