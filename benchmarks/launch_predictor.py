@@ -82,6 +82,8 @@ def main() -> None:
     parser.add_argument("--measured-features", action="store_true",
                         help="score with the static and dynamic features too (nothing is shipped)")
     args = parser.parse_args()
+    if args.members is not None and args.members < 1:
+        parser.error(f"--members {args.members}: a model needs one MLP or more")
     if args.ship and args.measured_features:
         parser.error("--ship writes models for searches, which lack the measured features: drop --measured-features")
     from kernelpro.launch.model import (KERNEL_CLASSES, MEASURED_ONLY, MEMBERS, cross_validate, model_path, train,

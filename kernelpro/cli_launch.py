@@ -155,8 +155,9 @@ def register(app: typer.Typer) -> None:
                                                                 "($KERNELPRO_HOME/launch/models)")] = False,
         epochs: Annotated[int, typer.Option("--epochs", min=1)] = 300,
         seed: Annotated[int, typer.Option("--seed")] = 0,
-        members: Annotated[int, typer.Option("--members", min=1, help="MLPs in the model, their scores averaged "
-                                             "(each initialised from its own seed)")] = 4,
+        members: Annotated[int | None, typer.Option("--members", min=1, help="MLPs in the model, their scores "
+                                                    "averaged, each from its own initial weights (default: "
+                                                    "kernelpro.launch.model.MEMBERS, 4)")] = None,
         folds: Annotated[int, typer.Option("--folds", min=0, help="score by cross-validation over this many groups "
                                            "of whole kernels (each scored by a model that never saw it), then "
                                            "train on all; 0: hold a quarter out")] = 0,
@@ -169,7 +170,7 @@ def register(app: typer.Typer) -> None:
         """Train the predictor for one family on one device; prints its held-out scores against the baselines."""
         from kernelpro.harness.errors import KernelproError
         from kernelpro.launch import user_models
-        from kernelpro.launch.model import MEASURED_ONLY, model_path, train
+        from kernelpro.launch.model import MEASURED_ONLY, MEMBERS, model_path, train
         from kernelpro.launch.store import LaunchStore
         if install and measured_features:
             raise typer.BadParameter("--install puts the model where searches look, and a search cannot use one that "
@@ -179,7 +180,7 @@ def register(app: typer.Typer) -> None:
             raise KernelproError(f"{db} holds {len(instances)} {family} instances on {device!r} with two or more "
                                  "configurations measured: collect more first (kernelpro launch collect)")
         model, report = train(instances, family, device, epochs=epochs, seed=seed, folds=folds,
-                              drop=() if measured_features else MEASURED_ONLY, members=members)
+                              drop=() if measured_features else MEASURED_ONLY, members=members or MEMBERS)
         target = out or model_path(db.parent, family, device)
         model.save(target)
         if install:

@@ -297,6 +297,11 @@ def test_the_cli_trains_and_evaluates_against_the_baselines(collected, tmp_path)
     scored = runner.invoke(app, ["launch", "eval", "triton_row", "--device", DEVICE.name, "--db", str(store.path),
                                  "--model", str(out), "--json"])
     assert scored.exit_code == 0 and json.loads(scored.stdout)["rankings"]["predictor"] == report["predictor"]
+    assert len(M.LaunchModel.load(out).members) == M.MEMBERS  # the package's ensemble unless --members says
+    one = runner.invoke(app, ["launch", "train", "triton_row", "--device", DEVICE.name, "--db", str(store.path),
+                              "--out", str(tmp_path / "one.json"), "--epochs", "20", "--members", "1"])
+    assert one.exit_code == 0, one.output
+    assert len(M.LaunchModel.load(tmp_path / "one.json").members) == 1
     empty = runner.invoke(app, ["launch", "train", "triton_gemm", "--device", DEVICE.name, "--db", str(store.path)])
     assert empty.exit_code != 0 and "collect more first" in str(empty.exception)
 
