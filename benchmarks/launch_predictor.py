@@ -98,19 +98,24 @@ def main() -> None:
         report = {"dataset": str(args.dataset), "device": args.device, "protocol": store.get("timing_protocol"),
                   "seeds": args.seeds, "members": members, "measured_features": args.measured_features,
                   "confirm": [str(path) for path, _ in confirming], "families": {}}
+
+        def cross_validated(items: list, family: str) -> tuple[list[dict], dict]:
+            """Each seed's leave-one-shape-out report, and per kind of kernel (aligned: every size divisible by 16,
+            as searches' kernels mostly are; unaligned) the seeds' mean scores."""
+            runs = [cross_validate(items, family, args.device, folds=len(items), seed=s, drop=drop, members=members)
+                    for s in range(args.seeds)]
+            return runs, {name: {"instances": runs[0][name]["instances"]} | averaged([r[name] for r in runs])
+                          for name in KERNEL_CLASSES if name in runs[0]}
+
         for family in FAMILIES:
             instances = store.instances(family, args.device)
             if len(instances) < 2:
                 continue
-            runs = [cross_validate(instances, family, args.device, folds=len(instances), seed=s, drop=drop,
-                                   members=members) for s in range(args.seeds)]
+            runs, kinds = cross_validated(instances, family)
             row = {"instances": len(instances), "configurations": sum(len(i.configs) for i in instances),
-                   **averaged(runs)}
+                   **averaged(runs), **kinds}
             row["predictor"]["top1_range"] = [min(r["predictor"]["top1_speed"] for r in runs),
                                               max(r["predictor"]["top1_speed"] for r in runs)]
-            for name in KERNEL_CLASSES:  # aligned (every size divisible by 16, as searches' kernels mostly are), not
-                if name in runs[0]:
-                    row[name] = {"instances": runs[0][name]["instances"]} | averaged([r[name] for r in runs])
             # shipped for the kinds of kernel on which it beats the analytic ranking (a GEMM model that won overall on
             # unaligned random shapes lost every aligned GEMM in search, 2026-11-27)
             row["classes"] = trusted_classes(row)
@@ -119,15 +124,13 @@ def main() -> None:
                 if len(others) < 2:
                     row["classes"], row.setdefault("confirmed", {})[str(path)] = [], "too few kernels"
                     continue
-                theirs = [cross_validate(others, family, args.device, folds=len(others), seed=s, drop=drop,
-                                         members=members) for s in range(args.seeds)]
-                scores = {name: {"instances": theirs[0][name]["instances"]} | averaged([r[name] for r in theirs])
-                          for name in KERNEL_CLASSES if name in theirs[0]}
+                _, scores = cross_validated(others, family)
                 row.setdefault("confirmed", {})[str(path)] = scores
                 row["classes"] = [kind for kind in row["classes"] if kind in trusted_classes(scores)]
             row["shipped"] = bool(row["classes"])
             if args.ship and row["shipped"]:
-                model, _ = train(instances, family, args.device, seed=0, folds=len(instances), members=members)
+                model, _ = train(instances, family, args.device, seed=0, folds=len(instances), members=members,
+                                 report=runs[0])  # seed 0's cross-validation, done above
                 # the kinds on which the seeds' mean and the shipped model's own cross-validation (the scores its file
                 # records) both beat the analytic ranking: a kind won on the mean only rests on the seeds' spread
                 row["classes"] = [kind for kind in row["classes"] if kind in model.document["classes"]]

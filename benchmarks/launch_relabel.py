@@ -19,11 +19,11 @@ from pathlib import Path
 
 def restricted(item, keep: list[str]):
     """`item` with only the configurations named in `keep` (canonical strings), in its rank order."""
-    from kernelpro.launch.store import Instance, canonical
+    from dataclasses import replace
+    from kernelpro.launch.store import canonical
     index = [i for i, config in enumerate(item.configs) if canonical(config) in keep]
-    return Instance(item.instance, item.family, item.device, item.sms, item.features,
-                    [item.configs[i] for i in index], [item.ranks[i] for i in index], [item.times[i] for i in index],
-                    [item.static[i] for i in index], item.dynamic)
+    return replace(item, **{name: [getattr(item, name)[i] for i in index]
+                            for name in ("configs", "ranks", "times", "static")})
 
 
 def compare(old_store, new_store, device: str) -> list[dict]:

@@ -377,9 +377,9 @@ class SearchRun:
                 raise SearchInterrupted(f"after {search.evaluations} evaluations; what they found is in {self.out} "
                                         f"(best.py, run.json, report.md); go on with: {self.resume_command()}",
                                         document)
-            _, best = outputs.evaluations_and_best(self, search, baseline)
-            final = self.final_check(search, evaluator, best["node_id"]) if best else None
-            return outputs.write_all(self, search, baseline, stopped, final)
+            chosen = outputs.evaluations_and_best(self, search, baseline)
+            final = self.final_check(search, evaluator, chosen[1]["node_id"]) if chosen[1] else None
+            return outputs.write_all(self, search, baseline, stopped, final, chosen)
         except KeyboardInterrupt:
             self._store_wall()
             raise SearchInterrupted(f"outside the search loop, before the results were written; the evaluations done "
@@ -577,10 +577,9 @@ class SearchRun:
     def final_check(self, search: Search, evaluator: Evaluator, node_id: int) -> EvalResult:
         """The best candidate (node `node_id`: the one best.py holds) once more, against eager (and torch.compile
         with the compile baseline), not counted in the budget: the results report this measurement, free of the
-        selection's winner's curse. The node is recorded as `final_node` for write_all."""
+        selection's winner's curse."""
         baselines = ("eager", "compile") if self.settings.compile_baseline else ("eager",)
         self._changed(phase="re-measuring the best" + (" against torch.compile" if len(baselines) == 2 else ""))
-        self.store.put("final_node", node_id)
         source = (self.out / search.nodes[node_id].payload["file"]).read_text()
         # on CUDA also by KernelBench's own method, for comparison with published numbers
         options = self.options(baselines, kernelbench=self.settings.device == "cuda")

@@ -39,13 +39,11 @@ def choose_best(objective: str, rows: list[dict], epsilon: float, baseline: dict
     return {**correct[index], "objective_ratio": value} if value > 1.0 else None
 
 
-def _confirmed(objective: str, best: dict | None, final, measured_id: int) -> tuple[dict | None, object, dict | None]:
-    """(best, final, rejected): a best whose re-measurement after the search (`final`, of node `measured_id`) no
-    longer beats eager under the objective (`objectives.unconfirmed`: slower under time; more energy, or no less and
-    slower, under energy) gives way to the reference and is reported as `rejected`, with why; a user who deploys
-    best.py never gets code measured worse than what they had."""
-    if best is not None and final is not None and best["node_id"] != measured_id:
-        return best, None, None  # a re-measurement of another kernel is not this one's
+def _confirmed(objective: str, best: dict | None, final) -> tuple[dict | None, object, dict | None]:
+    """(best, final, rejected): a best whose re-measurement after the search (`final`, of the best's node) no longer
+    beats eager under the objective (`objectives.unconfirmed`: slower under time; more energy, or no less and slower,
+    under energy) gives way to the reference and is reported as `rejected`, with why; a user who deploys best.py
+    never gets code measured worse than what they had."""
     if best is None or final is None or not final.ok or final.speedup is None:
         return best, final, None
     why = objectives.unconfirmed(objective, final.speedup,
@@ -182,12 +180,13 @@ def evaluations_and_best(run, search: Search, baseline: dict) -> tuple[list[dict
     return rows, choose_best(run.settings.objective, rows, run.settings.epsilon, baseline)
 
 
-def write_all(run, search: Search, baseline: dict, stopped: str, final) -> dict:
-    """`final`: the closing re-measurement of the node the run store records as `final_node`; a measurement of
-    another node than the best (a state written before the two were the same) is not reported as the best's."""
+def write_all(run, search: Search, baseline: dict, stopped: str, final,
+              chosen: tuple[list[dict], dict | None] | None = None) -> dict:
+    """`final`: the closing re-measurement of the best's node, or None; `chosen`: `evaluations_and_best`'s answer
+    where the caller has it already (the driver, which re-measured that best), else it is read here."""
     out, s = run.out, run.settings
-    rows, best = evaluations_and_best(run, search, baseline)
-    best, final, rejected = _confirmed(s.objective, best, final, run.store.get("final_node", search.best_id))
+    rows, best = chosen or evaluations_and_best(run, search, baseline)
+    best, final, rejected = _confirmed(s.objective, best, final)
     if best:
         source = (out / best["source_file"]).read_text()
     else:

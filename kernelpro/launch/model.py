@@ -361,13 +361,14 @@ def trusted_classes(report: dict) -> list[str]:
 
 def train(instances: list[Instance], family: str, device: str, epochs: int = 300, seed: int = 0,
           held_out: float = 0.25, folds: int = 0, drop: tuple[str, ...] = MEASURED_ONLY,
-          members: int = MEMBERS) -> tuple[LaunchModel, dict]:
+          members: int = MEMBERS, report: dict | None = None) -> tuple[LaunchModel, dict]:
     """A model for one family on one device, and its scores against the analytic ranking and the occupancy
     heuristic: on the `held_out` share of instances it did not train on, or, with `folds` > 1, by
     cross-validation (`cross_validate`), after which the model itself trains on every instance. By default
-    without the measured features (`MEASURED_ONLY`), so that searches can use it; `drop=()` keeps them."""
+    without the measured features (`MEASURED_ONLY`), so that searches can use it; `drop=()` keeps them. `report`:
+    with `folds`, `cross_validate`'s report for the same instances and settings where the caller has it already."""
     if folds > 1:
-        report = cross_validate(instances, family, device, folds, epochs, seed, drop, members) | {
+        report = (report or cross_validate(instances, family, device, folds, epochs, seed, drop, members)) | {
             "train": len(instances), "test_instances": []}
         model = _fit(instances, family, device, epochs, seed, drop, members)
         model.document["held_out"] = 0
