@@ -79,9 +79,15 @@ def main() -> None:
     parser.add_argument("--confirm", type=dataset_path, action="append", default=[],
                         help="another dataset (repeatable): --ship trusts a kind of kernel only where the predictor "
                              "beats the analytic ranking on it there too")
+    parser.add_argument("--families", default=",".join(FAMILIES),
+                        help="comma-separated families to score (and ship): default all; --ship leaves the other "
+                             "families' files as they are")
     parser.add_argument("--measured-features", action="store_true",
                         help="score with the static and dynamic features too (nothing is shipped)")
     args = parser.parse_args()
+    families = [name for name in args.families.replace(" ", "").split(",") if name]
+    if not families or set(families) - set(FAMILIES):
+        parser.error(f"--families {args.families}: choose among {', '.join(FAMILIES)}")
     if args.members is not None and args.members < 1:
         parser.error(f"--members {args.members}: a model needs one MLP or more")
     if args.ship and args.measured_features:
@@ -107,7 +113,7 @@ def main() -> None:
             return runs, {name: {"instances": runs[0][name]["instances"]} | averaged([r[name] for r in runs])
                           for name in KERNEL_CLASSES if name in runs[0]}
 
-        for family in FAMILIES:
+        for family in families:
             instances = store.instances(family, args.device)
             if len(instances) < 2:
                 continue

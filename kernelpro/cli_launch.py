@@ -74,7 +74,16 @@ def register(app: typer.Typer) -> None:
                                           "bench --problems` takes them (numbers, keys, or @file of keys)")] = "",
         levels: Annotated[str, typer.Option("--levels", help="with --problems: these levels only ('1,2')")] = "",
         most: Annotated[int, typer.Option("--most", min=2, help="configurations per kernel, best-ranked first")] = 16,
-        seed: Annotated[int, typer.Option("--seed")] = 0,
+        seed: Annotated[int, typer.Option("--seed", help="the random shapes' seed")] = 0,
+        templates: Annotated[str, typer.Option("--templates", help="random shapes of these kernel templates only "
+                                               "(comma-separated: pointwise, softmax, layernorm, linear, cumsum, "
+                                               "matmul)")] = "",
+        aligned: Annotated[bool | None, typer.Option("--aligned/--unaligned", help="every random shape's sizes "
+                                                     "multiples of 16, or none (default: half, at random)")] = None,
+        least: Annotated[int, typer.Option("--least", min=0, help="every random size at least this (drawn "
+                                           "log-uniform from here up)")] = 0,
+        multiple: Annotated[int, typer.Option("--multiple", min=1, help="aligned random sizes are multiples of "
+                                              "this")] = 16,
         ncu: Annotated[bool, typer.Option("--ncu", help="also profile each kernel once (its first configuration) "
                                           "with Nsight Compute: occupancy, memory and SM utilization, cache hit "
                                           "rates, DRAM bytes (dynamic features, shared by the kernel's rows)")] = False,
@@ -89,6 +98,11 @@ def register(app: typer.Typer) -> None:
         if (only or levels) and problems is None:
             raise KernelproError("--only and --levels choose among the problems of --problems DIR: give it")
         paths = problem_paths(problems, only, levels) if problems else []
+        try:
+            drawn = random_shapes(shapes, seed, tuple(t for t in templates.replace(" ", "").split(",") if t), aligned,
+                                  least, multiple)
+        except ValueError as error:
+            raise KernelproError(str(error)) from None
         if not torch.cuda.is_available():
             raise KernelproError("kernelpro launch collect times kernels on a CUDA GPU, and torch sees none here")
         profiler = None
@@ -96,7 +110,7 @@ def register(app: typer.Typer) -> None:
             from kernelpro.launch.dynamic import ncu_profiler
             profiler = ncu_profiler()
         device, _ = _device({"device": "cuda"})
-        summary = collect(LaunchStore(db), device.name, device, cuda_timer(), random_shapes(shapes, seed), paths, most,
+        summary = collect(LaunchStore(db), device.name, device, cuda_timer(), drawn, paths, most,
                           _stderr, profiler)
         typer.echo(json.dumps(summary, indent=2) if json_output else
                    f"{summary['added']} rows added to {summary['path']}; {len(summary['failed'])} problems failed")

@@ -65,6 +65,47 @@ def test_the_model_is_told_which_sizes_divide_by_16_and_the_shapes_drawn_are_bot
     assert {s.template for s in aligned} == set(C.TEMPLATES) and all(min(s.dims) >= 16 for s in aligned)
 
 
+def test_random_shapes_of_some_templates_or_all_aligned_keep_the_seeds_sizes():
+    """A collection of one kind (`--templates linear --aligned`: more aligned GEMMs) draws as the full one does, so
+    its shapes are the full draw's, filtered and rounded: a seed never gives other sizes than it gave before."""
+    full = C.random_shapes(12, seed=4)
+    linear = C.random_shapes(12, seed=4, templates=("linear",))
+    assert linear == [s for s in full if s.template == "linear"] and len(linear) == 12
+    rounded = C.random_shapes(12, seed=4, templates=("linear",), aligned=True)
+    assert all(d % 16 == 0 and d >= 16 for s in rounded for d in s.dims)
+    for before, after in zip(linear, rounded):  # the same sizes, to the nearest multiple of 16
+        assert all(abs(a - b) <= 8 or a == 16 for a, b in zip(after.dims, before.dims))
+    none = C.random_shapes(12, seed=4, aligned=False)
+    assert not any(all(d % 16 == 0 for d in s.dims) for s in none if min(s.dims) > 256)
+    assert all(n == f for n, f in zip(none, full) if not all(d % 16 == 0 for d in f.dims))
+    large = C.random_shapes(12, seed=4, templates=("linear",), least=1024)
+    assert all(d >= 1024 for s in large for d in s.dims) and len({s.dims for s in large}) == 12
+    with pytest.raises(ValueError, match="unknown kernel template.*gemm"):
+        C.random_shapes(1, templates=("gemm",))
+    from typer.testing import CliRunner
+    from kernelpro.cli import app
+    refused = CliRunner().invoke(app, ["launch", "collect", "--db", "l.db", "--templates", "linear,gemm"])
+    assert refused.exit_code != 0 and "choose among" in str(refused.exception)
+
+
+def test_matmul_shapes_are_gemms_with_b_stored_k_by_n_and_tiles_say_whether_they_divide(tmp_path):
+    """KernelBench's level-1 matmuls read B as k x n (linear's weight is n x k), and its sizes are powers of two that
+    every tile divides: the matmul template and `multiple` collect such GEMMs, and the features say whether each
+    configuration's tiles divide the sizes."""
+    from kernelpro.launch.features import pair
+    shapes = C.random_shapes(3, seed=2, templates=("matmul",), aligned=True, least=256, multiple=128)
+    assert len(shapes) == 3 and all(d % 128 == 0 and d >= 256 for s in shapes for d in s.dims)
+    # the other templates draw as before the matmul template was added (seed 100's first aligned linear shape then)
+    assert C.random_shapes(2, seed=100, templates=("linear",), aligned=True)[0].dims == (400, 80, 5920)
+    store = LaunchStore(tmp_path / "launch.db")
+    summary = C.collect(store, DEVICE.name, DEVICE, fake_timer, [C.Shape("matmul", (256, 384, 128))], most=4)
+    assert summary["failed"] == []
+    (gemm,) = store.instances("triton_gemm")
+    assert gemm.features["b_layout"] == "kn" and not gemm.features["bias"]
+    named = pair(gemm.features, {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 32, "num_warps": 8}, 0, 132)
+    assert (named["tile_m_even"], named["tile_n_even"], named["tile_k_even"]) == (1.0, 0.0, 1.0)
+
+
 def test_a_dataset_keeps_one_timing_protocol(tmp_path):
     def other_timer(path, sources, configs, features):
         return fake_timer(path, sources, configs, features)

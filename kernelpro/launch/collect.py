@@ -42,6 +42,8 @@ TEMPLATES = {
     "layernorm": (["return torch.relu(F.layer_norm(x, (x.shape[-1],)))"], lambda s: [s], ""),
     "linear": (["return F.gelu(self.fc(x))"], lambda s: [(s[0], s[2])], "self.fc = nn.Linear({k}, {n})"),
     "cumsum": (["return torch.cumsum(x, dim=-1)"], lambda s: [s], ""),
+    # torch.matmul(A, B), B stored k x n (KernelBench's level-1 matmuls), where linear's weight is n x k
+    "matmul": (["return torch.matmul(x, y)"], lambda s: [(s[0], s[2]), (s[2], s[1])], ""),
 }
 
 
@@ -51,17 +53,29 @@ class Shape:
     dims: tuple[int, ...]
 
 
-def random_shapes(count: int, seed: int = 0) -> list[Shape]:
+def random_shapes(count: int, seed: int = 0, templates: tuple[str, ...] = (), aligned: bool | None = None,
+                  least: int = 0, multiple: int = 16) -> list[Shape]:
     """`count` shapes per template, log-uniform over the sizes the KernelBench problems span. Every other shape,
     at random, has each size rounded to a multiple of 16, as KernelBench's nearly all are: aligned and unaligned kernels
     favour different configurations (on the H100, 32 x 64 GEMM tiles for the unaligned random GEMMs, 128 x 64 for
-    the aligned KernelBench ones), and a dataset of unaligned shapes only taught the model the wrong tiles for them."""
-    rng = random.Random(seed)
+    the aligned KernelBench ones), and a dataset of unaligned shapes only taught the model the wrong tiles for them.
+    `templates` keeps those templates only (all by default); `aligned` True rounds every shape, False none. Either
+    way the generator draws as it would without them, so a seed's shapes stay the ones it always gave. `least`
+    draws every size from `least` up (KernelBench's GEMMs are 1024 to 32768 a side, and random GEMMs drawn from
+    32 up taught an H100 model small tiles that cost 0.6x on them). `multiple`: what aligned sizes are rounded to
+    (KernelBench's are mostly powers of two, which every tile divides; multiples of 16 mostly leave partial tiles).
+    The matmul template, added later, draws from a generator of its own, so the others' shapes stay as they were."""
+    unknown = sorted(set(templates) - set(TEMPLATES))
+    if unknown:
+        raise ValueError(f"unknown kernel template(s) {', '.join(unknown)}: choose among {', '.join(TEMPLATES)}")
+    rng, own = random.Random(seed), random.Random(f"matmul-{seed}")
+    floor = math.log2(least) if least > 1 else 0.0
 
-    def draw(*ranges: tuple[int, int]) -> tuple[int, ...]:
-        sizes = [int(2 ** rng.uniform(low, high)) for low, high in ranges]
-        if rng.random() < 0.5:
-            sizes = [max(16, 16 * round(size / 16)) for size in sizes]
+    def draw(*ranges: tuple[int, int], rng: random.Random = rng) -> tuple[int, ...]:
+        sizes = [int(2 ** rng.uniform(max(low, floor), max(high, floor))) for low, high in ranges]
+        rounded = rng.random() < 0.5
+        if rounded if aligned is None else aligned:
+            sizes = [max(multiple, multiple * round(size / multiple)) for size in sizes]
         return tuple(sizes)
     shapes = []
     for _ in range(count):
@@ -70,7 +84,8 @@ def random_shapes(count: int, seed: int = 0) -> list[Shape]:
         shapes.append(Shape("layernorm", draw((6, 14), (6, 14))))
         shapes.append(Shape("linear", draw((5, 13), (6, 13), (6, 13))))
         shapes.append(Shape("cumsum", draw((9, 14), (6, 14))))
-    return shapes
+        shapes.append(Shape("matmul", draw((5, 13), (6, 13), (6, 13), rng=own)))
+    return [shape for shape in shapes if not templates or shape.template in templates]
 
 
 def template_problem(shape: Shape, folder: Path) -> Path:

@@ -93,6 +93,12 @@ def pair(features: dict, config: dict, rank: int, sms: int, static: dict | None 
     if features.get("kind") == "gemm":
         m, n, k = features["m"], features["n"], features["k"]
         out["tile_intensity"] = _log(2 * m * n * k / max(1, 4 * (m * k + n * k + m * n)))
+        # whether the tiles divide the sizes: an edge tile that does not computes (masked) rows and columns beyond
+        # them, and on the H100 random GEMMs of multiples of 16 mostly ran fastest with 64 x 64 or 128 x 64 tiles,
+        # those of multiples of 128 with 128 x 64 or 128 x 128 (benchmarks/data/launch_h100_v3_gemm_2026-11-28.tgz)
+        for size, key in (("m", "BLOCK_M"), ("n", "BLOCK_N"), ("k", "BLOCK_K")):
+            if key in config:
+                out[f"tile_{size}_even"] = float(int(features[size]) % int(config[key]) == 0)
     for key, value in (static or {}).items():
         out[f"static_{key}"] = _log(value) if isinstance(value, (int, float)) else 0.0
     for key, value in (dynamic or {}).items():  # percentages as fractions, counts as log2(1 + x)
