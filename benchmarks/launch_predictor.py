@@ -3,10 +3,11 @@
     python benchmarks/launch_predictor.py benchmarks/data/launch_h100_interleaved_2026-11-25.tgz \
         --device "NVIDIA H100 80GB HBM3" [--seeds 4] [--json out.json] [--ship kernelpro/launch/models]
         [--compare benchmarks/data/launch_h100_sequential_2026-11-25.tgz] [--measured-features]
-        [--members N] [--confirm OTHER_DATASET ...]
+        [--members N] [--confirm OTHER_DATASET ...] [--folds N] [--families triton_gemm,...]
 
 DATASET is a `kernelpro launch collect` SQLite file, or the `launch_state.tgz` that scripts/gpu_check.sh brings
-back (it holds launch.db). For every family: leave-one-out cross-validation by kernel instance (each kernel
+back (it holds launch.db). For every family: leave-one-out cross-validation by kernel instance (or `--folds N`
+groups of whole shapes, for large families; each kernel
 ranked by a model that never saw it, nor a kernel of the same sizes: `model.SHAPE_KEYS`), repeated for `--seeds`
 initialisations, against the analytic ranking and NVIDIA's occupancy heuristic: top-1 speed (geomean of fastest /
 chosen), best in the top three, and how many configurations a `tune:` walk down the ranking times before one is
@@ -79,6 +80,9 @@ def main() -> None:
     parser.add_argument("--confirm", type=dataset_path, action="append", default=[],
                         help="another dataset (repeatable): --ship trusts a kind of kernel only where the predictor "
                              "beats the analytic ranking on it there too")
+    parser.add_argument("--folds", type=int, default=0,
+                        help="cross-validation groups of whole shapes (default 0: leave one shape out; a family of "
+                             "150 GEMMs takes hours that way on two cores, 10 folds minutes)")
     parser.add_argument("--families", default=",".join(FAMILIES),
                         help="comma-separated families to score (and ship): default all; --ship leaves the other "
                              "families' files as they are")
@@ -88,6 +92,8 @@ def main() -> None:
     families = [name for name in args.families.replace(" ", "").split(",") if name]
     if not families or set(families) - set(FAMILIES):
         parser.error(f"--families {args.families}: choose among {', '.join(FAMILIES)}")
+    if args.folds == 1 or args.folds < 0:
+        parser.error(f"--folds {args.folds}: two or more groups, or 0 for one per shape")
     if args.members is not None and args.members < 1:
         parser.error(f"--members {args.members}: a model needs one MLP or more")
     if args.ship and args.measured_features:
@@ -108,7 +114,8 @@ def main() -> None:
         def cross_validated(items: list, family: str) -> tuple[list[dict], dict]:
             """Each seed's leave-one-shape-out report, and per kind of kernel (aligned: every size divisible by 16,
             as searches' kernels mostly are; unaligned) the seeds' mean scores."""
-            runs = [cross_validate(items, family, args.device, folds=len(items), seed=s, drop=drop, members=members)
+            folds = min(args.folds, len(items)) if args.folds else len(items)
+            runs = [cross_validate(items, family, args.device, folds=folds, seed=s, drop=drop, members=members)
                     for s in range(args.seeds)]
             return runs, {name: {"instances": runs[0][name]["instances"]} | averaged([r[name] for r in runs])
                           for name in KERNEL_CLASSES if name in runs[0]}
@@ -135,7 +142,7 @@ def main() -> None:
                 row["classes"] = [kind for kind in row["classes"] if kind in trusted_classes(scores)]
             row["shipped"] = bool(row["classes"])
             if args.ship and row["shipped"]:
-                model, _ = train(instances, family, args.device, seed=0, folds=len(instances), members=members,
+                model, _ = train(instances, family, args.device, seed=0, folds=runs[0]["folds"], members=members,
                                  report=runs[0])  # seed 0's cross-validation, done above
                 # the kinds on which the seeds' mean and the shipped model's own cross-validation (the scores its file
                 # records) both beat the analytic ranking: a kind won on the mean only rests on the seeds' spread
