@@ -112,7 +112,8 @@ def main() -> None:
                   "confirm": [str(path) for path, _ in confirming], "families": {}}
 
         def cross_validated(items: list, family: str) -> tuple[list[dict], dict]:
-            """Each seed's leave-one-shape-out report, and per kind of kernel (aligned: every size divisible by 16,
+            """Each seed's cross-validation report (one fold per shape, or `--folds` groups of whole shapes), and per
+            kind of kernel (aligned: every size divisible by 16,
             as searches' kernels mostly are; unaligned) the seeds' mean scores."""
             folds = min(args.folds, len(items)) if args.folds else len(items)
             runs = [cross_validate(items, family, args.device, folds=folds, seed=s, drop=drop, members=members)

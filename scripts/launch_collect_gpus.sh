@@ -24,9 +24,11 @@ for gpu in $gpus; do
 done
 for pid in "${pids[@]}"; do wait "$pid"; echo "a collection ended: exit $?"; done
 rm -f /tmp/kernelpro-launch/joined.db "$OUT/launch_collect.log"
+dbs=()
 for gpu in $gpus; do
   { echo "== GPU $gpu"; cat "/tmp/kernelpro-launch/gpu$gpu.log"; } >>"$OUT/launch_collect.log"; tail -1 "/tmp/kernelpro-launch/gpu$gpu.log"
-  kernelpro launch join "/tmp/kernelpro-launch/gpu$gpu.db" --db /tmp/kernelpro-launch/joined.db >/dev/null
+  dbs+=("/tmp/kernelpro-launch/gpu$gpu.db")
 done
+kernelpro launch join "${dbs[@]}" --db /tmp/kernelpro-launch/joined.db >/dev/null
 (cd /tmp/kernelpro-launch && tar czf "$OUT/launch_state.tgz" --transform 's/joined.db/launch.db/' joined.db)
 kernelpro launch show --db /tmp/kernelpro-launch/joined.db
