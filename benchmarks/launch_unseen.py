@@ -6,7 +6,8 @@ every size divisible by 16) and whether a search would ask the model about it at
         [--models kernelpro/launch/models] [--json OUT]
 
 Meant for kernels collected after the models were trained. A kernel a model trained on (its file's
-`trained_instances`: the same family, device and features, whatever the labels) is listed as `trained on` and left out of
+`trained_instances`: the same family, device and features, whatever the labels; for a model adopted from another GPU,
+also the kernels it was scored on for that, `adopted.instances`) is listed as `trained on` and left out of
 the summary line, so the summary scores unseen kernels only. CPU only.
 """
 
@@ -36,7 +37,10 @@ def main() -> int:
         model = LaunchModel.load(path)
         if model_path(args.models, model.document["family"], args.device) != path:
             continue
-        trained = set(model.document.get("trained_instances") or [])
+        # the kernels it trained on, and for a model adopted from another GPU those it was scored on there (which
+        # decided the kinds of kernel it ranks)
+        trained = set(model.document.get("trained_instances") or []) | set(
+            (model.document.get("adopted") or {}).get("instances") or [])
         for item in store.instances(model.document["family"], args.device):
             why = model.outside(item.features, item.sms)
             shape = {k: item.features[k] for k in ("m", "n", "k", "rows", "row_length") if k in item.features}

@@ -1,4 +1,4 @@
-"""`kernelpro launch collect|import|join|train|eval|show`: the learned launch-configuration predictor."""
+"""`kernelpro launch collect|import|join|train|eval|adopt|show`: the learned launch-configuration predictor."""
 
 from __future__ import annotations
 
@@ -233,6 +233,55 @@ def register(app: typer.Typer) -> None:
             cv = document["cross_validated"]["predictor"]
             typer.echo(f"its cross-validated scores (kernels it never saw): top-1 {cv['top1_speed']:.3f}, "
                        f"best in top 3 {cv['top3_hit']:.0%}, walk {cv.get('to95', 0):.2f}")
+
+    @launch_app.command("adopt")
+    def adopt_command(
+        family: Annotated[str, typer.Argument(help="the model's family: triton_gemm, triton_row, ...")],
+        device: Annotated[str, typer.Option("--device", help="the GPU to adopt the model for, as the dataset names "
+                                            "it")],
+        source: Annotated[str, typer.Option("--from", help="the GPU the model was trained for")],
+        db: DbPath = DEFAULT_DB,
+        model: Annotated[Path | None, typer.Option(
+            "--model", help="the model file (default: the installed one for --from, else the shipped one)")] = None,
+        out: Annotated[Path | None, typer.Option("--out", help="the adopted model file (default: beside the "
+                                                 "dataset)")] = None,
+        install: Annotated[bool, typer.Option("--install", help="also put it where searches look "
+                                                                "($KERNELPRO_HOME/launch/models)")] = False,
+        json_output: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    ) -> None:
+        """Score another GPU's model on this GPU's measured kernels; write a copy that searches here use for the kinds
+        of kernel on which it beat the analytic ranking (none: the analytic ranking stays)."""
+        from kernelpro.harness.errors import KernelproError
+        from kernelpro.launch import SHIPPED, user_models
+        import tempfile
+        from kernelpro.launch.model import LaunchModel, adopt, model_path
+        from kernelpro.launch.store import open_dataset
+        if model is None:
+            found = [path for path in (model_path(user_models(), family, source), model_path(SHIPPED, family, source))
+                     if path.exists()]
+            if not found:
+                raise KernelproError(f"no {family} launch model for {source!r} installed or shipped: give one "
+                                     "(--model)")
+            model = found[0]
+        try:  # a .db, a folder holding launch.db, or a committed .tgz
+            store = open_dataset(db, Path(tempfile.mkdtemp()))
+            adopted, report = adopt(LaunchModel.load(model), store.instances(family, device), device)
+        except ValueError as error:
+            raise KernelproError(str(error) if str(error).startswith(str(db)) else f"{db}: {error}") from None
+        target = out or model_path(db.parent, family, device)
+        adopted.save(target)
+        if install:
+            adopted.save(model_path(user_models(), family, device))
+        report |= {"model": str(target), "from_model": str(model)}
+        if json_output:
+            typer.echo(json.dumps(report, indent=2))
+            return
+        _print_scores(report, f"{source}'s model on {device}'s kernels")
+        kinds = report["classes"]
+        typer.echo(f"searches on {device} ask it about {' and '.join(kinds)} kernels (where it beat the analytic "
+                   f"ranking here): {target}" if kinds else
+                   f"it beat the analytic ranking on no kind of kernel here: searches on {device} keep that ranking "
+                   f"({target} ranks nothing)")
 
     @launch_app.command("show")
     def show_command(db: DbPath = DEFAULT_DB,

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Issue 35's in-search comparison on an H100 machine (the shipped launch models are for the H100), resumable
+# Issue 35's in-search comparison on an H100 machine (the shipped launch models are for the H100; on the H200 the
+# H100's GEMM model, adopted for aligned GEMMs), resumable
 # across calls of the device tool: scripts/bench_pair.sh with
 #   kernelpro bench SUITE --problems KEYS --budget BUDGET --no-profile --no-kb --no-compile-baseline --seed SEED
 #   and --launch-ranking auto (the learned launch models) as arm A, --launch-ranking analytic as arm B,
@@ -34,8 +35,9 @@ asked = sorted({f"{r['problem']} ({r['kernel']})" for r in json.load(open(out))
 print(f"{props.name}: the launch models rank", ", ".join(asked) or "no kernel of these problems")
 if not asked:
     sys.exit(f"no launch model on {props.name} is asked about these problems' kernels: --launch-ranking auto would "
-             "rank analytically too (an A/A run); the shipped models are for the H100 and rank unaligned kernels "
-             "only (benchmarks/launch_rank_kb_unaligned.txt lists KernelBench problems with such kernels)")
+             "rank analytically too (an A/A run); the shipped models are the H100's (GEMMs; unaligned rows and scans) "
+             "and, on the H200, the H100's GEMM model for aligned GEMMs (benchmarks/launch_rank_suite_gemm5.txt and "
+             "launch_rank_kb_unaligned.txt list problems with such kernels)")
 PY
 exec env SUITE="$suite" KEYS="$keys" BUDGET="${BUDGET:-8}" TAG="lr$seed" NAME_A=auto NAME_B=analytic \
   ARGS="--no-profile --no-kb --no-compile-baseline --seed $seed" ARGS_A="--launch-ranking auto" \

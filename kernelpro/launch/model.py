@@ -14,7 +14,8 @@ averaged: one MLP's ranking of an unseen kernel moves with its seed (four seeds'
 A model is a JSON file (weights as lists, six significant digits, kilobytes): format version, family, device, the feature
 schema and its standardization, the range of each kernel descriptor it was trained on, and the
 training scores. A file of another format version, or of another device, is not used: the analytic
-ranking is, with a note saying why. Nor is a model asked about a kernel far outside what it saw: a
+ranking is, with a note saying why. A model may serve another GPU as a copy made for it (`adopt`), scored on kernels
+timed there and asked only about the kinds of kernel it beat the analytic ranking on there. Nor is a model asked about a kernel far outside what it saw: a
 kernel descriptor (m, n, k, rows, row length, elements, ...) more than a factor RANGE_MARGIN beyond
 the training range keeps the analytic ranking (`outside`): an MLP extrapolates arbitrarily there (a
 128 x 32768 x 32768 GEMM got 32 x 32 tiles and ran at 0.44x of eager; the GEMMs it trained on span 64
@@ -386,6 +387,30 @@ def train(instances: list[Instance], family: str, device: str, epochs: int = 300
     if folds > 1:  # cross-validated, every kernel scored: only the kinds of kernel it was seen to rank better
         model.document["classes"] = trusted_classes(report)
     return model, report
+
+
+def adopt(model: LaunchModel, instances: list[Instance], device: str) -> tuple[LaunchModel, dict]:
+    """A copy of `model` (trained on its own device's kernels) for another `device`, scored on that device's measured
+    `instances` (none of which it trained on: it never saw that card) against the two baselines, overall and per kind
+    of kernel. The copy ranks, on `device`, only the kinds of kernel on which it beat the analytic ranking there (over
+    at least MIN_CLASS_KERNELS kernels of the kind) and that it was trusted for on its own device; its file keeps the
+    scores and the kernels they came from (`adopted`). Where GPUs share an SM design (the H100 and the H200: 132 SMs
+    of sm_90, different memory), a model's ranking may carry over: this measures whether it does."""
+    if model.device == device:
+        raise ValueError(f"the launch model is for {device} already")
+    instances = [item for item in instances if item.family == model.family and item.device == device]
+    if not instances:
+        raise ValueError(f"no {model.family} kernels measured on {device} to score the launch model of "
+                         f"{model.device} on: collect some there first (kernelpro launch collect)")
+    report = {"family": model.family, "device": device, "from_device": model.device, "test": len(instances),
+              "predictor": score_ranking(instances, model.order).as_dict(), **_baselines(instances),
+              **by_class(instances, model.order)}
+    own = model.document.get("classes")
+    kinds = [name for name in trusted_classes(report) if own is None or name in own]
+    document = dict(model.document, device=device, classes=kinds,
+                    adopted={"from_device": model.device, "scores": report,
+                             "instances": sorted(item.instance for item in instances)})
+    return LaunchModel(document), report | {"classes": kinds}
 
 
 def model_path(folder: Path, family: str, device: str) -> Path:
