@@ -29,6 +29,11 @@ suite=${SUITE:-.kb/kernelbench} tag=${TAG:-pair} name_a=${NAME_A:-a} name_b=${NA
 source scripts/gpu_env.sh  # the set-up, once per machine; pair_root (PAIR_ROOT)
 work=$pair_root/$tag benches=${BENCH_ROOT:-/tmp/kernelpro-bench}
 mkdir -p "$work" "$benches"
+# The benches run from a copy of the package made for this code (scripts/freeze_code.sh), in $work, the suite and a
+# key file given by absolute path: never from the working tree, which the device tool copies afresh at each call.
+code=$(bash scripts/freeze_code.sh "$pair_root") || { echo "could not install a copy of the package"; exit 1; }
+suite=$(realpath "$suite")
+[[ $KEYS == @* ]] && KEYS="@$(realpath "${KEYS#@}")"
 all=$(python3 -c "import torch; print(','.join(map(str, range(torch.cuda.device_count()))))")
 IFS=, read -r -a chosen <<<"${GPUS:-$all}"
 half=$(( ${#chosen[@]} / 2 ))
@@ -45,8 +50,8 @@ start() {
   local name=$1 gpus=$2 args=$3 dir resume=""
   dir=$(folder "$name")
   [ -f "$dir/bench.db" ] && resume="--resume"
-  setsid nohup bash -c "kernelpro bench $suite --problems $KEYS --budget ${BUDGET:-8} ${ARGS:-} $args --gpus $gpus \
-    --out $dir $resume --json >$work/$name.json 2>>$work/$name.log; echo \$? >$work/$name.rc" \
+  setsid nohup bash -c "cd $work && PYTHONPATH=$code\${PYTHONPATH:+:\$PYTHONPATH} python3 -m kernelpro bench $suite \
+    --problems $KEYS --budget ${BUDGET:-8} ${ARGS:-} $args --gpus $gpus --out $dir $resume --json >$work/$name.json 2>>$work/$name.log; echo \$? >$work/$name.rc" \
     </dev/null >/dev/null 2>&1 &
   echo $! >"$work/$name.pid"; echo "$name bench started on GPU $gpus"
 }

@@ -41,8 +41,18 @@ def test_two_benches_run_side_by_side_and_resume(tmp_path):
             assert any(m.name.endswith(".py") for m in whole.getmembers())  # the candidates' code
             assert not any(m.name.endswith(".py") for m in results.getmembers())
             assert "bench.db" in results.getnames()
+    # the benches ran from a copy of the package installed for this code, not from the working tree (which the device
+    # tool copies afresh at each call): one copy, reused by the next call
+    copies = [p for p in (tmp_path / "pair" / "code").iterdir() if p.is_dir()]
+    assert len(copies) == 1 and (copies[0] / "kernelpro" / "tools" / "__init__.py").exists()
+    assert any((copies[0] / "kernelpro" / "launch" / "models").glob("*.json"))
+    where = subprocess.run([sys.executable, "-c", "import kernelpro.offline.worker as w, kernelpro.mcts as m; "
+                            "print(w.__file__, m.__file__)"], cwd=tmp_path, capture_output=True, text=True,
+                           env=dict(os.environ, PYTHONPATH=str(copies[0])), check=True).stdout.split()
+    assert all(path.startswith(str(copies[0]) + "/") for path in where), where
     again = run_pair(tmp_path)  # everything done: nothing is started again
     assert "started" not in again and again.count("finished (exit 0)") == 2
+    assert [p for p in (tmp_path / "pair" / "code").iterdir() if p.is_dir()] == copies
     benches = tmp_path / "benches"
     result = compare(benches / "t_greedy", benches / "t_mcts")
     assert result["n"] == 1 and not result["only_a"] and not result["only_b"]
