@@ -49,11 +49,13 @@ class SearchConfig:
     prune: bool = True
     use_memory: bool = True
     beam_width: int = 3
-    # MCTS spends the last max(greedy_tail x budget, min(budget, greedy_tail_min)) evaluations of its
-    # budget (Search.horizon) refining its best node, as greedy does: at small budgets exploration
-    # cannot pay back (benchmarks/mcts_landscapes.py); 0 and 0 turn it off
+    # MCTS spends the last max(greedy_tail x budget, greedy_tail_floor) evaluations of its budget
+    # (Search.horizon) refining its best node, as greedy does, and a budget of greedy_tail_min or fewer all of
+    # them: at small budgets exploration cannot pay back (benchmarks/mcts_landscapes.py); greedy_tail and
+    # greedy_tail_min 0 turn it off. The floor None is greedy_tail_min (the tail as it was before the floor existed)
     greedy_tail: float = 0.3
     greedy_tail_min: int = 8
+    greedy_tail_floor: int | None = None
     # The first greedy_head evaluations also follow greedy's rule (the best open node), before any
     # exploration: 0 turns it off
     greedy_head: int = 2
@@ -206,7 +208,10 @@ class Search:
         if self.horizon is None:
             return False
         left = self.horizon - self.evaluations - len(self._in_flight)
-        return left <= max(self.config.greedy_tail * self.horizon, min(self.horizon, self.config.greedy_tail_min))
+        if self.horizon <= self.config.greedy_tail_min:
+            return left <= self.horizon
+        floor = self.config.greedy_tail_min if self.config.greedy_tail_floor is None else self.config.greedy_tail_floor
+        return left <= max(self.config.greedy_tail * self.horizon, floor)
 
     def in_greedy_head(self) -> bool:
         """Whether the next expansion is in the greedy head: among the first greedy_head evaluations (counting

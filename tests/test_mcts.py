@@ -241,6 +241,25 @@ def test_greedy_tail_is_the_last_evaluations_of_the_budget():
             greedy, _ = run(name, seed, 8, strategy="greedy")
             small, _ = run(name, seed, 8)
             assert moves(small) == moves(greedy), (name, seed)
+            # a floor below greedy_tail_min shortens the tail of larger budgets only
+            assert moves(run(name, seed, 8, greedy_tail_floor=4)[0]) == moves(greedy), (name, seed)
+
+
+def test_the_greedy_tail_floor_sets_the_shortest_tail_above_greedy_tail_min():
+    """The tail is max(greedy_tail x budget, floor) evaluations above greedy_tail_min, the whole budget up to it;
+    the floor's default (None) is greedy_tail_min, the tail as before the floor."""
+    def tail(budget, **settings):
+        search = Search([], SearchConfig(**settings), root_key="")
+        search.horizon = budget
+        flags = []
+        for done in range(budget):
+            search.evaluations = done
+            flags.append(search.in_greedy_tail())
+        return sum(flags)
+    assert [tail(b) for b in (8, 12, 16, 30)] == [8, 8, 8, 9]
+    assert [tail(b, greedy_tail_floor=4) for b in (8, 12, 16, 30)] == [8, 4, 4, 9]
+    assert [tail(b, greedy_tail_floor=4, greedy_tail_min=0) for b in (8, 16)] == [4, 4]
+    assert tail(16, greedy_tail=0, greedy_tail_min=0) == 0
 
 
 def test_greedy_head_is_the_first_evaluations():
