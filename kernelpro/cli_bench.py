@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kernelpro.cli_options import (Device, KbPath, LaunchRankingChoice, LaunchRankingOpt, ModelModeChoice, ModelModeOpt,
-                                   NoKb, PolicyChoice, PolicyOpt,
+                                   MovesOpt, NoKb, PolicyChoice, PolicyOpt,
                                    PrecisionChoice, PrecisionOpt, knowledge_base, quiet)
 from kernelpro.cli_search import CoderChoice, ObjectiveChoice, StrategyChoice
 from kernelpro.cli_options import make_console
@@ -72,6 +72,7 @@ def register(app: typer.Typer) -> None:
         policy: PolicyOpt = PolicyChoice.relaxed,
         model_mode: ModelModeOpt = ModelModeChoice.train,
         launch_ranking: LaunchRankingOpt = LaunchRankingChoice.auto,
+        moves: MovesOpt = "",
         seed: Annotated[int, typer.Option("--seed", help="each search's seed (kernelpro search --seed); a bench "
                                                          "repeated with other seeds shows its spread")] = 0,
         compile_baseline: Annotated[bool, typer.Option(
@@ -142,7 +143,13 @@ def register(app: typer.Typer) -> None:
             device=device.value if device else default_device(), gpus=gpus, profile=profile,
             baselines_only=baselines_only, time_limit_min=time_limit, **knowledge,
             backend=backend, ray_address=ray_address, unsafe_no_sandbox=unsafe_no_sandbox,
-            launch_ranking=launch_ranking.value, seed=seed, compile_baseline=compile_baseline)
+            launch_ranking=launch_ranking.value, moves=moves, seed=seed, compile_baseline=compile_baseline)
+        if moves:  # before any search starts, not in each
+            from kernelpro.offline import allowed_moves
+            if settings.coder != "offline":
+                raise typer.BadParameter(f"limits the offline coder's moves; the {settings.coder} coder writes its own "
+                                         "code: leave it out, or use --coder offline", param_hint="--moves")
+            allowed_moves(moves)
         if force:
             if resume:
                 raise typer.BadParameter("--force starts over; --resume continues: give one of them",

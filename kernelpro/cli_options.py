@@ -53,6 +53,9 @@ LaunchRankingOpt = Annotated[LaunchRankingChoice, typer.Option(
     "--launch-ranking", help="the offline coder's launch configurations (first choice and tune: moves): auto, from the "
                              "learned launch model where one exists for the kernel's family and GPU, else the analytic "
                              "ranking; analytic: always the analytic ranking")]
+MovesOpt = Annotated[str, typer.Option(
+    "--moves", help="only these of the offline coder's moves, comma-separated (tune: its tune:<kernel> moves), e.g. "
+                    "triton_gemm,tune to compare launch rankings on tuning alone; default: every move")]
 Timeout = Annotated[float | None, typer.Option(
     "--timeout", min=1, help="wall-clock limit in seconds for every phase (build, load, correctness, timing)")]
 JsonFlag = Annotated[bool, typer.Option(

@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kernelpro.cli_options import (Device, KbPath, LaunchRankingChoice, LaunchRankingOpt, ModelModeChoice, ModelModeOpt,
-                                   NoKb, PolicyChoice, PolicyOpt,
+                                   MovesOpt, NoKb, PolicyChoice, PolicyOpt,
                                    PrecisionChoice, PrecisionOpt, knowledge_base, quiet)
 from kernelpro.cli_options import make_console
 
@@ -86,6 +86,7 @@ def register(app: typer.Typer) -> None:
         policy: PolicyOpt = PolicyChoice.relaxed,
         model_mode: ModelModeOpt = ModelModeChoice.train,
         launch_ranking: LaunchRankingOpt = LaunchRankingChoice.auto,
+        moves: MovesOpt = "",
         parallel: Annotated[int, typer.Option("--parallel", help="candidates evaluated at once")] = 1,
         seed: Annotated[int, typer.Option("--seed")] = 0,
         out: Annotated[Path | None, typer.Option("--out", help="output folder (default: runs/<problem name>)")] = None,
@@ -131,7 +132,7 @@ def register(app: typer.Typer) -> None:
             seed=seed, profile=profile,
             compile_baseline=compile_baseline if compile_baseline is not None else chosen_device == "cuda",
             model=model, planner_model=planner_model, max_cost_usd=max_cost, max_tokens=max_tokens,
-            unsafe_no_sandbox=unsafe_no_sandbox, launch_ranking=launch_ranking.value, **knowledge)
+            unsafe_no_sandbox=unsafe_no_sandbox, launch_ranking=launch_ranking.value, moves=moves, **knowledge)
         if force:
             if resume:
                 raise typer.BadParameter("--force starts over; --resume continues: give one of them",

@@ -94,6 +94,7 @@ class SearchSettings:
     use_kb: bool = True  # read priors from and record outcomes into the knowledge base
     kb: str = ""  # its path ("" = kernelpro.knowledge.default_path())
     launch_ranking: str = "auto"  # the offline coder's launch configurations: auto (learned model where one exists) or analytic
+    moves: str = ""  # the offline coder's moves allowed, comma-separated ("" = all; "tune" = its tune: moves)
 
 
 MAX_CODER_FAILURES_IN_ROW = 4  # then the search stops and says why
@@ -205,8 +206,11 @@ class SearchRun:
                     settings = replace(settings, budget=self.finished_as.get("budget") or settings.budget)
         self.settings = settings
         options: dict = {}
+        if settings.moves and settings.coder != "offline":
+            raise KernelproError(f"--moves limits the offline coder's moves; the {settings.coder} coder writes its "
+                                 "own code: leave --moves out, or use --coder offline")
         if settings.coder == "offline":
-            options = {"launch_ranking": settings.launch_ranking}
+            options = {"launch_ranking": settings.launch_ranking, "moves": settings.moves}
         elif settings.coder == "anthropic":
             options = {key: value for key, value in (("model", settings.model), ("planner_model", settings.planner_model))
                        if value}

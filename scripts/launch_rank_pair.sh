@@ -10,7 +10,9 @@
 # machine. SEED (default 0): each search's seed (a pair per seed, in its own folders). FIRST_GPU: the pair takes
 # FIRST_GPU and the next GPU only, so that on a machine of four two seeds run at once (SEED=1 FIRST_GPU=0 and SEED=2
 # FIRST_GPU=2); by default all GPUs, halved. TOTAL: seconds this call may take (default 570). Afterwards, on any
-# machine: kernelpro bench compare AUTO ANALYTIC.
+# machine: kernelpro bench compare AUTO ANALYTIC. MOVES (e.g. triton_gemm,tune): both arms' searches use only these of
+# the offline coder's moves (kernelpro bench --moves), so that the launch rankings alone tell them apart; their
+# folders are lr<SEED>_moves_{auto,analytic}.
 set -uo pipefail
 keys=${KEYS:-@benchmarks/launch_rank_suite10.txt}
 # SUITE: the problems' folder; for KernelBench's: SUITE=.kb/kernelbench KEYS=@benchmarks/launch_rank_kb_unaligned.txt
@@ -39,7 +41,7 @@ if not asked:
              "and, on the H200, the H100's GEMM model for aligned GEMMs (benchmarks/launch_rank_suite_gemm5.txt and "
              "launch_rank_kb_unaligned.txt list problems with such kernels)")
 PY
-exec env SUITE="$suite" KEYS="$keys" BUDGET="${BUDGET:-8}" TAG="lr$seed" NAME_A=auto NAME_B=analytic \
-  ARGS="--no-profile --no-kb --no-compile-baseline --seed $seed" ARGS_A="--launch-ranking auto" \
+exec env SUITE="$suite" KEYS="$keys" BUDGET="${BUDGET:-8}" TAG="lr$seed${MOVES:+_moves}" NAME_A=auto NAME_B=analytic \
+  ARGS="--no-profile --no-kb --no-compile-baseline --seed $seed${MOVES:+ --moves $MOVES}" ARGS_A="--launch-ranking auto" \
   ARGS_B="--launch-ranking analytic" STATE_A="${AUTO_STATE:-}" STATE_B="${ANALYTIC_STATE:-}" \
   ${FIRST_GPU:+GPUS="$FIRST_GPU,$((FIRST_GPU + 1))"} bash scripts/bench_pair.sh

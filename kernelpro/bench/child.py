@@ -67,6 +67,7 @@ class BenchSettings:
     ray_address: str = ""  # "" starts a local Ray instance
     unsafe_no_sandbox: bool = False  # passed to each search (the Anthropic coder where no sandbox works)
     launch_ranking: str = "auto"  # passed to each search: the offline coder's launch configurations
+    moves: str = ""  # passed to each search: the offline coder's moves allowed ("" = all)
     seed: int = 0  # passed to each search (--seed): repeat a bench with other seeds to see its spread
     compile_baseline: bool = True  # False: no search times torch.compile (--no-compile-baseline), a cheaper bench
 
@@ -108,7 +109,7 @@ def search_args(entry: Entry, s: BenchSettings, folder: Path, resume: bool) -> l
         ([] if s.profile else ["--no-profile"]) + (["--time-limit", str(s.time_limit_min)] if s.time_limit_min else []) + \
         (["--no-kb"] if not s.use_kb else ["--kb", s.kb] if s.kb else []) + \
         (["--unsafe-no-sandbox"] if s.unsafe_no_sandbox else []) + \
-        ([] if s.compile_baseline else ["--no-compile-baseline"])
+        ([] if s.compile_baseline else ["--no-compile-baseline"]) + (["--moves", s.moves] if s.moves else [])
 
 
 def one_line_error(log_tail: str) -> str:

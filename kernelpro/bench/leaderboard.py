@@ -158,6 +158,7 @@ def _how(document: dict) -> str:
             f"{s['objective']}, precision {s['precision']}, policy {s['policy']}, model mode "
             f"{s.get('model_mode', 'eval')}"
             + (f", launch ranking {s['launch_ranking']}" if s.get("launch_ranking", "auto") != "auto" else "")
+            + (f", moves {s['moves']}" if s.get("moves") else "")
             + "; devices: "
             f"{', '.join(document['devices']) or '-'}")
 

@@ -39,8 +39,10 @@ class OfflineCoderError(KernelproError):
 class OfflineCoder:
     name = "offline"
 
-    def __init__(self, seed: int = 42, time_limit_s: float = WORKER_LIMIT_S, launch_ranking: str = "auto"):
+    def __init__(self, seed: int = 42, time_limit_s: float = WORKER_LIMIT_S, launch_ranking: str = "auto",
+                 moves: str = ""):
         self.seed = seed
+        self.allowed = allowed_moves(moves)  # None: every move; else only these (and "tune": the tune: moves)
         self.launch_ranking = launch_ranking  # auto: a learned launch model where one exists; analytic: never
         self.time_limit_s = time_limit_s
         self._cache: dict[tuple, dict] = {}
@@ -56,6 +58,11 @@ class OfflineCoder:
         when it offered one or was never asked."""
         if self._offered_once or not self._root_skipped:
             return ""
+        if self.allowed is not None:
+            why = "; ".join(f"{move}: {self._root_skipped[move]}" for move in sorted(self.allowed)
+                            if move in self._root_skipped)
+            return (f"none of the moves allowed (--moves {','.join(sorted(self.allowed))}) applies here"
+                    + (f" ({why})" if why else ""))
         reasons = collections.Counter(why.split(";")[0].split(" (")[0] for why in self._root_skipped.values())
         listed = "; ".join(f"{reason} ({count})" for reason, count in reasons.most_common(3))
         more = f"; {len(reasons) - 3} other reason{'s' if len(reasons) > 4 else ''}" if len(reasons) > 3 else ""
@@ -130,6 +137,11 @@ class OfflineCoder:
             self._folder.cleanup()
             self._folder = None
 
+    def _allows(self, move: str) -> bool:
+        if self.allowed is None:
+            return True
+        return ("tune" if move.startswith(TUNE_PREFIX) else move) in self.allowed
+
     def propose(self, request: CoderRequest) -> CoderProposal | None:
         if request.kind == "repair":
             return None  # graph moves are exact rewrites: a failed one is not worth patching
@@ -140,9 +152,13 @@ class OfflineCoder:
         learned = dict(request.kb_factors)  # from earlier runs: > 1 worked in similar states, < 1 kept failing
         promising = {part for entry in request.promising for part in entry.split("+")}
         losing = {part for entry in request.losing for part in entry.split("+") if not part.startswith(TUNE_PREFIX)}
-        choices = [o for o in answer["options"] if o["move"] not in tried and o["move"] not in avoid]
+        choices = [o for o in answer["options"] if o["move"] not in tried and o["move"] not in avoid
+                   and self._allows(o["move"])]
         if not request.parent_state.get("applied"):
             self._root_skipped = dict(answer.get("skipped", {}))
+            if self.allowed is not None:  # the moves that apply but are not allowed are skipped too
+                self._root_skipped |= {o["move"]: "not allowed (--moves)" for o in answer["options"]
+                                       if not self._allows(o["move"])}
         if not choices:
             return None
 
@@ -170,4 +186,18 @@ class OfflineCoder:
                              move=best["move"], state=state, prior=prior)
 
 
-__all__ = ["OfflineCoder", "OfflineCoderError", "MOVES"]
+def allowed_moves(moves: str) -> set[str] | None:
+    """`--moves`: a comma-separated list of the offline coder's moves ("tune" for its tune: moves, which walk a
+    generated kernel's launch configurations), as a set; None for "" (every move). KernelproError names any
+    unknown one."""
+    chosen = {name.strip() for name in moves.split(",") if name.strip()}
+    if not chosen:
+        return None
+    unknown = sorted(chosen - set(MOVES) - {"tune"})
+    if unknown:
+        raise OfflineCoderError(f"--moves: no offline move named {', '.join(unknown)}; the moves are "
+                                f"{', '.join(sorted(MOVES))}, and tune (the tune:<kernel> moves)")
+    return chosen
+
+
+__all__ = ["OfflineCoder", "OfflineCoderError", "MOVES", "allowed_moves"]

@@ -1,0 +1,100 @@
+"""`--moves`: a search (or every search of a bench) limited to some of the offline coder's moves, e.g.
+`triton_gemm,tune` to compare launch rankings on a kernel's generation and tuning alone (issue 35)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernelpro.coder import CoderRequest
+from kernelpro.offline import OfflineCoder, OfflineCoderError, allowed_moves
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data" / "search"
+
+
+def request(problem: Path, **fields) -> CoderRequest:
+    base = dict(problem_path=str(problem), problem_source=problem.read_text(), parent_source=problem.read_text(),
+                parent_state={}, parent_verdict="reference", parent_ms=1.0, parent_speedup=1.0, kind="new_strategy")
+    return CoderRequest(**{**base, **fields})
+
+
+def test_allowed_moves_are_named_moves_and_tune():
+    assert allowed_moves("") is None and allowed_moves(" , ") is None
+    assert allowed_moves("triton_gemm, tune") == {"triton_gemm", "tune"}
+    with pytest.raises(OfflineCoderError, match="no offline move named bogus") as raised:
+        allowed_moves("triton_gemm,bogus")
+    assert "tune (the tune:<kernel> moves)" in str(raised.value) and "triton_gemm" in str(raised.value)
+
+
+def test_the_offline_coder_proposes_only_the_moves_allowed():
+    problem = DATA / "redundant.py"
+    everyone = OfflineCoder()
+    try:
+        free = everyone.propose(request(problem))
+        options = [o["move"] for o in everyone.options(request(problem))["options"]]
+    finally:
+        everyone.close()
+    assert len(options) >= 2 and free.move in options
+    other = next(move for move in options if move != free.move)
+    limited = OfflineCoder(moves=other)
+    try:
+        first = limited.propose(request(problem))
+        assert first.move == other
+        # once it is tried, nothing else is offered at the root, whatever else applies there
+        assert limited.propose(request(problem, tried=((other, "1.1x"),))) is None
+        assert limited.why_no_moves() == ""  # it offered a move
+    finally:
+        limited.close()
+    nothing = OfflineCoder(moves="tune")  # no generated kernel at the root: no tune: move applies
+    try:
+        assert nothing.propose(request(problem)) is None
+        assert nothing.why_no_moves() == "none of the moves allowed (--moves tune) applies here"
+    finally:
+        nothing.close()
+
+
+def test_moves_reach_each_search_of_a_bench_and_are_refused_for_the_llm_coder(tmp_path):
+    from typer.testing import CliRunner
+    from kernelpro.bench.child import search_args
+    from kernelpro.bench.runner import Bench, BenchSettings
+    from kernelpro.cli import app
+    suite = ROOT / "tests" / "data" / "bench_suite"
+    bench = Bench(BenchSettings(suite=str(suite), out=str(tmp_path / "b"), budget=1, moves="triton_gemm,tune"))
+    args = search_args(bench.entries[0], bench.settings, tmp_path / "p", resume=False)
+    assert args[args.index("--moves") + 1] == "triton_gemm,tune"
+    plain = Bench(BenchSettings(suite=str(suite), out=str(tmp_path / "c"), budget=1))
+    assert "--moves" not in search_args(plain.entries[0], plain.settings, tmp_path / "q", resume=False)
+    runner = CliRunner()
+    refused = runner.invoke(app, ["bench", str(suite), "--coder", "anthropic", "--moves", "tune", "--out",
+                                  str(tmp_path / "d")])
+    assert refused.exit_code == 2 and "--moves" in refused.output
+    unknown = runner.invoke(app, ["bench", str(suite), "--coder", "offline", "--moves", "bogus", "--out",
+                                  str(tmp_path / "e")])
+    assert unknown.exit_code != 0 and "no offline move named bogus" in str(unknown.exception)
+    assert not (tmp_path / "d").exists() and not (tmp_path / "e").exists()
+
+
+def test_a_search_limited_to_some_moves_records_them_and_uses_no_other(tmp_path):
+    problem = DATA / "redundant.py"
+    allowed = ["transposed_matmuls", "simplify_all"]
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "kernelpro", "search", str(problem), "--device", "cpu", "--coder",
+                           "offline", "--budget", "4", "--no-kb", "--no-profile", "--moves", ",".join(allowed),
+                           "--out", str(out), "--json"], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    run = json.loads((out / "run.json").read_text())
+    assert run["moves"] == ",".join(allowed)
+    tree = json.loads((out / "tree.json").read_text())["nodes"]
+    tried = {node["move"] for node in tree if node["move"] != "reference"}
+    assert tried and tried <= set(allowed), tried
+    llm = subprocess.run([sys.executable, "-m", "kernelpro", "search", str(problem), "--device", "cpu", "--coder",
+                          "anthropic", "--moves", "tune", "--out", str(tmp_path / "llm")], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, ANTHROPIC_API_KEY="x", KERNELPRO_HOME=str(tmp_path / "home")))
+    assert llm.returncode != 0 and "--moves limits the offline coder's moves" in llm.stderr
