@@ -251,9 +251,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Score another GPU's model on this GPU's measured kernels; write a copy that searches here use for the kinds
         of kernel on which it beat the analytic ranking (none: the analytic ranking stays)."""
+        import tempfile
         from kernelpro.harness.errors import KernelproError
         from kernelpro.launch import SHIPPED, user_models
-        import tempfile
         from kernelpro.launch.model import LaunchModel, adopt, model_path
         from kernelpro.launch.store import open_dataset
         if model is None:
@@ -263,9 +263,10 @@ def register(app: typer.Typer) -> None:
                 raise KernelproError(f"no {family} launch model for {source!r} installed or shipped: give one "
                                      "(--model)")
             model = found[0]
-        try:  # a .db, a folder holding launch.db, or a committed .tgz
-            store = open_dataset(db, Path(tempfile.mkdtemp()))
-            adopted, report = adopt(LaunchModel.load(model), store.instances(family, device), device)
+        try:  # a .db, a folder holding launch.db, or a committed .tgz (unpacked into a scratch folder)
+            with tempfile.TemporaryDirectory() as scratch:
+                instances = open_dataset(db, Path(scratch)).instances(family, device)
+            adopted, report = adopt(LaunchModel.load(model), instances, device)
         except ValueError as error:
             raise KernelproError(str(error) if str(error).startswith(str(db)) else f"{db}: {error}") from None
         target = out or model_path(db.parent, family, device)
