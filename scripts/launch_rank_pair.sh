@@ -19,18 +19,20 @@ keys=${KEYS:-@benchmarks/launch_rank_suite10.txt}
 suite=${SUITE:-benchmarks/suite}
 seed=${SEED:-0}  # each search's seed: run the pair again with SEED=1, 2, ... (each seed its own folders)
 source scripts/gpu_env.sh
-mkdir -p "$pair_root/lr$seed"
+mkdir -p "$pair_root/lr$seed${MOVES:+_moves}"
 # The comparison needs problems whose kernels a launch model for this GPU is asked about: otherwise both arms rank
 # analytically (the first run of this script, on two H200s, was such an A/A run:
 # benchmarks/results/launch_rank_suite_h200x2_2026-11-26/). Each problem's first candidate for each family's move is
 # built with either ranking, as a search builds it (benchmarks/launch_first_choice.py), and the call stops unless the
 # learned ranking decides one kernel's configuration somewhere.
-python3 - "$suite" "$keys" "$pair_root/lr$seed/first_choice.json" <<'PY' || exit 2
+python3 - "$suite" "$keys" "$pair_root/lr$seed${MOVES:+_moves}/first_choice.json" "${MOVES:-}" <<'PY' || exit 2
 import json, subprocess, sys, torch
-suite, keys, out = sys.argv[1:]
+suite, keys, out, allowed = sys.argv[1:]
+# the kernels' moves: MOVES's (without tune, which generates none) where given
+moves = ",".join(m for m in allowed.split(",") if m and m != "tune") or "triton_gemm,fuse_pointwise,fuse_reductions"
 props = torch.cuda.get_device_properties(0)  # the machine's GPUs are all of one kind
 subprocess.run([sys.executable, "benchmarks/launch_first_choice.py", suite, "--problems", keys, "--each",
-                "--moves", "triton_gemm,fuse_pointwise,fuse_reductions", "--device", props.name,
+                "--moves", moves, "--device", props.name,
                 "--sms", str(props.multi_processor_count), "--json", out], check=True, stdout=subprocess.DEVNULL)
 asked = sorted({f"{r['problem']} ({r['kernel']})" for r in json.load(open(out))
                 if r["ranking"] == "auto" and r["decided"] == "predictor"})
@@ -38,8 +40,8 @@ print(f"{props.name}: the launch models rank", ", ".join(asked) or "no kernel of
 if not asked:
     sys.exit(f"no launch model on {props.name} is asked about these problems' kernels: --launch-ranking auto would "
              "rank analytically too (an A/A run); the shipped models are the H100's (GEMMs; unaligned rows and scans) "
-             "and, on the H200, the H100's GEMM model for aligned GEMMs (benchmarks/launch_rank_suite_gemm5.txt and "
-             "launch_rank_kb_unaligned.txt list problems with such kernels)")
+             "and, on the H200, the H100's GEMM model for aligned GEMMs (benchmarks/launch_rank_suite_gemm5.txt, "
+             "launch_rank_kb_gemm.txt and launch_rank_kb_unaligned.txt list problems with such kernels)")
 PY
 exec env SUITE="$suite" KEYS="$keys" BUDGET="${BUDGET:-8}" TAG="lr$seed${MOVES:+_moves}" NAME_A=auto NAME_B=analytic \
   ARGS="--no-profile --no-kb --no-compile-baseline --seed $seed${MOVES:+ --moves $MOVES}" ARGS_A="--launch-ranking auto" \
