@@ -253,16 +253,12 @@ def register(app: typer.Typer) -> None:
         of kernel on which it beat the analytic ranking (none: the analytic ranking stays)."""
         import tempfile
         from kernelpro.harness.errors import KernelproError
-        from kernelpro.launch import SHIPPED, user_models
+        from kernelpro.launch import model_file, user_models
         from kernelpro.launch.model import LaunchModel, adopt, model_path
         from kernelpro.launch.store import open_dataset
+        model = model or model_file(family, source)  # as a search on that GPU would find it
         if model is None:
-            found = [path for path in (model_path(user_models(), family, source), model_path(SHIPPED, family, source))
-                     if path.exists()]
-            if not found:
-                raise KernelproError(f"no {family} launch model for {source!r} installed or shipped: give one "
-                                     "(--model)")
-            model = found[0]
+            raise KernelproError(f"no {family} launch model for {source!r} installed or shipped: give one (--model)")
         try:  # a .db, a folder holding launch.db, or a committed .tgz (unpacked into a scratch folder)
             with tempfile.TemporaryDirectory() as scratch:
                 instances = open_dataset(db, Path(scratch)).instances(family, device)

@@ -5,26 +5,18 @@ H100's, adopted so on 22 GEMMs timed on an H200)."""
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import pytest
+from test_launch import DEVICE, fake_timer  # fastest where BLOCK is about elements / (4 x SMs), with 4 warps
 
 from kernelpro.launch import collect as C
 from kernelpro.launch import model as M
 from kernelpro.launch.store import LaunchStore
 from kernelpro.offline.triton_gen import Device
 
-HOME = Device(sms=8, name="Fake GPU 8SM")
-OTHER = Device(sms=8, name="Fake GPU 8SM, more memory")
-
-
-def ideal_timer(path, sources, configs, features):
-    """Fastest where BLOCK is about elements / (4 x SMs): a rule the analytic ranking does not follow."""
-    elements = features.get("elements") or features.get("m", 1) * features.get("n", 1)
-    ideal = min(4096, max(256, 2 ** round(math.log2(max(1, elements / (4 * HOME.sms))))))
-    return [1.0 + abs(math.log2((c.get("BLOCK") or 1024) / ideal)) * 0.2 + abs(c.get("num_warps", 4) - 4) * 0.03
-            for c in configs]
+HOME = DEVICE
+OTHER = Device(sms=DEVICE.sms, name=f"{DEVICE.name}, more memory")
 
 
 def analytic_timer(path, sources, configs, features):
@@ -37,7 +29,7 @@ def stores(tmp_path_factory):
     folder = tmp_path_factory.mktemp("adopt")
     shapes = [s for s in C.random_shapes(10, seed=1) if s.template == "pointwise"]
     made = {}
-    for name, device, timer in (("home", HOME, ideal_timer), ("like", OTHER, ideal_timer),
+    for name, device, timer in (("home", HOME, fake_timer), ("like", OTHER, fake_timer),
                                 ("unlike", OTHER, analytic_timer)):
         made[name] = LaunchStore(folder / f"{name}.db")
         C.collect(made[name], device.name, device, timer, shapes, most=12)

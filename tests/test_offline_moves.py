@@ -11,17 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from kernelpro.coder import CoderRequest
 from kernelpro.offline import OfflineCoder, OfflineCoderError, allowed_moves
+from test_offline import request
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "search"
-
-
-def request(problem: Path, **fields) -> CoderRequest:
-    base = dict(problem_path=str(problem), problem_source=problem.read_text(), parent_source=problem.read_text(),
-                parent_state={}, parent_verdict="reference", parent_ms=1.0, parent_speedup=1.0, kind="new_strategy")
-    return CoderRequest(**{**base, **fields})
 
 
 def test_allowed_moves_are_named_moves_and_tune():

@@ -29,21 +29,27 @@ def user_models() -> Path:
     return kernelpro_home() / "launch" / "models"
 
 
+def model_file(kind: str, device_name: str) -> Path | None:
+    """The model file searches use for this family and device: the installed one, else the shipped one, else None."""
+    for folder in (user_models(), SHIPPED):
+        path = model_path(folder, kind, device_name)
+        if path.exists():
+            return path
+    return None
+
+
 def find(kind: str, device_name: str) -> tuple[LaunchModel | None, str]:
     """(the model for this family and device, '') or (None, why the analytic ranking is used)."""
     key = (kind, device_name, str(user_models()))
     if key not in _CACHE:
         found, why = None, f"no launch model for {kind} on {device_name or 'this device'}"
-        for folder in (user_models(), SHIPPED):
-            path = model_path(folder, kind, device_name)
-            if not path.exists():
-                continue
+        path = model_file(kind, device_name)
+        if path is not None:
             try:
                 found, why = LaunchModel.load(path), ""
             except (ValueError, KeyError, OSError) as error:
                 why = f"the launch model {path} is not used: {error}"
                 log.warning("%s; the analytic ranking is used", why)
-            break
         _CACHE[key] = (found, why)
     return _CACHE[key]
 
@@ -70,4 +76,4 @@ def order(ranked: list[dict], features: dict, backend: str, device_name: str, sm
     return [ranked[i] for i in indices], "predictor"
 
 
-__all__ = ["FORMAT_VERSION", "LaunchModel", "find", "order", "user_models"]
+__all__ = ["FORMAT_VERSION", "LaunchModel", "find", "model_file", "order", "user_models"]
