@@ -12,20 +12,22 @@
 # FIRST_GPU=2); by default all GPUs, halved. TOTAL: seconds this call may take (default 570). Afterwards, on any
 # machine: kernelpro bench compare AUTO ANALYTIC. MOVES (e.g. triton_gemm,tune): both arms' searches use only these of
 # the offline coder's moves (kernelpro bench --moves), so that the launch rankings alone tell them apart; their
-# folders are lr<SEED>_moves_{auto,analytic}.
+# folders are lr<SEED>_moves_{auto,analytic}. LABEL: a suffix of the folders' names (lr<SEED>[_moves]_<LABEL>_...), so
+# that two pairs of one seed on other problems run at once on one machine (FIRST_GPU apart).
 set -uo pipefail
 keys=${KEYS:-@benchmarks/launch_rank_suite10.txt}
 # SUITE: the problems' folder; for KernelBench's: SUITE=.kb/kernelbench KEYS=@benchmarks/launch_rank_kb_unaligned.txt
 suite=${SUITE:-benchmarks/suite}
 seed=${SEED:-0}  # each search's seed: run the pair again with SEED=1, 2, ... (each seed its own folders)
 source scripts/gpu_env.sh
-mkdir -p "$pair_root/lr$seed${MOVES:+_moves}"
+tag="lr$seed${MOVES:+_moves}${LABEL:+_$LABEL}"
+mkdir -p "$pair_root/$tag"
 # The comparison needs problems whose kernels a launch model for this GPU is asked about: otherwise both arms rank
 # analytically (the first run of this script, on two H200s, was such an A/A run:
 # benchmarks/results/launch_rank_suite_h200x2_2026-11-26/). Each problem's first candidate for each family's move is
 # built with either ranking, as a search builds it (benchmarks/launch_first_choice.py), and the call stops unless the
 # learned ranking decides one kernel's configuration somewhere.
-python3 - "$suite" "$keys" "$pair_root/lr$seed${MOVES:+_moves}/first_choice.json" "${MOVES:-}" <<'PY' || exit 2
+python3 - "$suite" "$keys" "$pair_root/$tag/first_choice.json" "${MOVES:-}" <<'PY' || exit 2
 import json, subprocess, sys, torch
 suite, keys, out, allowed = sys.argv[1:]
 # the kernels' moves: MOVES's (without tune, which generates none) where given
@@ -43,7 +45,7 @@ if not asked:
              "and, on the H200, the H100's GEMM model for aligned GEMMs (benchmarks/launch_rank_suite_gemm5.txt, "
              "launch_rank_kb_gemm.txt and launch_rank_kb_unaligned.txt list problems with such kernels)")
 PY
-exec env SUITE="$suite" KEYS="$keys" BUDGET="${BUDGET:-8}" TAG="lr$seed${MOVES:+_moves}" NAME_A=auto NAME_B=analytic \
+exec env SUITE="$suite" KEYS="$keys" BUDGET="${BUDGET:-8}" TAG="$tag" NAME_A=auto NAME_B=analytic \
   ARGS="--no-profile --no-kb --no-compile-baseline --seed $seed${MOVES:+ --moves $MOVES}" ARGS_A="--launch-ranking auto" \
   ARGS_B="--launch-ranking analytic" STATE_A="${AUTO_STATE:-}" STATE_B="${ANALYTIC_STATE:-}" \
   ${FIRST_GPU:+GPUS="$FIRST_GPU,$((FIRST_GPU + 1))"} bash scripts/bench_pair.sh
