@@ -660,6 +660,25 @@ def test_gemm_configs_fit_shared_memory_and_tf32_only_with_its_move(tmp_path):
                for c in gemm.configs(problem_group(problem)))
 
 
+def test_tuning_goes_to_the_products_of_most_work_not_of_most_bytes(tmp_path):
+    """Two batched attention products each move more bytes than the projection (25.2 MB against 19.9 MB), but
+    the projection does six times their multiply-adds: it is the kernel worth tuning (level3/6's shapes)."""
+    from kernelpro.offline.worker import work
+    path = write_problem(tmp_path, ["s = torch.matmul(x, y) * 0.125", "o = torch.matmul(torch.relu(s), x)",
+                                    "return o, self.proj(z) * 2.0"],
+                         [(64, 256, 64), (64, 64, 256), (2048, 512)], "\n        self.proj = nn.Linear(512, 1536)")
+    spec = {"problem_path": str(path), "applied": ["triton_gemm"], "device": "cuda", "precision": "fp32",
+            "policy": "relaxed"}
+    tuned = expand(spec)
+    gemms = {k["name"]: k["features"] for k in tuned["kernels"] if k["kind"] == "gemm"}
+    projection = next(name for name, f in gemms.items() if f["batch"] == 1)
+    assert len(gemms) == 3 and all(f["bytes"] > gemms[projection]["bytes"] for name, f in gemms.items()
+                                   if name != projection)
+    assert [o["move"] for o in tuned["options"] if o["move"].startswith("tune:")][0] == "tune:" + projection
+    assert work(gemms[projection]) == 2 * 2048 * 1536 * 512 / 20
+    assert work({"bytes": 4096}) == 4096  # a kernel without products: its bytes
+
+
 def problem_group(problem):
     import copy
     from kernelpro.offline import fusion, gemm

@@ -40,7 +40,21 @@ LAUNCH_RANKINGS = ("auto", "analytic")  # auto: a learned launch model where one
 FUSION_KINDS = {"fuse_reductions": "row", "fuse_pointwise": "pointwise", "triton_gemm": "pointwise",
                 "cute_gemm": "pointwise", "triton_conv": "pointwise"}
 CUDA_KINDS = {"row", "pointwise"}  # the cuda_kernels move generates both kinds
-TUNE_OPTIONS = 2  # tuning moves offered per node: the kernels that move the most bytes
+TUNE_OPTIONS = 2  # tuning moves offered per node: the kernels of most work (work())
+#: Bytes a floating-point operation weighs as in work(): our generated fp32-accurate GEMMs ran at 59-76 TFLOP/s on the
+#: H100 (docs/kernelbench.md, 2026-11-25) against its 3.35 TB/s of DRAM, about 20 operations per byte's time.
+FLOPS_PER_BYTE = 20
+
+
+def work(features: dict) -> float:
+    """A kernel's expected time, in bytes' worth: the bytes it moves, or for a GEMM or convolution its
+    floating-point operations over FLOPS_PER_BYTE where that is more. A GEMM moving as many bytes as a
+    batched attention product may take several times as long (2048 x 2048 x 512 against 64 x 256 x 256 x 64: 25 MB
+    each, 4.3 and 0.5 GFLOP), and tuning goes where the time is."""
+    flops = features.get("flops") or 0
+    if not flops and all(features.get(size) for size in ("m", "n", "k")):
+        flops = 2 * features.get("batch", 1) * features["m"] * features["n"] * features["k"]
+    return max(float(features.get("bytes", 0)), flops / FLOPS_PER_BYTE)
 
 PASSES = {**fxpasses.ALGEBRAIC, **fxlibrary.LIBRARY, **fxreduce.REWRITES}  # graph moves by name
 _CONV = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.ConvTranspose2d)
@@ -389,8 +403,8 @@ def expand(spec: dict) -> dict:
             technique = "warp_reduction"
         options.append({"move": name, "technique": technique, "source": child, "rationale": move.summary + rewrites,
                         "tune": tune, "kernels": child_kernels})
-    # Tuning: the next-ranked launch configuration of the kernels that move the most bytes.
-    for kernel in sorted(kernels, key=lambda k: -k["bytes"])[:TUNE_OPTIONS]:
+    # Tuning: the next-ranked launch configuration of the kernels of most work.
+    for kernel in sorted(kernels, key=lambda k: -work(k["features"]))[:TUNE_OPTIONS]:
         if kernel["rank"] + 1 >= kernel["configs"]:
             continue
         child_tune = dict(tune, **{kernel["name"]: kernel["rank"] + 1})
