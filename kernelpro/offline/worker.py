@@ -46,6 +46,12 @@ TUNE_OPTIONS = 2  # tuning moves offered per node: the kernels of most work (wor
 FLOPS_PER_BYTE = 20
 
 
+def _signature(kernel: dict) -> str:
+    """What makes two generated kernels the same kernel: their kind, backend, ops and features (shapes)."""
+    return json.dumps([kernel["kind"], kernel["backend"], kernel["ops"], kernel["features"]], sort_keys=True,
+                      default=str)
+
+
 def work(features: dict) -> float:
     """A kernel's expected time, in bytes' worth: the bytes it moves, or for a GEMM or convolution its
     floating-point operations over FLOPS_PER_BYTE where that is more. A GEMM moving as many bytes as a
@@ -403,20 +409,27 @@ def expand(spec: dict) -> dict:
             technique = "warp_reduction"
         options.append({"move": name, "technique": technique, "source": child, "rationale": move.summary + rewrites,
                         "tune": tune, "kernels": child_kernels})
-    # Tuning: the next-ranked launch configuration of the kernels of most work.
-    for kernel in sorted(kernels, key=lambda k: -work(k["features"]))[:TUNE_OPTIONS]:
-        if kernel["rank"] + 1 >= kernel["configs"]:
-            continue
-        child_tune = dict(tune, **{kernel["name"]: kernel["rank"] + 1})
+    # Tuning: the next-ranked launch configuration of the kernels of most work. Identical kernels (the same code
+    # for the same shapes: a transformer's layers) are one: a move tunes them together, and their work adds up.
+    twins: dict[str, list[dict]] = {}
+    for kernel in kernels:
+        if kernel["rank"] + 1 < kernel["configs"]:
+            twins.setdefault(_signature(kernel), []).append(kernel)
+    for group in sorted(twins.values(), key=lambda g: -sum(work(k["features"]) for k in g))[:TUNE_OPTIONS]:
+        kernel = group[0]
+        child_tune = dict(tune, **{k["name"]: kernel["rank"] + 1 for k in group})
         try:
             child, _, child_kernels = problem.build(applied, child_tune, device, precision, launch_ranking)
         except Exception as error:
             skipped[TUNE_PREFIX + kernel["name"]] = f"rewrite failed: {type(error).__name__}: {error}"[:300]
             continue
         config = next(k["config"] for k in child_kernels if k["name"] == kernel["name"])
+        names = ", ".join(k["name"] for k in group[1:4]) + (", ..." if len(group) > 4 else "")
+        also = f" and its {len(group) - 1} identical twin{'s' if len(group) > 2 else ''} ({names})" \
+            if len(group) > 1 else ""
         options.append({"move": TUNE_PREFIX + kernel["name"], "technique": TUNE_TECHNIQUE, "source": child,
-                        "rationale": f"launch {kernel['name']} with its configuration ranked {kernel['rank'] + 2} of "
-                                     f"{kernel['configs']}: " + ", ".join(f"{k}={v}" for k, v in config.items()),
+                        "rationale": f"launch {kernel['name']}{also} with the configuration ranked {kernel['rank'] + 2} "
+                                     f"of {kernel['configs']}: " + ", ".join(f"{k}={v}" for k, v in config.items()),
                         "tune": child_tune, "kernels": child_kernels})
     return {"traced": problem.graph is not None, "trace_error": problem.trace_error, "source": source,
             "kernels": kernels, "options": options, "skipped": skipped}
