@@ -45,6 +45,9 @@ TUNE_OPTIONS = 2  # tuning moves offered per node: the kernels of most work (wor
 #: H100 (docs/kernelbench.md, 2026-11-25) against its 3.35 TB/s of DRAM, about 20 operations per byte's time.
 FLOPS_PER_BYTE = 20
 
+PASSES = {**fxpasses.ALGEBRAIC, **fxlibrary.LIBRARY, **fxreduce.REWRITES}  # graph moves by name
+_CONV = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.ConvTranspose2d)
+
 
 def _signature(kernel: dict) -> str:
     """What makes two generated kernels the same kernel: their kind, backend, ops and features (shapes)."""
@@ -61,9 +64,6 @@ def work(features: dict) -> float:
     if not flops and all(features.get(size) for size in ("m", "n", "k")):
         flops = 2 * features.get("batch", 1) * features["m"] * features["n"] * features["k"]
     return max(float(features.get("bytes", 0)), flops / FLOPS_PER_BYTE)
-
-PASSES = {**fxpasses.ALGEBRAIC, **fxlibrary.LIBRARY, **fxreduce.REWRITES}  # graph moves by name
-_CONV = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.ConvTranspose2d)
 
 
 def fake_inputs(mode: FakeTensorMode, inputs: list, device: str = "cpu") -> list:
