@@ -145,10 +145,10 @@ def register(app: typer.Typer) -> None:
             backend=backend, ray_address=ray_address, unsafe_no_sandbox=unsafe_no_sandbox,
             launch_ranking=launch_ranking.value, moves=moves, seed=seed, compile_baseline=compile_baseline)
         if moves:  # before any search starts, not in each
+            from kernelpro.driver import moves_refused
             from kernelpro.offline import allowed_moves
-            if settings.coder != "offline":
-                raise typer.BadParameter(f"limits the offline coder's moves; the {settings.coder} coder writes its own "
-                                         "code: leave it out, or use --coder offline", param_hint="--moves")
+            if moves_refused(settings.coder):
+                raise typer.BadParameter(moves_refused(settings.coder), param_hint="--moves")
             allowed_moves(moves)
         if force:
             if resume:

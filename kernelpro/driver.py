@@ -97,6 +97,12 @@ class SearchSettings:
     moves: str = ""  # the offline coder's moves allowed, comma-separated ("" = all; "tune" = its tune: moves)
 
 
+def moves_refused(coder: str) -> str:
+    """Why --moves cannot go with this coder ('' for the offline coder, whose moves it limits)."""
+    return "" if coder == "offline" else (f"--moves limits the offline coder's moves; the {coder} coder writes its "
+                                          "own code: leave --moves out, or use --coder offline")
+
+
 MAX_CODER_FAILURES_IN_ROW = 4  # then the search stops and says why
 
 
@@ -206,9 +212,8 @@ class SearchRun:
                     settings = replace(settings, budget=self.finished_as.get("budget") or settings.budget)
         self.settings = settings
         options: dict = {}
-        if settings.moves and settings.coder != "offline":
-            raise KernelproError(f"--moves limits the offline coder's moves; the {settings.coder} coder writes its "
-                                 "own code: leave --moves out, or use --coder offline")
+        if settings.moves and moves_refused(settings.coder):
+            raise KernelproError(moves_refused(settings.coder))
         if settings.coder == "offline":
             options = {"launch_ranking": settings.launch_ranking, "moves": settings.moves}
         elif settings.coder == "anthropic":
