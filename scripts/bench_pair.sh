@@ -12,7 +12,8 @@
 # which may be committed); STATE_A / STATE_B restore a whole-folder snapshot on a fresh machine. JUDGE=1, once both
 # are finished: KernelBench's evaluator (.kb/oracle, a copy of ../shared/oracle) on both benches' bests, each on its
 # half's GPUs, judgements already made on this machine kept (JUDGED_A / JUDGED_B: an earlier machine's), packed as
-# $OUT/<TAG>_judge_<NAME>.tgz. TOTAL: seconds this call may take (default 570). Afterwards, anywhere:
+# $OUT/<TAG>_judge_<NAME>.tgz. TOTAL: seconds this call may take (default 570). A TAG holds one pair: a call with other
+# problems or arguments under a TAG already used on the machine is refused (exit 2). Afterwards, anywhere:
 #   kernelpro bench compare A_FOLDER B_FOLDER
 # Example (issue 34, level 1):
 #   SUITE=.kb/kernelbench KEYS=@benchmarks/kernelbench_subset30_level1.txt BUDGET=8 ARGS="--no-profile --no-kb" \
@@ -31,6 +32,19 @@ work=$pair_root/$tag benches=${BENCH_ROOT:-/tmp/kernelpro-bench}
 mkdir -p "$work" "$benches"
 # The benches run from a copy of the package made for this code (scripts/freeze_code.sh), in $work, the suite and a
 # key file given by absolute path: never from the working tree, which the device tool copies afresh at each call.
+# A TAG's folders hold one pair. A later call with other problems or other arguments under the same TAG would find
+# its benches finished and do nothing, or resume them with arguments they did not start with (2026-11-28: the suite's
+# pair, called without LABEL after KernelBench's, found lr0_moves finished and ran nothing), so it is refused. The
+# budget may change: with --resume a larger one extends the searches.
+keys_text=$KEYS; [[ $KEYS == @* ]] && keys_text=$(cat "${KEYS#@}")
+pair_args=$(printf 'suite: %s\nproblems: %s\nboth: %s\n%s: %s\n%s: %s\n' "$suite" "$keys_text" "${ARGS:-}" \
+  "$name_a" "$ARGS_A" "$name_b" "$ARGS_B")
+if [ -f "$work/pair.args" ] && [ "$(cat "$work/pair.args")" != "$pair_args" ]; then
+  echo "$work (TAG=$tag) holds a pair of other problems or arguments; give this one another TAG (scripts/launch_rank_pair.sh: LABEL):"
+  diff <(cat "$work/pair.args") <(echo "$pair_args") | sed 's/^/  /'
+  exit 2
+fi
+echo "$pair_args" >"$work/pair.args"
 code=$(bash scripts/freeze_code.sh "$pair_root") || { echo "could not install a copy of the package"; exit 1; }
 suite=$(realpath "$suite")
 [[ $KEYS == @* ]] && KEYS="@$(realpath "${KEYS#@}")"

@@ -13,7 +13,8 @@
 # machine: kernelpro bench compare AUTO ANALYTIC. MOVES (e.g. triton_gemm,tune): both arms' searches use only these of
 # the offline coder's moves (kernelpro bench --moves), so that the launch rankings alone tell them apart; their
 # folders are lr<SEED>_moves_{auto,analytic}. LABEL: a suffix of the folders' names (lr<SEED>[_moves]_<LABEL>_...), so
-# that two pairs of one seed on other problems run at once on one machine (FIRST_GPU apart).
+# that two pairs of one seed on other problems run on one machine (at once, FIRST_GPU apart, or one after the other:
+# without it the second is refused, its folders being the first's).
 set -uo pipefail
 keys=${KEYS:-@benchmarks/launch_rank_suite10.txt}
 # SUITE: the problems' folder; for KernelBench's: SUITE=.kb/kernelbench KEYS=@benchmarks/launch_rank_kb_unaligned.txt

@@ -16,18 +16,19 @@ ROOT = Path(__file__).resolve().parent.parent
 SUITE = ROOT / "tests" / "data" / "bench_suite"
 
 
-def run_pair(tmp_path: Path, **extra: str) -> str:
+def run_pair(tmp_path: Path, expect: int = 0, **extra: str) -> str:
     pair_root = tmp_path / "pair"
     pair_root.mkdir(exist_ok=True)
     (pair_root / "setup.done").touch()  # the GPU machine's set-up (gpu_check.sh) is not this test's
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", PAIR_ROOT=str(pair_root),
-               BENCH_ROOT=str(tmp_path / "benches"), OUT=str(tmp_path / "out"), KERNELPRO_HOME=str(tmp_path / "home"),
-               SUITE=str(SUITE), KEYS="level1/1_DoubleNegation", BUDGET="1", TAG="t", NAME_A="greedy",
+               BENCH_ROOT=str(tmp_path / "benches"), OUT=str(tmp_path / "out"), KERNELPRO_HOME=str(tmp_path / "home"))
+    env.update(SUITE=str(SUITE), KEYS="level1/1_DoubleNegation", BUDGET="1", TAG="t", NAME_A="greedy",
                NAME_B="mcts", ARGS="--device cpu --no-profile --no-kb --no-compile-baseline",
-               ARGS_A="--strategy greedy", ARGS_B="--strategy mcts", GPUS="0,1", TOTAL="400", **extra)
+               ARGS_A="--strategy greedy", ARGS_B="--strategy mcts", GPUS="0,1", TOTAL="400")
+    env.update(extra)
     done = subprocess.run(["bash", "scripts/bench_pair.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=600)
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.returncode == expect, done.stdout + done.stderr
     return done.stdout
 
 
@@ -53,6 +54,11 @@ def test_two_benches_run_side_by_side_and_resume(tmp_path):
     again = run_pair(tmp_path)  # everything done: nothing is started again
     assert "started" not in again and again.count("finished (exit 0)") == 2
     assert [p for p in (tmp_path / "pair" / "code").iterdir() if p.is_dir()] == copies
+    # the same TAG with other problems (another suite's pair without its own LABEL) is refused, not taken as done
+    other = run_pair(tmp_path, expect=2, KEYS="level1/1_DoubleNegation,level1/2_Other")
+    assert "holds a pair of other problems or arguments" in other and "level1/2_Other" in other
+    assert "started" not in other
+    assert "holds a pair" not in run_pair(tmp_path, BUDGET="2")  # a larger budget is no other pair (--resume extends)
     benches = tmp_path / "benches"
     result = compare(benches / "t_greedy", benches / "t_mcts")
     assert result["n"] == 1 and not result["only_a"] and not result["only_b"]
