@@ -77,7 +77,10 @@ def register(app: typer.Typer) -> None:
         seed: Annotated[int, typer.Option("--seed", help="the random shapes' seed")] = 0,
         templates: Annotated[str, typer.Option("--templates", help="random shapes of these kernel templates only "
                                                "(comma-separated: pointwise, softmax, layernorm, linear, cumsum, "
-                                               "matmul)")] = "",
+                                               "matmul; and conv2d, depthwise2d, bf16 convolutions, drawn only "
+                                               "when named)")] = "",
+        precision: Annotated[str, typer.Option("--precision", help="with --problems: run them at fp32, or at bf16 "
+                                               "or fp16, where their convolutions (triton_conv) are swept")] = "fp32",
         aligned: Annotated[bool | None, typer.Option("--aligned/--unaligned", help="every random shape's sizes "
                                                      "multiples of 16, or none (default: half, at random)")] = None,
         least: Annotated[int, typer.Option("--least", min=0, help="every random size at least this (drawn "
@@ -95,8 +98,14 @@ def register(app: typer.Typer) -> None:
         from kernelpro.launch.collect import collect, cuda_timer, random_shapes
         from kernelpro.launch.store import LaunchStore
         from kernelpro.offline.worker import _device
+        from kernelpro.launch.collect import HALF
         if (only or levels) and problems is None:
             raise KernelproError("--only and --levels choose among the problems of --problems DIR: give it")
+        if precision != "fp32" and precision not in HALF:
+            raise KernelproError(f"--precision {precision}: fp32, {', '.join(HALF)}")
+        if precision != "fp32" and problems is None:
+            raise KernelproError("--precision is the precision of the --problems DIR sweep (the templates' own is "
+                                 "fixed: conv2d and depthwise2d at bf16, the others at fp32): give --problems")
         paths = problem_paths(problems, only, levels) if problems else []
         try:
             drawn = random_shapes(shapes, seed, tuple(t for t in templates.replace(" ", "").split(",") if t), aligned,
@@ -111,7 +120,7 @@ def register(app: typer.Typer) -> None:
             profiler = ncu_profiler()
         device, _ = _device({"device": "cuda"})
         summary = collect(LaunchStore(db), device.name, device, cuda_timer(), drawn, paths, most,
-                          _stderr, profiler)
+                          _stderr, profiler, precision)
         typer.echo(json.dumps(summary, indent=2) if json_output else
                    f"{summary['added']} rows added to {summary['path']}; {len(summary['failed'])} problems failed")
 

@@ -62,7 +62,8 @@ def test_the_model_is_told_which_sizes_divide_by_16_and_the_shapes_drawn_are_bot
     shapes = C.random_shapes(20, seed=0)
     aligned = [s for s in shapes if all(d % 16 == 0 for d in s.dims)]
     assert 0.3 < len(aligned) / len(shapes) < 0.7
-    assert {s.template for s in aligned} == set(C.TEMPLATES) and all(min(s.dims) >= 16 for s in aligned)
+    assert {s.template for s in aligned} == set(C.TEMPLATES) - set(C.HALF_TEMPLATES)  # convolutions: when named
+    assert all(min(s.dims) >= 16 for s in aligned)
 
 
 def test_random_shapes_of_some_templates_or_all_aligned_keep_the_seeds_sizes():

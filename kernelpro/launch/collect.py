@@ -1,7 +1,9 @@
 """`kernelpro launch collect`: sweep the launch configurations of generated kernels and time each one.
 
 Instances come from kernel families at shapes drawn from a seeded generator (a pointwise chain, a
-softmax row, a layer norm, a linear with its epilogue, a cumulative sum), and from the kernels the
+softmax row, a layer norm, a linear with its epilogue, a cumulative sum, a matmul; and, asked for by name since the
+offline coder writes convolutions at bf16 and fp16 only, a 2-D convolution and a depthwise one with their ReLU, swept
+at bf16), and from the kernels the
 offline coder generates for the problems of a suite (`--problems DIR`: each kernel's configurations
 in turn, the others kept at their first). For each instance the graph worker writes one candidate per
 configuration (its `tune` rank), and one child process (a scrubbed environment, no API keys) times
@@ -35,6 +37,11 @@ from kernelpro.launch.static import for_kernel
 from kernelpro.launch.store import LaunchStore
 
 MOVES = ["fuse_reductions", "fuse_pointwise", "triton_gemm"]
+#: precisions at which the offline coder writes its own convolutions (`triton_conv`), and the families it writes only
+#: there: a sweep at such a precision takes those kernels alone, since a GEMM's or a row's record does not say its
+#: dtype and its fp32 rows would be mixed with rows of another precision
+HALF = ("bf16", "fp16")
+HALF_FAMILIES = ("triton_conv", "triton_depthwise_conv")
 #: family template -> (forward lines, inputs from a shape, init lines)
 TEMPLATES = {
     "pointwise": (["return torch.relu(x * 1.5 + y) - 0.25"], lambda s: [s, s], ""),
@@ -44,13 +51,27 @@ TEMPLATES = {
     "cumsum": (["return torch.cumsum(x, dim=-1)"], lambda s: [s], ""),
     # torch.matmul(A, B), B stored k x n (KernelBench's level-1 matmuls), where linear's weight is n x k
     "matmul": (["return torch.matmul(x, y)"], lambda s: [(s[0], s[2]), (s[2], s[1])], ""),
+    # (batch, input channels, output channels, height = width, kernel size), "same" padding
+    "conv2d": (["return F.relu(self.conv(x))"], lambda s: [(s[0], s[1], s[3], s[3])],
+               "self.conv = nn.Conv2d({1}, {2}, {4}, padding={4} // 2)"),
+    # (batch, channels, channels, height = width, kernel size): groups = channels
+    "depthwise2d": (["return F.relu(self.conv(x))"], lambda s: [(s[0], s[1], s[3], s[3])],
+                    "self.conv = nn.Conv2d({1}, {1}, {4}, padding={4} // 2, groups={1})"),
 }
+#: templates whose kernels exist at bf16/fp16 only: swept at bf16, and drawn only when asked for by name
+HALF_TEMPLATES = ("conv2d", "depthwise2d")
+#: a convolution shape's work at most (multiply-adds x 2): larger draws lose batch until they fit
+CONV_FLOPS = 2e11
 
 
 @dataclass
 class Shape:
     template: str
     dims: tuple[int, ...]
+
+    @property
+    def precision(self) -> str:
+        return "bf16" if self.template in HALF_TEMPLATES else "fp32"
 
 
 def random_shapes(count: int, seed: int = 0, templates: tuple[str, ...] = (), aligned: bool | None = None,
@@ -64,11 +85,13 @@ def random_shapes(count: int, seed: int = 0, templates: tuple[str, ...] = (), al
     draws every size from `least` up (KernelBench's GEMMs are 1024 to 32768 a side, and random GEMMs drawn from
     32 up taught an H100 model small tiles that cost 0.6x on them). `multiple`: what aligned sizes are rounded to
     (KernelBench's are mostly powers of two, which every tile divides; multiples of 16 mostly leave partial tiles).
-    The matmul template, added later, draws from a generator of its own, so the others' shapes stay as they were."""
+    The matmul template, added later, draws from a generator of its own, so the others' shapes stay as they were, and
+    so do the convolution templates, which are drawn only when `templates` names them (their kernels are bf16 ones:
+    a collection of their own). Their channels and image sizes are rounded, the batch and the kernel size never."""
     unknown = sorted(set(templates) - set(TEMPLATES))
     if unknown:
         raise ValueError(f"unknown kernel template(s) {', '.join(unknown)}: choose among {', '.join(TEMPLATES)}")
-    rng, own = random.Random(seed), random.Random(f"matmul-{seed}")
+    rng, own, conv = random.Random(seed), random.Random(f"matmul-{seed}"), random.Random(f"conv-{seed}")
     floor = math.log2(least) if least > 1 else 0.0
 
     def draw(*ranges: tuple[int, int], rng: random.Random = rng) -> tuple[int, ...]:
@@ -85,13 +108,33 @@ def random_shapes(count: int, seed: int = 0, templates: tuple[str, ...] = (), al
         shapes.append(Shape("linear", draw((5, 13), (6, 13), (6, 13))))
         shapes.append(Shape("cumsum", draw((9, 14), (6, 14))))
         shapes.append(Shape("matmul", draw((5, 13), (6, 13), (6, 13), rng=own)))
-    return [shape for shape in shapes if not templates or shape.template in templates]
+        for template in HALF_TEMPLATES:
+            if template in templates:
+                shapes.append(Shape(template, conv_shape(template, draw, conv)))
+    wanted = templates or tuple(t for t in TEMPLATES if t not in HALF_TEMPLATES)
+    return [shape for shape in shapes if shape.template in wanted]
+
+
+def conv_shape(template: str, draw, rng: random.Random) -> tuple[int, ...]:
+    """(batch, input channels, output channels, image side, kernel size) over KernelBench's convolutions' range
+    (batches of 1 to 128, 4 to 512 input and 8 to 512 output channels, images of 8 to 256 a side), the batch halved
+    until the work is at most CONV_FLOPS."""
+    channels_in, channels_out, side = draw((2, 9), (3, 9), (3, 8), rng=rng)
+    batch, kernel = int(2 ** rng.uniform(0, 7)), rng.choice((1, 3, 3, 5))
+    if template == "depthwise2d":
+        channels_out = channels_in
+        work = 2 * batch * channels_in * side * side * kernel * kernel
+    else:
+        work = 2 * batch * channels_in * channels_out * side * side * kernel * kernel
+    while batch > 1 and work > CONV_FLOPS:
+        batch, work = batch // 2, work / 2
+    return batch, channels_in, channels_out, side, kernel
 
 
 def template_problem(shape: Shape, folder: Path) -> Path:
     forward, inputs, init = TEMPLATES[shape.template]
     dims = shape.dims
-    init = init.format(n=dims[1], k=dims[2]) if shape.template == "linear" else init
+    init = init.format(n=dims[1], k=dims[2]) if shape.template == "linear" else init.format(*dims)
     args = ", ".join("xy"[:len(inputs(dims))])
     text = "\n".join(["import torch", "import torch.nn as nn", "import torch.nn.functional as F", "", "",
                       "class Model(nn.Module):", "    def __init__(self):", "        super().__init__()",
@@ -104,10 +147,10 @@ def template_problem(shape: Shape, folder: Path) -> Path:
     return path
 
 
-#: (problem, candidate sources, their configurations, the kernel's features) -> ms per candidate (None: failed)
 # (problem, candidate sources, configurations, kernel record) -> per candidate a time in ms, or a dict {"ms": time,
-# "static": {Triton function: static features}}, or None where it failed
-Timer = Callable[[Path, list[str], list[dict], dict], list[float | dict | None]]
+# "static": {Triton function: static features}}, or None where it failed. A sweep at another precision than fp32
+# passes it as a fifth argument (the inputs and weights are cast to it, as the harness casts them).
+Timer = Callable[..., list[float | dict | None]]
 
 
 def cuda_timer(calls: int = 20) -> Timer:
@@ -115,7 +158,8 @@ def cuda_timer(calls: int = 20) -> Timer:
     (`kernelpro.launch.timing`: interleaved rounds after a warm-up)."""
     from kernelpro.launch.timing import PROTOCOL
 
-    def run(path: Path, sources: list[str], configs: list[dict], features: dict) -> list[float | None]:
+    def run(path: Path, sources: list[str], configs: list[dict], features: dict,
+            precision: str = "fp32") -> list[float | None]:
         from kernelpro.harness.process import scrubbed_environment
         with tempfile.TemporaryDirectory(prefix="kernelpro-launch-") as folder:
             files = []
@@ -123,7 +167,8 @@ def cuda_timer(calls: int = 20) -> Timer:
                 files.append(str(Path(folder) / f"candidate_{number}.py"))
                 Path(files[-1]).write_text(source)
             spec = Path(folder) / "spec.json"
-            spec.write_text(json.dumps({"problem": str(path), "candidates": files, "calls": calls}))
+            spec.write_text(json.dumps({"problem": str(path), "candidates": files, "calls": calls,
+                                        "precision": precision}))
             done = subprocess.run([sys.executable, "-m", "kernelpro.launch.timing", str(spec)], capture_output=True,
                                   text=True, timeout=600, env=scrubbed_environment({"PYTHONPATH": ":".join(sys.path)}))
         if done.returncode != 0:
@@ -133,41 +178,50 @@ def cuda_timer(calls: int = 20) -> Timer:
     return run
 
 
-def configurations(built, moves: list[str], kernel: dict, most: int, device) -> list[tuple[int, str, dict]]:
+def configurations(built, moves: list[str], kernel: dict, most: int, device,
+                   precision: str = "fp32") -> list[tuple[int, str, dict]]:
     """(rank, candidate source, configuration) of the kernel's first `most` analytically ranked configurations, the
     problem's other kernels at their first; `built` is the problem's `kernelpro.offline.worker.Problem`."""
     out = []
     for rank in range(min(most, kernel["configs"])):
-        source, _, rebuilt = built.build(moves, {kernel["name"]: rank}, device, "fp32", "analytic")
+        source, _, rebuilt = built.build(moves, {kernel["name"]: rank}, device, precision, "analytic")
         out.append((rank, source, next(k["config"] for k in rebuilt if k["name"] == kernel["name"])))
     return out
 
 
 def sweep(store: LaunchStore, problem: Path, device_name: str, device, timer: Timer, most: int = 16,
-          progress=lambda message: None, profiler: Profiler | None = None) -> int:
+          progress=lambda message: None, profiler: Profiler | None = None, precision: str = "fp32") -> int:
     """Every generated kernel of one problem: each one's first `most` ranked configurations timed (the other
     kernels at their first); the rows added. With a `profiler`, each kernel not yet profiled also gets its
-    dynamic features, from its first configuration, on every row."""
+    dynamic features, from its first configuration, on every row. At bf16 or fp16 (`precision`) the problem runs
+    in that precision, as the harness runs it, and only the kernels written at such precisions alone
+    (HALF_FAMILIES: convolutions) are swept, their records with the dtype added."""
     from kernelpro.offline.worker import Problem
+    if precision != "fp32" and precision not in HALF:
+        raise ValueError(f"precision {precision!r}: fp32, {', '.join(HALF)}")
     built = Problem(problem, 42, "eval")
+    moves = MOVES + ["triton_conv"] if precision in HALF else MOVES
+    extra = () if precision == "fp32" else (precision,)  # the timer's and profiler's last argument, where not fp32
     # the analytic ranking, never a launch model's order of it: the rows record each configuration's analytic
     # rank (a baseline the model is scored against), and the sweep takes the analytic ranking's first `most`
-    first, _, kernels = built.build(MOVES, {}, device, "fp32", "analytic")
+    first, _, kernels = built.build(moves, {}, device, precision, "analytic")
     added = 0
     for kernel in kernels:
-        if kernel["backend"] != "triton":
-            continue
         family = family_of(kernel["features"], kernel["backend"])
+        if kernel["backend"] != "triton" or (precision in HALF) != (family in HALF_FAMILIES):
+            continue
+        features = kernel["features"] if precision == "fp32" else dict(kernel["features"], dtype=precision)
         # (rank, source, configuration) of each configuration not measured yet
-        todo = [(rank, source, config) for rank, source, config in configurations(built, MOVES, kernel, most, device)
-                if not store.has(family, device_name, kernel["features"], config)]
+        todo = [(rank, source, config)
+                for rank, source, config in configurations(built, moves, kernel, most, device, precision)
+                if not store.has(family, device_name, features, config)]
         configs = [config for _, _, config in todo]
-        times = timer(problem, [source for _, source, _ in todo], configs, kernel["features"]) if todo else []
-        dynamic = store.dynamic_of(family, device_name, kernel["features"])
+        times = timer(problem, [source for _, source, _ in todo], configs, features, *extra) if todo else []
+        dynamic = store.dynamic_of(family, device_name, features)
         profiled = profiler is not None and not dynamic
         if profiled:
             try:
-                dynamic = profiler(problem, first, kernel["name"])
+                dynamic = profiler(problem, first, kernel["name"], *extra)
             except Exception as error:  # no profile: the rows go without dynamic features, the sweep goes on
                 progress(f"{problem.name}: {kernel['name']}: no ncu profile ({type(error).__name__}: {error})"[:300])
         for (rank, _, config), measured in zip(todo, times):
@@ -175,18 +229,19 @@ def sweep(store: LaunchStore, problem: Path, device_name: str, device, timer: Ti
             time_ms, static = (measured.get("ms"), for_kernel(measured.get("static") or {}, kernel["name"])) \
                 if isinstance(measured, dict) else (measured, {})
             if time_ms is not None and math.isfinite(time_ms):
-                added += store.add(family, device_name, device.sms, kernel["features"], config, rank, time_ms, "sweep",
+                added += store.add(family, device_name, device.sms, features, config, rank, time_ms, "sweep",
                                    static=static, dynamic=dynamic)
         if profiled and dynamic:  # rows stored before the profile (a sweep without --ncu) get it too
-            store.set_dynamic(family, device_name, kernel["features"], dynamic)
+            store.set_dynamic(family, device_name, features, dynamic)
         progress(f"{problem.name}: {kernel['name']} ({family}), {len(times)} configurations timed")
     return added
 
 
 def collect(store: LaunchStore, device_name: str, device, timer: Timer, shapes: list[Shape],
             problems: list[Path] = (), most: int = 16, progress=lambda message: None,
-            profiler: Profiler | None = None) -> dict:
-    """Sweeps the template shapes, then the suite's problems; a summary of what was added. A dataset keeps
+            profiler: Profiler | None = None, precision: str = "fp32") -> dict:
+    """Sweeps the template shapes (each at its template's precision), then the suite's problems (at `precision`:
+    bf16 or fp16 sweeps their convolutions); a summary of what was added. A dataset keeps
     one timing protocol (the timer's `protocol`, stored in its meta table): times taken otherwise are
     not comparable, so collecting into a file of another protocol is refused."""
     protocol = getattr(timer, "protocol", "unspecified")
@@ -198,10 +253,10 @@ def collect(store: LaunchStore, device_name: str, device, timer: Timer, shapes: 
         store.put("timing_protocol", protocol)
     added, failed = 0, []
     with tempfile.TemporaryDirectory(prefix="kernelpro-launch-problems-") as folder:
-        items = [template_problem(s, Path(folder)) for s in shapes] + list(problems)
-        for number, path in enumerate(items, 1):
+        items = [(template_problem(s, Path(folder)), s.precision) for s in shapes] + [(p, precision) for p in problems]
+        for number, (path, at) in enumerate(items, 1):
             try:
-                added += sweep(store, path, device_name, device, timer, most, progress, profiler)
+                added += sweep(store, path, device_name, device, timer, most, progress, profiler, at)
             except Exception as error:  # one problem's failure is recorded, the sweep goes on
                 failed.append({"problem": path.name, "error": f"{type(error).__name__}: {error}"[:300]})
             progress(f"[{number}/{len(items)}] {path.name}: {added} rows added so far")

@@ -33,8 +33,9 @@ BYTES = ("dram__bytes_read.sum", "dram__bytes_write.sum")
 DURATION = "gpu__time_duration.sum"
 METRICS = [*PERCENT.values(), *BYTES, DURATION]
 
-#: (problem file, candidate source, the kernel's name) -> its dynamic features ({} where none were measured)
-Profiler = Callable[[Path, str, str], dict]
+#: (problem file, candidate source, the kernel's name[, precision where not fp32]) -> its dynamic features ({} where
+#: none were measured)
+Profiler = Callable[..., dict]
 
 
 def of_kernel(rows: list, kernel_name: str) -> dict[str, float]:
@@ -55,16 +56,16 @@ def of_kernel(rows: list, kernel_name: str) -> dict[str, float]:
 
 
 def ncu_rows(ncu: str, problem: Path, source: str, kernel_name: str, metrics: list[str],
-             timeout_s: float = 300.0) -> tuple[list, subprocess.CompletedProcess]:
+             timeout_s: float = 300.0, precision: str = "fp32") -> tuple[list, subprocess.CompletedProcess]:
     """ncu's rows (`kernelpro.tools.ncu.NcuKernel`) for the functions named `kernel_name...` in one forward of the
-    candidate `source` (the timing child's `--profile` mode, `--clock-control none`), and the child's outcome;
-    raises where ncu reported a fatal error (no permission for the counters, ...)."""
+    candidate `source` (the timing child's `--profile` mode, `--clock-control none`, at `precision`), and the child's
+    outcome; raises where ncu reported a fatal error (no permission for the counters, ...)."""
     from kernelpro.harness.process import scrubbed_environment
     from kernelpro.tools.ncu import check_log, command, parse_csv
     with tempfile.TemporaryDirectory(prefix="kernelpro-launch-ncu-") as folder:
         candidate, spec, log = (Path(folder) / name for name in ("candidate.py", "spec.json", "ncu.log"))
         candidate.write_text(source)
-        spec.write_text(json.dumps({"problem": str(problem), "candidates": [str(candidate)]}))
+        spec.write_text(json.dumps({"problem": str(problem), "candidates": [str(candidate)], "precision": precision}))
         argv = command(ncu, log, metrics=metrics, kernel_regex=f"regex:^{kernel_name}") + \
             [sys.executable, "-m", "kernelpro.launch.timing", "--profile", str(spec)]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s,
@@ -82,8 +83,8 @@ def ncu_profiler(ncu: str | None = None, timeout_s: float = 300.0) -> Profiler:
     if found is None:
         raise KernelproError("--ncu needs Nsight Compute's ncu on PATH (it comes with the CUDA toolkit)")
 
-    def profile(problem: Path, source: str, kernel_name: str) -> dict:
-        rows, done = ncu_rows(str(found), problem, source, kernel_name, METRICS, timeout_s)
+    def profile(problem: Path, source: str, kernel_name: str, precision: str = "fp32") -> dict:
+        rows, done = ncu_rows(str(found), problem, source, kernel_name, METRICS, timeout_s, precision)
         if done.returncode != 0:
             raise RuntimeError(f"the profiled child failed: {(done.stderr.strip().splitlines() or ['no output'])[-1]}")
         return of_kernel(rows, kernel_name)

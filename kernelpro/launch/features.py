@@ -48,7 +48,9 @@ def programs(features: dict, config: dict) -> float:
     """How many programs (CTAs) the configuration launches for this kernel, as the generators grid them."""
     kind = features.get("kind")
     if "BLOCK_M" in config:  # a GEMM's (or a convolution's) output tiles
-        tiles = math.ceil(features.get("m", 1) / config["BLOCK_M"]) * math.ceil(features.get("n", 1) / config["BLOCK_N"])
+        groups = features.get("groups", 1) if kind == "conv" else 1  # a grouped convolution's tiles, per group
+        tiles = math.ceil(features.get("m", 1) / config["BLOCK_M"]) * \
+            math.ceil(features.get("n", 1) / groups / config["BLOCK_N"]) * groups
         return tiles * features.get("batch", 1) * config.get("SPLIT_K", 1)
     if kind == "scan":
         return features.get("rows", 1)
@@ -93,11 +95,14 @@ def pair(features: dict, config: dict, rank: int, sms: int, static: dict | None 
     if features.get("kind") == "gemm":
         m, n, k = features["m"], features["n"], features["k"]
         out["tile_intensity"] = _log(2 * m * n * k / max(1, 4 * (m * k + n * k + m * n)))
+    elif features.get("kind") in ("conv", "depthwise_conv"):  # an implicit GEMM: its operations over its bytes
+        out["tile_intensity"] = _log(features.get("flops", 0) / max(1, features.get("bytes", 0)))
+    if features.get("kind") in ("gemm", "conv", "depthwise_conv"):
         # whether the tiles divide the sizes: an edge tile that does not computes (masked) rows and columns beyond
         # them, and on the H100 random GEMMs of multiples of 16 mostly ran fastest with 64 x 64 or 128 x 64 tiles,
         # those of multiples of 128 with 128 x 64 or 128 x 128 (benchmarks/data/launch_h100_v3_gemm_2026-11-28.tgz)
         for size, key in (("m", "BLOCK_M"), ("n", "BLOCK_N"), ("k", "BLOCK_K")):
-            if key in config:
+            if key in config and size in features:
                 out[f"tile_{size}_even"] = float(int(features[size]) % int(config[key]) == 0)
     for key, value in (static or {}).items():
         out[f"static_{key}"] = _log(value) if isinstance(value, (int, float)) else 0.0

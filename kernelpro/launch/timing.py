@@ -39,22 +39,28 @@ PROTOCOL = f"interleaved-{ROUNDS}-rounds-queued-v3"
 
 def build_candidates(spec: dict, device) -> tuple[list, list, list]:
     """(the problem's inputs on `device`, each candidate's model or None where it failed, each candidate's static
-    features by kernel), each model called 3 times."""
+    features by kernel), each model called 3 times. SPEC's `precision` (bf16, fp16; fp32 by default): the inputs'
+    floating-point tensors and the models' weights in that dtype, as the harness runs a problem in it."""
     import torch
-    from kernelpro.harness.modelio import import_file
+    from kernelpro.harness.modelio import DTYPES, cast_to, import_file
     problem = import_file("kernelpro_launch_problem", Path(spec["problem"]))
+    precision = spec.get("precision", "fp32")
+    dtype = DTYPES[precision]
     torch.manual_seed(42)
-    inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in problem.get_inputs()]
+    inputs = [cast_to(x, device, dtype) for x in problem.get_inputs()]
     models, static = [], []
     for number, path in enumerate(spec["candidates"]):
         try:
             module = import_file(f"kernelpro_launch_candidate_{number}", Path(path))
             torch.manual_seed(42)
             model = module.ModelNew(*problem.get_init_inputs()).to(device)
+            if precision != "fp32":
+                model = model.to(dtype=dtype)
             with torch.no_grad():
                 for _ in range(3):
                     model(*inputs)
-            torch.cuda.synchronize()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
             models.append(model)
         except Exception as error:  # a configuration that does not compile or run: no time, the sweep goes on
             print(f"candidate {number}: {type(error).__name__}: {error}", file=sys.stderr)

@@ -1,0 +1,162 @@
+"""Convolutions in the launch-configuration pipeline (issue 35: "and, once they exist, conv families"), on the CPU:
+the offline coder writes its own convolutions (`triton_conv`) at bf16 and fp16 only, so their templates are swept at
+bf16, alone, through the real graph worker with a fake timer; the timing child runs a problem in the precision it is
+given; a model trains on the conv family like any other."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from kernelpro.launch import collect as C
+from kernelpro.launch import model as M
+from kernelpro.launch.features import pair, programs
+from kernelpro.launch.store import LaunchStore
+from kernelpro.offline.triton_gen import Device
+
+DEVICE = Device(sms=8, name="Fake GPU 8SM")
+
+
+def conv_timer(calls: list):
+    """A fake timer that records what it was asked (the precision it was passed among them) and favours tiles of
+    about m / (2 x SMs) output positions by 64 channels: a rule that depends on the kernel's size."""
+    def run(path, sources, configs, features, precision="fp32"):
+        calls.append({"problem": path.name, "precision": precision, "kind": features["kind"], "n": len(configs)})
+        ideal = max(16, 2 ** round(math.log2(max(1, features["m"] / (2 * DEVICE.sms)))))
+        return [1.0 + abs(math.log2(c["BLOCK_M"] / ideal)) * 0.2 + abs(math.log2(c["BLOCK_N"] / 64)) * 0.1
+                for c in configs]
+    return run
+
+
+@pytest.fixture(scope="module")
+def conv_collected(tmp_path_factory):
+    store = LaunchStore(tmp_path_factory.mktemp("launch_conv") / "launch.db")
+    shapes = C.random_shapes(6, seed=5, templates=("conv2d", "depthwise2d"))
+    calls: list = []
+    summary = C.collect(store, DEVICE.name, DEVICE, conv_timer(calls), shapes, most=8)
+    return store, summary, calls, shapes
+
+
+def test_conv_templates_are_drawn_only_when_named_and_stay_within_the_work_cap():
+    default = C.random_shapes(4, seed=5)
+    assert default and not {s.template for s in default} & set(C.HALF_TEMPLATES)
+    assert {s.precision for s in default} == {"fp32"}
+    # naming them adds them without changing the other templates' draw
+    both = C.random_shapes(4, seed=5, templates=("linear", "conv2d"))
+    assert [s for s in both if s.template == "linear"] == [s for s in default if s.template == "linear"]
+    convs = C.random_shapes(40, seed=1, templates=("conv2d", "depthwise2d"))
+    assert len(convs) == 80 and {s.precision for s in convs} == {"bf16"}
+    for shape in convs:
+        batch, cin, cout, side, kernel = shape.dims
+        assert kernel in (1, 3, 5) and batch >= 1 and 4 <= cin <= 512 and 8 <= side <= 256
+        groups_in = 1 if shape.template == "depthwise2d" else cin
+        assert cout == cin or shape.template == "conv2d"
+        assert 2 * batch * groups_in * cout * side * side * kernel * kernel <= C.CONV_FLOPS or batch == 1
+    assert any(s.dims[0] > 1 for s in convs) and len({s.dims for s in convs}) == 80
+    aligned = C.random_shapes(10, seed=1, templates=("conv2d",), aligned=True)
+    assert all(d % 16 == 0 for s in aligned for d in s.dims[1:4])  # channels and image; batch and kernel as drawn
+
+
+def test_conv_templates_are_swept_at_bf16_their_convolutions_alone(conv_collected):
+    store, summary, calls, shapes = conv_collected
+    assert summary["failed"] == [] and summary["added"] > 0
+    assert {g["family"] for g in summary["groups"]} == {"triton_conv", "triton_depthwise_conv"}
+    # every problem was timed at bf16, one kernel each (the ReLU is the convolution's epilogue)
+    assert {c["precision"] for c in calls} == {"bf16"} and len(calls) == len(shapes)
+    for family in ("triton_conv", "triton_depthwise_conv"):
+        for instance in store.instances(family, DEVICE.name):
+            assert instance.features["dtype"] == "bf16" and instance.features["kind"] in ("conv", "depthwise_conv")
+            assert len(instance.configs) >= 2
+    again = C.collect(store, DEVICE.name, DEVICE, conv_timer([]), shapes[:2], most=8)
+    assert again["added"] == 0  # resumed: nothing timed twice
+
+
+def test_a_problem_sweep_at_bf16_leaves_its_gemms_and_rows_to_the_fp32_sweep(tmp_path):
+    problem = tmp_path / "conv_then_softmax.py"
+    problem.write_text("""import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(8, 16, 3, padding=1)
+        self.fc = nn.Linear(64, 32)
+
+    def forward(self, x):
+        return torch.softmax(self.fc(torch.relu(self.conv(x))), dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(2, 8, 64, 64)]
+
+
+def get_init_inputs():
+    return []
+""")
+    store, calls = LaunchStore(tmp_path / "launch.db"), []
+    C.collect(store, DEVICE.name, DEVICE, conv_timer(calls), [], [problem], most=4, precision="bf16")
+    assert {c["kind"] for c in calls} == {"conv"} and {c["precision"] for c in calls} == {"bf16"}
+    calls.clear()
+    fp32 = LaunchStore(tmp_path / "fp32.db")
+    timer = conv_timer(calls)
+    C.collect(fp32, DEVICE.name, DEVICE, lambda p, s, c, f: [1.0 + n for n in range(len(c))], [], [problem], most=4)
+    families = {g["family"] for g in fp32.summary()["groups"]}
+    assert families and not families & set(C.HALF_FAMILIES)  # at fp32 cuDNN keeps the convolution
+    with pytest.raises(ValueError, match="precision 'fp64'"):
+        C.sweep(fp32, problem, DEVICE.name, DEVICE, timer, precision="fp64")
+
+
+def test_the_timing_child_runs_the_problem_in_the_precision_it_is_given(tmp_path):
+    from kernelpro.launch.timing import build_candidates
+    problem, candidate = tmp_path / "p.py", tmp_path / "c.py"
+    problem.write_text("import torch\n\ndef get_inputs():\n    return [torch.randn(4, 8), 3]\n\n"
+                       "def get_init_inputs():\n    return []\n")
+    candidate.write_text("import torch\n\nclass ModelNew(torch.nn.Module):\n    def __init__(self):\n"
+                         "        super().__init__()\n        self.fc = torch.nn.Linear(8, 8)\n\n"
+                         "    def forward(self, x, k):\n        return self.fc(x) * k\n")
+    for precision, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+        spec = {"problem": str(problem), "candidates": [str(candidate)], "precision": precision}
+        inputs, models, _ = build_candidates(spec, torch.device("cpu"))
+        assert inputs[0].dtype == dtype and inputs[1] == 3
+        assert models[0] is not None and models[0].fc.weight.dtype == dtype
+    inputs, models, _ = build_candidates({"problem": str(problem), "candidates": [str(candidate)]},
+                                         torch.device("cpu"))
+    assert inputs[0].dtype == torch.float32  # no precision: fp32, as before
+
+
+def test_conv_features_count_a_grouped_convolutions_tiles_and_its_intensity():
+    conv = {"kind": "conv", "m": 4096, "n": 64, "k": 72, "groups": 2, "flops": 2 * 4096 * 64 * 72, "bytes": 1 << 20}
+    config = {"BLOCK_M": 128, "BLOCK_N": 32, "BLOCK_K": 32, "num_warps": 4}
+    assert programs(conv, config) == 32 * 1 * 2  # 32 output-position tiles x one 32-channel tile per group x 2
+    named = pair(conv, config, 0, 132)
+    assert named["tile_intensity"] == pytest.approx(math.log2(1 + conv["flops"] / conv["bytes"]))
+    assert (named["tile_m_even"], named["tile_n_even"], named["tile_k_even"]) == (1.0, 1.0, 0.0)
+    gemm = {"kind": "gemm", "m": 4096, "n": 64, "k": 72, "groups": 2, "bytes": 1}
+    assert programs(gemm, config) == 32 * 2  # a GEMM's record has no groups to split by
+
+
+def test_a_model_trains_on_the_conv_family_and_ranks_only_valid_configurations(conv_collected, tmp_path):
+    store, *_ = conv_collected
+    instances = store.instances("triton_conv", DEVICE.name)
+    assert len(instances) >= 4
+    model, report = M.train(instances, "triton_conv", DEVICE.name, epochs=60)
+    assert model.family == "triton_conv" and report["predictor"]["top1_speed"] > 0
+    for item in instances:
+        assert sorted(model.order(item)) == list(range(len(item.configs)))
+    model.save(tmp_path / "conv.json")
+    assert json.loads((tmp_path / "conv.json").read_text())["family"] == "triton_conv"
+
+
+def test_the_cli_takes_a_precision_for_problems_only(tmp_path):
+    from typer.testing import CliRunner
+    from kernelpro.cli import app
+    runner = CliRunner()
+    bad = runner.invoke(app, ["launch", "collect", "--db", str(tmp_path / "l.db"), "--problems", str(tmp_path),
+                              "--precision", "fp64"])
+    assert bad.exit_code != 0 and "fp32, bf16, fp16" in str(bad.exception)
+    alone = runner.invoke(app, ["launch", "collect", "--db", str(tmp_path / "l.db"), "--precision", "bf16"])
+    assert alone.exit_code != 0 and "give --problems" in str(alone.exception)
