@@ -269,7 +269,7 @@ if [ "${RATES:-0}" = 1 ]; then
     --json "$OUT/kernel_rates.json" --keep "$OUT/rate_candidates" 2>&1 | tee "$OUT/kernel_rates.log" | tail -16
 fi
 
-step "launch-configuration sweep (LAUNCH=1; LAUNCH_SHAPES per template, LAUNCH_MOST, LAUNCH_NCU=1: an ncu profile per kernel, LAUNCH_PROBLEMS: a suite folder, LAUNCH_ONLY: its problems to take, LAUNCH_STATE: an earlier launch_state.tgz)"
+step "launch-configuration sweep (LAUNCH=1; LAUNCH_SHAPES per template, LAUNCH_MOST, LAUNCH_NCU=1: an ncu profile per kernel, LAUNCH_PROBLEMS: a suite folder, LAUNCH_ONLY: its problems to take, LAUNCH_PRECISION: theirs (bf16: their convolutions), LAUNCH_TEMPLATES: the random shapes' templates (conv2d,depthwise2d: bf16 convolutions), LAUNCH_STATE: an earlier launch_state.tgz)"
 # kernelpro launch collect into /tmp/kernelpro-launch/launch.db (resumable: rows are committed per kernel), then the
 # dataset (features, configurations and times only: no problem code) back as $OUT/launch_state.tgz.
 if [ "${LAUNCH:-0}" = 1 ]; then
@@ -278,7 +278,7 @@ if [ "${LAUNCH:-0}" = 1 ]; then
     tar xzf "$LAUNCH_STATE" -C /tmp/kernelpro-launch && echo "restored $LAUNCH_STATE"
   fi
   timeout "${LAUNCH_TIMEOUT:-480}" kernelpro launch collect --db /tmp/kernelpro-launch/launch.db --shapes "${LAUNCH_SHAPES:-8}" \
-    --most "${LAUNCH_MOST:-16}" $([ "${LAUNCH_NCU:-0}" = 1 ] && echo --ncu) ${LAUNCH_PROBLEMS:+--problems "$LAUNCH_PROBLEMS"} ${LAUNCH_ONLY:+--only "$LAUNCH_ONLY"} --json >"$OUT/launch_collect.json" \
+    --most "${LAUNCH_MOST:-16}" $([ "${LAUNCH_NCU:-0}" = 1 ] && echo --ncu) ${LAUNCH_PROBLEMS:+--problems "$LAUNCH_PROBLEMS"} ${LAUNCH_ONLY:+--only "$LAUNCH_ONLY"} ${LAUNCH_PRECISION:+--precision "$LAUNCH_PRECISION"} ${LAUNCH_TEMPLATES:+--templates "$LAUNCH_TEMPLATES"} --json >"$OUT/launch_collect.json" \
     2>"$OUT/launch_collect.log"; echo "launch collect: exit $?"; tail -3 "$OUT/launch_collect.log"
   python3 -c "from kernelpro.runstore import copy_database; copy_database('/tmp/kernelpro-launch/launch.db', '/tmp/launch_copy.db')" \
     && (cd /tmp && mv launch_copy.db launch.db.snapshot && tar czf "$OUT/launch_state.tgz" --transform 's/launch.db.snapshot/launch.db/' launch.db.snapshot)
