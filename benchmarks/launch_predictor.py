@@ -40,7 +40,7 @@ import tempfile
 from pathlib import Path
 
 
-FAMILIES = ("triton_pointwise", "triton_row", "triton_gemm", "triton_scan")
+FAMILIES = ("triton_pointwise", "triton_row", "triton_gemm", "triton_scan", "triton_conv", "triton_depthwise_conv")
 
 
 def first_over_median(store, family: str) -> dict[str, float]:
