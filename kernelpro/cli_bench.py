@@ -147,8 +147,9 @@ def register(app: typer.Typer) -> None:
         if moves:  # before any search starts, not in each
             from kernelpro.driver import moves_refused
             from kernelpro.offline import allowed_moves
-            if moves_refused(settings.coder):
-                raise typer.BadParameter(moves_refused(settings.coder), param_hint="--moves")
+            refused = moves_refused(settings.coder)
+            if refused:
+                raise typer.BadParameter(refused, param_hint="--moves")
             allowed_moves(moves)
         if force:
             if resume:

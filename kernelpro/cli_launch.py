@@ -95,10 +95,9 @@ def register(app: typer.Typer) -> None:
         """Time every configuration of generated kernels on this GPU into the dataset (resumable)."""
         import torch
         from kernelpro.harness.errors import KernelproError
-        from kernelpro.launch.collect import collect, cuda_timer, random_shapes
+        from kernelpro.launch.collect import HALF, collect, cuda_timer, random_shapes
         from kernelpro.launch.store import LaunchStore
         from kernelpro.offline.worker import _device
-        from kernelpro.launch.collect import HALF
         if (only or levels) and problems is None:
             raise KernelproError("--only and --levels choose among the problems of --problems DIR: give it")
         if precision != "fp32" and precision not in HALF:

@@ -212,8 +212,9 @@ class SearchRun:
                     settings = replace(settings, budget=self.finished_as.get("budget") or settings.budget)
         self.settings = settings
         options: dict = {}
-        if settings.moves and moves_refused(settings.coder):
-            raise KernelproError(moves_refused(settings.coder))
+        refused = moves_refused(settings.coder) if settings.moves else ""
+        if refused:
+            raise KernelproError(refused)
         if settings.coder == "offline":
             options = {"launch_ranking": settings.launch_ranking, "moves": settings.moves}
         elif settings.coder == "anthropic":

@@ -35,12 +35,12 @@ from kernelpro.launch.dynamic import Profiler
 from kernelpro.launch.features import family as family_of
 from kernelpro.launch.static import for_kernel
 from kernelpro.launch.store import LaunchStore
+from kernelpro.offline.conv_gemm import HALF  # the precisions triton_conv writes convolutions at
 
 MOVES = ["fuse_reductions", "fuse_pointwise", "triton_gemm"]
-#: precisions at which the offline coder writes its own convolutions (`triton_conv`), and the families it writes only
-#: there: a sweep at such a precision takes those kernels alone, since a GEMM's or a row's record does not say its
-#: dtype and its fp32 rows would be mixed with rows of another precision
-HALF = ("bf16", "fp16")
+#: the families the offline coder writes only at the precisions of HALF (conv_gemm's: `triton_conv`): a sweep at such a
+#: precision takes those kernels alone, since a GEMM's or a row's record does not say its dtype and its fp32 rows would
+#: be mixed with rows of another precision
 HALF_FAMILIES = ("triton_conv", "triton_depthwise_conv")
 #: family template -> (forward lines, inputs from a shape, init lines)
 TEMPLATES = {
