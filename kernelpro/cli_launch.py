@@ -87,6 +87,8 @@ def register(app: typer.Typer) -> None:
                                            "log-uniform from here up)")] = 0,
         multiple: Annotated[int, typer.Option("--multiple", min=1, help="aligned random sizes are multiples of "
                                               "this")] = 16,
+        conv_flops: Annotated[float, typer.Option("--conv-flops", min=1e6, help="a random convolution's work at most "
+                                                  "(FLOPs; its batch is halved until it fits; default 2e11)")] = 2e11,
         ncu: Annotated[bool, typer.Option("--ncu", help="also profile each kernel once (its first configuration) "
                                           "with Nsight Compute: occupancy, memory and SM utilization, cache hit "
                                           "rates, DRAM bytes (dynamic features, shared by the kernel's rows)")] = False,
@@ -108,7 +110,7 @@ def register(app: typer.Typer) -> None:
         paths = problem_paths(problems, only, levels) if problems else []
         try:
             drawn = random_shapes(shapes, seed, tuple(t for t in templates.replace(" ", "").split(",") if t), aligned,
-                                  least, multiple)
+                                  least, multiple, conv_flops)
         except ValueError as error:
             raise KernelproError(str(error)) from None
         if not torch.cuda.is_available():

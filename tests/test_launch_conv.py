@@ -58,6 +58,15 @@ def test_conv_templates_are_drawn_only_when_named_and_stay_within_the_work_cap()
     assert any(s.dims[0] > 1 for s in convs) and len({s.dims for s in convs}) == 80
     aligned = C.random_shapes(10, seed=1, templates=("conv2d",), aligned=True)
     assert all(d % 16 == 0 for s in aligned for d in s.dims[1:4])  # channels and image; batch and kernel as drawn
+    # a larger cap (--conv-flops) keeps more of the batch, nothing else; the default is CONV_FLOPS's draw
+    assert C.random_shapes(40, seed=1, templates=("conv2d", "depthwise2d"), conv_flops=C.CONV_FLOPS) == convs
+    capped = C.random_shapes(40, seed=1, templates=("conv2d", "depthwise2d"), least=32)
+    large = C.random_shapes(40, seed=1, templates=("conv2d", "depthwise2d"), least=32, conv_flops=8 * C.CONV_FLOPS)
+    work = [2 * s.dims[0] * (1 if s.template == "depthwise2d" else s.dims[1]) * s.dims[2] * s.dims[3] ** 2
+            * s.dims[4] ** 2 for s in large]
+    assert all(w <= 8 * C.CONV_FLOPS or s.dims[0] == 1 for w, s in zip(work, large))
+    assert max(work) > C.CONV_FLOPS
+    assert [s.dims[1:] for s in large] == [s.dims[1:] for s in capped]
 
 
 def test_conv_templates_are_swept_at_bf16_their_convolutions_alone(conv_collected):

@@ -75,7 +75,7 @@ class Shape:
 
 
 def random_shapes(count: int, seed: int = 0, templates: tuple[str, ...] = (), aligned: bool | None = None,
-                  least: int = 0, multiple: int = 16) -> list[Shape]:
+                  least: int = 0, multiple: int = 16, conv_flops: float = 0.0) -> list[Shape]:
     """`count` shapes per template, log-uniform over the sizes the KernelBench problems span. Every other shape,
     at random, has each size rounded to a multiple of 16, as KernelBench's nearly all are: aligned and unaligned kernels
     favour different configurations (on the H100, 32 x 64 GEMM tiles for the unaligned random GEMMs, 128 x 64 for
@@ -87,7 +87,8 @@ def random_shapes(count: int, seed: int = 0, templates: tuple[str, ...] = (), al
     (KernelBench's are mostly powers of two, which every tile divides; multiples of 16 mostly leave partial tiles).
     The matmul template, added later, draws from a generator of its own, so the others' shapes stay as they were, and
     so do the convolution templates, which are drawn only when `templates` names them (their kernels are bf16 ones:
-    a collection of their own). Their channels and image sizes are rounded, the batch and the kernel size never."""
+    a collection of their own). Their channels and image sizes are rounded, the batch and the kernel size never; their
+    batch is halved until the work is at most `conv_flops` (CONV_FLOPS by default)."""
     unknown = sorted(set(templates) - set(TEMPLATES))
     if unknown:
         raise ValueError(f"unknown kernel template(s) {', '.join(unknown)}: choose among {', '.join(TEMPLATES)}")
@@ -110,15 +111,15 @@ def random_shapes(count: int, seed: int = 0, templates: tuple[str, ...] = (), al
         shapes.append(Shape("matmul", draw((5, 13), (6, 13), (6, 13), rng=own)))
         for template in HALF_TEMPLATES:
             if template in templates:
-                shapes.append(Shape(template, conv_shape(template, draw, conv)))
+                shapes.append(Shape(template, conv_shape(template, draw, conv, conv_flops or CONV_FLOPS)))
     wanted = templates or tuple(t for t in TEMPLATES if t not in HALF_TEMPLATES)
     return [shape for shape in shapes if shape.template in wanted]
 
 
-def conv_shape(template: str, draw, rng: random.Random) -> tuple[int, ...]:
+def conv_shape(template: str, draw, rng: random.Random, most: float = CONV_FLOPS) -> tuple[int, ...]:
     """(batch, input channels, output channels, image side, kernel size) over KernelBench's convolutions' range
     (batches of 1 to 128, 4 to 512 input and 8 to 512 output channels, images of 8 to 256 a side), the batch halved
-    until the work is at most CONV_FLOPS."""
+    until the work (multiply-adds x 2) is at most `most`."""
     channels_in, channels_out, side = draw((2, 9), (3, 9), (3, 8), rng=rng)
     batch, kernel = int(2 ** rng.uniform(0, 7)), rng.choice((1, 3, 3, 5))
     if template == "depthwise2d":
@@ -126,7 +127,7 @@ def conv_shape(template: str, draw, rng: random.Random) -> tuple[int, ...]:
         work = 2 * batch * channels_in * side * side * kernel * kernel
     else:
         work = 2 * batch * channels_in * channels_out * side * side * kernel * kernel
-    while batch > 1 and work > CONV_FLOPS:
+    while batch > 1 and work > most:
         batch, work = batch // 2, work / 2
     return batch, channels_in, channels_out, side, kernel
 
