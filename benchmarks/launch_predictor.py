@@ -4,6 +4,7 @@
         --device "NVIDIA H100 80GB HBM3" [--seeds 4] [--json out.json] [--ship kernelpro/launch/models]
         [--compare benchmarks/data/launch_h100_sequential_2026-11-25.tgz] [--measured-features]
         [--members N] [--confirm OTHER_DATASET ...] [--folds N] [--families triton_gemm,...]
+        [--part NAME=DATASET ...]
 
 DATASET is a `kernelpro launch collect` SQLite file, or the `launch_state.tgz` that scripts/gpu_check.sh brings
 back (it holds launch.db). For every family: leave-one-out cross-validation by kernel instance (or `--folds N`
@@ -21,7 +22,9 @@ The aligned kernels (every size divisible by 16, as searches' kernels mostly are
 scored apart too, printed and saved. `--ship FOLDER` writes a model trained on every instance (seed 0) for each
 family whose mean top-1 speed and walk beat the analytic ranking's (as good on both, better on one, where a
 difference under 0.005 of top-1 or 0.1 of walk is a tie) on either kind, over at least three kernels of it, and
-whose own cross-validation (seed 0, the scores its file records) does too; the file names the kinds it won on
+whose own cross-validation (seed 0, the scores its file records) does too (and, with `--part NAME=DATASET`, which
+joins DATASET's kernels to the first's and scores them apart within the same cross-validation, on the part's kernels
+of that kind as well, where it holds at least three); the file names the kinds it won on
 (`classes`), and searches ask it about kernels of those kinds only. With `--confirm OTHER` a kind must also be won
 on OTHER's kernels, cross-validated the same way (an independent collection: labels of another day, protocol or
 set of shapes). A model is an ensemble of `--members` MLPs (`kernelpro.launch.model.MEMBERS` by default).
@@ -80,6 +83,11 @@ def main() -> None:
     parser.add_argument("--confirm", type=dataset_path, action="append", default=[],
                         help="another dataset (repeatable): --ship trusts a kind of kernel only where the predictor "
                              "beats the analytic ranking on it there too")
+    parser.add_argument("--part", action="append", default=[], metavar="NAME=DATASET",
+                        help="(repeatable) join DATASET's kernels to the first's, and score them apart within the "
+                             "cross-validation (e.g. KernelBench's kernels among random shapes); "
+                             "--ship trusts a kind of kernel only where the predictor beats the analytic ranking on "
+                             "the part's kernels of that kind too, where it has at least MIN_CLASS_KERNELS of them")
     parser.add_argument("--folds", type=int, default=0,
                         help="cross-validation groups of whole shapes (default 0: leave one shape out; a family of "
                              "150 GEMMs takes hours that way on two cores, 10 folds minutes)")
@@ -98,15 +106,31 @@ def main() -> None:
         parser.error(f"--members {args.members}: a model needs one MLP or more")
     if args.ship and args.measured_features:
         parser.error("--ship writes models for searches, which lack the measured features: drop --measured-features")
-    from kernelpro.launch.model import (KERNEL_CLASSES, MEASURED_ONLY, MEMBERS, cross_validate, model_path, train,
-                                        trusted_classes)
+    parts = [spec.partition("=") for spec in args.part]
+    if any(not name or not sep or not path for name, sep, path in parts):
+        parser.error(f"--part {' '.join(args.part)}: give NAME=DATASET")
+    for name, _, path in parts:
+        try:
+            dataset_path(path)
+        except argparse.ArgumentTypeError as error:
+            parser.error(f"--part {name}: {error}")
+    from kernelpro.launch.model import (KERNEL_CLASSES, MEASURED_ONLY, MEMBERS, confirmed_by_part, cross_validate,
+                                        model_path, train, trusted_classes)
     members = args.members or MEMBERS
     from kernelpro.launch.store import open_dataset
     drop = () if args.measured_features else MEASURED_ONLY
     with tempfile.TemporaryDirectory() as folder:
         store = open_dataset(args.dataset, Path(folder))
+        if parts:  # a fresh dataset, the first's rows and every part's (the files given stay as they are)
+            from kernelpro.launch.store import LaunchStore
+            joined = LaunchStore(Path(tempfile.mkdtemp(dir=folder)) / "joined.db")
+            joined.join(store)
         other = open_dataset(args.compare, Path(folder)) if args.compare else None
         confirming = [(path, open_dataset(path, Path(tempfile.mkdtemp(dir=folder)))) for path in args.confirm]
+        parting = {name: open_dataset(Path(path), Path(tempfile.mkdtemp(dir=folder))) for name, _, path in parts}
+        for part in parting.values():
+            joined.join(part)
+        store = joined if parts else store
         report = {"dataset": str(args.dataset), "device": args.device, "protocol": store.get("timing_protocol"),
                   "seeds": args.seeds, "members": members, "measured_features": args.measured_features,
                   "confirm": [str(path) for path, _ in confirming], "families": {}}
@@ -116,10 +140,15 @@ def main() -> None:
             kind of kernel (aligned: every size divisible by 16,
             as searches' kernels mostly are; unaligned) the seeds' mean scores."""
             folds = min(args.folds, len(items)) if args.folds else len(items)
-            runs = [cross_validate(items, family, args.device, folds=folds, seed=s, drop=drop, members=members)
+            ids = {name: {i.instance for i in part.instances(family, args.device)} for name, part in parting.items()}
+            runs = [cross_validate(items, family, args.device, folds=folds, seed=s, drop=drop, members=members,
+                                   parts=ids)
                     for s in range(args.seeds)]
-            return runs, {name: {"instances": runs[0][name]["instances"]} | averaged([r[name] for r in runs])
-                          for name in KERNEL_CLASSES if name in runs[0]}
+            return runs, kinds_of(runs)
+
+        def kinds_of(runs: list[dict]) -> dict:
+            return {name: {"instances": runs[0][name]["instances"]} | averaged([r[name] for r in runs])
+                    for name in KERNEL_CLASSES if name in runs[0]}
 
         for family in families:
             instances = store.instances(family, args.device)
@@ -133,6 +162,11 @@ def main() -> None:
             # shipped for the kinds of kernel on which it beats the analytic ranking (a GEMM model that won overall on
             # unaligned random shapes lost every aligned GEMM in search, 2026-11-27)
             row["classes"] = trusted_classes(row)
+            for name in runs[0].get("parts", {}):  # the part's kernels, scored within the same cross-validation
+                part_runs = [r["parts"][name] for r in runs]
+                scores = {"instances": part_runs[0]["instances"]} | averaged(part_runs) | kinds_of(part_runs)
+                row.setdefault("parts", {})[name] = scores
+                row["classes"] = confirmed_by_part(row["classes"], scores)
             for path, other_store in confirming:  # a kind counts only where every other dataset's kernels agree
                 others = other_store.instances(family, args.device)
                 if len(others) < 2:
@@ -168,6 +202,11 @@ def main() -> None:
             for name in KERNEL_CLASSES:
                 if name in row:
                     print(scores_line(f"  {name}", row[name]["instances"], row[name]), flush=True)
+            for name, scores in row.get("parts", {}).items():
+                print(scores_line(f"  {name}", scores["instances"], scores), flush=True)
+                for kind in KERNEL_CLASSES:
+                    if kind in scores:
+                        print(scores_line(f"  {name} {kind}", scores[kind]["instances"], scores[kind]), flush=True)
             for path, scores in row.get("confirmed", {}).items():
                 for name in KERNEL_CLASSES:
                     if isinstance(scores, dict) and name in scores:

@@ -314,10 +314,12 @@ def folds_of(instances: list[Instance], folds: int, seed: int = 0) -> list[list[
 
 
 def cross_validate(instances: list[Instance], family: str, device: str, folds: int = 5, epochs: int = 300,
-                   seed: int = 0, drop: tuple[str, ...] = (), members: int = MEMBERS) -> dict:
+                   seed: int = 0, drop: tuple[str, ...] = (), members: int = MEMBERS,
+                   parts: dict[str, set[str]] | None = None) -> dict:
     """The training procedure scored on every instance once: for each of `folds` groups of whole instances, a
     model trained on the others ranks that group; the rankings are pooled, so the scores cover every
-    instance and each was unseen by the model that ranked it."""
+    instance and each was unseen by the model that ranked it. `parts` (name: instance ids) scores those
+    instances apart too, under `parts` (e.g. the real problems' kernels among random shapes)."""
     if len(instances) < 2:
         raise ValueError(f"cross-validation needs two or more {family} instances, got {len(instances)}")
     groups = folds_of(instances, min(folds, len(instances)), seed)
@@ -326,10 +328,18 @@ def cross_validate(instances: list[Instance], family: str, device: str, folds: i
         model = _fit([i for j, g in enumerate(groups) if j != k for i in g], family, device, epochs, seed, drop,
                      members)
         chosen.update({item.instance: model.order(item) for item in test_set})
+    def order(item: Instance) -> list[int]:
+        return chosen[item.instance]
     report = {"family": family, "device": device, "folds": len(groups), "test": len(instances),
-              "predictor": score_ranking(instances, lambda item: chosen[item.instance]).as_dict(),
-              **_baselines(instances)}
-    return report | by_class(instances, lambda item: chosen[item.instance])
+              "predictor": score_ranking(instances, order).as_dict(), **_baselines(instances)}
+    if parts:
+        report["parts"] = {}
+        for name, ids in parts.items():
+            subset = [item for item in instances if item.instance in ids]
+            if subset:
+                report["parts"][name] = {"instances": len(subset), "predictor": score_ranking(subset, order).as_dict(),
+                                         **_baselines(subset), **by_class(subset, order)}
+    return report | by_class(instances, order)
 
 
 def by_class(instances: list[Instance], order) -> dict:
@@ -358,6 +368,15 @@ def trusted_classes(report: dict) -> list[str]:
     MIN_CLASS_KERNELS kernels of that kind: the ones a model may rank in searches."""
     return [name for name in KERNEL_CLASSES
             if name in report and report[name]["instances"] >= MIN_CLASS_KERNELS and beats_analytic(report[name])]
+
+
+def confirmed_by_part(classes: list[str], part: dict) -> list[str]:
+    """The kinds of kernel among `classes` that a part's scores (`cross_validate`'s `parts` entry: real problems'
+    kernels among random shapes, say) do not contradict: the predictor beat the analytic ranking on the part's
+    kernels of that kind, or the part holds fewer than MIN_CLASS_KERNELS of them (too few to judge by)."""
+    won = trusted_classes(part)
+    return [name for name in classes
+            if name in won or part.get(name, {}).get("instances", 0) < MIN_CLASS_KERNELS]
 
 
 def train(instances: list[Instance], family: str, device: str, epochs: int = 300, seed: int = 0,
