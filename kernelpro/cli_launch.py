@@ -77,7 +77,8 @@ def register(app: typer.Typer) -> None:
         seed: Annotated[int, typer.Option("--seed", help="the random shapes' seed")] = 0,
         templates: Annotated[str, typer.Option("--templates", help="random shapes of these kernel templates only "
                                                "(comma-separated: pointwise, softmax, layernorm, linear, cumsum, "
-                                               "matmul; and conv2d, depthwise2d, bf16 convolutions, drawn only "
+                                               "matmul; and conv2d, depthwise2d, convtranspose2d, convtranspose3d, bf16 "
+                                               "convolutions, drawn only "
                                                "when named)")] = "",
         precision: Annotated[str, typer.Option("--precision", help="with --problems: run them at fp32, or at bf16 "
                                                "or fp16, where their convolutions (triton_conv) are swept")] = "fp32",
@@ -106,7 +107,7 @@ def register(app: typer.Typer) -> None:
             raise KernelproError(f"--precision {precision}: fp32, {', '.join(HALF)}")
         if precision != "fp32" and problems is None:
             raise KernelproError("--precision is the precision of the --problems DIR sweep (the templates' own is "
-                                 "fixed: conv2d and depthwise2d at bf16, the others at fp32): give --problems")
+                                 "fixed: the convolutions at bf16, the others at fp32): give --problems")
         paths = problem_paths(problems, only, levels) if problems else []
         try:
             drawn = random_shapes(shapes, seed, tuple(t for t in templates.replace(" ", "").split(",") if t), aligned,

@@ -269,7 +269,7 @@ if [ "${RATES:-0}" = 1 ]; then
     --json "$OUT/kernel_rates.json" --keep "$OUT/rate_candidates" 2>&1 | tee "$OUT/kernel_rates.log" | tail -16
 fi
 
-step "launch-configuration sweep (LAUNCH=1; LAUNCH_SHAPES per template, LAUNCH_MOST, LAUNCH_NCU=1: an ncu profile per kernel, LAUNCH_PROBLEMS: a suite folder, LAUNCH_ONLY: its problems to take, LAUNCH_PRECISION: theirs (bf16: their convolutions), LAUNCH_TEMPLATES: the random shapes' templates (conv2d,depthwise2d: bf16 convolutions), LAUNCH_STATE: an earlier launch_state.tgz)"
+step "launch-configuration sweep (LAUNCH=1; LAUNCH_SHAPES per template, LAUNCH_MOST, LAUNCH_NCU=1: an ncu profile per kernel, LAUNCH_PROBLEMS: a suite folder, LAUNCH_ONLY: its problems to take, LAUNCH_PRECISION: theirs (bf16: their convolutions), LAUNCH_TEMPLATES: the random shapes' templates (conv2d,depthwise2d,convtranspose2d,convtranspose3d: bf16 convolutions), LAUNCH_STATE: an earlier launch_state.tgz)"
 # kernelpro launch collect into /tmp/kernelpro-launch/launch.db (resumable: rows are committed per kernel), then the
 # dataset (features, configurations and times only: no problem code) back as $OUT/launch_state.tgz.
 if [ "${LAUNCH:-0}" = 1 ]; then

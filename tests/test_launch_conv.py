@@ -169,3 +169,22 @@ def test_the_cli_takes_a_precision_for_problems_only(tmp_path):
     assert bad.exit_code != 0 and "fp32, bf16, fp16" in str(bad.exception)
     alone = runner.invoke(app, ["launch", "collect", "--db", str(tmp_path / "l.db"), "--precision", "bf16"])
     assert alone.exit_code != 0 and "give --problems" in str(alone.exception)
+
+
+def test_transposed_templates_are_swept_as_the_coders_sub_pixel_convolutions(tmp_path):
+    """Most of KernelBench's convolutions are transposed ones (the offline coder splits them into sub-pixel phases),
+    which the 2-D templates never drew: a model trained on those ranked KernelBench's conv kernels worse than the
+    analytic ranking (H200, 2026-11-28). The transposed templates draw from a generator of their own (the other
+    convolutions' shapes stay a seed's), 2-D and 3-D, with a stride, and are swept at bf16 as `triton_conv`."""
+    plain = C.random_shapes(3, seed=7, templates=("conv2d",))
+    shapes = C.random_shapes(3, seed=7, templates=("conv2d", "convtranspose2d", "convtranspose3d"))
+    assert [s for s in shapes if s.template == "conv2d"] == plain
+    transposed = [s for s in shapes if "transpose" in s.template]
+    assert len(transposed) == 6 and all(len(s.dims) == 6 and s.dims[5] in (1, 2) for s in transposed)
+    small = [C.Shape("convtranspose2d", (2, 8, 16, 12, 3, 2)), C.Shape("convtranspose3d", (1, 4, 8, 6, 3, 2))]
+    store, calls = LaunchStore(tmp_path / "launch.db"), []
+    summary = C.collect(store, DEVICE.name, DEVICE, conv_timer(calls), small, most=4)
+    assert summary["failed"] == [] and {c["precision"] for c in calls} == {"bf16"}
+    instances = store.instances("triton_conv", DEVICE.name)
+    assert len(instances) == 2 and all(item.features["transposed"] for item in instances)
+    assert {item.features["dtype"] for item in instances} == {"bf16"}

@@ -57,9 +57,15 @@ TEMPLATES = {
     # (batch, channels, channels, height = width, kernel size): groups = channels
     "depthwise2d": (["return F.relu(self.conv(x))"], lambda s: [(s[0], s[1], s[3], s[3])],
                     "self.conv = nn.Conv2d({1}, {1}, {4}, padding={4} // 2, groups={1})"),
+    # transposed ones, most of KernelBench's convolutions (the offline coder splits them into sub-pixel phases):
+    # (batch, input channels, output channels, input side, kernel size, stride)
+    "convtranspose2d": (["return F.relu(self.conv(x))"], lambda s: [(s[0], s[1], s[3], s[3])],
+                        "self.conv = nn.ConvTranspose2d({1}, {2}, {4}, stride={5}, padding={4} // 2)"),
+    "convtranspose3d": (["return F.relu(self.conv(x))"], lambda s: [(s[0], s[1], s[3], s[3], s[3])],
+                        "self.conv = nn.ConvTranspose3d({1}, {2}, {4}, stride={5}, padding={4} // 2)"),
 }
 #: templates whose kernels exist at bf16/fp16 only: swept at bf16, and drawn only when asked for by name
-HALF_TEMPLATES = ("conv2d", "depthwise2d")
+HALF_TEMPLATES = ("conv2d", "depthwise2d", "convtranspose2d", "convtranspose3d")
 #: a convolution shape's work at most (multiply-adds x 2): larger draws lose batch until they fit
 CONV_FLOPS = 2e11
 
@@ -93,6 +99,7 @@ def random_shapes(count: int, seed: int = 0, templates: tuple[str, ...] = (), al
     if unknown:
         raise ValueError(f"unknown kernel template(s) {', '.join(unknown)}: choose among {', '.join(TEMPLATES)}")
     rng, own, conv = random.Random(seed), random.Random(f"matmul-{seed}"), random.Random(f"conv-{seed}")
+    transposed = random.Random(f"convtranspose-{seed}")  # added later: the other templates' draws stay as they were
     floor = math.log2(least) if least > 1 else 0.0
 
     def draw(*ranges: tuple[int, int], rng: random.Random = rng) -> tuple[int, ...]:
@@ -111,25 +118,28 @@ def random_shapes(count: int, seed: int = 0, templates: tuple[str, ...] = (), al
         shapes.append(Shape("matmul", draw((5, 13), (6, 13), (6, 13), rng=own)))
         for template in HALF_TEMPLATES:
             if template in templates:
-                shapes.append(Shape(template, conv_shape(template, draw, conv, conv_flops or CONV_FLOPS)))
+                shapes.append(Shape(template, conv_shape(template, draw, transposed if "transpose" in template
+                                                         else conv, conv_flops or CONV_FLOPS)))
     wanted = templates or tuple(t for t in TEMPLATES if t not in HALF_TEMPLATES)
     return [shape for shape in shapes if shape.template in wanted]
 
 
 def conv_shape(template: str, draw, rng: random.Random, most: float = CONV_FLOPS) -> tuple[int, ...]:
-    """(batch, input channels, output channels, image side, kernel size) over KernelBench's convolutions' range
-    (batches of 1 to 128, 4 to 512 input and 8 to 512 output channels, images of 8 to 256 a side), the batch halved
-    until the work (multiply-adds x 2) is at most `most`."""
-    channels_in, channels_out, side = draw((2, 9), (3, 9), (3, 8), rng=rng)
-    batch, kernel = int(2 ** rng.uniform(0, 7)), rng.choice((1, 3, 3, 5))
+    """(batch, input channels, output channels, image side, kernel size[, stride]) over KernelBench's convolutions'
+    range (batches of 1 to 128, 4 to 512 input and 8 to 512 output channels, images of 8 to 256 a side; transposed
+    3-D ones 4 to 256 channels, volumes of 4 to 64 a side, kernels of 2 to 5; transposed ones a stride of 1 or 2),
+    the batch halved until the work (multiply-adds x 2) is at most `most`."""
+    three = template == "convtranspose3d"
+    channels_in, channels_out, side = draw(*(((2, 8), (3, 8), (2, 6)) if three else ((2, 9), (3, 9), (3, 8))), rng=rng)
+    batch, kernel = int(2 ** rng.uniform(0, 7)), rng.choice((2, 3, 3, 5) if three else (1, 3, 3, 5))
+    dims = 3 if three else 2
     if template == "depthwise2d":
         channels_out = channels_in
-        work = 2 * batch * channels_in * side * side * kernel * kernel
-    else:
-        work = 2 * batch * channels_in * channels_out * side * side * kernel * kernel
+    work = 2 * batch * channels_in * (1 if template == "depthwise2d" else channels_out) * (side * kernel) ** dims
+    stride = rng.choice((1, 2, 2)) if "transpose" in template else 0
     while batch > 1 and work > most:
         batch, work = batch // 2, work / 2
-    return batch, channels_in, channels_out, side, kernel
+    return (batch, channels_in, channels_out, side, kernel) + ((stride,) if stride else ())
 
 
 def template_problem(shape: Shape, folder: Path) -> Path:
