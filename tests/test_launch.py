@@ -388,14 +388,20 @@ def test_the_walk_to_95_percent_counts_configurations_until_one_is_within_5_perc
     assert M.score_ranking([item], lambda i: [2, 0, 1]).to95 == 1
 
 
-#: The committed datasets the shipped models were trained on (benchmarks/launch_predictor.py DATASET --ship), and the
-#: cross-validation folds of those not scored leaving one shape out (--folds)
+#: The committed datasets the shipped models were trained on (benchmarks/launch_predictor.py DATASET --ship
+#: [--part NAME=PART]: PART's kernels joined), and the cross-validation folds of those not scored leaving one shape
+#: out (--folds)
 DATA = Path(__file__).resolve().parent.parent / "benchmarks" / "data"
-SHIPPED_FROM = DATA / "launch_h100_h200_kb_strided_2026-11-27.tgz"
-SHIPPED_FROM_FAMILY = {"triton_gemm": (DATA / "launch_h100_v3_gemm_2026-11-28.tgz", 10)}
+H100, H200 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
+SHIPPED_FROM = (DATA / "launch_h100_h200_kb_strided_2026-11-27.tgz", (), 0)
+SHIPPED_FROM_MODEL = {
+    (H100, "triton_gemm"): (DATA / "launch_h100_v3_gemm_2026-11-28.tgz", (), 10),
+    (H200, "triton_depthwise_conv"): (DATA / "launch_h200_conv_2026-11-28.tgz",
+                                      (DATA / "launch_h200_conv_kb_2026-11-28.tgz",), 10),
+}
 
 
-def test_the_shipped_h100_models_load_and_record_their_cross_validated_scores(tmp_path):
+def test_the_shipped_models_load_and_record_their_cross_validated_scores(tmp_path):
     import kernelpro.launch as launch
     from kernelpro.launch.store import open_dataset
     # those adopted from the H100 for another GPU: tests/test_launch_adopt.py
@@ -404,10 +410,13 @@ def test_the_shipped_h100_models_load_and_record_their_cross_validated_scores(tm
     for number, path in enumerate(shipped):
         model = M.LaunchModel.load(path)
         scores = model.document["scores"]
-        assert model.device == "NVIDIA H100 80GB HBM3" and scores["test"] >= 8
-        dataset, folds = SHIPPED_FROM_FAMILY.get(model.family, (SHIPPED_FROM, 0))
+        assert model.device in (H100, H200) and scores["test"] >= 8
+        dataset, parts, folds = SHIPPED_FROM_MODEL.get((model.device, model.family), SHIPPED_FROM)
         (tmp_path / str(number)).mkdir()
         store = open_dataset(dataset, tmp_path / str(number))
+        for k, part in enumerate(parts):
+            (tmp_path / f"{number}_{k}").mkdir()
+            store.join(open_dataset(part, tmp_path / f"{number}_{k}"))
         # trained on every instance of its family in the dataset, and cross-validated leaving one shape out (a fold
         # per distinct shape: kernels of the same sizes share one) or in the groups of whole shapes it names
         instances = store.instances(model.family, model.device)
