@@ -87,7 +87,7 @@ def main() -> None:
                         help="(repeatable) join DATASET's kernels to the first's, and score them apart within the "
                              "cross-validation (e.g. KernelBench's kernels among random shapes); "
                              "--ship trusts a kind of kernel only where the predictor beats the analytic ranking on "
-                             "the part's kernels of that kind too, where it has at least MIN_CLASS_KERNELS of them")
+                             "the part's kernels of that kind too, where it has three or more of them")
     parser.add_argument("--folds", type=int, default=0,
                         help="cross-validation groups of whole shapes (default 0: leave one shape out; a family of "
                              "150 GEMMs takes hours that way on two cores, 10 folds minutes)")

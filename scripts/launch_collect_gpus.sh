@@ -51,6 +51,7 @@ rm -f "$root/joined.db" "$OUT/launch_collect.log"
 dbs=()
 for gpu in $gpus; do
   [ -f "$root/$name$gpu.log" ] || continue
+  [ -z "${PROBLEMS:-}" ] || [ -f "$root/$name$gpu.keys" ] || continue  # no share this call: an earlier call's
   { echo "== GPU $gpu"; cat "$root/$name$gpu.log"; } >>"$OUT/launch_collect.log"; tail -1 "$root/$name$gpu.log"
   dbs+=("$root/$name$gpu.db")
 done

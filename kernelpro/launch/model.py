@@ -328,6 +328,7 @@ def cross_validate(instances: list[Instance], family: str, device: str, folds: i
         model = _fit([i for j, g in enumerate(groups) if j != k for i in g], family, device, epochs, seed, drop,
                      members)
         chosen.update({item.instance: model.order(item) for item in test_set})
+
     def order(item: Instance) -> list[int]:
         return chosen[item.instance]
     report = {"family": family, "device": device, "folds": len(groups), "test": len(instances),
