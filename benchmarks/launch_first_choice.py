@@ -3,6 +3,7 @@ under the launch models of a folder, and what searches measured for those config
 
     python benchmarks/launch_first_choice.py benchmarks/suite --problems level2/9_GemmBiasGelu,level2/11_LinearGelu \
         --moves triton_gemm --device "NVIDIA H100 80GB HBM3" [--each] [--models DIR] [--runs BENCH_DIR ...] [--json OUT]
+        [--precision bf16]
 
 CPU only: the offline coder's graph worker builds each problem's candidate for the moves with each ranking (as a
 search's first candidate does), with the shipped launch models, or with the model files in `--models DIR` instead
@@ -53,6 +54,9 @@ def main() -> int:
     parser.add_argument("--models", type=Path, help="a folder of launch model files to use instead")
     parser.add_argument("--runs", type=Path, nargs="*", default=[])
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "fp16"),
+                        help="build the candidates at this precision (the offline coder writes its own "
+                             "convolutions, triton_conv, at bf16 and fp16 only)")
     args = parser.parse_args()
     # a fresh $KERNELPRO_HOME: the shipped models, or those of --models (looked for in its launch/models first)
     home = tempfile.mkdtemp()
@@ -73,7 +77,8 @@ def main() -> int:
         problem = Problem(args.suite / f"{key}.py", seed=42)
         for moves, ranking in [(m, r) for m in move_sets for r in ("analytic", "auto")]:
             try:
-                _, _, kernels = problem.build(moves, device=device, launch_ranking=ranking)
+                _, _, kernels = problem.build(moves, device=device, precision=args.precision,
+                                              launch_ranking=ranking)
             except Exception as error:  # the move does not apply to this problem (e.g. no GEMM to rewrite)
                 print(f"{key:32} {ranking:8} {','.join(moves)}: not built ({type(error).__name__}: {str(error)[:60]})")
                 continue

@@ -188,3 +188,28 @@ def test_transposed_templates_are_swept_as_the_coders_sub_pixel_convolutions(tmp
     instances = store.instances("triton_conv", DEVICE.name)
     assert len(instances) == 2 and all(item.features["transposed"] for item in instances)
     assert {item.features["dtype"] for item in instances} == {"bf16"}
+
+
+def test_a_bf16_search_on_an_h200_starts_a_depthwise_kernel_where_the_shipped_model_says(tmp_path):
+    """benchmarks/launch_first_choice.py --precision bf16 on a depthwise convolution of unaligned sizes: the shipped
+    H200 depthwise model (kernelpro/launch/models/nvidia_h200__triton_depthwise_conv.json, unaligned kernels) decides
+    its first configuration under `auto`; at fp32 the offline coder writes no convolution of its own."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    (tmp_path / "level1").mkdir()
+    (tmp_path / "level1" / "1_Depthwise.py").write_text(
+        "import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+        "        super().__init__()\n        self.conv = nn.Conv2d(24, 24, 3, padding=1, groups=24)\n\n"
+        "    def forward(self, x):\n        return torch.relu(self.conv(x))\n\n\n"
+        "def get_inputs():\n    return [torch.randn(4, 24, 40, 40)]\n\n\ndef get_init_inputs():\n    return []\n")
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "launch_first_choice.py"
+    base = [sys.executable, str(script), str(tmp_path), "--problems", "level1/1_Depthwise", "--moves", "triton_conv",
+            "--device", "NVIDIA H200", "--json", str(tmp_path / "rows.json")]
+    done = subprocess.run(base + ["--precision", "bf16"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    rows = {row["ranking"]: row for row in json.loads((tmp_path / "rows.json").read_text())}
+    assert rows["auto"]["features"]["kind"] == "depthwise_conv" and rows["auto"]["decided"] == "predictor"
+    assert rows["analytic"]["decided"].startswith("analytic")
+    done = subprocess.run(base, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and json.loads((tmp_path / "rows.json").read_text()) == []
