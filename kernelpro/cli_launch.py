@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -19,6 +20,24 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+@contextlib.contextmanager
+def reading(db: Path):
+    """The dataset `db` for the commands that only read one (train, eval, show): a launch .db, a folder holding
+    launch.db, or a committed .tgz (unpacked into a scratch folder); a one-line error for a path that is none of
+    them, rather than an empty dataset made there or a traceback."""
+    import tempfile
+    from kernelpro.harness.errors import KernelproError
+    from kernelpro.launch.store import NOT_A_DATASET, open_dataset
+    if not db.exists():
+        raise KernelproError(f"{db}: no such dataset (kernelpro launch collect makes one)")
+    with tempfile.TemporaryDirectory() as scratch:
+        try:
+            store = open_dataset(db, Path(scratch))
+        except ValueError as error:
+            raise KernelproError(str(error) if str(error).startswith(str(db)) else f"{db}: {NOT_A_DATASET}") from None
+        yield store
+
+
 def evaluate(db: Path, family: str, device: str, model_file: Path | None = None) -> dict:
     """The library call behind `kernelpro launch eval`: a model's rankings against the two baselines on the
     dataset's kernels it never trained on: those its training held out, or, where its file lists the kernels it
@@ -26,9 +45,8 @@ def evaluate(db: Path, family: str, device: str, model_file: Path | None = None)
     kernel of the family; for a cross-validated model, trained on all, that is its own data (`in_sample`, beside
     its cross-validated scores). Each kind of kernel (aligned, unaligned) is scored apart too."""
     from kernelpro.launch.model import LaunchModel, analytic_order, by_class, occupancy_order, score_ranking
-    from kernelpro.launch.store import LaunchStore
-    store = LaunchStore(db)
-    instances = store.instances(family, device)
+    with reading(db) as store:
+        instances = store.instances(family, device)
     model = LaunchModel.load(model_file) if model_file else None
     out = {"family": family, "device": device}
     if model is not None:
@@ -196,11 +214,11 @@ def register(app: typer.Typer) -> None:
         from kernelpro.harness.errors import KernelproError
         from kernelpro.launch import user_models
         from kernelpro.launch.model import MEASURED_ONLY, MEMBERS, model_path, train
-        from kernelpro.launch.store import LaunchStore
         if install and measured_features:
             raise typer.BadParameter("--install puts the model where searches look, and a search cannot use one that "
                                      "reads measured features: give one of them", param_hint="--measured-features")
-        instances = LaunchStore(db).instances(family, device)
+        with reading(db) as store:
+            instances = store.instances(family, device)
         if len(instances) < 2:
             raise KernelproError(f"{db} holds {len(instances)} {family} instances on {device!r} with two or more "
                                  "configurations measured: collect more first (kernelpro launch collect)")
@@ -298,13 +316,12 @@ def register(app: typer.Typer) -> None:
                                                              "id (for join --drop), configurations and record")] = False,
                      ) -> None:
         """What the dataset holds: rows and instances per family, device and source."""
-        from kernelpro.launch.store import LaunchStore
-        store = LaunchStore(db)
-        summary = store.summary()
-        if instances:
-            summary["instances"] = [{"instance": item.instance, "family": item.family, "device": item.device,
-                                     "configurations": len(item.configs), "features": item.features}
-                                    for item in store.instances(least=1)]
+        with reading(db) as store:
+            summary = store.summary()
+            if instances:
+                summary["instances"] = [{"instance": item.instance, "family": item.family, "device": item.device,
+                                         "configurations": len(item.configs), "features": item.features}
+                                        for item in store.instances(least=1)]
         if json_output:
             typer.echo(json.dumps(summary, indent=2))
             return

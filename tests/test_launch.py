@@ -348,6 +348,34 @@ def test_the_cli_trains_and_evaluates_against_the_baselines(collected, tmp_path)
     assert empty.exit_code != 0 and "collect more first" in str(empty.exception)
 
 
+def test_the_reading_commands_take_a_committed_tgz_and_refuse_what_is_no_dataset(tmp_path):
+    """show, train and eval read a dataset as the benchmark scripts do (a .db, a folder holding launch.db, or a
+    committed .tgz); a path that does not exist is an error, not an empty dataset made there, and a file that is
+    no dataset is one too (both once raised tracebacks, or showed nothing)."""
+    from typer.testing import CliRunner
+    from kernelpro.cli import app
+    runner = CliRunner()
+    committed = DATA / "launch_h200_conv_kb_2026-11-28.tgz"
+    shown = runner.invoke(app, ["launch", "show", "--db", str(committed), "--json"])
+    assert shown.exit_code == 0, shown.output
+    assert {g["family"] for g in json.loads(shown.stdout)["groups"]} == {"triton_conv", "triton_depthwise_conv"}
+    model = M.model_path(Path(M.__file__).parent / "models", "triton_depthwise_conv", "NVIDIA H200")
+    scored = runner.invoke(app, ["launch", "eval", "triton_depthwise_conv", "--device", "NVIDIA H200", "--db",
+                                 str(committed), "--model", str(model), "--json"])
+    assert scored.exit_code == 0 and json.loads(scored.stdout)["instances"] == 1
+    trained = runner.invoke(app, ["launch", "train", "triton_conv", "--device", "NVIDIA H200", "--db", str(committed),
+                                  "--out", str(tmp_path / "conv.json"), "--epochs", "5", "--members", "1"])
+    assert trained.exit_code == 0 and (tmp_path / "conv.json").exists()
+    missing = tmp_path / "nothing.db"
+    for argv in (["show"], ["train", "triton_row", "--device", "x"], ["eval", "triton_row", "--device", "x"]):
+        refused = runner.invoke(app, ["launch", *argv, "--db", str(missing)])
+        assert refused.exit_code != 0 and "no such dataset" in str(refused.exception), refused.output
+    assert not missing.exists()
+    (tmp_path / "notes.txt").write_text("not a dataset\n")
+    refused = runner.invoke(app, ["launch", "show", "--db", str(tmp_path / "notes.txt")])
+    assert refused.exit_code != 0 and "not a dataset" in str(refused.exception)
+
+
 def test_cross_validation_scores_every_instance_with_a_model_that_never_saw_it(collected):
     store, *_ = collected
     instances = store.instances("triton_pointwise", DEVICE.name)
