@@ -70,6 +70,18 @@ def scores_line(label: str, kernels: int, scores: dict) -> str:
             f"to 95% {p['to95']:.2f} / {a['to95']:.2f} / {o['to95']:.2f}")
 
 
+def part_spec(text: str) -> tuple[str, Path]:
+    """`--part NAME=DATASET` as (name, the dataset's path), for argparse: a one-line error otherwise."""
+    from kernelpro.launch.store import dataset_path
+    name, sep, path = text.partition("=")
+    if not name or not sep or not path:
+        raise argparse.ArgumentTypeError(f"{text}: give NAME=DATASET")
+    try:
+        return name, dataset_path(path)
+    except argparse.ArgumentTypeError as error:
+        raise argparse.ArgumentTypeError(f"{name}: {error}") from None
+
+
 def main() -> None:
     from kernelpro.launch.store import dataset_path
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -83,7 +95,7 @@ def main() -> None:
     parser.add_argument("--confirm", type=dataset_path, action="append", default=[],
                         help="another dataset (repeatable): --ship trusts a kind of kernel only where the predictor "
                              "beats the analytic ranking on it there too")
-    parser.add_argument("--part", action="append", default=[], metavar="NAME=DATASET",
+    parser.add_argument("--part", type=part_spec, action="append", default=[], metavar="NAME=DATASET",
                         help="(repeatable) join DATASET's kernels to the first's, and score them apart within the "
                              "cross-validation (e.g. KernelBench's kernels among random shapes); "
                              "--ship trusts a kind of kernel only where the predictor beats the analytic ranking on "
@@ -106,14 +118,6 @@ def main() -> None:
         parser.error(f"--members {args.members}: a model needs one MLP or more")
     if args.ship and args.measured_features:
         parser.error("--ship writes models for searches, which lack the measured features: drop --measured-features")
-    parts = [spec.partition("=") for spec in args.part]
-    if any(not name or not sep or not path for name, sep, path in parts):
-        parser.error(f"--part {' '.join(args.part)}: give NAME=DATASET")
-    for name, _, path in parts:
-        try:
-            dataset_path(path)
-        except argparse.ArgumentTypeError as error:
-            parser.error(f"--part {name}: {error}")
     from kernelpro.launch.model import (KERNEL_CLASSES, MEASURED_ONLY, MEMBERS, confirmed_by_part, cross_validate,
                                         model_path, train, trusted_classes)
     members = args.members or MEMBERS
@@ -121,16 +125,15 @@ def main() -> None:
     drop = () if args.measured_features else MEASURED_ONLY
     with tempfile.TemporaryDirectory() as folder:
         store = open_dataset(args.dataset, Path(folder))
-        if parts:  # a fresh dataset, the first's rows and every part's (the files given stay as they are)
-            from kernelpro.launch.store import LaunchStore
-            joined = LaunchStore(Path(tempfile.mkdtemp(dir=folder)) / "joined.db")
-            joined.join(store)
         other = open_dataset(args.compare, Path(folder)) if args.compare else None
         confirming = [(path, open_dataset(path, Path(tempfile.mkdtemp(dir=folder)))) for path in args.confirm]
-        parting = {name: open_dataset(Path(path), Path(tempfile.mkdtemp(dir=folder))) for name, _, path in parts}
-        for part in parting.values():
-            joined.join(part)
-        store = joined if parts else store
+        parting = {name: open_dataset(path, Path(tempfile.mkdtemp(dir=folder))) for name, path in args.part}
+        if parting:  # a fresh dataset, the first's rows and every part's (the files given stay as they are)
+            from kernelpro.launch.store import LaunchStore
+            joined = LaunchStore(Path(tempfile.mkdtemp(dir=folder)) / "joined.db")
+            for one in (store, *parting.values()):
+                joined.join(one)
+            store = joined
         report = {"dataset": str(args.dataset), "device": args.device, "protocol": store.get("timing_protocol"),
                   "seeds": args.seeds, "members": members, "measured_features": args.measured_features,
                   "confirm": [str(path) for path, _ in confirming], "families": {}}

@@ -22,19 +22,19 @@ def _stderr(message: str) -> None:
 
 @contextlib.contextmanager
 def reading(db: Path):
-    """The dataset `db` for the commands that only read one (train, eval, show): a launch .db, a folder holding
-    launch.db, or a committed .tgz (unpacked into a scratch folder); a one-line error for a path that is none of
-    them, rather than an empty dataset made there or a traceback."""
+    """The dataset `db` for the commands that only read one (train, eval, show, adopt): a launch .db, a folder
+    holding launch.db, or a committed .tgz (unpacked into a scratch folder); a one-line error for a path that is
+    none of them, rather than an empty dataset made there or a traceback."""
     import tempfile
     from kernelpro.harness.errors import KernelproError
     from kernelpro.launch.store import NOT_A_DATASET, open_dataset
     if not db.exists():
-        raise KernelproError(f"{db}: no such dataset (kernelpro launch collect makes one)")
+        raise KernelproError(f"{db}: no such dataset, so {NOT_A_DATASET}; kernelpro launch collect makes one")
     with tempfile.TemporaryDirectory() as scratch:
         try:
             store = open_dataset(db, Path(scratch))
         except ValueError as error:
-            raise KernelproError(str(error) if str(error).startswith(str(db)) else f"{db}: {NOT_A_DATASET}") from None
+            raise KernelproError(str(error) if str(error).startswith(str(db)) else f"{db}: {error}") from None
         yield store
 
 
@@ -106,8 +106,9 @@ def register(app: typer.Typer) -> None:
                                            "log-uniform from here up)")] = 0,
         multiple: Annotated[int, typer.Option("--multiple", min=1, help="aligned random sizes are multiples of "
                                               "this")] = 16,
-        conv_flops: Annotated[float, typer.Option("--conv-flops", min=1e6, help="a random convolution's work at most "
-                                                  "(FLOPs; its batch is halved until it fits; default 2e11)")] = 2e11,
+        conv_flops: Annotated[float | None, typer.Option("--conv-flops", min=1e6, help="a random convolution's work "
+                                                         "at most (FLOPs; its batch is halved until it fits; default "
+                                                         "kernelpro.launch.collect.CONV_FLOPS, 2e11)")] = None,
         ncu: Annotated[bool, typer.Option("--ncu", help="also profile each kernel once (its first configuration) "
                                           "with Nsight Compute: occupancy, memory and SM utilization, cache hit "
                                           "rates, DRAM bytes (dynamic features, shared by the kernel's rows)")] = False,
@@ -116,7 +117,7 @@ def register(app: typer.Typer) -> None:
         """Time every configuration of generated kernels on this GPU into the dataset (resumable)."""
         import torch
         from kernelpro.harness.errors import KernelproError
-        from kernelpro.launch.collect import HALF, collect, cuda_timer, random_shapes
+        from kernelpro.launch.collect import CONV_FLOPS, HALF, collect, cuda_timer, random_shapes
         from kernelpro.launch.store import LaunchStore
         from kernelpro.offline.worker import _device
         if (only or levels) and problems is None:
@@ -129,7 +130,7 @@ def register(app: typer.Typer) -> None:
         paths = problem_paths(problems, only, levels) if problems else []
         try:
             drawn = random_shapes(shapes, seed, tuple(t for t in templates.replace(" ", "").split(",") if t), aligned,
-                                  least, multiple, conv_flops)
+                                  least, multiple, conv_flops or CONV_FLOPS)
         except ValueError as error:
             raise KernelproError(str(error)) from None
         if not torch.cuda.is_available():
@@ -280,17 +281,15 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Score another GPU's model on this GPU's measured kernels; write a copy that searches here use for the kinds
         of kernel on which it beat the analytic ranking (none: the analytic ranking stays)."""
-        import tempfile
         from kernelpro.harness.errors import KernelproError
         from kernelpro.launch import model_file, user_models
         from kernelpro.launch.model import LaunchModel, adopt, model_path
-        from kernelpro.launch.store import open_dataset
         model = model or model_file(family, source)  # as a search on that GPU would find it
         if model is None:
             raise KernelproError(f"no {family} launch model for {source!r} installed or shipped: give one (--model)")
-        try:  # a .db, a folder holding launch.db, or a committed .tgz (unpacked into a scratch folder)
-            with tempfile.TemporaryDirectory() as scratch:
-                instances = open_dataset(db, Path(scratch)).instances(family, device)
+        with reading(db) as store:
+            instances = store.instances(family, device)
+        try:
             adopted, report = adopt(LaunchModel.load(model), instances, device)
         except ValueError as error:
             raise KernelproError(str(error) if str(error).startswith(str(db)) else f"{db}: {error}") from None

@@ -81,7 +81,7 @@ class Shape:
 
 
 def random_shapes(count: int, seed: int = 0, templates: tuple[str, ...] = (), aligned: bool | None = None,
-                  least: int = 0, multiple: int = 16, conv_flops: float = 0.0) -> list[Shape]:
+                  least: int = 0, multiple: int = 16, conv_flops: float = CONV_FLOPS) -> list[Shape]:
     """`count` shapes per template, log-uniform over the sizes the KernelBench problems span. Every other shape,
     at random, has each size rounded to a multiple of 16, as KernelBench's nearly all are: aligned and unaligned kernels
     favour different configurations (on the H100, 32 x 64 GEMM tiles for the unaligned random GEMMs, 128 x 64 for
@@ -94,7 +94,7 @@ def random_shapes(count: int, seed: int = 0, templates: tuple[str, ...] = (), al
     The matmul template, added later, draws from a generator of its own, so the others' shapes stay as they were, and
     so do the convolution templates, which are drawn only when `templates` names them (their kernels are bf16 ones:
     a collection of their own). Their channels and image sizes are rounded, the batch and the kernel size never; their
-    batch is halved until the work is at most `conv_flops` (CONV_FLOPS by default)."""
+    batch is halved until the work is at most `conv_flops`."""
     unknown = sorted(set(templates) - set(TEMPLATES))
     if unknown:
         raise ValueError(f"unknown kernel template(s) {', '.join(unknown)}: choose among {', '.join(TEMPLATES)}")
@@ -119,7 +119,7 @@ def random_shapes(count: int, seed: int = 0, templates: tuple[str, ...] = (), al
         for template in HALF_TEMPLATES:
             if template in templates:
                 shapes.append(Shape(template, conv_shape(template, draw, transposed if "transpose" in template
-                                                         else conv, conv_flops or CONV_FLOPS)))
+                                                         else conv, conv_flops)))
     wanted = templates or tuple(t for t in TEMPLATES if t not in HALF_TEMPLATES)
     return [shape for shape in shapes if shape.template in wanted]
 

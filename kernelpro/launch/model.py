@@ -338,9 +338,14 @@ def cross_validate(instances: list[Instance], family: str, device: str, folds: i
         for name, ids in parts.items():
             subset = [item for item in instances if item.instance in ids]
             if subset:
-                report["parts"][name] = {"instances": len(subset), "predictor": score_ranking(subset, order).as_dict(),
-                                         **_baselines(subset), **by_class(subset, order)}
+                report["parts"][name] = scored(subset, order) | by_class(subset, order)
     return report | by_class(instances, order)
+
+
+def scored(instances: list[Instance], order) -> dict:
+    """The predictor's scores under `order` and the two baselines', on `instances`, with their count."""
+    return {"instances": len(instances), "predictor": score_ranking(instances, order).as_dict(),
+            **_baselines(instances)}
 
 
 def by_class(instances: list[Instance], order) -> dict:
@@ -351,8 +356,7 @@ def by_class(instances: list[Instance], order) -> dict:
     for name in KERNEL_CLASSES:
         subset = [item for item in instances if kernel_class(item.features) == name]
         if subset:
-            out[name] = {"instances": len(subset), "predictor": score_ranking(subset, order).as_dict(),
-                         **_baselines(subset)}
+            out[name] = scored(subset, order)
     return out
 
 
