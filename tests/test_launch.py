@@ -426,6 +426,9 @@ SHIPPED_FROM_MODEL = {
     (H100, "triton_gemm"): (DATA / "launch_h100_v3_gemm_2026-11-28.tgz", (), 10),
     (H200, "triton_depthwise_conv"): (DATA / "launch_h200_conv_2026-11-28.tgz",
                                       (DATA / "launch_h200_conv_kb_2026-11-28.tgz",), 10),
+    (H200, "triton_conv"): (DATA / "launch_h200_conv_2026-11-28.tgz",
+                            (DATA / "launch_h200_convtranspose_2026-11-28.tgz",
+                             DATA / "launch_h200_conv_kb_2026-11-28.tgz"), 10),
 }
 
 

@@ -213,3 +213,30 @@ def test_a_bf16_search_on_an_h200_starts_a_depthwise_kernel_where_the_shipped_mo
     assert rows["analytic"]["decided"].startswith("analytic")
     done = subprocess.run(base, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and json.loads((tmp_path / "rows.json").read_text()) == []
+
+
+def test_a_bf16_search_on_an_h200_ranks_unaligned_2d_convolutions_by_the_shipped_model_and_aligned_ones_analytically(
+        tmp_path):
+    """The shipped H200 conv model (kernelpro/launch/models/nvidia_h200__triton_conv.json) is trusted for unaligned
+    kernels only (on KernelBench's aligned ones it lost to the analytic ranking, 2026-11-28): a search asks it about
+    the unaligned convolution and ranks the aligned one analytically, saying why."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    (tmp_path / "level1").mkdir()
+    (tmp_path / "level1" / "2_Conv.py").write_text(
+        "import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+        "        super().__init__()\n        self.conv = nn.Conv2d(3, 20, 3)\n"
+        "        self.wide = nn.Conv2d(32, 64, 3, padding=1)\n\n"
+        "    def forward(self, x, y):\n        return torch.relu(self.conv(x)), torch.relu(self.wide(y))\n\n\n"
+        "def get_inputs():\n    return [torch.randn(4, 3, 30, 30), torch.randn(4, 32, 32, 32)]\n\n\n"
+        "def get_init_inputs():\n    return []\n")
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "launch_first_choice.py"
+    done = subprocess.run([sys.executable, str(script), str(tmp_path), "--problems", "level1/2_Conv", "--moves",
+                           "triton_conv", "--device", "NVIDIA H200", "--precision", "bf16", "--json",
+                           str(tmp_path / "rows.json")], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    auto = {(row["features"]["m"], row["features"]["n"], row["features"]["k"]): row["decided"]
+            for row in json.loads((tmp_path / "rows.json").read_text()) if row["ranking"] == "auto"}
+    assert auto[(4 * 28 * 28, 20, 3 * 9)] == "predictor"  # 3,136 x 20 x 27: unaligned
+    assert auto[(4 * 32 * 32, 64, 32 * 9)].startswith("analytic: the launch model ranks unaligned kernels only")
