@@ -20,6 +20,12 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def about(db: Path, error: ValueError):
+    """A dataset's ValueError as the one-line error the commands print, naming `db` once."""
+    from kernelpro.harness.errors import KernelproError
+    return KernelproError(str(error) if str(error).startswith(str(db)) else f"{db}: {error}")
+
+
 @contextlib.contextmanager
 def reading(db: Path):
     """The dataset `db` for the commands that only read one (train, eval, show, adopt): a launch .db, a folder
@@ -34,7 +40,7 @@ def reading(db: Path):
         try:
             store = open_dataset(db, Path(scratch))
         except ValueError as error:
-            raise KernelproError(str(error) if str(error).startswith(str(db)) else f"{db}: {error}") from None
+            raise about(db, error) from None
         yield store
 
 
@@ -292,7 +298,7 @@ def register(app: typer.Typer) -> None:
         try:
             adopted, report = adopt(LaunchModel.load(model), instances, device)
         except ValueError as error:
-            raise KernelproError(str(error) if str(error).startswith(str(db)) else f"{db}: {error}") from None
+            raise about(db, error) from None
         target = out or model_path(db.parent, family, device)
         adopted.save(target)
         if install:
