@@ -2,6 +2,7 @@
 
     python benchmarks/mcts_landscapes.py [--seeds 40] [--first-seed 0] [--json out.json]
         [--replays benchmarks/replays/suite_h100_b24_2026-11-23.json | BENCH_FOLDER ...] [--no-synthetic]
+        [--replay-order recorded | seeded] [--variant NAME=KEY:VALUE,...]
 
 For each landscape, budget and strategy: the share of seeds that found the optimum
 and the mean true ratio of the best node; then MCTS against greedy, paired by seed:
@@ -14,7 +15,11 @@ per budget, the geomean over the replays of the best recorded ratio reached, the
 evaluations to reach 95% of it, and the requests for a state never evaluated (unseen);
 then MCTS over greedy paired by problem (each problem's geomean over the seeds) with its
 95% interval. A replay's budget is capped by what was recorded (24 evaluations a search
-for the suite's replay): at 24 every strategy has seen everything.
+for the suite's replay): at 24 every strategy has seen everything. The replay's coder offers
+a state's recorded children in their recorded order, the same for every seed, so by default
+the seeds change only a seeded strategy (random); `--replay-order seeded` gives each seed its
+own random order of them instead, so that the seeds measure the strategies over coders that
+rank the same moves differently.
 """
 
 from __future__ import annotations
@@ -76,7 +81,8 @@ REPLAY_STRATEGIES = {"mcts": {}, "mcts_no_tail": {"greedy_tail": 0, "greedy_tail
                      "greedy": {"strategy": "greedy"}, "random": {"strategy": "random"}}
 
 
-def on_replays(path: Path, seeds: int, first_seed: int = 0, budgets=REPLAY_BUDGETS) -> list[dict]:
+def on_replays(path: Path, seeds: int, first_seed: int = 0, budgets=REPLAY_BUDGETS,
+               seeded_order: bool = False) -> list[dict]:
     recorded = [replay.to_json() for replay in load_replays(path)]  # read once; each run gets fresh counters
     rows = []
     for label, config in REPLAY_STRATEGIES.items():
@@ -86,7 +92,8 @@ def on_replays(path: Path, seeds: int, first_seed: int = 0, budgets=REPLAY_BUDGE
             for seed in range(first_seed, first_seed + seeds):
                 for replay in map(Replay.from_json, recorded):
                     search = make_search([], SearchConfig(seed=seed, **config), root_key=replay.key(()))
-                    search.run(ReplayCoder(replay), replay.evaluate, Budget(evaluations=budget))
+                    coder = ReplayCoder(replay, order_seed=seed if seeded_order else None)
+                    search.run(coder, replay.evaluate, Budget(evaluations=budget))
                     best = replay.ratio(tuple(search.best().payload or ())) or 1.0
                     per_problem.setdefault(replay.name, []).append(math.log(best))
                     to95.append(next((n for n, ratio in search.history if ratio >= 0.95 * best), 0))
@@ -195,6 +202,9 @@ def main() -> None:
     parser.add_argument("--variant", action="append", default=[], metavar="NAME=KEY:VALUE,...",
                         help="on the replays, also MCTS with these SearchConfig settings, e.g. "
                              "mcts_root1=widen_c_root:1.0 (compared with greedy like MCTS); repeatable")
+    parser.add_argument("--replay-order", choices=("recorded", "seeded"), default="recorded",
+                        help="the order a replay's coder offers a state's recorded children in: as recorded (the same "
+                             "for every seed), or a random order per seed (ReplayCoder.order_seed)")
     parser.add_argument("--base", default="", metavar="KEY:VALUE,...",
                         help="on the replays, these SearchConfig settings for every strategy, e.g. losing_below:0 "
                              "(the search as it was before a default changed)")
@@ -213,9 +223,9 @@ def main() -> None:
         print_synthetic(rows, paired, seeds)
     replays = []
     for path in args.replays:
-        replay_rows = on_replays(Path(path), args.seeds, args.first_seed)
+        replay_rows = on_replays(Path(path), args.seeds, args.first_seed, seeded_order=args.replay_order == "seeded")
         replay_paired = replays_against_greedy(replay_rows)
-        print_replays(path, replay_rows, replay_paired, seeds)
+        print_replays(path, replay_rows, replay_paired, seeds + f", {args.replay_order} order")
         replays.append({"path": path, "rows": replay_rows, "against_greedy": replay_paired})
     if not args.no_synthetic:
         costs = [overhead(strategy) for strategy in STRATEGIES]
@@ -225,7 +235,9 @@ def main() -> None:
     if args.json:
         command = "python benchmarks/mcts_landscapes.py --seeds %d --first-seed %d" % (args.seeds, args.first_seed)
         command += "".join(f" --replays {path}" for path in args.replays) + (" --no-synthetic" if args.no_synthetic else "")
-        command += "".join(f" --variant {text}" for text in args.variant) + (f" --base {args.base}" if args.base else "")
+        command += "".join(f" --variant {text}" for text in args.variant)
+        command += (" --replay-order seeded" if args.replay_order == "seeded" else "") + \
+            (f" --base {args.base}" if args.base else "")
         with open(args.json, "w") as handle:
             json.dump({"command": command, "quality": rows, "against_greedy": paired, "replays": replays,
                        "overhead": costs}, handle, indent=1)

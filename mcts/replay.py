@@ -13,6 +13,7 @@ inventing an outcome.
 from __future__ import annotations
 
 import json
+import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -114,22 +115,36 @@ class Replay:
 @dataclass
 class ReplayCoder:
     """Proposes the recorded children of a state, one at a time, in their recorded order (moves that lost
-    wherever they were tried, `Expansion.losing`, after the others)."""
+    wherever they were tried, `Expansion.losing`, after the others).
+
+    With `order_seed`, each state's children come in a seeded random order instead (the same order every time
+    that state is grown, another for another seed): the recorded order is the order the recording search's
+    coder offered them in, which the recording strategy followed, so a replay merged from greedy's tree first
+    offers greedy its own path. Seeded orders measure the strategies over coders that rank the same moves
+    differently."""
 
     replay: Replay
+    order_seed: int | None = None
+
+    def _ranked(self, state: State) -> list[State]:
+        children = self.replay.children(state)
+        if self.order_seed is None:
+            return children
+        # random.Random seeded by a string is stable across processes (it hashes with SHA-512)
+        return sorted(children, key=lambda child: random.Random(f"{self.order_seed}:{self.replay.key(child)}").random())
 
     def __call__(self, request: Expansion) -> Proposal | None:
         state = _state(request.payload or ())
         tried = {label for label, _ in request.tried}
         open_children = []
-        for child in self.replay.children(state):
+        for child in self._ranked(state):
             rest = list(child)
             for done in state:
                 rest.remove(done)
             move = rest[0]
             if move not in tried and move not in request.avoid:
                 open_children.append((move in request.losing, move, child))
-        if open_children:  # in recorded order, moves that lost everywhere so far last (as the offline coder does)
+        if open_children:  # in the coder's order, moves that lost everywhere so far last (as the offline coder does)
             _, move, child = min(open_children, key=lambda item: item[0])
             return Proposal(payload=list(child), moves=(move,), key=self.replay.key(child), prior=1.0)
         self.replay.unseen += 1

@@ -67,6 +67,10 @@ class SearchConfig:
     # and repairing pay). 3 by measurement (docs/mcts.md, "Patience in the head"): it mends the noisy landscape
     # at budget 15 and keeps failure_prone's gain at 30
     head_patience: int = 3
+    # With head_gain, the head also lasts while no evaluation has yet beaten the reference by head_gain and
+    # none has failed: until something gains, the selection rule has nothing to tell the root's moves apart,
+    # and refining the best node tries the moves in combination (where interactions are), as greedy does
+    head_until_gain: bool = True
     # When above 0, a correct child below this fraction of its parent's ratio counts in the memory as a
     # move that did not work (like a failure): the coder is told to avoid it at equivalent nodes, and a
     # repeat is refused. Off by default, by measurement (docs/mcts.md, "Clear losses"): at 0.9 it saved
@@ -215,13 +219,24 @@ class Search:
 
     def in_greedy_head(self) -> bool:
         """Whether the next expansion is in the greedy head: among the first greedy_head evaluations (counting
-        those in flight), or, with head_gain, while every evaluation so far raised the best by that factor."""
+        those in flight), or, with head_gain, while every evaluation so far raised the best by that factor (with
+        head_patience misses), or, with head_until_gain, while nothing has gained that factor and nothing failed."""
         if self.evaluations + len(self._in_flight) < self.config.greedy_head:
             return True
         if self.config.head_gain <= 0 or not self.history:
             return False
-        # patience only while nothing failed: failures are where exploring (and repairing) pays
-        patience = 0 if any(n.status is Status.FAILED for n in self.nodes) else self.config.head_patience
+        flat = self.config.head_until_gain and self.history[-1][1] < self.config.head_gain  # the reference's is 1
+        if not (flat or self._head_patient(self.config.head_patience)):
+            return False
+        # A failure ends the flat head and the patience: failures are where exploring (and repairing) pays. The
+        # tree is scanned for one only when it decides (a scan at every request would cost more than the rest).
+        if not any(n.status is Status.FAILED for n in self.nodes):
+            return True
+        return self._head_patient(0)
+
+    def _head_patient(self, patience: int) -> bool:
+        """Whether no more than `patience` evaluations in a row have left the best below head_gain x the best
+        before them (a gain resets the count), anywhere in the history."""
         previous, misses = 1.0, 0  # the reference's ratio
         for _, best in self.history:
             if best < previous * self.config.head_gain:

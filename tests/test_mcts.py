@@ -281,7 +281,7 @@ def test_greedy_head_is_the_first_evaluations():
 def test_the_head_goes_on_while_every_evaluation_gains_head_gain():
     """head_gain: past greedy_head, the head lasts while each evaluation so far raised the best by that factor
     (from the reference's 1.0), and ends at the first that did not (without head_patience); 0 turns it off."""
-    search, _ = run("noisy", 0, 1, greedy_head=0, head_gain=1.05, head_patience=0)
+    search, _ = run("noisy", 0, 1, greedy_head=0, head_gain=1.05, head_patience=0, head_until_gain=False)
     search.history = [(1, 1.10), (2, 1.20)]
     assert search.in_greedy_head()
     search.history.append((3, 1.21))  # below 1.20 x 1.05
@@ -296,7 +296,7 @@ def test_the_head_goes_on_while_every_evaluation_gains_head_gain():
 def test_head_patience_tolerates_evaluations_without_gain_until_something_fails():
     """head_patience: the head survives that many evaluations in a row that did not raise the best by head_gain (a
     gain resets the count), but not once any evaluation has failed: there exploring and repairing pay."""
-    search, _ = run("noisy", 0, 1, greedy_head=0, head_gain=1.05, head_patience=2)
+    search, _ = run("noisy", 0, 1, greedy_head=0, head_gain=1.05, head_patience=2, head_until_gain=False)
     search.history = [(1, 1.10), (2, 1.10), (3, 1.10)]
     assert search.in_greedy_head()
     search.history.append((4, 1.10))  # a third miss in a row
@@ -384,3 +384,44 @@ def test_follow_gain_refines_a_decisive_child_before_trying_its_siblings():
 
     assert grown(3.0)[:2] == [("a",), ("a", "e")]
     assert grown(0.0)[:2] == [("a",), ("b",)]
+
+
+def test_the_head_lasts_until_something_gains_unless_something_failed():
+    """head_until_gain: while no evaluation has beaten the reference by head_gain and none failed, the head goes
+    on past its patience; once something gains, head_patience's rule decides (the flat evaluations count as misses
+    there), and a failure ends it."""
+    search, _ = run("noisy", 0, 1, greedy_head=0, head_gain=1.05, head_patience=0)
+    search.history = [(1, 1.02), (2, 1.03), (3, 1.03), (4, 1.04)]
+    assert search.in_greedy_head()  # nothing gained 5% yet
+    search.history.append((5, 1.06))
+    assert not search.in_greedy_head()  # a gain: head_patience's rule, with four misses before it
+    search.history = [(1, 1.06), (2, 1.06)]
+    assert not search.in_greedy_head()
+    search.history = [(1, 1.02)]
+    evaluated = next(n for n in search.nodes[1:] if n.status is Status.OK)
+    evaluated.status = Status.FAILED
+    assert not search.in_greedy_head()  # something failed: explore and repair
+    off, _ = run("noisy", 0, 1, greedy_head=0, head_gain=1.05, head_patience=0, head_until_gain=False)
+    off.history = [(1, 1.02)]
+    assert not off.in_greedy_head()
+
+
+def test_until_something_gains_mcts_refines_as_greedy_does_on_a_flat_real_search():
+    """KernelBench level2/78's two searches (H100), replayed: every move within 3% of the reference, and the
+    9.5x kernel needs channels_last and cudnn_benchmark together. Greedy meets it at its 13th evaluation of 16;
+    MCTS that explores the root's other moves while nothing has gained met it at its 16th, the head that lasts
+    until something gains meets it with greedy."""
+    from kernelpro.mcts.replay import ReplayCoder, load_replays
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "replays" / \
+        "kb_level2_strategies_b12_all10_patient_2026-11-27.json"
+    recorded = next(r for r in load_replays(path) if r.name.startswith("level2/78_")).to_json()
+
+    def needle_at(**config):
+        from kernelpro.mcts.replay import Replay
+        replay = Replay.from_json(recorded)
+        search = make_search([], SearchConfig(**config), root_key=replay.key(()))
+        search.run(ReplayCoder(replay), replay.evaluate, Budget(evaluations=16))
+        return next((n for n, best in search.history if best > 9), None)
+    assert needle_at(strategy="greedy") == 13
+    assert needle_at(head_until_gain=False) == 16
+    assert needle_at() == 13

@@ -143,3 +143,28 @@ def test_two_searches_of_one_problem_merge_into_one_replay_keeping_the_first_out
     missing = subprocess.run([sys.executable, str(root / "benchmarks" / "make_replay.py"), str(out), str(tmp_path / "no"),
                               "--source", "test"], capture_output=True, text=True)
     assert missing.returncode == 2 and "no problems/*/tree.json in" in missing.stderr
+
+
+def test_a_seeded_replay_coder_offers_recorded_children_in_its_own_stable_order():
+    """order_seed: each state's recorded children in a seeded random order, the same whenever that state is
+    grown; other seeds give other orders; without a seed, the recorded order. Lost moves still come last."""
+    from kernelpro.mcts import Expansion, ExpansionKind
+    moves = ["m%d" % i for i in range(6)]
+    replay = Replay.from_json({"name": "p", "states": [{"moves": [m], "verdict": "correct", "ratio": 1.0 + i / 10}
+                                                       for i, m in enumerate(moves)]})
+
+    def offered(coder, losing=()):
+        order, tried = [], ()
+        while True:
+            proposal = coder(Expansion(ticket=0, node_id=0, kind=ExpansionKind.NEW_STRATEGY, payload=[],
+                                       tried=tried, losing=losing))
+            if proposal is None:
+                return order
+            order.append(proposal.moves[0])
+            tried += ((proposal.moves[0], "1.0x"),)
+    assert offered(ReplayCoder(replay)) == moves
+    orders = {seed: offered(ReplayCoder(replay, order_seed=seed)) for seed in range(8)}
+    assert all(sorted(order) == moves for order in orders.values())
+    assert orders[3] == offered(ReplayCoder(replay, order_seed=3))
+    assert len({tuple(order) for order in orders.values()}) >= 6
+    assert offered(ReplayCoder(replay, order_seed=3), losing=(orders[3][0],))[-1] == orders[3][0]
