@@ -69,7 +69,9 @@ class SearchConfig:
     head_patience: int = 3
     # With head_gain, the head also lasts while no evaluation has yet beaten the reference by head_gain and
     # none has failed: until something gains, the selection rule has nothing to tell the root's moves apart,
-    # and refining the best node tries the moves in combination (where interactions are), as greedy does
+    # and refining the best node tries the moves in combination (where interactions are), as greedy does. On by
+    # measurement (docs/mcts.md, "A head that lasts until something gains"): it closes the level-2 replay's cell
+    # at 16 and leaves every synthetic cell within the interval
     head_until_gain: bool = True
     # When above 0, a correct child below this fraction of its parent's ratio counts in the memory as a
     # move that did not work (like a failure): the coder is told to avoid it at equivalent nodes, and a

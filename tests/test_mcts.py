@@ -411,13 +411,12 @@ def test_until_something_gains_mcts_refines_as_greedy_does_on_a_flat_real_search
     9.5x kernel needs channels_last and cudnn_benchmark together. Greedy meets it at its 13th evaluation of 16;
     MCTS that explores the root's other moves while nothing has gained met it at its 16th, the head that lasts
     until something gains meets it with greedy."""
-    from kernelpro.mcts.replay import ReplayCoder, load_replays
+    from kernelpro.mcts.replay import Replay, ReplayCoder, load_replays
     path = Path(__file__).resolve().parent.parent / "benchmarks" / "replays" / \
         "kb_level2_strategies_b12_all10_patient_2026-11-27.json"
     recorded = next(r for r in load_replays(path) if r.name.startswith("level2/78_")).to_json()
 
-    def needle_at(**config):
-        from kernelpro.mcts.replay import Replay
+    def needle_at(**config):  # the evaluation at which the search's best passed 9x
         replay = Replay.from_json(recorded)
         search = make_search([], SearchConfig(**config), root_key=replay.key(()))
         search.run(ReplayCoder(replay), replay.evaluate, Budget(evaluations=16))
