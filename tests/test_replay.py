@@ -168,3 +168,16 @@ def test_a_seeded_replay_coder_offers_recorded_children_in_its_own_stable_order(
     assert orders[3] == offered(ReplayCoder(replay, order_seed=3))
     assert len({tuple(order) for order in orders.values()}) >= 6
     assert offered(ReplayCoder(replay, order_seed=3), losing=(orders[3][0],))[-1] == orders[3][0]
+
+
+def test_the_kb_ablation_replay_holds_our_suites_budget_16_searches():
+    """The KB ablation's three budget-16 benches (2026-11-23) as one replay: 24 of our suite's problems, half B's
+    two searches merged (16-20 states), and every strategy's best there is a recorded one."""
+    replays = load_replays(REPLAYS.parent / "suite_ablation_h100_b16_2026-11-23.json")
+    suite = Path(__file__).resolve().parent.parent / "benchmarks" / "suite"
+    assert len(replays) == 24 and all((suite / f"{r.name}.py").is_file() for r in replays)
+    assert all(16 <= len(r.order) <= 20 for r in replays) and sum(len(r.order) > 16 for r in replays) >= 6
+    for replay in replays[:4]:
+        search = make_search([], SearchConfig(seed=0), root_key=replay.key(()))
+        search.run(ReplayCoder(replay, order_seed=1), replay.evaluate, Budget(evaluations=16))
+        assert search.best().ratio in {ratio for _, ratio in replay.outcomes.values()}
