@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 from kernelpro.mcts import Budget, SearchConfig, make_search
+from kernelpro.mcts.options import parse_settings
 from kernelpro.mcts.replay import Replay, ReplayCoder, load_replays
 from kernelpro.mcts.synthetic import LANDSCAPES, LandscapeCoder, Rugged
 
@@ -187,8 +188,8 @@ def print_replays(path: str, rows: list[dict], paired: list[dict], seeds: str) -
 
 
 def settings_of(text: str) -> dict:
-    """KEY:VALUE,... -> SearchConfig settings (numbers)."""
-    return {key: float(value) for key, value in (item.split(":") for item in text.split(",") if item)}
+    """KEY:VALUE,... -> SearchConfig settings, each of its field's type (kernelpro.mcts.options, the CLI's --search)."""
+    return parse_settings(text.replace(":", "="))
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kernelpro.cli_options import (Device, KbPath, LaunchRankingChoice, LaunchRankingOpt, ModelModeChoice, ModelModeOpt,
-                                   MovesOpt, NoKb, PolicyChoice, PolicyOpt,
+                                   MovesOpt, NoKb, PolicyChoice, PolicyOpt, SearchOpt,
                                    PrecisionChoice, PrecisionOpt, knowledge_base, quiet)
 from kernelpro.cli_search import CoderChoice, ObjectiveChoice, StrategyChoice
 from kernelpro.cli_options import make_console
@@ -73,6 +73,7 @@ def register(app: typer.Typer) -> None:
         model_mode: ModelModeOpt = ModelModeChoice.train,
         launch_ranking: LaunchRankingOpt = LaunchRankingChoice.auto,
         moves: MovesOpt = "",
+        search: SearchOpt = "",
         seed: Annotated[int, typer.Option("--seed", help="each search's seed (kernelpro search --seed); a bench "
                                                          "repeated with other seeds shows its spread")] = 0,
         compile_baseline: Annotated[bool, typer.Option(
@@ -143,9 +144,16 @@ def register(app: typer.Typer) -> None:
             device=device.value if device else default_device(), gpus=gpus, profile=profile,
             baselines_only=baselines_only, time_limit_min=time_limit, **knowledge,
             backend=backend, ray_address=ray_address, unsafe_no_sandbox=unsafe_no_sandbox,
-            launch_ranking=launch_ranking.value, moves=moves, seed=seed, compile_baseline=compile_baseline)
+            launch_ranking=launch_ranking.value, moves=moves, seed=seed, compile_baseline=compile_baseline,
+            search=search)
+        if search:  # before any search starts, not in each
+            from kernelpro.mcts.options import SettingsError, parse_settings
+            try:
+                parse_settings(search)
+            except SettingsError as error:
+                raise typer.BadParameter(str(error), param_hint="--search") from None
         if moves:  # before any search starts, not in each
-            from kernelpro.driver import moves_refused
+            from kernelpro.search_settings import moves_refused
             from kernelpro.offline import allowed_moves
             refused = moves_refused(settings.coder)
             if refused:

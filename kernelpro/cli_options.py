@@ -56,6 +56,9 @@ LaunchRankingOpt = Annotated[LaunchRankingChoice, typer.Option(
 MovesOpt = Annotated[str, typer.Option(
     "--moves", help="only these of the offline coder's moves, comma-separated (tune: its tune:<kernel> moves), e.g. "
                     "triton_gemm,tune to compare launch rankings on tuning alone; default: every move")]
+SearchOpt = Annotated[str, typer.Option(
+    "--search", metavar="NAME=VALUE,...", help="the tree search's settings (kernelpro.mcts.SearchConfig, measured in "
+    "docs/mcts.md), e.g. head_until_gain=off,follow_gain=2; default: its defaults")]
 Timeout = Annotated[float | None, typer.Option(
     "--timeout", min=1, help="wall-clock limit in seconds for every phase (build, load, correctness, timing)")]
 JsonFlag = Annotated[bool, typer.Option(

@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kernelpro.cli_options import (Device, KbPath, LaunchRankingChoice, LaunchRankingOpt, ModelModeChoice, ModelModeOpt,
-                                   MovesOpt, NoKb, PolicyChoice, PolicyOpt,
+                                   MovesOpt, NoKb, PolicyChoice, PolicyOpt, SearchOpt,
                                    PrecisionChoice, PrecisionOpt, knowledge_base, quiet)
 from kernelpro.cli_options import make_console
 
@@ -87,6 +87,7 @@ def register(app: typer.Typer) -> None:
         model_mode: ModelModeOpt = ModelModeChoice.train,
         launch_ranking: LaunchRankingOpt = LaunchRankingChoice.auto,
         moves: MovesOpt = "",
+        search: SearchOpt = "",
         parallel: Annotated[int, typer.Option("--parallel", help="candidates evaluated at once")] = 1,
         seed: Annotated[int, typer.Option("--seed")] = 0,
         out: Annotated[Path | None, typer.Option("--out", help="output folder (default: runs/<problem name>)")] = None,
@@ -118,7 +119,8 @@ def register(app: typer.Typer) -> None:
         """Search for a faster (or more energy-efficient) implementation of PROBLEM."""
         knowledge = knowledge_base(kb, no_kb)
         from kernelpro.coder import default_coder
-        from kernelpro.driver import SearchRun, SearchSettings
+        from kernelpro.driver import SearchRun
+        from kernelpro.search_settings import SearchSettings
         from kernelpro.harness import default_device
 
         chosen_device = device.value if device else default_device()
@@ -132,7 +134,8 @@ def register(app: typer.Typer) -> None:
             seed=seed, profile=profile,
             compile_baseline=compile_baseline if compile_baseline is not None else chosen_device == "cuda",
             model=model, planner_model=planner_model, max_cost_usd=max_cost, max_tokens=max_tokens,
-            unsafe_no_sandbox=unsafe_no_sandbox, launch_ranking=launch_ranking.value, moves=moves, **knowledge)
+            unsafe_no_sandbox=unsafe_no_sandbox, launch_ranking=launch_ranking.value, moves=moves, search=search,
+            **knowledge)
         if force:
             if resume:
                 raise typer.BadParameter("--force starts over; --resume continues: give one of them",

@@ -15,6 +15,7 @@ from pathlib import Path
 from kernelpro import report
 from kernelpro.energy import objectives
 from kernelpro.harness.problem import reference_candidate
+from kernelpro.mcts.options import describe
 from kernelpro.mcts.search import Search
 from kernelpro.runstore import write_atomic
 
@@ -112,7 +113,8 @@ def _header(run, best: dict | None, baseline: dict, final, rejected: dict | None
         lines.append("# no candidate beat the reference under this objective: this is the reference itself")
     lines += [f"# device: {result.get('device_name') or s.device} ({s.device}), precision {s.precision}, "
               f"policy {s.policy}, model mode {s.model_mode}, torch {result.get('torch_version', '')}",
-              f"# objective: {s.objective}, coder: {s.coder}, strategy: {s.strategy}, "
+              f"# objective: {s.objective}, coder: {s.coder}, strategy: {s.strategy}"
+              f"{f' ({describe(s.search)})' if s.search else ''}, "
               f"date: {datetime.date.today().isoformat()}",
               "# Standalone: it needs only torch (and the standard library); kernelpro is not imported.", ""]
     return "\n".join(lines) + "\n"
@@ -201,7 +203,7 @@ def write_all(run, search: Search, baseline: dict, stopped: str, final,
         "problem": str(s.problem), "objective": s.objective, "device": s.device,
         "device_name": baseline.get("device_name"), "torch_version": baseline.get("torch_version"),
         "coder": s.coder, "strategy": s.strategy, "precision": s.precision, "policy": s.policy, "seed": s.seed,
-        "model_mode": s.model_mode, "launch_ranking": s.launch_ranking, "moves": s.moves,
+        "model_mode": s.model_mode, "launch_ranking": s.launch_ranking, "moves": s.moves, "search": s.search,
         "launch_rankings": launch_rankings(rows, search),
         "budget": s.budget, "evaluations": len(rows), "verdicts": verdict_counts(rows),
         "baseline_ms": baseline["eager_ms"], "baseline_compile_ms": baseline.get("compile_ms"),

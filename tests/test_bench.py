@@ -178,13 +178,18 @@ def test_compare_pairs_problems_and_tests_the_difference(finished_bench, tmp_pat
         if row["speedup"]:
             row["speedup"] *= 1.5
     changed["problems"].append(dict(changed["problems"][0], key="level9/1_Extra"))
+    changed["settings"].update(strategy="greedy", search="follow_gain=2")  # how B searched, as its bench records it
     (other / "leaderboard.json").write_text(json.dumps(changed))
     result = compare(out, other)
     assert result["n"] == 2 and result["b_better"] == 2 and result["geomean_b_over_a"] == pytest.approx(1.5)
     assert result["only_b"] == ["level9/1_Extra"] and result["p_value"] is not None
+    assert result["settings_differ"] == {"strategy": ["mcts", "greedy"], "search": ["-", "follow_gain=2"]}
+    assert compare(out, out)["settings_differ"] == {}
     with pytest.raises(SystemExit) as exit_:
         main(["bench", "compare", str(out), str(other)])
-    assert exit_.value.code == 0 and "wilcoxon" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert exit_.value.code == 0 and "wilcoxon" in text
+    assert "Settings that differ (A / B): strategy mcts / greedy; search - / follow_gain=2" in text
     with pytest.raises(SystemExit) as exit_:
         main(["bench", "compare", str(out)])
     assert exit_.value.code == 2

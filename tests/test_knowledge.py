@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from kernelpro.cli import main
-from kernelpro.driver import SearchRun, SearchSettings
+from kernelpro.driver import SearchRun
+from kernelpro.search_settings import SearchSettings
 from kernelpro.knowledge import (MIGRATIONS, KnowledgeBase, KnowledgeError, State, default_path, operator_family,
                                  state_for)
 from test_search import DATA, FakeHarness, ScriptedCoder

@@ -207,7 +207,8 @@ def test_launch_ranking_analytic_keeps_the_generators_order_where_a_model_exists
     # from the command line: the search hands the choice to its offline coder, and a bench to each search
     from kernelpro.bench.child import BenchSettings, search_args
     from kernelpro.bench.suite import Entry
-    from kernelpro.driver import SearchRun, SearchSettings
+    from kernelpro.driver import SearchRun
+    from kernelpro.search_settings import SearchSettings
     run = SearchRun(SearchSettings(problem=str(problem), out=str(tmp_path / "run"), launch_ranking="analytic",
                                    use_kb=False))
     assert run.coder.launch_ranking == "analytic"

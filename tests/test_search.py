@@ -20,7 +20,8 @@ import pytest
 from conftest import default_sigint
 from kernelpro.cli import main
 from kernelpro.coder import CoderProposal, default_coder
-from kernelpro.driver import SearchRun, SearchSettings
+from kernelpro.driver import SearchRun
+from kernelpro.search_settings import SearchSettings
 from kernelpro.harness.records import EvalResult, Phase, TimingStats, Verdict
 from kernelpro.tools.records import TECHNIQUES
 
@@ -329,7 +330,7 @@ def test_resume_of_a_run_stopped_before_it_recorded_its_settings_starts_afresh(t
 
 
 def test_remeasure_only_times_the_finished_best_again_and_evaluates_nothing_new(tmp_path):
-    from kernelpro.driver import SearchInputError
+    from kernelpro.search_settings import SearchInputError
     settings = SearchSettings(problem=str(DATA / "redundant.py"), out=str(tmp_path / "run"), budget=3, profile=False)
     first = SearchRun(settings, evaluator=FakeHarness()).run()
     rows = sqlite3.connect(tmp_path / "run" / "state.db").execute("SELECT COUNT(*) FROM evaluations").fetchone()[0]

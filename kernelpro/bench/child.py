@@ -69,6 +69,7 @@ class BenchSettings:
     launch_ranking: str = "auto"  # passed to each search: the offline coder's launch configurations
     moves: str = ""  # passed to each search: the offline coder's moves allowed ("" = all)
     seed: int = 0  # passed to each search (--seed): repeat a bench with other seeds to see its spread
+    search: str = ""  # passed to each search (--search): the tree search's settings, NAME=VALUE,... ("" = defaults)
     compile_baseline: bool = True  # False: no search times torch.compile (--no-compile-baseline), a cheaper bench
 
 
@@ -88,7 +89,7 @@ def summarize_run(folder: Path) -> dict:
             "speedup", "speedup_vs_compile", "final_speedup", "best_moves", "evaluations", "verdicts", "wall_s",
             "energy_j", "baseline_energy_j", "stopped", "coder", "strategy", "objective", "precision", "budget",
             "time_split_s", "final", "final_failure", "final_history", "model_mode", "kernelbench_speedup", "energy",
-            "baseline_compile_correct", "launch_ranking", "launch_rankings")
+            "baseline_compile_correct", "launch_ranking", "launch_rankings", "search")
     return {k: run.get(k) for k in keep} | {
         "techniques": list(dict.fromkeys(techniques)),
         "tokens": (usage.get("input_tokens", 0) or 0) + (usage.get("output_tokens", 0) or 0) if usage else None,
@@ -109,7 +110,8 @@ def search_args(entry: Entry, s: BenchSettings, folder: Path, resume: bool) -> l
         ([] if s.profile else ["--no-profile"]) + (["--time-limit", str(s.time_limit_min)] if s.time_limit_min else []) + \
         (["--no-kb"] if not s.use_kb else ["--kb", s.kb] if s.kb else []) + \
         (["--unsafe-no-sandbox"] if s.unsafe_no_sandbox else []) + \
-        ([] if s.compile_baseline else ["--no-compile-baseline"]) + (["--moves", s.moves] if s.moves else [])
+        ([] if s.compile_baseline else ["--no-compile-baseline"]) + (["--moves", s.moves] if s.moves else []) + \
+        (["--search", s.search] if s.search else [])
 
 
 def one_line_error(log_tail: str) -> str:

@@ -40,19 +40,31 @@ def side_folders(folders) -> list[Path]:
     return [Path(folders)] if isinstance(folders, (str, Path)) else [Path(f) for f in folders]
 
 
-def load_side(folders: list[Path]) -> tuple[dict, dict]:
-    """One side of a comparison, from its bench folders: its rows by problem key, and the folder each row
-    came from (whose tree the to-95% counts read)."""
+# what two benches may differ in, that a reader of their comparison must know (not where they ran or which problems)
+HOW = ("coder", "strategy", "search", "budget", "objective", "precision", "policy", "model_mode", "launch_ranking",
+       "moves", "seed", "profile", "use_kb", "compile_baseline")
+
+
+def load_side(folders: list[Path]) -> tuple[dict, dict, dict]:
+    """One side of a comparison, from its bench folders: its rows by problem key, the folder each row
+    came from (whose tree the to-95% counts read), and how it searched (HOW: each setting's values over its
+    folders, joined with ' + ' where its parts differ)."""
     if not folders:
         raise BenchError("a side of the comparison names no bench folder")
-    rows, homes = {}, {}
+    rows, homes, how = {}, {}, {}
     for folder in folders:
-        for row in load(folder)["problems"]:
+        document = load(folder)
+        for name in HOW:
+            value = document.get("settings", {}).get(name)
+            if value not in how.setdefault(name, []):
+                how[name].append(value)
+        for row in document["problems"]:
             if row["key"] in rows:
                 raise BenchError(f"{row['key']} is in both {homes[row['key']]} and {folder}: "
                                  "a side's folders must hold different problems")
             rows[row["key"]], homes[row["key"]] = row, folder
-    return rows, homes
+    return rows, homes, {name: " + ".join("-" if v in (None, "") else str(v) for v in values)
+                         for name, values in how.items()}
 
 
 def signed_rank(differences: list[float]) -> dict:
@@ -137,8 +149,8 @@ def matched_summary(pairs: list[dict]) -> dict:
 def compare(folder_a, folder_b) -> dict:
     """Bench A against bench B; each side one folder or a list of folders (a bench run in parts)."""
     folders_a, folders_b = side_folders(folder_a), side_folders(folder_b)
-    rows_a, homes_a = load_side(folders_a)
-    rows_b, homes_b = load_side(folders_b)
+    rows_a, homes_a, how_a = load_side(folders_a)
+    rows_b, homes_b, how_b = load_side(folders_b)
     paired = []
     for key in sorted(rows_a.keys() & rows_b.keys()):
         ra, rb = rows_a[key], rows_b[key]
@@ -156,6 +168,7 @@ def compare(folder_a, folder_b) -> dict:
     test = {"test": "wilcoxon signed-rank (two-sided) on log(speedup B / speedup A)", "n": len(paired),
             **signed_rank(logs)}
     return {"a": ",".join(map(str, folders_a)), "b": ",".join(map(str, folders_b)), "paired": paired,
+            "settings_differ": {name: [how_a[name], how_b[name]] for name in HOW if how_a[name] != how_b[name]},
             "only_a": sorted(rows_a.keys() - rows_b.keys()), "only_b": sorted(rows_b.keys() - rows_a.keys()),
             "geomean_a": geomean(p["a"] for p in paired), "geomean_b": geomean(p["b"] for p in paired),
             "geomean_b_over_a": geomean(p["ratio"] for p in paired),
@@ -196,7 +209,9 @@ def _timed_in_search(pair: dict, side: str) -> str:
 
 
 def markdown(document: dict) -> str:
-    lines = [f"A: {document['a']}", f"B: {document['b']}", "",
+    differ = "; ".join(f"{name} {a} / {b}" for name, (a, b) in document.get("settings_differ", {}).items())
+    lines = [f"A: {document['a']}", f"B: {document['b']}",
+             f"Settings that differ (A / B): {differ or 'none'}", "",
              "| problem | A vs eager | B vs eager | B / A | evaluations A | evaluations B | to 95% A | to 95% B | "
              "to 95% of better A | to 95% of better B |",
              "|---|---|---|---|---|---|---|---|---|---|"]

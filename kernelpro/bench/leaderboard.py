@@ -159,6 +159,7 @@ def _how(document: dict) -> str:
             f"{s.get('model_mode', 'eval')}"
             + (f", launch ranking {s['launch_ranking']}" if s.get("launch_ranking", "auto") != "auto" else "")
             + (f", moves {s['moves']}" if s.get("moves") else "")
+            + (f", search settings {s['search']}" if s.get("search") else "")
             + "; devices: "
             f"{', '.join(document['devices']) or '-'}")
 

@@ -1,0 +1,114 @@
+"""What a `kernelpro search` run is given (`SearchSettings`), and the checks on it before any work (`validate`).
+
+The settings are the run's identity: the run records them first, and `--resume` continues with the recorded
+ones (only how long it may go on can change).
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernelpro.energy import objectives
+from kernelpro.errors import KernelproError
+from kernelpro.harness import check_device
+from kernelpro.harness.problem import Problem, load_problem
+from kernelpro.mcts.options import SettingsError, parse_settings
+from kernelpro.runstore import RunStore
+
+STATE_FILES = {"state.db", "state.db-wal", "state.db-shm"}
+
+
+class SearchInputError(KernelproError):
+    """Bad input to `kernelpro search`."""
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    problem: str
+    out: str
+    objective: str = "time"
+    budget: int = 16
+    time_limit_min: float | None = None
+    coder: str = "offline"
+    strategy: str = "mcts"
+    device: str = "cpu"
+    precision: str = "fp32"
+    policy: str = "relaxed"
+    model_mode: str = "train"  # train: as KernelBench runs models; eval: .eval() (inference)
+    parallel: int = 1
+    seed: int = 0
+    profile: bool = True
+    compile_baseline: bool = False
+    timing_budget_s: float = 2.0
+    epsilon: float = objectives.DEFAULT_EPSILON
+    model: str = ""  # the LLM coder's model ("" = its default, or KERNELPRO_MODEL)
+    planner_model: str = ""  # the LLM planner's model ("" = no separate planner call, or KERNELPRO_PLANNER_MODEL)
+    max_cost_usd: float | None = None  # stop when the LLM coder's estimated spend reaches this
+    max_tokens: int | None = None  # stop when the LLM coder's tokens (in + out) reach this
+    unsafe_no_sandbox: bool = False  # let the LLM coder's candidates run where no sandbox works
+    use_kb: bool = True  # read priors from and record outcomes into the knowledge base
+    kb: str = ""  # its path ("" = kernelpro.knowledge.default_path())
+    launch_ranking: str = "auto"  # the offline coder's launch configurations: auto (learned model where one exists) or analytic
+    moves: str = ""  # the offline coder's moves allowed, comma-separated ("" = all; "tune" = its tune: moves)
+    search: str = ""  # the tree search's settings, NAME=VALUE,... (kernelpro.mcts.options; "" = its defaults)
+
+
+def moves_refused(coder: str) -> str:
+    """Why --moves cannot go with this coder ('' for the offline coder, whose moves it limits)."""
+    return "" if coder == "offline" else (f"--moves limits the offline coder's moves; the {coder} coder writes its "
+                                          "own code: leave --moves out, or use --coder offline")
+
+
+
+def validate(settings: SearchSettings, resume: bool) -> Problem:
+    """Clear errors for bad input, before any work."""
+    if settings.budget < 1:
+        raise SearchInputError(f"--budget must be at least 1 (got {settings.budget})")
+    if settings.parallel < 1:
+        raise SearchInputError(f"--parallel must be at least 1 (got {settings.parallel})")
+    if settings.time_limit_min is not None and settings.time_limit_min <= 0:
+        raise SearchInputError("--time-limit must be a positive number of minutes")
+    objectives.needs_energy(settings.objective)  # unknown objective -> ValueError
+    try:
+        parse_settings(settings.search)
+    except SettingsError as error:
+        raise SearchInputError(f"--search: {error}") from None
+    if settings.model_mode not in ("train", "eval"):
+        raise SearchInputError(f"--model-mode {settings.model_mode!r}: train or eval")
+    problem = load_problem(settings.problem)
+    check_device(settings.device)
+    if settings.coder == "anthropic" and not settings.unsafe_no_sandbox:
+        from kernelpro.harness import sandbox
+        if not sandbox.isolation().active:
+            raise SearchInputError(f"no sandbox for candidate code here ({sandbox.isolation().detail}); the "
+                                   "Anthropic coder's candidates are untrusted code, so it does not run without "
+                                   "one: install bubblewrap, or pass --unsafe-no-sandbox to run them anyway")
+    out = Path(settings.out)
+    if out.exists() and not out.is_dir():
+        raise SearchInputError(f"{out} exists and is not a folder")
+    has_state = (out / "state.db").exists()
+    if resume and not has_state:
+        raise SearchInputError(f"--resume: {out} holds no run to resume (no state.db)")
+    if not resume and out.exists() and any(out.iterdir()):
+        if not never_started(out):
+            raise SearchInputError(f"{out} is not empty; pass --resume to continue the run there, --force to "
+                                   "start over there, or choose another --out folder")
+        shutil.rmtree(out)  # a run that failed before its reference was measured left only this
+    return problem
+
+
+def never_started(out: Path) -> bool:
+    """Whether a folder holds only what a run that failed before measuring its reference leaves
+    (state.db without a baseline, empty candidates/): the same command may then start again there."""
+    names = {p.name for p in out.iterdir()}
+    if not names <= STATE_FILES | {"candidates"} or "state.db" not in names:
+        return False
+    if (out / "candidates").exists() and any((out / "candidates").iterdir()):
+        return False
+    store = RunStore(out)
+    try:
+        return store.get("baseline") is None and not store.evaluations()
+    finally:
+        store.close()

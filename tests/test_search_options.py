@@ -1,0 +1,109 @@
+"""`--search NAME=VALUE,...`: the tree search's settings on a real run (kernelpro.mcts.options), from the text to
+the search that runs, the records that keep them, a resume, and a bench's searches."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kernelpro.bench import Bench, BenchSettings
+from kernelpro.bench.child import search_args
+from kernelpro.cli import main
+from kernelpro.driver import SearchRun
+from kernelpro.mcts import SearchConfig
+from kernelpro.mcts.options import SettingsError, configured, describe, parse_settings
+from kernelpro.search_settings import SearchInputError, SearchSettings
+from test_search import DATA, FakeHarness, ScriptedCoder
+
+ROOT = Path(__file__).resolve().parent.parent
+SUITE = ROOT / "tests" / "data" / "bench_suite"
+
+
+def test_each_value_takes_its_fields_type():
+    settings = parse_settings(" head_until_gain=off, follow_gain=2 ,greedy_head=3,greedy_tail_floor=none,"
+                              "selection=UCT")
+    assert settings == {"head_until_gain": False, "follow_gain": 2.0, "greedy_head": 3, "greedy_tail_floor": None,
+                        "selection": "uct"}
+    assert type(settings["greedy_head"]) is int and type(settings["follow_gain"]) is float
+    assert parse_settings("") == {} and parse_settings("prune=1")["prune"] is True
+    config = configured(SearchConfig(strategy="greedy", seed=7), "head_gain=1.1,greedy_tail_floor=4")
+    assert (config.strategy, config.seed, config.head_gain, config.greedy_tail_floor) == ("greedy", 7, 1.1, 4)
+    assert describe("head_until_gain=0,follow_gain=2.50") == "head_until_gain=off, follow_gain=2.5"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("head_until_gian=0", "'head_until_gian' is no search setting; the settings are: "),
+    ("strategy=greedy", "set it with --strategy"),
+    ("seed=3", "set it with --seed"),
+    ("follow_gain", "write NAME=VALUE, e.g. follow_gain=3.0"),
+    ("follow_gain=", "write NAME=VALUE"),
+    ("head_until_gain=maybe", "on or off"),
+    ("greedy_head=1.5", "a whole number"),
+    ("greedy_tail_floor=x", "a whole number or none"),
+    ("exploration=-1", "0 or more"),
+    ("exploration=nan", "0 or more"),
+    ("selection=best", "one of puct, uct"),
+    ("greedy_head=1,greedy_head=2", "given twice"),
+])
+def test_bad_settings_say_what_is_wrong(text, message):
+    with pytest.raises(SettingsError) as error:
+        parse_settings(text)
+    assert message in str(error.value)
+
+
+def test_the_settings_reach_the_search_and_its_records_and_a_resume_keeps_them(tmp_path):
+    """A failed first candidate gets a repair request by default (tests/test_search.py); with repair_children=0
+    the same run asks for none, its tree and run.json record the settings, and a resume keeps them."""
+    problem = DATA / "redundant.py"
+    source = problem.read_text() + "\nModelNew = Model\n"
+    runs = {}
+    for label, search in (("default", ""), ("no_repairs", "repair_children=0,head_until_gain=off")):
+        coder = ScriptedCoder(source)
+        settings = SearchSettings(problem=str(problem), out=str(tmp_path / label), budget=20, profile=False,
+                                  use_kb=False, search=search)
+        document = SearchRun(settings, evaluator=FakeHarness(), coder=coder).run()
+        runs[label] = (document, [r.kind for r in coder.requests])
+    assert "repair" in runs["default"][1] and "repair" not in runs["no_repairs"][1]
+    document = runs["no_repairs"][0]
+    assert document["search"] == "repair_children=0,head_until_gain=off" and runs["default"][0]["search"] == ""
+    config = json.loads((tmp_path / "no_repairs" / "tree.json").read_text())["search"]["config"]
+    assert config["repair_children"] == 0 and config["head_until_gain"] is False
+    assert "strategy: mcts (repair_children=0, head_until_gain=off)" in (tmp_path / "no_repairs" / "best.py").read_text()
+    # a resume with other (or no) settings continues the recorded run with its own
+    again = SearchSettings(problem=str(problem), out=str(tmp_path / "no_repairs"), budget=22, profile=False,
+                           use_kb=False)
+    coder = ScriptedCoder(source)
+    resumed = SearchRun(again, resume=True, evaluator=FakeHarness(), coder=coder)
+    assert resumed.settings.search == "repair_children=0,head_until_gain=off"
+    resumed.run()
+    config = json.loads((tmp_path / "no_repairs" / "tree.json").read_text())["search"]["config"]
+    assert config["repair_children"] == 0 and "repair" not in [r.kind for r in coder.requests]
+
+
+def test_bad_settings_stop_a_search_before_any_work(tmp_path, capsys):
+    with pytest.raises(SearchInputError, match="--search: 'widen' is no search setting"):
+        SearchRun(SearchSettings(problem=str(DATA / "redundant.py"), out=str(tmp_path / "run"), search="widen=2"))
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["search", str(DATA / "redundant.py"), "--out", str(tmp_path / "cli"), "--search", "greedy_head=two"])
+    assert exit_info.value.code == 2 and "a whole number" in capsys.readouterr().err
+    assert not (tmp_path / "cli").exists()
+
+
+def test_a_bench_passes_the_settings_to_each_search_and_refuses_bad_ones(tmp_path, capsys):
+    out = tmp_path / "bench"
+    fast = dict(budget=2, profile=False, device="cpu", use_kb=False)
+    bench = Bench(BenchSettings(suite=str(SUITE), out=str(out), search="follow_gain=2", **fast))
+    args = search_args(bench.entries[0], bench.settings, out / "p", resume=False)
+    assert args[args.index("--search") + 1] == "follow_gain=2"
+    again = Bench(BenchSettings(suite=str(SUITE), out=str(out), **fast), resume=True)  # a resume keeps them
+    assert again.settings.search == "follow_gain=2"
+    plain = search_args(bench.entries[0], BenchSettings(suite=str(SUITE), out=str(tmp_path / "o"), **fast),
+                        out / "p", resume=False)
+    assert "--search" not in plain
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", str(SUITE), "--out", str(tmp_path / "bad"), "--device", "cpu", "--search", "seed=1"])
+    assert exit_info.value.code == 2 and "set it with --seed" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()
