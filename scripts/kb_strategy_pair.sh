@@ -11,6 +11,7 @@
 # where a session's device time cannot hold all problems, KEYS and TAG split them into parts.
 # TOTAL: seconds this call may take. GREEDY_DONE=1 / MCTS_DONE=1 skip a bench that is done.
 # BUDGET: evaluations per problem (default 12: at 8 or less MCTS is greedy by construction).
+# MCTS_SEARCH: the MCTS bench's search settings (kernelpro bench --search NAME=VALUE,...), e.g. head_until_gain=off.
 set -uo pipefail
 OUT=${OUT:-$PWD/.out}
 began=$(date +%s)
@@ -19,13 +20,14 @@ skip="SKIP_STANDARD=1"  # gpu_check.sh: only the set-up and the KB steps
 keys=${KEYS:-$(grep -v '^#' benchmarks/kernelbench_subset30_level2.txt | paste -sd, -)}
 tag=${TAG:-kb12}
 args="--problems $keys --budget ${BUDGET:-12} --no-profile --no-kb"
+search_of() { [ "$1" = mcts ] && [ -n "${MCTS_SEARCH:-}" ] && echo " --search $MCTS_SEARCH"; }
 still_running() { [ -f /tmp/kernelpro-bg/kb.pid ] && kill -0 "$(cat /tmp/kernelpro-bg/kb.pid)" 2>/dev/null; }
 for strategy in greedy mcts; do
   upper=$(echo "$strategy" | tr a-z A-Z); done_var=${upper}_DONE; state_var=${upper}_STATE
   [ "${!done_var:-0}" = 1 ] && continue
   [ "$(left)" -gt 60 ] || exit 0
   env $skip OUT="$OUT/$strategy" KB=1 KB_NAME="$tag${strategy:0:1}" ${!state_var:+KB_STATE=${!state_var}} UNTIL="$(left)" \
-    KB_ARGS="$args --strategy $strategy" bash scripts/gpu_check.sh 2>&1 | tail -25
+    KB_ARGS="$args --strategy $strategy$(search_of "$strategy")" bash scripts/gpu_check.sh 2>&1 | tail -25
   if still_running; then echo "the $strategy bench is still running: call again"; exit 0; fi
 done
 [ "${JUDGE:-0}" = 1 ] || exit 0
@@ -38,6 +40,6 @@ for strategy in $judged; do
   upper=$(echo "$strategy" | tr a-z A-Z); state_var=${upper}_STATE
   # KB=1 restores the bench on a fresh machine (its state) and lets a finished one end at once
   env $skip OUT="$OUT/judge_$strategy" KB=1 KB_JUDGE=1 KB_NAME="$tag${strategy:0:1}" ${!state_var:+KB_STATE=${!state_var}} \
-    KB_ARGS="$args --strategy $strategy" UNTIL=60 KB_JUDGE_UNTIL=$(( share - 90 )) \
+    KB_ARGS="$args --strategy $strategy$(search_of "$strategy")" UNTIL=60 KB_JUDGE_UNTIL=$(( share - 90 )) \
     KB_JUDGE_TIMEOUT=$(( share - 30 )) bash scripts/gpu_check.sh 2>&1 | tail -30
 done
