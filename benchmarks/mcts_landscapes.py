@@ -34,7 +34,7 @@ from pathlib import Path
 
 from kernelpro.mcts import Budget, SearchConfig, make_search
 from kernelpro.mcts.options import parse_settings
-from kernelpro.mcts.replay import Replay, ReplayCoder, load_replays
+from kernelpro.mcts.replay import Replay, load_replays, replay_search
 from kernelpro.mcts.synthetic import LANDSCAPES, LandscapeCoder, Rugged
 
 STRATEGIES = ("mcts", "greedy", "beam", "best_first", "random")
@@ -92,9 +92,8 @@ def on_replays(path: Path, seeds: int, first_seed: int = 0, budgets=REPLAY_BUDGE
             to95, unseen = [], 0
             for seed in range(first_seed, first_seed + seeds):
                 for replay in map(Replay.from_json, recorded):
-                    search = make_search([], SearchConfig(seed=seed, **config), root_key=replay.key(()))
-                    coder = ReplayCoder(replay, order_seed=seed if seeded_order else None)
-                    search.run(coder, replay.evaluate, Budget(evaluations=budget))
+                    search = replay_search(replay, SearchConfig(seed=seed, **config), budget,
+                                           order_seed=seed if seeded_order else None)
                     best = replay.ratio(tuple(search.best().payload or ())) or 1.0
                     per_problem.setdefault(replay.name, []).append(math.log(best))
                     to95.append(next((n for n, ratio in search.history if ratio >= 0.95 * best), 0))

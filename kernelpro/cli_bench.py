@@ -147,11 +147,8 @@ def register(app: typer.Typer) -> None:
             launch_ranking=launch_ranking.value, moves=moves, seed=seed, compile_baseline=compile_baseline,
             search=search)
         if search:  # before any search starts, not in each
-            from kernelpro.mcts.options import SettingsError, parse_settings
-            try:
-                parse_settings(search)
-            except SettingsError as error:
-                raise typer.BadParameter(str(error), param_hint="--search") from None
+            from kernelpro.search_settings import check_search
+            check_search(search)
         if moves:  # before any search starts, not in each
             from kernelpro.search_settings import moves_refused
             from kernelpro.offline import allowed_moves

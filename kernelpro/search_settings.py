@@ -62,6 +62,14 @@ def moves_refused(coder: str) -> str:
 
 
 
+def check_search(text: str) -> None:
+    """--search's settings (kernelpro.mcts.options), checked before any work: SearchInputError says what is wrong."""
+    try:
+        parse_settings(text)
+    except SettingsError as error:
+        raise SearchInputError(f"--search: {error}") from None
+
+
 def validate(settings: SearchSettings, resume: bool) -> Problem:
     """Clear errors for bad input, before any work."""
     if settings.budget < 1:
@@ -71,10 +79,7 @@ def validate(settings: SearchSettings, resume: bool) -> Problem:
     if settings.time_limit_min is not None and settings.time_limit_min <= 0:
         raise SearchInputError("--time-limit must be a positive number of minutes")
     objectives.needs_energy(settings.objective)  # unknown objective -> ValueError
-    try:
-        parse_settings(settings.search)
-    except SettingsError as error:
-        raise SearchInputError(f"--search: {error}") from None
+    check_search(settings.search)
     if settings.model_mode not in ("train", "eval"):
         raise SearchInputError(f"--model-mode {settings.model_mode!r}: train or eval")
     problem = load_problem(settings.problem)

@@ -17,7 +17,9 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kernelpro.mcts.baselines import make_search
 from kernelpro.mcts.records import Expansion, Outcome, Proposal
+from kernelpro.mcts.search import Budget, Search, SearchConfig
 
 State = tuple[str, ...]
 
@@ -125,13 +127,17 @@ class ReplayCoder:
 
     replay: Replay
     order_seed: int | None = None
+    _orders: dict[State, list[State]] = field(default_factory=dict, repr=False)  # the seeded order, per state
 
     def _ranked(self, state: State) -> list[State]:
         children = self.replay.children(state)
         if self.order_seed is None:
             return children
-        # random.Random seeded by a string is stable across processes (it hashes with SHA-512)
-        return sorted(children, key=lambda child: random.Random(f"{self.order_seed}:{self.replay.key(child)}").random())
+        if state not in self._orders:  # a state is grown many times; its order is drawn once
+            # random.Random seeded by a string is stable across processes (it hashes with SHA-512)
+            self._orders[state] = sorted(
+                children, key=lambda child: random.Random(f"{self.order_seed}:{self.replay.key(child)}").random())
+        return self._orders[state]
 
     def __call__(self, request: Expansion) -> Proposal | None:
         state = _state(request.payload or ())
@@ -149,6 +155,13 @@ class ReplayCoder:
             return Proposal(payload=list(child), moves=(move,), key=self.replay.key(child), prior=1.0)
         self.replay.unseen += 1
         return None
+
+
+def replay_search(replay: Replay, config: SearchConfig, evaluations: int, order_seed: int | None = None) -> Search:
+    """A search of `config` run on `replay` for `evaluations`, its coder a ReplayCoder (with `order_seed`)."""
+    search = make_search([], config, root_key=replay.key(()))
+    search.run(ReplayCoder(replay, order_seed=order_seed), replay.evaluate, Budget(evaluations=evaluations))
+    return search
 
 
 def load_replays(path: Path) -> list[Replay]:

@@ -370,16 +370,14 @@ def test_beam_keeps_its_width():
 def test_follow_gain_refines_a_decisive_child_before_trying_its_siblings():
     """A root child 7x faster than the reference: with follow_gain 3 the next expansion grows it (its recorded
     child reaches 8x at the second evaluation); off (0), MCTS first tries the root's other children."""
-    from kernelpro.mcts.replay import Replay, ReplayCoder
+    from kernelpro.mcts.replay import Replay, replay_search
     states = [(["a"], 7.0), (["b"], 1.0), (["c"], 1.01), (["d"], 0.9), (["a", "e"], 8.0)]
     recorded = {"name": "decisive", "states": [{"moves": m, "verdict": "correct", "ratio": r} for m, r in states]}
 
     def grown(follow_gain: float) -> list[tuple[str, ...]]:
-        replay = Replay.from_json(recorded)
-        search = make_search([], SearchConfig(follow_gain=follow_gain, greedy_head=0, head_gain=0),
-                             root_key=replay.key(()))
         # a budget of 12 and no greedy head: its first 4 evaluations are MCTS's own, the last 8 its greedy tail
-        search.run(ReplayCoder(replay), replay.evaluate, Budget(evaluations=12))
+        search = replay_search(Replay.from_json(recorded), SearchConfig(follow_gain=follow_gain, greedy_head=0,
+                                                                        head_gain=0), 12)
         return [tuple(sorted(n.payload)) for n in search.nodes[1:]]
 
     assert grown(3.0)[:2] == [("a",), ("a", "e")]
@@ -411,15 +409,13 @@ def test_until_something_gains_mcts_refines_as_greedy_does_on_a_flat_real_search
     9.5x kernel needs channels_last and cudnn_benchmark together. Greedy meets it at its 13th evaluation of 16;
     MCTS that explores the root's other moves while nothing has gained met it at its 16th, the head that lasts
     until something gains meets it with greedy."""
-    from kernelpro.mcts.replay import Replay, ReplayCoder, load_replays
+    from kernelpro.mcts.replay import Replay, load_replays, replay_search
     path = Path(__file__).resolve().parent.parent / "benchmarks" / "replays" / \
         "kb_level2_strategies_b12_all10_patient_2026-11-27.json"
     recorded = next(r for r in load_replays(path) if r.name.startswith("level2/78_")).to_json()
 
     def needle_at(**config):  # the evaluation at which the search's best passed 9x
-        replay = Replay.from_json(recorded)
-        search = make_search([], SearchConfig(**config), root_key=replay.key(()))
-        search.run(ReplayCoder(replay), replay.evaluate, Budget(evaluations=16))
+        search = replay_search(Replay.from_json(recorded), SearchConfig(**config), 16)
         return next((n for n, best in search.history if best > 9), None)
     assert needle_at(strategy="greedy") == 13
     assert needle_at(head_until_gain=False) == 16

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from kernelpro.mcts import Budget, Outcome, Proposal, Search, SearchConfig, make_search
-from kernelpro.mcts.replay import Replay, ReplayCoder, load_replays
+from kernelpro.mcts import Budget, Outcome, Proposal, Search, SearchConfig
+from kernelpro.mcts.replay import Replay, ReplayCoder, load_replays, replay_search
 from kernelpro.outputs import tree_document
 
 REPLAYS = Path(__file__).resolve().parent.parent / "benchmarks" / "replays" / "kb_subset30_h100_2026-11-24.json"
@@ -18,8 +18,7 @@ def test_a_replayed_search_gets_only_recorded_states_and_outcomes(strategy):
     replays = load_replays(REPLAYS)
     assert len(replays) == 18 and all(r.order for r in replays)
     for replay in replays:
-        search = make_search([], SearchConfig(strategy=strategy, seed=3), root_key=replay.key(()))
-        search.run(ReplayCoder(replay), replay.evaluate, Budget(evaluations=8))
+        search = replay_search(replay, SearchConfig(strategy=strategy, seed=3), 8)
         assert search.evaluations == replay.evaluations <= len(replay.order)
         for node in search.nodes[1:]:
             verdict, ratio = replay.outcomes[tuple(sorted(node.payload))]
@@ -28,8 +27,7 @@ def test_a_replayed_search_gets_only_recorded_states_and_outcomes(strategy):
 
 def test_requests_beyond_the_recording_are_counted_not_invented():
     replay = next(r for r in load_replays(REPLAYS) if r.name == "level1/94_MSELoss")
-    search = make_search([], SearchConfig(strategy="greedy"), root_key=replay.key(()))
-    search.run(ReplayCoder(replay), replay.evaluate, Budget(evaluations=100))
+    search = replay_search(replay, SearchConfig(strategy="greedy"), 100)
     assert replay.evaluations == len(replay.order) == 4  # every recorded state, then nothing more
     assert replay.unseen >= 1
     assert replay.ratio(tuple(search.best().payload)) == replay.best_ratio() > 1.4  # fuse_pointwise, 1.48x
@@ -72,8 +70,7 @@ def test_the_deep_replays_hold_whole_searches_of_several_moves():
     assert len(replays) == 26 and all(22 <= len(r.order) <= 24 for r in replays)
     assert max(len(state) for r in replays for state in r.order) >= 5
     for replay in replays[:6]:
-        search = make_search([], SearchConfig(strategy="greedy", seed=0), root_key=replay.key(()))
-        search.run(ReplayCoder(replay), replay.evaluate, Budget(evaluations=200))
+        search = replay_search(replay, SearchConfig(strategy="greedy", seed=0), 200)
         assert replay.evaluations <= 24 and search.best().ratio <= replay.best_ratio()
 
 
@@ -178,6 +175,5 @@ def test_the_kb_ablation_replay_holds_our_suites_budget_16_searches():
     assert len(replays) == 24 and all((suite / f"{r.name}.py").is_file() for r in replays)
     assert all(16 <= len(r.order) <= 20 for r in replays) and sum(len(r.order) > 16 for r in replays) >= 6
     for replay in replays[:4]:
-        search = make_search([], SearchConfig(seed=0), root_key=replay.key(()))
-        search.run(ReplayCoder(replay, order_seed=1), replay.evaluate, Budget(evaluations=16))
+        search = replay_search(replay, SearchConfig(seed=0), 16, order_seed=1)
         assert search.best().ratio in {ratio for _, ratio in replay.outcomes.values()}

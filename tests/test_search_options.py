@@ -113,8 +113,7 @@ def test_mcts_own_settings_change_nothing_under_another_strategy():
     """What docs/search.md says of --search under --strategy greedy, beam, best_first or random, on real trees (the
     suite's replay): with MCTS's head, tail, selection and widening settings changed, each baseline evaluates the
     same states in the same order; the same change does move MCTS."""
-    from kernelpro.mcts import Budget, make_search
-    from kernelpro.mcts.replay import Replay, ReplayCoder, load_replays
+    from kernelpro.mcts.replay import Replay, load_replays, replay_search
     recorded = [r.to_json() for r in load_replays(ROOT / "benchmarks" / "replays" / "suite_h100_b24_2026-11-23.json")]
     changed = ("greedy_head=0,head_gain=0,head_until_gain=off,greedy_tail=0,greedy_tail_min=0,follow_gain=0,"
                "selection=uct,widening=fixed,exploration=3")
@@ -122,11 +121,8 @@ def test_mcts_own_settings_change_nothing_under_another_strategy():
     def histories(strategy: str, text: str) -> list:
         runs = []
         for data in recorded[:8]:
-            replay = Replay.from_json(data)
             config = configured(SearchConfig(strategy=strategy, seed=1), text)
-            search = make_search([], config, root_key=replay.key(()))
-            search.run(ReplayCoder(replay, order_seed=1), replay.evaluate, Budget(evaluations=16))
-            runs.append(search.history)
+            runs.append(replay_search(Replay.from_json(data), config, 16, order_seed=1).history)
         return runs
     for strategy in ("greedy", "beam", "best_first", "random"):
         assert histories(strategy, "") == histories(strategy, changed), strategy
