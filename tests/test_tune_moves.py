@@ -44,3 +44,36 @@ def test_identical_kernels_are_tuned_together(tmp_path):
     assert len(tunes[1]["tune"]) == 1 and by_k[next(iter(tunes[1]["tune"]))] == 512
     ranks = {k["name"]: k["rank"] for k in tunes[0]["kernels"]}
     assert all(ranks[name] == 1 for name in layers)
+
+
+def test_a_losing_launch_configuration_is_not_proposed_again_elsewhere(tmp_path):
+    """A tune: move proposes the next-ranked configuration of a kernel, so at two nodes where the kernel sits at
+    the same rank it proposes the same configuration (level2/59 on an H200, 2026-11-29: rank 1 of its GEMM
+    evaluated four times, 0.69x-0.70x of its parent each time). Once every tune of that kernel has lost in the
+    run (the search's Expansion.losing), the coder drops a configuration it proposed before; a configuration
+    it has not proposed (the next rank, from the tuned node) is still offered, and without the loss the
+    repeat is offered too."""
+    from test_offline import request
+
+    from kernelpro.offline import OfflineCoder
+
+    path = write_problem(tmp_path, ["return torch.relu(self.proj(x))"], [(512, 256)],
+                         "\n        self.proj = nn.Linear(256, 512)")
+    coder = OfflineCoder()
+    try:
+        def ask(state, losing=()):
+            answer = coder.options(request(path, parent_state=state, device="cuda"))
+            others = tuple((o["move"], "1.000x") for o in answer["options"] if not o["move"].startswith("tune:"))
+            return coder.propose(request(path, parent_state=state, device="cuda", kind="refine", tried=others,
+                                         losing=losing))
+
+        first = ask({"applied": ["triton_gemm"]})
+        assert first.move.startswith("tune:") and set(first.state["tune"].values()) == {1}
+        elsewhere = {"applied": ["triton_gemm", "cuda_graphs"]}  # the same kernel, at its first-ranked config
+        assert ask(elsewhere, losing=(first.move,)) is None  # rank 1 again: it lost, so it is not proposed
+        again = ask(elsewhere)  # no loss recorded: the same configuration is a fair proposal
+        assert again.move == first.move and again.state["tune"] == first.state["tune"]
+        deeper = ask(first.state, losing=(first.move,))  # from the tuned node: rank 2, not proposed before
+        assert deeper.move == first.move and set(deeper.state["tune"].values()) == {2}
+    finally:
+        coder.close()

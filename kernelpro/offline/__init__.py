@@ -52,6 +52,8 @@ class OfflineCoder:
         self._folder: tempfile.TemporaryDirectory | None = None
         self._root_skipped: dict[str, str] = {}  # the root answer's moves that do not apply, and why
         self._offered_once = False
+        # (problem, tune: move) -> the launch configurations it proposed (kernel and configuration as JSON)
+        self._tuned: dict[tuple[str, str], set[str]] = {}
 
     def why_no_moves(self) -> str:
         """Why the coder offered no move at all (its root answer's reasons, most common first), or ''
@@ -152,8 +154,11 @@ class OfflineCoder:
         learned = dict(request.kb_factors)  # from earlier runs: > 1 worked in similar states, < 1 kept failing
         promising = {part for entry in request.promising for part in entry.split("+")}
         losing = {part for entry in request.losing for part in entry.split("+") if not part.startswith(TUNE_PREFIX)}
+        # a tune: move that lost wherever it was tried, proposing a configuration it proposed before: the same
+        # kernel at the same launch configuration, which can only lose again (it is dropped, not offered last)
+        losing_tunes = {part for entry in request.losing for part in entry.split("+") if part.startswith(TUNE_PREFIX)}
         choices = [o for o in answer["options"] if o["move"] not in tried and o["move"] not in avoid
-                   and self._allows(o["move"])]
+                   and self._allows(o["move"]) and not (o["move"] in losing_tunes and self._tuned_before(request, o))]
         if not request.parent_state.get("applied"):
             self._root_skipped = dict(answer.get("skipped", {}))
             if self.allowed is not None:  # the moves that apply but are not allowed are skipped too
@@ -172,6 +177,8 @@ class OfflineCoder:
 
         best = min(choices, key=score)
         self._offered_once = True
+        if best["move"].startswith(TUNE_PREFIX):
+            self._tuned.setdefault((request.problem_path, best["move"]), set()).add(_tuned_kernel(best))
         applied = list(request.parent_state.get("applied", []))
         if not best["move"].startswith(TUNE_PREFIX):
             applied = canonical(applied + [best["move"]])
@@ -184,6 +191,17 @@ class OfflineCoder:
                                                           "features") if k in kernel} for kernel in best["kernels"]]
         return CoderProposal(source=best["source"], techniques=(best["technique"],), rationale=best["rationale"],
                              move=best["move"], state=state, prior=prior)
+
+
+    def _tuned_before(self, request: CoderRequest, option: dict) -> bool:
+        return _tuned_kernel(option) in self._tuned.get((request.problem_path, option["move"]), set())
+
+
+def _tuned_kernel(option: dict) -> str:
+    """A tune: option's kernel as it would run: its configuration and features (shapes, layout), as JSON."""
+    name = option["move"][len(TUNE_PREFIX):]
+    kernel = next((k for k in option.get("kernels", []) if k["name"] == name), {})
+    return json.dumps([name, kernel.get("config"), kernel.get("features")], sort_keys=True)
 
 
 def allowed_moves(moves: str) -> set[str] | None:
