@@ -192,7 +192,6 @@ class OfflineCoder:
         return CoderProposal(source=best["source"], techniques=(best["technique"],), rationale=best["rationale"],
                              move=best["move"], state=state, prior=prior)
 
-
     def _tuned_before(self, request: CoderRequest, option: dict) -> bool:
         return _tuned_kernel(option) in self._tuned.get((request.problem_path, option["move"]), set())
 
