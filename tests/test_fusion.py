@@ -756,6 +756,23 @@ def test_a_bare_product_becomes_a_triton_gemm(tmp_path, body, shapes):
     assert "matmul(" in rewritten and "mul(" not in rewritten.replace("matmul(", "") and "* 1.0" not in rewritten
 
 
+@pytest.mark.parametrize("body, epilogue, row", [
+    (["return F.group_norm(x @ y, 4)"], ["mul"], ["group_norm"]),
+    (["return torch.clamp(F.group_norm(x @ y, 4), -1.0, 1.0)"], ["mul"], ["group_norm", "clamp"]),
+    (["return torch.softmax(torch.relu(x @ y) * 0.5, dim=1)"], ["relu"], ["mul", "softmax"]),
+], ids=["group-norm", "group-norm-clamp", "activation-softmax"])
+def test_fuse_reductions_leaves_the_triton_gemm_its_product(tmp_path, body, epilogue, row):
+    """fuse_reductions with triton_gemm (level2/30, 75: a linear, then a group norm): the row kernel took the op
+    after the product in as its prologue, so the GEMM had no epilogue and the candidate silently kept the library's
+    product (on an H200, level2/30's `fuse_reductions` under `triton_gemm` fell from 1.42x to 1.04x, four times).
+    Now that op is the GEMM's epilogue and the row kernel reads the GEMM's output."""
+    path = write_problem(tmp_path, body, [(40, 24), (24, 36)])
+    kernels = check(path, ["fuse_reductions", "triton_gemm"], atol=1e-3)
+    assert [(k["kind"], k["ops"]) for k in kernels] == [("gemm", epilogue), ("row", row)]
+    small = write_problem(tmp_path, body, [(8, 24), (24, 36)])  # too small for a GEMM: the row kernel keeps its ops
+    assert [k["kind"] for k in check(small, ["fuse_reductions", "triton_gemm"])] == ["row"]
+
+
 def test_pointwise_kernels_past_2_to_the_31_elements_index_in_int64(tmp_path, monkeypatch):
     """A tensor of more than 2^31 elements (KernelBench's level1/45 average-pools 4.3 G of them) is past int32
     offsets: its pointwise kernel (a pool read in place included) indexes from an int64 program id, and no

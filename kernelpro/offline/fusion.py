@@ -36,8 +36,9 @@ from kernelpro.offline.windows import pool_args
 
 
 class _Partitioner:
-    def __init__(self, gm: fx.GraphModule, exclude: set):
+    def __init__(self, gm: fx.GraphModule, exclude: set, epilogues: set | None = None):
         self.gm = gm
+        self.epilogues = set(epilogues or ())  # pointwise nodes a row group may not take in: a GEMM's epilogues
         self.nodes = list(gm.graph.nodes)
         self.order = {n: i for i, n in enumerate(self.nodes)}
         self.resolved = {n: resolve(gm, n) for n in self.nodes if n.op in ("call_function", "call_method",
@@ -98,8 +99,9 @@ class _Partitioner:
             for member in sorted(members, key=self.order.get):
                 producers = [p for p in member.all_input_nodes if p not in members and p not in self.grouped
                              and (self.pointwise(p) or self.windowed(p))
-                             and all(u in members for u in p.users)]
-                users = [u for u in member.users if u not in members and u not in self.grouped and (
+                             and all(u in members for u in p.users) and not (kind == "row" and p in self.epilogues)]
+                users = [u for u in member.users if u not in members and u not in self.grouped
+                         and not (kind == "row" and u in self.epilogues) and (
                     self.pointwise(u) or (kind == "row" and (self.relabel(u) or self._same_row_op(u, logical,
                                                                                                     reduced, split))))]
                 if kind == "row":  # row operations over the same input and dimensions share its single read
@@ -190,9 +192,11 @@ class _Partitioner:
         return groups
 
 
-def partition(gm: fx.GraphModule, kinds: set[str], exclude: set | None = None) -> list[Group]:
-    """The groups of the enabled kinds ("row", "pointwise"), in graph order; `exclude` stays as it is."""
-    return _Partitioner(gm, set(exclude or ())).run(kinds)
+def partition(gm: fx.GraphModule, kinds: set[str], exclude: set | None = None,
+              epilogues: set | None = None) -> list[Group]:
+    """The groups of the enabled kinds ("row", "pointwise"), in graph order; `exclude` stays as it is;
+    `epilogues`: pointwise nodes that start a GEMM's epilogue group, which no row group takes in."""
+    return _Partitioner(gm, set(exclude or ()), epilogues).run(kinds)
 
 
 def _resolved(gm: fx.GraphModule, node: fx.Node):

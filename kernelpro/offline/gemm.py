@@ -208,6 +208,21 @@ def drop_unused(gm: fx.GraphModule, groups: list[Group], made: list[fx.Node]) ->
     return kept
 
 
+def row_taken_epilogues(gm: fx.GraphModule, groups: list[Group]) -> set[fx.Node]:
+    """The pointwise users of the products no Triton GEMM took that a row group took in as its prologue
+    (with fuse_reductions, the group norm after a linear takes the linear's `* 1.0` or its activation):
+    started as epilogues instead (`fusion.partition(..., epilogues=)`), they let a GEMM take the product."""
+    taken = products_taken(groups)
+    in_rows = {node for group in groups if group.kind == "row" for node in group.nodes}
+    return {user for node in gm.graph.nodes if node not in taken and _operands(gm, node) is not None
+            for user in node.users if user in in_rows and is_pointwise(resolve(gm, user))}
+
+
+def products_taken(groups: list[Group]) -> set[fx.Node]:
+    """The products the Triton GEMMs of `groups` compute."""
+    return {group.gemm.node for group in groups if group.gemm is not None}
+
+
 def attach(gm: fx.GraphModule, groups: list[Group], tf32: bool) -> int:
     """Mark the epilogue groups whose product a Triton GEMM can compute; how many."""
     count = 0

@@ -230,9 +230,13 @@ class Problem:
                         bare += gemm.expose_bare_products(gm, lambda node: conv_gemm.is_conv(gm, node))
                     # scans (cumsum/cumprod with the flips, slices and pointwise ops around them) with the row kernels
                     found = scans.find(gm, set(folds), device) if "row" in kinds and not cuda else []
-                    groups = found + fusion.partition(gm, kinds, exclude=set(folds).union(*(g.nodes for g in found)))
+                    excluded = set(folds).union(*(g.nodes for g in found))
+                    groups = found + fusion.partition(gm, kinds, exclude=excluded)
                     if "triton_gemm" in graph_moves:
                         counts["triton_gemm"] = gemm.attach(gm, groups, tf32="tf32_matmul" in moves)
+                        if "row" in kinds:
+                            groups, counts["triton_gemm"] = gemms_before_rows(gm, kinds, excluded, found, groups,
+                                                                              "tf32_matmul" in moves)
                     if "triton_conv" in graph_moves:
                         self.left_alone["triton_conv"] = []
                         counts["triton_conv"] = conv_gemm.attach(gm, groups, precision, self.left_alone["triton_conv"])
@@ -295,6 +299,27 @@ class Problem:
                     if "simplify_all" in moves else None
                 return codegen.render(self.source, moves, gm, folds, sources, notes), counts, kernels
         return codegen.render(self.source, moves, None, []), counts, kernels
+
+
+def gemms_before_rows(gm, kinds: set[str], excluded: set, found: list, groups: list, tf32: bool) -> tuple[list, int]:
+    """With fuse_reductions and triton_gemm, a row kernel takes in the pointwise op after a product (the `* 1.0`
+    of a linear that a group norm reads, an activation before a softmax) as its prologue, and the GEMM then has
+    no epilogue to compute: the candidate silently kept the library's product. Partition again with those ops
+    started as epilogues, keeping each only where a GEMM then takes its product; the groups and their GEMM count
+    (the first partition's where that takes no more products)."""
+    reserved = gemm.row_taken_epilogues(gm, groups)
+    best, taken = groups, len(gemm.products_taken(groups))
+    while reserved:
+        trial = found + fusion.partition(gm, kinds, exclude=excluded, epilogues=reserved)
+        count = gemm.attach(gm, trial, tf32=tf32)
+        products = gemm.products_taken(trial)
+        kept = {node for node in reserved if any(i in products for i in node.all_input_nodes)}
+        if kept == reserved:
+            if count > taken:
+                best, taken = trial, count
+            break
+        reserved = kept
+    return best, taken
 
 
 #: What the cuda_graphs move's estimate assumes: a bandwidth above any current GPU's (so the copies are
