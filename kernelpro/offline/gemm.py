@@ -196,14 +196,18 @@ def expose_bare_products(gm: fx.GraphModule, takes=None) -> list[fx.Node]:
 
 
 def drop_unused(gm: fx.GraphModule, groups: list[Group], made: list[fx.Node]) -> list[Group]:
-    """The groups without the `* 1.0` epilogues that no GEMM took, and those nodes gone from the graph."""
+    """The groups without the `* 1.0` epilogues that no GEMM took, and those nodes gone from the graph, but for
+    those a row kernel took in as its prologue (a product too small for a GEMM, read by a group norm): erasing
+    them there left the row group holding an erased node (torch.fx warned when the group was replaced)."""
     taken = {node for group in groups if group.gemm is not None for node in group.nodes}
     unused = [node for node in made if node not in taken]
     kept = [g for g in groups if not (g.gemm is None and set(g.nodes) <= set(unused))]
-    for node in unused:
+    inside = {node for group in kept for node in group.nodes}  # a row kernel took it in: it computes the `* 1.0`
+    gone = [node for node in unused if node not in inside]
+    for node in gone:
         node.replace_all_uses_with(node.args[0])
         gm.graph.erase_node(node)
-    if unused:
+    if gone:
         gm.recompile()
     return kept
 
