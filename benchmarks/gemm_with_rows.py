@@ -16,7 +16,7 @@ from pathlib import Path
 from kernelpro.offline import worker
 
 
-def gemms(problem: "worker.Problem", moves: list[str]) -> int:
+def gemms(problem: worker.Problem, moves: list[str]) -> int:
     _, _, kernels = problem.build(moves, {}, worker.triton_gen.Device(), "fp32", "analytic")
     return sum(kernel["kind"] == "gemm" for kernel in kernels)
 
