@@ -760,7 +760,8 @@ def test_a_bare_product_becomes_a_triton_gemm(tmp_path, body, shapes):
     (["return F.group_norm(x @ y, 4)"], ["mul"], ["group_norm"]),
     (["return torch.clamp(F.group_norm(x @ y, 4), -1.0, 1.0)"], ["mul"], ["group_norm", "clamp"]),
     (["return torch.softmax(torch.relu(x @ y) * 0.5, dim=1)"], ["relu"], ["mul", "softmax"]),
-], ids=["group-norm", "group-norm-clamp", "activation-softmax"])
+    (["return torch.sigmoid(x @ y).sum(dim=1, keepdim=True)"], ["sigmoid"], ["sum"]),
+], ids=["group-norm", "group-norm-clamp", "activation-softmax", "activation-sum"])
 def test_fuse_reductions_leaves_the_triton_gemm_its_product(tmp_path, body, epilogue, row):
     """fuse_reductions with triton_gemm (level2/30, 75: a linear, then a group norm): the row kernel took the op
     after the product in as its prologue, so the GEMM had no epilogue and the candidate silently kept the library's
@@ -771,6 +772,15 @@ def test_fuse_reductions_leaves_the_triton_gemm_its_product(tmp_path, body, epil
     assert [(k["kind"], k["ops"]) for k in kernels] == [("gemm", epilogue), ("row", row)]
     small = write_problem(tmp_path, body, [(8, 24), (24, 36)])  # too small for a GEMM: the row kernel keeps its ops
     assert [k["kind"] for k in check(small, ["fuse_reductions", "triton_gemm"])] == ["row"]
+
+
+def test_a_training_batch_norm_after_a_linear_leaves_the_gemm_its_product(tmp_path):
+    """level2/33, 39, 84's pattern: a linear, a training-mode batch norm (its running statistics updated), a
+    softmax; the pair of moves gives the GEMM and the row kernels, in training mode, twice."""
+    path = write_problem(tmp_path, ["return torch.softmax(self.bn(self.fc(x)) * 2.0, dim=1)"], [(40, 48)],
+                         "\n        self.fc = nn.Linear(48, 64)\n        self.bn = nn.BatchNorm1d(64)")
+    kernels = check(path, ["fuse_reductions", "triton_gemm"], atol=1e-3, training=True)
+    assert [k["kind"] for k in kernels][:1] == ["gemm"] and {k["kind"] for k in kernels[1:]} == {"row"}
 
 
 def test_pointwise_kernels_past_2_to_the_31_elements_index_in_int64(tmp_path, monkeypatch):
