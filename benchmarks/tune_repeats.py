@@ -15,7 +15,9 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-LOSS = 0.9  # SearchConfig.losing_below's default
+from kernelpro.mcts import SearchConfig
+
+LOSS = SearchConfig().losing_below  # what the search counts as a loss (the coder's `losing` hint)
 
 
 def repeats_in(problem: Path) -> tuple[int, int, int]:

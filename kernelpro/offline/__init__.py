@@ -153,10 +153,11 @@ class OfflineCoder:
         scores = dict(request.techniques)
         learned = dict(request.kb_factors)  # from earlier runs: > 1 worked in similar states, < 1 kept failing
         promising = {part for entry in request.promising for part in entry.split("+")}
-        losing = {part for entry in request.losing for part in entry.split("+") if not part.startswith(TUNE_PREFIX)}
+        lost = {part for entry in request.losing for part in entry.split("+")}
+        losing = {part for part in lost if not part.startswith(TUNE_PREFIX)}
         # a tune: move that lost wherever it was tried, proposing a configuration it proposed before: the same
         # kernel at the same launch configuration, which can only lose again (it is dropped, not offered last)
-        losing_tunes = {part for entry in request.losing for part in entry.split("+") if part.startswith(TUNE_PREFIX)}
+        losing_tunes = lost - losing
         choices = [o for o in answer["options"] if o["move"] not in tried and o["move"] not in avoid
                    and self._allows(o["move"]) and not (o["move"] in losing_tunes and self._tuned_before(request, o))]
         if not request.parent_state.get("applied"):

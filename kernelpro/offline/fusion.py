@@ -93,15 +93,15 @@ class _Partitioner:
         group = self._try(kind, logical, reduced, split, members)
         if group is None:
             return None
+        saved = self.epilogues if kind == "row" else frozenset()  # kept for a GEMM's epilogue: no row group takes them
         changed = True
         while changed:
             changed = False
             for member in sorted(members, key=self.order.get):
                 producers = [p for p in member.all_input_nodes if p not in members and p not in self.grouped
-                             and (self.pointwise(p) or self.windowed(p))
-                             and all(u in members for u in p.users) and not (kind == "row" and p in self.epilogues)]
-                users = [u for u in member.users if u not in members and u not in self.grouped
-                         and not (kind == "row" and u in self.epilogues) and (
+                             and p not in saved and (self.pointwise(p) or self.windowed(p))
+                             and all(u in members for u in p.users)]
+                users = [u for u in member.users if u not in members and u not in self.grouped and u not in saved and (
                     self.pointwise(u) or (kind == "row" and (self.relabel(u) or self._same_row_op(u, logical,
                                                                                                     reduced, split))))]
                 if kind == "row":  # row operations over the same input and dimensions share its single read
