@@ -116,3 +116,22 @@ def test_compare_counts_evaluations_to_the_better_best_and_takes_a_bench_in_part
     with pytest.raises(SystemExit) as exit_:
         main(["bench", "compare", ",", str(mcts1)])
     assert exit_.value.code == 2 and "names no bench folder" in capsys.readouterr().err
+
+
+def test_a_setting_an_older_part_lacks_reads_as_empty_not_as_a_difference(tmp_path):
+    """A bench from before a setting existed (no 'search' key) and one that left it empty searched alike;
+    a part that did set it shows as a mixed side."""
+    parts = {}
+    for name, key, settings in (("old", "level2/1_A", {"strategy": "greedy"}),
+                                ("new", "level2/2_B", {"strategy": "greedy", "search": ""}),
+                                ("set", "level2/2_B", {"strategy": "greedy", "search": "follow_gain=2"}),
+                                ("m1", "level2/1_A", {"strategy": "mcts", "search": ""}),
+                                ("m2", "level2/2_B", {"strategy": "mcts", "search": ""})):
+        folder = _bench(tmp_path / name, [(key, 2.0, "final", [[1, 2.0]])])
+        document = json.loads((folder / "leaderboard.json").read_text())
+        (folder / "leaderboard.json").write_text(json.dumps(dict(document, settings=settings)))
+        parts[name] = folder
+    same = compare([parts["old"], parts["new"]], [parts["m1"], parts["m2"]])
+    assert same["settings_differ"] == {"strategy": ["greedy", "mcts"]}
+    mixed = compare([parts["old"], parts["set"]], [parts["m1"], parts["m2"]])
+    assert mixed["settings_differ"]["search"] == ["- + follow_gain=2", "-"]

@@ -56,6 +56,7 @@ def load_side(folders: list[Path]) -> tuple[dict, dict, dict]:
         document = load(folder)
         for name in HOW:
             value = document.get("settings", {}).get(name)
+            value = None if value == "" else value  # a setting older benches lack is the same as an empty one
             if value not in how.setdefault(name, []):
                 how[name].append(value)
         for row in document["problems"]:
@@ -63,7 +64,7 @@ def load_side(folders: list[Path]) -> tuple[dict, dict, dict]:
                 raise BenchError(f"{row['key']} is in both {homes[row['key']]} and {folder}: "
                                  "a side's folders must hold different problems")
             rows[row["key"]], homes[row["key"]] = row, folder
-    return rows, homes, {name: " + ".join("-" if v in (None, "") else str(v) for v in values)
+    return rows, homes, {name: " + ".join("-" if v is None else str(v) for v in values)
                          for name, values in how.items()}
 
 
