@@ -660,6 +660,30 @@ def test_gemm_configs_fit_shared_memory_and_tf32_only_with_its_move(tmp_path):
                for c in gemm.configs(problem_group(problem)))
 
 
+def test_gemm_ranking_puts_the_tiles_ptxas_spills_after_the_others(tmp_path):
+    """Against a real capture (benchmarks/gemm_registers.py: every configuration of every GEMM of our KernelBench
+    half's levels 1-2, compiled for sm_90 by Triton 3.6's ptxas): every configuration the ranking holds back spilled,
+    and every one that spilled more than 300 bytes is held back; and in a GEMM's ranked list (4096 x 4096 x 4096)
+    every held-back configuration comes after every other (it came second before)."""
+    import json
+    from kernelpro.offline import gemm
+    capture = json.loads((ROOT / "benchmarks" / "results" / "gemm_registers_sm90_triton3.6_2026-11-29.json").read_text())
+    assert capture["triton"] == "3.6.0" and capture["arch"] == 90 and len(capture["rows"]) > 600
+    held, spilled = 0, 0
+    for row in capture["rows"]:
+        stack = max(usage["stack_bytes"] for usage in row["kernels"].values())
+        over = gemm.accumulator_registers(row["config"]) > gemm.ACCUMULATOR_REGISTERS
+        assert stack > 0 or not over, row  # held back and did not spill
+        assert over or stack <= 300, row  # spilled much and not held back
+        held, spilled = held + over, spilled + (stack > 0)
+    assert held > 100 and spilled > held  # the rule leaves out the few-byte spills
+    path = write_problem(tmp_path, ["return torch.sigmoid(self.fc(x)) * 2.0"], [(4096, 4096)],
+                         "\n        self.fc = nn.Linear(4096, 4096)")
+    over = [gemm.accumulator_registers(c) > gemm.ACCUMULATOR_REGISTERS
+            for c in gemm.configs(problem_group(Problem(path, 42)))]
+    assert any(over) and not all(over) and over == sorted(over)
+
+
 def problem_group(problem):
     import copy
     from kernelpro.offline import fusion, gemm

@@ -1,0 +1,146 @@
+"""Registers and spills of the Triton GEMMs the offline coder writes, for every launch configuration of each
+GEMM's ranked list, compiled for a GPU architecture by Triton's own ptxas on the CPU (nothing runs).
+
+    python benchmarks/gemm_registers.py PROBLEM.py [PROBLEM.py ...] [--arch 90] [--json OUT]
+
+For each problem the candidate of `triton_gemm` is built as the graph worker builds it (the analytic ranking),
+once per rank of each GEMM kernel (`tune:` walks that list); every `*_kernel` of the candidate that the GEMM's
+launches name is compiled with the constants its launch passes, and `cuobjdump -res-usage` reads the cubin's
+registers per thread and stack bytes (spills). The Triton that compiles is the one importable: run it under
+the GPU machine's version (e.g. `PYTHONPATH` to a `pip install --target DIR triton==3.6.0`) to match what the
+GPU compiles. Why: on an H200 the 128x256 tf32x3 configuration ran at 0.69x of the 128x128 one it followed
+(level2/59, 2026-11-29); a configuration that spills is ranked after those that do not (docs/offline-coder.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib.util
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from kernelpro.offline import gemm, worker
+
+_USAGE = re.compile(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)")
+
+
+def cuobjdump() -> str:
+    bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    found = str(bundled) if bundled.exists() else shutil.which("cuobjdump")
+    if not found:
+        raise SystemExit("no cuobjdump: neither Triton's bundled one nor one on PATH")
+    return found
+
+
+def launches(source: str) -> list[tuple[str, dict]]:
+    """Each `NAME_kernel[grid](..., KEY=constant, ...)` of a candidate: the kernel's name and its constant keywords."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript) \
+                and isinstance(node.func.value, ast.Name) and node.func.value.id.endswith("_kernel"):
+            constants = {}
+            for keyword in node.keywords:
+                try:
+                    constants[keyword.arg] = ast.literal_eval(keyword.value)
+                except ValueError:
+                    pass
+            found.append((node.func.value.id, constants))
+    return found
+
+
+def compile_usage(function, constants: dict, arch: int, tool: str) -> dict:
+    """Registers and stack of one kernel compiled for sm_<arch> with these launch constants."""
+    options = {k: constants[k] for k in ("num_warps", "num_stages") if k in constants}
+    fixed = {k: v for k, v in constants.items() if k in function.arg_names}
+    signature = {}
+    for name in function.arg_names:
+        signature[name] = "constexpr" if name in fixed else "*fp32" if name.endswith("_ptr") else "i32"
+    source = ASTSource(function, signature, constexprs={(function.arg_names.index(k),): v for k, v in fixed.items()})
+    kernel = triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
+        cubin.write(kernel.asm["cubin"])
+        cubin.flush()
+        text = subprocess.run([tool, "-res-usage", cubin.name], capture_output=True, text=True, check=True).stdout
+    match = _USAGE.search(text)
+    if match is None:
+        raise RuntimeError(f"no resource usage in cuobjdump's output: {text[-300:]}")
+    regs, stack, shared, local = map(int, match.groups())
+    return {"registers": regs, "stack_bytes": stack, "local_bytes": local}
+
+
+def module_of(source: str, folder: Path, name: str):
+    path = folder / f"{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def problem_rows(path: Path, arch: int, tool: str, folder: Path) -> list[dict]:
+    problem = worker.Problem(path, 42, "train")
+    device = worker.triton_gen.Device()
+    _, _, kernels = problem.build(["triton_gemm"], {}, device, "fp32", "analytic")
+    rows = []
+    for kernel in (k for k in kernels if k["kind"] == "gemm"):
+        for rank in range(kernel["configs"]):
+            source, _, built = problem.build(["triton_gemm"], {kernel["name"]: rank}, device, "fp32", "analytic")
+            (this,) = [k for k in built if k["name"] == kernel["name"]]
+            module = module_of(source, folder, f"candidate_{len(rows)}")
+            usage = {}
+            for name, constants in launches(source):
+                if name.startswith(kernel["name"]):
+                    usage[name] = compile_usage(getattr(module, name), constants, arch, tool)
+            rows.append({"problem": path.stem, "kernel": kernel["name"], "rank": rank,
+                         "config": {k: v for k, v in this["config"].items() if k != "score"},
+                         "score": this["config"].get("score"),
+                         "shape": {k: this["features"][k] for k in ("m", "n", "k", "batch", "b_layout")},
+                         "kernels": usage,
+                         "spills": any(u["stack_bytes"] or u["local_bytes"] for u in usage.values())})
+            print(f"{path.stem} {kernel['name']} rank {rank} {rows[-1]['config']}: "
+                  + ", ".join(f"{n} {u['registers']} regs, {u['stack_bytes']} B stack" for n, u in usage.items()),
+                  flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("problems", type=Path, nargs="+", help="KernelBench-format problem files")
+    parser.add_argument("--arch", type=int, default=90, help="compute capability to compile for (default 90)")
+    parser.add_argument("--json", type=Path, help="write the rows here")
+    args = parser.parse_args(argv)
+    warnings.filterwarnings("ignore")
+    tool = cuobjdump()
+    rows, errors = [], []
+    with tempfile.TemporaryDirectory() as folder:
+        for path in args.problems:
+            try:
+                rows += problem_rows(path, args.arch, tool, Path(folder))
+            except Exception as error:  # a problem the generators do not take: reported, not counted
+                errors.append({"problem": path.stem, "error": f"{type(error).__name__}: {error}"[:300]})
+                print(f"{path.stem}: {errors[-1]['error']}", file=sys.stderr, flush=True)
+    spilled = [r for r in rows if r["spills"]]
+    held = [r for r in rows if gemm.accumulator_registers(r["config"]) > gemm.ACCUMULATOR_REGISTERS]
+    print(f"{len(rows)} configurations compiled for sm_{args.arch} with Triton {triton.__version__}; "
+          f"{len(spilled)} spill. The ranking holds back {len(held)} (accumulators over "
+          f"{gemm.ACCUMULATOR_REGISTERS} registers per thread), {sum(r['spills'] for r in held)} of which spill; "
+          f"it leaves {len(spilled) - sum(r['spills'] for r in held)} that spill among the others")
+    if args.json:
+        document = {"command": "python benchmarks/gemm_registers.py " + " ".join(sys.argv[1:] if argv is None else argv),
+                    "triton": triton.__version__, "arch": args.arch, "rows": rows, "errors": errors}
+        args.json.write_text(json.dumps(document, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
