@@ -18,6 +18,7 @@ import argparse
 import ast
 import importlib.util
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -26,11 +27,13 @@ import tempfile
 import warnings
 from pathlib import Path
 
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
+os.environ.pop("TRITON_INTERPRET", None)  # this compiles the kernels; Triton's interpreter has nothing to compile
 
-from kernelpro.offline import gemm, worker
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from kernelpro.offline import gemm, worker  # noqa: E402
 
 _USAGE = re.compile(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)")
 
