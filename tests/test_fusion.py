@@ -663,8 +663,9 @@ def test_gemm_configs_fit_shared_memory_and_tf32_only_with_its_move(tmp_path):
 def test_gemm_ranking_puts_the_tiles_ptxas_spills_after_the_others(tmp_path):
     """Against a real capture (benchmarks/gemm_registers.py: every configuration of every GEMM of our KernelBench
     half's levels 1-2, compiled for sm_90 by Triton 3.6's ptxas): every configuration the ranking holds back spilled,
-    and every one that spilled more than 300 bytes is held back; and in a GEMM's ranked list (4096 x 4096 x 4096)
-    every held-back configuration comes after every other (it came second before)."""
+    and every one that spilled more than 300 bytes is held back; and in the list a GEMM's `tune:` moves walk
+    (2048 x 4096 x 4096), by the analytic ranking or a learned model's order, every held-back configuration comes
+    after every other (one came second before)."""
     import json
     from kernelpro.offline import gemm
     capture = json.loads((ROOT / "benchmarks" / "results" / "gemm_registers_sm90_triton3.6_2026-11-29.json").read_text())
@@ -677,11 +678,16 @@ def test_gemm_ranking_puts_the_tiles_ptxas_spills_after_the_others(tmp_path):
         assert over or stack <= 300, row  # spilled much and not held back
         held, spilled = held + over, spilled + (stack > 0)
     assert held > 100 and spilled > held  # the rule leaves out the few-byte spills
-    path = write_problem(tmp_path, ["return torch.sigmoid(self.fc(x)) * 2.0"], [(4096, 4096)],
+    path = write_problem(tmp_path, ["return torch.sigmoid(self.fc(x)) * 2.0"], [(2048, 4096)],
                          "\n        self.fc = nn.Linear(4096, 4096)")
-    over = [gemm.accumulator_registers(c) > gemm.ACCUMULATOR_REGISTERS
-            for c in gemm.configs(problem_group(Problem(path, 42)))]
-    assert any(over) and not all(over) and over == sorted(over)
+    problem = Problem(path, 42)
+    for device in (triton_gen.Device(), triton_gen.Device(name="NVIDIA H200")):  # the analytic ranking, and the learned model's order
+        (kernel,) = problem.build(["triton_gemm"], {}, device)[2]
+        walk = [problem.build(["triton_gemm"], {kernel["name"]: rank}, device)[2][0]["config"]
+                for rank in range(kernel["configs"])]  # the configurations tune: moves walk, in their order
+        over = [gemm.accumulator_registers(c) > gemm.ACCUMULATOR_REGISTERS for c in walk]
+        assert any(over) and not all(over) and over == sorted(over), kernel["ranking"]
+    assert "predictor" in kernel["ranking"]
 
 
 def problem_group(problem):

@@ -249,7 +249,7 @@ _TILES = ((128, 128, 32, 8, 3), (128, 256, 32, 8, 3), (256, 128, 32, 8, 3), (128
 # by Triton 3.6, every 128x256 and 256x128 tile on 8 warps (128 accumulator registers) spilled 500-860 bytes of stack
 # in all three precisions, and no tile of 64 or fewer did but for a few bytes (`python benchmarks/gemm_registers.py`,
 # benchmarks/results/gemm_registers_sm90_triton3.6_2026-11-29.json). On an H200 the 128x256 tf32x3 tile ran at 0.69x
-# of the 128x128 one it followed in the list (level2/59), so such tiles are ranked after every other.
+# of the 128x128 one it followed in the list (level2/59), so such tiles are tried after every other.
 ACCUMULATOR_REGISTERS = 64
 
 
@@ -259,8 +259,8 @@ def accumulator_registers(config: dict) -> int:
 
 
 def configs(group: Group, device: Device = Device()) -> list[dict]:
-    """Tile shapes x input precisions, best first: tiles whose accumulator fits in registers first (the rest
-    spill), then full last waves, then reuse per byte loaded."""
+    """Tile shapes x input precisions, best first: full last waves, then reuse per byte loaded (the worker
+    then moves the tiles that spill last: `spilling_last`)."""
     g = group.gemm
     precisions = (("tf32", 1.0),) if g.tf32 else (("tf32x3", 1.0), ("ieee", 0.35))
     ranked = []
@@ -285,9 +285,15 @@ def configs(group: Group, device: Device = Device()) -> list[dict]:
                 if split > 1:
                     config["SPLIT_K"] = split
                 ranked.append((score, config))
-    ranked.sort(key=lambda item: (accumulator_registers(item[1]) > ACCUMULATOR_REGISTERS, -item[0],
-                                  sorted(item[1].items())))
+    ranked.sort(key=lambda item: (-item[0], sorted(item[1].items())))
     return [dict(config, score=score) for score, config in ranked]
+
+
+def spilling_last(ranked: list[dict]) -> list[dict]:
+    """A ranked list (the analytic one, or a launch model's order of it) with the tiles that spill moved after
+    the others, each part in its order. Applied after ranking so that a learned model sees the analytic ranks
+    it was trained on."""
+    return sorted(ranked, key=lambda config: accumulator_registers(config) > ACCUMULATOR_REGISTERS)
 
 
 def features(group: Group) -> dict:

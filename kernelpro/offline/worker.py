@@ -273,6 +273,8 @@ class Problem:
                         # the analytic ranking, or a learned launch model's order of it (kernelpro.launch)
                         ranked, ranking = launch.order(generator.configs(rendered, device), features, backend,
                                                        device.name, device.sms, learned=launch_ranking != "analytic")
+                        if generator is gemm:
+                            ranked = gemm.spilling_last(ranked)
                         grids = triton_gen.persistent(rendered, device) if "persistent_kernels" in moves and \
                             generator is triton_gen else []
                         if grids:  # persistent grids first, the others after them for tuning
