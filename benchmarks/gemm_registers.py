@@ -9,7 +9,7 @@ launches name is compiled with the constants its launch passes, and `cuobjdump -
 registers per thread and stack bytes (spills). The Triton that compiles is the one importable: run it under
 the GPU machine's version (e.g. `PYTHONPATH` to a `pip install --target DIR triton==3.6.0`) to match what the
 GPU compiles. Why: on an H200 the 128x256 tf32x3 configuration ran at 0.69x of the 128x128 one it followed
-(level2/59, 2026-11-29); a configuration that spills is ranked after those that do not (docs/offline-coder.md).
+(level2/59, 2026-11-29); a tile whose accumulator spills is tried after the others (docs/offline-coder.md).
 """
 
 from __future__ import annotations
