@@ -1,9 +1,10 @@
 """Registers and spills of the Triton GEMMs the offline coder writes, for every launch configuration of each
 GEMM's ranked list, compiled for a GPU architecture by Triton's own ptxas on the CPU (nothing runs).
 
-    python benchmarks/gemm_registers.py PROBLEM.py [PROBLEM.py ...] [--arch 90] [--json OUT]
+    python benchmarks/gemm_registers.py PROBLEM.py [PROBLEM.py ...] [--moves triton_gemm,tf32_matmul] [--arch 90]
+        [--json OUT]
 
-For each problem the candidate of `triton_gemm` is built as the graph worker builds it (the analytic ranking),
+For each problem the candidate of `triton_gemm` (or of --moves: with `tf32_matmul`, the plain TF32 path) is built as the graph worker builds it (the analytic ranking),
 once per rank of each GEMM kernel (`tune:` walks that list); every `*_kernel` of the candidate that the GEMM's
 launches name is compiled with the constants its launch passes, and `cuobjdump -res-usage` reads the cubin's
 registers per thread and stack bytes (spills). The Triton that compiles is the one importable: run it under
@@ -91,14 +92,14 @@ def module_of(source: str, folder: Path, name: str):
     return module
 
 
-def problem_rows(path: Path, arch: int, tool: str, folder: Path) -> list[dict]:
+def problem_rows(path: Path, arch: int, tool: str, folder: Path, moves: list[str]) -> list[dict]:
     problem = worker.Problem(path, 42, "train")
     device = worker.triton_gen.Device()
-    _, _, kernels = problem.build(["triton_gemm"], {}, device, "fp32", "analytic")
+    _, _, kernels = problem.build(moves, {}, device, "fp32", "analytic")
     rows = []
     for kernel in (k for k in kernels if k["kind"] == "gemm"):
         for rank in range(kernel["configs"]):
-            source, _, built = problem.build(["triton_gemm"], {kernel["name"]: rank}, device, "fp32", "analytic")
+            source, _, built = problem.build(moves, {kernel["name"]: rank}, device, "fp32", "analytic")
             (this,) = [k for k in built if k["name"] == kernel["name"]]
             module = module_of(source, folder, f"candidate_{len(rows)}")
             usage = {}
@@ -120,6 +121,8 @@ def problem_rows(path: Path, arch: int, tool: str, folder: Path) -> list[dict]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("problems", type=Path, nargs="+", help="KernelBench-format problem files")
+    parser.add_argument("--moves", default="triton_gemm", help="the candidate's moves, comma-separated "
+                        "(default triton_gemm; triton_gemm,tf32_matmul: the plain TF32 configurations)")
     parser.add_argument("--arch", type=int, default=90, help="compute capability to compile for (default 90)")
     parser.add_argument("--json", type=Path, help="write the rows here")
     args = parser.parse_args(argv)
@@ -129,19 +132,20 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as folder:
         for path in args.problems:
             try:
-                rows += problem_rows(path, args.arch, tool, Path(folder))
+                rows += problem_rows(path, args.arch, tool, Path(folder), args.moves.split(","))
             except Exception as error:  # a problem the generators do not take: reported, not counted
                 errors.append({"problem": path.stem, "error": f"{type(error).__name__}: {error}"[:300]})
                 print(f"{path.stem}: {errors[-1]['error']}", file=sys.stderr, flush=True)
     spilled = [r for r in rows if r["spills"]]
-    held = [r for r in rows if gemm.accumulator_registers(r["config"]) > gemm.ACCUMULATOR_REGISTERS]
+    held = [r for r in rows if gemm.spills(r["config"])]
     print(f"{len(rows)} configurations compiled for sm_{args.arch} with Triton {triton.__version__}; "
-          f"{len(spilled)} spill. The ranking holds back {len(held)} (accumulators over "
+          f"{len(spilled)} spill. The ranking holds back {len(held)} (gemm.spills: accumulators over "
           f"{gemm.ACCUMULATOR_REGISTERS} registers per thread), {sum(r['spills'] for r in held)} of which spill; "
           f"it leaves {len(spilled) - sum(r['spills'] for r in held)} that spill among the others")
     if args.json:
         document = {"command": "python benchmarks/gemm_registers.py " + " ".join(sys.argv[1:] if argv is None else argv),
-                    "triton": triton.__version__, "arch": args.arch, "rows": rows, "errors": errors}
+                    "triton": triton.__version__, "arch": args.arch, "moves": args.moves, "rows": rows,
+                    "errors": errors}
         args.json.write_text(json.dumps(document, indent=1) + "\n")
 
 
