@@ -4,8 +4,9 @@ GEMM's ranked list, compiled for a GPU architecture by Triton's own ptxas on the
     python benchmarks/gemm_registers.py PROBLEM.py [PROBLEM.py ...] [--moves triton_gemm,tf32_matmul] [--arch 90]
         [--json OUT]
 
-For each problem the candidate of `triton_gemm` (or of --moves: with `tf32_matmul`, the plain TF32 path) is built as the graph worker builds it (the analytic ranking),
-once per rank of each GEMM kernel (`tune:` walks that list); every `*_kernel` of the candidate that the GEMM's
+For each problem the candidate of `triton_gemm` (or of --moves: with `tf32_matmul`, the plain TF32 path) is built
+as the graph worker builds it (the analytic ranking, then the tiles that spill last), once per rank of each GEMM
+kernel (`tune:` walks that list); every `*_kernel` of the candidate that the GEMM's
 launches name is compiled with the constants its launch passes, and `cuobjdump -res-usage` reads the cubin's
 registers per thread and stack bytes (spills). The Triton that compiles is the one importable: run it under
 the GPU machine's version (e.g. `PYTHONPATH` to a `pip install --target DIR triton==3.6.0`) to match what the
