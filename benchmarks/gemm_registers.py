@@ -7,8 +7,8 @@ GEMM's ranked list, compiled for a GPU architecture by Triton's own ptxas on the
 For each problem the candidate of `triton_gemm` (or of --moves: with `tf32_matmul`, the plain TF32 path) is built
 as the graph worker builds it (the analytic ranking, then the tiles that spill last), once per rank of each GEMM
 kernel (`tune:` walks that list); every `*_kernel` of the candidate that the GEMM's
-launches name is compiled with the constants its launch passes, and `cuobjdump -res-usage` reads the cubin's
-registers per thread and stack bytes (spills). The Triton that compiles is the one importable: run it under
+launches name is compiled with the constants its launch passes, and the SASS tool (cuobjdump's resource usage) reads the cubin's
+registers per thread and stack bytes (spills; `kernelpro.tools.sass`). The Triton that compiles is the one importable: run it under
 the GPU machine's version (e.g. `PYTHONPATH` to a `pip install --target DIR triton==3.6.0`) to match what the
 GPU compiles. Why: on an H200 the 128x256 tf32x3 configuration ran at 0.69x of the 128x128 one it followed
 (level2/59, 2026-11-29); a tile whose accumulator spills is tried after the others (docs/offline-coder.md).
@@ -18,12 +18,8 @@ from __future__ import annotations
 
 import argparse
 import ast
-import importlib.util
 import json
 import os
-import re
-import shutil
-import subprocess
 import sys
 import tempfile
 import warnings
@@ -35,17 +31,11 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
+from kernelpro.harness.modelio import import_file  # noqa: E402
+from kernelpro.launch.static import part_of  # noqa: E402
 from kernelpro.offline import gemm, worker  # noqa: E402
-
-_USAGE = re.compile(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)")
-
-
-def cuobjdump() -> str:
-    bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-    found = str(bundled) if bundled.exists() else shutil.which("cuobjdump")
-    if not found:
-        raise SystemExit("no cuobjdump: neither Triton's bundled one nor one on PATH")
-    return found
+from kernelpro.tools.api import find_binary  # noqa: E402
+from kernelpro.tools.sass import SassTool  # noqa: E402
 
 
 def launches(source: str) -> list[tuple[str, dict]]:
@@ -64,7 +54,7 @@ def launches(source: str) -> list[tuple[str, dict]]:
     return found
 
 
-def compile_usage(function, constants: dict, arch: int, tool: str) -> dict:
+def compile_usage(function, constants: dict, arch: int, folder: Path) -> dict:
     """Registers and stack of one kernel compiled for sm_<arch> with these launch constants."""
     options = {k: constants[k] for k in ("num_warps", "num_stages") if k in constants}
     fixed = {k: v for k, v in constants.items() if k in function.arg_names}
@@ -73,27 +63,13 @@ def compile_usage(function, constants: dict, arch: int, tool: str) -> dict:
         signature[name] = "constexpr" if name in fixed else "*fp32" if name.endswith("_ptr") else "i32"
     source = ASTSource(function, signature, constexprs={(function.arg_names.index(k),): v for k, v in fixed.items()})
     kernel = triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
-        cubin.write(kernel.asm["cubin"])
-        cubin.flush()
-        text = subprocess.run([tool, "-res-usage", cubin.name], capture_output=True, text=True, check=True).stdout
-    match = _USAGE.search(text)
-    if match is None:
-        raise RuntimeError(f"no resource usage in cuobjdump's output: {text[-300:]}")
-    regs, stack, shared, local = map(int, match.groups())
-    return {"registers": regs, "stack_bytes": stack, "local_bytes": local}
+    cubin = folder / f"{function.__name__}.cubin"
+    cubin.write_bytes(kernel.asm["cubin"])
+    (found,) = SassTool().inspect(cubin).values()  # one kernel per Triton cubin
+    return {"registers": found.registers, "stack_bytes": found.stack_bytes, "local_bytes": found.local_bytes}
 
 
-def module_of(source: str, folder: Path, name: str):
-    path = folder / f"{name}.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def problem_rows(path: Path, arch: int, tool: str, folder: Path, moves: list[str]) -> list[dict]:
+def problem_rows(path: Path, arch: int, folder: Path, moves: list[str]) -> list[dict]:
     problem = worker.Problem(path, 42, "train")
     device = worker.triton_gen.Device()
     _, _, kernels = problem.build(moves, {}, device, "fp32", "analytic")
@@ -102,11 +78,13 @@ def problem_rows(path: Path, arch: int, tool: str, folder: Path, moves: list[str
         for rank in range(kernel["configs"]):
             source, _, built = problem.build(moves, {kernel["name"]: rank}, device, "fp32", "analytic")
             (this,) = [k for k in built if k["name"] == kernel["name"]]
-            module = module_of(source, folder, f"candidate_{len(rows)}")
+            candidate = folder / f"candidate_{path.stem}_{len(rows)}.py"
+            candidate.write_text(source)
+            module = import_file(candidate.stem, candidate)
             usage = {}
             for name, constants in launches(source):
-                if name.startswith(kernel["name"]):
-                    usage[name] = compile_usage(getattr(module, name), constants, arch, tool)
+                if part_of(name, kernel["name"]):
+                    usage[name] = compile_usage(getattr(module, name), constants, arch, folder)
             rows.append({"problem": path.stem, "kernel": kernel["name"], "rank": rank,
                          "config": {k: v for k, v in this["config"].items() if k != "score"},
                          "score": this["config"].get("score"),
@@ -128,21 +106,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", type=Path, help="write the rows here")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
-    tool = cuobjdump()
+    if find_binary("cuobjdump") is None:
+        raise SystemExit("no cuobjdump on PATH or from an nvidia-* wheel (pip install nvidia-cuda-cuobjdump)")
     rows, errors = [], []
     with tempfile.TemporaryDirectory() as folder:
         for path in args.problems:
             try:
-                rows += problem_rows(path, args.arch, tool, Path(folder), args.moves.split(","))
+                rows += problem_rows(path, args.arch, Path(folder), args.moves.split(","))
             except Exception as error:  # a problem the generators do not take: reported, not counted
                 errors.append({"problem": path.stem, "error": f"{type(error).__name__}: {error}"[:300]})
                 print(f"{path.stem}: {errors[-1]['error']}", file=sys.stderr, flush=True)
     spilled = [r for r in rows if r["spills"]]
     held = [r for r in rows if gemm.spills(r["config"])]
+    held_spilled = sum(r["spills"] for r in held)
     print(f"{len(rows)} configurations compiled for sm_{args.arch} with Triton {triton.__version__}; "
           f"{len(spilled)} spill. The ranking holds back {len(held)} (gemm.spills: accumulators over "
-          f"{gemm.ACCUMULATOR_REGISTERS} registers per thread), {sum(r['spills'] for r in held)} of which spill; "
-          f"it leaves {len(spilled) - sum(r['spills'] for r in held)} that spill among the others")
+          f"{gemm.ACCUMULATOR_REGISTERS} registers per thread), {held_spilled} of which spill; "
+          f"it leaves {len(spilled) - held_spilled} that spill among the others")
     if args.json:
         document = {"command": "python benchmarks/gemm_registers.py " + " ".join(sys.argv[1:] if argv is None else argv),
                     "triton": triton.__version__, "arch": args.arch, "moves": args.moves, "rows": rows,
