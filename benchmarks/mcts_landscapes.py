@@ -1,7 +1,7 @@
 """MCTS against the baselines on the synthetic landscapes, and the search's overhead.
 
     python benchmarks/mcts_landscapes.py [--seeds 40] [--first-seed 0] [--json out.json]
-        [--replays benchmarks/replays/suite_h100_b24_2026-11-23.json | BENCH_FOLDER ...] [--no-synthetic]
+        [--replays benchmarks/replays/suite_h100_b24_2026-11-23.json | BENCH_FOLDER | all ...] [--no-synthetic]
         [--replay-order recorded | seeded] [--variant NAME=KEY:VALUE,...]
 
 For each landscape, budget and strategy: the share of seeds that found the optimum
@@ -14,7 +14,8 @@ With --replays: the same strategies on replays of real searches (kernelpro.mcts.
 per budget, the geomean over the replays of the best recorded ratio reached, the mean
 evaluations to reach 95% of it, and the requests for a state never evaluated (unseen);
 then MCTS over greedy paired by problem (each problem's geomean over the seeds) with its
-95% interval. A replay's budget is capped by what was recorded (24 evaluations a search
+95% interval, and its evaluations to 95% minus greedy's, paired the same way. `--replays all`
+runs every replay in benchmarks/replays/. A replay's budget is capped by what was recorded (24 evaluations a search
 for the suite's replay): at 24 every strategy has seen everything. The replay's coder offers
 a state's recorded children in their recorded order, the same for every seed, so by default
 the seeds change only a seeded strategy (random); `--replay-order seeded` gives each seed its
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import time
 
@@ -37,6 +39,7 @@ from kernelpro.mcts.options import parse_settings
 from kernelpro.mcts.replay import Replay, load_replays, replay_search
 from kernelpro.mcts.synthetic import LANDSCAPES, LandscapeCoder, Rugged
 
+ROOT = Path(__file__).resolve().parent.parent
 STRATEGIES = ("mcts", "greedy", "beam", "best_first", "random")
 BUDGETS = (8, 15, 30, 60, 120)
 
@@ -89,6 +92,7 @@ def on_replays(path: Path, seeds: int, first_seed: int = 0, budgets=REPLAY_BUDGE
     for label, config in REPLAY_STRATEGIES.items():
         for budget in budgets:
             per_problem: dict[str, list[float]] = {}
+            to95_per_problem: dict[str, list[int]] = {}
             to95, unseen = [], 0
             for seed in range(first_seed, first_seed + seeds):
                 for replay in map(Replay.from_json, recorded):
@@ -97,29 +101,42 @@ def on_replays(path: Path, seeds: int, first_seed: int = 0, budgets=REPLAY_BUDGE
                     best = replay.ratio(tuple(search.best().payload or ())) or 1.0
                     per_problem.setdefault(replay.name, []).append(math.log(best))
                     to95.append(next((n for n, ratio in search.history if ratio >= 0.95 * best), 0))
+                    to95_per_problem.setdefault(replay.name, []).append(to95[-1])
                     unseen += replay.unseen
             logs = {name: statistics.fmean(values) for name, values in per_problem.items()}
             rows.append({"strategy": label, "budget": budget, "geomean_best": math.exp(statistics.fmean(logs.values())),
                          "mean_evaluations_to_95": statistics.fmean(to95), "unseen_per_run": unseen / len(to95),
-                         "log_best_by_problem": logs})
+                         "log_best_by_problem": logs,
+                         "to95_by_problem": {name: statistics.fmean(v) for name, v in to95_per_problem.items()}})
     return rows
+
+
+def _paired(first: dict[str, float], second: dict[str, float]) -> tuple[float, float]:
+    """Mean and 95% half-width of first - second, paired by problem."""
+    diffs = [first[name] - second[name] for name in first]
+    half = 1.96 * statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else 0.0
+    return statistics.fmean(diffs), half
 
 
 def replays_against_greedy(rows: list[dict]) -> list[dict]:
     """MCTS over greedy on replays, paired by problem (each problem's mean over seeds): the geomean
-    ratio of their best ratios with its 95% interval; worse when the interval lies below 1."""
+    ratio of their best ratios with its 95% interval (worse when the interval lies below 1), and MCTS's
+    evaluations to 95% of its own best minus greedy's with its 95% interval (later when the interval
+    lies above 0; behind, the target's strict reading, when the mean is above 0)."""
     paired = []
     for row in rows:
         if not row["strategy"].startswith("mcts") or row["strategy"] == "mcts_no_tail":
             continue
         greedy = next(r for r in rows if r["strategy"] == "greedy" and r["budget"] == row["budget"])
-        diffs = [row["log_best_by_problem"][name] - greedy["log_best_by_problem"][name]
-                 for name in row["log_best_by_problem"]]
-        mean = statistics.fmean(diffs)
-        half = 1.96 * statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else 0.0
-        paired.append({"strategy": row["strategy"], "budget": row["budget"], "ratio": math.exp(mean), "low": math.exp(mean - half),
-                       "high": math.exp(mean + half), "worse": mean + half < 0,
-                       "to95_mcts": row["mean_evaluations_to_95"], "to95_greedy": greedy["mean_evaluations_to_95"]})
+        mean, half = _paired(row["log_best_by_problem"], greedy["log_best_by_problem"])
+        cell = {"strategy": row["strategy"], "budget": row["budget"], "ratio": math.exp(mean), "low": math.exp(mean - half),
+                "high": math.exp(mean + half), "worse": mean + half < 0,
+                "to95_mcts": row["mean_evaluations_to_95"], "to95_greedy": greedy["mean_evaluations_to_95"]}
+        if "to95_by_problem" in row and "to95_by_problem" in greedy:
+            steps, steps_half = _paired(row["to95_by_problem"], greedy["to95_by_problem"])
+            cell.update(to95_diff=steps, to95_low=steps - steps_half, to95_high=steps + steps_half,
+                        behind=steps > 1e-9, later=steps - steps_half > 1e-9)
+        paired.append(cell)
     return paired
 
 
@@ -180,10 +197,24 @@ def print_replays(path: str, rows: list[dict], paired: list[dict], seeds: str) -
         print(f"| {row['strategy']} | {row['budget']} | {row['geomean_best']:.3f} | "
               f"{row['mean_evaluations_to_95']:.1f} | {row['unseen_per_run']:.2f} |")
     print("\nMCTS over greedy, geomean of best ratios paired by problem (95% interval)\n")
-    print("| strategy | budget | over greedy | evaluations to 95%: it, greedy |\n|---|---|---|---|")
+    print("| strategy | budget | over greedy | evaluations to 95%: it, greedy | it minus greedy (95% interval) |\n"
+          "|---|---|---|---|---|")
     for cell in paired:
         print(f"| {cell['strategy']} | {cell['budget']} | {cell['ratio']:.3f} ({cell['low']:.3f}-{cell['high']:.3f})"
-              f"{' worse' if cell['worse'] else ''} | {cell['to95_mcts']:.1f}, {cell['to95_greedy']:.1f} |")
+              f"{' worse' if cell['worse'] else ''} | {cell['to95_mcts']:.2f}, {cell['to95_greedy']:.2f} | "
+              f"{cell['to95_diff']:+.2f} ({cell['to95_low']:+.2f} to {cell['to95_high']:+.2f})"
+              f"{' later' if cell['later'] else ''} |")
+    behind = [cell for cell in paired if cell["strategy"] == "mcts" and cell["behind"]]
+    print(f"\nMCTS behind greedy in evaluations to 95%: {len(behind)} of "
+          f"{sum(cell['strategy'] == 'mcts' for cell in paired)} budgets"
+          + (f" ({', '.join(str(cell['budget']) for cell in behind)}), beyond the interval at "
+             f"{sum(cell['later'] for cell in behind)}" if behind else ""))
+
+
+def replay_paths(given: list[str]) -> list[str]:
+    """--replays as given, `all` standing for every replay file in benchmarks/replays/ (by name)."""
+    shipped = sorted(os.path.relpath(path) for path in (ROOT / "benchmarks" / "replays").glob("*.json"))
+    return [path for text in given for path in (shipped if text == "all" else [text])]
 
 
 def settings_of(text: str) -> dict:
@@ -197,7 +228,8 @@ def main() -> None:
     parser.add_argument("--first-seed", type=int, default=0, help="e.g. 40: seeds the defaults were not chosen on")
     parser.add_argument("--json")
     parser.add_argument("--replays", action="append", default=[],
-                        help="a replay JSON (benchmarks/replays/) or a bench folder with problems/*/tree.json; repeatable")
+                        help="a replay JSON (benchmarks/replays/), a bench folder with problems/*/tree.json, or `all`: "
+                             "every file in benchmarks/replays/; repeatable")
     parser.add_argument("--no-synthetic", action="store_true", help="only the replays")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME=KEY:VALUE,...",
                         help="on the replays, also MCTS with these SearchConfig settings, e.g. "
@@ -209,6 +241,7 @@ def main() -> None:
                         help="on the replays, these SearchConfig settings for every strategy, e.g. losing_below:0 "
                              "(the search as it was before a default changed)")
     args = parser.parse_args()
+    args.replays = replay_paths(args.replays)
     base = settings_of(args.base)
     for label in REPLAY_STRATEGIES:
         REPLAY_STRATEGIES[label] = {**base, **REPLAY_STRATEGIES[label]}
