@@ -132,10 +132,9 @@ def replays_against_greedy(rows: list[dict]) -> list[dict]:
         cell = {"strategy": row["strategy"], "budget": row["budget"], "ratio": math.exp(mean), "low": math.exp(mean - half),
                 "high": math.exp(mean + half), "worse": mean + half < 0,
                 "to95_mcts": row["mean_evaluations_to_95"], "to95_greedy": greedy["mean_evaluations_to_95"]}
-        if "to95_by_problem" in row and "to95_by_problem" in greedy:
-            steps, steps_half = _paired(row["to95_by_problem"], greedy["to95_by_problem"])
-            cell.update(to95_diff=steps, to95_low=steps - steps_half, to95_high=steps + steps_half,
-                        behind=steps > 1e-9, later=steps - steps_half > 1e-9)
+        steps, steps_half = _paired(row["to95_by_problem"], greedy["to95_by_problem"])
+        cell.update(to95_diff=steps, to95_low=steps - steps_half, to95_high=steps + steps_half,
+                    behind=steps > 1e-9, later=steps - steps_half > 1e-9)
         paired.append(cell)
     return paired
 
