@@ -12,7 +12,9 @@ tell, without the coder and the evaluator) once the tree holds 10,000 nodes.
 
 With --replays: the same strategies on replays of real searches (kernelpro.mcts.replay):
 per budget, the geomean over the replays of the best recorded ratio reached, the mean
-evaluations to reach 95% of it, and the requests for a state never evaluated (unseen);
+evaluations to reach 95% of it, the requests for a state never evaluated (unseen), and the
+room left (the geomean of each replay's best recorded ratio over the best reached: 1.000 where
+no strategy could have done better, so the replay cannot tell them apart at that budget);
 then MCTS over greedy paired by problem (each problem's geomean over the seeds) with its
 95% interval, and its evaluations to 95% minus greedy's, paired the same way. `--replays all`
 runs every replay in benchmarks/replays/. A replay's budget is capped by what was recorded (24 evaluations a search
@@ -88,6 +90,7 @@ REPLAY_STRATEGIES = {"mcts": {}, "mcts_no_tail": {"greedy_tail": 0, "greedy_tail
 def on_replays(path: Path, seeds: int, first_seed: int = 0, budgets=REPLAY_BUDGETS,
                seeded_order: bool = False) -> list[dict]:
     recorded = [replay.to_json() for replay in load_replays(path)]  # read once; each run gets fresh counters
+    best_recorded = {replay.name: math.log(max(1.0, replay.best_ratio())) for replay in map(Replay.from_json, recorded)}
     rows = []
     for label, config in REPLAY_STRATEGIES.items():
         for budget in budgets:
@@ -106,6 +109,8 @@ def on_replays(path: Path, seeds: int, first_seed: int = 0, budgets=REPLAY_BUDGE
             logs = {name: statistics.fmean(values) for name, values in per_problem.items()}
             rows.append({"strategy": label, "budget": budget, "geomean_best": math.exp(statistics.fmean(logs.values())),
                          "mean_evaluations_to_95": statistics.fmean(to95), "unseen_per_run": unseen / len(to95),
+                         # the best recorded state over the best reached: 1.000 where no strategy could do better
+                         "room_left": math.exp(statistics.fmean(best_recorded[name] - logs[name] for name in logs)),
                          "log_best_by_problem": logs,
                          "to95_by_problem": {name: statistics.fmean(v) for name, v in to95_per_problem.items()}})
     return rows
@@ -190,11 +195,12 @@ def print_synthetic(rows: list[dict], paired: list[dict], seeds: str) -> None:
 
 def print_replays(path: str, rows: list[dict], paired: list[dict], seeds: str) -> None:
     print(f"\nreplays of {len(rows[0]['log_best_by_problem'])} real searches ({path}), {seeds}: geomean best "
-          "ratio, mean evaluations to 95% of it, unseen requests per run\n")
-    print("| strategy | budget | geomean best | evaluations to 95% | unseen |\n|---|---|---|---|---|")
+          "ratio, mean evaluations to 95% of it, unseen requests per run, room left (geomean of the replay's best "
+          "recorded ratio over the best reached)\n")
+    print("| strategy | budget | geomean best | evaluations to 95% | unseen | room left |\n|---|---|---|---|---|---|")
     for row in rows:
         print(f"| {row['strategy']} | {row['budget']} | {row['geomean_best']:.3f} | "
-              f"{row['mean_evaluations_to_95']:.1f} | {row['unseen_per_run']:.2f} |")
+              f"{row['mean_evaluations_to_95']:.1f} | {row['unseen_per_run']:.2f} | {row['room_left']:.3f} |")
     print("\nMCTS over greedy, geomean of best ratios paired by problem (95% interval)\n")
     print("| strategy | budget | over greedy | evaluations to 95%: it, greedy | it minus greedy (95% interval) |\n"
           "|---|---|---|---|---|")

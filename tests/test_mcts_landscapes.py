@@ -40,6 +40,11 @@ def test_the_evaluations_to_95_are_paired_by_problem(tmp_path):
     assert run.returncode == 0, run.stderr[-2000:]
     (replay,) = json.loads(out.read_text())["replays"]
     rows = {(row["strategy"], row["budget"]): row for row in replay["rows"]}
+    for row in replay["rows"]:  # no strategy reaches past the best state the replay recorded
+        assert row["room_left"] >= 1 - 1e-12
+    # greedy is deterministic, so a larger budget extends the same path and never leaves more room
+    left = [rows["greedy", budget]["room_left"] for budget in (4, 8, 12, 16, 20)]
+    assert left == sorted(left, reverse=True) and left[0] > 1.1
     cells = [cell for cell in replay["against_greedy"] if cell["strategy"] == "mcts"]
     assert [cell["budget"] for cell in cells] == [4, 8, 12, 16, 20]
     for cell in cells:
