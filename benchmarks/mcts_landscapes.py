@@ -66,6 +66,12 @@ def quality(seeds: int, first_seed: int = 0) -> list[dict]:
     return rows
 
 
+def mean_and_half_width(diffs: list[float]) -> tuple[float, float]:
+    """Mean of paired differences and the half-width of its 95% interval (normal approximation)."""
+    half = 1.96 * statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else 0.0
+    return statistics.fmean(diffs), half
+
+
 def against_greedy(rows: list[dict]) -> list[dict]:
     """MCTS minus greedy, paired by seed, per landscape and budget: mean and 95% half-width."""
     paired = []
@@ -74,9 +80,7 @@ def against_greedy(rows: list[dict]) -> list[dict]:
             continue
         greedy = next(r for r in rows if r["strategy"] == "greedy" and r["landscape"] == row["landscape"]
                       and r["budget"] == row["budget"])
-        diffs = [a - b for a, b in zip(row["best_ratios"], greedy["best_ratios"])]
-        mean = statistics.fmean(diffs)
-        half = 1.96 * statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else 0.0
+        mean, half = mean_and_half_width([a - b for a, b in zip(row["best_ratios"], greedy["best_ratios"])])
         paired.append({"landscape": row["landscape"], "budget": row["budget"], "mean_diff": mean,
                        "half_width": half, "worse": mean + half < 0})
     return paired
@@ -89,24 +93,26 @@ REPLAY_STRATEGIES = {"mcts": {}, "mcts_no_tail": {"greedy_tail": 0, "greedy_tail
 
 def on_replays(path: Path, seeds: int, first_seed: int = 0, budgets=REPLAY_BUDGETS,
                seeded_order: bool = False) -> list[dict]:
-    recorded = [replay.to_json() for replay in load_replays(path)]  # read once; each run gets fresh counters
-    best_recorded = {replay.name: math.log(max(1.0, replay.best_ratio())) for replay in map(Replay.from_json, recorded)}
+    replays = load_replays(path)
+    recorded = [replay.to_json() for replay in replays]  # read once; each run gets fresh counters
+    best_recorded = {replay.name: math.log(max(1.0, replay.best_ratio())) for replay in replays}
     rows = []
     for label, config in REPLAY_STRATEGIES.items():
         for budget in budgets:
             per_problem: dict[str, list[float]] = {}
             to95_per_problem: dict[str, list[int]] = {}
-            to95, unseen = [], 0
+            unseen = 0
             for seed in range(first_seed, first_seed + seeds):
                 for replay in map(Replay.from_json, recorded):
                     search = replay_search(replay, SearchConfig(seed=seed, **config), budget,
                                            order_seed=seed if seeded_order else None)
                     best = replay.ratio(tuple(search.best().payload or ())) or 1.0
                     per_problem.setdefault(replay.name, []).append(math.log(best))
-                    to95.append(next((n for n, ratio in search.history if ratio >= 0.95 * best), 0))
-                    to95_per_problem.setdefault(replay.name, []).append(to95[-1])
+                    to95_per_problem.setdefault(replay.name, []).append(
+                        next((n for n, ratio in search.history if ratio >= 0.95 * best), 0))
                     unseen += replay.unseen
             logs = {name: statistics.fmean(values) for name, values in per_problem.items()}
+            to95 = [n for values in to95_per_problem.values() for n in values]
             rows.append({"strategy": label, "budget": budget, "geomean_best": math.exp(statistics.fmean(logs.values())),
                          "mean_evaluations_to_95": statistics.fmean(to95), "unseen_per_run": unseen / len(to95),
                          # the best recorded state over the best reached: 1.000 where no strategy could do better
@@ -116,11 +122,9 @@ def on_replays(path: Path, seeds: int, first_seed: int = 0, budgets=REPLAY_BUDGE
     return rows
 
 
-def _paired(first: dict[str, float], second: dict[str, float]) -> tuple[float, float]:
-    """Mean and 95% half-width of first - second, paired by problem."""
-    diffs = [first[name] - second[name] for name in first]
-    half = 1.96 * statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else 0.0
-    return statistics.fmean(diffs), half
+def _by_problem(first: dict[str, float], second: dict[str, float]) -> tuple[float, float]:
+    """mean_and_half_width of first - second, paired by problem."""
+    return mean_and_half_width([first[name] - second[name] for name in first])
 
 
 def replays_against_greedy(rows: list[dict]) -> list[dict]:
@@ -133,11 +137,11 @@ def replays_against_greedy(rows: list[dict]) -> list[dict]:
         if not row["strategy"].startswith("mcts") or row["strategy"] == "mcts_no_tail":
             continue
         greedy = next(r for r in rows if r["strategy"] == "greedy" and r["budget"] == row["budget"])
-        mean, half = _paired(row["log_best_by_problem"], greedy["log_best_by_problem"])
+        mean, half = _by_problem(row["log_best_by_problem"], greedy["log_best_by_problem"])
         cell = {"strategy": row["strategy"], "budget": row["budget"], "ratio": math.exp(mean), "low": math.exp(mean - half),
                 "high": math.exp(mean + half), "worse": mean + half < 0,
                 "to95_mcts": row["mean_evaluations_to_95"], "to95_greedy": greedy["mean_evaluations_to_95"]}
-        steps, steps_half = _paired(row["to95_by_problem"], greedy["to95_by_problem"])
+        steps, steps_half = _by_problem(row["to95_by_problem"], greedy["to95_by_problem"])
         cell.update(to95_diff=steps, to95_low=steps - steps_half, to95_high=steps + steps_half,
                     behind=steps > 1e-9, later=steps - steps_half > 1e-9)
         paired.append(cell)

@@ -3,28 +3,22 @@ evaluations to 95% of each one's own best, per budget."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import subprocess
 import sys
 from pathlib import Path
 
+from conftest import load_module
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "mcts_landscapes.py"
 REPLAY = "benchmarks/replays/kb_level2_strategies_b12_h200_eight_2026-11-29.json"
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location("mcts_landscapes", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_replays_all_stands_for_every_shipped_replay(monkeypatch):
     monkeypatch.chdir(ROOT)
-    script = _script()
+    script = load_module(SCRIPT)
     shipped = sorted(f"benchmarks/replays/{path.name}" for path in (ROOT / "benchmarks" / "replays").glob("*.json"))
     assert len(shipped) >= 10 and REPLAY in shipped
     assert script.replay_paths(["all"]) == shipped
