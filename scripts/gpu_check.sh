@@ -40,10 +40,10 @@ if [ "${SKIP_STANDARD:-0}" = 1 ]; then
   SKIP_NCU_QUERY=1 SKIP_GPU_TESTS=1 SKIP_CUTE=1 SKIP_EVALS=1 SKIP_THROUGHPUT=1 SKIP_PROFILE_BENCH=1 SKIP_FUSION=1
   SKIP_SEARCH=1
 fi
-# bg_running: the background jobs (in_background, below) still running on this machine. A warm
-# machine may still run the bench or the ablation of an earlier call; nothing else may use the
+# bg_running: the background jobs (in_background, scripts/background.sh) still running on this machine. A
+# warm machine may still run the bench or the ablation of an earlier call; nothing else may use the
 # GPU meanwhile, or its timings and theirs would both be disturbed.
-bg_running() { for f in /tmp/kernelpro-bg/*.pid; do [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null && basename "$f" .pid; done; }
+. scripts/background.sh
 busy=$(bg_running)
 if [ -n "$busy" ]; then
   echo "the background $busy is running on this GPU: the other GPU steps are skipped"
@@ -145,34 +145,6 @@ if [ "${SKIP_SEARCH:-0}" != 1 ]; then
     echo "energy: exit $?"; python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print({k: d[k] for k in ('speedup','energy_j','baseline_energy_j','best_moves','evaluations','verdicts')})" "$OUT/search/${SEARCH_ENERGY}_energy.json" 2>&1 | tail -3
   fi
 fi
-
-# in_background NAME COMMAND...: runs COMMAND in its own process session (setsid), so it outlives
-# this call and is not cut at the 10-minute limit, unless this machine already runs it; then waits
-# until this script has run UNTIL seconds (or COMMAND ends), calling snap_NAME every SNAP_EVERY
-# seconds. A later call on the same warm machine finds it running and only waits and snapshots.
-in_background() {
-  local name=$1; shift
-  local pidfile=/tmp/kernelpro-bg/$name.pid
-  mkdir -p /tmp/kernelpro-bg
-  local other
-  other=$(bg_running | grep -vx "$name")
-  if [ -n "$other" ]; then
-    echo "$name not started: the background $other is running on this GPU"; return
-  fi
-  if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
-    echo "$name already running (pid $(cat "$pidfile"))"
-  else
-    setsid nohup "$@" >"/tmp/kernelpro-bg/$name.out" 2>>"/tmp/kernelpro-bg/$name.log" </dev/null &
-    echo $! >"$pidfile"; echo "$name started (pid $!)"
-  fi
-  local last=$SECONDS
-  while [ "$SECONDS" -lt "${UNTIL:-540}" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; do
-    sleep 10
-    if [ $((SECONDS - last)) -ge "${SNAP_EVERY:-120}" ]; then "snap_$name" >/dev/null; last=$SECONDS; fi
-  done
-  kill -0 "$(cat "$pidfile")" 2>/dev/null && echo "$name: still running at ${SECONDS} s" || echo "$name: finished"
-  cp "/tmp/kernelpro-bg/$name.out" "/tmp/kernelpro-bg/$name.log" "$OUT/" 2>/dev/null
-}
 
 step "kernelpro bench over benchmarks/suite (BENCH=1; BENCH_BUDGET, BENCH_ARGS, BENCH_STATE, BENCH_BG, UNTIL)"
 # The bench's folder lives outside $OUT (emptied every call). On a fresh machine,
@@ -316,17 +288,22 @@ if [ "${KB:-0}" = 1 ]; then
   # committed (benchmarks/state/) and restored with KB_STATE in a later session
   snap_kb() { python3 scripts/bench_snapshot.py "$KB_DIR" "$OUT/kb_state.tgz"
               python3 scripts/bench_snapshot.py "$KB_DIR" "$OUT/kb_results_state.tgz" --results-only; }
-  in_background kb kernelpro bench .kb/kernelbench --out "$KB_DIR" $resume ${KB_ARGS:-} --json
-  snap_kb
-  python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('SELECT status, COUNT(*) FROM problems GROUP BY status').fetchall())" "$KB_DIR/bench.db"
+  BG_WHAT=$KB_DIR in_background kb kernelpro bench .kb/kernelbench --out "$KB_DIR" $resume ${KB_ARGS:-} --json
+  if [ -f "$KB_DIR/bench.db" ]; then
+    snap_kb
+    python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('SELECT status, COUNT(*) FROM problems GROUP BY status').fetchall())" "$KB_DIR/bench.db"
+  else echo "no bench in $KB_DIR yet"; fi
 fi
 
 step "KernelBench's own evaluator on the bench's bests (KB_JUDGE=1; KB_JUDGE_UNTIL: seconds to start judgements in)"
 # The bench stops first (the judge times on the same GPUs), then scripts/kb_judge.py runs
 # .kb/oracle/judge.py once per problem, one lane per GPU, and compares verdicts and speedups.
-if [ "${KB_JUDGE:-0}" = 1 ] && [ -d "$KB_DIR/problems" ]; then
-  if [ -f /tmp/kernelpro-bg/kb.pid ] && kill -0 "$(cat /tmp/kernelpro-bg/kb.pid)" 2>/dev/null; then
-    kill -TERM -- "-$(cat /tmp/kernelpro-bg/kb.pid)" 2>/dev/null; sleep 5
+if [ "${KB_JUDGE:-0}" = 1 ] && [ -d "$KB_DIR/problems" ] && bg_alive kb && [ "$(bg_what kb)" != "$KB_DIR" ]; then
+  # another bench on this GPU: judging now would time against it, and stopping it is not this call's to do
+  echo "not judged: the bench in $(bg_what kb) is still running on this GPU; call again when it has ended"
+elif [ "${KB_JUDGE:-0}" = 1 ] && [ -d "$KB_DIR/problems" ]; then
+  if bg_alive kb; then
+    kill -TERM -- "-$(cat "$BG_DIR/kb.pid")" 2>/dev/null; sleep 5
     pkill -KILL -f "kernelpro bench .kb/kernelbench" 2>/dev/null; pkill -KILL -f "kernelpro search .kb/kernelbench" 2>/dev/null
     pkill -KILL -f "kernelpro.harness.worker" 2>/dev/null; sleep 2; echo "bench stopped for the judge"
     python3 scripts/bench_snapshot.py "$KB_DIR" "$OUT/kb_state.tgz"

@@ -9,15 +9,14 @@ set -uo pipefail
 OUT=${OUT:-$PWD/.out}
 began=$(date +%s)
 left() { echo $(( ${TOTAL:-570} - ($(date +%s) - began) )); }
+. scripts/background.sh
 skip="SKIP_STANDARD=1"  # gpu_check.sh: only the set-up and the KB steps
 keys=$(grep -v '^#' benchmarks/kernelbench_subset30_level2.txt | paste -sd, -)
 if [ "${TIME_DONE:-0}" != 1 ]; then
   env $skip OUT="$OUT/time" KB=1 KB_NAME=kb8t KB_STATE="${TIME_STATE:-.kbstate/kb8_full.tgz}" UNTIL="$(left)" \
     KB_ARGS="--problems @benchmarks/kernelbench_subset30.txt --budget 8 --no-profile --no-kb --remeasure $keys" \
     bash scripts/gpu_check.sh 2>&1 | tail -25
-  if [ -f /tmp/kernelpro-bg/kb.pid ] && kill -0 "$(cat /tmp/kernelpro-bg/kb.pid)" 2>/dev/null; then
-    echo "the re-measurement is still running: call again"; exit 0
-  fi
+  if bg_alive kb; then echo "the bench in $(bg_what kb) is still running: call again"; exit 0; fi
 fi
 [ "$(left)" -gt 60 ] || exit 0
 env $skip OUT="$OUT/energy" KB=1 KB_NAME=kb8e ${ENERGY_STATE:+KB_STATE=$ENERGY_STATE} UNTIL="$(left)" \

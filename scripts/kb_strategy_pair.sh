@@ -21,14 +21,16 @@ keys=${KEYS:-$(grep -v '^#' benchmarks/kernelbench_subset30_level2.txt | paste -
 tag=${TAG:-kb12}
 args="--problems $keys --budget ${BUDGET:-12} --no-profile --no-kb"
 search_of() { [ "$1" = mcts ] && [ -n "${MCTS_SEARCH:-}" ] && echo " --search $MCTS_SEARCH"; }
-still_running() { [ -f /tmp/kernelpro-bg/kb.pid ] && kill -0 "$(cat /tmp/kernelpro-bg/kb.pid)" 2>/dev/null; }
+# a bench left running on this warm machine by an earlier call (gpu_check.sh writes its folder in kb.what)
+. scripts/background.sh
+still_running() { bg_alive kb && echo "the bench in $(bg_what kb) is still running: call again"; }
 for strategy in greedy mcts; do
   upper=$(echo "$strategy" | tr a-z A-Z); done_var=${upper}_DONE; state_var=${upper}_STATE
   [ "${!done_var:-0}" = 1 ] && continue
   [ "$(left)" -gt 60 ] || exit 0
   env $skip OUT="$OUT/$strategy" KB=1 KB_NAME="$tag${strategy:0:1}" ${!state_var:+KB_STATE=${!state_var}} UNTIL="$(left)" \
     KB_ARGS="$args --strategy $strategy$(search_of "$strategy")" bash scripts/gpu_check.sh 2>&1 | tail -25
-  if still_running; then echo "the $strategy bench is still running: call again"; exit 0; fi
+  still_running && exit 0
 done
 [ "${JUDGE:-0}" = 1 ] || exit 0
 # JUDGE_ONLY=greedy|mcts judges one bench (call again for a bench whose judging ran out of time)
