@@ -16,7 +16,9 @@ evaluations to reach 95% of it, the requests for a state never evaluated (unseen
 room left (the geomean of each replay's best recorded ratio over the best reached: 1.000 where
 no strategy could have done better, so the replay cannot tell them apart at that budget);
 then MCTS over greedy paired by problem (each problem's geomean over the seeds) with its
-95% interval, and its evaluations to 95% minus greedy's, paired the same way. `--replays all`
+95% interval, and its evaluations to 95% minus greedy's, paired the same way: to 95% of each
+one's own best, and to 95% of the better of the two bests of a seed (a search that found more
+is not counted late for it; one that never reached it counts its budget + 1). `--replays all`
 runs every replay in benchmarks/replays/. A replay's budget is capped by what was recorded (24 evaluations a search
 for the suite's replay): at 24 every strategy has seen everything. The replay's coder offers
 a state's recorded children in their recorded order, the same for every seed, so by default
@@ -101,6 +103,7 @@ def on_replays(path: Path, seeds: int, first_seed: int = 0, budgets=REPLAY_BUDGE
         for budget in budgets:
             per_problem: dict[str, list[float]] = {}
             to95_per_problem: dict[str, list[int]] = {}
+            reached: dict[str, list[tuple[float, list]]] = {}  # per problem and seed: best, (evaluation, best so far)
             unseen = 0
             for seed in range(first_seed, first_seed + seeds):
                 for replay in map(Replay.from_json, recorded):
@@ -110,6 +113,7 @@ def on_replays(path: Path, seeds: int, first_seed: int = 0, budgets=REPLAY_BUDGE
                     per_problem.setdefault(replay.name, []).append(math.log(best))
                     to95_per_problem.setdefault(replay.name, []).append(
                         next((n for n, ratio in search.history if ratio >= 0.95 * best), 0))
+                    reached.setdefault(replay.name, []).append((best, list(search.history)))
                     unseen += replay.unseen
             logs = {name: statistics.fmean(values) for name, values in per_problem.items()}
             to95 = [n for values in to95_per_problem.values() for n in values]
@@ -118,8 +122,25 @@ def on_replays(path: Path, seeds: int, first_seed: int = 0, budgets=REPLAY_BUDGE
                          # the best recorded state over the best reached: 1.000 where no strategy could do better
                          "room_left": math.exp(statistics.fmean(best_recorded[name] - logs[name] for name in logs)),
                          "log_best_by_problem": logs,
-                         "to95_by_problem": {name: statistics.fmean(v) for name, v in to95_per_problem.items()}})
+                         "to95_by_problem": {name: statistics.fmean(v) for name, v in to95_per_problem.items()},
+                         "_reached": reached})  # for the pair's better best (replays_against_greedy); not saved
     return rows
+
+
+def _to95_of_better(row: dict, greedy: dict) -> tuple[dict[str, float], dict[str, float]]:
+    """Per problem, the mean over seeds of the evaluations each of the two searches took to reach 95% of the better
+    of the two bests of that seed (budget + 1 where it never did): a search is not counted late for having found
+    more, as it is against its own best."""
+    mine, theirs = {}, {}
+    for name, runs in row["_reached"].items():
+        counts = []
+        for (best, history), (other_best, other_history) in zip(runs, greedy["_reached"][name]):
+            goal = 0.95 * max(best, other_best)
+            counts.append([next((n for n, ratio in h if ratio >= goal), row["budget"] + 1)
+                           for h in (history, other_history)])
+        mine[name] = statistics.fmean(c[0] for c in counts)
+        theirs[name] = statistics.fmean(c[1] for c in counts)
+    return mine, theirs
 
 
 def _by_problem(first: dict[str, float], second: dict[str, float]) -> tuple[float, float]:
@@ -144,6 +165,11 @@ def replays_against_greedy(rows: list[dict]) -> list[dict]:
         steps, steps_half = _by_problem(row["to95_by_problem"], greedy["to95_by_problem"])
         cell.update(to95_diff=steps, to95_low=steps - steps_half, to95_high=steps + steps_half,
                     behind=steps > 1e-9, later=steps - steps_half > 1e-9)
+        mine, theirs = _to95_of_better(row, greedy)
+        steps, steps_half = _by_problem(mine, theirs)
+        cell.update(to95_better_mcts=statistics.fmean(mine.values()), to95_better_greedy=statistics.fmean(theirs.values()),
+                    to95_better_diff=steps, to95_better_low=steps - steps_half, to95_better_high=steps + steps_half,
+                    behind_better=steps > 1e-9)
         paired.append(cell)
     return paired
 
@@ -206,18 +232,34 @@ def print_replays(path: str, rows: list[dict], paired: list[dict], seeds: str) -
         print(f"| {row['strategy']} | {row['budget']} | {row['geomean_best']:.3f} | "
               f"{row['mean_evaluations_to_95']:.1f} | {row['unseen_per_run']:.2f} | {row['room_left']:.3f} |")
     print("\nMCTS over greedy, geomean of best ratios paired by problem (95% interval)\n")
-    print("| strategy | budget | over greedy | evaluations to 95%: it, greedy | it minus greedy (95% interval) |\n"
-          "|---|---|---|---|---|")
+    print("| strategy | budget | over greedy | evaluations to 95%: it, greedy | it minus greedy (95% interval) "
+          "| to 95% of the pair's better: it, greedy | it minus greedy (95% interval) |\n|---|---|---|---|---|---|---|")
     for cell in paired:
         print(f"| {cell['strategy']} | {cell['budget']} | {cell['ratio']:.3f} ({cell['low']:.3f}-{cell['high']:.3f})"
               f"{' worse' if cell['worse'] else ''} | {cell['to95_mcts']:.2f}, {cell['to95_greedy']:.2f} | "
               f"{cell['to95_diff']:+.2f} ({cell['to95_low']:+.2f} to {cell['to95_high']:+.2f})"
-              f"{' later' if cell['later'] else ''} |")
+              f"{' later' if cell['later'] else ''} | {cell['to95_better_mcts']:.2f}, {cell['to95_better_greedy']:.2f} | "
+              f"{cell['to95_better_diff']:+.2f} ({cell['to95_better_low']:+.2f} to {cell['to95_better_high']:+.2f}) |")
     behind = [cell for cell in paired if cell["strategy"] == "mcts" and cell["behind"]]
     print(f"\nMCTS behind greedy in evaluations to 95%: {len(behind)} of "
           f"{sum(cell['strategy'] == 'mcts' for cell in paired)} budgets"
           + (f" ({', '.join(str(cell['budget']) for cell in behind)}), beyond the interval at "
              f"{sum(cell['later'] for cell in behind)}" if behind else ""))
+    behind = [cell['budget'] for cell in paired if cell["strategy"] == "mcts" and cell["behind_better"]]
+    print(f"MCTS behind greedy in evaluations to 95% of the pair's better best: {len(behind)} of "
+          f"{sum(cell['strategy'] == 'mcts' for cell in paired)} budgets"
+          + (f" ({', '.join(map(str, behind))})" if behind else ""))
+
+
+def replay_summary(replays: list[dict]) -> dict:
+    """MCTS's cells against greedy over every replay run (each replay x budget): how many are below greedy in best
+    ratio (beyond the interval, and at the point estimate), behind in evaluations to 95% of its own best (and
+    beyond the interval) and behind to 95% of the pair's better best."""
+    cells = [cell for replay in replays for cell in replay["against_greedy"] if cell["strategy"] == "mcts"]
+    return {"replays": len(replays), "cells": len(cells), "worse": sum(c["worse"] for c in cells),
+            "below": sum(c["ratio"] < 1 - 1e-9 for c in cells), "above": sum(c["ratio"] > 1 + 1e-9 for c in cells),
+            "behind": sum(c["behind"] for c in cells), "later": sum(c["later"] for c in cells),
+            "behind_better": sum(c["behind_better"] for c in cells)}
 
 
 def replay_paths(given: list[str]) -> list[str]:
@@ -268,7 +310,14 @@ def main() -> None:
         replay_rows = on_replays(Path(path), args.seeds, args.first_seed, seeded_order=args.replay_order == "seeded")
         replay_paired = replays_against_greedy(replay_rows)
         print_replays(path, replay_rows, replay_paired, seeds + f", {args.replay_order} order")
-        replays.append({"path": path, "rows": replay_rows, "against_greedy": replay_paired})
+        replays.append({"path": path, "rows": [{k: v for k, v in row.items() if not k.startswith("_")}
+                                               for row in replay_rows], "against_greedy": replay_paired})
+    summary = replay_summary(replays) if replays else None
+    if summary:
+        print(f"\nMCTS against greedy over {summary['replays']} replays x budgets, {summary['cells']} cells: best ratio "
+              f"below greedy's beyond the interval in {summary['worse']} (at the point estimate in {summary['below']}, "
+              f"above it in {summary['above']}); later to 95% of its own best in {summary['behind']} (beyond the "
+              f"interval in {summary['later']}); later to 95% of the pair's better best in {summary['behind_better']}")
     if not args.no_synthetic:
         costs = [overhead(strategy) for strategy in STRATEGIES]
         print("\n| strategy | tree nodes | ms per iteration |\n|---|---|---|")
@@ -282,7 +331,7 @@ def main() -> None:
             (f" --base {args.base}" if args.base else "")
         with open(args.json, "w") as handle:
             json.dump({"command": command, "quality": rows, "against_greedy": paired, "replays": replays,
-                       "overhead": costs}, handle, indent=1)
+                       "replay_summary": summary, "overhead": costs}, handle, indent=1)
 
 
 if __name__ == "__main__":

@@ -53,3 +53,36 @@ def test_the_evaluations_to_95_are_paired_by_problem(tmp_path):
     # at 4 evaluations MCTS is greedy by construction (its head), so their counts agree exactly
     assert cells[0]["to95_diff"] == 0 and cells[0]["to95_low"] == cells[0]["to95_high"] == 0
     assert "MCTS behind greedy in evaluations to 95%:" in run.stdout
+    for cell in cells:  # the better of two bests is at least one's own, so it is reached no sooner
+        assert cell["to95_better_mcts"] >= cell["to95_mcts"] - 1e-9
+        assert cell["to95_better_greedy"] >= cell["to95_greedy"] - 1e-9
+        assert cell["to95_better_low"] <= cell["to95_better_diff"] <= cell["to95_better_high"]
+        assert cell["behind_better"] == (cell["to95_better_diff"] > 1e-9)
+    assert cells[0]["to95_better_diff"] == 0
+    assert all(not key.startswith("_") for row in replay["rows"] for key in row)  # the runs stay out of the JSON
+
+
+def test_a_search_that_found_more_is_not_late_against_the_pairs_better_best(tmp_path):
+    """The H200 replay recorded before the coder mend: on level2/30 MCTS finds the 1.42x GEMM at its 4th evaluation
+    and greedy never does, so against its own (larger) best MCTS is later than greedy at 12 evaluations, and against
+    the better of the two bests it is earlier."""
+    out = tmp_path / "replays.json"
+    run = subprocess.run([sys.executable, str(SCRIPT), "--seeds", "2", "--no-synthetic", "--replays",
+                          "benchmarks/replays/kb_level2_strategies_b12_h200_2026-11-29.json", "--json", str(out)],
+                         capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-2000:]
+    (replay,) = json.loads(out.read_text())["replays"]
+    cell = next(c for c in replay["against_greedy"] if c["strategy"] == "mcts" and c["budget"] == 12)
+    assert cell["ratio"] > 1.0 and cell["behind"] and not cell["behind_better"]
+    assert cell["to95_better_greedy"] > cell["to95_greedy"]  # greedy's own best fell short of MCTS's
+    assert "of the pair's better best: 0 of 5 budgets" in run.stdout
+
+
+def test_the_summary_counts_mcts_cells_over_replays():
+    script = load_module(SCRIPT)
+    cell = dict(strategy="mcts", ratio=1.0, worse=False, behind=False, later=False, behind_better=False)
+    replays = [{"against_greedy": [cell, dict(cell, ratio=1.02, behind=True), dict(cell, strategy="greedy", ratio=0.5),
+                                   dict(cell, strategy="mcts_hp4", worse=True)]},
+               {"against_greedy": [dict(cell, ratio=0.99, worse=True, behind=True, later=True, behind_better=True)]}]
+    assert script.replay_summary(replays) == {"replays": 2, "cells": 3, "worse": 1, "below": 1, "above": 1,
+                                              "behind": 2, "later": 1, "behind_better": 1}
