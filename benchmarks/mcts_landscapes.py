@@ -48,7 +48,8 @@ STRATEGIES = ("mcts", "greedy", "beam", "best_first", "random")
 BUDGETS = (8, 15, 30, 60, 120)
 
 
-def quality(seeds: int, first_seed: int = 0) -> list[dict]:
+def quality(seeds: int, first_seed: int = 0, base: dict | None = None) -> list[dict]:
+    """Every strategy on every synthetic landscape and budget, with the SearchConfig settings `base` (--base)."""
     rows = []
     for name, landscape_class in LANDSCAPES.items():
         for budget in BUDGETS:
@@ -56,7 +57,8 @@ def quality(seeds: int, first_seed: int = 0) -> list[dict]:
                 found, best = 0, []
                 for seed in range(first_seed, first_seed + seeds):
                     landscape = landscape_class()
-                    search = make_search([], SearchConfig(strategy=strategy, seed=seed), root_key=landscape.key(()))
+                    search = make_search([], SearchConfig(**{**(base or {}), "strategy": strategy, "seed": seed}),
+                                         root_key=landscape.key(()))
                     search.run(LandscapeCoder(landscape, seed=seed), landscape.evaluate, Budget(evaluations=budget))
                     node = search.best()
                     ratio = landscape.true_ratio(tuple(node.payload)) if node.payload else 1.0
@@ -289,8 +291,8 @@ def main() -> None:
                         help="the order a replay's coder offers a state's recorded children in: as recorded (the same "
                              "for every seed), or a random order per seed (ReplayCoder.order_seed)")
     parser.add_argument("--base", default="", metavar="KEY:VALUE,...",
-                        help="on the replays, these SearchConfig settings for every strategy, e.g. losing_below:0 "
-                             "(the search as it was before a default changed)")
+                        help="these SearchConfig settings for every strategy, on the synthetic landscapes and the "
+                             "replays, e.g. losing_below:0 (the search as it was before a default changed)")
     args = parser.parse_args()
     args.replays = replay_paths(args.replays)
     base = settings_of(args.base)
@@ -302,7 +304,7 @@ def main() -> None:
     seeds = f"{args.seeds} seeds from {args.first_seed}"
     rows, paired, costs = [], [], []
     if not args.no_synthetic:
-        rows = quality(args.seeds, args.first_seed)
+        rows = quality(args.seeds, args.first_seed, base)
         paired = against_greedy(rows)
         print_synthetic(rows, paired, seeds)
     replays = []

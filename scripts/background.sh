@@ -1,4 +1,4 @@
-# Background jobs of the GPU machine's scripts (sourced by gpu_check.sh and kb_strategy_pair.sh).
+# Background jobs of the GPU machine's scripts (sourced by gpu_check.sh, kb_strategy_pair.sh and kb_energy_pair.sh).
 # BG_DIR (default /tmp/kernelpro-bg) holds each job's NAME.pid, NAME.what, NAME.out and NAME.log.
 BG_DIR=${BG_DIR:-/tmp/kernelpro-bg}
 # bg_running: the names of the jobs still running; bg_alive NAME: whether NAME is; bg_what NAME: its BG_WHAT

@@ -86,3 +86,19 @@ def test_the_summary_counts_mcts_cells_over_replays():
                {"against_greedy": [dict(cell, ratio=0.99, worse=True, behind=True, later=True, behind_better=True)]}]
     assert script.replay_summary(replays) == {"replays": 2, "cells": 3, "worse": 1, "below": 1, "above": 1,
                                               "behind": 2, "later": 1, "behind_better": 1}
+
+
+def test_base_settings_reach_the_synthetic_landscapes(monkeypatch):
+    """--base applies to the synthetic landscapes too: MCTS with a greedy tail over its whole budget finds what
+    greedy finds on every landscape, where by default it does not."""
+    script = load_module(SCRIPT)
+    monkeypatch.setattr(script, "BUDGETS", (30,))
+    monkeypatch.setattr(script, "STRATEGIES", ("mcts", "greedy"))
+
+    def differing(base):
+        rows = script.quality(4, 0, base)
+        by = {(row["landscape"], row["strategy"]): row["best_ratios"] for row in rows}
+        return [name for name, _ in by if by[name, "mcts"] != by[name, "greedy"]]
+
+    assert differing(None)
+    assert differing({"greedy_tail_min": 1000}) == []
