@@ -103,8 +103,6 @@ def on_replays(path: Path, seeds: int, first_seed: int = 0, budgets=REPLAY_BUDGE
     rows = []
     for label, config in REPLAY_STRATEGIES.items():
         for budget in budgets:
-            per_problem: dict[str, list[float]] = {}
-            to95_per_problem: dict[str, list[int]] = {}
             reached: dict[str, list[tuple[float, list]]] = {}  # per problem and seed: best, (evaluation, best so far)
             unseen = 0
             for seed in range(first_seed, first_seed + seeds):
@@ -112,12 +110,11 @@ def on_replays(path: Path, seeds: int, first_seed: int = 0, budgets=REPLAY_BUDGE
                     search = replay_search(replay, SearchConfig(seed=seed, **config), budget,
                                            order_seed=seed if seeded_order else None)
                     best = replay.ratio(tuple(search.best().payload or ())) or 1.0
-                    per_problem.setdefault(replay.name, []).append(math.log(best))
-                    to95_per_problem.setdefault(replay.name, []).append(
-                        next((n for n, ratio in search.history if ratio >= 0.95 * best), 0))
                     reached.setdefault(replay.name, []).append((best, list(search.history)))
                     unseen += replay.unseen
-            logs = {name: statistics.fmean(values) for name, values in per_problem.items()}
+            logs = {name: statistics.fmean(math.log(best) for best, _ in runs) for name, runs in reached.items()}
+            to95_per_problem = {name: [_first_reaching(history, 0.95 * best, 0) for best, history in runs]
+                                for name, runs in reached.items()}
             to95 = [n for values in to95_per_problem.values() for n in values]
             rows.append({"strategy": label, "budget": budget, "geomean_best": math.exp(statistics.fmean(logs.values())),
                          "mean_evaluations_to_95": statistics.fmean(to95), "unseen_per_run": unseen / len(to95),
@@ -129,6 +126,11 @@ def on_replays(path: Path, seeds: int, first_seed: int = 0, budgets=REPLAY_BUDGE
     return rows
 
 
+def _first_reaching(history: list, goal: float, never: int) -> int:
+    """The first evaluation of a search's history (evaluation, best so far) whose best reached `goal`, else `never`."""
+    return next((n for n, ratio in history if ratio >= goal), never)
+
+
 def _to95_of_better(row: dict, greedy: dict) -> tuple[dict[str, float], dict[str, float]]:
     """Per problem, the mean over seeds of the evaluations each of the two searches took to reach 95% of the better
     of the two bests of that seed (budget + 1 where it never did): a search is not counted late for having found
@@ -138,8 +140,7 @@ def _to95_of_better(row: dict, greedy: dict) -> tuple[dict[str, float], dict[str
         counts = []
         for (best, history), (other_best, other_history) in zip(runs, greedy["_reached"][name]):
             goal = 0.95 * max(best, other_best)
-            counts.append([next((n for n, ratio in h if ratio >= goal), row["budget"] + 1)
-                           for h in (history, other_history)])
+            counts.append([_first_reaching(h, goal, row["budget"] + 1) for h in (history, other_history)])
         mine[name] = statistics.fmean(c[0] for c in counts)
         theirs[name] = statistics.fmean(c[1] for c in counts)
     return mine, theirs
@@ -242,15 +243,14 @@ def print_replays(path: str, rows: list[dict], paired: list[dict], seeds: str) -
               f"{cell['to95_diff']:+.2f} ({cell['to95_low']:+.2f} to {cell['to95_high']:+.2f})"
               f"{' later' if cell['later'] else ''} | {cell['to95_better_mcts']:.2f}, {cell['to95_better_greedy']:.2f} | "
               f"{cell['to95_better_diff']:+.2f} ({cell['to95_better_low']:+.2f} to {cell['to95_better_high']:+.2f}) |")
-    behind = [cell for cell in paired if cell["strategy"] == "mcts" and cell["behind"]]
-    print(f"\nMCTS behind greedy in evaluations to 95%: {len(behind)} of "
-          f"{sum(cell['strategy'] == 'mcts' for cell in paired)} budgets"
+    mcts = [cell for cell in paired if cell["strategy"] == "mcts"]
+    behind = [cell for cell in mcts if cell["behind"]]
+    print(f"\nMCTS behind greedy in evaluations to 95%: {len(behind)} of {len(mcts)} budgets"
           + (f" ({', '.join(str(cell['budget']) for cell in behind)}), beyond the interval at "
              f"{sum(cell['later'] for cell in behind)}" if behind else ""))
-    behind = [cell['budget'] for cell in paired if cell["strategy"] == "mcts" and cell["behind_better"]]
-    print(f"MCTS behind greedy in evaluations to 95% of the pair's better best: {len(behind)} of "
-          f"{sum(cell['strategy'] == 'mcts' for cell in paired)} budgets"
-          + (f" ({', '.join(map(str, behind))})" if behind else ""))
+    behind = [str(cell["budget"]) for cell in mcts if cell["behind_better"]]
+    print(f"MCTS behind greedy in evaluations to 95% of the pair's better best: {len(behind)} of {len(mcts)} budgets"
+          + (f" ({', '.join(behind)})" if behind else ""))
 
 
 def replay_summary(replays: list[dict]) -> dict:

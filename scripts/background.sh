@@ -21,7 +21,7 @@ in_background() {
   if [ -n "$other" ]; then
     echo "$name not started: the background $other is running on this GPU"; return
   fi
-  if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+  if bg_alive "$name"; then
     if [ -n "${BG_WHAT:-}" ] && [ "$(bg_what "$name")" != "$BG_WHAT" ]; then
       echo "$name not started for $BG_WHAT: the $name for $(bg_what "$name") is still running on this GPU; call again when it has ended"
       return
@@ -32,10 +32,10 @@ in_background() {
     echo $! >"$pidfile"; echo "${BG_WHAT:-}" >"$BG_DIR/$name.what"; echo "$name started (pid $!)"
   fi
   local last=$SECONDS
-  while [ "$SECONDS" -lt "${UNTIL:-540}" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; do
+  while [ "$SECONDS" -lt "${UNTIL:-540}" ] && bg_alive "$name"; do
     sleep 10
     if [ $((SECONDS - last)) -ge "${SNAP_EVERY:-120}" ]; then "snap_$name" >/dev/null; last=$SECONDS; fi
   done
-  kill -0 "$(cat "$pidfile")" 2>/dev/null && echo "$name: still running at ${SECONDS} s" || echo "$name: finished"
+  bg_alive "$name" && echo "$name: still running at ${SECONDS} s" || echo "$name: finished"
   cp "$BG_DIR/$name.out" "$BG_DIR/$name.log" "$OUT/" 2>/dev/null
 }

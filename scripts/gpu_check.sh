@@ -298,23 +298,25 @@ fi
 step "KernelBench's own evaluator on the bench's bests (KB_JUDGE=1; KB_JUDGE_UNTIL: seconds to start judgements in)"
 # The bench stops first (the judge times on the same GPUs), then scripts/kb_judge.py runs
 # .kb/oracle/judge.py once per problem, one lane per GPU, and compares verdicts and speedups.
-if [ "${KB_JUDGE:-0}" = 1 ] && [ -d "$KB_DIR/problems" ] && bg_alive kb && [ "$(bg_what kb)" != "$KB_DIR" ]; then
-  # another bench on this GPU: judging now would time against it, and stopping it is not this call's to do
-  echo "not judged: the bench in $(bg_what kb) is still running on this GPU; call again when it has ended"
-elif [ "${KB_JUDGE:-0}" = 1 ] && [ -d "$KB_DIR/problems" ]; then
-  if bg_alive kb; then
-    kill -TERM -- "-$(cat "$BG_DIR/kb.pid")" 2>/dev/null; sleep 5
-    pkill -KILL -f "kernelpro bench .kb/kernelbench" 2>/dev/null; pkill -KILL -f "kernelpro search .kb/kernelbench" 2>/dev/null
-    pkill -KILL -f "kernelpro.harness.worker" 2>/dev/null; sleep 2; echo "bench stopped for the judge"
-    python3 scripts/bench_snapshot.py "$KB_DIR" "$OUT/kb_state.tgz"
-    python3 scripts/bench_snapshot.py "$KB_DIR" "$OUT/kb_results_state.tgz" --results-only
+if [ "${KB_JUDGE:-0}" = 1 ] && [ -d "$KB_DIR/problems" ]; then
+  if bg_alive kb && [ "$(bg_what kb)" != "$KB_DIR" ]; then
+    # another bench on this GPU: judging now would time against it, and stopping it is not this call's to do
+    echo "not judged: the bench in $(bg_what kb) is still running on this GPU; call again when it has ended"
+  else
+    if bg_alive kb; then
+      kill -TERM -- "-$(cat "$BG_DIR/kb.pid")" 2>/dev/null; sleep 5
+      pkill -KILL -f "kernelpro bench .kb/kernelbench" 2>/dev/null; pkill -KILL -f "kernelpro search .kb/kernelbench" 2>/dev/null
+      pkill -KILL -f "kernelpro.harness.worker" 2>/dev/null; sleep 2; echo "bench stopped for the judge"
+      python3 scripts/bench_snapshot.py "$KB_DIR" "$OUT/kb_state.tgz"
+      python3 scripts/bench_snapshot.py "$KB_DIR" "$OUT/kb_results_state.tgz" --results-only
+    fi
+    gpus=$(python3 -c "import torch; print(','.join(str(i) for i in range(torch.cuda.device_count())))")
+    mkdir -p "$OUT/kb_judge"
+    [ -n "${KB_JUDGE_STATE:-}" ] && tar xzf "$KB_JUDGE_STATE" -C "$OUT/kb_judge" 2>/dev/null
+    timeout "${KB_JUDGE_TIMEOUT:-560}" python3 scripts/kb_judge.py "$KB_DIR" .kb/kernelbench .kb/oracle --out "$OUT/kb_judge" \
+      --gpus "$gpus" --until "${KB_JUDGE_UNTIL:-420}" 2>&1 | tail -45
+    cp "$KB_DIR"/leaderboard.* "$OUT/kb_judge/" 2>/dev/null
   fi
-  gpus=$(python3 -c "import torch; print(','.join(str(i) for i in range(torch.cuda.device_count())))")
-  mkdir -p "$OUT/kb_judge"
-  [ -n "${KB_JUDGE_STATE:-}" ] && tar xzf "$KB_JUDGE_STATE" -C "$OUT/kb_judge" 2>/dev/null
-  timeout "${KB_JUDGE_TIMEOUT:-560}" python3 scripts/kb_judge.py "$KB_DIR" .kb/kernelbench .kb/oracle --out "$OUT/kb_judge" \
-    --gpus "$gpus" --until "${KB_JUDGE_UNTIL:-420}" 2>&1 | tail -45
-  cp "$KB_DIR"/leaderboard.* "$OUT/kb_judge/" 2>/dev/null
 fi
 
 step "pack results"
