@@ -2,8 +2,8 @@
 # BG_DIR (default /tmp/kernelpro-bg) holds each job's NAME.pid, NAME.what, NAME.out and NAME.log.
 BG_DIR=${BG_DIR:-/tmp/kernelpro-bg}
 # bg_running: the names of the jobs still running; bg_alive NAME: whether NAME is; bg_what NAME: its BG_WHAT
-bg_running() { for f in "$BG_DIR"/*.pid; do [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null && basename "$f" .pid; done; }
 bg_alive() { [ -f "$BG_DIR/$1.pid" ] && kill -0 "$(cat "$BG_DIR/$1.pid")" 2>/dev/null; }
+bg_running() { local f; for f in "$BG_DIR"/*.pid; do bg_alive "$(basename "$f" .pid)" && basename "$f" .pid; done; }
 bg_what() { cat "$BG_DIR/$1.what" 2>/dev/null; }
 
 # in_background NAME COMMAND...: runs COMMAND in its own process session (setsid), so it outlives
