@@ -73,6 +73,12 @@ class SearchConfig:
     # measurement (docs/mcts.md, "A head that lasts until something gains"): it closes the level-2 replay's cell
     # at 16 and leaves every synthetic cell within the interval
     head_until_gain: bool = True
+    # With head_gain, a failure ends the head only until the search gains again: when the evaluation right after
+    # the last failure raised the best by head_gain, the head first offers the failed node to the coder for repair
+    # (no evaluation where the coder repairs nothing), then goes on by the patient rule (head_patience), counted
+    # from the failure. On by measurement (docs/mcts.md, "A gain after a failure"): it saves the suite's replays
+    # the exploring evaluations greedy does not spend, and repairs sooner where a repair pays (failure_prone)
+    head_regain: bool = True
     # When above 0, a correct child below this fraction of its parent's ratio counts in the memory as a
     # move that did not work (like a failure): the coder is told to avoid it at equivalent nodes, and a
     # repeat is refused. Off by default, by measurement (docs/mcts.md, "Clear losses"): at 0.9 it saved
@@ -129,6 +135,8 @@ class Search:
         self.refused = 0  # proposals not evaluated because they repeated a failed move
         self.best_id = 0
         self.history: list[tuple[int, float]] = []  # (evaluations, best ratio so far)
+        self.last_failure_at = 0  # the evaluations count at the last evaluation that failed (0: none)
+        self.last_failure_id: int | None = None  # and its node
         self._next_ticket = 0
         self._in_flight: dict[int, dict] = {}  # ticket -> {"target", "child"}
         self._started = time.monotonic()
@@ -222,7 +230,8 @@ class Search:
     def in_greedy_head(self) -> bool:
         """Whether the next expansion is in the greedy head: among the first greedy_head evaluations (counting
         those in flight), or, with head_gain, while every evaluation so far raised the best by that factor (with
-        head_patience misses), or, with head_until_gain, while nothing has gained that factor and nothing failed."""
+        head_patience misses), or, with head_until_gain, while nothing has gained that factor and nothing failed; a
+        failure ends it, or with head_regain, only until the evaluation after it gains."""
         if self.evaluations + len(self._in_flight) < self.config.greedy_head:
             return True
         if self.config.head_gain <= 0 or not self.history:
@@ -234,13 +243,34 @@ class Search:
         # tree is scanned for one only when it decides (a scan at every request would cost more than the rest).
         if not any(n.status is Status.FAILED for n in self.nodes):
             return True
+        if self.config.head_regain:
+            return self._regained()
         return self._head_patient(0)
 
-    def _head_patient(self, patience: int) -> bool:
+    def _regained(self) -> bool:
+        """head_regain: whether the evaluation right after the last failure raised the best by head_gain, and the
+        patient rule holds from the failure on."""
+        since = [best for evaluation, best in self.history if evaluation > self.last_failure_at]
+        before = [best for evaluation, best in self.history if evaluation <= self.last_failure_at]
+        previous = before[-1] if before else 1.0  # the best when the last failure came (the reference's is 1)
+        return bool(since) and since[0] >= previous * self.config.head_gain and \
+            self._head_patient(self.config.head_patience, since, previous)
+
+    def _failure_to_offer(self) -> Node | None:
+        """head_regain: the last failed node, while it may still get a repair, once the search regained after it
+        (the head offers it to the coder before it refines the gain: free where the coder repairs nothing)."""
+        if not self.config.head_regain or self.last_failure_id is None:
+            return None
+        node = self.nodes[self.last_failure_id]
+        if node.status is not Status.FAILED or not self._can_widen(node) or not self._regained():
+            return None
+        return node
+
+    def _head_patient(self, patience: int, history: list[float] | None = None, previous: float = 1.0) -> bool:
         """Whether no more than `patience` evaluations in a row have left the best below head_gain x the best
-        before them (a gain resets the count), anywhere in the history."""
-        previous, misses = 1.0, 0  # the reference's ratio
-        for _, best in self.history:
+        before them (a gain resets the count), anywhere in the history (or in `history`, bests after `previous`)."""
+        misses = 0  # `previous` starts at the reference's ratio
+        for best in ([best for _, best in self.history] if history is None else history):
             if best < previous * self.config.head_gain:
                 misses += 1
                 if misses > patience:
@@ -265,8 +295,9 @@ class Search:
 
     def _choose_expansion(self) -> Node | None:
         """MCTS: descend by the selection rule until a node may widen; in the greedy tail, the best node."""
-        if self.in_greedy_tail() or self.in_greedy_head():
-            node = self._greedy_choice()
+        tail = self.in_greedy_tail()
+        if tail or self.in_greedy_head():
+            node = (None if tail else self._failure_to_offer()) or self._greedy_choice()
             if node is not None:
                 return node
         blocked: set[int] = set()
@@ -376,6 +407,8 @@ class Search:
             self.best_id = child.id
         if evaluated:
             self.history.append((self.evaluations, self.best().ratio))
+            if not outcome.ok:
+                self.last_failure_at, self.last_failure_id = self.evaluations, child.id
         return child
 
     def _backup(self, child: Node, log_value: float | None) -> None:
@@ -442,7 +475,8 @@ class Search:
             "calibration": self.calibration.to_json(),
             "rng": [state[0], list(state[1]), state[2]],
             "counters": {"evaluations": self.evaluations, "iterations": self.iterations,
-                         "refused": self.refused, "best_id": self.best_id, "next_ticket": self._next_ticket},
+                         "refused": self.refused, "best_id": self.best_id, "next_ticket": self._next_ticket,
+                         "last_failure_at": self.last_failure_at, "last_failure_id": self.last_failure_id},
             "history": [list(item) for item in self.history],
             "strategy_state": self._strategy_state(),
         }
@@ -463,6 +497,8 @@ class Search:
         search.evaluations, search.iterations = counters["evaluations"], counters["iterations"]
         search.refused, search.best_id = counters["refused"], counters["best_id"]
         search._next_ticket = counters["next_ticket"]
+        search.last_failure_at = counters.get("last_failure_at", 0)
+        search.last_failure_id = counters.get("last_failure_id")
         search.history = [tuple(item) for item in data["history"]]
         search._drop_in_flight()
         search._load_strategy_state(data.get("strategy_state") or {})

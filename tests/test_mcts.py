@@ -59,10 +59,14 @@ def test_pruning_cuts_wasted_evaluations():
 
 
 @pytest.mark.parametrize("widening", ["progressive", "fixed"])
-def test_widening_limits_are_respected_at_every_step(widening):
+@pytest.mark.parametrize("seed", [5, 11])
+def test_widening_limits_are_respected_at_every_step(widening, seed):
+    """The tree search's own selection never widens a node past its limit. The greedy head and tail follow
+    greedy's rule (the best node, however many children it has), so they are off here."""
     landscape = FailureProne()
-    coder = LandscapeCoder(landscape, seed=5)
-    search = Search([], SearchConfig(seed=5, widening=widening), root_key=landscape.key(()))
+    coder = LandscapeCoder(landscape, seed=seed)
+    search = Search([], SearchConfig(seed=seed, widening=widening, greedy_head=0, head_gain=0),
+                    root_key=landscape.key(()))
     for _ in range(80):
         requests = search.ask(3)
         if not requests:
@@ -295,8 +299,10 @@ def test_the_head_goes_on_while_every_evaluation_gains_head_gain():
 
 def test_head_patience_tolerates_evaluations_without_gain_until_something_fails():
     """head_patience: the head survives that many evaluations in a row that did not raise the best by head_gain (a
-    gain resets the count), but not once any evaluation has failed: there exploring and repairing pay."""
-    search, _ = run("noisy", 0, 1, greedy_head=0, head_gain=1.05, head_patience=2, head_until_gain=False)
+    gain resets the count), but not once any evaluation has failed: there exploring and repairing pay (without
+    head_regain, below, which restarts the head after a failure)."""
+    search, _ = run("noisy", 0, 1, greedy_head=0, head_gain=1.05, head_patience=2, head_until_gain=False,
+                    head_regain=False)
     search.history = [(1, 1.10), (2, 1.10), (3, 1.10)]
     assert search.in_greedy_head()
     search.history.append((4, 1.10))  # a third miss in a row
@@ -420,3 +426,80 @@ def test_until_something_gains_mcts_refines_as_greedy_does_on_a_flat_real_search
     assert needle_at(strategy="greedy") == 13
     assert needle_at(head_until_gain=False) == 16
     assert needle_at() == 13
+
+
+def test_a_gain_right_after_a_failure_restarts_the_head():
+    """head_regain: a failure ends the head until the evaluation after it raises the best by head_gain; from there
+    the patient rule decides, counting from the failure. Without head_regain any failure ends it."""
+    search, _ = run("noisy", 0, 1, greedy_head=0, head_gain=1.05, head_patience=1)
+    evaluated = next(n for n in search.nodes[1:] if n.status is Status.OK)
+    evaluated.status = Status.FAILED
+    search.last_failure_at = 1
+    search.history = [(1, 1.0), (2, 1.20)]  # the first evaluation failed, the second gained 20%
+    assert search.in_greedy_head()
+    search.history.append((3, 1.20))  # one miss: within the patience of 1
+    assert search.in_greedy_head()
+    search.history.append((4, 1.21))  # a second miss in a row
+    assert not search.in_greedy_head()
+    search.history = [(1, 1.0), (2, 1.02), (3, 1.30)]  # the evaluation after the failure did not gain
+    assert not search.in_greedy_head()
+    search.history, search.last_failure_at = [(1, 1.20), (2, 1.20)], 2  # nothing since the failure
+    assert not search.in_greedy_head()
+    off, _ = run("noisy", 0, 1, greedy_head=0, head_gain=1.05, head_patience=1, head_regain=False)
+    next(n for n in off.nodes[1:] if n.status is Status.OK).status = Status.FAILED
+    off.history, off.last_failure_at = [(1, 1.0), (2, 1.20)], 1
+    assert not off.in_greedy_head()
+
+
+def test_after_a_failure_and_a_gain_the_head_offers_the_failure_for_repair_first():
+    """head_regain: once the search gained after a failure, the head first asks the coder to repair the failed
+    node; a coder that repairs gets it evaluated (failure_prone, seed 0: x fails, y gains 1.1x, x+fix is 3x), one
+    that declines costs no evaluation and the head refines the best node, as greedy does."""
+    def evaluated(search):
+        return [(search.nodes[n.parent].moves, n.moves, n.ratio) for n in search.nodes[1:]
+                if n.transposition_of is None and n.status is not Status.PENDING]
+    search, _ = run("failure_prone", 0, 12)
+    assert evaluated(search)[:3] == [((), ("x",), None), ((), ("y",), 1.1), (("x",), ("fix",), 3.0)]
+    assert search.best().ratio == pytest.approx(3.0 * 1.1 * 1.1)
+    off, _ = run("failure_prone", 0, 12, head_regain=False)
+    greedy, _ = run("failure_prone", 0, 12, strategy="greedy")
+    assert "fix" not in [moves for _, (moves, *_), _ in evaluated(off)[:3]]
+    assert off.best().ratio == greedy.best().ratio == pytest.approx(1.1 ** 4)
+
+    landscape = FailureProne()
+    coder = LandscapeCoder(landscape, seed=0)
+    asked = []
+
+    def declining(request: Expansion):  # repairs nothing, as the offline coder
+        asked.append(request.kind)
+        return None if request.kind is ExpansionKind.REPAIR else coder(request)
+    search = make_search([], SearchConfig(seed=0), root_key=landscape.key(()))
+    search.run(declining, landscape.evaluate, Budget(evaluations=12))
+    assert asked[:4] == [ExpansionKind.NEW_STRATEGY, ExpansionKind.NEW_STRATEGY, ExpansionKind.REPAIR,
+                         ExpansionKind.REFINE]
+    assert evaluated(search)[:3] == evaluated(greedy)[:3]
+
+
+def test_after_a_failure_and_a_gain_mcts_refines_the_gain_on_real_searches():
+    """Replays of real searches. The suite's level3/2 (KB ablation, H100), one seeded coder order: tf32_matmul fails
+    at the first evaluation and triton_gemm gains 1.51x at the second; greedy refines it and reaches 1.62x at its
+    sixth, MCTS that explores the root's other moves after the failure at its eighth, and MCTS whose head goes on
+    after the gain at its sixth. KernelBench level2/30 (H200, before the coder mend): the failure is the second
+    evaluation, nothing has gained since, so MCTS still explores and finds the 1.42x GEMM greedy never meets."""
+    from kernelpro.mcts.replay import Replay, load_replays, replay_search
+    replays = Path(__file__).resolve().parent.parent / "benchmarks" / "replays"
+
+    def recorded(file: str, prefix: str) -> dict:
+        return next(r for r in load_replays(replays / file) if r.name.startswith(prefix)).to_json()
+
+    def first_above(tree: dict, ratio: float, order_seed=None, **config):
+        search = replay_search(Replay.from_json(tree), SearchConfig(seed=order_seed or 0, **config), 12,
+                               order_seed=order_seed)
+        return next((n for n, best in search.history if best > ratio), None)
+    mlp = recorded("suite_ablation_h100_b16_2026-11-23.json", "level3/2_")
+    assert first_above(mlp, 1.6, 9, strategy="greedy") == 6
+    assert first_above(mlp, 1.6, 9, head_regain=False) == 8
+    assert first_above(mlp, 1.6, 9) == 6
+    gemm = recorded("kb_level2_strategies_b12_h200_2026-11-29.json", "level2/30_")
+    assert first_above(gemm, 1.4, strategy="greedy") is None
+    assert first_above(gemm, 1.4) == 4
