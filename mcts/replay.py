@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelpro.mcts.baselines import make_search
-from kernelpro.mcts.records import Expansion, Outcome, Proposal
+from kernelpro.mcts.records import Expansion, ExpansionKind, Outcome, Proposal
 from kernelpro.mcts.search import Budget, Search, SearchConfig
 
 State = tuple[str, ...]
@@ -117,7 +117,8 @@ class Replay:
 @dataclass
 class ReplayCoder:
     """Proposes the recorded children of a state, one at a time, in their recorded order (moves that lost
-    wherever they were tried, `Expansion.losing`, after the others).
+    wherever they were tried, `Expansion.losing`, after the others), and no repair, as the offline coder that
+    recorded the searches.
 
     With `order_seed`, each state's children come in a seeded random order instead (the same order every time
     that state is grown, another for another seed): the recorded order is the order the recording search's
@@ -140,6 +141,10 @@ class ReplayCoder:
         return self._orders[state]
 
     def __call__(self, request: Expansion) -> Proposal | None:
+        if request.kind is ExpansionKind.REPAIR:
+            # The recorded searches' coder (the offline coder) repairs nothing: a recorded state one move beyond a
+            # failed one is another move on top of the failure, reached from the other side, not its repair
+            return None
         state = _state(request.payload or ())
         tried = {label for label, _ in request.tried}
         open_children = []

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelpro.mcts import Budget, Outcome, Proposal, Search, SearchConfig
+from kernelpro.mcts import Budget, Expansion, ExpansionKind, Outcome, Proposal, Search, SearchConfig
 from kernelpro.mcts.replay import Replay, ReplayCoder, load_replays, replay_search
 from kernelpro.outputs import tree_document
 
@@ -31,6 +31,20 @@ def test_requests_beyond_the_recording_are_counted_not_invented():
     assert replay.evaluations == len(replay.order) == 4  # every recorded state, then nothing more
     assert replay.unseen >= 1
     assert replay.ratio(tuple(search.best().payload)) == replay.best_ratio() > 1.4  # fuse_pointwise, 1.48x
+
+
+def test_the_replay_coder_repairs_nothing_as_the_recording_coder():
+    """A failed state's recorded supersets (another move on top of the failure, recorded from the other side) are
+    not its repair: the offline coder that recorded the searches answers no repair, so neither does the replay's.
+    They stay reachable the way they were recorded."""
+    replay = Replay("hand", {(): ("reference", 1.0), ("a",): ("incorrect", None), ("b",): ("correct", 1.2),
+                             ("a", "b"): ("incorrect", None)}, [("a",), ("b",), ("a", "b")])
+    coder = ReplayCoder(replay)
+    assert replay.children(("a",)) == [("a", "b")]
+    repair = Expansion(ticket=0, node_id=1, kind=ExpansionKind.REPAIR, payload=["a"], failure="incorrect")
+    assert coder(repair) is None and replay.unseen == 0  # declined, as recorded: not a state beyond the recording
+    refine = Expansion(ticket=1, node_id=2, kind=ExpansionKind.REFINE, payload=["b"])
+    assert coder(refine).payload == ["a", "b"]
 
 
 def test_a_search_tree_as_written_becomes_a_replay():
