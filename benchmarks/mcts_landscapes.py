@@ -4,7 +4,7 @@
         [--replays benchmarks/replays/suite_h100_b24_2026-11-23.json | BENCH_FOLDER | all ...] [--no-synthetic]
         [--replay-order recorded | seeded] [--variant NAME=KEY:VALUE,...]
 
-For each landscape, budget and strategy: the share of seeds that found the optimum
+For each landscape, budget and strategy: the share of seeds that reached the optimum (its ratio or more)
 and the mean true ratio of the best node; then MCTS against greedy, paired by seed:
 the mean difference of their best ratios with its 95% interval (worse: the interval
 lies below 0). Then the per-iteration overhead of the search itself (ask + propose +
@@ -63,7 +63,7 @@ def quality(seeds: int, first_seed: int = 0, base: dict | None = None) -> list[d
                     node = search.best()
                     ratio = landscape.true_ratio(tuple(node.payload)) if node.payload else 1.0
                     best.append(ratio)
-                    found += abs(ratio - landscape.optimum) < 1e-9
+                    found += ratio >= landscape.optimum - 1e-9  # failure_prone's repairs can go past it
                 rows.append({"landscape": name, "budget": budget, "strategy": strategy,
                              "success_rate": found / seeds, "mean_best_ratio": statistics.fmean(best),
                              "best_ratios": best})

@@ -93,7 +93,10 @@ class Noisy(Landscape):
 
 class FailureProne(Landscape):
     """'x' (say, tensor cores) fails to compile until the next move is 'fix', which then
-    triples the ratio; 'bad' always fails (incorrect); 'y' and 'z' give small gains."""
+    triples the ratio; 'bad' always fails (incorrect); 'y' and 'z' give small gains. The optimum
+    is x once, fixed, with y and z (3.63x); a search that repairs twice (x, fix, x, fix: 9x) or
+    repairs at the depth limit (a repair is one move past it) goes beyond it, and counts as
+    having reached it."""
 
     def __init__(self, **kwargs):
         super().__init__(name="failure_prone", moves=("x", "bad", "y", "z"), max_depth=4,
