@@ -294,7 +294,8 @@ class Search:
         return by_ratio(winners)[0] if winners else None
 
     def _choose_expansion(self) -> Node | None:
-        """MCTS: descend by the selection rule until a node may widen; in the greedy tail, the best node."""
+        """MCTS: descend by the selection rule until a node may widen; in the greedy tail, the best node; in the
+        head, the best node, after offering the last failure for repair once the search regained (head_regain)."""
         tail = self.in_greedy_tail()
         if tail or self.in_greedy_head():
             node = (None if tail else self._failure_to_offer()) or self._greedy_choice()
