@@ -250,9 +250,9 @@ class Search:
     def _regained(self) -> bool:
         """head_regain: whether the evaluation right after the last failure raised the best by head_gain, and the
         patient rule holds from the failure on."""
-        since = [best for evaluation, best in self.history if evaluation > self.last_failure_at]
-        before = [best for evaluation, best in self.history if evaluation <= self.last_failure_at]
-        previous = before[-1] if before else 1.0  # the best when the last failure came (the reference's is 1)
+        at = self.last_failure_at  # history[k] is evaluation k + 1's
+        since = [best for _, best in self.history[at:]]
+        previous = self.history[at - 1][1] if at else 1.0  # the best when the last failure came (the reference's is 1)
         return bool(since) and since[0] >= previous * self.config.head_gain and \
             self._head_patient(self.config.head_patience, since, previous)
 
@@ -266,11 +266,11 @@ class Search:
             return None
         return node
 
-    def _head_patient(self, patience: int, history: list[float] | None = None, previous: float = 1.0) -> bool:
+    def _head_patient(self, patience: int, bests: list[float] | None = None, previous: float = 1.0) -> bool:
         """Whether no more than `patience` evaluations in a row have left the best below head_gain x the best
-        before them (a gain resets the count), anywhere in the history (or in `history`, bests after `previous`)."""
+        before them (a gain resets the count), anywhere in the history (or in `bests`, those after `previous`)."""
         misses = 0  # `previous` starts at the reference's ratio
-        for best in ([best for _, best in self.history] if history is None else history):
+        for best in ((best for _, best in self.history) if bests is None else bests):
             if best < previous * self.config.head_gain:
                 misses += 1
                 if misses > patience:

@@ -34,6 +34,10 @@ class Landscape:
         """The noiseless ratio, or None for a failure."""
         raise NotImplementedError
 
+    def reached_optimum(self, ratio: float) -> bool:
+        """Whether a best of `ratio` reached the optimum (failure_prone's repairs can go past it)."""
+        return ratio >= self.optimum - 1e-9
+
     def failure_kind(self, state: tuple[str, ...]) -> str:
         return "compile_error"
 

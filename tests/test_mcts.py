@@ -28,7 +28,7 @@ def run(landscape_name: str, seed: int, budget: int, coder_kwargs=None, **config
 def found_optimum(search: Search, landscape) -> bool:
     best = search.best()
     ratio = landscape.true_ratio(tuple(best.payload)) if best.payload else 1.0
-    return ratio >= landscape.optimum - 1e-9  # failure_prone's repairs can go past it (its docstring)
+    return landscape.reached_optimum(ratio)
 
 
 @pytest.mark.parametrize("landscape, budget", [("deceptive", 60), ("failure_prone", 40)])
