@@ -19,7 +19,9 @@ then MCTS over greedy paired by problem (each problem's geomean over the seeds) 
 95% interval, and its evaluations to 95% minus greedy's, paired the same way: to 95% of each
 one's own best, and to 95% of the better of the two bests of a seed (a search that found more
 is not counted late for it; one that never reached it counts its budget + 1). `--replays all`
-runs every replay in benchmarks/replays/. A replay's budget is capped by what was recorded (24 evaluations a search
+runs every replay in benchmarks/replays/; with several, the same comparison follows with every
+replay's problems pooled as the pairs, per budget (the reading of "on replays" that the real
+comparison's, over problems, has). A replay's budget is capped by what was recorded (24 evaluations a search
 for the suite's replay): at 24 every strategy has seen everything. The replay's coder offers
 a state's recorded children in their recorded order, the same for every seed, so by default
 the seeds change only a seeded strategy (random); `--replay-order seeded` gives each seed its
@@ -264,6 +266,46 @@ def replay_summary(replays: list[dict]) -> dict:
             "behind_better": sum(c["behind_better"] for c in cells)}
 
 
+def replay_pooled(replays: list[dict]) -> list[dict]:
+    """Each MCTS strategy over greedy on all the replays together, per budget: every replay's problems pooled as the
+    pairs (each problem's mean over the seeds, as in replays_against_greedy), so that "on replays" reads as the real
+    comparison does, over problems. The geomean ratio of the best ratios and the evaluations to 95% of each one's own
+    best, each with its 95% interval; `at_least` and `no_later` read them at the point estimate."""
+    pooled = []
+    strategies = {row["strategy"] for replay in replays for row in replay["rows"]}
+    budgets = sorted({row["budget"] for replay in replays for row in replay["rows"]})
+    for strategy in sorted(s for s in strategies if s.startswith("mcts") and s != "mcts_no_tail"):
+        for budget in budgets:
+            logs, steps = [], []
+            for replay in replays:
+                rows = {row["strategy"]: row for row in replay["rows"] if row["budget"] == budget}
+                if strategy not in rows or "greedy" not in rows:
+                    continue
+                mine, greedy = rows[strategy], rows["greedy"]
+                logs += [mine["log_best_by_problem"][name] - greedy["log_best_by_problem"][name]
+                         for name in mine["log_best_by_problem"]]
+                steps += [mine["to95_by_problem"][name] - greedy["to95_by_problem"][name]
+                          for name in mine["to95_by_problem"]]
+            if len(logs) < 2:
+                continue
+            mean, half = mean_and_half_width(logs)
+            step, step_half = mean_and_half_width(steps)
+            pooled.append({"strategy": strategy, "budget": budget, "problems": len(logs), "ratio": math.exp(mean),
+                           "low": math.exp(mean - half), "high": math.exp(mean + half), "at_least": mean >= -1e-12,
+                           "to95_diff": step, "to95_low": step - step_half, "to95_high": step + step_half,
+                           "no_later": step <= 1e-9})
+    return pooled
+
+
+def print_pooled(pooled: list[dict]) -> None:
+    print("\nMCTS over greedy on all the replays together, paired by problem (95% interval)\n")
+    print("| strategy | budget | problems | over greedy | evaluations to 95%: it minus greedy |\n|---|---|---|---|---|")
+    for cell in pooled:
+        print(f"| {cell['strategy']} | {cell['budget']} | {cell['problems']} | {cell['ratio']:.4f} "
+              f"({cell['low']:.4f}-{cell['high']:.4f}) | {cell['to95_diff']:+.3f} ({cell['to95_low']:+.3f} to "
+              f"{cell['to95_high']:+.3f}) |")
+
+
 def replay_paths(given: list[str]) -> list[str]:
     """--replays as given, `all` standing for every replay file in benchmarks/replays/ (by name)."""
     shipped = sorted(os.path.relpath(path) for path in (ROOT / "benchmarks" / "replays").glob("*.json"))
@@ -315,6 +357,9 @@ def main() -> None:
         replays.append({"path": path, "rows": [{k: v for k, v in row.items() if not k.startswith("_")}
                                                for row in replay_rows], "against_greedy": replay_paired})
     summary = replay_summary(replays) if replays else None
+    pooled = replay_pooled(replays)
+    if pooled:
+        print_pooled(pooled)
     if summary:
         print(f"\nMCTS against greedy over {summary['replays']} replays x budgets, {summary['cells']} cells: best ratio "
               f"below greedy's beyond the interval in {summary['worse']} (at the point estimate in {summary['below']}, "
@@ -333,7 +378,7 @@ def main() -> None:
             (f" --base {args.base}" if args.base else "")
         with open(args.json, "w") as handle:
             json.dump({"command": command, "quality": rows, "against_greedy": paired, "replays": replays,
-                       "replay_summary": summary, "overhead": costs}, handle, indent=1)
+                       "replay_summary": summary, "replay_pooled": pooled, "overhead": costs}, handle, indent=1)
 
 
 if __name__ == "__main__":

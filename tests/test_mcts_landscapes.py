@@ -32,8 +32,14 @@ def test_the_evaluations_to_95_are_paired_by_problem(tmp_path):
                           "--replay-order", "seeded", "--json", str(out)],
                          capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert run.returncode == 0, run.stderr[-2000:]
-    (replay,) = json.loads(out.read_text())["replays"]
+    saved = json.loads(out.read_text())
+    (replay,) = saved["replays"]
     rows = {(row["strategy"], row["budget"]): row for row in replay["rows"]}
+    # one replay pooled is that replay's own comparison
+    for pooled, cell in zip(saved["replay_pooled"], [c for c in replay["against_greedy"] if c["strategy"] == "mcts"]):
+        assert (pooled["budget"], pooled["problems"]) == (cell["budget"], 8)
+        assert math.isclose(pooled["ratio"], cell["ratio"]) and math.isclose(pooled["to95_diff"], cell["to95_diff"],
+                                                                             abs_tol=1e-12)
     for row in replay["rows"]:  # no strategy reaches past the best state the replay recorded
         assert row["room_left"] >= 1 - 1e-12
     # greedy is deterministic, so a larger budget extends the same path and never leaves more room
@@ -102,3 +108,30 @@ def test_base_settings_reach_the_synthetic_landscapes(monkeypatch):
 
     assert differing(None)
     assert differing({"greedy_tail_min": 1000}) == []
+
+
+def test_the_pooled_comparison_pairs_every_replays_problems():
+    """All the replays together: one pair per problem of every replay, per budget, for each MCTS strategy."""
+    script = load_module(SCRIPT)
+
+    def row(strategy, budget, logs, steps):
+        return {"strategy": strategy, "budget": budget, "log_best_by_problem": dict(enumerate(logs)),
+                "to95_by_problem": dict(enumerate(steps))}
+
+    replays = [{"rows": [row("mcts", 12, [0.1, 0.0], [3.0, 2.0]), row("greedy", 12, [0.0, 0.0], [2.0, 2.0]),
+                         row("mcts_no_tail", 12, [0.0, 0.0], [9.0, 9.0])]},
+               {"rows": [row("mcts", 12, [0.0, -0.02], [1.0, 4.0]), row("greedy", 12, [0.0, 0.0], [2.0, 4.0]),
+                         row("mcts_root1", 12, [0.0, 0.0], [2.0, 4.0])]}]
+    pooled = {cell["strategy"]: cell for cell in script.replay_pooled(replays)}
+    assert set(pooled) == {"mcts", "mcts_root1"}  # the variant without a tail is not compared; a variant on one
+    cell = pooled["mcts"]                          # replay is compared where it ran
+    assert cell["problems"] == 4 and pooled["mcts_root1"]["problems"] == 2
+    assert math.isclose(cell["ratio"], math.exp((0.1 - 0.02) / 4))
+    assert cell["to95_diff"] == 0.0 and cell["to95_low"] < 0 < cell["to95_high"]
+    assert cell["at_least"] and cell["no_later"] and cell["low"] < 1 < cell["high"]
+    replays[1]["rows"][0]["to95_by_problem"][0] = 2.5  # now half an evaluation later there, not one earlier
+    cell = next(c for c in script.replay_pooled(replays) if c["strategy"] == "mcts")
+    assert math.isclose(cell["to95_diff"], 1.5 / 4) and not cell["no_later"]
+    replays[0]["rows"][0]["log_best_by_problem"][0] = 0.0  # now below greedy at the point estimate
+    cell = next(c for c in script.replay_pooled(replays) if c["strategy"] == "mcts")
+    assert not cell["at_least"] and cell["ratio"] < 1
