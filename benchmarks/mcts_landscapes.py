@@ -82,7 +82,7 @@ def against_greedy(rows: list[dict]) -> list[dict]:
     """MCTS minus greedy, paired by seed, per landscape and budget: mean and 95% half-width."""
     paired = []
     for row in rows:
-        if not row["strategy"].startswith("mcts") or row["strategy"] == "mcts_no_tail":
+        if not compared_with_greedy(row["strategy"]):
             continue
         greedy = next(r for r in rows if r["strategy"] == "greedy" and r["landscape"] == row["landscape"]
                       and r["budget"] == row["budget"])
@@ -153,6 +153,11 @@ def _by_problem(first: dict[str, float], second: dict[str, float]) -> tuple[floa
     return mean_and_half_width([first[name] - second[name] for name in first])
 
 
+def compared_with_greedy(strategy: str) -> bool:
+    """MCTS and its --variant runs; not the tail-less MCTS, a reference row of the replay tables."""
+    return strategy.startswith("mcts") and strategy != "mcts_no_tail"
+
+
 def replays_against_greedy(rows: list[dict]) -> list[dict]:
     """MCTS over greedy on replays, paired by problem (each problem's mean over seeds): the geomean
     ratio of their best ratios with its 95% interval (worse when the interval lies below 1), and MCTS's
@@ -160,7 +165,7 @@ def replays_against_greedy(rows: list[dict]) -> list[dict]:
     lies above 0; behind, the target's strict reading, when the mean is above 0)."""
     paired = []
     for row in rows:
-        if not row["strategy"].startswith("mcts") or row["strategy"] == "mcts_no_tail":
+        if not compared_with_greedy(row["strategy"]):
             continue
         greedy = next(r for r in rows if r["strategy"] == "greedy" and r["budget"] == row["budget"])
         mean, half = _by_problem(row["log_best_by_problem"], greedy["log_best_by_problem"])
@@ -274,7 +279,7 @@ def replay_pooled(replays: list[dict]) -> list[dict]:
     pooled = []
     strategies = {row["strategy"] for replay in replays for row in replay["rows"]}
     budgets = sorted({row["budget"] for replay in replays for row in replay["rows"]})
-    for strategy in sorted(s for s in strategies if s.startswith("mcts") and s != "mcts_no_tail"):
+    for strategy in sorted(filter(compared_with_greedy, strategies)):
         for budget in budgets:
             logs, steps = [], []
             for replay in replays:

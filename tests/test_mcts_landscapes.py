@@ -36,6 +36,7 @@ def test_the_evaluations_to_95_are_paired_by_problem(tmp_path):
     (replay,) = saved["replays"]
     rows = {(row["strategy"], row["budget"]): row for row in replay["rows"]}
     # one replay pooled is that replay's own comparison
+    assert [cell["budget"] for cell in saved["replay_pooled"]] == [4, 8, 12, 16, 20]
     for pooled, cell in zip(saved["replay_pooled"], [c for c in replay["against_greedy"] if c["strategy"] == "mcts"]):
         assert (pooled["budget"], pooled["problems"]) == (cell["budget"], 8)
         assert math.isclose(pooled["ratio"], cell["ratio"]) and math.isclose(pooled["to95_diff"], cell["to95_diff"],
