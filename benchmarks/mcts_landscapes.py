@@ -148,9 +148,19 @@ def _to95_of_better(row: dict, greedy: dict) -> tuple[dict[str, float], dict[str
     return mine, theirs
 
 
+def _differences(first: dict[str, float], second: dict[str, float]) -> list[float]:
+    """first - second, paired by problem."""
+    return [first[name] - second[name] for name in first]
+
+
 def _by_problem(first: dict[str, float], second: dict[str, float]) -> tuple[float, float]:
     """mean_and_half_width of first - second, paired by problem."""
-    return mean_and_half_width([first[name] - second[name] for name in first])
+    return mean_and_half_width(_differences(first, second))
+
+
+def _steps(prefix: str, mean: float, half: float) -> dict[str, float]:
+    """A difference in evaluations with its 95% interval, as PREFIX_diff, PREFIX_low and PREFIX_high."""
+    return {f"{prefix}_diff": mean, f"{prefix}_low": mean - half, f"{prefix}_high": mean + half}
 
 
 def compared_with_greedy(strategy: str) -> bool:
@@ -173,13 +183,11 @@ def replays_against_greedy(rows: list[dict]) -> list[dict]:
                 "high": math.exp(mean + half), "worse": mean + half < 0,
                 "to95_mcts": row["mean_evaluations_to_95"], "to95_greedy": greedy["mean_evaluations_to_95"]}
         steps, steps_half = _by_problem(row["to95_by_problem"], greedy["to95_by_problem"])
-        cell.update(to95_diff=steps, to95_low=steps - steps_half, to95_high=steps + steps_half,
-                    behind=steps > 1e-9, later=steps - steps_half > 1e-9)
+        cell.update(_steps("to95", steps, steps_half), behind=steps > 1e-9, later=steps - steps_half > 1e-9)
         mine, theirs = _to95_of_better(row, greedy)
         steps, steps_half = _by_problem(mine, theirs)
-        cell.update(to95_better_mcts=statistics.fmean(mine.values()), to95_better_greedy=statistics.fmean(theirs.values()),
-                    to95_better_diff=steps, to95_better_low=steps - steps_half, to95_better_high=steps + steps_half,
-                    behind_better=steps > 1e-9)
+        cell.update(_steps("to95_better", steps, steps_half), to95_better_mcts=statistics.fmean(mine.values()),
+                    to95_better_greedy=statistics.fmean(theirs.values()), behind_better=steps > 1e-9)
         paired.append(cell)
     return paired
 
@@ -281,24 +289,19 @@ def replay_pooled(replays: list[dict]) -> list[dict]:
     budgets = sorted({row["budget"] for replay in replays for row in replay["rows"]})
     for strategy in sorted(filter(compared_with_greedy, strategies)):
         for budget in budgets:
-            logs, steps = [], []
-            for replay in replays:
-                rows = {row["strategy"]: row for row in replay["rows"] if row["budget"] == budget}
-                if strategy not in rows or "greedy" not in rows:
-                    continue
-                mine, greedy = rows[strategy], rows["greedy"]
-                logs += [mine["log_best_by_problem"][name] - greedy["log_best_by_problem"][name]
-                         for name in mine["log_best_by_problem"]]
-                steps += [mine["to95_by_problem"][name] - greedy["to95_by_problem"][name]
-                          for name in mine["to95_by_problem"]]
+            rows = [{row["strategy"]: row for row in replay["rows"] if row["budget"] == budget} for replay in replays]
+            pairs = [(row[strategy], row["greedy"]) for row in rows if strategy in row and "greedy" in row]
+            logs = [d for mine, greedy in pairs for d in _differences(mine["log_best_by_problem"],
+                                                                       greedy["log_best_by_problem"])]
+            steps = [d for mine, greedy in pairs for d in _differences(mine["to95_by_problem"],
+                                                                        greedy["to95_by_problem"])]
             if len(logs) < 2:
                 continue
             mean, half = mean_and_half_width(logs)
             step, step_half = mean_and_half_width(steps)
             pooled.append({"strategy": strategy, "budget": budget, "problems": len(logs), "ratio": math.exp(mean),
                            "low": math.exp(mean - half), "high": math.exp(mean + half), "at_least": mean >= -1e-12,
-                           "to95_diff": step, "to95_low": step - step_half, "to95_high": step + step_half,
-                           "no_later": step <= 1e-9})
+                           **_steps("to95", step, step_half), "no_later": step <= 1e-9})
     return pooled
 
 
