@@ -30,7 +30,7 @@ from pathlib import Path
 from cuda_timing import median_ms
 from kernelpro.harness import EvalOptions, Evaluator, PhaseLimits, load_problem
 from kernelpro.offline import conv_gemm
-from kernelpro.offline.worker import Problem, _device
+from kernelpro.offline.worker import Problem, target_device
 
 CONVOLUTIONS = ["level1/62_conv_standard_2D__square_input__asymmetric_kernel",
            "level1/63_conv_standard_2D__square_input__square_kernel", "level1/86_conv_depthwise_separable_2D",
@@ -162,7 +162,7 @@ def main() -> None:
     if missing:
         parser.error(f"no such problem in {args.suite}: {', '.join(missing)}")
     conv_gemm.TRANSPOSED = args.transposed
-    device, _ = _device({"device": "cuda"})
+    device, _ = target_device({"device": "cuda"})
     rows = json.loads(args.json.read_text())["rows"] if args.json and args.json.exists() else []
     finished = {(r["key"], r.get("move", "triton_conv"), r["precision"]) for r in rows}
     with Evaluator("cuda") as evaluator:

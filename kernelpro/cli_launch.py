@@ -125,7 +125,7 @@ def register(app: typer.Typer) -> None:
         from kernelpro.harness.errors import KernelproError
         from kernelpro.launch.collect import CONV_FLOPS, HALF, collect, cuda_timer, random_shapes
         from kernelpro.launch.store import LaunchStore
-        from kernelpro.offline.worker import _device
+        from kernelpro.offline.worker import target_device
         if (only or levels) and problems is None:
             raise KernelproError("--only and --levels choose among the problems of --problems DIR: give it")
         if precision != "fp32" and precision not in HALF:
@@ -145,7 +145,7 @@ def register(app: typer.Typer) -> None:
         if ncu:
             from kernelpro.launch.dynamic import ncu_profiler
             profiler = ncu_profiler()
-        device, _ = _device({"device": "cuda"})
+        device, _ = target_device({"device": "cuda"})
         summary = collect(LaunchStore(db), device.name, device, cuda_timer(), drawn, paths, most,
                           _stderr, profiler, precision)
         typer.echo(json.dumps(summary, indent=2) if json_output else

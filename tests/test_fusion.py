@@ -663,13 +663,13 @@ def test_gemm_configs_fit_shared_memory_and_tf32_only_with_its_move(tmp_path):
 @pytest.mark.parametrize("capture, held_spill", [("gemm_registers_sm90_triton3.6_2026-11-29.json", 148),
                                                  ("gemm_registers_tf32_sm90_triton3.6_2026-11-29.json", 36)])
 def test_the_gemm_spill_rule_holds_on_the_ptxas_capture(capture, held_spill):
-    """Against real captures (benchmarks/gemm_registers.py: every configuration of every GEMM of our KernelBench
+    """Against real captures (every configuration of every GEMM of our KernelBench
     half's levels 1-2, compiled for sm_90 by Triton 3.6's ptxas; tf32x3 and ieee, then plain tf32): every
     configuration that spilled more than 300 bytes is held back, and in tf32x3 and ieee every one held back
     spilled (in plain TF32 about half do: the epilogue decides)."""
     import json
     from kernelpro.offline import gemm
-    document = json.loads((ROOT / "benchmarks" / "results" / capture).read_text())
+    document = json.loads((ROOT / "tests" / "data" / "captures" / capture).read_text())
     assert document["triton"] == "3.6.0" and document["arch"] == 90 and len(document["rows"]) > 300
     held = held_spilled = 0
     for row in document["rows"]:

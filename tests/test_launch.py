@@ -822,137 +822,6 @@ def test_the_ncu_profiler_reads_what_ncu_wrote_into_its_log(tmp_path):
     assert ncu_profiler(str(fake))(problem, "", "no_such_kernel_0") == {}
 
 
-def test_launch_first_choice_reads_each_rankings_first_configuration_and_what_searches_measured(tmp_path):
-    """benchmarks/launch_first_choice.py on our suite's 4096 x 4096 x 4096 GEMM: the analytic ranking's first tile,
-    and `auto`'s, which the shipped GEMM model decides (it ranks aligned GEMMs since 2026-11-28); a model in --models
-    is used instead, one that ranks unaligned GEMMs only falls back to the analytic ranking and says why, and
-    a search's measured time for the same kernel at the same configuration is reported beside it."""
-    import subprocess
-    import sys
-    root = Path(__file__).resolve().parent.parent
-    script, suite = root / "benchmarks" / "launch_first_choice.py", root / "benchmarks" / "suite"
-    args = [sys.executable, str(script), str(suite), "--problems", "level2/11_LinearGelu", "--moves", "triton_gemm",
-            "--device", "NVIDIA H100 80GB HBM3", "--json", str(tmp_path / "rows.json")]
-    done = subprocess.run(args, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr
-    analytic, auto = json.loads((tmp_path / "rows.json").read_text())
-    assert analytic["ranking"] == "analytic" and analytic["decided"].startswith("analytic")
-    assert auto["decided"] == "predictor"
-    # a search that measured the analytic first choice (its record, as a search writes it), and a model that puts
-    # another configuration first
-    kernel = {"name": "gemm_gelu_0", "kind": "gemm", "rank": 0, "config": dict(analytic["config"], score=0.9),
-              "features": {"kind": "gemm", "m": 4096, "n": 4096, "k": 4096, "batch": 1, "b_layout": "nk", "bias": True,
-                           "inputs": 1, "outputs": 1, "steps": 1, "bytes": 201326592, "layout": "reference",
-                           "window_taps": 0}}
-    run = tmp_path / "bench" / "problems" / "level2" / "11_LinearGelu"
-    run.mkdir(parents=True)
-    (run / "launch_configs.jsonl").write_text(json.dumps({"verdict": "correct", "median_ms": 1.883,
-                                                          "kernels": [kernel]}) + "\n")
-    store = LaunchStore(tmp_path / "launch.db")
-    timer = lambda path, sources, configs, features: [1.0 + 0.1 * i for i in range(len(configs))][::-1]  # noqa: E731
-    shapes = [C.Shape("linear", dims) for dims in ((2048, 2048, 2048), (4096, 4096, 4096), (3072, 4096, 2048))]
-    C.collect(store, DEVICE.name, DEVICE, timer, shapes, most=6)
-    models = tmp_path / "models"
-    model, _ = M.train(store.instances("triton_gemm", DEVICE.name), "triton_gemm", "NVIDIA H100 80GB HBM3", epochs=60,
-                       held_out=0.0)
-    model.save(M.model_path(models, "triton_gemm", "NVIDIA H100 80GB HBM3"))
-    done = subprocess.run(args + ["--models", str(models), "--runs", str(tmp_path / "bench")], capture_output=True,
-                          text=True, timeout=600)
-    assert done.returncode == 0, done.stderr
-    analytic, auto = json.loads((tmp_path / "rows.json").read_text())
-    assert analytic["measured_ms"] == 1.883 and auto["decided"] == "predictor"
-    assert auto["config"] != analytic["config"] and auto["measured_ms"] is None
-    model.document["classes"] = ["unaligned"]  # a model trusted on unaligned GEMMs only is not asked about this one
-    model.save(M.model_path(models, "triton_gemm", "NVIDIA H100 80GB HBM3"))
-    done = subprocess.run(args + ["--models", str(models)], capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr
-    analytic, auto = json.loads((tmp_path / "rows.json").read_text())
-    assert auto["config"] == analytic["config"]
-    assert auto["decided"] == ("analytic: the launch model ranks unaligned kernels only (where it beat the analytic "
-                               "ranking on kernels it never saw), and this one is aligned")
-    # --each: a candidate per move, from a file of keys; a move that does not apply is reported, not fatal
-    keys = tmp_path / "keys.txt"
-    keys.write_text("# a comment\nlevel2/11_LinearGelu\n")
-    each = [a for a in args if a != "level2/11_LinearGelu"]
-    each[each.index("--problems") + 1:each.index("--problems") + 1] = [f"@{keys}"]
-    each[each.index("--moves") + 1] = "triton_gemm,no_such_move"
-    done = subprocess.run(each + ["--each"], capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr
-    assert "no_such_move: not built" in done.stdout
-    rows = json.loads((tmp_path / "rows.json").read_text())
-    assert [(r["moves"], r["ranking"]) for r in rows] == [(["triton_gemm"], "analytic"), (["triton_gemm"], "auto")]
-
-
-def test_launch_unseen_scores_each_kernel_of_a_dataset_with_a_models_folder(collected, tmp_path):
-    """benchmarks/launch_unseen.py: per kernel of a dataset, each ranking's first choice as a share of the fastest
-    (the same numbers score_ranking gives one kernel), its kind, whether a search would ask the model, and whether
-    the model trained on it (then left out of the summary line)."""
-    import subprocess
-    import sys
-    store, *_ = collected
-    instances = store.instances("triton_pointwise", DEVICE.name)
-    model, _ = M.train(instances[: len(instances) // 2], "triton_pointwise", DEVICE.name, epochs=60, folds=2)
-    models = tmp_path / "models"
-    model.save(M.model_path(models, "triton_pointwise", DEVICE.name))
-    script = Path(__file__).resolve().parent.parent / "benchmarks" / "launch_unseen.py"
-    done = subprocess.run([sys.executable, str(script), str(store.path), "--device", DEVICE.name, "--models",
-                           str(models), "--json", str(tmp_path / "rows.json")], capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0, done.stderr
-    rows = {r["instance"]: r for r in json.loads((tmp_path / "rows.json").read_text())}
-    assert set(rows) == {i.instance for i in instances}  # the model's family only: no row kernel is scored
-    for item in instances:
-        row = rows[item.instance]
-        assert row["analytic"] == pytest.approx(M.score_ranking([item], M.analytic_order).top1_speed)
-        assert row["predictor"] == pytest.approx(M.score_ranking([item], model.order).top1_speed)
-        assert row["kind"] == M.kernel_class(item.features)
-        assert row["asked"] == (model.outside(item.features, item.sms) == "")
-        assert row["trained_on"] == (item.instance in model.document["trained_instances"])
-    unseen = [r for r in rows.values() if r["asked"] and not r["trained_on"]]
-    assert f"unseen kernels a search would ask the models about: {len(unseen)};" in done.stdout or not unseen
-    assert sum(r["trained_on"] for r in rows.values()) == len(instances) // 2  # the half it trained on is marked
-
-
-def test_first_choice_shares_times_each_labels_first_configuration_from_the_dataset(collected, tmp_path):
-    """benchmarks/first_choice_shares.py: each label's first configuration (launch_first_choice.py's records) as a
-    share of the fastest the dataset timed for that kernel, the kernel found by the first label's features and the
-    other labels' choices by problem and kernel name; a choice the dataset never timed is reported as not timed and
-    left out of the geomean."""
-    import subprocess
-    import sys
-    store, *_ = collected
-    items = store.instances("triton_row", DEVICE.name)[:2]
-    now, before = [], []
-    for n, item in enumerate(items):
-        fastest, slowest = item.times.index(min(item.times)), item.times.index(max(item.times))
-        base = {"problem": f"level1/{n}_p", "kernel": f"k_{n}", "ranking": "analytic"}
-        now.append(dict(base, config=item.configs[fastest], features=item.features))
-        untimed = dict(item.configs[0], num_warps=3)  # no sweep times three warps
-        before.append(dict(base, config=item.configs[slowest] if n == 0 else untimed))
-        before.append(dict(base, ranking="auto", config=item.configs[fastest]))  # another ranking's: not read
-    for name, rows in (("now", now), ("before", before)):
-        (tmp_path / f"{name}.json").write_text(json.dumps(rows))
-    script = Path(__file__).resolve().parent.parent / "benchmarks" / "first_choice_shares.py"
-    done = subprocess.run([sys.executable, str(script), str(store.path), "--device", DEVICE.name, "--first",
-                           f"now={tmp_path / 'now.json'}", "--first", f"before={tmp_path / 'before.json'}",
-                           "--json", str(tmp_path / "out.json")], capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr
-    out = json.loads((tmp_path / "out.json").read_text())
-    first, second = out["kernels"]
-    assert [first["instance"], second["instance"]] == [i.instance for i in items]
-    assert first["now"]["share"] == 1.0 and second["now"]["share"] == 1.0
-    assert first["before"]["share"] == pytest.approx(min(items[0].times) / max(items[0].times))
-    assert second["before"]["share"] is None and "before not timed" in done.stdout
-    assert out["timed_under_every_label"] == 1
-    assert out["geomean_share"]["before"] == pytest.approx(first["before"]["share"])
-    bad = subprocess.run([sys.executable, str(script), str(store.path), "--device", DEVICE.name, "--first", "now"],
-                         capture_output=True, text=True, timeout=600)
-    assert bad.returncode == 2 and "LABEL=FILE" in bad.stderr
-    absent = subprocess.run([sys.executable, str(script), str(store.path), "--device", DEVICE.name, "--first",
-                             f"now={tmp_path / 'absent.json'}"], capture_output=True, text=True, timeout=600)
-    assert absent.returncode == 2 and "absent.json" in absent.stderr and "Traceback" not in absent.stderr
-
-
 def test_held_out_splits_keep_the_kernels_of_one_shape_together():
     """A mean and a max over the same tensor (KernelBench's level1/48 and 49) favour the same configurations: scored
     apart, each would be ranked by a model that trained on its twin. Folds and the held-out split keep a shape whole."""
@@ -1012,88 +881,15 @@ def test_join_rebuilds_the_committed_strided_dataset_and_refuses_other_protocols
     assert missing.exit_code == 2 and "not a dataset" in missing.output
 
 
-def test_launch_bandwidth_divides_each_kernels_bytes_by_its_fastest_time(tmp_path):
-    """benchmarks/launch_bandwidth.py on the committed H100 dataset: per memory-bound kernel the bandwidth its fastest
-    configuration implies, the analytic first choice's share (score_ranking's), and per family and kind how many sit
-    below the threshold, each checked against the dataset itself."""
-    import subprocess
-    import sys
-    from kernelpro.launch.store import open_dataset
-    root = Path(__file__).resolve().parent.parent
-    dataset = root / "benchmarks" / "data" / "launch_h100_h200_kb_strided_2026-11-27.tgz"
-    h100 = "NVIDIA H100 80GB HBM3"
-    done = subprocess.run([sys.executable, str(root / "benchmarks" / "launch_bandwidth.py"), str(dataset), "--device",
-                           h100, "--below", "0.25", "--json", str(tmp_path / "bw.json")], capture_output=True,
-                          text=True, timeout=600)
-    assert done.returncode == 0, done.stderr
-    document = json.loads((tmp_path / "bw.json").read_text())
-    (tmp_path / "data").mkdir()
-    store = open_dataset(dataset, tmp_path / "data")
-    items = [i for i in store.instances(device=h100) if i.family in ("triton_row", "triton_pointwise", "triton_scan")]
-    assert len(document["kernels"]) == len(items) and not any(r["family"] == "triton_gemm" for r in document["kernels"])
-    implied = [i.features["bytes"] / min(i.times) / 1e6 for i in items]
-    assert document["peak_gbps"] == pytest.approx(max(implied))
-    assert sorted(r["gbps"] for r in document["kernels"]) == pytest.approx(sorted(implied))
-    assert sorted(r["analytic_first"] for r in document["kernels"]) == pytest.approx(
-        sorted(M.score_ranking([i], M.analytic_order).top1_speed for i in items))
-    rows = {s["kind"]: s for s in document["summary"] if s["family"] == "triton_row"}
-    far = [i for i, g in zip(items, implied) if i.family == "triton_row" and M.kernel_class(i.features) == "unaligned"
-           and g < 0.25 * max(implied)]
-    assert rows["unaligned"]["far"] == len(far) > 0
-    assert f"| triton_row | unaligned | {rows['unaligned']['kernels']} | {len(far)} |" in done.stdout
-
-
-def test_launch_relabel_compares_two_collections_of_the_same_kernels(tmp_path):
-    """benchmarks/launch_relabel.py on the committed v2 and v3 H100 collections: the kernels both hold, restricted to
-    the configurations both timed; per kernel whether the fastest is the same and the analytic first choice's share
-    under each dataset's labels, each checked against the datasets themselves."""
-    import subprocess
-    import sys
-    from kernelpro.launch.store import canonical, open_dataset
-    root = Path(__file__).resolve().parent.parent
-    old, new = (root / "benchmarks" / "data" / f"launch_h100_{name}.tgz" for name in ("ncu_2026-11-27", "v3_2026-11-28"))
-    h100 = "NVIDIA H100 80GB HBM3"
-    done = subprocess.run([sys.executable, str(root / "benchmarks" / "launch_relabel.py"), str(old), str(new),
-                           "--device", h100, "--json", str(tmp_path / "relabel.json")], capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0, done.stderr
-    document = json.loads((tmp_path / "relabel.json").read_text())
-    assert document["protocols"] == {"old": "interleaved-5-rounds-v2", "new": "interleaved-5-rounds-queued-v3"}
-    stores = []
-    for name, path in (("old", old), ("new", new)):
-        (tmp_path / name).mkdir()
-        stores.append({i.instance: i for i in open_dataset(path, tmp_path / name).instances(device=h100)})
-    both = set(stores[0]) & set(stores[1])
-    assert {r["instance"] for r in document["kernels"]} == both and both
-    for row in document["kernels"]:
-        a, b = stores[0][row["instance"]], stores[1][row["instance"]]
-        shared = {canonical(c) for c in a.configs} & {canonical(c) for c in b.configs}
-        assert row["configurations"] == len(shared)
-        times = [{canonical(c): t for c, t in zip(i.configs, i.times) if canonical(c) in shared} for i in (a, b)]
-        fastest = [min(t, key=t.get) for t in times]
-        assert row["same_fastest"] == (fastest[0] == fastest[1])
-        assert row["fastest_new_over_old"] == pytest.approx(times[1][fastest[1]] / times[0][fastest[0]])
-        for side, item, timed in (("old", a, times[0]), ("new", b, times[1])):
-            first = min((i for i, c in enumerate(item.configs) if canonical(c) in shared), key=item.ranks.__getitem__)
-            assert row["analytic_first"][side] == pytest.approx(min(timed.values()) / item.times[first])
-    total = sum(s["kernels"] for s in document["summary"])
-    assert total == len(both) and f"{len(both)} kernels in both" in done.stdout
-
-
-@pytest.mark.parametrize("script, extra", [
-    ("launch_predictor.py", []), ("launch_unseen.py", []), ("launch_bandwidth.py", []),
-    ("launch_relabel.py", ["other.tgz"]),
-    ("first_choice_shares.py", ["--first", "a=x.json"]),
-    ("strided_rerank.py", ["--shape", "4,4", "--reduced", "1", "--instances", "x"])])
-def test_the_launch_scripts_refuse_a_path_that_is_no_dataset_in_one_line(script, extra, tmp_path):
+def test_the_launch_predictor_refuses_a_path_that_is_no_dataset_in_one_line(tmp_path):
     """A missing dataset, or a file that cannot be one, ends in argparse's usage error naming the path: exit 2 and no
     traceback."""
     import subprocess
     import sys
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / script
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "launch_predictor.py"
     (tmp_path / "notes.txt").write_text("not a dataset\n")
     for given, says in ((tmp_path / "missing.tgz", "no such file"), (tmp_path / "notes.txt", "not a dataset")):
-        done = subprocess.run([sys.executable, str(path), str(given), "--device", DEVICE.name, *extra],
+        done = subprocess.run([sys.executable, str(path), str(given), "--device", DEVICE.name],
                               capture_output=True, text=True, timeout=300)
         assert done.returncode == 2, done.stderr
         assert f"{given}: {says}" in done.stderr and "Traceback" not in done.stderr

@@ -190,32 +190,35 @@ def test_transposed_templates_are_swept_as_the_coders_sub_pixel_convolutions(tmp
     assert {item.features["dtype"] for item in instances} == {"bf16"}
 
 
-def first_choices(folder, name: str, init: str, forward: str, inputs: str, *extra: str) -> list[dict]:
-    """benchmarks/launch_first_choice.py on an H200 (`triton_conv` moves) for one problem, level1/<name>, written
-    into `folder` from its module's parts: its rows (each kernel's first configuration under each ranking)."""
-    import subprocess
-    import sys
-    from pathlib import Path
+def first_choices(folder, name: str, init: str, forward: str, inputs: str, precision: str = "fp32") -> list[dict]:
+    """Each generated kernel's first launch configuration under each ranking, as a search on an H200 (`triton_conv`
+    moves) builds it, for one problem, level1/<name>, written into `folder` from its module's parts."""
+    from kernelpro.offline import triton_configs
+    from kernelpro.offline.worker import Problem
     (folder / "level1").mkdir(parents=True)
-    (folder / "level1" / f"{name}.py").write_text(
+    path = folder / "level1" / f"{name}.py"
+    path.write_text(
         "import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def __init__(self):\n"
         f"        super().__init__()\n{init}\n    def forward(self, *xs):\n        return {forward}\n\n\n"
         f"def get_inputs():\n    return [{inputs}]\n\n\ndef get_init_inputs():\n    return []\n")
-    script = Path(__file__).resolve().parent.parent / "benchmarks" / "launch_first_choice.py"
-    done = subprocess.run([sys.executable, str(script), str(folder), "--problems", f"level1/{name}", "--moves",
-                           "triton_conv", "--device", "NVIDIA H200", "--json", str(folder / "rows.json"), *extra],
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr
-    return json.loads((folder / "rows.json").read_text())
+    problem, device, rows = Problem(path, seed=42), triton_configs.Device(sms=132, name="NVIDIA H200"), []
+    for ranking in ("analytic", "auto"):
+        try:
+            _, _, kernels = problem.build(["triton_conv"], device=device, precision=precision, launch_ranking=ranking)
+        except Exception:  # the move does not apply (at fp32 the offline coder writes no convolution of its own)
+            continue
+        rows += [{"ranking": ranking, "decided": kernel.get("ranking", ""), "features": kernel["features"]}
+                 for kernel in kernels]
+    return rows
 
 
 def test_a_bf16_search_on_an_h200_starts_a_depthwise_kernel_where_the_shipped_model_says(tmp_path):
-    """benchmarks/launch_first_choice.py --precision bf16 on a depthwise convolution of unaligned sizes: the shipped
+    """A bf16 build of a depthwise convolution of unaligned sizes: the shipped
     H200 depthwise model (kernelpro/launch/models/nvidia_h200__triton_depthwise_conv.json, unaligned kernels) decides
     its first configuration under `auto`; at fp32 the offline coder writes no convolution of its own."""
     problem = ("Depthwise", "        self.conv = nn.Conv2d(24, 24, 3, padding=1, groups=24)\n",
                "torch.relu(self.conv(xs[0]))", "torch.randn(4, 24, 40, 40)")
-    rows = {row["ranking"]: row for row in first_choices(tmp_path / "bf16", *problem, "--precision", "bf16")}
+    rows = {row["ranking"]: row for row in first_choices(tmp_path / "bf16", *problem, precision="bf16")}
     assert rows["auto"]["features"]["kind"] == "depthwise_conv" and rows["auto"]["decided"] == "predictor"
     assert rows["analytic"]["decided"].startswith("analytic")
     assert first_choices(tmp_path / "fp32", *problem) == []
@@ -229,7 +232,7 @@ def test_a_bf16_search_on_an_h200_ranks_unaligned_2d_convolutions_by_the_shipped
     rows = first_choices(tmp_path, "Conv", "        self.conv = nn.Conv2d(3, 20, 3)\n"
                          "        self.wide = nn.Conv2d(32, 64, 3, padding=1)\n",
                          "torch.relu(self.conv(xs[0])), torch.relu(self.wide(xs[1]))",
-                         "torch.randn(4, 3, 30, 30), torch.randn(4, 32, 32, 32)", "--precision", "bf16")
+                         "torch.randn(4, 3, 30, 30), torch.randn(4, 32, 32, 32)", precision="bf16")
     auto = {(row["features"]["m"], row["features"]["n"], row["features"]["k"]): row["decided"]
             for row in rows if row["ranking"] == "auto"}
     assert auto[(4 * 28 * 28, 20, 3 * 9)] == "predictor"  # 3,136 x 20 x 27: unaligned

@@ -350,7 +350,7 @@ def replay_outweighed(problem: Problem) -> str:
             f"{REPLAY_LAUNCH_S * 1e6:g} us = {saved_s * 1e6:.0f} us)")
 
 
-def _device(spec: dict) -> tuple[triton_gen.Device, tuple[int, int] | None]:
+def target_device(spec: dict) -> tuple[triton_gen.Device, tuple[int, int] | None]:
     """The GPU the candidates will run on, for the launch-configuration model (H100 numbers otherwise),
     and its compute capability (None when this process sees no GPU)."""
     if spec.get("device") == "cuda" and torch.cuda.is_available():
@@ -380,7 +380,7 @@ def expand(spec: dict) -> dict:
     problem = _problem(Path(spec["problem_path"]), int(spec.get("seed", 42)), model_mode)
     applied = canonical(spec.get("applied", []))
     tune = dict(spec.get("tune", {}))
-    device, capability = _device(spec)
+    device, capability = target_device(spec)
     precision = spec.get("precision", "fp32")
     launch_ranking = spec.get("launch_ranking", "auto")
     if launch_ranking not in LAUNCH_RANKINGS:

@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 from kernelpro.harness import EvalOptions, Evaluator, PhaseLimits, Verdict, load_problem  # noqa: E402
-from kernelpro.offline.worker import Problem, _device  # noqa: E402
+from kernelpro.offline.worker import Problem, target_device  # noqa: E402
 
 CASES = {  # name: (forward, inputs, init, moves, the kernel kind expected)
     "cumsum_reverse": ("return torch.cumsum(x.flip(1), dim=1).flip(1)", ["torch.rand(4096, 8192)"], "",
@@ -84,7 +84,7 @@ def problem(tmp_path, forward: str, inputs: list[str], init: str):
 def test_operator_class_candidates_are_correct_on_the_gpu(name, evaluator, tmp_path):
     forward, inputs, init, moves, kind = CASES[name]
     path = problem(tmp_path, forward, inputs, init)
-    device, _ = _device({"device": "cuda"})
+    device, _ = target_device({"device": "cuda"})
     source, _, kernels = Problem(path, 42, "train").build(moves, {}, device)
     assert kind in [k["kind"] for k in kernels], kernels
     options = EvalOptions(device="cuda", timing_trials=20, limits=PhaseLimits(load_s=600, correctness_s=300))
