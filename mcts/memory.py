@@ -70,7 +70,7 @@ class SearchMemory:
         """Moves that, everywhere they were tried in this run, failed or left their child clearly slower
         than its parent (`SearchConfig.losing_below`). A coder offers them last, not never: what loses at
         one node may still win at another, but repeats of such moves were wasted evaluations in our
-        benches (docs/mcts-measurements.md, "Moves that lost everywhere")."""
+        benches (benchmarks/mcts_landscapes.py)."""
         return tuple(sorted(m for m, s in self.global_moves.items() if s.attempts and s.wins == 0))
 
     def promising(self, limit: int = 5) -> tuple[str, ...]:

@@ -1,7 +1,7 @@
 """SearchConfig settings written as text: `head_until_gain=off,follow_gain=2`.
 
 `kernelpro search --search` and `kernelpro bench --search` take this form, so that a search's knobs (the ones
-docs/mcts-measurements.md measures on the replays) can be set on a real run. `parse_settings` checks every name against
+benchmarks/mcts_landscapes.py measures on the replays) can be set on a real run. `parse_settings` checks every name against
 `SearchConfig`'s fields and converts each value to its field's type; `configured` applies them. The strategy
 and the seed have their own options (--strategy, --seed) and are refused here.
 """

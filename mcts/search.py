@@ -64,25 +64,25 @@ class SearchConfig:
     head_gain: float = 1.05
     # With head_gain, how many evaluations in a row may leave the best below that factor before the head ends
     # (0: the first such evaluation ends it), as long as no evaluation has failed (failures are where exploring
-    # and repairing pay). 3 by measurement (docs/mcts-measurements.md, "Patience in the head"): it mends the
+    # and repairing pay). 3 by measurement (benchmarks/mcts_landscapes.py): it mends the
     # noisy landscape at budget 15 and keeps failure_prone's gain at 30
     head_patience: int = 3
     # With head_gain, the head also lasts while no evaluation has yet beaten the reference by head_gain and
     # none has failed: until something gains, the selection rule has nothing to tell the root's moves apart,
     # and refining the best node tries the moves in combination (where interactions are), as greedy does. On by
-    # measurement (docs/mcts-measurements.md, "A head that lasts until something gains"): it closes the level-2
+    # measurement (benchmarks/mcts_landscapes.py): it closes the level-2
     # replay's cell at 16 and leaves every synthetic cell within the interval
     head_until_gain: bool = True
     # With head_gain, a failure ends the head only until the search gains again: when the evaluation right after
     # the last failure raised the best by head_gain, the head first offers the failed node to the coder for repair
     # (no evaluation where the coder repairs nothing), then goes on by the patient rule (head_patience), counted
-    # from the failure. On by measurement (docs/mcts-measurements.md, "A gain after a failure"): it saves the
+    # from the failure. On by measurement (benchmarks/mcts_landscapes.py): it saves the
     # suite's replays the exploring evaluations greedy does not spend, and repairs sooner where a repair pays
     # (failure_prone)
     head_regain: bool = True
     # When above 0, a correct child below this fraction of its parent's ratio counts in the memory as a
     # move that did not work (like a failure): the coder is told to avoid it at equivalent nodes, and a
-    # repeat is refused. Off by default, by measurement (docs/mcts-measurements.md, "Clear losses"): at 0.9 it saved
+    # repeat is refused. Off by default, by measurement (benchmarks/mcts_landscapes.py): at 0.9 it saved
     # no replay any evaluations it could show, cost greedy 2% at budgets 16-20 on the suite's replays,
     # and lost the noisy landscape's optimum, where a move that loses at one depth wins at the next.
     clear_loss: float = 0.0
@@ -91,7 +91,7 @@ class SearchConfig:
     losing_below: float = 0.9
     # When above 0, a node that may widen first descends into its best correct child if that child's ratio is
     # at least this many times the node's own (the root's is 1): a decisive gain is refined before siblings
-    # are tried; 0 turns it off. 3 by measurement (docs/mcts-measurements.md, "Following a decisive gain")
+    # are tried; 0 turns it off. 3 by measurement (benchmarks/mcts_landscapes.py)
     follow_gain: float = 3.0
     seed: int = 0
 

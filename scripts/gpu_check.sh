@@ -37,7 +37,7 @@ python3 -c "from kernelpro.harness.sandbox import describe; print(describe())" 2
 # throughput, the profile bench, fusion, searches); only the set-up and the steps a caller turns on (KB=1,
 # LAUNCH=1, ...), as scripts/kb_strategy_pair.sh, kb_energy_pair.sh and launch_rank_pair.sh call it
 if [ "${SKIP_STANDARD:-0}" = 1 ]; then
-  SKIP_NCU_QUERY=1 SKIP_GPU_TESTS=1 SKIP_CUTE=1 SKIP_EVALS=1 SKIP_THROUGHPUT=1 SKIP_PROFILE_BENCH=1 SKIP_FUSION=1
+  SKIP_NCU_QUERY=1 SKIP_GPU_TESTS=1 SKIP_EVALS=1 SKIP_THROUGHPUT=1 SKIP_FUSION=1
   SKIP_SEARCH=1
 fi
 # bg_running: the background jobs (in_background, scripts/background.sh) still running on this machine. A
@@ -47,7 +47,7 @@ fi
 busy=$(bg_running)
 if [ -n "$busy" ]; then
   echo "the background $busy is running on this GPU: the other GPU steps are skipped"
-  SKIP_GPU_TESTS=1 SKIP_CUTE=1 SKIP_EVALS=1 SKIP_THROUGHPUT=1 SKIP_PROFILE_BENCH=1 SKIP_FUSION=1 SKIP_SEARCH=1
+  SKIP_GPU_TESTS=1 SKIP_EVALS=1 SKIP_THROUGHPUT=1 SKIP_FUSION=1 SKIP_SEARCH=1
   NCU_ORDER="" PROFILE_CANDIDATES="" COMPARE="" CHAINS=""
 fi
 step "ncu facts (metric list, sections, version)"
@@ -57,11 +57,6 @@ mkdir -p "$OUT/ncu"
 export KERNELPRO_CAPTURE_DIR="$OUT/captures"
 step "gpu tests"
 [ "${SKIP_GPU_TESTS:-0}" = 1 ] || timeout "${GPU_TESTS_TIMEOUT:-1500}" python3 -m pytest -m gpu tests/gpu -v -s -p no:cacheprovider -o faulthandler_timeout=150 ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "PASSED|FAILED|ERROR|passed|failed|x vs eager|CV across|Timeout|File \"/"
-step "CUTLASS GEMM (cute_gemm) against cuBLAS + a separate GELU (CUTE_CONFIGS: top N configurations)"
-if [ "${SKIP_CUTE:-0}" != 1 ]; then
-  timeout "${CUTE_TIMEOUT:-560}" python3 benchmarks/cute_gemm.py --configs "${CUTE_CONFIGS:-3}" --json "$OUT/cute_gemm.json" \
-    --keep "$OUT/cute_candidates" 2>&1 | tee "$OUT/cute_gemm.log" | tail -12
-fi
 step "kernelpro eval on the examples"
 [ "${SKIP_EVALS:-0}" = 1 ] || for candidate in gelu_bias_scale_triton gelu_bias_scale_cuda; do
   kernelpro eval examples/gelu_bias_scale.py "examples/$candidate.py" --baseline compile \
@@ -76,11 +71,6 @@ if [ "${SKIP_THROUGHPUT:-0}" != 1 ]; then
     --json "$OUT/throughput.json" 2>&1 | tee "$OUT/throughput.log" | tail -8
   [ "${THROUGHPUT_NO_SANDBOX:-0}" = 1 ] && KERNELPRO_SANDBOX=none timeout 1200 python3 benchmarks/harness_throughput.py \
     --device cuda --every "${THROUGHPUT_EVERY:-1}" --json "$OUT/throughput_nosandbox.json" 2>&1 | tee "$OUT/throughput_nosandbox.log" | tail -8
-fi
-step "profile gate benchmark (PROFILE_PROBLEMS: problem files, default the script's list; PROFILE_TIMEOUT)"
-if [ "${SKIP_PROFILE_BENCH:-0}" != 1 ]; then
-  timeout "${PROFILE_TIMEOUT:-1200}" python3 benchmarks/profile_gate.py --json "$OUT/profile_gate.json" --keep "$OUT/profile_gate" \
-    ${PROFILE_PROBLEMS:-} 2>&1 | tee "$OUT/profile_gate.log" | tail -14
 fi
 step "generated kernels on the fusion examples (FUSION_VARIANTS: triton,cuda,gemm; FUSION_FLAGS: --profile, --no-eval)"
 if [ "${SKIP_FUSION:-0}" != 1 ]; then
@@ -257,23 +247,6 @@ if [ "${LAUNCH:-0}" = 1 ]; then
   kernelpro launch show --db /tmp/kernelpro-launch/launch.db
 fi
 
-step "energy of each launch configuration at matched speed (ENERGY_CONFIGS=1; ENERGY_PROBLEMS, ENERGY_MOST, ENERGY_NCU=1, UNTIL)"
-# benchmarks/energy_configs.py (issue 34), one process per "KEY:MOVES" item of ENERGY_PROBLEMS (a .kb/kernelbench
-# problem and the comma-separated moves that generate its kernels), in the background (in_background), each
-# problem's JSON into /tmp/kernelpro-energy/ as it finishes, copied into $OUT/energy_configs/; a later call on the
-# same warm machine skips the problems done.
-if [ "${ENERGY_CONFIGS:-0}" = 1 ]; then
-  [ -d .kb/kernelbench ] || { echo "no .kb/kernelbench: copy ../shared/kernelbench into .kb and carry it"; exit 1; }
-  mkdir -p /tmp/kernelpro-energy "$OUT/energy_configs"
-  snap_energy() { cp /tmp/kernelpro-energy/*.json "$OUT/energy_configs/" 2>/dev/null; }
-  energy_items=${ENERGY_PROBLEMS:-"level1/20_LeakyReLU:fuse_pointwise,persistent_kernels level2/59_Matmul_Swish_Scaling:triton_gemm"}
-  in_background energy bash -c 'for item in $0; do key=${item%%:*}; json=/tmp/kernelpro-energy/$(echo "$key" | tr / _).json
-      [ -f "$json" ] && continue
-      python3 benchmarks/energy_configs.py ".kb/kernelbench/$key.py" --moves "${item#*:}" --most "${ENERGY_MOST:-12}" \
-        ${ENERGY_NCU:+--ncu} --json "$json.part" && mv "$json.part" "$json"; done' "$energy_items"
-  snap_energy; ls /tmp/kernelpro-energy
-fi
-
 step "kernelpro bench over KernelBench (KB=1; KB_ARGS, e.g. --problems @benchmarks/kernelbench_subset30.txt --budget 4; KB_NAME, KB_STATE, UNTIL)"
 # In the background (in_background), snapshotting its folder into $OUT/kb_state.tgz; KB_STATE restores
 # such a snapshot on a fresh machine, and the bench resumes from it.
@@ -285,7 +258,7 @@ if [ "${KB:-0}" = 1 ]; then
   fi
   resume=""; [ -f "$KB_DIR/bench.db" ] && resume="--resume"
   # kb_results_state.tgz: what the bench measured without KernelBench's code (--results-only), which may be
-  # committed (benchmarks/state/) and restored with KB_STATE in a later session
+  # kept outside the repository and restored with KB_STATE on a fresh machine
   snap_kb() { python3 scripts/bench_snapshot.py "$KB_DIR" "$OUT/kb_state.tgz"
               python3 scripts/bench_snapshot.py "$KB_DIR" "$OUT/kb_results_state.tgz" --results-only; }
   BG_WHAT=$KB_DIR in_background kb kernelpro bench .kb/kernelbench --out "$KB_DIR" $resume ${KB_ARGS:-} --json

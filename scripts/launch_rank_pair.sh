@@ -24,9 +24,8 @@ source scripts/gpu_env.sh
 tag="lr$seed${MOVES:+_moves}${LABEL:+_$LABEL}"
 mkdir -p "$pair_root/$tag"
 # The comparison needs problems whose kernels a launch model for this GPU is asked about: otherwise both arms rank
-# analytically (the first run of this script, on two H200s, was such an A/A run:
-# benchmarks/results/launch_rank_suite_h200x2_2026-11-26/). Each problem's first candidate for each family's move is
-# built with either ranking, as a search builds it (benchmarks/launch_first_choice.py), and the call stops unless the
+# analytically. Each problem's first candidate for each family's move is
+# built with either ranking, as a search builds it, and the call stops unless the
 # learned ranking decides one kernel's configuration somewhere.
 python3 - "$suite" "$keys" "$pair_root/$tag/first_choice.json" "${MOVES:-}" <<'PY' || exit 2
 import json, subprocess, sys, torch

@@ -248,8 +248,8 @@ _TILES = ((128, 128, 32, 8, 3), (128, 256, 32, 8, 3), (256, 128, 32, 8, 3), (128
 # ptxas spills a tile whose float32 accumulator takes more than this many registers per thread: compiled for sm_90
 # by Triton 3.6, every 128x256 and 256x128 tile on 8 warps (128 accumulator registers) of every GEMM of our
 # KernelBench half's levels 1-2 spilled in tf32x3 and `ieee`, 148 of 148 (56-1,424 bytes of stack), and 36 of 74 in
-# plain TF32; of the other 504 and 252 configurations 16 and 1 spilled, 8 of them by 8 bytes (`python
-# benchmarks/gemm_registers.py`, benchmarks/results/gemm_registers{,_tf32}_sm90_triton3.6_2026-11-29.json). On an
+# plain TF32; of the other 504 and 252 configurations 16 and 1 spilled, 8 of them by 8 bytes (the captures in
+# tests/data/captures/gemm_registers{,_tf32}_sm90_triton3.6_2026-11-29.json). On an
 # H200 the 128x256 tf32x3 tile ran at 0.69x of the 128x128 one it followed in the list (level2/59), so such tiles
 # are tried after every other.
 ACCUMULATOR_REGISTERS = 64
