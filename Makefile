@@ -5,6 +5,8 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
+# Most tests wait on child processes (workers, builds, searches), so more workers than cores pay.
+PYTEST_WORKERS ?= 4
 
 # What the demo needs: kernelpro and its dependencies (torch, typer, rich, pydantic, ...), nothing else.
 $(BIN)/kernelpro: pyproject.toml
@@ -42,9 +44,12 @@ sandbox:
 	  (apt-get install -y -q bubblewrap >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && \
 	   apt-get install -y -q bubblewrap >/dev/null 2>&1)) || echo "bubblewrap not installed: candidates run unsandboxed"; }
 
+# The CPU suite, in parallel, with the 20 slowest tests listed at the end. Tests marked gpu need CUDA; those
+# marked slow (long end-to-end runs whose bugs a faster test also catches) run with `pytest -m slow`.
 # pytest exits 5 when it collects no test; that is not a failure of the suite.
 test: $(VENV)/.test-extras chromium sandbox
-	$(BIN)/python -m pytest -m "not gpu" $(PYTEST_ARGS); rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
+	$(BIN)/python -m pytest -m "not gpu and not slow" -n $(PYTEST_WORKERS) --dist loadgroup --durations=20 $(PYTEST_ARGS); \
+	  rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
 gpu-check:
 	bash scripts/gpu_check.sh

@@ -21,6 +21,18 @@ if shutil.which("nvidia-smi") is None and not os.path.exists("/dev/nvidia0"):
 
 DATA = Path(__file__).parent / "data"
 
+# Hypothesis: a small default profile keeps `make test` fast; HYPOTHESIS_PROFILE=thorough runs ten times the
+# examples (before a release, or after changing the fusion partitioner or the convolution index arithmetic).
+try:
+    from hypothesis import settings as _hypothesis_settings
+except ImportError:  # the demo's install has no test extras
+    pass
+else:
+    _hypothesis_settings.register_profile("default", max_examples=10, deadline=None)
+    _hypothesis_settings.register_profile("thorough", max_examples=100, deadline=None)
+    _hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
 
 def load_module(path: Path):
     """Import a problem or candidate file under a fresh module name."""
@@ -138,3 +150,17 @@ def conv_problem(tmp_path: Path, nd: int, batch: int, c_in: int, c_out: int, siz
     path = tmp_path / f"conv{uuid.uuid4().hex[:8]}.py"
     path.write_text(text)
     return path
+
+
+#: Module-scoped fixtures that are costly to build (a finished bench, a search, a built index, a collected launch
+#: dataset). pytest-xdist builds a module fixture once per worker that runs one of its tests; `make test` runs with
+#: --dist loadgroup, and the tests that share one of these fixtures go to one worker, so it is built once.
+SHARED_FIXTURES = ("finished_bench", "level1_bench", "built", "collected", "stores", "conv_collected", "evaluator", "rmsnorm",
+                   "attention_run", "plugin_site")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        shared = [name for name in SHARED_FIXTURES if name in item.fixturenames]
+        if shared:
+            item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}:{shared[0]}"))

@@ -92,6 +92,20 @@ def finished_bench(crash_suite, tmp_path_factory):
     return out, document
 
 
+@pytest.fixture(scope="module")
+def level1_bench(tmp_path_factory):
+    """A finished bench of the suite's level 1 (two problems, budget 2), built once; tests work on copies."""
+    out = tmp_path_factory.mktemp("level1") / "bench"
+    home = tmp_path_factory.mktemp("home")
+    old = os.environ.get("KERNELPRO_HOME")
+    os.environ["KERNELPRO_HOME"] = str(home)
+    try:
+        Bench(BenchSettings(suite=str(SUITE), out=str(out), levels="1", **FAST)).run()
+    finally:
+        os.environ.pop("KERNELPRO_HOME") if old is None else os.environ.__setitem__("KERNELPRO_HOME", old)
+    return out
+
+
 def test_a_bench_writes_every_leaderboard_and_records_a_crash(finished_bench):
     out, document = finished_bench
     jsonschema.validate(json.loads((out / "leaderboard.json").read_text()), schema())
@@ -283,7 +297,30 @@ def test_rerun_forgets_a_problem_and_runs_it_again_from_scratch(tmp_path, monkey
     assert (out / "problems" / "level1" / "1_DoubleNegation" / "run.json").exists()
 
 
+def test_the_ray_backend_sends_each_problem_as_a_task_and_records_a_dead_one(tmp_path, monkeypatch):
+    """Through a fake Ray (tests/fake_ray.py): one task per problem, each asking for one CPU; a finished task's
+    result and files reach the bench's database and folder, and a task whose worker died is a failed problem with
+    its cause, while the bench goes on."""
+    from fake_ray import FakeRay
+    fake = FakeRay(dies=("level1/2_ScaledSum",))
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    out = tmp_path / "ray"
+    settings = BenchSettings(suite=str(SUITE), out=str(out), levels="1", backend="ray", **dict(FAST, budget=1))
+    document = Bench(settings).run()
+    rows = {r["key"]: r for r in document["problems"]}
+    assert rows["level1/1_DoubleNegation"]["status"] == "done" and rows["level1/1_DoubleNegation"]["evaluations"] == 1
+    assert rows["level1/2_ScaledSum"]["status"] == "failed"
+    assert "the Ray task failed: TaskDied" in rows["level1/2_ScaledSum"]["error"]
+    assert fake.calls == ["init None", "shutdown"] and fake.resources == [{"max_retries": 0, "num_cpus": 1}]
+    workers = sqlite3.connect(out / "bench.db").execute("SELECT DISTINCT worker FROM problems").fetchall()
+    assert workers == [("ray",)]
+    assert (out / "problems" / "level1" / "1_DoubleNegation" / "run.json").exists()
+    jsonschema.validate(json.loads((out / "leaderboard.json").read_text()), schema())
+
+
+@pytest.mark.slow
 def test_the_ray_backend_runs_each_problem_as_a_task(tmp_path):
+    """The real Ray (a local instance; minutes to start on two cores)."""
     pytest.importorskip("ray")
     out = tmp_path / "ray"
     settings = BenchSettings(suite=str(SUITE), out=str(out), levels="1", backend="ray", **FAST)
@@ -371,10 +408,11 @@ def test_snapshot_of_a_live_bench_folder_holds_its_committed_rows(tmp_path):
         db.close()
 
 
-def test_remeasure_times_each_best_again_and_the_leaderboard_reports_that_one_measurement(tmp_path, capsys):
+def test_remeasure_times_each_best_again_and_the_leaderboard_reports_that_one_measurement(level1_bench, tmp_path,
+                                                                                           capsys):
     out = tmp_path / "bench"
+    shutil.copytree(level1_bench, out)
     settings = BenchSettings(suite=str(SUITE), out=str(out), levels="1", **FAST)
-    Bench(settings).run()
 
     def runs() -> dict:
         return {key: json.loads((out / "problems" / key / "run.json").read_text())
@@ -488,7 +526,7 @@ def test_no_compile_baseline_reaches_each_search_and_a_resumed_bench_keeps_it(tm
     assert "--no-compile-baseline" not in search_args(entry, default, out / "p", resume=False)
 
 
-def test_a_results_only_snapshot_holds_no_problem_code_and_the_bench_resumes_from_it(tmp_path):
+def test_a_results_only_snapshot_holds_no_problem_code_and_the_bench_resumes_from_it(level1_bench, tmp_path):
     """scripts/bench_snapshot.py --results-only: what a KernelBench bench measured, without KernelBench's
     code, so it can be committed; restored on a fresh folder, the bench runs only what it had not finished."""
     import importlib.util
@@ -497,8 +535,7 @@ def test_a_results_only_snapshot_holds_no_problem_code_and_the_bench_resumes_fro
     snapshot = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(snapshot)
     out = tmp_path / "bench"
-    settings = BenchSettings(suite=str(SUITE), out=str(out), levels="1", **FAST)
-    Bench(settings).run()
+    shutil.copytree(level1_bench, out)
     finished, cut = "level1/1_DoubleNegation", "level1/2_ScaledSum"
     with sqlite3.connect(out / "bench.db") as db:  # the second one as a kill leaves it: running
         db.execute("UPDATE problems SET status = 'running' WHERE key = ?", (cut,))

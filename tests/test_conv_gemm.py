@@ -82,7 +82,7 @@ def convolutions(draw):
 
 
 @pytest.mark.timeout(1200)
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=convolutions(), rank=st.integers(0, 6))
 def test_convolutions_of_any_shape_match_torch(tmp_path, case, rank):
     """1-D/2-D/3-D, forward or transposed, stride, padding, dilation, output padding, groups, depthwise

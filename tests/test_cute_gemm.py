@@ -127,6 +127,30 @@ NVCC, CUOBJDUMP = shutil.which("nvcc"), find_binary("cuobjdump")
 
 
 @needs_cutlass
+def test_each_gemm_of_a_candidate_is_written_with_its_own_configuration(tmp_path):
+    """The candidate's CUDA source as the nvcc test below compiles it (that compile takes minutes, so it runs under
+    `pytest -m slow`): each GEMM gets the schedule, tile and cluster of its launch configuration, and every entry
+    point the wrapper opens is an `extern "C"` function of the source."""
+    path = two_gemms(tmp_path)
+    first = expand(spec(path, "bf16", ["cute_gemm"]))
+    names = [k["name"] for k in first["kernels"]]
+    ranked = cute_gemm.configs(_groups(path, 256, 256, 128)[0], Device())
+    cooperative = next(i for i, c in enumerate(ranked) if c["schedule"] == "cooperative" and c["cluster_m"] == 2)
+    answer = expand(spec(path, "bf16", ["cute_gemm"], {names[0]: cooperative}))
+    configs = [k["config"] for k in answer["kernels"]]
+    assert configs[0]["schedule"] == "cooperative" and configs[1]["schedule"] == "pingpong"
+    source = re.search(r'_KP_CUTE_SOURCE = r"""(.*?)"""', answer["source"], re.S).group(1)
+    functions = eval(re.search(r"_kp_cute = _kp_native\('\w+', (\{.*?\})", answer["source"]).group(1))
+    assert source.count("cutlass::gemm::KernelTmaWarpSpecializedCooperative") == 1
+    assert source.count("cutlass::gemm::KernelTmaWarpSpecializedPingpong") == 1
+    for config in configs:
+        assert f"using ClusterShape = Shape<_{config['cluster_m']}, _{config['cluster_n']}, _1>;" in source
+    for name in functions:
+        assert re.search(rf'extern "C" const char\* {name}\(', source), name
+
+
+@needs_cutlass
+@pytest.mark.slow
 @pytest.mark.skipif(NVCC is None or CUOBJDUMP is None, reason="needs nvcc and cuobjdump")
 def test_generated_source_compiles_to_hgmma_for_sm90a(tmp_path):
     """Both GEMMs of one candidate (cooperative with a cluster and bias; ping-pong, N-major B, no bias)."""

@@ -171,7 +171,7 @@ def broadcast_pair(draw):
 
 
 @PROPERTY_TIMEOUT
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(shapes=broadcast_pair(), ops=st.lists(st.sampled_from(UNARY), min_size=1, max_size=5))
 def test_random_pointwise_chains(tmp_path, shapes, ops):
     body = ["h = x"] + [f"h = {op}" for op in ops] + ["return h"]
@@ -188,7 +188,7 @@ ROW_OPS = ["x.sum(dim={d}, keepdim={k})", "x.mean(dim={d}, keepdim={k})", "torch
 
 
 @PROPERTY_TIMEOUT
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(shape=st.lists(st.integers(1, 41), min_size=1, max_size=4).map(tuple)
        .filter(lambda s: max(s) > 1 and math.prod(s) <= 200_000),  # the interpreter runs a program per row
        data=st.data(),
@@ -229,7 +229,7 @@ def forced_split(group, device=None):
 
 
 @PROPERTY_TIMEOUT
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(length=st.integers(1, 150), others=st.lists(st.integers(1, 3), min_size=0, max_size=2), data=st.data())
 def test_split_variant_on_few_long_rows(tmp_path, length, others, data):
     """A program per (row, chunk): partial results per chunk, folded by the next pass; rows of any length."""
@@ -469,7 +469,7 @@ def test_channels_last_rows_along_the_channels_run_over_nhwc_and_others_stay(tmp
     assert l.shape == (3, 1, 5, 7) and m.shape == (3, 6)
 
 @PROPERTY_TIMEOUT
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(kind=st.sampled_from(["max", "avg"]), rank=st.sampled_from([1, 2]), data=st.data(),
        channels_last=st.booleans(), after=st.sampled_from(["pointwise", "mean", "softmax"]),
        variant=st.sampled_from([None, "looped", "split"]))
@@ -628,7 +628,7 @@ GEMM_CASES = [  # (forward body, input shapes, init)
 
 
 @PROPERTY_TIMEOUT
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=st.sampled_from(GEMM_CASES), m=st.integers(16, 70), n=st.integers(16, 70), k=st.integers(16, 90),
        rank=st.integers(0, 5))
 def test_triton_gemm_with_epilogue(tmp_path, case, m, n, k, rank):

@@ -495,7 +495,8 @@ def test_launch_predictor_ships_only_kinds_another_dataset_confirms_and_removes_
     stale.parent.mkdir()
     stale.write_text("{}")
     base = [sys.executable, str(script), str(store.path), "--device", DEVICE.name, "--seeds", "1", "--members", "1"]
-    done = subprocess.run(base + ["--confirm", str(empty.path), "--ship", str(ship), "--json", str(tmp_path / "c.json")],
+    done = subprocess.run(base + ["--folds", "2", "--confirm", str(empty.path), "--ship", str(ship), "--json",
+                                  str(tmp_path / "c.json")],
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr
     report = json.loads((tmp_path / "c.json").read_text())
@@ -507,7 +508,7 @@ def test_launch_predictor_ships_only_kinds_another_dataset_confirms_and_removes_
     assert not list(ship.glob("*.json"))
     refused = subprocess.run(base + ["--folds", "1"], capture_output=True, text=True, timeout=300)
     assert refused.returncode == 2 and "--folds 1" in refused.stderr
-    alone = subprocess.run(base + ["--folds", "3", "--json", str(tmp_path / "a.json")], capture_output=True, text=True,
+    alone = subprocess.run(base + ["--folds", "2", "--json", str(tmp_path / "a.json")], capture_output=True, text=True,
                            timeout=900)
     assert alone.returncode == 0, alone.stderr
     # without --confirm the same cross-validation decides alone (the fake timer's rule makes the predictor win)
