@@ -3,7 +3,7 @@
     python3 scripts/bench_snapshot.py BENCH_DIR OUT.tgz [--kb KB_FILE] [--results-only]
 
 `--results-only` packs what the bench measured and none of the problems' code, so that a KernelBench
-bench's state can be committed (KernelBench's problems must not be) and resumed in a later session on a
+bench's state can be committed (KernelBench's problems must not be) and resumed later on a
 fresh machine: bench.db, with every problem not finished set back to pending; each finished problem's
 run.json, tree.json (failure texts, which may quote code, left out) and launch_configs.jsonl; the
 leaderboards. Left out: problem copies, candidates, best.py, reports, state.db (candidate sources) and

@@ -139,7 +139,7 @@ fi
 step "kernelpro bench over benchmarks/suite (BENCH=1; BENCH_BUDGET, BENCH_ARGS, BENCH_STATE, BENCH_BG, UNTIL)"
 # The bench's folder lives outside $OUT (emptied every call). On a fresh machine,
 # BENCH_STATE=path/to/bench_state.tgz (a copy of an earlier call's $OUT/bench_state.tgz)
-# restores the folder first, so a bench resumes across machines and sessions.
+# restores the folder first, so a bench resumes across machines.
 # BENCH_BG=1 runs it with in_background (above), snapshotting the folder into
 # $OUT/bench_state.tgz (scripts/bench_snapshot.py, SQLite's online backup); without it the
 # bench runs in the foreground under BENCH_TIMEOUT.

@@ -8,7 +8,7 @@
 #   3. JUDGE=1: KernelBench's evaluator on both benches' bests, in $OUT/judge_greedy/ and $OUT/judge_mcts/, each
 #      given an even share of the time left (JUDGE_ONLY=greedy or mcts: that one only).
 # Both strategies run on the same GPU, one after the other, so each problem's pair is timed on one card;
-# where a session's device time cannot hold all problems, KEYS and TAG split them into parts.
+# where one machine's time cannot hold all problems, KEYS and TAG split them into parts.
 # TOTAL: seconds this call may take. GREEDY_DONE=1 / MCTS_DONE=1 skip a bench that is done.
 # BUDGET: evaluations per problem (default 12: at 8 or less MCTS is greedy by construction).
 # MCTS_SEARCH: the MCTS bench's search settings (kernelpro bench --search NAME=VALUE,...), e.g. head_until_gain=off.

@@ -1,5 +1,5 @@
 """Shared fixtures: an isolated KERNELPRO_HOME for every test, and one CPU evaluator
-per session (each evaluation still gets its own fresh worker process)."""
+per test run (each evaluation still gets its own fresh worker process)."""
 
 from __future__ import annotations
 
@@ -159,6 +159,7 @@ SHARED_FIXTURES = ("finished_bench", "level1_bench", "built", "collected", "stor
                    "attention_run", "plugin_site")
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
 def pytest_collection_modifyitems(config, items):
     for item in items:
         shared = [name for name in SHARED_FIXTURES if name in item.fixturenames]

@@ -112,7 +112,8 @@ def test_operator_family_and_state_from_a_profile():
     assert state_for(source, {}) == State("pointwise", "", ())
 
 
-def test_the_cli_shows_exports_imports_and_resets(tmp_path, capsys, kernelpro_home):
+def test_the_cli_shows_exports_imports_and_resets(tmp_path, capsys, kernelpro_home, monkeypatch):
+    monkeypatch.delenv("COLUMNS", raising=False)  # as a user's pipe: pytest-xdist's workers set it
     with KnowledgeBase() as base:  # the default base, under KERNELPRO_HOME
         fill(base)
     assert default_path() == kernelpro_home / "kb.sqlite"

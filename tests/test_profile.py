@@ -285,7 +285,8 @@ def test_profile_cli_on_cpu_writes_the_documented_json():
     # on a loaded 2-core box (a clean-clone `make test`, 2026-11-25) put them over it, latency-bound: either
     # is a low-work class, never memory- or compute-bound
     assert document["classification"] in ("overhead_bound", "latency_bound"), document["classification"]
-    assert "system" in document["tools_run"]
+    # the system tool (launches and host time) is picked for an overhead-bound program
+    assert document["classification"] != "overhead_bound" or "system" in document["tools_run"]
     assert any("no ncu" in note for note in document["notes"])
     assert document["techniques"][0]["score"] == 1.0
     from kernelpro.feedback import GPU_ONLY

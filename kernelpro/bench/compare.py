@@ -1,7 +1,7 @@
 """`kernelpro bench compare DIR_A DIR_B`: two benches side by side, with a paired test.
 
 A side may be several bench folders, comma-separated (`compare g1,g2 m1,m2`): a bench run in parts
-(problems split across sessions or machines) is compared as one. A problem in two folders of one
+(problems split across runs or machines) is compared as one. A problem in two folders of one
 side is an error.
 
 The problems both benches finished are paired by key; the test is Wilcoxon's signed-rank
