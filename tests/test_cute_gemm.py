@@ -126,11 +126,9 @@ def test_configs_big_tiles_for_big_products_and_clusters_inside_the_grid(tmp_pat
 NVCC, CUOBJDUMP = shutil.which("nvcc"), find_binary("cuobjdump")
 
 
-@needs_cutlass
-def test_each_gemm_of_a_candidate_is_written_with_its_own_configuration(tmp_path):
-    """The candidate's CUDA source as the nvcc test below compiles it (that compile takes minutes, so it runs under
-    `pytest -m slow`): each GEMM gets the schedule, tile and cluster of its launch configuration, and every entry
-    point the wrapper opens is an `extern "C"` function of the source."""
+def two_gemm_candidate(tmp_path):
+    """A candidate of two GEMMs (cooperative with a cluster and bias; ping-pong, N-major B, no bias): their
+    configurations, the CUDA source, and the wrapper's source."""
     path = two_gemms(tmp_path)
     first = expand(spec(path, "bf16", ["cute_gemm"]))
     names = [k["name"] for k in first["kernels"]]
@@ -140,7 +138,16 @@ def test_each_gemm_of_a_candidate_is_written_with_its_own_configuration(tmp_path
     configs = [k["config"] for k in answer["kernels"]]
     assert configs[0]["schedule"] == "cooperative" and configs[1]["schedule"] == "pingpong"
     source = re.search(r'_KP_CUTE_SOURCE = r"""(.*?)"""', answer["source"], re.S).group(1)
-    functions = eval(re.search(r"_kp_cute = _kp_native\('\w+', (\{.*?\})", answer["source"]).group(1))
+    return configs, source, answer["source"]
+
+
+@needs_cutlass
+def test_each_gemm_of_a_candidate_is_written_with_its_own_configuration(tmp_path):
+    """The candidate's CUDA source as the nvcc test below compiles it (that compile takes minutes, so it runs under
+    `pytest -m slow`): each GEMM gets the schedule, tile and cluster of its launch configuration, and every entry
+    point the wrapper opens is an `extern "C"` function of the source."""
+    configs, source, wrapper = two_gemm_candidate(tmp_path)
+    functions = eval(re.search(r"_kp_cute = _kp_native\('\w+', (\{.*?\})", wrapper).group(1))
     assert source.count("cutlass::gemm::KernelTmaWarpSpecializedCooperative") == 1
     assert source.count("cutlass::gemm::KernelTmaWarpSpecializedPingpong") == 1
     for config in configs:
@@ -156,16 +163,8 @@ def test_generated_source_compiles_to_hgmma_for_sm90a(tmp_path):
     """Both GEMMs of one candidate (cooperative with a cluster and bias; ping-pong, N-major B, no bias)."""
     from kernelpro.cutlass_index import include_dirs, nvcc_flags
     from kernelpro.tools.sass import SassTool
-    path = two_gemms(tmp_path)
-    first = expand(spec(path, "bf16", ["cute_gemm"]))
-    names = [k["name"] for k in first["kernels"]]
-    ranked = cute_gemm.configs(_groups(path, 256, 256, 128)[0], Device())
-    cooperative = next(i for i, c in enumerate(ranked) if c["schedule"] == "cooperative" and c["cluster_m"] == 2)
-    answer = expand(spec(path, "bf16", ["cute_gemm"], {names[0]: cooperative}))
-    configs = [k["config"] for k in answer["kernels"]]
-    assert configs[0]["schedule"] == "cooperative" and configs[1]["schedule"] == "pingpong"
-    source = re.search(r'_KP_CUTE_SOURCE = r"""(.*?)"""', answer["source"], re.S).group(1)
-    functions = re.search(r"_kp_cute = _kp_native\('\w+', (\{.*?\})", answer["source"]).group(1)
+    configs, source, wrapper = two_gemm_candidate(tmp_path)
+    functions = re.search(r"_kp_cute = _kp_native\('\w+', (\{.*?\})", wrapper).group(1)
     cu = tmp_path / "cute.cu"
     cu.write_text(source)
     flags = [f for f in cute_gemm.NVCC_FLAGS if f != "-std=c++17"] + nvcc_flags((9, 0))
