@@ -45,10 +45,10 @@ sandbox:
 	   apt-get install -y -q bubblewrap >/dev/null 2>&1)) || echo "bubblewrap not installed: candidates run unsandboxed"; }
 
 # The CPU suite, in parallel, with the 20 slowest tests listed at the end. Tests marked gpu need CUDA; those
-# marked slow (long end-to-end runs whose bugs a faster test also catches) run with `pytest -m slow`.
+# marked slow (the real Ray backend, nvcc and load_inline builds, torch.compile baselines) run with `pytest -m slow`.
 # pytest exits 5 when it collects no test; that is not a failure of the suite.
 test: $(VENV)/.test-extras chromium sandbox
-	$(BIN)/python -m pytest -m "not gpu and not slow" -n $(PYTEST_WORKERS) --dist loadgroup --durations=20 $(PYTEST_ARGS); \
+	$(BIN)/python -m pytest -m "not gpu and not slow" -n $(PYTEST_WORKERS) --durations=20 $(PYTEST_ARGS); \
 	  rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
 gpu-check:

@@ -150,18 +150,3 @@ def conv_problem(tmp_path: Path, nd: int, batch: int, c_in: int, c_out: int, siz
     path = tmp_path / f"conv{uuid.uuid4().hex[:8]}.py"
     path.write_text(text)
     return path
-
-
-#: Module-scoped fixtures that are costly to build (a finished bench, a search, a built index, a collected launch
-#: dataset). pytest-xdist builds a module fixture once per worker that runs one of its tests; `make test` runs with
-#: --dist loadgroup, and the tests that share one of these fixtures go to one worker, so it is built once.
-SHARED_FIXTURES = ("finished_bench", "level1_bench", "built", "collected", "stores", "conv_collected", "evaluator", "rmsnorm",
-                   "attention_run", "plugin_site")
-
-
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        shared = [name for name in SHARED_FIXTURES if name in item.fixturenames]
-        if shared:
-            item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}:{shared[0]}"))
