@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
-# Most tests wait on child processes (workers, builds, searches), so more workers than cores pay.
+# Workers for the CPU suite; most tests wait on child processes (workers, builds, searches).
 PYTEST_WORKERS ?= 4
 
 # What the demo needs: kernelpro and its dependencies (torch, typer, rich, pydantic, ...), nothing else.

@@ -33,8 +33,8 @@ if [ "${NO_SANDBOX:-0}" != 1 ] && ! command -v bwrap >/dev/null && compgen -G ".
   export PATH=/tmp/bwrap-root/bin:$PATH
 fi
 python3 -c "from kernelpro.harness.sandbox import describe; print(describe())" 2>&1 | tee -a "$OUT/machine.txt"
-# SKIP_STANDARD=1: none of the standard GPU steps below (ncu's metric list, GPU tests, CUTLASS, evals,
-# throughput, the profile bench, fusion, searches); only the set-up and the steps a caller turns on (KB=1,
+# SKIP_STANDARD=1: none of the standard GPU steps below (ncu's metric list, GPU tests, evals,
+# throughput, fusion, searches); only the set-up and the steps a caller turns on (KB=1,
 # LAUNCH=1, ...), as scripts/kb_strategy_pair.sh, kb_energy_pair.sh and launch_rank_pair.sh call it
 if [ "${SKIP_STANDARD:-0}" = 1 ]; then
   SKIP_NCU_QUERY=1 SKIP_GPU_TESTS=1 SKIP_EVALS=1 SKIP_THROUGHPUT=1 SKIP_FUSION=1

@@ -79,30 +79,24 @@ def crash_suite(tmp_path_factory):
     return suite
 
 
+def bench_in_own_home(settings: BenchSettings, tmp_path_factory) -> dict:
+    """A module fixture's bench, run with a KERNELPRO_HOME of its own (the autouse one is per test)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("KERNELPRO_HOME", str(tmp_path_factory.mktemp("home")))
+        return Bench(settings).run()
+
+
 @pytest.fixture(scope="module")
 def finished_bench(crash_suite, tmp_path_factory):
     out = tmp_path_factory.mktemp("bench") / "run"
-    home = tmp_path_factory.mktemp("home")
-    old = os.environ.get("KERNELPRO_HOME")
-    os.environ["KERNELPRO_HOME"] = str(home)
-    try:
-        document = Bench(BenchSettings(suite=str(crash_suite), out=str(out), **FAST)).run()
-    finally:
-        os.environ.pop("KERNELPRO_HOME") if old is None else os.environ.__setitem__("KERNELPRO_HOME", old)
-    return out, document
+    return out, bench_in_own_home(BenchSettings(suite=str(crash_suite), out=str(out), **FAST), tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
 def level1_bench(tmp_path_factory):
     """A finished bench of the suite's level 1 (two problems, budget 2), built once; tests work on copies."""
     out = tmp_path_factory.mktemp("level1") / "bench"
-    home = tmp_path_factory.mktemp("home")
-    old = os.environ.get("KERNELPRO_HOME")
-    os.environ["KERNELPRO_HOME"] = str(home)
-    try:
-        Bench(BenchSettings(suite=str(SUITE), out=str(out), levels="1", **FAST)).run()
-    finally:
-        os.environ.pop("KERNELPRO_HOME") if old is None else os.environ.__setitem__("KERNELPRO_HOME", old)
+    bench_in_own_home(BenchSettings(suite=str(SUITE), out=str(out), levels="1", **FAST), tmp_path_factory)
     return out
 
 
