@@ -15,22 +15,22 @@ import types
 import torch
 
 
-def _settle_torch_patches() -> None:
-    """Let torch apply its own monkeypatches now, so they are in the snapshot.
+def torch_own_patch(saved: object, now: object) -> bool:
+    """Whether `now` is one of torch's own lazy monkeypatches of `saved`, not a candidate's.
 
-    `torch._dynamo` wraps `torch.manual_seed` when imported and `nn.Module.__init__`
-    on the first `torch.compile`; a candidate that uses torch.compile must not look
-    like a tamperer because of that.
+    Importing `torch._dynamo` wraps `torch.manual_seed` (functools.wraps, so `__wrapped__`
+    is the genuine function), and the first `torch.compile` replaces `nn.Module.__init__`
+    and `__setstate__` with closures of dynamo's mutation guard over the genuine ones. A
+    candidate that uses torch.compile must not look like a tamperer because of that; the
+    worker does not import dynamo up front (it costs seconds per worker) to settle them.
     """
-    try:
-        import torch._dynamo
-        from torch._dynamo import mutation_guard
-        mutation_guard.install_generation_tagging_init()
-    except Exception:  # a torch without these internals patches nothing we watch
-        pass
+    if getattr(now, "__wrapped__", None) is saved and getattr(now, "__module__", "") in ("torch.random", "torch"):
+        return getattr(now, "__qualname__", "") == getattr(saved, "__qualname__", None)
+    if getattr(now, "__module__", "") != "torch._dynamo.mutation_guard":
+        return False
+    cells = getattr(now, "__closure__", None) or ()
+    return any(cell.cell_contents is saved for cell in cells)
 
-
-_settle_torch_patches()
 
 # Saved before the candidate is imported: these are what the harness calls.
 perf_counter = time.perf_counter
@@ -78,7 +78,8 @@ def tampered_names() -> list[str]:
         now = vars(namespace)
         label = getattr(namespace, "__name__", type(namespace).__name__)
         for name, value in before.items():
-            if now.get(name, _MISSING) is not value:
+            current = now.get(name, _MISSING)
+            if current is not value and not torch_own_patch(value, current):
                 changed.append(f"{label}.{name}")
     return changed
 

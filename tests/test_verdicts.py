@@ -13,6 +13,7 @@ FAST = EvalOptions(device="cpu", timing_trials=5, timing_budget_s=1.0,
 EXPECTED = {
     # name: (verdict, phase, words the reason must contain)
     "good": (Verdict.CORRECT, "done", "correct"),
+    "settles_dynamo": (Verdict.CORRECT, "done", "correct"),
     "segfault": (Verdict.CRASH, "correctness", "SIGSEGV"),
     "infinite_loop": (Verdict.TIMEOUT, "correctness", "ran past"),
     "exits": (Verdict.RUNTIME_ERROR, "correctness", "exited with status 3"),
@@ -223,3 +224,27 @@ def test_a_candidate_that_leaves_torch_settings_on_does_not_change_the_reference
               "    def forward(self, x):\n        return x + 0.0\n")
     result = cpu_evaluator.evaluate(load_problem(path), source, FAST)
     assert result.verdict is Verdict.CORRECT, result.reason
+
+
+def test_only_torchs_own_patches_pass_for_untampered():
+    """dynamo's wrappers of the genuine functions pass; a look-alike closure over something else does not."""
+    import functools
+
+    import torch
+    from torch._dynamo import mutation_guard
+    from kernelpro.harness.guards import torch_own_patch
+
+    genuine = torch.random.manual_seed
+    assert torch_own_patch(genuine, functools.wraps(genuine)(lambda seed: genuine(seed)))
+    assert not torch_own_patch(genuine, lambda seed: genuine(seed))
+
+    class Fresh(torch.nn.Module):
+        pass
+    init = Fresh.__init__
+    with pytest.MonkeyPatch.context() as patch:  # dynamo's own patch, applied to a class of our own
+        patch.setattr(mutation_guard, "Module", Fresh)
+        patch.setattr(Fresh, "___needs_generation_tag_patch", True, raising=False)
+        mutation_guard.install_generation_tagging_init()
+        assert Fresh.__init__ is not init and torch_own_patch(init, Fresh.__init__)
+    assert not torch_own_patch(init, lambda self: None)
+    assert not torch_own_patch(object.__init__, Fresh.__init__)  # dynamo's closure, but over another function
