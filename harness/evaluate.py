@@ -26,7 +26,8 @@ from kernelpro.harness.memory import MemoryPlan, Reservation
 from kernelpro.harness.payload import available_memory_bytes, spill
 from kernelpro.harness.problem import Problem, reference_candidate
 from kernelpro.harness.refcache import ReferenceCache, References, reference_key
-from kernelpro.harness.process import WorkerProcess
+from kernelpro.harness.forkserver import ForkedWorker, Zygote, ZygoteGone
+from kernelpro.harness.process import ChannelWorker, WorkerProcess
 from kernelpro.harness.records import (CappedLog, EnergyStats, EnergyWindow, EvalOptions, EvalResult, ErrorStats,
                                        Floor, KernelBenchTiming, MemorySizes, Phase, Signature, TimingStats,
                                        Verdict)
@@ -53,10 +54,15 @@ def check_device(device: str) -> None:
 
 
 class WorkerPool:
-    """Spawns workers ahead of need. Each worker serves one candidate, then dies."""
+    """Spawns workers ahead of need. Each worker serves one candidate, then dies.
+
+    `forked` (the default on CPU): workers are forked from a warm parent in the sandbox
+    (`forkserver`), which saves each one a fresh interpreter and `import torch`. The parent
+    starts with the pool; a worker is forked when one is acquired (in milliseconds), so
+    none waits ahead."""
 
     def __init__(self, device: str, spares: int = 1, env: dict[str, str] | None = None,
-                 build_cache: Path | None = None):
+                 build_cache: Path | None = None, forked: bool | None = None):
         self.device = device
         self.build_cache = build_cache  # shown read-only to sandboxed workers
         # On CUDA a replacement boots while the current worker runs; on CPU it would steal
@@ -64,25 +70,46 @@ class WorkerPool:
         self.refill_on_acquire = device == "cuda"
         self.env = env or {}
         self.spares = spares
-        self._ready: list[WorkerProcess] = []
-        self._spawned: weakref.WeakSet[WorkerProcess] = weakref.WeakSet()  # for close(): those in use too
+        self.forked = device == "cpu" if forked is None else forked
+        self._zygote: Zygote | None = None
+        self._ready: list[ChannelWorker] = []
+        self._spawned: weakref.WeakSet[ChannelWorker] = weakref.WeakSet()  # for close(): those in use too
         self._lock = threading.RLock()  # _fill spawns while holding it
-        self._fill()
+        if self.forked:
+            self._fork_server()
+        else:
+            self._fill()
 
-    def _spawn(self) -> WorkerProcess:
-        return self._keep(WorkerProcess(self.device, self.env, build_cache=self.build_cache))
+    def _spawn(self) -> ChannelWorker:
+        if not self.forked:
+            return self._keep(WorkerProcess(self.device, self.env, build_cache=self.build_cache))
+        try:
+            return self._keep(ForkedWorker(self._fork_server()))
+        except ZygoteGone:  # a candidate may have killed the fork server: another starts, once
+            return self._keep(ForkedWorker(self._fork_server(replace=True)))
 
-    def _keep(self, worker: WorkerProcess) -> WorkerProcess:
+    def _fork_server(self, replace: bool = False) -> Zygote:
+        with self._lock:
+            if self._zygote is not None and replace:
+                self._zygote.close()
+                self._zygote = None
+            if self._zygote is None:
+                self._zygote = Zygote(self.device, self.env, build_cache=self.build_cache)
+            return self._zygote
+
+    def _keep(self, worker: ChannelWorker) -> ChannelWorker:
         with self._lock:
             self._spawned.add(worker)
         return worker
 
     def _fill(self) -> None:
+        if self.forked:
+            return
         with self._lock:
             while len(self._ready) < self.spares:
                 self._ready.append(self._spawn())
 
-    def acquire(self) -> WorkerProcess:
+    def acquire(self) -> ChannelWorker:
         """A worker for one candidate."""
         with self._lock:
             worker = self._ready.pop(0) if self._ready else None
@@ -91,7 +118,7 @@ class WorkerPool:
             self._fill()
         return worker
 
-    def release(self, worker: WorkerProcess) -> None:
+    def release(self, worker: ChannelWorker) -> None:
         worker.kill()
         self._fill()
 
@@ -116,8 +143,11 @@ class WorkerPool:
         ends as a crash, e.g. when a search is interrupted)."""
         with self._lock:
             workers, self._ready = list(self._spawned), []
+            zygote, self._zygote = self._zygote, None
         for worker in workers:
             worker.kill()
+        if zygote is not None:
+            zygote.close()
 
 
 @dataclass
@@ -296,7 +326,7 @@ class Evaluator:
             self.pool.release(worker)
             reservation.release()
 
-    def _drive(self, worker: WorkerProcess, problem: Problem, source: str, options: EvalOptions,
+    def _drive(self, worker: ChannelWorker, problem: Problem, source: str, options: EvalOptions,
                entry: BuildEntry, outcome: _Outcome, reservation: Reservation | None = None) -> None:
         ready, _ = self._receive(worker, _STARTUP_LIMIT_S, outcome)
         outcome.info.update(device_name=ready.get("device_name", ""), torch_version=ready.get("torch", ""))
@@ -397,7 +427,7 @@ class Evaluator:
                 outcome.enter(Phase.DONE)
                 return
 
-    def _receive(self, worker: WorkerProcess, limit_s: float, outcome: _Outcome) -> tuple[dict, bytes]:
+    def _receive(self, worker: ChannelWorker, limit_s: float, outcome: _Outcome) -> tuple[dict, bytes]:
         try:
             return worker.receive(limit_s)
         except channel.ChannelTimeout:
@@ -406,7 +436,7 @@ class Evaluator:
         except channel.ChannelClosed:
             raise self._death(worker, outcome) from None
 
-    def _death(self, worker: WorkerProcess, outcome: _Outcome) -> _Finished:
+    def _death(self, worker: ChannelWorker, outcome: _Outcome) -> _Finished:
         status = worker.exit_status()
         if worker.killed_for:
             return _Finished(Verdict.CRASH, f"in the {outcome.phase.value} phase, {worker.killed_for}", outcome.phase)
@@ -451,7 +481,7 @@ class Evaluator:
         outcome.trials_passed += 1
 
     def _success(self, outcome: _Outcome, problem: Problem, source: str, options: EvalOptions,
-                 base: dict, began: float, worker: WorkerProcess) -> EvalResult:
+                 base: dict, began: float, worker: ChannelWorker) -> EvalResult:
         flags = []
         tolerance = options.effective_tolerance
         if outcome.degenerate:
@@ -549,7 +579,7 @@ def _floor(info: dict, ceilings: dict) -> Floor:
 
 
 def _result(verdict: Verdict, phase: Phase, reason: str, base: dict, began: float, *,
-            errors: list[ErrorStats] | None = None, worker: WorkerProcess | None = None,
+            errors: list[ErrorStats] | None = None, worker: ChannelWorker | None = None,
             outcome: _Outcome | None = None, flags: list[str] | None = None, stderr_text: str = "",
             **fields) -> EvalResult:
     logs = {}

@@ -101,44 +101,37 @@ class CappedStream:
 def kill_tree(pid: int) -> None:
     """SIGKILL to a process's group and to every descendant that left it (a sandbox's init
     included: the kernel then kills everything in its PID namespace)."""
+    if pid <= 1:
+        raise ValueError(f"kill_tree({pid}) would reach processes that are not a worker's")
     stragglers = memguard.tree(pid)[1:]
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    for other in stragglers:
+    sigkill(stragglers)
+
+
+def sigkill(pids: list[int]) -> None:
+    """SIGKILL to each, skipping those gone meanwhile or out of reach."""
+    for pid in pids:
         try:
-            os.kill(other, signal.SIGKILL)
+            os.kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
 
 
-class WorkerProcess:
-    """One spawned worker: a process group, a private channel and capped logs."""
+class ChannelWorker:
+    """What the evaluator talks to: a private channel, capped logs and a process tree to kill.
 
-    def __init__(self, device: str, env_extra: dict[str, str] | None = None,
-                 module: str = "kernelpro.harness.worker", writable: tuple[Path, ...] = (),
-                 build_cache: Path | None = None):
-        """In the sandbox (`sandbox.wrap`) where there is one: `writable` folders besides its own
-        working folder, and the build cache shown read-only (see `sandbox.wrap`)."""
-        self.device = device
-        self.workdir = Path(tempfile.mkdtemp(prefix="kernelpro-worker-"))
-        self._sock, child_sock = socket.socketpair()
-        child_fd = child_sock.fileno()
-        env = scrubbed_environment({"HOME": str(self.workdir), "TMPDIR": str(self.workdir),
-                                    **(env_extra or {})})
-        self.sandboxed = sandbox.isolation().active
-        if build_cache is not None and self.sandboxed:
-            env["KERNELPRO_BUILD_SHADOW"] = "1"
-        self.process = subprocess.Popen(
-            sandbox.wrap([sys.executable, "-m", module, str(child_fd), device], self.workdir, writable,
-                         build_cache),
-            pass_fds=(child_fd,), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, start_new_session=True, env=env, cwd=self.workdir,
-        )
-        child_sock.close()
-        self.stdout = CappedStream(self.process.stdout)
-        self.stderr = CappedStream(self.process.stderr)
+    `WorkerProcess` starts a fresh interpreter; `forkserver.ForkedWorker` forks one from a warm parent.
+    Subclasses set `_sock`, `stdout`, `stderr` and `_root` (the host PID whose tree `kill_tree` ends)."""
+
+    _sock: socket.socket
+    stdout: CappedStream
+    stderr: CappedStream
+    _root: int | None  # None: it ended before its host PID was found, nothing is left to kill
+
+    def _start_channel(self, watch_memory: bool = True) -> None:
         self.started_at = time.monotonic()
         self._killed = False
         self._read_lock = threading.Lock()
@@ -146,15 +139,21 @@ class WorkerProcess:
         self._heard = False
         #: why the trusted side killed it, when it did so before the evaluation ended (see `memguard`)
         self.killed_for: str | None = None
-        self._memory_watch = memguard.watch(self.process.pid, self._over_memory)
+        watched = watch_memory and self._root is not None
+        self._memory_watch = memguard.watch(self._root, self._over_memory) if watched else None
 
     def _over_memory(self, used: int, limit: int) -> None:
         self.killed_for = memguard.describe(used, limit)
-        kill_tree(self.process.pid)
+        kill_tree(self._root)
 
     @property
-    def pid(self) -> int:
-        return self.process.pid
+    def pid(self) -> int | None:
+        return self._root
+
+    @property
+    def channel_socket(self) -> socket.socket:
+        """The trusted end of its channel."""
+        return self._sock
 
     def send(self, header: dict, payload: bytes = b"") -> None:
         channel.send(self._sock, header, payload)
@@ -188,6 +187,62 @@ class WorkerProcess:
 
     def exit_status(self, wait_s: float = 2.0) -> int | None:
         """The worker's return code (negative: killed by that signal), or None if alive."""
+        raise NotImplementedError
+
+    def kill(self) -> None:
+        """Kill the whole process group and any descendant that left it."""
+        if self._killed:
+            return
+        self._killed = True
+        memguard.unwatch(self._memory_watch)
+        if self._root is not None:
+            kill_tree(self._root)
+        self._after_kill()
+
+    def _after_kill(self) -> None:
+        pass
+
+    def logs(self) -> tuple[CappedLog, CappedLog]:
+        return self.stdout.log(), self.stderr.log()
+
+
+class WorkerProcess(ChannelWorker):
+    """One spawned worker: a process group, a private channel and capped logs."""
+
+    def __init__(self, device: str, env_extra: dict[str, str] | None = None,
+                 module: str = "kernelpro.harness.worker", writable: tuple[Path, ...] = (),
+                 build_cache: Path | None = None, socket_type: int = socket.SOCK_STREAM,
+                 watch_memory: bool = True):
+        """In the sandbox (`sandbox.wrap`) where there is one: `writable` folders besides its own
+        working folder, and the build cache shown read-only (see `sandbox.wrap`). `watch_memory`:
+        kill it when its tree passes the memory limit (`memguard`); a fork server's workers are
+        watched one by one instead."""
+        self.device = device
+        self.workdir = Path(tempfile.mkdtemp(prefix="kernelpro-worker-"))
+        self._sock, child_sock = socket.socketpair(socket.AF_UNIX, socket_type)
+        child_fd = child_sock.fileno()
+        env = scrubbed_environment({"HOME": str(self.workdir), "TMPDIR": str(self.workdir),
+                                    **(env_extra or {})})
+        self.sandboxed = sandbox.isolation().active
+        if build_cache is not None and self.sandboxed:
+            env["KERNELPRO_BUILD_SHADOW"] = "1"
+            env["KERNELPRO_BUILD_ROOT"] = str(build_cache)  # a private tmpfs there (see `sandbox.wrap`)
+        if self.sandboxed:
+            env["KERNELPRO_SANDBOXED"] = "1"
+        self.process = subprocess.Popen(
+            sandbox.wrap([sys.executable, "-m", module, str(child_fd), device], self.workdir, writable,
+                         build_cache),
+            pass_fds=(child_fd,), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, start_new_session=True, env=env, cwd=self.workdir,
+        )
+        child_sock.close()
+        self.stdout = CappedStream(self.process.stdout)
+        self.stderr = CappedStream(self.process.stderr)
+        self._root = self.process.pid
+        self._start_channel(watch_memory)
+
+    def exit_status(self, wait_s: float = 2.0) -> int | None:
+        """The worker's return code (negative: killed by that signal), or None if alive."""
         try:
             status = self.process.wait(wait_s)
         except subprocess.TimeoutExpired:
@@ -196,19 +251,10 @@ class WorkerProcess:
             return -(status - 128)  # bubblewrap's init passes on a child's death by signal N as 128 + N
         return status
 
-    def kill(self) -> None:
-        """Kill the whole process group and any descendant that left it."""
-        if self._killed:
-            return
-        self._killed = True
-        memguard.unwatch(self._memory_watch)
-        kill_tree(self.process.pid)
+    def _after_kill(self) -> None:
         try:
             self.process.wait(10)
         except subprocess.TimeoutExpired:
             pass
         self._sock.close()
         subprocess.run(["rm", "-rf", str(self.workdir)], check=False)
-
-    def logs(self) -> tuple[CappedLog, CappedLog]:
-        return self.stdout.log(), self.stderr.log()

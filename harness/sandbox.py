@@ -70,19 +70,24 @@ BUILD_SHADOW = "/tmp/.kernelpro-builds"
 
 
 def wrap(command: list[str], workdir: Path, writable: tuple[Path, ...] = (),
-         build_cache: Path | None = None) -> list[str]:
+         build_cache: Path | None = None, keep_capabilities: bool = False) -> list[str]:
     """`command` as it starts inside the sandbox, or unchanged where there is none.
 
     `writable` folders are bound read-write (a native build's own cache entry). `build_cache` is
     shown read-only at BUILD_SHADOW while its own path is a private, empty tmpfs: the worker copies
     its candidate's build there, at the very path it was built at (so torch and ninja find it up to
-    date), before any candidate code runs; whatever a candidate writes there is gone with it."""
+    date), before any candidate code runs; whatever a candidate writes there is gone with it.
+
+    Run as root, bubblewrap keeps the caller's capabilities unless told: they are dropped (a root
+    candidate without CAP_SYS_PTRACE cannot read a fork server's memory), except with
+    `keep_capabilities` (a profiler's run: Nsight Compute may need them for the GPU's counters)."""
     if not isolation().active:
         return command
     # No --die-with-parent: the kernel sends that signal when the spawning *thread* exits, and workers
     # booted ahead are spawned by evaluation threads that end before the workers are used. The trusted
     # side kills each sandbox itself; one orphaned by a killed kernelpro finds its channel closed and exits.
     args = [shutil.which("bwrap") or "bwrap", *_namespaces(), "--new-session",
+            *([] if keep_capabilities or os.geteuid() != 0 else ["--cap-drop", "ALL"]),
             "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
     for path in _needed_under_tmp():  # over the private /tmp, read-only: what Python needs to start
         args += ["--ro-bind", path, path]

@@ -66,6 +66,9 @@ class CoderProposal:
 
 
 class Coder(Protocol):
+    """What the search asks for candidates. A coder may also have `start()` (called once before the
+    reference is evaluated, to boot whatever it needs meanwhile) and `close()` (called at the end)."""
+
     name: str
 
     def propose(self, request: CoderRequest) -> CoderProposal | None: ...

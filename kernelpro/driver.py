@@ -280,6 +280,8 @@ class SearchRun:
         spares = s.parallel + 1 if s.device == "cuda" else min(s.parallel, 2)
         evaluator = self._evaluator or Evaluator(s.device, spares=spares, energy_meter=self.meter)
         try:
+            if callable(getattr(self.coder, "start", None)) and self.finished_as is None:
+                self.coder.start()  # e.g. the offline coder's graph worker boots while the reference is evaluated
             baseline = self.baseline(evaluator)
             self.profile_node(0, None)
             search = self.new_search()

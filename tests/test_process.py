@@ -68,7 +68,7 @@ def test_settle_waits_for_the_workers_booting_ahead_and_keeps_their_first_messag
     # CUDA: their contexts exist), so that no context is created on the GPU during a timed window.
     from kernelpro.harness import channel
     from kernelpro.harness.evaluate import WorkerPool
-    pool = WorkerPool("cpu", spares=1)
+    pool = WorkerPool("cpu", spares=1, forked=False)  # spawned workers boot ahead; forked ones need not
     try:
         spare = pool._ready[0]
         try:  # just spawned: a worker takes longer than this to import torch and say it is ready

@@ -68,6 +68,44 @@ os.kill(os.getppid(), signal.SIGKILL)
     assert again.verdict is Verdict.CORRECT, again.reason
 
 
+@needs_sandbox
+def test_a_candidate_finds_nothing_the_one_before_it_left_and_cannot_touch_their_parent(cpu_evaluator,
+                                                                                        linear_problem):
+    """On CPU workers are forked from one warm parent per problem (harness/zygote.py): the next candidate
+    still starts in a sandbox as fresh as a new one, and the parent's memory is out of its reach."""
+    leave = """
+import os, subprocess, sys
+for folder in ("/tmp", "/dev/shm", os.getcwd(), os.environ["HOME"]):
+    open(os.path.join(folder, "kp-left-behind"), "w").write("from the candidate before")
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+"""
+    look = """
+import os
+for folder in ("/tmp", "/dev/shm", os.getcwd(), os.environ["HOME"]):
+    if os.path.exists(os.path.join(folder, "kp-left-behind")):
+        raise RuntimeError(f"found the last candidate's file in {folder}")
+mine = os.getsid(0)
+for name in os.listdir("/proc"):
+    if name.isdigit() and int(name) not in (1, os.getppid()):
+        try:
+            if os.getsid(int(name)) != mine:
+                raise RuntimeError(f"found process {name} of another session")
+        except ProcessLookupError:
+            pass
+for path in (f"/proc/{os.getppid()}/mem", f"/proc/{os.getppid()}/environ"):
+    try:
+        open(path, "rb").read(1)
+    except OSError:
+        continue
+    raise RuntimeError(f"read {path} of the parent every candidate is forked from")
+"""
+    assert cpu_evaluator.pool.forked
+    first = cpu_evaluator.evaluate(linear_problem, attacking(leave), FAST)
+    assert first.verdict is Verdict.CORRECT, first.reason
+    second = cpu_evaluator.evaluate(linear_problem, attacking(look), FAST)
+    assert second.verdict is Verdict.CORRECT, second.reason
+
+
 def _running(marker: str) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():

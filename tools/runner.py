@@ -74,7 +74,8 @@ def run_target(target: Target, mode: str, *, time_limit_s: float = 300.0, prefix
                                     "PYTHONPATH": os.pathsep.join(sys.path)})
         if entry is not None:
             entry.root.mkdir(parents=True, exist_ok=True)  # the one folder it may write besides its own
-        argv = sandbox.wrap(argv, folder, writable=(entry.root,) if entry is not None else ())
+        argv = sandbox.wrap(argv, folder, writable=(entry.root,) if entry is not None else (),
+                            keep_capabilities=bool(prefix))  # a profiler (ncu) may need them for the counters
         started = time.perf_counter()
         killed_for: list[str] = []
         with open(folder / "stdout.txt", "wb") as stdout, open(folder / "stderr.txt", "wb") as stderr:

@@ -83,6 +83,12 @@ class OfflineCoder:
                 "model_mode": request.model_mode, "seed": self.seed, "launch_ranking": self.launch_ranking})
         return self._cache[key]
 
+    def start(self) -> None:
+        """Boot the graph worker now (the search calls this before it evaluates the reference, so that
+        the worker's `import torch` overlaps that evaluation instead of following it)."""
+        if self._worker is None or self._worker.poll() is not None:
+            self._worker = self._start_worker()
+
     def _start_worker(self) -> subprocess.Popen:
         """The serving graph worker, in a scratch folder and a scrubbed environment (no API keys)."""
         self._folder = tempfile.TemporaryDirectory(prefix="kernelpro-offline-")
@@ -100,8 +106,7 @@ class OfflineCoder:
 
     def _run_worker(self, spec: dict) -> dict:
         self.worker_calls += 1
-        if self._worker is None or self._worker.poll() is not None:
-            self._worker = self._start_worker()
+        self.start()
         worker = self._worker
         try:
             worker.stdin.write(json.dumps(spec) + "\n")
