@@ -16,7 +16,8 @@ from rich.text import Text
 from kernelpro.cli_options import (Device, KbPath, LaunchRankingChoice, LaunchRankingOpt, ModelModeChoice, ModelModeOpt,
                                    MovesOpt, NoKb, PolicyChoice, PolicyOpt, SearchOpt,
                                    PrecisionChoice, PrecisionOpt, knowledge_base, quiet)
-from kernelpro.cli_search import CoderChoice, ObjectiveChoice, StrategyChoice
+from kernelpro.cli_options import JsonFile, ObjectiveChoice, write_json
+from kernelpro.cli_search import CoderChoice, StrategyChoice
 from kernelpro.cli_options import make_console
 
 
@@ -93,7 +94,7 @@ def register(app: typer.Typer) -> None:
                                         "sandbox works (never saved: give it again with --resume)")] = False,
         rerun: Annotated[str, typer.Option("--rerun", help="with --resume: problems to run again from scratch, "
                                                            "e.g. level1/7_Name,level2/3_Name")] = "",
-        remeasure: Annotated[str, typer.Option("--remeasure", help="with --resume: finished problems (or all) whose "
+        remeasure: Annotated[str, typer.Option("--remeasure-problems", help="with --resume: finished problems (or all) whose "
                                                                    "best is timed again against eager and "
                                                                    "torch.compile, with no new evaluations")] = "",
         baselines_only: Annotated[bool, typer.Option("--baselines-only",
@@ -103,6 +104,7 @@ def register(app: typer.Typer) -> None:
         kb: KbPath = None,
         no_kb: NoKb = False,
         json_output: Annotated[bool, typer.Option("--json", help="no live display; print the JSON document")] = False,
+        json_file: JsonFile = None,
     ) -> None:
         """Run a search on every problem of SUITE and write leaderboard.{md,json,html}; compare two benches; or
         report DIR: write the leaderboards of a bench as it stands (running or stopped)."""
@@ -167,7 +169,7 @@ def register(app: typer.Typer) -> None:
         if json_output:
             document = Bench(settings, resume=resume, extend_budget=budget if resume else None, rerun=reruns,
                              remeasure=remeasures).run()
-            typer.echo(json.dumps(document, indent=2))
+            write_json(document, True, json_file)
             _exit_for_failures(document, console)
             return
         if quiet():
@@ -185,6 +187,7 @@ def register(app: typer.Typer) -> None:
             bench = Bench(settings, resume=resume, extend_budget=budget if resume else None, rerun=reruns,
                           remeasure=remeasures, on_change=ProgressLines(console))
             document = bench.run()
+        write_json(document, False, json_file)
         overall = document["overall"]
         console.print(f"{overall['finished']} of {overall['problems']} problems finished, valid "
                       f"{overall['valid_rate']:.0%}, geomean "

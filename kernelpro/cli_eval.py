@@ -11,7 +11,8 @@ from rich.console import Console
 from rich.table import Table
 
 from kernelpro.cli_options import (BaselineChoice, Device, JsonFile, JsonFlag, ModelModeChoice, ModelModeOpt, PolicyChoice,
-                                   PolicyOpt, PrecisionChoice, PrecisionOpt, Timeout, quiet)
+                                   PolicyOpt, PrecisionChoice, PrecisionOpt, Seed, Timeout, quiet,
+                                   write_json)
 from kernelpro.errors import CandidateFileError
 from kernelpro.cli_options import make_console
 
@@ -30,12 +31,13 @@ def read_candidate(path: Path) -> str:
 def run_eval(problem_path: Path, candidate_path: Path, *, device: str | None = None,
              policy: str = "relaxed", precision: str = "fp32", trials: int = 100,
              correct_trials: int = 5, timeout: float | None = None, baseline: str = "eager",
-             tolerance: float | None = None, seed: int = 42, model_mode: str = "train",
+             tolerance: float | None = None, seed: int = 0, model_mode: str = "train",
              kernelbench_timing: bool = False, console: Console | None = None):
     """The library call behind `kernelpro eval`. Returns an `EvalResult`."""
     from kernelpro.harness import EvalOptions, PhaseLimits, check_device, default_device
     from kernelpro.harness.evaluate import evaluate
     from kernelpro.harness.problem import load_problem
+    from kernelpro.harness.records import SEED_BASE
 
     problem = load_problem(problem_path)
     source = read_candidate(candidate_path)
@@ -46,7 +48,7 @@ def run_eval(problem_path: Path, candidate_path: Path, *, device: str | None = N
         console.print(f"device: [bold]{chosen}[/] ({why})")
     options = EvalOptions(
         device=chosen, policy=policy, precision=precision, timing_trials=trials,
-        correct_trials=correct_trials, tolerance=tolerance, seed=seed, model_mode=model_mode,
+        correct_trials=correct_trials, tolerance=tolerance, seed=SEED_BASE + seed, model_mode=model_mode,
         kernelbench_timing=kernelbench_timing, baselines=("eager", "compile") if baseline == "compile" else ("eager",),
         limits=PhaseLimits.uniform(timeout) if timeout else PhaseLimits(),
     )
@@ -100,15 +102,6 @@ def verdict_table(result) -> Table:
     return table
 
 
-def write_json(document: dict, to_stdout: bool, path: Path | None) -> None:
-    """The JSON result on stdout (`--json`) and/or into a file (`--json-file`)."""
-    text = json.dumps(document, indent=2)
-    if path is not None:
-        path.write_text(text + "\n")
-    if to_stdout:
-        typer.echo(text)
-
-
 def register(app: typer.Typer) -> None:
     @app.command("eval")
     def eval_command(
@@ -125,7 +118,7 @@ def register(app: typer.Typer) -> None:
             "--baseline", help="eager always; 'compile' also times torch.compile")] = BaselineChoice.eager,
         tolerance: Annotated[float | None, typer.Option(
             "--tolerance", help="atol = rtol; default fp32 1e-4, bf16/fp16 1e-2")] = None,
-        seed: Annotated[int, typer.Option("--seed")] = 42,
+        seed: Seed = 0,
         model_mode: ModelModeOpt = ModelModeChoice.train,
         kernelbench_timing: Annotated[bool, typer.Option(
             "--kernelbench-timing", help="also time both by KernelBench's method (autograd on, mean of 100 calls "

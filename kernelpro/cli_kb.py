@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
-from kernelpro.cli_options import make_console
+from kernelpro.cli_options import ObjectiveChoice, make_console
 
 KbPath = Annotated[Path | None, typer.Option("--kb", help="the knowledge base (default: $KERNELPRO_HOME/kb.sqlite, "
                                                           "else the user data folder)")]
@@ -39,18 +39,15 @@ def register(app: typer.Typer) -> None:
         family: Annotated[str, typer.Option("--family", help="weigh by similarity to this operator family "
                                                              "(attention, conv, gemm, norm, reduction, pointwise)")] = "",
         roofline: Annotated[str, typer.Option("--roofline", help="and this roofline class (with --family)")] = "",
-        objective: Annotated[str, typer.Option("--objective", help="rank and give prior factors for this search "
-                                                                   "objective: time, energy or edp")] = "time",
+        objective: Annotated[ObjectiveChoice, typer.Option("--objective", help="rank and give prior factors for "
+                                                                              "this search objective")] = ObjectiveChoice.time,
         json_output: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     ) -> None:
         """Per technique: attempts, successes, mean and spread of the time gain, the energy effect where it was
         measured, and the prior factor it gives a search of the objective."""
-        from kernelpro.knowledge import OBJECTIVES
         if roofline and not family:
             raise typer.BadParameter("needs --family too", param_hint="--roofline")
-        if objective not in OBJECTIVES:
-            raise typer.BadParameter(f"one of {', '.join(OBJECTIVES)}", param_hint="--objective")
-        document = show(kb, family, roofline, objective)
+        document = show(kb, family, roofline, objective.value)
         if json_output:
             typer.echo(json.dumps(document, indent=2))
             return
@@ -58,7 +55,7 @@ def register(app: typer.Typer) -> None:
         where = f" like {family}" + (f"/{roofline}" if roofline else "") if family else ""
         table = Table(title=f"{document['observations']} observations in {document['path']}{where}")
         for column in ("technique", "attempts", "successes", "mean gain", "spread (log)", "energy per call (measured)",
-                       f"prior factor ({objective})"):
+                       f"prior factor ({objective.value})"):
             table.add_column(column, justify="left" if column == "technique" else "right")
         for t in document["techniques"]:
             energy = (f"{math.exp(-t['mean_energy_gain']):.3f}x ({t['energy_successes']:g})"

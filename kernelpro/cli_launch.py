@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from kernelpro.cli_options import make_console
+from kernelpro.cli_options import PrecisionChoice, make_console
 
 DbPath = Annotated[Path, typer.Option("--db", help="the dataset (SQLite)")]
 DEFAULT_DB = Path("launch.db")
@@ -92,11 +92,11 @@ def register(app: typer.Typer) -> None:
     def collect_command(
         db: DbPath = DEFAULT_DB,
         shapes: Annotated[int, typer.Option("--shapes", min=0, help="random shapes per kernel template")] = 8,
-        problems: Annotated[Path | None, typer.Option("--problems", help="also every problem of this suite folder "
+        problems: Annotated[Path | None, typer.Option("--suite", help="also every problem of this suite folder "
                                                                          "(levelN/*.py or *.py)")] = None,
-        only: Annotated[str, typer.Option("--only", help="with --problems: these problems only, as `kernelpro "
+        only: Annotated[str, typer.Option("--only", help="with --suite: these problems only, as `kernelpro "
                                           "bench --problems` takes them (numbers, keys, or @file of keys)")] = "",
-        levels: Annotated[str, typer.Option("--levels", help="with --problems: these levels only ('1,2')")] = "",
+        levels: Annotated[str, typer.Option("--levels", help="with --suite: these levels only ('1,2')")] = "",
         most: Annotated[int, typer.Option("--most", min=2, help="configurations per kernel, best-ranked first")] = 16,
         seed: Annotated[int, typer.Option("--seed", help="the random shapes' seed")] = 0,
         templates: Annotated[str, typer.Option("--templates", help="random shapes of these kernel templates only "
@@ -104,8 +104,8 @@ def register(app: typer.Typer) -> None:
                                                "matmul; and conv2d, depthwise2d, convtranspose2d, convtranspose3d, bf16 "
                                                "convolutions, drawn only "
                                                "when named)")] = "",
-        precision: Annotated[str, typer.Option("--precision", help="with --problems: run them at fp32, or at bf16 "
-                                               "or fp16, where their convolutions (triton_conv) are swept")] = "fp32",
+        precision: Annotated[PrecisionChoice, typer.Option("--precision", help="with --suite: run them at fp32, or at bf16 "
+                                               "or fp16, where their convolutions (triton_conv) are swept")] = PrecisionChoice.fp32,
         aligned: Annotated[bool | None, typer.Option("--aligned/--unaligned", help="every random shape's sizes "
                                                      "multiples of 16, or none (default: half, at random)")] = None,
         least: Annotated[int, typer.Option("--least", min=0, help="every random size at least this (drawn "
@@ -123,16 +123,15 @@ def register(app: typer.Typer) -> None:
         """Time every configuration of generated kernels on this GPU into the dataset (resumable)."""
         import torch
         from kernelpro.harness.errors import KernelproError
-        from kernelpro.launch.collect import CONV_FLOPS, HALF, collect, cuda_timer, random_shapes
+        from kernelpro.launch.collect import CONV_FLOPS, collect, cuda_timer, random_shapes
         from kernelpro.launch.store import LaunchStore
         from kernelpro.offline.worker import target_device
         if (only or levels) and problems is None:
-            raise KernelproError("--only and --levels choose among the problems of --problems DIR: give it")
-        if precision != "fp32" and precision not in HALF:
-            raise KernelproError(f"--precision {precision}: fp32, {', '.join(HALF)}")
+            raise KernelproError("--only and --levels choose among the problems of --suite DIR: give it")
+        precision = precision.value
         if precision != "fp32" and problems is None:
-            raise KernelproError("--precision is the precision of the --problems DIR sweep (the templates' own is "
-                                 "fixed: the convolutions at bf16, the others at fp32): give --problems")
+            raise KernelproError("--precision is the precision of the --suite DIR sweep (the templates' own is "
+                                 "fixed: the convolutions at bf16, the others at fp32): give --suite")
         paths = problem_paths(problems, only, levels) if problems else []
         try:
             drawn = random_shapes(shapes, seed, tuple(t for t in templates.replace(" ", "").split(",") if t), aligned,
@@ -198,7 +197,7 @@ def register(app: typer.Typer) -> None:
     @launch_app.command("train")
     def train_command(
         family: Annotated[str, typer.Argument(help="triton_pointwise, triton_row, triton_gemm, triton_scan, ...")],
-        device: Annotated[str, typer.Option("--device", help="the GPU's name as the dataset records it")],
+        device: Annotated[str, typer.Option("--gpu", help="the GPU's name as the dataset records it")],
         db: DbPath = DEFAULT_DB,
         out: Annotated[Path | None, typer.Option("--out", help="the model file (default: beside the dataset)")] = None,
         install: Annotated[bool, typer.Option("--install", help="also put it where searches look "
@@ -250,10 +249,10 @@ def register(app: typer.Typer) -> None:
     @launch_app.command("eval")
     def eval_command(
         family: Annotated[str, typer.Argument()],
-        device: Annotated[str, typer.Option("--device")],
+        device: Annotated[str, typer.Option("--gpu", help="the GPU's name as the dataset records it")],
         db: DbPath = DEFAULT_DB,
         model: Annotated[Path | None, typer.Option(
-            "--model", help="a model file (the kernels it never trained on are scored)")] = None,
+            "--model-file", help="a model file (the kernels it never trained on are scored)")] = None,
         json_output: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     ) -> None:
         """Score the rankings (predictor, analytic, occupancy heuristic) on the dataset's instances."""
@@ -273,12 +272,12 @@ def register(app: typer.Typer) -> None:
     @launch_app.command("adopt")
     def adopt_command(
         family: Annotated[str, typer.Argument(help="the model's family: triton_gemm, triton_row, ...")],
-        device: Annotated[str, typer.Option("--device", help="the GPU to adopt the model for, as the dataset names "
+        device: Annotated[str, typer.Option("--gpu", help="the GPU to adopt the model for, as the dataset names "
                                             "it")],
         source: Annotated[str, typer.Option("--from", help="the GPU the model was trained for")],
         db: DbPath = DEFAULT_DB,
         model: Annotated[Path | None, typer.Option(
-            "--model", help="the model file (default: the installed one for --from, else the shipped one)")] = None,
+            "--model-file", help="the model file (default: the installed one for --from, else the shipped one)")] = None,
         out: Annotated[Path | None, typer.Option("--out", help="the adopted model file (default: beside the "
                                                  "dataset)")] = None,
         install: Annotated[bool, typer.Option("--install", help="also put it where searches look "
@@ -292,7 +291,7 @@ def register(app: typer.Typer) -> None:
         from kernelpro.launch.model import LaunchModel, adopt, model_path
         model = model or model_file(family, source)  # as a search on that GPU would find it
         if model is None:
-            raise KernelproError(f"no {family} launch model for {source!r} installed or shipped: give one (--model)")
+            raise KernelproError(f"no {family} launch model for {source!r} installed or shipped: give one (--model-file)")
         with reading(db) as store:
             instances = store.instances(family, device)
         try:

@@ -40,6 +40,12 @@ class BaselineChoice(str, enum.Enum):
     compile = "compile"
 
 
+class ObjectiveChoice(str, enum.Enum):
+    time = "time"
+    energy = "energy"
+    edp = "edp"
+
+
 Device = Annotated[DeviceChoice | None, typer.Option(
     "--device", help="cuda or cpu; default: cuda when torch sees a GPU, otherwise cpu")]
 PolicyOpt = Annotated[PolicyChoice, typer.Option(
@@ -61,6 +67,9 @@ SearchOpt = Annotated[str, typer.Option(
     "docs/mcts.md), e.g. head_until_gain=off,follow_gain=2; default: its defaults")]
 Timeout = Annotated[float | None, typer.Option(
     "--timeout", min=1, help="wall-clock limit in seconds for every phase (build, load, correctness, timing)")]
+#: what --seed shifts: every evaluation's seeds start at harness.records.SEED_BASE + --seed
+Seed = Annotated[int, typer.Option("--seed", help="shifts the seeds of the weights and inputs (the same on "
+                                                  "search, bench and eval)")]
 JsonFlag = Annotated[bool, typer.Option(
     "--json", help="print the result as JSON on stdout (the human-readable output then goes to stderr)")]
 JsonFile = Annotated[Path | None, typer.Option("--json-file", metavar="PATH", help="also write the JSON result here")]
@@ -114,3 +123,13 @@ def make_console(stderr: bool = False):
     if not console.is_terminal and not os.environ.get("COLUMNS"):
         console.width = 1000
     return console
+
+
+def write_json(document: dict, to_stdout: bool, path: Path | None) -> None:
+    """The JSON result on stdout (`--json`) and/or into a file (`--json-file`)."""
+    import json
+    text = json.dumps(document, indent=2)
+    if path is not None:
+        path.write_text(text + "\n")
+    if to_stdout:
+        typer.echo(text)

@@ -8,9 +8,10 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from kernelpro.cli_options import (Device, JsonFile, JsonFlag, ModelModeChoice, ModelModeOpt, PrecisionChoice,
-                                   PrecisionOpt)
-from kernelpro.cli_eval import read_candidate, write_json
+from kernelpro.cli_options import (Device, JsonFile, JsonFlag, ModelModeChoice, ModelModeOpt, ObjectiveChoice,
+                                   PrecisionChoice, PrecisionOpt)
+from kernelpro.cli_eval import read_candidate
+from kernelpro.cli_options import write_json
 from kernelpro.errors import ProblemError
 from kernelpro.cli_options import make_console
 
@@ -76,31 +77,30 @@ def register(app: typer.Typer) -> None:
         candidate: Annotated[Path | None, typer.Option("--candidate", help="profile this ModelNew instead")] = None,
         device: Device = None,
         tools: Annotated[str | None, typer.Option("--tools", help="run exactly these tools (a,b), not the gate")] = None,
-        objective: Annotated[str, typer.Option("--objective", help="time, energy or edp (gates the energy tool)")] =
-        "time",
+        objective: Annotated[ObjectiveChoice, typer.Option(
+            "--objective", help="time, energy or edp (gates the energy tool)")] = ObjectiveChoice.time,
         share: Annotated[float, typer.Option("--share", min=0.05, max=1.0,
                                              help="profile the kernels that take this share of time")] = 0.8,
         precision: PrecisionOpt = PrecisionChoice.fp32,
         model_mode: ModelModeOpt = ModelModeChoice.train,
         no_ncu: Annotated[bool, typer.Option("--no-ncu", help="stage 1 from analytic counts only")] = False,
-        remeasure: Annotated[bool, typer.Option("--remeasure", help="measure the device ceilings again")] = False,
+        remeasure_ceilings: Annotated[bool, typer.Option("--remeasure-ceilings",
+                                                         help="measure the device ceilings again")] = False,
         timeout: Annotated[float, typer.Option("--timeout", min=10, help="limit per profiled run, seconds")] = 600.0,
         json_output: JsonFlag = False,
         json_file: JsonFile = None,
         keep: Annotated[Path | None, typer.Option("--keep", help="keep raw outputs (timeline, ncu CSVs) here")] = None,
     ) -> None:
         """Classify PROBLEM's kernels on the roofline, run the tools the classes call for, print guidance."""
-        if objective not in ("time", "energy", "edp"):
-            raise typer.BadParameter("must be time, energy or edp", param_hint="--objective")
         if not problem.is_file():
             raise ProblemError(problem, "no such file")
         console = make_console(stderr=json_output)
         names = [t.strip() for t in tools.split(",") if t.strip()] if tools else None
         with console.status("profiling") as status:
             document = run_profile(problem, candidate=candidate, device=device.value if device else None,
-                                   tools=names, objective=objective, share=share, precision=precision.value,
+                                   tools=names, objective=objective.value, share=share, precision=precision.value,
                                    model_mode=model_mode.value,
-                                   use_ncu=False if no_ncu else None, remeasure=remeasure, time_limit_s=timeout,
+                                   use_ncu=False if no_ncu else None, remeasure=remeasure_ceilings, time_limit_s=timeout,
                                    keep_dir=keep,
                                    progress=lambda message: status.update(f"profiling: {message}"))
         console.print(kernel_table(document))

@@ -16,14 +16,9 @@ from rich.text import Text
 
 from kernelpro.cli_options import (Device, KbPath, LaunchRankingChoice, LaunchRankingOpt, ModelModeChoice, ModelModeOpt,
                                    MovesOpt, NoKb, PolicyChoice, PolicyOpt, SearchOpt,
-                                   PrecisionChoice, PrecisionOpt, knowledge_base, quiet)
+                                   ObjectiveChoice, PrecisionChoice, PrecisionOpt, Seed, JsonFile,
+                                   knowledge_base, quiet, write_json)
 from kernelpro.cli_options import make_console
-
-
-class ObjectiveChoice(str, enum.Enum):
-    time = "time"
-    energy = "energy"
-    edp = "edp"
 
 
 class CoderChoice(str, enum.Enum):
@@ -69,14 +64,25 @@ class ProgressLines:
                            soft_wrap=True)
 
 
+#: the search command's parameters that set a `SearchSettings` field of another name
+_FIELDS = {"time_limit": "time_limit_min", "max_cost": "max_cost_usd", "no_kb": "use_kb"}
+
+
+def given_settings(ctx: typer.Context) -> frozenset[str]:
+    """The settings this command line sets itself (not left to their defaults), by SearchSettings field."""
+    return frozenset(_FIELDS.get(name, name) for name in ctx.params
+                     if getattr(ctx.get_parameter_source(name), "name", "DEFAULT") in ("COMMANDLINE", "ENVIRONMENT"))
+
+
 def register(app: typer.Typer) -> None:
     @app.command("search")
     def search_command(
+        ctx: typer.Context,
         problem: Annotated[Path, typer.Argument(metavar="PROBLEM", help="a KernelBench-format problem file (Model, get_inputs, "
                                                      "get_init_inputs)")],
         objective: Annotated[ObjectiveChoice, typer.Option(
             "--objective", help="time; energy (J/call at matched speed); edp (energy x delay)")] = ObjectiveChoice.time,
-        budget: Annotated[int, typer.Option("--budget", help="candidate evaluations")] = 16,
+        budget: Annotated[int, typer.Option("--budget", min=1, help="candidate evaluations")] = 16,
         time_limit: Annotated[float | None, typer.Option("--time-limit", help="stop after this many minutes")] = None,
         coder: Annotated[CoderChoice | None, typer.Option(
             "--coder", help="default: anthropic when ANTHROPIC_API_KEY is set, otherwise offline")] = None,
@@ -88,8 +94,8 @@ def register(app: typer.Typer) -> None:
         launch_ranking: LaunchRankingOpt = LaunchRankingChoice.auto,
         moves: MovesOpt = "",
         search: SearchOpt = "",
-        parallel: Annotated[int, typer.Option("--parallel", help="candidates evaluated at once")] = 1,
-        seed: Annotated[int, typer.Option("--seed")] = 0,
+        parallel: Annotated[int, typer.Option("--parallel", min=1, help="candidates evaluated at once")] = 1,
+        seed: Seed = 0,
         out: Annotated[Path | None, typer.Option("--out", help="output folder (default: runs/<problem name>)")] = None,
         resume: Annotated[bool, typer.Option("--resume", help="continue the run in --out")] = False,
         force: Annotated[bool, typer.Option("--force", help="remove the run already in --out and start over")] = False,
@@ -115,6 +121,7 @@ def register(app: typer.Typer) -> None:
             "--unsafe-no-sandbox", help="let the Anthropic coder's candidates run where no sandbox works "
                                         "(they can then read this machine's files and secrets)")] = False,
         json_output: Annotated[bool, typer.Option("--json", help="no live display; print run.json")] = False,
+        json_file: JsonFile = None,
     ) -> None:
         """Search for a faster (or more energy-efficient) implementation of PROBLEM."""
         knowledge = knowledge_base(kb, no_kb)
@@ -126,9 +133,9 @@ def register(app: typer.Typer) -> None:
         chosen_device = device.value if device else default_device()
         chosen_coder = coder.value if coder else default_coder()
         console = make_console(stderr=True)
-        folder = out or Path("runs") / problem.stem
+        folder = (out or Path("runs") / problem.stem).resolve()  # absolute: a resume may start elsewhere
         settings = SearchSettings(
-            problem=str(problem), out=str(folder), objective=objective.value, budget=budget,
+            problem=str(problem.resolve()), out=str(folder), objective=objective.value, budget=budget,
             time_limit_min=time_limit, coder=chosen_coder, strategy=strategy.value, device=chosen_device,
             precision=precision.value, policy=policy.value, model_mode=model_mode.value, parallel=parallel,
             seed=seed, profile=profile,
@@ -148,26 +155,28 @@ def register(app: typer.Typer) -> None:
             console.print(f"coder: [bold]{chosen_coder}[/] ({why}); device: [bold]{chosen_device}[/]; "
                           f"objective: [bold]{objective.value}[/]; output: {folder}")
         from kernelpro.driver import SearchInterrupted
+        given = given_settings(ctx) if resume else None
         if json_output:
             try:
-                document = SearchRun(settings, resume=resume, remeasure_only=remeasure).run()
+                document = SearchRun(settings, resume=resume, remeasure_only=remeasure, given=given).run()
             except SearchInterrupted as stop:
                 if stop.document is not None:  # the partial run.json, then the exit code 130
-                    typer.echo(json.dumps(stop.document, indent=2))
+                    write_json(stop.document, True, json_file)
                 raise
-            typer.echo(json.dumps(document, indent=2))
+            write_json(document, True, json_file)
             return
         if quiet():
-            document = SearchRun(settings, resume=resume, remeasure_only=remeasure).run()
+            document = SearchRun(settings, resume=resume, remeasure_only=remeasure, given=given).run()
         elif console.is_terminal:
             with Live(console=console, refresh_per_second=4, transient=False) as live:
-                run = SearchRun(settings, resume=resume, remeasure_only=remeasure,
+                run = SearchRun(settings, resume=resume, remeasure_only=remeasure, given=given,
                                 on_change=lambda status: live.update(render_status(status)))
                 document = run.run()
                 live.update(render_status(run.status))
         else:  # a log file or a pipe: one line per change of progress, never a redrawn display
-            document = SearchRun(settings, resume=resume, remeasure_only=remeasure,
+            document = SearchRun(settings, resume=resume, remeasure_only=remeasure, given=given,
                                  on_change=ProgressLines(console)).run()
+        write_json(document, False, json_file)
         summary = Table(title=f"kernelpro search: {problem.name}", show_header=False, title_justify="left")
         summary.add_column("")
         summary.add_column("")

@@ -36,13 +36,13 @@ from kernelpro import facts
 from kernelpro.harness import EvalOptions
 from kernelpro.harness.evaluate import Evaluator
 from kernelpro.harness.problem import reference_candidate
-from kernelpro.harness.records import EvalResult
+from kernelpro.harness.records import SEED_BASE, EvalResult
 from kernelpro.knowledge import KnowledgeBase, failure_kind, operator_family, state_for
 from kernelpro.mcts import Outcome, Proposal, SearchConfig, make_search, restore_search
 from kernelpro.mcts.options import configured
 from kernelpro.mcts.search import Search
 from kernelpro.runstore import RunStore
-from kernelpro.search_settings import SearchInputError, SearchSettings, moves_refused, validate
+from kernelpro.search_settings import SearchInputError, SearchSettings, moves_refused, resumed, validate
 
 log = logging.getLogger("kernelpro.search")
 
@@ -90,9 +90,11 @@ def source_key(source: str) -> str:
 class SearchRun:
     def __init__(self, settings: SearchSettings, *, resume: bool = False, coder: Coder | None = None,
                  energy_meter=None, on_change: Callable[[Status], None] = lambda status: None,
-                 evaluator: Evaluator | None = None, remeasure_only: bool = False):
+                 evaluator: Evaluator | None = None, remeasure_only: bool = False,
+                 given: frozenset[str] | None = None):
         """`remeasure_only` (with resume) evaluates nothing new: a finished run times its best once more
-        and rewrites its results, keeping its budget and why it stopped."""
+        and rewrites its results, keeping its budget and why it stopped. `given` (with resume): the
+        settings the user set on the command line (see `search_settings.resumed`)."""
         self.problem = validate(settings, resume)
         self.out = Path(settings.out)
         self.store = RunStore(self.out)
@@ -117,9 +119,7 @@ class SearchRun:
                 # A run from before model modes existed ran its models in eval mode.
                 saved = {"model_mode": "eval", **(saved or {})}
                 # The run's identity stays; only how long it may go on can change.
-                settings = replace(SearchSettings(**saved), budget=settings.budget,
-                                   time_limit_min=settings.time_limit_min, max_cost_usd=settings.max_cost_usd,
-                                   max_tokens=settings.max_tokens)
+                settings = resumed(saved, settings, given)
                 if self.finished_as is not None:
                     settings = replace(settings, budget=self.finished_as.get("budget") or settings.budget)
         self.settings = settings
@@ -153,7 +153,7 @@ class SearchRun:
         s = self.settings
         return EvalOptions(device=s.device, policy=s.policy, precision=s.precision, baselines=baselines,
                            timing_budget_s=s.timing_budget_s, measure_energy=self.meter is not None,
-                           seed=42 + s.seed, model_mode=s.model_mode, kernelbench_timing=kernelbench)
+                           seed=SEED_BASE + s.seed, model_mode=s.model_mode, kernelbench_timing=kernelbench)
 
     def _changed(self, **fields) -> None:
         for name, value in fields.items():

@@ -7,7 +7,7 @@ ones (only how long it may go on can change).
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from kernelpro.energy import objectives
@@ -53,6 +53,45 @@ class SearchSettings:
     launch_ranking: str = "auto"  # the offline coder's launch configurations: auto (learned model where one exists) or analytic
     moves: str = ""  # the offline coder's moves allowed, comma-separated ("" = all; "tune" = its tune: moves)
     search: str = ""  # the tree search's settings, NAME=VALUE,... (kernelpro.mcts.options; "" = its defaults)
+
+
+#: how long a run may go on: what --resume may change (a larger --budget extends the run)
+EXTENDABLE = ("budget", "time_limit_min", "max_cost_usd", "max_tokens")
+
+#: the option that sets each setting, as `kernelpro search` spells it
+FLAGS = {"objective": "--objective", "budget": "--budget", "time_limit_min": "--time-limit", "coder": "--coder",
+         "strategy": "--strategy", "device": "--device", "precision": "--precision", "policy": "--policy",
+         "model_mode": "--model-mode", "parallel": "--parallel", "seed": "--seed", "profile": "--profile",
+         "compile_baseline": "--compile-baseline", "model": "--model", "planner_model": "--planner-model",
+         "max_cost_usd": "--max-cost", "max_tokens": "--max-tokens", "unsafe_no_sandbox": "--unsafe-no-sandbox",
+         "use_kb": "--no-kb", "kb": "--kb", "launch_ranking": "--launch-ranking", "moves": "--moves",
+         "search": "--search"}
+
+
+def resumed(saved: dict, asked: SearchSettings, given: frozenset[str] | None) -> SearchSettings:
+    """The settings a resumed run goes on with: the ones it recorded, with the problem and folder as
+    given now (the problem's hash is checked against the record). `given` names the settings the user
+    set: one that differs from the record is refused by its option, except how long the run may go on
+    (`EXTENDABLE`), which replaces the record. None (a program's call): only `EXTENDABLE` counts as
+    given, and nothing is refused."""
+    known = {f.name for f in fields(SearchSettings)}
+    recorded = SearchSettings(**{**{k: v for k, v in saved.items() if k in known},
+                                 "problem": asked.problem, "out": asked.out})
+    explicit = set(EXTENDABLE) if given is None else set(given)
+    conflicts = [f"{FLAGS[name]} {_shown(getattr(asked, name))} (the run has {_shown(getattr(recorded, name))})"
+                 for name in sorted(explicit - set(EXTENDABLE))
+                 if name in FLAGS and getattr(asked, name) != getattr(recorded, name)]
+    if conflicts:
+        raise SearchInputError(f"--resume continues the run in {asked.out} with the settings it was started with; "
+                               f"{'; '.join(conflicts)}. Leave {'them' if len(conflicts) > 1 else 'it'} out, or "
+                               "start a new run in another --out folder")
+    return replace(recorded, **{name: getattr(asked, name) for name in EXTENDABLE if name in explicit})
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return repr(value) if isinstance(value, str) else str(value)
 
 
 def moves_refused(coder: str) -> str:

@@ -240,7 +240,7 @@ if [ "${LAUNCH:-0}" = 1 ]; then
     tar xzf "$LAUNCH_STATE" -C /tmp/kernelpro-launch && echo "restored $LAUNCH_STATE"
   fi
   timeout "${LAUNCH_TIMEOUT:-480}" kernelpro launch collect --db /tmp/kernelpro-launch/launch.db --shapes "${LAUNCH_SHAPES:-8}" \
-    --most "${LAUNCH_MOST:-16}" $([ "${LAUNCH_NCU:-0}" = 1 ] && echo --ncu) ${LAUNCH_PROBLEMS:+--problems "$LAUNCH_PROBLEMS"} ${LAUNCH_ONLY:+--only "$LAUNCH_ONLY"} ${LAUNCH_PRECISION:+--precision "$LAUNCH_PRECISION"} ${LAUNCH_TEMPLATES:+--templates "$LAUNCH_TEMPLATES"} --json >"$OUT/launch_collect.json" \
+    --most "${LAUNCH_MOST:-16}" $([ "${LAUNCH_NCU:-0}" = 1 ] && echo --ncu) ${LAUNCH_PROBLEMS:+--suite "$LAUNCH_PROBLEMS"} ${LAUNCH_ONLY:+--only "$LAUNCH_ONLY"} ${LAUNCH_PRECISION:+--precision "$LAUNCH_PRECISION"} ${LAUNCH_TEMPLATES:+--templates "$LAUNCH_TEMPLATES"} --json >"$OUT/launch_collect.json" \
     2>"$OUT/launch_collect.log"; echo "launch collect: exit $?"; tail -3 "$OUT/launch_collect.log"
   python3 -c "from kernelpro.runstore import copy_database; copy_database('/tmp/kernelpro-launch/launch.db', '/tmp/launch_copy.db')" \
     && (cd /tmp && mv launch_copy.db launch.db.snapshot && tar czf "$OUT/launch_state.tgz" --transform 's/launch.db.snapshot/launch.db/' launch.db.snapshot)

@@ -424,7 +424,7 @@ def test_remeasure_times_each_best_again_and_the_leaderboard_reports_that_one_me
     with pytest.raises(BenchError, match="level1/9_Missing: not a finished search of this bench"):
         Bench(settings, resume=True, remeasure=["level1/9_Missing"])
     with pytest.raises(SystemExit) as exit_:
-        main(["bench", str(SUITE), "--out", str(out), "--resume", "--remeasure", "level1/9_Missing", "--json"])
+        main(["bench", str(SUITE), "--out", str(out), "--resume", "--remeasure-problems", "level1/9_Missing", "--json"])
     assert exit_.value.code == 2 and "not a finished search" in capsys.readouterr().err
     counts = {key: evaluations(key) for key in first}
     bench = Bench(settings, resume=True, remeasure=["all"])

@@ -132,7 +132,7 @@ def test_the_cli_shows_exports_imports_and_resets(tmp_path, capsys, kernelpro_ho
         assert "energy per call" in table and f"prior factor ({argv[-1] if len(argv) > 2 else 'time'})" in table
     with pytest.raises(SystemExit) as exit_:
         main(["kb", "show", "--objective", "joules"])
-    assert exit_.value.code == 2 and "time, energy, edp" in capsys.readouterr().err
+    assert exit_.value.code == 2 and "'time', 'energy', 'edp'" in capsys.readouterr().err
     exported = tmp_path / "team.json"
     for argv in (["kb", "export", "-o", str(exported)], ["kb", "import", str(exported), "--kb", str(tmp_path / "b")]):
         with pytest.raises(SystemExit) as exit_:

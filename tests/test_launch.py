@@ -332,20 +332,20 @@ def test_the_cli_trains_and_evaluates_against_the_baselines(collected, tmp_path)
     shown = runner.invoke(app, ["launch", "show", "--db", str(store.path), "--json"])
     assert shown.exit_code == 0 and json.loads(shown.stdout)["groups"]
     out = tmp_path / "model.json"
-    trained = runner.invoke(app, ["launch", "train", "triton_row", "--device", DEVICE.name, "--db", str(store.path),
+    trained = runner.invoke(app, ["launch", "train", "triton_row", "--gpu", DEVICE.name, "--db", str(store.path),
                                   "--out", str(out), "--epochs", "60", "--json"])
     assert trained.exit_code == 0, trained.output
     report = json.loads(trained.stdout)
     assert {"predictor", "analytic", "occupancy"} <= set(report) and out.exists()
-    scored = runner.invoke(app, ["launch", "eval", "triton_row", "--device", DEVICE.name, "--db", str(store.path),
-                                 "--model", str(out), "--json"])
+    scored = runner.invoke(app, ["launch", "eval", "triton_row", "--gpu", DEVICE.name, "--db", str(store.path),
+                                 "--model-file", str(out), "--json"])
     assert scored.exit_code == 0 and json.loads(scored.stdout)["rankings"]["predictor"] == report["predictor"]
     assert len(M.LaunchModel.load(out).members) == M.MEMBERS  # the package's ensemble unless --members says
-    one = runner.invoke(app, ["launch", "train", "triton_row", "--device", DEVICE.name, "--db", str(store.path),
+    one = runner.invoke(app, ["launch", "train", "triton_row", "--gpu", DEVICE.name, "--db", str(store.path),
                               "--out", str(tmp_path / "one.json"), "--epochs", "20", "--members", "1"])
     assert one.exit_code == 0, one.output
     assert len(M.LaunchModel.load(tmp_path / "one.json").members) == 1
-    empty = runner.invoke(app, ["launch", "train", "triton_gemm", "--device", DEVICE.name, "--db", str(store.path)])
+    empty = runner.invoke(app, ["launch", "train", "triton_gemm", "--gpu", DEVICE.name, "--db", str(store.path)])
     assert empty.exit_code != 0 and "collect more first" in str(empty.exception)
 
 
@@ -361,14 +361,14 @@ def test_the_reading_commands_take_a_committed_tgz_and_refuse_what_is_no_dataset
     assert shown.exit_code == 0, shown.output
     assert {g["family"] for g in json.loads(shown.stdout)["groups"]} == {"triton_conv", "triton_depthwise_conv"}
     model = M.model_path(Path(M.__file__).parent / "models", "triton_depthwise_conv", "NVIDIA H200")
-    scored = runner.invoke(app, ["launch", "eval", "triton_depthwise_conv", "--device", "NVIDIA H200", "--db",
-                                 str(committed), "--model", str(model), "--json"])
+    scored = runner.invoke(app, ["launch", "eval", "triton_depthwise_conv", "--gpu", "NVIDIA H200", "--db",
+                                 str(committed), "--model-file", str(model), "--json"])
     assert scored.exit_code == 0 and json.loads(scored.stdout)["instances"] == 1
-    trained = runner.invoke(app, ["launch", "train", "triton_conv", "--device", "NVIDIA H200", "--db", str(committed),
+    trained = runner.invoke(app, ["launch", "train", "triton_conv", "--gpu", "NVIDIA H200", "--db", str(committed),
                                   "--out", str(tmp_path / "conv.json"), "--epochs", "5", "--members", "1"])
     assert trained.exit_code == 0 and (tmp_path / "conv.json").exists()
     missing = tmp_path / "nothing.db"
-    for argv in (["show"], ["train", "triton_row", "--device", "x"], ["eval", "triton_row", "--device", "x"]):
+    for argv in (["show"], ["train", "triton_row", "--gpu", "x"], ["eval", "triton_row", "--gpu", "x"]):
         refused = runner.invoke(app, ["launch", *argv, "--db", str(missing)])
         assert refused.exit_code != 0 and "no such dataset" in str(refused.exception), refused.output
     assert not missing.exists()
@@ -532,7 +532,7 @@ def test_collect_chooses_suite_problems_as_bench_does(tmp_path):
     with pytest.raises(KernelproError, match="level9/1_Z"):
         problem_paths(suite, only="level9/1_Z")
     refused = CliRunner().invoke(app, ["launch", "collect", "--db", str(tmp_path / "l.db"), "--only", "1"])
-    assert refused.exit_code != 0 and "--problems DIR" in str(refused.exception)
+    assert refused.exit_code != 0 and "--suite DIR" in str(refused.exception)
 
 
 def test_run_json_and_the_leaderboard_say_which_ranking_chose_the_launch_configurations():
@@ -788,12 +788,12 @@ def test_the_cli_trains_for_searches_unless_asked_for_the_measured_features(tmp_
     runner = CliRunner()
     for flag, expected in (([], False), (["--measured-features"], True)):
         out = tmp_path / f"model{len(flag)}.json"
-        trained = runner.invoke(app, ["launch", "train", "triton_pointwise", "--device", DEVICE.name, "--db",
+        trained = runner.invoke(app, ["launch", "train", "triton_pointwise", "--gpu", DEVICE.name, "--db",
                                       str(store.path), "--out", str(out), "--epochs", "5", "--json", *flag])
         assert trained.exit_code == 0, trained.output
         schema = json.loads(out.read_text())["schema"]
         assert any(name.startswith("dynamic_") for name in schema) is expected
-    both = runner.invoke(app, ["launch", "train", "triton_pointwise", "--device", DEVICE.name, "--db",
+    both = runner.invoke(app, ["launch", "train", "triton_pointwise", "--gpu", DEVICE.name, "--db",
                                str(store.path), "--install", "--measured-features"])
     assert both.exit_code == 2 and "search" in both.output
     helped = runner.invoke(app, ["launch", "collect", "--help"])

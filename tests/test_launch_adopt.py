@@ -91,7 +91,7 @@ def test_the_cli_adopts_an_installed_model_and_says_why_it_cannot(stores, tmp_pa
     made, model = stores
     monkeypatch.setenv("KERNELPRO_HOME", str(tmp_path / "home"))
     runner = CliRunner()
-    base = ["launch", "adopt", "triton_pointwise", "--device", OTHER.name, "--from", HOME.name]
+    base = ["launch", "adopt", "triton_pointwise", "--gpu", OTHER.name, "--from", HOME.name]
     missing = runner.invoke(app, base + ["--db", str(made["like"].path)])
     assert missing.exit_code != 0 and "installed or shipped" in str(missing.exception)
     model.save(M.model_path(launch.user_models(), "triton_pointwise", HOME.name))

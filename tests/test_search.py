@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import sqlite3
@@ -38,8 +39,8 @@ def cli(argv: list[str], capsys) -> tuple[int, str]:
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--budget", "0"], "--budget must be at least 1"),
-    (["--parallel", "0"], "--parallel must be at least 1"),
+    (["--budget", "0"], "'--budget': Input should be greater than or equal to 1"),  # as on bench
+    (["--parallel", "0"], "'--parallel': Input should be greater than or equal to 1"),
     (["--resume"], "holds no run to resume"),
     (["--device", "cuda"], "CUDA"),
     (["--objective", "energy"], "--device cuda"),
@@ -523,6 +524,56 @@ def test_ctrl_c_keeps_what_was_found_and_says_how_to_go_on(tmp_path):
     assert (out / "best.py").exists() and (out / "report.md").exists()
     document = SearchRun(settings, resume=True, evaluator=FakeHarness()).run()
     assert document["evaluations"] == 6 and document["stopped"] != "interrupted"
+
+
+def test_resume_goes_on_with_the_runs_own_settings_and_names_a_conflicting_flag(tmp_path):
+    """--resume restores the budget, seed and model mode the run started with; a flag given again with
+    another value is refused by its name; a larger --budget extends the run."""
+    from kernelpro.driver import SearchInterrupted
+    from kernelpro.search_settings import SearchInputError
+    out = tmp_path / "run"
+    started = SearchSettings(problem=str(DATA / "redundant.py"), out=str(out), budget=5, seed=3,
+                             model_mode="eval", profile=False)
+    with pytest.raises(SearchInterrupted):
+        SearchRun(started, evaluator=FakeHarness(), coder=InterruptingCoder()).run()
+    as_typed = SearchSettings(problem=str(DATA / "redundant.py"), out=str(out), profile=False)  # the CLI's defaults
+    with pytest.raises(SearchInputError, match=r"--model-mode 'train' \(the run has 'eval'\); --seed 7 \(the run has 3\)"):
+        SearchRun(replace(as_typed, seed=7), resume=True, given=frozenset({"seed", "model_mode"}),
+                  evaluator=FakeHarness())
+    document = SearchRun(as_typed, resume=True, given=frozenset(), evaluator=FakeHarness()).run()
+    assert document["budget"] == 5 and document["evaluations"] == 5  # not the default 16
+    settings = json.loads(sqlite3.connect(out / "state.db").execute(
+        "SELECT value FROM meta WHERE key = 'settings'").fetchone()[0])
+    assert (settings["seed"], settings["model_mode"]) == (3, "eval")
+    longer = SearchRun(replace(as_typed, budget=7), resume=True, given=frozenset({"budget"}), evaluator=FakeHarness())
+    assert longer.settings.budget == 7 and longer.settings.seed == 3
+
+
+def exit_code(argv: list[str]) -> int:
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    return done.value.code
+
+
+def test_the_printed_resume_command_continues_the_run_from_another_folder(tmp_path, monkeypatch, capsys):
+    """Paths are stored absolute: the resume command works from any working folder, and keeps the budget."""
+    import kernelpro.driver
+    monkeypatch.setattr(kernelpro.driver, "Evaluator", lambda *args, **kwargs: FakeHarness())
+    monkeypatch.setattr(kernelpro.driver.SearchRun, "loop", lambda self, *args: "interrupted")  # as Ctrl-C leaves it
+    work = tmp_path / "work"
+    shutil.copytree(DATA, work / "problems")
+    monkeypatch.chdir(work)
+    assert exit_code(["search", "problems/redundant.py", "--budget", "3", "--seed", "2", "--no-profile",
+                      "--device", "cpu", "--no-kb", "--out", "runs/r", "--json"]) == 130
+    command = re.search(r"go on with: (kernelpro search .*--resume)", capsys.readouterr().err).group(1)
+    monkeypatch.undo()
+    monkeypatch.setattr(kernelpro.driver, "Evaluator", lambda *args, **kwargs: FakeHarness())
+    monkeypatch.chdir(tmp_path)
+    assert exit_code(shlex.split(command)[1:] + ["--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["budget"] == 3 and document["evaluations"] == 3
+    assert exit_code(shlex.split(command)[1:] + ["--seed", "5"]) == 2
+    assert "--seed 5 (the run has 2)" in capsys.readouterr().err
 
 
 def test_ctrl_c_on_the_command_line_exits_130_with_the_resume_command(tmp_path):

@@ -8,7 +8,7 @@
 - on a GPU, also what the device reports of itself: SMs, L2 bytes, shared memory per SM.
 
 Each is the best of several timed repeats after a warm-up. The cache lives in
-`$KERNELPRO_HOME/ceilings/<device>.json`; `kernelpro profile --remeasure` (or
+`$KERNELPRO_HOME/ceilings/<device>.json`; `kernelpro profile --remeasure-ceilings` (or
 deleting the file) measures again. Run as `python -m kernelpro.tools.ceilings
 DEVICE` it prints the JSON (the profiler runs it in its own process).
 """

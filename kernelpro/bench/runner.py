@@ -95,7 +95,7 @@ class Bench:
         if rerun and not resume:
             raise BenchError("--rerun runs problems of an existing bench again: give it with --resume")
         if remeasure and not resume:
-            raise BenchError("--remeasure times the results of an existing bench again: give it with --resume")
+            raise BenchError("--remeasure-problems times the results of an existing bench again: give it with --resume")
         if not resume and out.exists() and any(out.iterdir()):
             raise BenchError(f"{out} is not empty; pass --resume to finish the bench there, --force to start "
                              "over there, or choose another --out")
@@ -187,7 +187,7 @@ class Bench:
         keys = [k for k in searched if rows[k]["status"] == "done"] if keys == ["all"] else list(dict.fromkeys(keys))
         missing = [k for k in keys if k not in searched]
         if missing:
-            raise BenchError(f"--remeasure {', '.join(missing)}: not a finished search of this bench; those are "
+            raise BenchError(f"--remeasure-problems {', '.join(missing)}: not a finished search of this bench; those are "
                              + (", ".join(searched) or "none"))
         self.store.reopen(keys)
         return set(keys)
