@@ -87,10 +87,24 @@ REPO = Path(__file__).parent.parent
 
 
 @pytest.fixture(autouse=True)
-def kernelpro_home(tmp_path, monkeypatch):
+def kernelpro_home(tmp_path, tmp_path_factory, monkeypatch):
+    """A KERNELPRO_HOME of the test's own. The CPU's ceilings (tools/ceilings.py, several seconds to
+    measure) are the one thing carried over: the first test whose run measures them leaves them in a
+    folder shared by the pytest run (and its xdist workers), and every later home starts with them."""
     home = tmp_path / "kernelpro-home"
     monkeypatch.setenv("KERNELPRO_HOME", str(home))
-    return home
+    shared = tmp_path_factory.getbasetemp().parent / "kernelpro-ceilings"
+    if shared.is_dir():
+        shutil.copytree(shared, home / "ceilings", dirs_exist_ok=True)
+    yield home
+    measured = home / "ceilings"
+    if measured.is_dir() and not shared.exists():
+        staging = shared.with_name(f"{shared.name}-{os.getpid()}")
+        shutil.copytree(measured, staging, dirs_exist_ok=True)
+        try:
+            staging.rename(shared)  # atomic: another worker may have put its own there first
+        except OSError:
+            shutil.rmtree(staging, ignore_errors=True)
 
 
 @pytest.fixture

@@ -20,6 +20,16 @@ def kernelpro(*args, env=None):
                           env={**os.environ, **(env or {})}, timeout=240)
 
 
+def in_process(capsys, *args) -> subprocess.CompletedProcess:
+    """`kernelpro ARGS` through main() in this process (no interpreter and torch import to pay), its exit code
+    and its stdout and stderr kept apart as a subprocess would keep them."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done:
+        main([str(arg) for arg in args])
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(args, done.value.code, out, err)
+
+
 def test_version_and_help():
     import kernelpro as package
     done = kernelpro("--version")
@@ -142,9 +152,9 @@ def test_force_starts_a_search_over_in_a_run_folder_and_refuses_any_other_folder
     assert not (run / "best.py").exists() or "from before" not in (run / "best.py").read_text()
 
 
-def test_quiet_keeps_only_the_result_and_verbose_logs_each_evaluation(tmp_path):
+def test_quiet_keeps_only_the_result_and_verbose_logs_each_evaluation(tmp_path, capsys):
     args = ["eval", PROBLEM, DATA / "candidates" / "good.py", "--trials", "5"]
-    plain, quiet, verbose = kernelpro(*args), kernelpro("-q", *args), kernelpro("-v", *args)
+    plain, quiet, verbose = (in_process(capsys, *flag, *args) for flag in ([], ["-q"], ["-v"]))
     for done in (plain, quiet, verbose):
         assert done.returncode == 0, done.stderr
         assert "correct" in done.stdout
@@ -152,13 +162,13 @@ def test_quiet_keeps_only_the_result_and_verbose_logs_each_evaluation(tmp_path):
     assert "kernelpro.harness: evaluated" in verbose.stderr and "kernelpro.harness" not in plain.stderr
     # a search, to a pipe: progress lines normally, none with -q (the summary stays)
     search = ["search", PROBLEM, "--budget", "1", "--device", "cpu", "--no-profile", "--no-kb"]
-    normal = kernelpro(*search, "--out", tmp_path / "a")
-    silent = kernelpro("-q", *search, "--out", tmp_path / "b")
+    normal = in_process(capsys, *search, "--out", tmp_path / "a")
+    silent = in_process(capsys, "-q", *search, "--out", tmp_path / "b")
     assert normal.returncode == 0 and silent.returncode == 0, normal.stderr + silent.stderr
     assert "coder: offline" in normal.stderr and " s] " in normal.stderr
     assert "coder: offline" not in silent.stderr and " s] " not in silent.stderr
     assert "kernelpro search" in silent.stdout + silent.stderr  # the summary table
-    assert kernelpro("-q", "-v", "tools", "list").returncode == 2
+    assert in_process(capsys, "-q", "-v", "tools", "list").returncode == 2
 
 
 def test_tables_to_a_pipe_keep_their_full_rows():

@@ -324,3 +324,29 @@ def test_compare_timelines_puts_a_candidate_beside_the_compiled_reference_on_cpu
     assert not {"aten::tanh", "aten::mul"} & compiled and any("Compiled" in name for name in compiled)
     assert document["candidate_timeline"]["kernels"][0]["launches_per_call"] == 24
     assert "candidate: wall" in done.stdout and "torch.compile: wall" in done.stdout
+
+
+@pytest.mark.parametrize("kills", [1, 2])
+def test_a_ceilings_measurement_killed_once_is_retried_and_twice_is_one_clear_error(kills, tmp_path, monkeypatch):
+    """On a loaded machine the measuring process can die without a word: it is measured once more, and a second
+    death is an error that says how it ended (not `failed: []`)."""
+    import dataclasses
+    import sys
+    from kernelpro.harness.errors import KernelproError
+    from kernelpro.tools import ceilings
+    # a home of its own: none measured yet (conftest carries real ones over), and its fake ones go nowhere else
+    monkeypatch.setenv("KERNELPRO_HOME", str(tmp_path / "home"))
+    count = tmp_path / "starts"
+    measured = ceilings.Ceilings("cpu", 20.0, 0.5, 0.5, 0.1, 0.1, measured_at="now")
+    fake = tmp_path / "python"  # a measuring process that the OOM killer gets the first `kills` times
+    fake.write_text(f"#!/bin/sh\necho start >> {count}\n[ $(wc -l < {count}) -le {kills} ] && kill -9 $$\n"
+                    f"echo '{json.dumps(dataclasses.asdict(measured))}'\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(fake))
+    if kills == 2:
+        with pytest.raises(KernelproError, match=r"failed twice \(killed by signal 9: no message\)"):
+            ceilings.load_or_measure("cpu", "cpu")
+        assert not ceilings.cache_path("cpu", "cpu").exists()
+    else:
+        assert ceilings.load_or_measure("cpu", "cpu") == measured == ceilings.cached("cpu", "cpu")
+    assert len(count.read_text().splitlines()) == 2

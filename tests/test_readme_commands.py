@@ -82,14 +82,16 @@ def test_every_shown_command_names_real_options(where, shown):
 
 
 def test_the_readme_search_command_runs(tmp_path):
-    """The README's first command as a user runs it, with a budget of 1 on the CPU and a temporary --out."""
+    """The README's first command as a user runs it, with a budget of 1 on the CPU, without profiling, and a
+    temporary --out."""
     shown = next(c for where, c in COMMANDS if where.startswith("README") and " search " in c)
     words = shlex.split(shown)
     words[0] = sys.executable
     words[1:1] = ["-m", "kernelpro"]
     words[words.index("--budget") + 1] = "1"
     words[words.index("--out") + 1] = str(tmp_path / "run")
-    done = subprocess.run(words + ["--device", "cpu", "--json", "--no-kb"], cwd=REPO, capture_output=True,
+    # --no-profile: the profiler's two sandboxed runs are tested in test_profile.py and the end-to-end search
+    done = subprocess.run(words + ["--device", "cpu", "--json", "--no-kb", "--no-profile"], cwd=REPO, capture_output=True,
                           text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
     record = json.loads(done.stdout)

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from kernelpro.harness.cache import kernelpro_home
+from kernelpro.harness.errors import KernelproError
 
 
 @dataclass(frozen=True)
@@ -126,10 +127,21 @@ def load_or_measure(device: str, device_name: str, remeasure: bool = False, time
     found = None if remeasure else cached(device, device_name)
     if found is not None:
         return found
-    done = subprocess.run([sys.executable, "-m", "kernelpro.tools.ceilings", device], capture_output=True,
-                          text=True, timeout=timeout_s)
-    if done.returncode != 0:
-        raise RuntimeError(f"measuring the {device} ceilings failed: {done.stderr.strip().splitlines()[-1:]}")
+    why = ""
+    for _ in range(2):  # a loaded machine can starve or kill the measuring process: once more, then say why
+        try:
+            done = subprocess.run([sys.executable, "-m", "kernelpro.tools.ceilings", device], capture_output=True,
+                                  text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            why = f"it ran past {timeout_s:g} s"
+            continue
+        if done.returncode == 0:
+            break
+        status = f"killed by signal {-done.returncode}" if done.returncode < 0 else f"exit status {done.returncode}"
+        why = f"{status}: {(done.stderr.strip().splitlines() or ['no message'])[-1]}"
+    else:
+        raise KernelproError(f"measuring the {device} ceilings failed twice ({why}); "
+                             f"`python -m kernelpro.tools.ceilings {device}` measures them alone")
     ceilings = Ceilings(**json.loads(done.stdout))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(asdict(ceilings), indent=2))
