@@ -125,6 +125,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Search for a faster (or more energy-efficient) implementation of PROBLEM."""
         knowledge = knowledge_base(kb, no_kb)
+        if not problem.is_file():  # before the imports below (torch): a mistyped path answers at once
+            from kernelpro.errors import ProblemError
+            raise ProblemError(problem, "no such file")
         from kernelpro.coder import default_coder
         from kernelpro.driver import SearchRun
         from kernelpro.search_settings import SearchSettings
@@ -149,16 +152,18 @@ def register(app: typer.Typer) -> None:
                                          param_hint="--force")
             from kernelpro.runstore import clear_output_folder
             clear_output_folder(folder, ("state.db", "run.json"), "kernelpro search run")
+        from kernelpro.driver import SearchInterrupted
+        given = given_settings(ctx) if resume else None
+        # built before anything is printed: a refused run prints its error alone and leaves nothing behind
+        run = SearchRun(settings, resume=resume, remeasure_only=remeasure, given=given)
         why = "as asked" if coder else ("ANTHROPIC_API_KEY is set" if chosen_coder == "anthropic"
                                         else "no ANTHROPIC_API_KEY")
         if not json_output and not quiet():
-            console.print(f"coder: [bold]{chosen_coder}[/] ({why}); device: [bold]{chosen_device}[/]; "
-                          f"objective: [bold]{objective.value}[/]; output: {folder}")
-        from kernelpro.driver import SearchInterrupted
-        given = given_settings(ctx) if resume else None
+            console.print(f"coder: [bold]{run.settings.coder}[/] ({why}); device: [bold]{run.settings.device}[/]; "
+                          f"objective: [bold]{run.settings.objective}[/]; output: {folder}")
         if json_output:
             try:
-                document = SearchRun(settings, resume=resume, remeasure_only=remeasure, given=given).run()
+                document = run.run()
             except SearchInterrupted as stop:
                 if stop.document is not None:  # the partial run.json, then the exit code 130
                     write_json(stop.document, True, json_file)
@@ -166,16 +171,15 @@ def register(app: typer.Typer) -> None:
             write_json(document, True, json_file)
             return
         if quiet():
-            document = SearchRun(settings, resume=resume, remeasure_only=remeasure, given=given).run()
+            document = run.run()
         elif console.is_terminal:
             with Live(console=console, refresh_per_second=4, transient=False) as live:
-                run = SearchRun(settings, resume=resume, remeasure_only=remeasure, given=given,
-                                on_change=lambda status: live.update(render_status(status)))
+                run.on_change = lambda status: live.update(render_status(status))
                 document = run.run()
                 live.update(render_status(run.status))
         else:  # a log file or a pipe: one line per change of progress, never a redrawn display
-            document = SearchRun(settings, resume=resume, remeasure_only=remeasure, given=given,
-                                 on_change=ProgressLines(console)).run()
+            run.on_change = ProgressLines(console)
+            document = run.run()
         write_json(document, False, json_file)
         summary = Table(title=f"kernelpro search: {problem.name}", show_header=False, title_justify="left")
         summary.add_column("")

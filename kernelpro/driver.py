@@ -22,6 +22,7 @@ import hashlib
 import json
 import math
 import shlex
+import shutil
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field, replace
@@ -97,7 +98,9 @@ class SearchRun:
         settings the user set on the command line (see `search_settings.resumed`)."""
         self.problem = validate(settings, resume)
         self.out = Path(settings.out)
-        self.store = RunStore(self.out)
+        # A new run's folder is made only once nothing refuses it (below): a refused run leaves nothing behind.
+        self.created = not resume and not self.out.exists()
+        self.store = RunStore(self.out) if resume else None
         self.finished_as: dict | None = None
         if remeasure_only:
             if not resume or not (self.out / "run.json").exists():
@@ -137,6 +140,8 @@ class SearchRun:
             from kernelpro.energy import open_meter
             energy_meter = open_meter(settings.device)
         self.meter = energy_meter
+        if self.store is None:
+            self.store = RunStore(self.out)
         self.status = Status(budget=settings.budget)
         self.on_change = on_change
         self._evaluator = evaluator
@@ -282,7 +287,11 @@ class SearchRun:
         try:
             if callable(getattr(self.coder, "start", None)) and self.finished_as is None:
                 self.coder.start()  # e.g. the offline coder's graph worker boots while the reference is evaluated
-            baseline = self.baseline(evaluator)
+            try:
+                baseline = self.baseline(evaluator)
+            except Exception:
+                self._forget_if_never_started()
+                raise
             self.profile_node(0, None)
             search = self.new_search()
             search.horizon = s.budget  # MCTS refines its best node greedily in the budget's last evaluations
@@ -317,6 +326,13 @@ class SearchRun:
                 self.kb.close()
             if callable(getattr(self.coder, "close", None)):
                 self.coder.close()  # e.g. the offline coder's graph worker
+
+    def _forget_if_never_started(self) -> None:
+        """A run that failed before its reference was measured, in a folder it made itself: the folder goes
+        (it held nothing of value), so the failed command leaves nothing half-written behind."""
+        if self.created and self.store.get("baseline") is None:
+            self.store.close()
+            shutil.rmtree(self.out, ignore_errors=True)
 
     def resume_command(self) -> str:
         return f"kernelpro search {shlex.quote(self.settings.problem)} --out {shlex.quote(str(self.out))} --resume"

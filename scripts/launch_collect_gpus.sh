@@ -38,7 +38,7 @@ for gpu in $gpus; do
   suite=()
   if [ -n "${PROBLEMS:-}" ]; then
     [ -f "$root/$name$gpu.keys" ] || continue
-    suite=(--problems "$PROBLEMS" --only "@$root/$name$gpu.keys" --precision "${PRECISION:-fp32}")
+    suite=(--suite "$PROBLEMS" --only "@$root/$name$gpu.keys" --precision "${PRECISION:-fp32}")
   fi
   CUDA_VISIBLE_DEVICES=$gpu timeout "${TOTAL:-480}" kernelpro launch collect --db "$root/$name$gpu.db" \
     --shapes "${SHAPES:-$([ -n "${PROBLEMS:-}" ] && echo 0 || echo 24)}" "${suite[@]}" --seed $(( ${SEED:-100} + gpu )) --templates "${TEMPLATES:-linear}" $aligned \

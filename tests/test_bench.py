@@ -64,6 +64,9 @@ def test_suite_discovery_and_selection(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(SuiteError, match="holds no problem"):
         discover(tmp_path / "empty")
+    with pytest.raises(SuiteError, match="holds no problem"):  # a refused bench leaves no folder behind
+        Bench(BenchSettings(suite=str(tmp_path / "empty"), out=str(tmp_path / "refused"), **FAST))
+    assert not (tmp_path / "refused").exists()
     with pytest.raises(SuiteError, match="not a folder"):
         discover(tmp_path / "missing")
 
@@ -593,6 +596,29 @@ def test_leaderboards_report_energy_saved_and_whether_it_is_beyond_the_spread(tm
     assert "no difference" in text and "Geomean energy saved" in text
     assert summary["compile_incorrect"] == 1 and "| 0.5000 † |" in text  # torch.compile's output failed there
     assert "failed the tolerance against eager on 1 problem" in text
+    jsonschema.validate(json.loads(json.dumps(dict(document, format="kernelpro-leaderboard"))), schema())
+
+
+def test_a_problem_where_no_candidate_was_evaluated_is_shown_apart_in_the_geomean():
+    """A done search with no evaluation (no move applied) is 1.000x by default: its row says why, and the
+    level gives the geomean with and without such rows."""
+    from kernelpro.bench.leaderboard import level_summary, markdown, problem_row
+    searched = {"evaluations": 2, "speedup": 4.0, "verdicts": {"correct": 2}, "stopped": "budget"}
+    idle = {"evaluations": 0, "speedup": 1.0, "verdicts": {}, "stopped": "no moves left: none applies here"}
+    rows = [problem_row({"key": f"level1/{i}_P", "level": 1, "number": i, "name": "P", "status": "done",
+                         "result": result, "error": "", "seconds": 1.0}) for i, result in enumerate([searched, idle], 1)]
+    assert rows[0]["searched"] and rows[0]["why_not_searched"] is None
+    assert not rows[1]["searched"] and rows[1]["why_not_searched"] == "no moves left: none applies here"
+    summary = level_summary(1, rows)
+    assert summary["unsearched"] == 1 and summary["geomean_vs_eager"] == pytest.approx(2.0)
+    assert summary["geomean_vs_eager_searched"] == pytest.approx(4.0)
+    document = {"created": "now", "settings": {"suite": "s", "coder": "offline", "strategy": "mcts", "budget": 2,
+                                               "objective": "time", "precision": "fp32", "policy": "relaxed",
+                                               "device": "cpu"},
+                "devices": ["cpu"], "levels": [summary], "overall": dict(summary, level="all"), "problems": rows}
+    text = markdown(document)
+    assert "geomean vs eager 2.000x with them, 4.000x without" in text
+    assert "- `level1/2_P`: no moves left: none applies here" in text
     jsonschema.validate(json.loads(json.dumps(dict(document, format="kernelpro-leaderboard"))), schema())
 
 

@@ -54,9 +54,13 @@ def test_bad_input_gets_a_clear_error(tmp_path, capsys, monkeypatch, extra, mess
             pytest.skip("this machine has a GPU")
     code, text = cli(["search", str(DATA / "redundant.py"), "--out", str(tmp_path / "run"), *extra], capsys)
     assert code == 2 and message in text, text
+    assert not (tmp_path / "run").exists()  # a refused run leaves nothing behind
+    assert "coder:" not in text  # the error comes alone, before any banner
 
 
 def test_bad_problem_and_busy_folder(tmp_path, capsys):
+    code, text = cli(["search", str(tmp_path / "nowhere.py"), "--out", str(tmp_path / "n")], capsys)
+    assert code == 2 and "nowhere.py: no such file" in text and not (tmp_path / "n").exists()
     broken = tmp_path / "broken.py"
     broken.write_text("import torch\nclass Model:\n    pass\n")
     code, text = cli(["search", str(broken), "--out", str(tmp_path / "a")], capsys)
@@ -76,7 +80,8 @@ def test_a_run_that_failed_before_its_reference_does_not_block_the_same_command(
     args = ["search", str(problem), "--out", str(tmp_path / "run"), "--budget", "1", "--no-profile", "--device",
             "cpu", "--no-kb", "--json"]
     code, text = cli(args, capsys)
-    assert code == 2 and "no data yet" in text and (tmp_path / "run" / "state.db").exists()
+    assert code == 2 and "no data yet" in text
+    assert not (tmp_path / "run").exists()  # it made the folder and measured nothing: the folder is gone
     problem.write_text(good)
     code, text = cli(args, capsys)
     assert code == 0, text
@@ -134,6 +139,13 @@ def test_offline_coder_through_the_loop_on_a_fake_harness(tmp_path):
     out = tmp_path / "run"
     assert document["speedup"] == pytest.approx(1 / 0.9 ** fake_moves((out / "best.py").read_text()))
     assert document["speedup"] > 1 / 0.9 ** 2  # more than any single rewrite
+    # every ratio the report prints is the quotient of the two timings it names, to the printed digit
+    report = (out / "report.md").read_text()
+    best = re.search(r"\| best \| ([\d.]+) ms, ([\d.]+)x vs eager \(([\d.]+) ms, timed in the same", report)
+    assert best and float(best[2]) == pytest.approx(float(best[3]) / float(best[1]), abs=0.0015)
+    assert float(best[2]) == pytest.approx(document["best_reference_ms"] / document["best_ms"], abs=0.0015)
+    again = re.search(r"\| re-measured after the search \| ([\d.]+) ms, ([\d.]+)x vs eager \(([\d.]+) ms\)", report)
+    assert again and float(again[2]) == pytest.approx(float(again[3]) / float(again[1]), abs=0.0015)
     # the best is timed once more after the search, and run.json keeps that measurement whole
     assert document["final"] == {"eager_ms": 1.0, "compile_ms": None, "best_ms": pytest.approx(document["best_ms"]),
                                  "speedup": pytest.approx(document["speedup"]), "speedup_vs_compile": None,

@@ -75,6 +75,10 @@ def problem_row(row: dict) -> dict:
         "best_ms_measured": [m["best_ms"] for m in result.get("final_history") or ([final] if final else [])],
         "speedup_vs_best_baseline": min(speedup, vs_compile) if speedup and vs_compile else speedup,
         "techniques": result.get("techniques") or [], "moves": result.get("best_moves") or [],
+        # a done search that evaluated no candidate (no move applied) is 1.000x by default, not by search
+        "searched": bool(result.get("evaluations")),
+        "why_not_searched": (result.get("stopped") or "no candidate was evaluated")
+        if row["status"] == "done" and not result.get("evaluations") else None,
         "evaluations": result.get("evaluations"), "verdicts": verdicts,
         "gpu_minutes": round((result.get("wall_s") or row.get("seconds") or 0.0) / 60, 3),
         "tokens": result.get("tokens"), "cost_usd": result.get("cost_usd"),
@@ -122,6 +126,8 @@ def level_summary(level, rows: list[dict]) -> dict:
         "fast_p": {f"{p:g}": sum(1 for r in valid if (r["speedup"] or 0) > p) / len(rows) if rows else 0.0
                    for p in FAST_P},
         "geomean_vs_eager": geomean([r["speedup"] for r in rows if r["status"] == "done"]),
+        "unsearched": sum(1 for r in rows if r["status"] == "done" and not r["searched"]),
+        "geomean_vs_eager_searched": geomean([r["speedup"] for r in rows if r["status"] == "done" and r["searched"]]),
         "geomean_vs_compile": geomean([r["speedup_vs_compile"] for r in rows if r["status"] == "done"]),
         "geomean_vs_best_baseline": geomean([r["speedup_vs_best_baseline"] for r in rows if r["status"] == "done"]),
         "geomean_kernelbench_method": geomean([r["kernelbench_speedup"] for r in rows if r["status"] == "done"]),
@@ -226,6 +232,13 @@ def markdown(document: dict) -> str:
         lines += ["", f"Geomean energy saved: {_cell(overall, suffix='x')} (reference J/call over the best's, in the "
                       "best's own evaluation)."]
     lines += launch_ranking_lines(document["problems"])
+    unsearched = [r for r in document["problems"] if r.get("why_not_searched")]
+    if unsearched:
+        overall = document["overall"]
+        lines += ["", f"Problems with no candidate evaluated (1.000x by default; geomean vs eager "
+                      f"{_cell(overall['geomean_vs_eager'], suffix='x')} with them, "
+                      f"{_cell(overall.get('geomean_vs_eager_searched'), suffix='x')} without):", ""]
+        lines += [f"- `{r['key']}`: {r['why_not_searched'][:300]}" for r in unsearched]
     failed = [r for r in document["problems"] if r["error"]]
     if failed:
         lines += ["", "Failed problems:", ""] + [f"- `{r['key']}`: {r['error'].splitlines()[0][:300]}" for r in failed]

@@ -101,7 +101,8 @@ class Bench:
                              "over there, or choose another --out")
         if resume and not (out / "bench.db").exists():
             raise BenchError(f"--resume: {out} holds no bench (no bench.db)")
-        self.store = BenchStore(out)
+        # a new bench's folder is made only once nothing refuses it: a refused bench leaves nothing behind
+        self.store = BenchStore(out) if resume else None
         self.out = out
         if resume:
             saved = self.store.get("settings")
@@ -111,12 +112,14 @@ class Bench:
             settings = self._extend(settings, extend_budget)
         self.settings = settings
         self.entries = select(discover(Path(settings.suite)), settings.levels, settings.problems)
-        self.store.put("settings", asdict(settings))
-        self.store.add(self.entries)
         if settings.backend not in ("local", "ray"):
             raise BenchError(f"--backend {settings.backend!r}: local or ray")
         if settings.backend == "ray" and settings.baselines_only:
             raise BenchError("--baselines-only runs on the local backend")
+        if self.store is None:
+            self.store = BenchStore(out)
+        self.store.put("settings", asdict(settings))
+        self.store.add(self.entries)
         self.interrupted = False
         self._children: dict[str, int] = {}  # key -> pid of the search (or baseline eval) running
         self.slots = gpu_slots(settings.device, settings.gpus) if settings.backend == "local" else []
