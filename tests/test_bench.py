@@ -576,6 +576,15 @@ def _energy_result(speedup: float, reference_j: float, best_j: float, difference
                        "candidate_spread": spread, "difference": difference}}
 
 
+def one_level_document(summary: dict, rows: list[dict], *, budget: int, objective: str, device: str,
+                       card: str) -> dict:
+    """A leaderboard document of one level, as leaderboard.build makes it, from rows made by problem_row."""
+    return {"created": "now", "settings": {"suite": "s", "coder": "offline", "strategy": "mcts", "budget": budget,
+                                           "objective": objective, "precision": "fp32", "policy": "relaxed",
+                                           "device": device},
+            "devices": [card], "levels": [summary], "overall": dict(summary, level="all"), "problems": rows}
+
+
 def test_leaderboards_report_energy_saved_and_whether_it_is_beyond_the_spread(tmp_path):
     from kernelpro.bench.leaderboard import level_summary, markdown, problem_row
     rows = [problem_row({"key": f"level1/{i}_P", "level": 1, "number": i, "name": "P", "status": "done",
@@ -587,10 +596,7 @@ def test_leaderboards_report_energy_saved_and_whether_it_is_beyond_the_spread(tm
     assert rows[0]["energy_windows"] == 3 and rows[0]["energy_spread"] == pytest.approx(0.04)
     summary = level_summary(1, rows)
     assert summary["geomean_energy_saving"] == pytest.approx((1.25 * 2.0 / 1.98) ** 0.5)
-    document = {"created": "now", "settings": {"suite": "s", "coder": "offline", "strategy": "mcts", "budget": 4,
-                                               "objective": "energy", "precision": "fp32", "policy": "relaxed",
-                                               "device": "cuda"},
-                "devices": ["H100"], "levels": [summary], "overall": dict(summary, level="all"), "problems": rows}
+    document = one_level_document(summary, rows, budget=4, objective="energy", device="cuda", card="H100")
     text = markdown(document)
     assert "| `level1/1_P` | 2 | 1.6 | 1.250x | yes, lower | 3 |" in text
     assert "no difference" in text and "Geomean energy saved" in text
@@ -612,10 +618,7 @@ def test_a_problem_where_no_candidate_was_evaluated_is_shown_apart_in_the_geomea
     summary = level_summary(1, rows)
     assert summary["unsearched"] == 1 and summary["geomean_vs_eager"] == pytest.approx(2.0)
     assert summary["geomean_vs_eager_searched"] == pytest.approx(4.0)
-    document = {"created": "now", "settings": {"suite": "s", "coder": "offline", "strategy": "mcts", "budget": 2,
-                                               "objective": "time", "precision": "fp32", "policy": "relaxed",
-                                               "device": "cpu"},
-                "devices": ["cpu"], "levels": [summary], "overall": dict(summary, level="all"), "problems": rows}
+    document = one_level_document(summary, rows, budget=2, objective="time", device="cpu", card="cpu")
     text = markdown(document)
     assert "geomean vs eager 2.000x with them, 4.000x without" in text
     assert "- `level1/2_P`: no moves left: none applies here" in text
