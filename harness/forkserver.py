@@ -60,10 +60,6 @@ class Zygote:
             raise ZygoteGone("the fork server closed its socket")
         return json.loads(data)
 
-    @property
-    def alive(self) -> bool:
-        return self.process.exit_status(0.0) is None
-
     def close(self) -> None:
         self.process.kill()
 
@@ -71,7 +67,7 @@ class Zygote:
 class ForkedWorker(ChannelWorker):
     """One worker forked by a `Zygote`: the same channel and logs as a `WorkerProcess`."""
 
-    def __init__(self, zygote: Zygote, env_extra: dict[str, str] | None = None):
+    def __init__(self, zygote: Zygote):
         self.device = zygote.device
         self.sandboxed = zygote.process.sandboxed
         self._zygote = zygote
@@ -79,8 +75,9 @@ class ForkedWorker(ChannelWorker):
         out_read, out_write = os.pipe()
         err_read, err_write = os.pipe()
         try:
-            answer = zygote.request({"cmd": "fork", "env": env_extra or {}},
-                                    [child_sock.fileno(), out_write, err_write])
+            answer = zygote.request({"cmd": "fork"}, [child_sock.fileno(), out_write, err_write])
+            if "error" in answer:
+                raise ZygoteGone(answer["error"])
         except ZygoteGone:
             self._sock.close()
             for fd in (out_read, err_read):
@@ -90,8 +87,6 @@ class ForkedWorker(ChannelWorker):
             child_sock.close()
             os.close(out_write)
             os.close(err_write)
-        if "error" in answer:
-            raise ZygoteGone(answer["error"])
         self.inner_pid = int(answer["pid"])  # as the sandbox's PID namespace numbers it
         self.workdir = Path(answer["workdir"])
         self.stdout = CappedStream(os.fdopen(out_read, "rb"))

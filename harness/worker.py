@@ -502,14 +502,20 @@ def preload() -> None:
         torch.zeros(2).add(1)
 
 
-def main() -> None:
-    sandbox.limit_self()  # before any candidate code
-    preload()
-    sock = socket.socket(fileno=int(sys.argv[1]))
-    serve(sock, sys.argv[2])
+def serve_and_exit(fd: int, device_name: str) -> None:
+    """Serve one job on the channel at `fd`, then end the process (a spawned worker, or one forked by
+    the zygote)."""
+    sock = socket.socket(fileno=fd)
+    serve(sock, device_name)
     sock.close()
     sys.stdout.flush()
     os._exit(0)  # skip interpreter teardown: candidate threads and atexit hooks do not matter now
+
+
+def main() -> None:
+    sandbox.limit_self()  # before any candidate code
+    preload()
+    serve_and_exit(int(sys.argv[1]), sys.argv[2])
 
 
 if __name__ == "__main__":

@@ -14,8 +14,7 @@ process nor a live worker's session is killed, and once no worker is live the pr
 candidate cannot change what the next child inherits. A candidate can still kill it: the trusted
 side then starts another.
 
-Requests (one datagram each, on a SOCK_SEQPACKET socket): {"cmd": "fork", "env": {...}} with
-three descriptors (channel, stdout, stderr) answers {"pid": N, "workdir": PATH}; {"cmd": "status",
+Requests (one datagram each, on a SOCK_SEQPACKET socket): {"cmd": "fork"} with three descriptors (channel, stdout, stderr) answers {"pid": N, "workdir": PATH}; {"cmd": "status",
 "pid": N, "wait_s": S} answers {"status": exit code, negative for a signal, or null if alive};
 {"cmd": "release", "pid": N} answers {} after cleaning up.
 """
@@ -52,9 +51,8 @@ def _not_dumpable() -> None:
 
 def _session(pid: int) -> int | None:
     try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return int(stat.read().rsplit(")", 1)[1].split()[3])
-    except (OSError, IndexError, ValueError):
+        return os.getsid(pid)
+    except (ProcessLookupError, PermissionError):
         return None
 
 
@@ -66,10 +64,10 @@ class Zygote:
         self.live: set[int] = set()  # forked workers not yet released (each leads its own session)
         self.ended: dict[int, int] = {}  # reaped children: exit code, negative for a signal
         self.count = 0
-        # what the private /tmp held at start: the read-only binds Python needs, never removed
         # Only in a sandbox of its own (its parent is the PID namespace's init) does it sweep processes and
         # scratch folders; unsandboxed (KERNELPRO_SANDBOX=none) it would reach the host's.
         self.sandboxed = os.environ.get("KERNELPRO_SANDBOXED") == "1" and os.getppid() == 1
+        # what the private /tmp held at start: the read-only binds Python needs, never removed
         self.kept_in_tmp = set(os.listdir("/tmp")) if self.sandboxed else set()
         self.build_roots = [os.environ["KERNELPRO_BUILD_ROOT"]] if os.environ.get("KERNELPRO_BUILD_ROOT") else []
 
@@ -85,7 +83,7 @@ class Zygote:
             self.reap()
             request = json.loads(data)
             if request["cmd"] == "fork":
-                self.reply(self.fork(request, fds))
+                self.reply(self.fork(fds))
             elif request["cmd"] == "status":
                 self.reply({"status": self.status(int(request["pid"]), float(request.get("wait_s", 0.0)))})
             elif request["cmd"] == "release":
@@ -136,7 +134,7 @@ class Zygote:
                 for entry in _listdir(folder):
                     _remove(os.path.join(folder, entry))
 
-    def fork(self, request: dict, fds: list[int]) -> dict:
+    def fork(self, fds: list[int]) -> dict:
         if len(fds) != 3:
             for fd in fds:
                 os.close(fd)
@@ -147,15 +145,14 @@ class Zygote:
         os.mkdir(workdir, 0o700)
         pid = os.fork()
         if pid == 0:
-            self._become_worker(request, fds, workdir)
+            self._become_worker(fds, workdir)
         for fd in fds:
             os.close(fd)
         self.live.add(pid)
         return {"pid": pid, "workdir": workdir}
 
-    def _become_worker(self, request: dict, fds: list[int], workdir: str) -> None:
+    def _become_worker(self, fds: list[int], workdir: str) -> None:
         channel_fd, out_fd, err_fd = fds
-        code = 0
         try:
             os.setsid()
             self.control.close()
@@ -164,17 +161,14 @@ class Zygote:
             os.close(out_fd)
             os.close(err_fd)
             os.chdir(workdir)
-            os.environ.update({"HOME": workdir, "TMPDIR": workdir, **request.get("env", {})})
-            sock = socket.socket(fileno=channel_fd)
-            worker.serve(sock, self.device)
-            sock.close()
+            os.environ.update({"HOME": workdir, "TMPDIR": workdir})
+            worker.serve_and_exit(channel_fd, self.device)
         except BaseException:
             traceback.print_exc()
-            code = 1
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
-            os._exit(code)  # never back into the zygote's loop
+            os._exit(1)  # never back into the zygote's loop (serve_and_exit ends the process itself)
 
 
 def _pids() -> list[int]:

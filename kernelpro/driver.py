@@ -43,7 +43,8 @@ from kernelpro.mcts import Outcome, Proposal, SearchConfig, make_search, restore
 from kernelpro.mcts.options import configured
 from kernelpro.mcts.search import Search
 from kernelpro.runstore import RunStore
-from kernelpro.search_settings import SearchInputError, SearchSettings, moves_refused, resumed, validate
+from kernelpro.search_settings import (SearchInputError, SearchSettings, moves_refused, never_started, resumed,
+                                       validate)
 
 log = logging.getLogger("kernelpro.search")
 
@@ -330,9 +331,10 @@ class SearchRun:
     def _forget_if_never_started(self) -> None:
         """A run that failed before its reference was measured, in a folder it made itself: the folder goes
         (it held nothing of value), so the failed command leaves nothing half-written behind."""
-        if self.created and self.store.get("baseline") is None:
+        if self.created:
             self.store.close()
-            shutil.rmtree(self.out, ignore_errors=True)
+            if never_started(self.out):
+                shutil.rmtree(self.out, ignore_errors=True)
 
     def resume_command(self) -> str:
         return f"kernelpro search {shlex.quote(self.settings.problem)} --out {shlex.quote(str(self.out))} --resume"
