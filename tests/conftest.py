@@ -138,6 +138,15 @@ def candidate_source(name: str) -> str:
     return (DATA / "candidates" / f"{name}.py").read_text()
 
 
+def attacking(attack: str) -> str:
+    """The good candidate, with `attack` run when the module is imported (the load phase) and again in
+    forward's first call (the correctness phase)."""
+    body = "\n".join("    " + line for line in attack.strip().splitlines())
+    source = candidate_source("good")
+    source = source.replace("class ModelNew", f"def _attack():\n{body}\n\n\n_attack()\n\n\nclass ModelNew")
+    return source.replace("    def forward(self, x):\n", "    def forward(self, x):\n        _attack()\n")
+
+
 def conv_problem(tmp_path: Path, nd: int, batch: int, c_in: int, c_out: int, size: tuple, kernel: tuple,
                  stride: tuple, padding: tuple, dilation: tuple, groups: int, bias: bool, epilogue: str,
                  functional: bool = False, output_padding: tuple | None = None) -> Path:

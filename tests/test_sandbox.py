@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DATA, candidate_source
+from conftest import DATA, attacking, candidate_source
 from kernelpro.harness import EvalOptions, PhaseLimits, Verdict
 from kernelpro.harness import sandbox
 
@@ -25,15 +25,7 @@ FAST = EvalOptions(device="cpu", timing_trials=5, timing_budget_s=1.0,
                    limits=PhaseLimits(correctness_s=30, load_s=60, reference_s=60))
 needs_sandbox = pytest.mark.skipif(not sandbox.isolation().active, reason=sandbox.describe())
 
-GOOD = (DATA / "candidates" / "good.py").read_text()
-
-
-def attacking(attack: str) -> str:
-    """The good candidate, with `attack` run when the module is imported (the load phase) and again in
-    forward's first call (the correctness phase)."""
-    body = "\n".join("    " + line for line in attack.strip().splitlines())
-    return GOOD.replace("class ModelNew", f"def _attack():\n{body}\n\n\n_attack()\n\n\nclass ModelNew") \
-        .replace("    def forward(self, x):\n", "    def forward(self, x):\n        _attack()\n")
+GOOD = candidate_source("good")
 
 
 @needs_sandbox

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import candidate_source
+from conftest import attacking, candidate_source
 from kernelpro.harness import EvalOptions, PhaseLimits, Verdict, load_problem
 
 FAST = EvalOptions(device="cpu", timing_trials=5, timing_budget_s=1.0,
@@ -13,7 +13,6 @@ FAST = EvalOptions(device="cpu", timing_trials=5, timing_budget_s=1.0,
 EXPECTED = {
     # name: (verdict, phase, words the reason must contain)
     "good": (Verdict.CORRECT, "done", "correct"),
-    "settles_dynamo": (Verdict.CORRECT, "done", "correct"),
     "segfault": (Verdict.CRASH, "correctness", "SIGSEGV"),
     "infinite_loop": (Verdict.TIMEOUT, "correctness", "ran past"),
     "exits": (Verdict.RUNTIME_ERROR, "correctness", "exited with status 3"),
@@ -224,6 +223,15 @@ def test_a_candidate_that_leaves_torch_settings_on_does_not_change_the_reference
               "    def forward(self, x):\n        return x + 0.0\n")
     result = cpu_evaluator.evaluate(load_problem(path), source, FAST)
     assert result.verdict is Verdict.CORRECT, result.reason
+
+
+def test_a_candidate_that_settles_torchs_own_patches_is_no_tamperer(cpu_evaluator, linear_problem):
+    """What a candidate's first torch.compile does to torch: dynamo wraps torch.manual_seed on import and
+    replaces nn.Module.__init__ and __setstate__. These are torch's own patches, not tampering."""
+    settles = "import torch._dynamo\nfrom torch._dynamo import mutation_guard\nmutation_guard.install_generation_tagging_init()"
+    result = cpu_evaluator.evaluate(linear_problem, attacking(settles), FAST)
+    assert result.verdict is Verdict.CORRECT, result.reason
+    assert result.phase.value == "done" and "correct" in result.reason
 
 
 def test_only_torchs_own_patches_pass_for_untampered():
