@@ -284,15 +284,27 @@ def _fit(train_set: list[Instance], family: str, device: str, epochs: int, seed:
 
 
 def _train_mlp(batches: list, inputs: int, epochs: int, seed: int) -> list:
-    """One MLP fitted to the (inputs, soft target) batches: its layers as lists, six significant digits."""
+    """One MLP fitted to the (inputs, soft target) batches: its layers as lists, six significant digits.
+
+    The instances are padded to one [instances, configurations, inputs] tensor, so an epoch is one forward pass;
+    the loss is the mean over instances of the cross-entropy between the target and the softmax over that instance's
+    own configurations (the padding is masked out of both)."""
     import torch
     torch.manual_seed(seed)
     net = torch.nn.Sequential(torch.nn.Linear(inputs, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, HIDDEN),
                               torch.nn.ReLU(), torch.nn.Linear(HIDDEN, 1))
     optimizer = torch.optim.Adam(net.parameters(), lr=3e-3, weight_decay=1e-4)
+    widest = max(len(target) for _, target in batches)
+    x = torch.zeros(len(batches), widest, inputs)
+    targets = torch.zeros(len(batches), widest)
+    present = torch.zeros(len(batches), widest, dtype=torch.bool)
+    for row, (features, target) in enumerate(batches):
+        x[row, :len(target)], targets[row, :len(target)], present[row, :len(target)] = features, target, True
     for _ in range(epochs):
         optimizer.zero_grad()
-        loss = sum(-(target * torch.log_softmax(net(x).squeeze(-1), 0)).sum() for x, target in batches) / len(batches)
+        logits = net(x).squeeze(-1).masked_fill(~present, float("-inf"))
+        log_p = torch.log_softmax(logits, 1).masked_fill(~present, 0.0)
+        loss = -(targets * log_p).sum() / len(batches)
         loss.backward()
         optimizer.step()
     short = lambda values: [float(f"{v:.6g}") for v in values]  # noqa: E731
