@@ -2,9 +2,10 @@
 
 - bandwidth: a large device-to-device copy (CPU: a large tensor copy), counting
   bytes read plus bytes written;
-- fp32: a large fp32 matrix product with TF32 off (FFMA on a GPU);
+- fp32: square fp32 matrix products with TF32 off (FFMA on a GPU), from 256 a side doubled up to 8192 (GPU) or
+  1024 (CPU) while one product takes under 20 ms, the best rate of them;
 - tf32: the same with TF32 allowed (tensor cores);
-- bf16, fp16: large matrix products in those types;
+- bf16, fp16: the same in those types;
 - on a GPU, also what the device reports of itself: SMs, L2 bytes, shared memory per SM.
 
 Each is the best of several timed repeats after a warm-up. The cache lives in
@@ -59,6 +60,11 @@ def _best_ms(function, repeats: int, timer) -> float:
     return min(timer(function) for _ in range(repeats))
 
 
+#: The matrix products' sizes: from SMALLEST a side, doubled while a product takes under LONG_ENOUGH_MS.
+SMALLEST = 256
+LONG_ENOUGH_MS = 20.0
+
+
 def measure(device_name: str = "cpu") -> Ceilings:
     import torch
 
@@ -83,21 +89,30 @@ def measure(device_name: str = "cpu") -> Ceilings:
     bandwidth = 2 * nbytes / (_best_ms(lambda: destination.copy_(source), 5, timer) * 1e-3) / 1e9
     del source, destination
 
-    def matmul_tflops(dtype, size: int, tf32: bool) -> float:
+    def matmul_tflops(dtype, tf32: bool) -> float:
+        """The best rate of square products, from `SMALLEST` a side doubling up to the device's largest size while
+        one product takes under `LONG_ENOUGH_MS` (a CPU multiplies bf16 hundreds of times slower than fp32: the
+        largest size would take seconds a product there, for a rate the smaller one already shows)."""
         previous = torch.backends.cuda.matmul.allow_tf32
         torch.backends.cuda.matmul.allow_tf32 = tf32
         try:
-            a = torch.randn(size, size, device=device, dtype=dtype)  # random data: zeros run faster
-            b = torch.randn(size, size, device=device, dtype=dtype)
-            return 2 * size**3 / (_best_ms(lambda: a @ b, 5, timer) * 1e-3) / 1e12
+            best, size = 0.0, SMALLEST
+            while True:
+                a = torch.randn(size, size, device=device, dtype=dtype)  # random data: zeros run faster
+                b = torch.randn(size, size, device=device, dtype=dtype)
+                milliseconds = _best_ms(lambda: a @ b, 5, timer)
+                best = max(best, 2 * size**3 / (milliseconds * 1e-3) / 1e12)
+                if size >= largest or milliseconds >= LONG_ENOUGH_MS:
+                    return best
+                size = min(2 * size, largest)
         finally:
             torch.backends.cuda.matmul.allow_tf32 = previous
 
-    size = 8192 if cuda else 1024
-    fp32 = matmul_tflops(torch.float32, size, False)
-    tf32 = matmul_tflops(torch.float32, size, True) if cuda else fp32
-    bf16 = matmul_tflops(torch.bfloat16, size, False)
-    fp16 = matmul_tflops(torch.float16, size, False)
+    largest = 8192 if cuda else 1024
+    fp32 = matmul_tflops(torch.float32, False)
+    tf32 = matmul_tflops(torch.float32, True) if cuda else fp32
+    bf16 = matmul_tflops(torch.bfloat16, False)
+    fp16 = matmul_tflops(torch.float16, False)
     name = torch.cuda.get_device_name(device) if cuda else f"cpu ({torch.get_num_threads()} threads)"
     properties = {}
     if cuda:
