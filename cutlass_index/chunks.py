@@ -10,6 +10,7 @@ not chunked.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -38,6 +39,8 @@ _NOT_FUNCTIONS = {"if", "for", "while", "switch", "return", "sizeof", "decltype"
 
 def _strip(line: str, in_comment: bool) -> tuple[str, bool]:
     """The line without comments, strings and character literals; whether a block comment is still open."""
+    if not in_comment and "/" not in line and '"' not in line and "'" not in line:
+        return line, False  # most lines: nothing to strip
     out, i = [], 0
     while i < len(line):
         if in_comment:
@@ -176,22 +179,30 @@ def _close(chunks: list[Chunk], path: str, lines: list[str], start: int, end: in
 # -- search terms ---------------------------------------------------------------------------------
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|\d+")
 _PARTS = re.compile(r"[A-Z]+(?=[A-Z][a-z]|\d|\b)|[A-Z]?[a-z]+|[A-Z]+|\d+")
+_LETTERS_DIGITS = re.compile(r"[A-Za-z]+\d+")
 
 
 def terms(text: str) -> list[str]:
     """Search terms: each identifier lower-cased, and its camelCase/snake_case/digit parts
     (`SM90_TMA_LOAD` -> sm90_tma_load, sm90, sm, 90, tma, load; `make_tiled_copy` -> ..., tiled, copy)."""
-    out = []
+    out: list[str] = []
     for word in _WORD.findall(text):
-        lower = word.lower()
-        out.append(lower)
-        pieces = [p for p in word.split("_") if p]
-        if len(pieces) > 1:
-            out += [p.lower() for p in pieces]
-        for piece in pieces:
-            parts = _PARTS.findall(piece)
-            if len(parts) > 1:
-                out += [p.lower() for p in parts]
-            if re.fullmatch(r"[A-Za-z]+\d+", piece) and len(parts) == 1:
-                out.append(piece.lower())
-    return [t for t in out if len(t) > 1 or t.isdigit()]
+        out += _word_terms(word)
+    return out
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _word_terms(word: str) -> tuple[str, ...]:
+    """One identifier's terms (`terms`); sources repeat their identifiers, so each is split once."""
+    lower = word.lower()
+    out = [lower]
+    pieces = [p for p in word.split("_") if p]
+    if len(pieces) > 1:
+        out += [p.lower() for p in pieces]
+    for piece in pieces:
+        parts = _PARTS.findall(piece)
+        if len(parts) > 1:
+            out += [p.lower() for p in parts]
+        if len(parts) == 1 and _LETTERS_DIGITS.fullmatch(piece):
+            out.append(piece.lower())
+    return tuple(t for t in out if len(t) > 1 or t.isdigit())

@@ -301,24 +301,45 @@ def test_build_flags_follow_the_compute_capability():
 
 
 @pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="needs nvcc")
-def test_the_wheels_hopper_wgmma_example_compiles_to_hgmma_with_these_flags(tmp_path):
-    """The headers and flags a CuTe candidate gets, on CUTLASS's own Hopper tutorial (compiled from the
-    installed wheel, not copied): the include paths only through the harness's CPATH, as a candidate that
-    names none gets them; the SASS must hold warpgroup MMA (HGMMA) instructions."""
+def _hopper_sass(source: Path, folder: Path) -> str:
+    """`source` compiled for sm90 with the flags and headers a CuTe candidate gets (the include paths only
+    through the harness's CPATH, as a candidate that names none gets them), as cuobjdump's SASS."""
     import os
     import subprocess
     from kernelpro.harness.toolchain import build_environment
     from kernelpro.tools.api import find_binary
-    source = locate().root / "examples" / "cute" / "tutorial" / "hopper" / "wgmma_sm90.cu"
     cuobjdump = find_binary("cuobjdump")
-    if not source.is_file() or cuobjdump is None:
-        pytest.skip("this wheel has no Hopper tutorial, or no cuobjdump")
+    if cuobjdump is None:
+        pytest.skip("no cuobjdump")
     env = dict(os.environ, **build_environment("cpu", {}))
-    subprocess.run(["nvcc", *nvcc_flags((9, 0)), "-cubin", "-o", str(tmp_path / "wgmma.cubin"),
-                    str(source)], check=True, capture_output=True, text=True, env=env)
-    sass = subprocess.run([str(cuobjdump), "-sass", str(tmp_path / "wgmma.cubin")], check=True,
+    subprocess.run(["nvcc", *nvcc_flags((9, 0)), "-cubin", "-o", str(folder / "out.cubin"), str(source)],
+                   check=True, capture_output=True, text=True, env=env)
+    return subprocess.run([str(cuobjdump), "-sass", str(folder / "out.cubin")], check=True,
                           capture_output=True, text=True).stdout
-    assert "HGMMA." in sass
+
+
+def test_one_warpgroup_mma_of_the_wheels_cute_compiles_to_hgmma_with_these_flags(tmp_path):
+    """CuTe's sm90 GMMA atom emits wgmma only where the flags select sm_90a (CUTE_ARCH_MMA_SM90A_ENABLED;
+    plain sm_90 compiles it to a trap): the SASS must hold warpgroup MMA (HGMMA). A few seconds, against a
+    minute for the full tutorial below."""
+    source = tmp_path / "one_wgmma.cu"
+    source.write_text(
+        "#include <cute/arch/mma_sm90_gmma.hpp>\n\n"
+        "__global__ void one_wgmma(unsigned long long a, unsigned long long b, unsigned* out) {\n"
+        "  unsigned d0 = 0, d1 = 0;\n"
+        "  using namespace cute::SM90::GMMA;\n"
+        "  MMA_64x8x16_F16F16F16_SS<Major::K, Major::K>::fma(a, b, d0, d1);\n"
+        "  out[threadIdx.x] = d0 + d1;\n}\n")
+    assert "HGMMA.64x8x16.F16" in _hopper_sass(source, tmp_path)
+
+
+@pytest.mark.slow
+def test_the_wheels_hopper_wgmma_example_compiles_to_hgmma_with_these_flags(tmp_path):
+    """The same on CUTLASS's own Hopper tutorial (compiled from the installed wheel, not copied)."""
+    source = locate().root / "examples" / "cute" / "tutorial" / "hopper" / "wgmma_sm90.cu"
+    if not source.is_file():
+        pytest.skip("this wheel has no Hopper tutorial")
+    assert "HGMMA." in _hopper_sass(source, tmp_path)
 
 
 @pytest.mark.parametrize("name,least", [("cutlass_queries.json", 30), ("cutlass_queries_heldout.json", 20)])
