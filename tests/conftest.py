@@ -86,6 +86,20 @@ def shrink(text: str) -> str:
 REPO = Path(__file__).parent.parent
 
 
+#: Module fixtures that take tens of seconds to build (a real search, a bench, the CUTLASS index, a launch
+#: dataset). pytest-xdist builds a module fixture once per worker that runs one of its tests; `make test` runs
+#: with --dist loadgroup, and the tests that share one of these go to one worker, so it is built once.
+COSTLY_FIXTURES = ("attention_run", "finished_bench", "level1_bench", "built", "stores", "conv_collected",
+                   "plugin_site", "rmsnorm", "evaluator")
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        shared = [name for name in COSTLY_FIXTURES if name in getattr(item, "fixturenames", ())]
+        if shared:
+            item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}.{shared[0]}"))
+
+
 @pytest.fixture(autouse=True)
 def kernelpro_home(tmp_path, tmp_path_factory, monkeypatch):
     """A KERNELPRO_HOME of the test's own. The CPU's ceilings (tools/ceilings.py, several seconds to

@@ -133,8 +133,8 @@ def test_a_bench_writes_every_leaderboard_and_records_a_crash(finished_bench):
 
 def test_kill_minus_9_then_resume_reruns_nothing_finished(tmp_path):
     out = tmp_path / "bench"
-    args = [sys.executable, "-m", "kernelpro", "bench", str(SUITE), "--budget", "2", "--no-profile", "--device",
-            "cpu", "--no-kb", "--out", str(out), "--json"]
+    args = [sys.executable, "-m", "kernelpro", "bench", str(SUITE), "--levels", "1", "--budget", "2", "--no-profile",
+            "--device", "cpu", "--no-kb", "--out", str(out), "--json"]
     process = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                start_new_session=True)
     database = out / "bench.db"
@@ -160,7 +160,7 @@ def test_kill_minus_9_then_resume_reruns_nothing_finished(tmp_path):
     done = subprocess.run(args + ["--resume"], cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     document = json.loads(done.stdout)
-    assert [r["status"] for r in document["problems"]] == ["done"] * 3
+    assert [r["status"] for r in document["problems"]] == ["done"] * 2
     after = dict((key, (started, end)) for key, started, end in sqlite3.connect(database).execute(
         "SELECT key, started, finished FROM problems"))
     for key, started, end in finished:  # the finished problems kept their record: not run again
@@ -476,8 +476,8 @@ def test_ctrl_c_stops_the_bench_with_exit_130_and_resume_finishes_it(tmp_path):
     """SIGINT to the bench's process group (a terminal's Ctrl-C): exit 130 and the resume command; no
     problem is recorded as failed; --resume then finishes every problem."""
     out = tmp_path / "bench"
-    args = [sys.executable, "-m", "kernelpro", "bench", str(SUITE), "--budget", "2", "--no-profile", "--device",
-            "cpu", "--no-kb", "--out", str(out)]
+    args = [sys.executable, "-m", "kernelpro", "bench", str(SUITE), "--levels", "1", "--budget", "2", "--no-profile",
+            "--device", "cpu", "--no-kb", "--out", str(out)]
     process = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                start_new_session=True, preexec_fn=default_sigint)
     database = out / "bench.db"
@@ -496,7 +496,7 @@ def test_ctrl_c_stops_the_bench_with_exit_130_and_resume_finishes_it(tmp_path):
     assert (out / "leaderboard.json").exists()
     done = subprocess.run(args + ["--resume", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert [r["status"] for r in json.loads(done.stdout)["problems"]] == ["done"] * 3
+    assert [r["status"] for r in json.loads(done.stdout)["problems"]] == ["done"] * 2
 
 
 def test_unsafe_no_sandbox_reaches_each_search_and_is_never_saved(tmp_path):
