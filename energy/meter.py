@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kernelpro.harness.errors import KernelproError
-from kernelpro.harness.toolchain import visible_nvml_handle
+from kernelpro.harness.toolchain import cuda_available, visible_nvml_handle
 
 MIN_WINDOW_S = 1.0
 UPDATES_PER_WINDOW = 20  # the window holds at least this many counter updates
@@ -139,8 +140,14 @@ class NvmlMeter:
         return joules / elapsed if elapsed > 0 else 0.0
 
 
-def open_meter(device: str) -> NvmlMeter:
-    """The meter for `kernelpro search --objective energy|edp`, or a clear error."""
+def open_meter(device: str, gpu_here: Callable[[], bool] | None = None) -> NvmlMeter:
+    """The meter for `kernelpro search --objective energy|edp`, or a clear error that says what can be done on
+    this machine (`gpu_here`: whether a CUDA GPU is visible; asked only on another device)."""
     if device != "cuda":
-        raise EnergyUnavailable("energy is measured with NVML on a CUDA device; use --device cuda")
+        if (gpu_here or cuda_available)():
+            raise EnergyUnavailable("energy is measured with NVML on a CUDA device, and this search runs on the "
+                                    f"{device}: give --device cuda")
+        raise EnergyUnavailable("energy is measured with NVML on a CUDA GPU, and this machine has none: "
+                                "--objective energy and edp need a machine with an NVIDIA GPU; here, search "
+                                "with --objective time")
     return NvmlMeter()

@@ -347,6 +347,7 @@ class Evaluator:
             "candidate_source": source, "precision": options.precision, "seed": options.seed,
             "correct_trials": 0 if outcome.itself else options.correct_trials, "timing_trials": options.timing_trials,
             "timing_budget_s": options.timing_budget_s, "warmup_calls": options.warmup_calls,
+            "stop_below_speedup": options.stop_below_speedup,
             "l2_flush_bytes": options.l2_flush_bytes, "cpu_settle_s": options.cpu_settle_s,
             "model_mode": options.model_mode, "extensions_dir": str(entry.extensions_dir),
             "triton_cache_dir": str(entry.triton_cache_dir),
@@ -515,6 +516,8 @@ class Evaluator:
             limit = meter.power_limit_w() if hasattr(meter, "power_limit_w") else None
             energy = energy_stats(meter.method, outcome.idle_power_w, limit, outcome.energy["eager"],
                                   outcome.energy["candidate"])
+        if timing.get("stopped_early"):  # adaptive timing: it could not reach the search's best
+            flags.append("timing_stopped_early")
         kernelbench = _kernelbench_timing(timing.get("kernelbench"))
         if timing.get("kernelbench") and kernelbench is None:
             flags.append("kernelbench_timing_failed")

@@ -101,6 +101,10 @@ class EvalOptions(_Record):
                                                     "candidate (needs an energy meter on the Evaluator)")
     energy_windows: int = Field(3, ge=1, le=20, description="energy windows per model, the reference's and the "
                                 "candidate's interleaved: their spread says which differences are real")
+    stop_below_speedup: float | None = Field(
+        None, gt=0, description="adaptive timing: after ADAPTIVE_MIN_TRIALS interleaved calls, timing stops once the "
+        "95% upper bound of the candidate's speedup over eager is below this (it cannot reach it); None: every trial "
+        "the budget allows")
 
     @property
     def effective_tolerance(self) -> float:

@@ -10,6 +10,7 @@ and the host wall clock is kept beside it as a cross-check.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Sequence
 
@@ -107,10 +108,12 @@ class InterleavedTimer:
         return output, guards._event_elapsed(start, end), host_ms
 
     def run(self, functions: dict[str, Callable], trials: int, budget_s: float, warmup_calls: int,
-            seed: int | None = None) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, object]]:
+            seed: int | None = None, stop: Callable[[dict[str, list[float]]], bool] | None = None,
+            ) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, object]]:
         """Returns device samples, host samples (ms) and each function's last output. With `seed`, every
         call starts from it (outside the timed window), so the last outputs of models that draw random
-        numbers (an active dropout) are comparable.
+        numbers (an active dropout) are comparable. `stop`, asked with the device samples after each round
+        of calls, ends the timing early when it says so (adaptive timing, `cannot_reach`).
 
         The functions share one set of input buffers, refilled from the pool before every call
         (warm-up calls included): at KernelBench's sizes a set of inputs is GBs."""
@@ -139,7 +142,38 @@ class InterleavedTimer:
                     last[name] = output
                 if guards.perf_counter() - began > budget_s * len(functions) and trial >= 4:
                     break
+                if stop is not None and stop(device_ms):
+                    break
         return device_ms, host_ms, last
+
+
+#: Adaptive timing decides nothing before this many interleaved calls of each model.
+ADAPTIVE_MIN_TRIALS = 10
+
+
+def speedup_upper_bound(eager_ms: Sequence[float], candidate_ms: Sequence[float]) -> float | None:
+    """The 95% upper bound of the candidate's speedup over eager from paired, interleaved calls: the mean of
+    log(eager / candidate) over the pairs plus Student's t (two-sided 95%) standard errors, exponentiated. None
+    before ADAPTIVE_MIN_TRIALS pairs."""
+    pairs = min(len(eager_ms), len(candidate_ms))
+    if pairs < ADAPTIVE_MIN_TRIALS:
+        return None
+    logs = [math.log(e / c) for e, c in zip(eager_ms, candidate_ms) if e > 0 and c > 0]
+    if len(logs) < ADAPTIVE_MIN_TRIALS:
+        return None
+    freedom = len(logs) - 1
+    z = 1.959964  # the t quantile from the normal one (Cornish-Fisher, two terms): within 0.01 of it from 9 on
+    t = z + (z ** 3 + z) / (4 * freedom) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * freedom ** 2)
+    return math.exp(statistics.fmean(logs) + t * statistics.stdev(logs) / math.sqrt(len(logs)))
+
+
+def cannot_reach(target_speedup: float) -> Callable[[dict[str, list[float]]], bool]:
+    """`InterleavedTimer.run`'s `stop` for adaptive timing: true once the candidate's speedup over eager cannot
+    reach `target_speedup` (its 95% upper bound is below it)."""
+    def stop(device_ms: dict[str, list[float]]) -> bool:
+        bound = speedup_upper_bound(device_ms["eager"], device_ms["candidate"])
+        return bound is not None and bound < target_speedup
+    return stop
 
 
 def kernelbench_times(function: Callable, inputs: list[object], device: torch.device,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Annotated
@@ -16,7 +15,7 @@ from rich.text import Text
 from kernelpro.cli_options import (Device, KbPath, LaunchRankingChoice, LaunchRankingOpt, ModelModeChoice, ModelModeOpt,
                                    MovesOpt, NoKb, PolicyChoice, PolicyOpt, SearchOpt,
                                    PrecisionChoice, PrecisionOpt, knowledge_base, quiet)
-from kernelpro.cli_options import JsonFile, ObjectiveChoice, write_json
+from kernelpro.cli_options import AdaptiveTiming, JsonFile, ObjectiveChoice, given_fields, write_json
 from kernelpro.cli_search import CoderChoice, StrategyChoice
 from kernelpro.cli_options import make_console
 
@@ -52,9 +51,14 @@ class ProgressLines:
                            soft_wrap=True)
 
 
+#: the bench command's parameters that set a BenchSettings field of another name
+_FIELDS = {"level": "levels", "time_limit": "time_limit_min", "no_kb": "use_kb"}
+
+
 def register(app: typer.Typer) -> None:
     @app.command("bench", context_settings={"help_option_names": ["-h", "--help"]})
     def bench_command(
+        ctx: typer.Context,
         targets: Annotated[list[str], typer.Argument(
             help="SUITE (levelN/ID_Name.py, or a flat folder of problems); or: compare DIR_A DIR_B (a side run in "
                  "parts: DIR_A1,DIR_A2); or: report "
@@ -80,6 +84,7 @@ def register(app: typer.Typer) -> None:
         compile_baseline: Annotated[bool, typer.Option(
             "--compile-baseline/--no-compile-baseline", help="time torch.compile too in each search (on CUDA); "
             "without it the leaderboard has no torch.compile column and a bench costs less GPU time")] = True,
+        adaptive_timing: AdaptiveTiming = True,
         device: Device = None,
         gpus: Annotated[str, typer.Option("--gpus", help="all, or GPU indices such as 0,1 (one worker each)")] = "all",
         backend: Annotated[str, typer.Option("--backend", help="local (a worker per local GPU) or ray (a task per "
@@ -114,16 +119,17 @@ def register(app: typer.Typer) -> None:
                                          "DIR_A1,DIR_A2)", param_hint="SUITE")
             from kernelpro.bench.compare import compare, markdown
             document = compare(*([Path(p) for p in side.split(",") if p] for side in targets[1:3]))
-            typer.echo(json.dumps(document, indent=2) if json_output else markdown(document), nl=False)
+            write_json(document, json_output, json_file)
+            if not json_output:
+                typer.echo(markdown(document), nl=False)
             return
         if targets[0] == "report":
             if len(targets) != 2:
                 raise typer.BadParameter("report takes one bench folder: report DIR", param_hint="SUITE")
             from kernelpro.bench import Bench
             document = Bench.report(Path(targets[1]))
-            if json_output:
-                typer.echo(json.dumps(document, indent=2))
-            else:
+            write_json(document, json_output, json_file)
+            if not json_output:
                 overall = document["overall"]
                 typer.echo(f"{overall['finished']} of {overall['problems']} problems finished; wrote {targets[1]}/"
                            "leaderboard.md, leaderboard.json, leaderboard.html")
@@ -147,7 +153,7 @@ def register(app: typer.Typer) -> None:
             baselines_only=baselines_only, time_limit_min=time_limit, **knowledge,
             backend=backend, ray_address=ray_address, unsafe_no_sandbox=unsafe_no_sandbox,
             launch_ranking=launch_ranking.value, moves=moves, seed=seed, compile_baseline=compile_baseline,
-            search=search)
+            adaptive_timing=adaptive_timing, search=search)
         if search:  # before any search starts, not in each
             from kernelpro.search_settings import check_search
             check_search(search)
@@ -166,26 +172,28 @@ def register(app: typer.Typer) -> None:
             clear_output_folder(Path(settings.out), ("bench.db",), "kernelpro bench")
         console = make_console(stderr=True)
         reruns, remeasures = ([key.strip() for key in text.split(",") if key.strip()] for text in (rerun, remeasure))
+        given = given_fields(ctx, _FIELDS) if resume else None
         if json_output:
             document = Bench(settings, resume=resume, extend_budget=budget if resume else None, rerun=reruns,
-                             remeasure=remeasures).run()
+                             remeasure=remeasures, given=given).run()
             write_json(document, True, json_file)
             _exit_for_failures(document, console)
             return
         if quiet():
             bench = Bench(settings, resume=resume, extend_budget=budget if resume else None, rerun=reruns,
-                          remeasure=remeasures)
+                          remeasure=remeasures, given=given)
             document = bench.run()
         elif console.is_terminal:
             with Live(console=console, refresh_per_second=2, transient=False) as live:
                 bench = Bench(settings, resume=resume, extend_budget=budget if resume else None, rerun=reruns,
-                              remeasure=remeasures, on_change=lambda status: live.update(render_status(status)))
+                              remeasure=remeasures, given=given,
+                              on_change=lambda status: live.update(render_status(status)))
                 live.update(render_status(bench.status))
                 document = bench.run()
                 live.update(render_status(bench.status))
         else:  # a log file or a pipe: a line whenever a problem starts or finishes
             bench = Bench(settings, resume=resume, extend_budget=budget if resume else None, rerun=reruns,
-                          remeasure=remeasures, on_change=ProgressLines(console))
+                          remeasure=remeasures, given=given, on_change=ProgressLines(console))
             document = bench.run()
         write_json(document, False, json_file)
         overall = document["overall"]

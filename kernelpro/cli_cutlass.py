@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from typing import Annotated
 
 import typer
 from rich.syntax import Syntax
-from kernelpro.cli_options import make_console
+from kernelpro.cli_options import JsonFile, JsonOutput, make_console, write_json
 
 
 def search(query: str, k: int = 10, arch: str | None = None) -> list[dict]:
@@ -37,7 +36,8 @@ def register(app: typer.Typer) -> None:
         arch: Annotated[str, typer.Option("--arch", metavar="<smXY|any>", help="rank this GPU generation's "
                                           "declarations first and demote the others; default: the local GPU's, "
                                           "else none")] = "",
-        json_output: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+        json_output: JsonOutput = False,
+        json_file: JsonFile = None,
     ) -> None:
         """Rank the declarations (structs, classes, functions, aliases, macros) that match QUERY, at most two
         per file, printed under their file (--json: the declarations in rank order)."""
@@ -49,8 +49,8 @@ def register(app: typer.Typer) -> None:
                                      param_hint="--arch")
         from kernelpro.cutlass_index import device_arch
         hits = search(query, k, None if arch == "any" else arch or device_arch())
+        write_json(hits, json_output, json_file)
         if json_output:
-            typer.echo(json.dumps(hits, indent=2))
             return
         console = make_console()
         if not hits:
@@ -81,12 +81,13 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"{number:>{width}}  {text}")
 
     @cutlass_app.command("build")
-    def build_command(json_output: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
+    def build_command(json_output: JsonOutput = False, json_file: JsonFile = None) -> None:
         """Build the index again (it is built on first use, and again when the wheel's version changes)."""
         from kernelpro.cutlass_index import load_index
         meta = load_index(rebuild=True, progress=_stderr).meta
-        typer.echo(json.dumps(meta, indent=2) if json_output else
-                   f"indexed {meta['chunks']} declarations in {meta['files']} files of CUTLASS {meta['version']} "
-                   f"in {meta['build_seconds']:.1f} s")
+        write_json(meta, json_output, json_file)
+        if not json_output:
+            typer.echo(f"indexed {meta['chunks']} declarations in {meta['files']} files of CUTLASS {meta['version']} "
+                       f"in {meta['build_seconds']:.1f} s")
 
     app.add_typer(cutlass_app, name="cutlass")

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
-from kernelpro.cli_options import ObjectiveChoice, make_console
+from kernelpro.cli_options import JsonFile, JsonOutput, ObjectiveChoice, make_console, write_json
 
 KbPath = Annotated[Path | None, typer.Option("--kb", help="the knowledge base (default: $KERNELPRO_HOME/kb.sqlite, "
                                                           "else the user data folder)")]
@@ -41,15 +41,16 @@ def register(app: typer.Typer) -> None:
         roofline: Annotated[str, typer.Option("--roofline", help="and this roofline class (with --family)")] = "",
         objective: Annotated[ObjectiveChoice, typer.Option("--objective", help="rank and give prior factors for "
                                                                               "this search objective")] = ObjectiveChoice.time,
-        json_output: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+        json_output: JsonOutput = False,
+        json_file: JsonFile = None,
     ) -> None:
         """Per technique: attempts, successes, mean and spread of the time gain, the energy effect where it was
         measured, and the prior factor it gives a search of the objective."""
         if roofline and not family:
             raise typer.BadParameter("needs --family too", param_hint="--roofline")
         document = show(kb, family, roofline, objective.value)
+        write_json(document, json_output, json_file)
         if json_output:
-            typer.echo(json.dumps(document, indent=2))
             return
         console = make_console()
         where = f" like {family}" + (f"/{roofline}" if roofline else "") if family else ""

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from kernelpro.cli_options import PrecisionChoice, make_console
+from kernelpro.cli_options import JsonFile, JsonOutput, PrecisionChoice, make_console, write_json
 
 DbPath = Annotated[Path, typer.Option("--db", help="the dataset (SQLite)")]
 DEFAULT_DB = Path("launch.db")
@@ -96,7 +96,7 @@ def register(app: typer.Typer) -> None:
                                                                          "(levelN/*.py or *.py)")] = None,
         only: Annotated[str, typer.Option("--only", help="with --suite: these problems only, as `kernelpro "
                                           "bench --problems` takes them (numbers, keys, or @file of keys)")] = "",
-        levels: Annotated[str, typer.Option("--levels", help="with --suite: these levels only ('1,2')")] = "",
+        levels: Annotated[str, typer.Option("--level", help="with --suite: these levels only ('1,2')")] = "",
         most: Annotated[int, typer.Option("--most", min=2, help="configurations per kernel, best-ranked first")] = 16,
         seed: Annotated[int, typer.Option("--seed", help="the random shapes' seed")] = 0,
         templates: Annotated[str, typer.Option("--templates", help="random shapes of these kernel templates only "
@@ -118,7 +118,8 @@ def register(app: typer.Typer) -> None:
         ncu: Annotated[bool, typer.Option("--ncu", help="also profile each kernel once (its first configuration) "
                                           "with Nsight Compute: occupancy, memory and SM utilization, cache hit "
                                           "rates, DRAM bytes (dynamic features, shared by the kernel's rows)")] = False,
-        json_output: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+        json_output: JsonOutput = False,
+        json_file: JsonFile = None,
     ) -> None:
         """Time every configuration of generated kernels on this GPU into the dataset (resumable)."""
         import torch
@@ -127,7 +128,7 @@ def register(app: typer.Typer) -> None:
         from kernelpro.launch.store import LaunchStore
         from kernelpro.offline.worker import target_device
         if (only or levels) and problems is None:
-            raise KernelproError("--only and --levels choose among the problems of --suite DIR: give it")
+            raise KernelproError("--only and --level choose among the problems of --suite DIR: give it")
         precision = precision.value
         if precision != "fp32" and problems is None:
             raise KernelproError("--precision is the precision of the --suite DIR sweep (the templates' own is "
@@ -147,8 +148,9 @@ def register(app: typer.Typer) -> None:
         device, _ = target_device({"device": "cuda"})
         summary = collect(LaunchStore(db), device.name, device, cuda_timer(), drawn, paths, most,
                           _stderr, profiler, precision)
-        typer.echo(json.dumps(summary, indent=2) if json_output else
-                   f"{summary['added']} rows added to {summary['path']}; {len(summary['failed'])} problems failed")
+        write_json(summary, json_output, json_file)
+        if not json_output:
+            typer.echo(f"{summary['added']} rows added to {summary['path']}; {len(summary['failed'])} problems failed")
 
     @launch_app.command("import")
     def import_command(
@@ -214,7 +216,8 @@ def register(app: typer.Typer) -> None:
             "--measured-features", help="also train on the compiled-kernel (static) and ncu (dynamic) features "
             "where every row has them: such a model scores offline (eval), but a search, which ranks before it "
             "compiles, does not use it")] = False,
-        json_output: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+        json_output: JsonOutput = False,
+        json_file: JsonFile = None,
     ) -> None:
         """Train the predictor for one family on one device; prints its held-out scores against the baselines."""
         from kernelpro.harness.errors import KernelproError
@@ -238,8 +241,8 @@ def register(app: typer.Typer) -> None:
         classes = model.document.get("classes")  # set by cross-validation: the kinds of kernel it may rank
         if classes is not None:
             report["classes"] = classes
+        write_json(report, json_output, json_file)
         if json_output:
-            typer.echo(json.dumps(report, indent=2))
             return
         _print_scores(report)
         if classes is not None:
@@ -253,12 +256,13 @@ def register(app: typer.Typer) -> None:
         db: DbPath = DEFAULT_DB,
         model: Annotated[Path | None, typer.Option(
             "--model-file", help="a model file (the kernels it never trained on are scored)")] = None,
-        json_output: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+        json_output: JsonOutput = False,
+        json_file: JsonFile = None,
     ) -> None:
         """Score the rankings (predictor, analytic, occupancy heuristic) on the dataset's instances."""
         document = evaluate(db, family, device, model)
+        write_json(document, json_output, json_file)
         if json_output:
-            typer.echo(json.dumps(document, indent=2))
             return
         how = ("in-sample: the model trained on these" if document.get("in_sample")
                else "none of which the model trained on" if document.get("unseen") else "")
@@ -282,7 +286,8 @@ def register(app: typer.Typer) -> None:
                                                  "dataset)")] = None,
         install: Annotated[bool, typer.Option("--install", help="also put it where searches look "
                                                                 "($KERNELPRO_HOME/launch/models)")] = False,
-        json_output: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+        json_output: JsonOutput = False,
+        json_file: JsonFile = None,
     ) -> None:
         """Score another GPU's model on this GPU's measured kernels; write a copy that searches here use for the kinds
         of kernel on which it beat the analytic ranking (none: the analytic ranking stays)."""
@@ -303,8 +308,8 @@ def register(app: typer.Typer) -> None:
         if install:
             adopted.save(model_path(user_models(), family, device))
         report |= {"model": str(target), "from_model": str(model)}
+        write_json(report, json_output, json_file)
         if json_output:
-            typer.echo(json.dumps(report, indent=2))
             return
         _print_scores(report, f"{source}'s model on {device}'s kernels")
         kinds = report["classes"]
@@ -315,7 +320,7 @@ def register(app: typer.Typer) -> None:
 
     @launch_app.command("show")
     def show_command(db: DbPath = DEFAULT_DB,
-                     json_output: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+                     json_output: JsonOutput = False, json_file: JsonFile = None,
                      instances: Annotated[bool, typer.Option("--instances", help="also each kernel instance: its "
                                                              "id (for join --drop), configurations and record")] = False,
                      ) -> None:
@@ -326,8 +331,8 @@ def register(app: typer.Typer) -> None:
                 summary["instances"] = [{"instance": item.instance, "family": item.family, "device": item.device,
                                          "configurations": len(item.configs), "features": item.features}
                                         for item in store.instances(least=1)]
+        write_json(summary, json_output, json_file)
         if json_output:
-            typer.echo(json.dumps(summary, indent=2))
             return
         for group in summary["groups"]:
             typer.echo(f"{group['family']:20} {group['device']:28} {group['source']:7} {group['rows']:7} rows "

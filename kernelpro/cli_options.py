@@ -72,6 +72,10 @@ Seed = Annotated[int, typer.Option("--seed", help="shifts the seeds of the weigh
                                                   "search, bench and eval)")]
 JsonFlag = Annotated[bool, typer.Option(
     "--json", help="print the result as JSON on stdout (the human-readable output then goes to stderr)")]
+AdaptiveTiming = Annotated[bool, typer.Option(
+    "--adaptive-timing/--no-adaptive-timing", help="stop timing a candidate once its speedup's 95% upper bound is "
+    "below the best so far (objective time); the best and the closing re-measurement always get every trial")]
+JsonOutput = Annotated[bool, typer.Option("--json", help="print the result as JSON")]
 JsonFile = Annotated[Path | None, typer.Option("--json-file", metavar="PATH", help="also write the JSON result here")]
 KbPath = Annotated[Path | None, typer.Option(
     "--kb", help="the knowledge base to learn from and add to (default: $KERNELPRO_HOME/kb.sqlite)")]
@@ -133,3 +137,10 @@ def write_json(document: dict, to_stdout: bool, path: Path | None) -> None:
         path.write_text(text + "\n")
     if to_stdout:
         typer.echo(text)
+
+
+def given_fields(ctx: typer.Context, renamed: dict[str, str]) -> frozenset[str]:
+    """The parameters this command line sets itself (not left to their defaults), named as the settings record
+    names them (`renamed`: parameter -> field where the two differ)."""
+    return frozenset(renamed.get(name, name) for name in ctx.params
+                     if getattr(ctx.get_parameter_source(name), "name", "DEFAULT") in ("COMMANDLINE", "ENVIRONMENT"))

@@ -16,8 +16,8 @@ from rich.text import Text
 
 from kernelpro.cli_options import (Device, KbPath, LaunchRankingChoice, LaunchRankingOpt, ModelModeChoice, ModelModeOpt,
                                    MovesOpt, NoKb, PolicyChoice, PolicyOpt, SearchOpt,
-                                   ObjectiveChoice, PrecisionChoice, PrecisionOpt, Seed, JsonFile,
-                                   knowledge_base, quiet, write_json)
+                                   ObjectiveChoice, PrecisionChoice, PrecisionOpt, Seed, JsonFile, AdaptiveTiming,
+                                   given_fields, knowledge_base, quiet, write_json)
 from kernelpro.cli_options import make_console
 
 
@@ -70,8 +70,7 @@ _FIELDS = {"time_limit": "time_limit_min", "max_cost": "max_cost_usd", "no_kb": 
 
 def given_settings(ctx: typer.Context) -> frozenset[str]:
     """The settings this command line sets itself (not left to their defaults), by SearchSettings field."""
-    return frozenset(_FIELDS.get(name, name) for name in ctx.params
-                     if getattr(ctx.get_parameter_source(name), "name", "DEFAULT") in ("COMMANDLINE", "ENVIRONMENT"))
+    return given_fields(ctx, _FIELDS)
 
 
 def register(app: typer.Typer) -> None:
@@ -107,6 +106,7 @@ def register(app: typer.Typer) -> None:
         compile_baseline: Annotated[bool | None, typer.Option(
             "--compile-baseline/--no-compile-baseline",
             help="also time torch.compile (the reference and, at the end, the best); default: on with CUDA")] = None,
+        adaptive_timing: AdaptiveTiming = True,
         model: Annotated[str, typer.Option("--model", help="the Anthropic coder's model (default: KERNELPRO_MODEL, "
                                                            "else the coder's default)")] = "",
         planner_model: Annotated[str, typer.Option("--planner-model", help="a separate model that picks the "
@@ -143,6 +143,7 @@ def register(app: typer.Typer) -> None:
             precision=precision.value, policy=policy.value, model_mode=model_mode.value, parallel=parallel,
             seed=seed, profile=profile,
             compile_baseline=compile_baseline if compile_baseline is not None else chosen_device == "cuda",
+            adaptive_timing=adaptive_timing,
             model=model, planner_model=planner_model, max_cost_usd=max_cost, max_tokens=max_tokens,
             unsafe_no_sandbox=unsafe_no_sandbox, launch_ranking=launch_ranking.value, moves=moves, search=search,
             **knowledge)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 import typer
 from rich.table import Table
-from kernelpro.cli_options import make_console
+from kernelpro.cli_options import JsonFile, JsonOutput, make_console, write_json
 
 
 def list_tools() -> list[dict]:
@@ -21,11 +20,11 @@ def register(app: typer.Typer) -> None:
                             no_args_is_help=True)
 
     @tools_app.command("list")
-    def list_command(json_output: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
+    def list_command(json_output: JsonOutput = False, json_file: JsonFile = None) -> None:
         """Each tool, its level, and whether it can run here (and why not); and the sandbox candidates run in."""
         rows = list_tools()
+        write_json(rows, json_output, json_file)
         if json_output:
-            typer.echo(json.dumps(rows, indent=2))
             return
         table = Table(title="kernelpro tools")
         for column in ("name", "level", "available", "reason", "source"):

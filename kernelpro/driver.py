@@ -161,6 +161,15 @@ class SearchRun:
                            timing_budget_s=s.timing_budget_s, measure_energy=self.meter is not None,
                            seed=SEED_BASE + s.seed, model_mode=s.model_mode, kernelbench_timing=kernelbench)
 
+    def candidate_options(self) -> EvalOptions:
+        """A candidate's options in the search: with adaptive timing under the time objective, it stops being
+        timed once it cannot reach the best speedup found so far (the reference's 1.0 before any)."""
+        options = self.options()
+        baseline = self.store.get("baseline")
+        if self.settings.adaptive_timing and self.settings.objective == "time" and baseline:
+            options = options.model_copy(update={"stop_below_speedup": baseline["eager_ms"] / self.fastest_ms(baseline)})
+        return options
+
     def _changed(self, **fields) -> None:
         for name, value in fields.items():
             setattr(self.status, name, value)
@@ -191,6 +200,7 @@ class SearchRun:
             return
         from kernelpro.cli_profile import run_profile
         self._changed(phase=f"profiling {'the reference' if candidate is None else candidate.name}")
+        began = time.monotonic()
         try:
             document = run_profile(Path(self.settings.problem), candidate=candidate, device=self.settings.device,
                                    precision=self.settings.precision, objective=self.settings.objective,
@@ -200,6 +210,7 @@ class SearchRun:
                         "kernels": []}
         self.profiles[node_id] = document
         self.store.put_profile(node_id, document)
+        self.store.put("profile_s", self.store.get("profile_s", 0.0) + time.monotonic() - began)
 
     def guidance_for(self, search: Search, node_id: int) -> dict:
         """The profile of the node, or of its nearest profiled ancestor."""
@@ -444,7 +455,7 @@ class SearchRun:
         evaluator.prebuild(proposal.source, self.options())  # native builds start in the CPU pool now
         self.status.in_flight.append(child.payload["move"])
         self._changed()
-        future = pool.submit(evaluator.evaluate, self.problem, proposal.source, self.options())
+        future = pool.submit(evaluator.evaluate, self.problem, proposal.source, self.candidate_options())
         pending[future] = (expansion, child.id, proposal, key)
 
     @staticmethod

@@ -57,6 +57,26 @@ def _confirmed(objective: str, best: dict | None, final) -> tuple[dict | None, o
                         "why": why, "final": _final_record(final)}
 
 
+def time_split(store, rows: list[dict], baseline: dict, final, wall_s: float) -> dict:
+    """Where the run's time went, in seconds: the reference's evaluation, profiling, waiting on the coder, the
+    candidates' evaluations (`evaluations`, split into their harness phases under `phases` plus `harness`: worker
+    start and hand-over outside any phase; `builds`: their native builds), the closing re-measurement (`final`,
+    after `wall_s`), and `other`: the rest of `wall_s` (the search's own bookkeeping). With --parallel > 1
+    evaluations overlap, so the parts may exceed the wall and `other` is then 0."""
+    phases: dict[str, float] = {}
+    for row in rows:
+        for name, seconds in (row["result"].get("phase_s") or {}).items():
+            phases[name] = round(phases.get(name, 0.0) + seconds, 3)
+    evaluations = sum(r["result"].get("wall_s") or 0.0 for r in rows)
+    reference = (baseline.get("result") or {}).get("wall_s") or 0.0
+    profile, coder = store.get("profile_s", 0.0), store.get("coder_s", 0.0)
+    return {"reference": reference, "profile": profile, "coder": coder, "evaluations": evaluations,
+            "builds": sum(r["result"].get("build_s") or 0.0 for r in rows), "phases": phases,
+            "harness": max(0.0, evaluations - sum(phases.values())),
+            "final": final.wall_s if final is not None else 0.0,
+            "other": max(0.0, wall_s - reference - profile - coder - evaluations)}
+
+
 def _final_record(final) -> dict | None:
     if final is None or not final.ok:
         return None
@@ -234,11 +254,7 @@ def write_all(run, search: Search, baseline: dict, stopped: str, final,
         "baseline_energy_j": baseline.get("energy_j"),
         "energy": energy, "stopped": stopped, "wall_s": wall_s,
         "evaluations_per_minute": len(rows) / (wall_s / 60) if wall_s else None,
-        # Where the wall time went: waiting on the coder, and inside evaluations (native builds
-        # included); with --parallel > 1 evaluations overlap, so the parts may exceed the wall.
-        "time_split_s": {"coder": run.store.get("coder_s", 0.0),
-                         "evaluations": sum(r["result"].get("wall_s") or 0.0 for r in rows),
-                         "builds": sum(r["result"].get("build_s") or 0.0 for r in rows)},
+        "time_split_s": time_split(run.store, rows, baseline, final, wall_s),
         "date": datetime.date.today().isoformat(),
         # The LLM coder's tokens (in, out, cached) and estimated cost in this process; expansions the
         # coder could not answer (API errors after retries, max_tokens, refusals).

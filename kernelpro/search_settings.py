@@ -41,6 +41,7 @@ class SearchSettings:
     seed: int = 0
     profile: bool = True
     compile_baseline: bool = False
+    adaptive_timing: bool = True  # stop timing a candidate once it cannot beat the best so far (objective time)
     timing_budget_s: float = 2.0
     epsilon: float = objectives.DEFAULT_EPSILON
     model: str = ""  # the LLM coder's model ("" = its default, or KERNELPRO_MODEL)
@@ -62,7 +63,8 @@ EXTENDABLE = ("budget", "time_limit_min", "max_cost_usd", "max_tokens")
 FLAGS = {"objective": "--objective", "budget": "--budget", "time_limit_min": "--time-limit", "coder": "--coder",
          "strategy": "--strategy", "device": "--device", "precision": "--precision", "policy": "--policy",
          "model_mode": "--model-mode", "parallel": "--parallel", "seed": "--seed", "profile": "--profile",
-         "compile_baseline": "--compile-baseline", "model": "--model", "planner_model": "--planner-model",
+         "compile_baseline": "--compile-baseline", "adaptive_timing": "--adaptive-timing",
+         "model": "--model", "planner_model": "--planner-model",
          "max_cost_usd": "--max-cost", "max_tokens": "--max-tokens", "unsafe_no_sandbox": "--unsafe-no-sandbox",
          "use_kb": "--no-kb", "kb": "--kb", "launch_ranking": "--launch-ranking", "moves": "--moves",
          "search": "--search"}

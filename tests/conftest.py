@@ -4,6 +4,7 @@ per test run (each evaluation still gets its own fresh worker process)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import sys
@@ -86,18 +87,23 @@ def shrink(text: str) -> str:
 REPO = Path(__file__).parent.parent
 
 
-#: Module fixtures that take tens of seconds to build (a real search, a bench, the CUTLASS index, a launch
-#: dataset). pytest-xdist builds a module fixture once per worker that runs one of its tests; `make test` runs
-#: with --dist loadgroup, and the tests that share one of these go to one worker, so it is built once.
-COSTLY_FIXTURES = ("attention_run", "finished_bench", "level1_bench", "built", "stores", "conv_collected",
-                   "plugin_site", "rmsnorm", "evaluator")
-
-
-def pytest_collection_modifyitems(items):
-    for item in items:
-        shared = [name for name in COSTLY_FIXTURES if name in getattr(item, "fixturenames", ())]
-        if shared:
-            item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}.{shared[0]}"))
+def built_once(tmp_path_factory, name: str, build):
+    """A costly module fixture's value (a real search, a bench), built once per run of the suite: under
+    pytest-xdist each worker that runs one of its tests would build its own, so the first builds it into a
+    folder the run's workers share (`build(folder)`, whose value must be JSON) and the others wait for it and
+    read it. Tests only read what it built, or copy it."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return build(tmp_path_factory.mktemp(name))
+    from filelock import FileLock
+    shared = tmp_path_factory.getbasetemp().parent / "built-once"  # the run's folder, above each worker's
+    shared.mkdir(exist_ok=True)
+    value = shared / f"{name}.json"
+    with FileLock(str(shared / f"{name}.lock")):
+        if not value.exists():
+            folder = shared / name
+            folder.mkdir()
+            value.write_text(json.dumps(build(folder)))
+    return json.loads(value.read_text())
 
 
 @pytest.fixture(autouse=True)

@@ -28,7 +28,7 @@ from kernelpro.bench import Bench, BenchError, BenchSettings
 from kernelpro.bench.compare import compare
 from kernelpro.bench.leaderboard import schema
 from kernelpro.bench.suite import SuiteError, discover, parse_numbers, select
-from conftest import default_sigint
+from conftest import built_once, default_sigint
 from kernelpro.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,36 +71,37 @@ def test_suite_discovery_and_selection(tmp_path):
         discover(tmp_path / "missing")
 
 
-@pytest.fixture(scope="module")
-def crash_suite(tmp_path_factory):
-    suite = tmp_path_factory.mktemp("suite")
-    shutil.copytree(SUITE / "level1", suite / "level1")
-    (suite / "level1" / "3_Broken.py").write_text(
-        "import torch\n\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
-        "        raise RuntimeError('this forward always fails')\n\n\n"
-        "def get_inputs():\n    return [torch.randn(4)]\n\n\ndef get_init_inputs():\n    return []\n")
-    return suite
-
-
-def bench_in_own_home(settings: BenchSettings, tmp_path_factory) -> dict:
+def bench_in_own_home(settings: BenchSettings, folder: Path) -> dict:
     """A module fixture's bench, run with a KERNELPRO_HOME of its own (the autouse one is per test)."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("KERNELPRO_HOME", str(tmp_path_factory.mktemp("home")))
+        patch.setenv("KERNELPRO_HOME", str(folder / "home"))
         return Bench(settings).run()
 
 
 @pytest.fixture(scope="module")
-def finished_bench(crash_suite, tmp_path_factory):
-    out = tmp_path_factory.mktemp("bench") / "run"
-    return out, bench_in_own_home(BenchSettings(suite=str(crash_suite), out=str(out), **FAST), tmp_path_factory)
+def finished_bench(tmp_path_factory):
+    """A finished bench of the suite's level 1 and a problem whose forward always fails, built once per run."""
+    def build(folder: Path) -> dict:
+        suite = folder / "suite"
+        shutil.copytree(SUITE / "level1", suite / "level1")
+        (suite / "level1" / "3_Broken.py").write_text(
+            "import torch\n\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+            "        raise RuntimeError('this forward always fails')\n\n\n"
+            "def get_inputs():\n    return [torch.randn(4)]\n\n\ndef get_init_inputs():\n    return []\n")
+        out = folder / "run"
+        return {"out": str(out), "document": bench_in_own_home(BenchSettings(suite=str(suite), out=str(out), **FAST),
+                                                               folder)}
+    built = built_once(tmp_path_factory, "finished_bench", build)
+    return Path(built["out"]), built["document"]
 
 
 @pytest.fixture(scope="module")
 def level1_bench(tmp_path_factory):
-    """A finished bench of the suite's level 1 (two problems, budget 2), built once; tests work on copies."""
-    out = tmp_path_factory.mktemp("level1") / "bench"
-    bench_in_own_home(BenchSettings(suite=str(SUITE), out=str(out), levels="1", **FAST), tmp_path_factory)
-    return out
+    """A finished bench of the suite's level 1 (two problems, budget 2), built once per run; tests work on copies."""
+    def build(folder: Path) -> str:
+        bench_in_own_home(BenchSettings(suite=str(SUITE), out=str(folder / "bench"), levels="1", **FAST), folder)
+        return str(folder / "bench")
+    return Path(built_once(tmp_path_factory, "level1_bench", build))
 
 
 def test_a_bench_writes_every_leaderboard_and_records_a_crash(finished_bench):
@@ -115,6 +116,14 @@ def test_a_bench_writes_every_leaderboard_and_records_a_crash(finished_bench):
         assert bool(r["techniques"]) == bool(best_node)
     for r in done:  # eager and best come from the same evaluation: their ratio is the speedup
         assert r["eager_ms"] / r["best_ms"] == pytest.approx(r["speedup"], rel=1e-6)
+    seconds = dict(sqlite3.connect(out / "bench.db").execute("SELECT key, seconds FROM problems"))
+    for r in done:  # where each problem's time went: the parts and the rest make up its time in the bench
+        times = r["time_s"]
+        assert times["reference"] > 0 and times["coder"] > 0 and times["timing"] > 0 and times["correctness"] > 0
+        assert sum(times.values()) == pytest.approx(max(seconds[r["key"]], sum(times.values()) - times["rest"]),
+                                                    abs=0.05)
+    level_times = document["levels"][0]["time_s"]
+    assert level_times["timing"] == pytest.approx(sum(r["time_s"]["timing"] for r in done), abs=0.02)
     level = document["levels"][0]
     assert level["problems"] == 3 and level["valid"] == 2 and level["valid_rate"] == pytest.approx(2 / 3)
     assert level["fast_p"]["0"] == pytest.approx(2 / 3)  # the crash counts as not fast
@@ -123,6 +132,7 @@ def test_a_bench_writes_every_leaderboard_and_records_a_crash(finished_bench):
     assert "| `level1/1_DoubleNegation` |" in markdown and "Failed problems:" in markdown
     assert "| level | problems | finished | valid |" in markdown and "| 1 | 3 | 3 | 67% |" in markdown
     assert "CPU-min" in markdown and "GPU-min" not in markdown  # a CPU bench spends CPU minutes
+    assert "Where the time went (CPU-min" in markdown and "| 1 | " in markdown.split("Where the time went")[1]
     page = (out / "leaderboard.html").read_text()
     assert page.count("<svg") >= 2 and "fast_p per level" in page and "<script" not in page
     for r in done:  # each problem's search in its own folder
@@ -133,7 +143,7 @@ def test_a_bench_writes_every_leaderboard_and_records_a_crash(finished_bench):
 
 def test_kill_minus_9_then_resume_reruns_nothing_finished(tmp_path):
     out = tmp_path / "bench"
-    args = [sys.executable, "-m", "kernelpro", "bench", str(SUITE), "--levels", "1", "--budget", "2", "--no-profile",
+    args = [sys.executable, "-m", "kernelpro", "bench", str(SUITE), "--level", "1", "--budget", "2", "--no-profile",
             "--device", "cpu", "--no-kb", "--out", str(out), "--json"]
     process = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                start_new_session=True)
@@ -440,6 +450,9 @@ def test_remeasure_times_each_best_again_and_the_leaderboard_reports_that_one_me
     for row in document["problems"]:
         key, before, after = row["key"], first[row["key"]], again[row["key"]]
         assert evaluations(key) == counts[key] and after["evaluations"] == before["evaluations"]
+        if after.get("rejected_best"):  # on a loaded CPU the new timing found the best no faster than eager
+            assert after["rejected_best"]["node"] == before["best_node"] and after["best_node"] == 0
+            continue
         assert after["best_node"] == before["best_node"] and after["speedup"] == before["speedup"]
         if after["best_node"]:  # the best was timed again: a new measurement, and the row shows it whole
             assert after["final"] and after["final"] != before["final"]
@@ -476,7 +489,7 @@ def test_ctrl_c_stops_the_bench_with_exit_130_and_resume_finishes_it(tmp_path):
     """SIGINT to the bench's process group (a terminal's Ctrl-C): exit 130 and the resume command; no
     problem is recorded as failed; --resume then finishes every problem."""
     out = tmp_path / "bench"
-    args = [sys.executable, "-m", "kernelpro", "bench", str(SUITE), "--levels", "1", "--budget", "2", "--no-profile",
+    args = [sys.executable, "-m", "kernelpro", "bench", str(SUITE), "--level", "1", "--budget", "2", "--no-profile",
             "--device", "cpu", "--no-kb", "--out", str(out)]
     process = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                start_new_session=True, preexec_fn=default_sigint)
@@ -705,3 +718,22 @@ def test_compare_reports_energy_at_matched_speed(tmp_path):
     assert summary["matched"] == 2 and summary["not_matched"] == ["level1/2_P"] and summary["saving_beyond_spread"] == 1
     assert summary["geomean_energy_b_over_a"] == pytest.approx((1.25 * 1.9 / 1.89) ** 0.5)
     assert "Energy at matched speed" in compare_markdown(result)
+
+
+def test_resume_goes_on_with_the_benchs_own_settings_and_names_a_conflicting_flag(tmp_path, capsys):
+    """--resume takes every setting the bench recorded; one given again with another value is refused by its
+    option, where the bench runs (--gpus) is this command's, and nothing starts before the refusal."""
+    out = tmp_path / "bench"
+    Bench(BenchSettings(suite=str(SUITE), out=str(out), levels="1", seed=3, **FAST))  # recorded, nothing run
+    with pytest.raises(BenchError, match=r"--level '2' \(the bench has '1'\); --seed 4 \(the bench has 3\)"):
+        Bench(BenchSettings(suite=str(SUITE), out=str(out), levels="2", seed=4, **FAST), resume=True,
+              given=frozenset({"seed", "levels"}))
+    same = Bench(BenchSettings(suite=str(SUITE), out=str(out), seed=3, gpus="1", **FAST), resume=True,
+                 given=frozenset({"seed", "gpus"}))
+    assert same.settings.levels == "1" and same.settings.seed == 3 and same.settings.gpus == "1"
+    with pytest.raises(SystemExit) as exit_:
+        main(["bench", str(SUITE), "--out", str(out), "--resume", "--no-adaptive-timing", "--budget", "3"])
+    assert exit_.value.code == 2
+    assert "--adaptive-timing off (the bench has on)" in capsys.readouterr().err
+    assert sqlite3.connect(out / "bench.db").execute("SELECT COUNT(*) FROM problems WHERE status != 'pending'"
+                                                     ).fetchone()[0] == 0

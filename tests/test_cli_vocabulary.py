@@ -55,3 +55,27 @@ def test_every_command_with_a_result_takes_json_and_json_file():
     assert RESULT_COMMANDS <= set(found)
     lacking = {path for path in RESULT_COMMANDS if not {"--json", "--json-file"} <= found[path]}
     assert not lacking, f"without --json or --json-file: {sorted(lacking)}"
+    # any command that prints JSON writes the same into a file with --json-file
+    half = {path for path, names in found.items() if ("--json" in names) != ("--json-file" in names)}
+    assert not half, f"--json without --json-file, or the reverse: {sorted(half)}"
+    assert len([path for path, names in found.items() if "--json" in names]) >= 12
+
+
+def test_json_file_holds_what_json_prints(tmp_path, capsys):
+    """`tools list` and `kb show`, two listing commands: --json-file writes the document --json prints, and
+    without --json the table still goes to the terminal."""
+    import json
+    import pytest
+    from kernelpro.cli import main
+    from kernelpro.knowledge import KnowledgeBase
+    KnowledgeBase(tmp_path / "kb.sqlite").close()  # an empty one
+    for command in (["tools", "list"], ["kb", "show", "--kb", str(tmp_path / "kb.sqlite")]):
+        path = tmp_path / "out.json"
+        with pytest.raises(SystemExit) as done:
+            main([*command, "--json"])
+        assert done.value.code == 0
+        printed = json.loads(capsys.readouterr().out)
+        with pytest.raises(SystemExit) as done:
+            main([*command, "--json-file", str(path)])
+        assert done.value.code == 0 and capsys.readouterr().out.strip()  # the table, on the terminal
+        assert json.loads(path.read_text()) == printed

@@ -107,8 +107,12 @@ def test_meter_errors_are_clear():
 
     with pytest.raises(EnergyUnavailable, match="Driver Not Loaded"):
         NvmlMeter(Broken())
-    with pytest.raises(EnergyUnavailable, match="--device cuda"):
-        open_meter("cpu")
+    with pytest.raises(EnergyUnavailable, match="on the cpu: give --device cuda"):
+        open_meter("cpu", gpu_here=lambda: True)
+    # without a GPU, no dead end: it says what to do on this machine instead
+    with pytest.raises(EnergyUnavailable, match="this machine has none.*--objective time") as refused:
+        open_meter("cpu", gpu_here=lambda: False)
+    assert "--device cuda" not in str(refused.value)
 
 
 def test_objectives():
@@ -197,7 +201,10 @@ def test_the_worker_interleaves_the_energy_windows():
     options = EvalOptions(device="cpu", measure_energy=True, timing_trials=5, timing_budget_s=0.5, energy_windows=3)
     with Evaluator("cpu", spares=0, energy_meter=meter) as evaluator:
         result = evaluator.evaluate(problem, problem.source + "\nModelNew = Model\n", options)
-    assert result.ok and len(started) == 6 and result.energy.windows == 3
+    # five timed calls of the same model on a loaded machine can read as a speedup over 10x, which evaluates it
+    # once more (re-verification): six windows each time
+    evaluations = 2 if "suspicious_speedup_reverified" in result.flags else 1
+    assert result.ok and len(started) == 6 * evaluations and result.energy.windows == 3
 
 
 def _stats(ours: float, theirs: float, difference: str) -> dict:

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kernelpro.bench.suite import Entry
@@ -71,6 +71,40 @@ class BenchSettings:
     seed: int = 0  # passed to each search (--seed): repeat a bench with other seeds to see its spread
     search: str = ""  # passed to each search (--search): the tree search's settings, NAME=VALUE,... ("" = defaults)
     compile_baseline: bool = True  # False: no search times torch.compile (--no-compile-baseline), a cheaper bench
+    adaptive_timing: bool = True  # False: every candidate gets every timing trial (--no-adaptive-timing)
+
+
+#: the option that sets each setting, as `kernelpro bench` spells it: a resumed bench refuses one given with
+#: another value than the bench recorded (the budget extends it; --gpus, --backend and --ray-address say where the
+#: rest runs now; --unsafe-no-sandbox is never recorded)
+FLAGS = {"levels": "--level", "problems": "--problems", "coder": "--coder", "objective": "--objective",
+         "strategy": "--strategy", "precision": "--precision", "policy": "--policy", "model_mode": "--model-mode",
+         "device": "--device", "profile": "--profile", "baselines_only": "--baselines-only", "use_kb": "--no-kb",
+         "kb": "--kb", "time_limit_min": "--time-limit", "launch_ranking": "--launch-ranking", "moves": "--moves",
+         "seed": "--seed", "search": "--search", "compile_baseline": "--compile-baseline",
+         "adaptive_timing": "--adaptive-timing"}
+#: what a resumed bench takes from the command that resumes it, where given
+WHERE = ("gpus", "backend", "ray_address")
+
+
+def resumed_settings(saved: BenchSettings, asked: BenchSettings, given: frozenset[str] | None) -> BenchSettings:
+    """The settings a resumed bench goes on with: the recorded ones, where it runs as `asked` where `given` (the
+    BenchSettings fields the command line set), and this command's --unsafe-no-sandbox. A recorded setting given
+    with another value is refused by its option. None (a program's call): nothing is refused."""
+    conflicts = [f"{FLAGS[name]} {_shown(getattr(asked, name))} (the bench has {_shown(getattr(saved, name))})"
+                 for name in sorted(given or ()) if name in FLAGS and getattr(asked, name) != getattr(saved, name)]
+    if conflicts:
+        raise BenchError(f"--resume finishes the bench in {asked.out} with the settings it was started with; "
+                         f"{'; '.join(conflicts)}. Leave {'them' if len(conflicts) > 1 else 'it'} out, or start a new "
+                         "bench in another --out folder")
+    return replace(saved, unsafe_no_sandbox=asked.unsafe_no_sandbox,
+                   **{name: getattr(asked, name) for name in WHERE if name in (given or ())})
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return repr(value) if isinstance(value, str) else str(value)
 
 
 def summarize_run(folder: Path) -> dict:
@@ -111,7 +145,7 @@ def search_args(entry: Entry, s: BenchSettings, folder: Path, resume: bool) -> l
         (["--no-kb"] if not s.use_kb else ["--kb", s.kb] if s.kb else []) + \
         (["--unsafe-no-sandbox"] if s.unsafe_no_sandbox else []) + \
         ([] if s.compile_baseline else ["--no-compile-baseline"]) + (["--moves", s.moves] if s.moves else []) + \
-        (["--search", s.search] if s.search else [])
+        (["--search", s.search] if s.search else []) + ([] if s.adaptive_timing else ["--no-adaptive-timing"])
 
 
 def one_line_error(log_tail: str) -> str:

@@ -81,6 +81,8 @@ def problem_row(row: dict) -> dict:
         if row["status"] == "done" and not result.get("evaluations") else None,
         "evaluations": result.get("evaluations"), "verdicts": verdicts,
         "gpu_minutes": round((result.get("wall_s") or row.get("seconds") or 0.0) / 60, 3),
+        # where the problem's time went, from its search's start to its record (TIME_COLUMNS)
+        "time_s": time_columns(result.get("time_split_s"), row.get("seconds")),
         "tokens": result.get("tokens"), "cost_usd": result.get("cost_usd"),
         **energy_columns(result),
         # which ranking chose each evaluated generated kernel's launch configuration ("predictor" or "analytic: why")
@@ -88,6 +90,28 @@ def problem_row(row: dict) -> dict:
         # the card of the final re-measurement, which gives the row's times, else the search's
         "device_name": final.get("device_name") or result.get("device_name"), "error": row["error"] or None,
     }
+
+
+#: Where a problem's time goes, as the leaderboard adds it up: the reference's evaluation, profiling, waiting on
+#: the coder; in the candidates' evaluations: builds (and imports), correctness (checks, and the reference's outputs
+#: where they were not kept), timing (and energy windows), worker start and hand-over; the closing re-measurement;
+#: and the rest of the problem's time (process start-up, the search's bookkeeping, writing the results).
+TIME_COLUMNS = ("reference", "profile", "coder", "build", "correctness", "timing", "worker", "re-measure", "rest")
+
+
+def time_columns(split: dict | None, total: float | None) -> dict | None:
+    """A search's `time_split_s` in TIME_COLUMNS, in seconds; `rest` is what `total` (the problem's seconds in the
+    bench) leaves. None for a search that recorded no split by phase."""
+    if not split or "phases" not in split:
+        return None
+    phases = split["phases"]
+    parts = {"reference": split["reference"], "profile": split["profile"], "coder": split["coder"],
+             "build": phases.get("build", 0.0) + phases.get("load", 0.0),
+             "correctness": phases.get("static", 0.0) + phases.get("reference", 0.0) + phases.get("correctness", 0.0),
+             "timing": phases.get("timing", 0.0) + phases.get("energy", 0.0),
+             "worker": split["harness"], "re-measure": split["final"]}
+    parts["rest"] = max(0.0, (total or 0.0) - sum(parts.values()))
+    return {name: round(seconds, 2) for name, seconds in parts.items()}
 
 
 def _failure_line(failure: dict | None) -> str | None:
@@ -136,6 +160,8 @@ def level_summary(level, rows: list[dict]) -> dict:
         "geomean_vs_correct_compile": geomean([r["speedup_vs_compile"] for r in rows if r["status"] == "done"
                                                and r.get("compile_correct") is not False]),
         "gpu_minutes": round(sum(r["gpu_minutes"] for r in rows), 3),
+        # the level's problems' time_s added up (those that recorded one)
+        "time_s": {name: round(sum(r["time_s"][name] for r in rows if r.get("time_s")), 2) for name in TIME_COLUMNS},
     }
 
 
@@ -232,6 +258,7 @@ def markdown(document: dict) -> str:
         lines += ["", f"Geomean energy saved: {_cell(overall, suffix='x')} (reference J/call over the best's, in the "
                       "best's own evaluation)."]
     lines += launch_ranking_lines(document["problems"])
+    lines += time_lines(document)
     unsearched = [r for r in document["problems"] if r.get("why_not_searched")]
     if unsearched:
         overall = document["overall"]
@@ -243,6 +270,21 @@ def markdown(document: dict) -> str:
     if failed:
         lines += ["", "Failed problems:", ""] + [f"- `{r['key']}`: {r['error'].splitlines()[0][:300]}" for r in failed]
     return "\n".join(lines) + "\n"
+
+
+def time_lines(document: dict) -> list[str]:
+    """Where each level's time went (TIME_COLUMNS), in minutes and as a share of the level's total."""
+    summaries = [s for s in document["levels"] + [document["overall"]] if sum((s.get("time_s") or {}).values())]
+    if not summaries:
+        return []
+    lines = ["", f"Where the time went ({_minutes(document)}, share of the level's total):", "",
+             "| level | total | " + " | ".join(TIME_COLUMNS) + " |", "|---|---|" + "---|" * len(TIME_COLUMNS)]
+    for summary in summaries:
+        total = sum(summary["time_s"].values())
+        lines.append(f"| {summary['level'] if summary['level'] is not None else '-'} | {total / 60:.1f} | " + " | ".join(
+            f"{summary['time_s'][name] / 60:.1f} ({summary['time_s'][name] / total:.0%})" for name in TIME_COLUMNS)
+            + " |")
+    return lines
 
 
 def launch_ranking_lines(problems: list[dict]) -> list[str]:

@@ -24,8 +24,8 @@ from pathlib import Path
 from collections.abc import Callable
 
 from kernelpro.bench.child import (BenchError, BenchInterrupted, BenchSettings, ChildInterrupted,  # noqa: F401
-                                    check_interrupted, extends, finished_search, one_line_error, run_child,
-                                    run_search)
+                                    check_interrupted, extends, finished_search, one_line_error, resumed_settings,
+                                    run_child, run_search)
 from kernelpro.bench.leaderboard import geomean, write_leaderboards
 from kernelpro.bench.store import FINISHED, BenchStore, source_sha256
 from kernelpro.bench.suite import Entry, discover, select
@@ -81,14 +81,16 @@ def _is_our_search(pid: int, key: str) -> bool:
 class Bench:
     def __init__(self, settings: BenchSettings, *, resume: bool = False, extend_budget: int | None = None,
                  rerun: list[str] | None = None, remeasure: list[str] | None = None,
-                 on_change: Callable[[BenchStatus], None] = lambda status: None):
+                 on_change: Callable[[BenchStatus], None] = lambda status: None, given: frozenset[str] | None = None):
         """`resume` finishes the bench in settings.out with its saved settings; `extend_budget` (with
         resume) raises its budget: each search that spent the old one goes on from its own state, and
         the leaderboards of the old budget are kept as leaderboard_budget<N>.*. `rerun` (with resume)
         names problems (keys such as level1/7_Name) to run again from scratch, e.g. after something
         else used their GPU while they were timed. `remeasure` (with resume) names finished problems, or
         `all` of them, whose best is timed again against eager and torch.compile, with no new evaluations:
-        for leaderboards from a bench whose searches recorded no re-measurement, or a quieter machine."""
+        for leaderboards from a bench whose searches recorded no re-measurement, or a quieter machine. `given`
+        (with resume): the settings the command line set, refused where they differ from the bench's
+        (`resumed_settings`)."""
         out = Path(settings.out)
         if extend_budget is not None and not resume:
             raise BenchError("a larger budget extends a finished bench: give it with --resume")
@@ -107,7 +109,7 @@ class Bench:
         if resume:
             saved = self.store.get("settings")
             # the safety choice is this command's, never the saved one's
-            settings = replace(saved_settings(saved), unsafe_no_sandbox=settings.unsafe_no_sandbox) if saved else settings
+            settings = resumed_settings(saved_settings(saved), settings, given) if saved else settings
         if extend_budget is not None and extend_budget != settings.budget:
             settings = self._extend(settings, extend_budget)
         self.settings = settings
