@@ -214,14 +214,6 @@ for key in ${KB_SMOKE:-}; do
     --json-file "$OUT/kb_smoke/$name.json" 2>&1 | grep -E "verdict|reason|speedup|KernelBench|candidate|reference|mode|error"
 done
 
-step "TF32 against true fp32 on KernelBench's conv problems (TF32_NUMERICS=1; TF32_LEVELS, e.g. 1,2)"
-# benchmarks/conv_tf32_numerics.py: for each conv problem of .kb/kernelbench, whether a true-fp32 result
-# passes KernelBench's 1e-4 check against the TF32 reference (docs/kernelbench.md).
-if [ "${TF32_NUMERICS:-0}" = 1 ]; then
-  timeout "${TF32_TIMEOUT:-400}" python3 benchmarks/conv_tf32_numerics.py .kb/kernelbench --levels "${TF32_LEVELS:-1,2,3}" \
-    --json "$OUT/conv_tf32.json" 2>&1 | tee "$OUT/conv_tf32.log" | tail -3
-fi
-
 step "generated GEMMs/convolutions against cuBLAS/cuDNN (RATES=1; RATES_MOVE=triton_conv|triton_gemm, RATES_PRECISION, RATES_PROBLEMS: keys, RATES_TRANSPOSED=1)"
 # benchmarks/kernel_rates.py: each candidate judged by the harness, and the library's product alone timed.
 if [ "${RATES:-0}" = 1 ]; then

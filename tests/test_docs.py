@@ -39,3 +39,17 @@ def test_the_documentation_site_builds_strictly(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / "site" / "harness" / "index.html").exists()
     assert "The sandbox" in (tmp_path / "site" / "harness" / "index.html").read_text()
+
+
+def test_every_script_and_result_file_the_docs_and_scripts_name_exists():
+    """A reproducing command or a results file named in the docs, the README, benchmarks/README.md or the GPU
+    scripts that no longer exists (a deleted one-off script) is a broken promise."""
+    texts = [*PAGES, ROOT / "benchmarks" / "README.md", *sorted((ROOT / "scripts").glob("*.sh"))]
+    named = {match for path in texts for match in re.findall(r"\b(?:benchmarks|scripts)/[\w/.-]+\.(?:py|sh|txt)\b",
+                                                             path.read_text())}
+    assert len(named) >= 10
+    missing = sorted(name for name in named if not (ROOT / name).exists())
+    assert not missing, missing
+    results = ROOT / "benchmarks" / "results"
+    cited = set(re.findall(r"`([\w.-]+_\d{4}-\d{2}-\d{2}[\w.-]*\.(?:json|md))`", (ROOT / "docs" / "results.md").read_text()))
+    assert cited and not sorted(name for name in cited if not (results / name).exists())
