@@ -113,11 +113,13 @@ class InterleavedTimer:
         """Returns device samples, host samples (ms) and each function's last output. With `seed`, every
         call starts from it (outside the timed window), so the last outputs of models that draw random
         numbers (an active dropout) are comparable. `stop`, asked with the device samples after each round
-        of calls, ends the timing early when it says so (adaptive timing, `cannot_reach`).
+        of calls, ends the timing early when it says so (adaptive timing, `cannot_reach`); `stopped_early`
+        then says it did.
 
         The functions share one set of input buffers, refilled from the pool before every call
         (warm-up calls included): at KernelBench's sizes a set of inputs is GBs."""
         shared = self.fresh_inputs()
+        self.stopped_early = False
         with torch.no_grad():
             for name, function in functions.items():
                 for _ in range(warmup_calls):
@@ -140,9 +142,10 @@ class InterleavedTimer:
                     device_ms[name].append(on_device)
                     host_ms[name].append(on_host)
                     last[name] = output
-                if guards.perf_counter() - began > budget_s * len(functions) and trial >= 4:
-                    break
                 if stop is not None and stop(device_ms):
+                    self.stopped_early = trial + 1 < trials
+                    break
+                if guards.perf_counter() - began > budget_s * len(functions) and trial >= 4:
                     break
         return device_ms, host_ms, last
 

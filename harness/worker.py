@@ -40,8 +40,8 @@ from kernelpro.harness.errors import missing_packages_line
 from kernelpro.harness.modelio import (DTYPES, build_model, cast_to, describe_values,  # noqa: F401
                                       flatten_outputs, import_file, parameter_bytes, set_seed, tensor_bytes)
 from kernelpro.harness.payload import pack_values
-from kernelpro.harness.timing import (InterleavedTimer, cannot_reach, kernelbench_times, measure_copy_bandwidth_gbps,
-                                      measure_matmul_tflops)
+from kernelpro.harness.timing import (InterleavedTimer, cannot_reach, kernelbench_times,
+                                      measure_copy_bandwidth_gbps, measure_matmul_tflops)
 
 TIMING_POOL_SIZE = 3
 
@@ -387,8 +387,6 @@ class Job:
         stop = cannot_reach(target) if target else None
         device_ms, host_ms, last = timer.run(functions, self.spec["timing_trials"],
                                              self.spec["timing_budget_s"], self.spec["warmup_calls"], seed, stop)
-        stopped_early = (stop is not None and len(device_ms["candidate"]) < self.spec["timing_trials"]
-                         and stop(device_ms))
         compiled_last = last.pop("compile", None)  # judged against eager's on the trusted side, like the candidate
         self.check_tampering()
         kernelbench_ms = self.kernelbench_timing(functions, timer) if kernelbench else None
@@ -402,7 +400,7 @@ class Job:
         del eager_out, candidate_out, compile_out, compiled_last
         self.send({"type": "timing", "device_ms": device_ms, "host_ms": host_ms, "kernels": kernels,
                    "ceilings": ceilings, "final_count": count, "compile_count": compiled,
-                   "kernelbench": kernelbench_ms, "stopped_early": stopped_early}, payload)
+                   "kernelbench": kernelbench_ms, "stopped_early": timer.stopped_early}, payload)
         self.timed = {"eager": functions["eager"], "candidate": functions["candidate"]}, pool
 
     def kernelbench_timing(self, functions: dict, timer: InterleavedTimer) -> dict:

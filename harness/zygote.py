@@ -14,9 +14,10 @@ process nor a live worker's session is killed, and once no worker is live the pr
 candidate cannot change what the next child inherits. A candidate can still kill it: the trusted
 side then starts another.
 
-Requests (one datagram each, on a SOCK_SEQPACKET socket): {"cmd": "fork"} with three descriptors (channel, stdout, stderr) answers {"pid": N, "workdir": PATH}; {"cmd": "status",
-"pid": N, "wait_s": S} answers {"status": exit code, negative for a signal, or null if alive};
-{"cmd": "release", "pid": N} answers {} after cleaning up.
+Requests (one datagram each, on a SOCK_SEQPACKET socket): {"cmd": "fork"} with three descriptors
+(channel, stdout, stderr) answers {"pid": N, "workdir": PATH}; {"cmd": "status", "pid": N, "wait_s": S}
+answers {"status": exit code, negative for a signal, or null if alive}; {"cmd": "release", "pid": N}
+answers {} after cleaning up.
 """
 
 from __future__ import annotations

@@ -68,11 +68,6 @@ class ProgressLines:
 _FIELDS = {"time_limit": "time_limit_min", "max_cost": "max_cost_usd", "no_kb": "use_kb"}
 
 
-def given_settings(ctx: typer.Context) -> frozenset[str]:
-    """The settings this command line sets itself (not left to their defaults), by SearchSettings field."""
-    return given_fields(ctx, _FIELDS)
-
-
 def register(app: typer.Typer) -> None:
     @app.command("search")
     def search_command(
@@ -154,7 +149,7 @@ def register(app: typer.Typer) -> None:
             from kernelpro.runstore import clear_output_folder
             clear_output_folder(folder, ("state.db", "run.json"), "kernelpro search run")
         from kernelpro.driver import SearchInterrupted
-        given = given_settings(ctx) if resume else None
+        given = given_fields(ctx, _FIELDS) if resume else None
         # built before anything is printed: a refused run prints its error alone and leaves nothing behind
         run = SearchRun(settings, resume=resume, remeasure_only=remeasure, given=given)
         why = "as asked" if coder else ("ANTHROPIC_API_KEY is set" if chosen_coder == "anthropic"

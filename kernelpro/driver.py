@@ -167,7 +167,8 @@ class SearchRun:
         options = self.options()
         baseline = self.store.get("baseline")
         if self.settings.adaptive_timing and self.settings.objective == "time" and baseline:
-            options = options.model_copy(update={"stop_below_speedup": baseline["eager_ms"] / self.fastest_ms(baseline)})
+            best_speedup = baseline["eager_ms"] / self.fastest_ms(baseline)
+            options = options.model_copy(update={"stop_below_speedup": best_speedup})
         return options
 
     def _changed(self, **fields) -> None:

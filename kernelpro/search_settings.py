@@ -80,14 +80,19 @@ def resumed(saved: dict, asked: SearchSettings, given: frozenset[str] | None) ->
     recorded = SearchSettings(**{**{k: v for k, v in saved.items() if k in known},
                                  "problem": asked.problem, "out": asked.out})
     explicit = set(EXTENDABLE) if given is None else set(given)
-    conflicts = [f"{FLAGS[name]} {_shown(getattr(asked, name))} (the run has {_shown(getattr(recorded, name))})"
-                 for name in sorted(explicit - set(EXTENDABLE))
-                 if name in FLAGS and getattr(asked, name) != getattr(recorded, name)]
+    conflicts = conflicting_options(FLAGS, explicit - set(EXTENDABLE), asked, recorded, "the run")
     if conflicts:
         raise SearchInputError(f"--resume continues the run in {asked.out} with the settings it was started with; "
                                f"{'; '.join(conflicts)}. Leave {'them' if len(conflicts) > 1 else 'it'} out, or "
                                "start a new run in another --out folder")
     return replace(recorded, **{name: getattr(asked, name) for name in EXTENDABLE if name in explicit})
+
+
+def conflicting_options(flags: dict[str, str], given, asked, recorded, holder: str) -> list[str]:
+    """Each setting in `given` (field names) whose value in `asked` differs from `recorded`, by its option in
+    `flags` (fields without one are not compared): `--seed 4 (the run has 3)`, sorted by field."""
+    return [f"{flags[name]} {_shown(getattr(asked, name))} ({holder} has {_shown(getattr(recorded, name))})"
+            for name in sorted(given) if name in flags and getattr(asked, name) != getattr(recorded, name)]
 
 
 def _shown(value: object) -> str:

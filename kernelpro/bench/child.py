@@ -91,20 +91,14 @@ def resumed_settings(saved: BenchSettings, asked: BenchSettings, given: frozense
     """The settings a resumed bench goes on with: the recorded ones, where it runs as `asked` where `given` (the
     BenchSettings fields the command line set), and this command's --unsafe-no-sandbox. A recorded setting given
     with another value is refused by its option. None (a program's call): nothing is refused."""
-    conflicts = [f"{FLAGS[name]} {_shown(getattr(asked, name))} (the bench has {_shown(getattr(saved, name))})"
-                 for name in sorted(given or ()) if name in FLAGS and getattr(asked, name) != getattr(saved, name)]
+    from kernelpro.search_settings import conflicting_options  # here: it imports torch, a bench's start need not
+    conflicts = conflicting_options(FLAGS, given or (), asked, saved, "the bench")
     if conflicts:
         raise BenchError(f"--resume finishes the bench in {asked.out} with the settings it was started with; "
                          f"{'; '.join(conflicts)}. Leave {'them' if len(conflicts) > 1 else 'it'} out, or start a new "
                          "bench in another --out folder")
     return replace(saved, unsafe_no_sandbox=asked.unsafe_no_sandbox,
                    **{name: getattr(asked, name) for name in WHERE if name in (given or ())})
-
-
-def _shown(value: object) -> str:
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    return repr(value) if isinstance(value, str) else str(value)
 
 
 def summarize_run(folder: Path) -> dict:
