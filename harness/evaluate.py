@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import importlib.metadata
 import signal
+import os
 import threading
 import time
 import weakref
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from kernelpro.harness import channel, compare, policy, sandbox
 from kernelpro.harness.cache import BuildCache, BuildEntry, needs_native_build, source_hash
-from kernelpro.harness.errors import DeviceError, ProblemError
+from kernelpro.harness.errors import DeviceError, KernelproError, ProblemError
 from kernelpro.harness.memory import MemoryPlan, Reservation
 from kernelpro.harness.payload import available_memory_bytes, spill
 from kernelpro.harness.problem import Problem, reference_candidate
@@ -53,27 +54,41 @@ def check_device(device: str) -> None:
                           f"(torch {torch.__version__}); use --device cpu")
 
 
-class WorkerPool:
-    """Spawns workers ahead of need. Each worker serves one candidate, then dies.
+def worker_start() -> str:
+    """How workers start: "fork" (from a warm parent in the sandbox, the default) or "spawn" (a fresh
+    interpreter each, booted ahead), from KERNELPRO_WORKER_START."""
+    how = os.environ.get("KERNELPRO_WORKER_START", "fork").strip().lower() or "fork"
+    if how not in ("fork", "spawn"):
+        raise KernelproError(f"KERNELPRO_WORKER_START={how!r}: expected fork or spawn")
+    return how
 
-    `forked` (the default on CPU): workers are forked from a warm parent in the sandbox
-    (`forkserver`), which saves each one a fresh interpreter and `import torch`. The parent
-    starts with the pool; a worker is forked when one is acquired (in milliseconds), so
-    none waits ahead."""
+
+class WorkerPool:
+    """Workers for candidates. Each worker serves one candidate, then dies.
+
+    `forked` (the default): workers are forked from a warm parent in the sandbox (`forkserver`),
+    which saves each one a fresh interpreter and `import torch`. The parent starts with the pool
+    and never touches the GPU; a worker is forked when one is acquired (in milliseconds) and, on
+    CUDA, creates its own context (a fraction of a second on an H200). Otherwise (`forked=False`,
+    or KERNELPRO_WORKER_START=spawn) each worker is a fresh interpreter booted ahead of need: on
+    CUDA a replacement boots while the current worker runs, and the timing phase waits until it
+    has its context (about 10 s a candidate on an H200)."""
 
     def __init__(self, device: str, spares: int = 1, env: dict[str, str] | None = None,
                  build_cache: Path | None = None, forked: bool | None = None):
         self.device = device
         self.build_cache = build_cache  # shown read-only to sandboxed workers
-        # On CUDA a replacement boots while the current worker runs; on CPU it would steal
-        # a core from the timing phase, so it boots only after the evaluation.
+        # On CUDA a replacement boots (spawned) while the current worker runs, and a worker waits for
+        # the others' contexts before it times; on CPU a boot would steal a core from the timing phase,
+        # so it boots only after the evaluation.
         self.refill_on_acquire = device == "cuda"
         self.env = env or {}
         self.spares = spares
-        self.forked = device == "cpu" if forked is None else forked
+        self.forked = worker_start() == "fork" if forked is None else forked
         self._zygote: Zygote | None = None
         self._ready: list[ChannelWorker] = []
         self._spawned: weakref.WeakSet[ChannelWorker] = weakref.WeakSet()  # for close(): those in use too
+        self._candidates: weakref.WeakSet[ChannelWorker] = weakref.WeakSet()  # the candidates' (no builders)
         self._lock = threading.RLock()  # _fill spawns while holding it
         if self.forked:
             self._fork_server()
@@ -82,11 +97,11 @@ class WorkerPool:
 
     def _spawn(self) -> ChannelWorker:
         if not self.forked:
-            return self._keep(WorkerProcess(self.device, self.env, build_cache=self.build_cache))
+            return self._keep(WorkerProcess(self.device, self.env, build_cache=self.build_cache), candidate=True)
         try:
-            return self._keep(ForkedWorker(self._fork_server()))
+            return self._keep(ForkedWorker(self._fork_server()), candidate=True)
         except ZygoteGone:  # a candidate may have killed the fork server: another starts, once
-            return self._keep(ForkedWorker(self._fork_server(replace=True)))
+            return self._keep(ForkedWorker(self._fork_server(replace=True)), candidate=True)
 
     def _fork_server(self, replace: bool = False) -> Zygote:
         with self._lock:
@@ -97,9 +112,11 @@ class WorkerPool:
                 self._zygote = Zygote(self.device, self.env, build_cache=self.build_cache)
             return self._zygote
 
-    def _keep(self, worker: ChannelWorker) -> ChannelWorker:
+    def _keep(self, worker: ChannelWorker, candidate: bool = False) -> ChannelWorker:
         with self._lock:
             self._spawned.add(worker)
+            if candidate:
+                self._candidates.add(worker)
         return worker
 
     def _fill(self) -> None:
@@ -122,11 +139,12 @@ class WorkerPool:
         worker.kill()
         self._fill()
 
-    def settle(self, timeout_s: float) -> None:
-        """Waits until the workers booting ahead have created their CUDA contexts: one created on the
-        GPU while another worker times would disturb that timing."""
+    def settle(self, timeout_s: float, timing: ChannelWorker | None = None) -> None:
+        """Waits until every other worker has created its CUDA context (those booted ahead, and forked
+        ones another evaluation just acquired): one created on the GPU while `timing` times would
+        disturb that timing."""
         with self._lock:
-            booting = list(self._ready)
+            booting = [worker for worker in self._candidates if worker is not timing]
         deadline = time.monotonic() + timeout_s
         for worker in booting:
             worker.settle(deadline - time.monotonic())
@@ -358,8 +376,8 @@ class Evaluator:
 
         def go_on() -> None:  # every correctness trial passed (or none was due): time it, or stop
             if options.measure_time:
-                if self.pool.refill_on_acquire:  # a spare boots meanwhile: no GPU context starts while this times
-                    self.pool.settle(_STARTUP_LIMIT_S)
+                if self.pool.refill_on_acquire:  # no GPU context starts while this times
+                    self.pool.settle(_STARTUP_LIMIT_S, timing=worker)
                 worker.send({"cmd": "time", "baselines": list(options.baselines),
                              "profile_kernels": options.policy == "strict",
                              "kernelbench": options.kernelbench_timing,

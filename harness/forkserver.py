@@ -7,9 +7,10 @@ spawned worker does. The child leads its own session; the trusted side finds its
 `NSpid` in /proc) to watch its memory and to kill its tree. Each child serves one candidate and is
 then killed; the zygote cleans the sandbox before the next (see its docstring).
 
-Used on CPU, where every worker otherwise pays for a fresh interpreter and `import torch` on the
-critical path. On CUDA workers keep booting ahead in sandboxes of their own (a CUDA context cannot
-cross a fork, and the boot is already off the critical path there).
+Without it every worker pays for a fresh interpreter and `import torch`. On CUDA the fork server
+never creates a context (one cannot cross a fork): each child creates its own, a fraction of a second,
+where a worker booted ahead cost about 10 s that the timing phase had to wait for (no context may
+start on the GPU while a candidate is timed).
 """
 
 from __future__ import annotations

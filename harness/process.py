@@ -171,6 +171,8 @@ class ChannelWorker:
         """Waits, up to timeout_s, until a booting worker has said it is ready (on CUDA: once its
         context exists), keeping that message for receive(). A worker that dies meanwhile is left for
         its user to find out about."""
+        if self._heard or self._killed:
+            return  # it booted already (its user may be reading it), or it is gone
         if not self._read_lock.acquire(timeout=max(timeout_s, 0.0)):
             return  # its user is reading it: it booted already
         try:

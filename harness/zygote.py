@@ -1,11 +1,12 @@
-"""A warm parent for CPU workers, inside the sandbox: torch imported once, a fresh process per candidate.
+"""A warm parent for workers, inside the sandbox: torch imported once, a fresh process per candidate.
 
 Run as `python -m kernelpro.harness.zygote FD DEVICE` by `forkserver.Zygote`. Starting a worker
 costs a Python interpreter and `import torch` (about 2.5 s of CPU); forking this process costs
 milliseconds. It imports what a worker imports (`guards` first, so the saved functions are the
 genuine ones) and never runs candidate code itself: every candidate runs in a child forked from
 it, which becomes one ordinary worker (`worker.serve`) on the channel and log pipes sent with the
-request, in its own session and working folder.
+request, in its own session and working folder. On CUDA it never creates a context: each child
+creates its own (a fork refuses once this process has one).
 
 Before each fork, and when the trusted side releases a worker, it makes the sandbox as fresh as a
 new one for the next candidate: every process in the sandbox that is neither its init, this
@@ -34,7 +35,7 @@ import socket
 import time
 import traceback
 
-import torch  # noqa: F401  (the point: imported once, before any fork)
+import torch  # the point: imported once, before any fork (and never touching the GPU)
 
 from kernelpro.harness import sandbox, worker
 from kernelpro.harness.process import sigkill
@@ -136,10 +137,13 @@ class Zygote:
                     _remove(os.path.join(folder, entry))
 
     def fork(self, fds: list[int]) -> dict:
-        if len(fds) != 3:
+        problem = (f"a fork needs 3 descriptors, got {len(fds)}" if len(fds) != 3 else
+                   "the fork server has a CUDA context, which its children cannot use"
+                   if torch.cuda.is_initialized() else "")
+        if problem:
             for fd in fds:
                 os.close(fd)
-            return {"error": f"a fork needs 3 descriptors, got {len(fds)}"}
+            return {"error": problem}
         self.clean()
         self.count += 1
         workdir = os.path.join(self.home, f"worker-{self.count}")

@@ -6,6 +6,8 @@ import io
 import textwrap
 import time
 
+import pytest
+
 from kernelpro.harness.process import CappedStream, WorkerProcess, scrubbed_environment
 
 
@@ -91,3 +93,49 @@ def test_settle_waits_for_the_workers_booting_ahead_and_keeps_their_first_messag
             lone.kill()
     finally:
         pool.close()
+
+
+def test_a_worker_about_to_time_waits_for_every_other_forked_worker_to_start_but_not_for_itself():
+    # Forked workers (the default) start when acquired; on CUDA each creates its context then. A worker
+    # that is about to time waits until every other has said it is ready, never for itself, and never
+    # for one already running (whose reader holds it for as long as that one's phase lasts).
+    import threading
+    from kernelpro.harness import channel
+    from kernelpro.harness.evaluate import WorkerPool
+    pool = WorkerPool("cpu", forked=True)
+    try:
+        first = pool.acquire()
+        assert first.receive(120)[0]["type"] == "ready"
+        second = pool.acquire()
+        assert not second._heard
+        pool.settle(120, timing=first)
+        assert second._heard and second.receive(0.001)[0]["type"] == "ready"  # kept for its user
+        # second's reader now waits (here 8 s) for a message that does not come: settle does not wait for it
+        def read() -> None:
+            try:
+                second.receive(8)
+            except (channel.ChannelTimeout, channel.ChannelClosed):
+                pass
+        reader = threading.Thread(target=read)
+        reader.start()
+        time.sleep(0.2)
+        began = time.monotonic()
+        pool.settle(120, timing=first)
+        assert time.monotonic() - began < 4
+        reader.join()
+        pool.release(second)
+        pool.release(first)
+    finally:
+        pool.close()
+
+
+def test_the_worker_start_is_fork_unless_the_environment_asks_for_spawn(monkeypatch):
+    from kernelpro.harness.errors import KernelproError
+    from kernelpro.harness.evaluate import worker_start
+    monkeypatch.delenv("KERNELPRO_WORKER_START", raising=False)
+    assert worker_start() == "fork"
+    monkeypatch.setenv("KERNELPRO_WORKER_START", "Spawn")
+    assert worker_start() == "spawn"
+    monkeypatch.setenv("KERNELPRO_WORKER_START", "thread")
+    with pytest.raises(KernelproError, match="KERNELPRO_WORKER_START='thread': expected fork or spawn"):
+        worker_start()
