@@ -15,6 +15,7 @@ that applies here, the child candidate's source. It never runs candidate code.
 from __future__ import annotations
 
 import copy
+import functools
 import importlib.util
 import json
 import math
@@ -117,9 +118,19 @@ def _recurrent_outputs(module: torch.nn.RNNBase, x: torch.Tensor):
 
 def propagate_shapes(gm: fx.GraphModule, inputs: list) -> None:
     """ShapeProp's `tensor_meta` on every node, from fake tensors: a real run on the CPU took
-    seconds per build on the problems' GPU-sized inputs, and a node expands a dozen builds."""
-    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
-        _ShapeProp(gm).propagate(*fake_inputs(mode, inputs, model_device(gm)))
+    seconds per build on the problems' GPU-sized inputs, and a node expands a dozen builds. The
+    interpreter is made before the mode is entered: inside it ShapeProp would deep-copy the module to
+    fake tensors first (its parameters are meta tensors or real ones, which the mode takes as they come)."""
+    interpreter = _ShapeProp(gm)
+    with _fake_mode() as mode:
+        interpreter.propagate(*fake_inputs(mode, inputs, model_device(gm)))
+
+
+@functools.cache
+def _fake_mode() -> FakeTensorMode:
+    """One fake mode for every propagation of this process (a new one costs about 10 ms, and each would
+    convert the same parameters to fake tensors again)."""
+    return FakeTensorMode(allow_non_fake_inputs=True)
 
 
 def simplify_all(gm: fx.GraphModule, inputs: list, sweeps: int = 4) -> dict[str, int]:
@@ -175,6 +186,7 @@ class Problem:
         self.graph: fx.GraphModule | None = None
         self.left_alone: dict[str, list[str]] = {}  # move -> why the groups it did not take were left alone
         self.simplified: dict[str, int] = {}  # the last build's simplify_all: rewrites made per pass
+        self._built: dict[tuple, tuple] = {}  # build(...)'s answers, with what each left in the two above
         self.trace_error = ""
         try:
             graph = trace(self.model, self.inputs)
@@ -188,7 +200,19 @@ class Problem:
     def build(self, moves: list[str], tune: dict | None = None, device: triton_gen.Device = triton_gen.Device(),
               precision: str = "fp32", launch_ranking: str = "auto") -> tuple[str, dict[str, int], list[dict]]:
         """(candidate source, rewrites made per graph move, the generated kernels with their launch configs).
-        launch_ranking: "auto" (a learned launch model's order where one exists) or "analytic" (never)."""
+        launch_ranking: "auto" (a learned launch model's order where one exists) or "analytic" (never).
+        Each distinct build is made once: a node's answer builds every child, and the child's own answer
+        (or a sibling's, in another order) asks for the same build again."""
+        key = (tuple(canonical(moves)), tuple(sorted((tune or {}).items())), device, precision, launch_ranking)
+        if key not in self._built:
+            built = self._build(moves, tune, device, precision, launch_ranking)
+            self._built[key] = built, copy.deepcopy((self.simplified, self.left_alone))
+        built, (simplified, left_alone) = self._built[key]
+        self.simplified, self.left_alone = copy.deepcopy(simplified), copy.deepcopy(left_alone)
+        return copy.deepcopy(built)
+
+    def _build(self, moves: list[str], tune: dict | None, device: triton_gen.Device, precision: str,
+               launch_ranking: str) -> tuple[str, dict[str, int], list[dict]]:
         moves = canonical(moves)
         graph_moves = [m for m in moves if MOVES[m].graph]
         counts: dict[str, int] = {}
