@@ -676,3 +676,26 @@ def test_cuda_graphs_is_set_aside_where_its_copies_outweigh_the_launches_it_save
     assert "outweigh the launch overhead" in answer["skipped"]["cuda_graphs"]
     assert "25770 MB a call" in answer["skipped"]["cuda_graphs"]  # 2 x (6.4 GB in + 6.4 GB out)
     assert "cuda_graphs" in {o["move"] for o in expand(spec(small, device="cuda"))["options"]}
+
+
+def test_simplify_all_keeps_a_float64_constant_and_returns_no_input_as_an_output(tmp_path):
+    # reduce_before_product sums a weight in float64 once, as a folded constant; the harness builds every model
+    # with .to(dtype) (its precision), which cast that buffer to float32 while forward multiplied it with a
+    # float64 input: "expected m1 and m2 to have the same dtype" on every search of this problem. And `-(-x)`,
+    # simplified to `x`, returned the input itself, which the harness rejects as a view of an input.
+    from conftest import load_module
+    from kernelpro.harness.modelio import build_model
+    from kernelpro.offline.worker import Problem
+    problem = Problem(DATA / "redundant.py", 42)
+    source, counts, _ = problem.build(["simplify_all"])
+    assert problem.simplified.get("reduce_before_product") and "double()" in source
+    path = tmp_path / "candidate.py"
+    path.write_text(source)
+    module = load_module(path)
+    reference = build_model(module.Model, 1, module.get_init_inputs(), torch.device("cpu"), torch.float32, "eval")
+    candidate = build_model(module.ModelNew, 1, module.get_init_inputs(), torch.device("cpu"), torch.float32, "eval")
+    inputs = module.get_inputs()
+    with torch.no_grad():
+        for expected, got in zip(reference(*inputs), candidate(*inputs), strict=True):
+            torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+            assert got.data_ptr() != inputs[0].data_ptr()

@@ -86,11 +86,30 @@ def extract_folds(gm: fx.GraphModule, nodes: list[fx.Node]) -> tuple[fx.Graph | 
         gm.register_buffer(name, values[index].detach(), persistent=False)
         with gm.graph.inserting_before(node):
             reader = gm.graph.get_attr(name)
+            value = reader
+            if values[index].dtype == torch.float64:  # computed in float64 on purpose: a harness that casts
+                value = gm.graph.call_method("double", (reader,))  # the model's buffers to its precision undoes it
         reader.meta = dict(node.meta)
-        node.replace_all_uses_with(reader)
+        value.meta = dict(node.meta)
+        node.replace_all_uses_with(value)
     gm.graph.eliminate_dead_code()
     gm.recompile()
     return fold, len(boundary)
+
+
+def own_outputs(gm: fx.GraphModule) -> None:
+    """An output that a rewrite reduced to an input itself (`-(-x)` to `x`) becomes a copy of it: the reference
+    returned a tensor of its own, and a harness rejects an output that is a view of an input."""
+    output = next(node for node in gm.graph.nodes if node.op == "output")
+    inputs = [arg for arg in torch.utils._pytree.tree_leaves(output.args[0])
+              if isinstance(arg, fx.Node) and arg.op == "placeholder"]
+    for node in dict.fromkeys(inputs):
+        with gm.graph.inserting_before(output):
+            copy = gm.graph.call_method("clone", (node,))
+        copy.meta = dict(node.meta)
+        output.args = (torch.utils._pytree.tree_map(lambda a, n=node, c=copy: c if a is n else a, output.args[0]),)
+    if inputs:
+        gm.recompile()
 
 
 _CUDA_GRAPH = '''
@@ -147,6 +166,7 @@ def render(problem_source: str, moves: list[str], gm: fx.GraphModule | None, fol
     init = ["        super().__init__(*args, **kwargs)"]
     if gm is not None:
         fold_graph, count = extract_folds(gm, fold_nodes) if fold_nodes else (None, 0)
+        own_outputs(gm)
         imports, forward = _function(gm, gm.graph, "_kp_body")
         functions = [forward]
         if fold_graph is not None:
