@@ -116,6 +116,23 @@ def test_a_bench_writes_every_leaderboard_and_records_a_crash(finished_bench):
         assert bool(r["techniques"]) == bool(best_node)
     for r in done:  # eager and best come from the same evaluation: their ratio is the speedup
         assert r["eager_ms"] / r["best_ms"] == pytest.approx(r["speedup"], rel=1e-6)
+    # every printed row and geomean agrees with those timings, to its last digit, in leaderboard.md and .html
+    import html
+    import math
+    import re
+    page = re.sub(r"(\s*\|\s*)+", " | ", html.unescape(re.sub(r"<[^>]+>", " | ",
+                                                               (out / "leaderboard.html").read_text())))
+    geomean = math.exp(sum(math.log(r["speedup"]) for r in done) / len(done))
+    assert document["levels"][0]["geomean_vs_eager"] == pytest.approx(geomean, rel=1e-9)
+    for text in ((out / "leaderboard.md").read_text(), page):
+        for r in done:
+            printed = re.search(rf"`?{re.escape(r['key'])}`? \| ([\d.]+) \| [^|]+ \| ([\d.]+) \| ([\d.]+)x", text)
+            assert printed, (r["key"], text[:3000])
+            eager, best, ratio = (float(v) for v in printed.groups())
+            assert (f"{eager:.4f}", f"{best:.4f}", f"{ratio:.3f}") == \
+                (f"{r['eager_ms']:.4f}", f"{r['best_ms']:.4f}", f"{r['speedup']:.3f}")
+            assert ratio == pytest.approx(eager / best, abs=0.0015 + 1e-4 * ratio / best)
+        assert re.search(rf"\| 1 \| 3 \| 3 \| 67% \|[^\n]* {geomean:.3f}x \|", text)
     seconds = dict(sqlite3.connect(out / "bench.db").execute("SELECT key, seconds FROM problems"))
     for r in done:  # where each problem's time went: the parts and the rest make up its time in the bench
         times = r["time_s"]

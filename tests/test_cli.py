@@ -178,12 +178,79 @@ def test_tables_to_a_pipe_keep_their_full_rows():
     assert "kernelpro.tools.sass:SassTool" in done.stdout and "\x1b[" not in done.stdout
 
 
-def test_a_search_summary_to_a_pipe_has_no_empty_header_row(tmp_path):
-    done = kernelpro("search", PROBLEM, "--budget", "1", "--device", "cpu", "--no-profile", "--no-kb",
-                     "--out", tmp_path / "run")
+def test_a_search_summary_to_a_pipe_has_no_empty_header_row_and_every_figure_agrees(tmp_path):
+    out = tmp_path / "run"
+    done = kernelpro("search", DATA / "search" / "redundant.py", "--budget", "2", "--device", "cpu", "--no-profile",
+                     "--no-kb", "--out", out)
     assert done.returncode == 0, done.stderr
     table = (done.stdout + done.stderr).split("kernelpro search:")[1]
     assert "┃             ┃" not in table and "┃ " not in table  # a header row draws ┃ cells
     assert "evaluations" in table
     log = done.stdout + done.stderr  # off a terminal: no live display, so no cursor moves or colours
     assert "\x1b[" not in log and "\r" not in log
+    check_every_figure(out, table)
+
+
+def ratio_of(text: str, pattern: str) -> tuple[float, float, float]:
+    """(printed ratio, numerator ms, denominator ms) of the one match of `pattern` (groups: ratio, then the
+    candidate's ms, then the reference's), after checking that the ratio is their quotient to its last digit."""
+    import re
+    found = re.findall(pattern, text)
+    assert len(found) == 1, (pattern, found)
+    ratio, candidate, reference = map(float, found[0])
+    assert ratio == pytest.approx(reference / candidate, abs=0.0015), (pattern, found[0])
+    return ratio, candidate, reference
+
+
+def check_every_figure(out, terminal: str) -> None:
+    """Every ratio the terminal summary, report.md, report.html and run.json print is the quotient of the two raw
+    timings it names (each evaluation's record in candidates/), to the printed digit, and the report's tree and
+    tables hold one node per evaluation."""
+    import html
+    import re
+    document = json.loads((out / "run.json").read_text())
+    records = {int(path.stem.split("_")[1]): json.loads(path.read_text())
+               for path in (out / "candidates").glob("node_*.json")}
+    assert len(records) == document["evaluations"] == 2
+    if document["best_node"]:  # a candidate beat the reference (under load the reference may stay best)
+        best = records[document["best_node"]]
+        assert document["best_ms"] == best["candidate"]["median_ms"]
+        assert document["best_reference_ms"] == best["reference"]["median_ms"]
+    else:
+        assert document["best_ms"] == document["best_reference_ms"] == document["baseline_ms"]
+    assert document["speedup"] == pytest.approx(document["best_reference_ms"] / document["best_ms"], rel=1e-9)
+    final = document["final"]  # the best re-measured after the search: only a candidate is
+    assert bool(final) == bool(document["best_node"])
+    shown = [(f"{document['speedup']:.3f}", f"{document['best_ms']:.4f}", f"{document['best_reference_ms']:.4f}")]
+    if final:
+        assert final["speedup"] == pytest.approx(final["eager_ms"] / final["best_ms"], rel=1e-9)
+        shown.append((f"{final['speedup']:.3f}", f"{final['best_ms']:.4f}", f"{final['eager_ms']:.4f}"))
+    number = r"([\d.]+)"
+
+    def printed(patterns: list[str], text: str, order=(0, 1, 2)) -> list[tuple[str, str, str]]:
+        rows = [ratio_of(text, pattern) for pattern in patterns[:len(shown)]]
+        return [tuple(f"{row[i]:.{d}f}" for i, d in zip(order, (3, 4, 4))) for row in rows]
+    assert printed([rf"best\s*│ {number}x vs eager: {number} ms vs {number} ms, timed in the same",
+                    rf"re-measured\s*│ {number}x vs eager: {number} ms vs {number} ms, after the search"],
+                   terminal) == shown
+    assert ("re-measured" in terminal) == bool(final)
+    page = re.sub(r"(\s*\|\s*)+", " | ", html.unescape(re.sub(r"<[^>]+>", " | ", (out / "report.html").read_text())))
+    for text in ((out / "report.md").read_text(), page):
+        rows = re.findall(rf"(?:best|re-measured after the search) \| {number} ms, {number}x vs eager \({number} ms",
+                          text)
+        assert [(f"{float(r):.3f}", f"{float(c):.4f}", f"{float(e):.4f}") for c, r, e in rows] == shown
+        for candidate_ms, ratio, reference_ms in rows:
+            assert float(ratio) == pytest.approx(float(reference_ms) / float(candidate_ms), abs=0.0015)
+        assert f"reference (eager) | {document['baseline_ms']:.4f} ms" in text
+    report = (out / "report.md").read_text()
+    tree = re.findall(r"#(\d+) \[[^\]]*\] ([\d.]+)x", report)
+    assert [int(node) for node, _ in tree] == [0, *sorted(records)]  # one node per evaluation, and the root
+    by_evaluation = re.findall(r"^\| (\d+) \| [^|]+ \| (\w+) \| ([\d.]+|-) \| ([\d.]+) \|$", report, re.M)
+    assert len(by_evaluation) == document["evaluations"]
+    for node, ratio in tree[1:]:
+        record = records[int(node)]
+        raw = record["reference"]["median_ms"] / record["candidate"]["median_ms"]
+        assert float(ratio) == pytest.approx(raw, abs=0.0015), node
+        assert f"{record['speedup']:.3f}" == f"{raw:.3f}" or abs(record["speedup"] - raw) < 1e-9
+    assert float(by_evaluation[-1][3]) == pytest.approx(max(1.0, *(r["speedup"] for r in records.values())),
+                                                        abs=0.0015)
