@@ -38,6 +38,17 @@ def model_file(kind: str, device_name: str) -> Path | None:
     return None
 
 
+def fingerprint() -> tuple:
+    """The model files `find` may read, each with its size and modification time: what a cache of rankings
+    must be keyed by."""
+    files = []
+    for folder in (user_models(), SHIPPED):
+        for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+            stat = path.stat()
+            files.append((str(path), stat.st_size, stat.st_mtime_ns))
+    return tuple(files)
+
+
 def find(kind: str, device_name: str) -> tuple[LaunchModel | None, str]:
     """(the model for this family and device, '') or (None, why the analytic ranking is used)."""
     key = (kind, device_name, str(user_models()))
@@ -76,4 +87,4 @@ def order(ranked: list[dict], features: dict, backend: str, device_name: str, sm
     return [ranked[i] for i in indices], "predictor"
 
 
-__all__ = ["FORMAT_VERSION", "LaunchModel", "find", "model_file", "order", "user_models"]
+__all__ = ["FORMAT_VERSION", "LaunchModel", "find", "fingerprint", "model_file", "order", "user_models"]

@@ -202,8 +202,10 @@ class Problem:
         """(candidate source, rewrites made per graph move, the generated kernels with their launch configs).
         launch_ranking: "auto" (a learned launch model's order where one exists) or "analytic" (never).
         Each distinct build is made once: a node's answer builds every child, and the child's own answer
-        (or a sibling's, in another order) asks for the same build again."""
-        key = (tuple(canonical(moves)), tuple(sorted((tune or {}).items())), device, precision, launch_ranking)
+        (or a sibling's, in another order) asks for the same build again; a launch model installed or changed
+        since makes it anew."""
+        key = (tuple(canonical(moves)), tuple(sorted((tune or {}).items())), device, precision, launch_ranking,
+               launch.fingerprint() if launch_ranking != "analytic" else ())
         if key not in self._built:
             built = self._build(moves, tune, device, precision, launch_ranking)
             self._built[key] = built, copy.deepcopy((self.simplified, self.left_alone))
