@@ -48,7 +48,7 @@ sandbox:
 # marked slow (the real Ray backend, nvcc and load_inline builds, torch.compile baselines) run with `pytest -m slow`.
 # pytest exits 5 when it collects no test; that is not a failure of the suite.
 test: $(VENV)/.test-extras chromium sandbox
-	$(BIN)/python -m pytest -m "not gpu and not slow" -n $(PYTEST_WORKERS) --dist worksteal --durations=20 $(PYTEST_ARGS); \
+	$(BIN)/python -m pytest -m "not gpu and not slow" -n $(PYTEST_WORKERS) --durations=20 $(PYTEST_ARGS); \
 	  rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
 gpu-check:
