@@ -284,6 +284,15 @@ class SearchRun:
     def run(self) -> dict:
         from kernelpro import outputs
         s = self.settings
+        if not self.store.hold():  # two processes on one folder would each count and write the other's work
+            raise SearchInputError(f"{self.out} is in use by another kernelpro search; wait for it to end, or give "
+                                   "another --out folder")
+        try:
+            return self._run(outputs, s)
+        finally:
+            self.store.release()
+
+    def _run(self, outputs, s: SearchSettings) -> dict:
         if not self.resumed:
             self.store.put("settings", asdict(s))
             self.store.put("problem_sha256", source_key(self.problem.source))

@@ -53,7 +53,29 @@ class DurableStore:
         self.db.executescript(self.schema)
 
     def close(self) -> None:
+        self.release()
         self.db.close()
+
+    def hold(self) -> bool:
+        """Take the folder for this process (an exclusive lock on the SQLite file, which SQLite's own
+        byte-range locks do not touch): False when another process holds it. The lock ends with the
+        process, however it ends."""
+        import fcntl
+        if getattr(self, "_held", None) is not None:
+            return True
+        handle = open(self.path, "rb")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            return False
+        self._held = handle
+        return True
+
+    def release(self) -> None:
+        held, self._held = getattr(self, "_held", None), None
+        if held is not None:
+            held.close()
 
     def get(self, key: str, default=None):
         row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()

@@ -650,3 +650,19 @@ def test_a_best_re_measured_slower_than_eager_gives_way_to_the_reference(tmp_pat
     # a best the re-measurement confirms stays
     kept = SearchRun(replace(settings, out=str(tmp_path / "kept")), evaluator=FakeHarness()).run()
     assert kept["rejected_best"] is None and kept["speedup"] > 1.0
+
+
+def test_a_run_folder_in_use_by_another_search_is_refused_until_that_one_ends(tmp_path):
+    # A resume started while the interrupted search still ran (SIGINT ignored in a background job) went on in the
+    # same folder: both counted and wrote each other's evaluations (budget 4, 5 evaluations in run.json).
+    from kernelpro.runstore import RunStore
+    from kernelpro.search_settings import SearchInputError
+    settings = SearchSettings(problem=str(DATA / "redundant.py"), out=str(tmp_path / "run"), budget=2, profile=False)
+    SearchRun(settings, evaluator=FakeHarness()).run()
+    other = RunStore(tmp_path / "run")  # another process's hold: a lock of its own open file
+    assert other.hold()
+    with pytest.raises(SearchInputError, match="is in use by another kernelpro search"):
+        SearchRun(replace(settings, budget=3), resume=True, evaluator=FakeHarness()).run()
+    other.close()
+    document = SearchRun(replace(settings, budget=3), resume=True, evaluator=FakeHarness(), given=frozenset({"budget"})).run()
+    assert document["evaluations"] == 3
