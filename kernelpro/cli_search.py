@@ -152,6 +152,7 @@ def register(app: typer.Typer) -> None:
         given = given_fields(ctx, _FIELDS) if resume else None
         # built before anything is printed: a refused run prints its error alone and leaves nothing behind
         run = SearchRun(settings, resume=resume, remeasure_only=remeasure, given=given)
+        run.hold()  # a folder another search is using: one line, before the banner
         why = "as asked" if coder else ("ANTHROPIC_API_KEY is set" if chosen_coder == "anthropic"
                                         else "no ANTHROPIC_API_KEY")
         if not json_output and not quiet():

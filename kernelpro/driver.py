@@ -281,12 +281,17 @@ class SearchRun:
         return {"knowledge": self.kb.summary(state, stats),
                 "kb_factors": tuple((s.technique, round(s.factor(self.settings.objective), 4)) for s in stats)}
 
+    def hold(self) -> None:
+        """Take the run folder for this process until the run ends: two processes on one folder would each count
+        and write the other's work."""
+        if not self.store.hold():
+            raise SearchInputError(f"{self.out} is in use by another kernelpro search; wait for it to end, or give "
+                                   "another --out folder")
+
     def run(self) -> dict:
         from kernelpro import outputs
         s = self.settings
-        if not self.store.hold():  # two processes on one folder would each count and write the other's work
-            raise SearchInputError(f"{self.out} is in use by another kernelpro search; wait for it to end, or give "
-                                   "another --out folder")
+        self.hold()
         try:
             return self._run(outputs, s)
         finally:
