@@ -243,8 +243,15 @@ def check_every_figure(out, terminal: str) -> None:
             assert float(ratio) == pytest.approx(float(reference_ms) / float(candidate_ms), abs=0.0015)
         assert f"reference (eager) | {document['baseline_ms']:.4f} ms" in text
     report = (out / "report.md").read_text()
-    tree = re.findall(r"#(\d+) \[[^\]]*\] ([\d.]+)x", report)
-    assert [int(node) for node, _ in tree] == [0, *sorted(records)]  # one node per evaluation, and the root
+    drawn = re.findall(r"#(\d+) \[[^\]]*\] (\S+)(.*)", report)
+    # one node per evaluation (a failed one shows its verdict), and the root; a transposition (the same candidate
+    # reached by another order of moves, never evaluated again) is drawn as "= #N" of an evaluated node
+    assert [int(node) for node, _, rest in drawn if "= #" not in rest] == [0, *sorted(records)]
+    for _, _, rest in drawn:
+        if "= #" in rest:
+            assert int(re.search(r"= #(\d+)", rest)[1]) in records
+    tree = [(node, state[:-1]) for node, state, rest in drawn if "= #" not in rest and re.fullmatch(r"[\d.]+x", state)]
+    assert [node for node, _ in tree[1:]] == [str(n) for n, r in sorted(records.items()) if r["verdict"] == "correct"]
     by_evaluation = re.findall(r"^\| (\d+) \| [^|]+ \| (\w+) \| ([\d.]+|-) \| ([\d.]+) \|$", report, re.M)
     assert len(by_evaluation) == document["evaluations"]
     for node, ratio in tree[1:]:
@@ -252,5 +259,5 @@ def check_every_figure(out, terminal: str) -> None:
         raw = record["reference"]["median_ms"] / record["candidate"]["median_ms"]
         assert float(ratio) == pytest.approx(raw, abs=0.0015), node
         assert f"{record['speedup']:.3f}" == f"{raw:.3f}" or abs(record["speedup"] - raw) < 1e-9
-    assert float(by_evaluation[-1][3]) == pytest.approx(max(1.0, *(r["speedup"] for r in records.values())),
+    assert float(by_evaluation[-1][3]) == pytest.approx(max(1.0, *(r["speedup"] or 0 for r in records.values())),
                                                         abs=0.0015)
