@@ -97,11 +97,13 @@ class WorkerPool:
 
     def _spawn(self) -> ChannelWorker:
         if not self.forked:
-            return self._keep(WorkerProcess(self.device, self.env, build_cache=self.build_cache), candidate=True)
-        try:
-            return self._keep(ForkedWorker(self._fork_server()), candidate=True)
-        except ZygoteGone:  # a candidate may have killed the fork server: another starts, once
-            return self._keep(ForkedWorker(self._fork_server(replace=True)), candidate=True)
+            worker = WorkerProcess(self.device, self.env, build_cache=self.build_cache)
+        else:
+            try:
+                worker = ForkedWorker(self._fork_server())
+            except ZygoteGone:  # a candidate may have killed the fork server: another starts, once
+                worker = ForkedWorker(self._fork_server(replace=True))
+        return self._keep(worker, candidate=True)
 
     def _fork_server(self, replace: bool = False) -> Zygote:
         with self._lock:

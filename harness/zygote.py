@@ -137,9 +137,11 @@ class Zygote:
                     _remove(os.path.join(folder, entry))
 
     def fork(self, fds: list[int]) -> dict:
-        problem = (f"a fork needs 3 descriptors, got {len(fds)}" if len(fds) != 3 else
-                   "the fork server has a CUDA context, which its children cannot use"
-                   if torch.cuda.is_initialized() else "")
+        problem = ""
+        if len(fds) != 3:
+            problem = f"a fork needs 3 descriptors, got {len(fds)}"
+        elif torch.cuda.is_initialized():
+            problem = "the fork server has a CUDA context, which its children cannot use"
         if problem:
             for fd in fds:
                 os.close(fd)

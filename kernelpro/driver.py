@@ -289,15 +289,15 @@ class SearchRun:
                                    "another --out folder")
 
     def run(self) -> dict:
-        from kernelpro import outputs
-        s = self.settings
         self.hold()
         try:
-            return self._run(outputs, s)
+            return self._run()
         finally:
             self.store.release()
 
-    def _run(self, outputs, s: SearchSettings) -> dict:
+    def _run(self) -> dict:
+        from kernelpro import outputs
+        s = self.settings
         if not self.resumed:
             self.store.put("settings", asdict(s))
             self.store.put("problem_sha256", source_key(self.problem.source))

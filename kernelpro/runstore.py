@@ -51,6 +51,7 @@ class DurableStore:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")
         self.db.executescript(self.schema)
+        self._held = None  # the open file whose lock holds the folder (hold)
 
     def close(self) -> None:
         self.release()
@@ -61,7 +62,7 @@ class DurableStore:
         byte-range locks do not touch): False when another process holds it. The lock ends with the
         process, however it ends."""
         import fcntl
-        if getattr(self, "_held", None) is not None:
+        if self._held is not None:
             return True
         handle = open(self.path, "rb")
         try:
@@ -73,7 +74,7 @@ class DurableStore:
         return True
 
     def release(self) -> None:
-        held, self._held = getattr(self, "_held", None), None
+        held, self._held = self._held, None
         if held is not None:
             held.close()
 

@@ -191,15 +191,16 @@ def test_a_search_summary_to_a_pipe_has_no_empty_header_row_and_every_figure_agr
     check_every_figure(out, table)
 
 
-def ratio_of(text: str, pattern: str) -> tuple[float, float, float]:
-    """(printed ratio, numerator ms, denominator ms) of the one match of `pattern` (groups: ratio, then the
-    candidate's ms, then the reference's), after checking that the ratio is their quotient to its last digit."""
+def printed_ratios(text: str, pattern: str) -> list[tuple[str, str, str]]:
+    """Each match of `pattern` (groups named ratio, candidate and reference) as printed (3, 4 and 4 decimals), after
+    checking that the ratio is the quotient of the two timings to its last digit."""
     import re
-    found = re.findall(pattern, text)
-    assert len(found) == 1, (pattern, found)
-    ratio, candidate, reference = map(float, found[0])
-    assert ratio == pytest.approx(reference / candidate, abs=0.0015), (pattern, found[0])
-    return ratio, candidate, reference
+    rows = []
+    for match in re.finditer(pattern, text):
+        ratio, candidate, reference = (float(match[name]) for name in ("ratio", "candidate", "reference"))
+        assert ratio == pytest.approx(reference / candidate, abs=0.0015), match[0]
+        rows.append((f"{ratio:.3f}", f"{candidate:.4f}", f"{reference:.4f}"))
+    return rows
 
 
 def check_every_figure(out, terminal: str) -> None:
@@ -225,22 +226,13 @@ def check_every_figure(out, terminal: str) -> None:
     if final:
         assert final["speedup"] == pytest.approx(final["eager_ms"] / final["best_ms"], rel=1e-9)
         shown.append((f"{final['speedup']:.3f}", f"{final['best_ms']:.4f}", f"{final['eager_ms']:.4f}"))
-    number = r"([\d.]+)"
-
-    def printed(patterns: list[str], text: str, order=(0, 1, 2)) -> list[tuple[str, str, str]]:
-        rows = [ratio_of(text, pattern) for pattern in patterns[:len(shown)]]
-        return [tuple(f"{row[i]:.{d}f}" for i, d in zip(order, (3, 4, 4))) for row in rows]
-    assert printed([rf"best\s*│ {number}x vs eager: {number} ms vs {number} ms, timed in the same",
-                    rf"re-measured\s*│ {number}x vs eager: {number} ms vs {number} ms, after the search"],
-                   terminal) == shown
+    r, c, e = (rf"(?P<{name}>[\d.]+)" for name in ("ratio", "candidate", "reference"))  # what printed_ratios reads
+    assert printed_ratios(terminal, rf"best\s*│ {r}x vs eager: {c} ms vs {e} ms, timed in the same") + \
+        printed_ratios(terminal, rf"re-measured\s*│ {r}x vs eager: {c} ms vs {e} ms, after the search") == shown
     assert ("re-measured" in terminal) == bool(final)
     page = re.sub(r"(\s*\|\s*)+", " | ", html.unescape(re.sub(r"<[^>]+>", " | ", (out / "report.html").read_text())))
     for text in ((out / "report.md").read_text(), page):
-        rows = re.findall(rf"(?:best|re-measured after the search) \| {number} ms, {number}x vs eager \({number} ms",
-                          text)
-        assert [(f"{float(r):.3f}", f"{float(c):.4f}", f"{float(e):.4f}") for c, r, e in rows] == shown
-        for candidate_ms, ratio, reference_ms in rows:
-            assert float(ratio) == pytest.approx(float(reference_ms) / float(candidate_ms), abs=0.0015)
+        assert printed_ratios(text, rf"(?:best|re-measured after the search) \| {c} ms, {r}x vs eager \({e} ms") == shown
         assert f"reference (eager) | {document['baseline_ms']:.4f} ms" in text
     report = (out / "report.md").read_text()
     drawn = re.findall(r"#(\d+) \[[^\]]*\] (\S+)(.*)", report)
