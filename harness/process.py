@@ -111,6 +111,16 @@ def kill_tree(pid: int) -> None:
     sigkill(stragglers)
 
 
+def exit_description(code: int | None) -> str:
+    """How a child ended, in words: `exit 1`, `killed by SIGKILL (exit -9)`. A sandbox (bwrap) or a shell
+    reports a signal that ended its child as 128 + the signal's number: `killed by SIGKILL (exit 137)`."""
+    number = -code if code is not None and code < 0 else code - 128 if code is not None and code > 128 else None
+    try:
+        return f"killed by {signal.Signals(number).name} (exit {code})" if number else f"exit {code}"
+    except ValueError:
+        return f"exit {code}"
+
+
 def sigkill(pids: list[int]) -> None:
     """SIGKILL to each, skipping those gone meanwhile or out of reach."""
     for pid in pids:

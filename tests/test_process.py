@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from kernelpro.harness.process import CappedStream, WorkerProcess, scrubbed_environment
+from kernelpro.harness.process import CappedStream, WorkerProcess, exit_description, scrubbed_environment
 
 
 def test_environment_is_an_allowlist_without_secrets():
@@ -17,6 +17,13 @@ def test_environment_is_an_allowlist_without_secrets():
                                        "LC_ALL": "C"})
     assert env["PATH"] == "/bin" and env["CUDA_VISIBLE_DEVICES"] == "0" and env["LC_ALL"] == "C"
     assert not {"ANTHROPIC_API_KEY", "AWS_SECRET_ACCESS_KEY", "CUDA_API_KEY", "HOME"} & env.keys()
+
+
+def test_an_exit_says_which_signal_ended_the_child_also_through_a_sandbox():
+    assert exit_description(1) == "exit 1"
+    assert exit_description(-9) == "killed by SIGKILL (exit -9)"
+    assert exit_description(137) == "killed by SIGKILL (exit 137)"  # bwrap and shells: 128 + the signal
+    assert exit_description(255) == "exit 255"  # no such signal
 
 
 def test_capped_stream_keeps_head_and_tail():

@@ -344,7 +344,7 @@ def test_a_ceilings_measurement_killed_once_is_retried_and_twice_is_one_clear_er
     fake.chmod(0o755)
     monkeypatch.setattr(sys, "executable", str(fake))
     if kills == 2:
-        with pytest.raises(KernelproError, match=r"failed twice \(killed by signal 9: no message\)"):
+        with pytest.raises(KernelproError, match=r"failed twice \(killed by SIGKILL \(exit -9\): no message\)"):
             ceilings.load_or_measure("cpu", "cpu")
         assert not ceilings.cache_path("cpu", "cpu").exists()
     else:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from kernelpro.harness.cache import kernelpro_home
 from kernelpro.harness.errors import KernelproError
+from kernelpro.harness.process import exit_description
 
 
 @dataclass(frozen=True)
@@ -152,8 +153,7 @@ def load_or_measure(device: str, device_name: str, remeasure: bool = False, time
             continue
         if done.returncode == 0:
             break
-        status = f"killed by signal {-done.returncode}" if done.returncode < 0 else f"exit status {done.returncode}"
-        why = f"{status}: {(done.stderr.strip().splitlines() or ['no message'])[-1]}"
+        why = f"{exit_description(done.returncode)}: {(done.stderr.strip().splitlines() or ['no message'])[-1]}"
     else:
         raise KernelproError(f"measuring the {device} ceilings failed twice ({why}); "
                              f"`python -m kernelpro.tools.ceilings {device}` measures them alone")

@@ -25,7 +25,7 @@ from pathlib import Path
 from kernelpro.harness import memguard, sandbox
 from kernelpro.harness.cache import BuildCache, BuildEntry, kernelpro_home
 from kernelpro.harness.errors import KernelproError
-from kernelpro.harness.process import kill_tree, scrubbed_environment
+from kernelpro.harness.process import exit_description, kill_tree, scrubbed_environment
 from kernelpro.tools import ncu as ncu_lib
 from kernelpro.tools.api import Target, find_binary
 
@@ -105,7 +105,7 @@ def run_target(target: Target, mode: str, *, time_limit_s: float = 300.0, prefix
             ncu_lib.check_log(ncu_text)
         if process.returncode != 0 or not out.exists():
             detail = _tail(folder / "stderr.txt") or _tail(folder / "stdout.txt")
-            raise ProfileError(f"the {mode} run failed (exit {process.returncode}): {detail}")
+            raise ProfileError(f"the {mode} run failed ({exit_description(process.returncode)}): {detail}")
         result = json.loads(out.read_text())
         if prefix:
             result["ncu_csv"] = ncu_text

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from kernelpro.bench.suite import Entry
 from kernelpro.errors import KernelproError
+from kernelpro.harness.process import exit_description
 
 logger = logging.getLogger("kernelpro.bench")
 
@@ -194,7 +195,6 @@ def run_search(entry: Entry, settings: BenchSettings, out: Path, env: dict,
                            out / "logs" / f"{entry.key}.log", on_pid)
     check_interrupted(code)
     if code != 0 or not (folder / "run.json").exists():
-        how = f"killed by signal {-code}" if code < 0 else f"exit {code}"
-        return None, f"the search failed ({how}): " + one_line_error(tail)
+        return None, f"the search failed ({exit_description(code)}): " + one_line_error(tail)
     return summarize_run(folder), ""
 

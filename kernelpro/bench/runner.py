@@ -29,6 +29,7 @@ from kernelpro.bench.child import (BenchError, BenchInterrupted, BenchSettings, 
 from kernelpro.bench.leaderboard import geomean, write_leaderboards
 from kernelpro.bench.store import FINISHED, BenchStore, source_sha256
 from kernelpro.bench.suite import Entry, discover, select
+from kernelpro.harness.process import exit_description
 
 
 def saved_settings(saved: dict) -> BenchSettings:
@@ -355,7 +356,7 @@ class Bench:
                                  slot, self.out / "logs" / f"{entry.key}.log")
         check_interrupted(code)
         if not report.exists():
-            return None, f"the baseline failed (exit {code}): " + one_line_error(tail)
+            return None, f"the baseline failed ({exit_description(code)}): " + one_line_error(tail)
         result = json.loads(report.read_text())
         if result.get("verdict") != "correct":
             return None, f"the reference failed in the harness: {result.get('verdict')}: {result.get('reason')}"
