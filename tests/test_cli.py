@@ -1,4 +1,5 @@
-"""The kernelpro CLI, run as a user would run it (a real subprocess)."""
+"""The kernelpro CLI, run as a user would run it: a real subprocess where the process matters (the interpreter's
+traceback, the terminal width, a whole search's output to a pipe), else main() in this process (`in_process`)."""
 
 from __future__ import annotations
 
@@ -38,9 +39,9 @@ def test_version_and_help():
     assert done.returncode == 0 and "--policy" in done.stdout and "--json" in done.stdout
 
 
-def test_correct_candidate_exits_zero_and_writes_json(tmp_path):
+def test_correct_candidate_exits_zero_and_writes_json(tmp_path, capsys):
     out = tmp_path / "verdict.json"
-    done = kernelpro("eval", PROBLEM, DATA / "candidates" / "good.py", "--trials", "5", "--json-file", out)
+    done = in_process(capsys, "eval", PROBLEM, DATA / "candidates" / "good.py", "--trials", "5", "--json-file", out)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "device: cpu (no CUDA GPU is visible)" in done.stdout
     assert "correct" in done.stdout
@@ -49,20 +50,20 @@ def test_correct_candidate_exits_zero_and_writes_json(tmp_path):
     assert record["reason"]
 
 
-def test_incorrect_candidate_exits_one_and_json_to_stdout():
-    done = kernelpro("eval", PROBLEM, DATA / "candidates" / "wrong_shape.py", "--device", "cpu", "--json")
+def test_incorrect_candidate_exits_one_and_json_to_stdout(capsys):
+    done = in_process(capsys, "eval", PROBLEM, DATA / "candidates" / "wrong_shape.py", "--device", "cpu", "--json")
     assert done.returncode == 1
     record = json.loads(done.stdout)
     assert record["verdict"] == "incorrect" and record["speedup"] is None and "shape" in record["reason"]
 
 
-def test_usage_errors_exit_two_in_the_one_error_style():
+def test_usage_errors_exit_two_in_the_one_error_style(capsys):
     for args, says in [(("eval", PROBLEM), "Missing argument 'CANDIDATE'"),
                        (("eval", PROBLEM, PROBLEM, "--policy", "lenient"), "'lenient' is not one of"),
                        (("eval", PROBLEM, PROBLEM, "--correct-trials", "2"), "--correct-trials"),
                        (("search", PROBLEM, "--nope"), "No such option: --nope"),
                        (("-q", "-v", "tools", "list"), "give one of them")]:
-        done = kernelpro(*args)
+        done = in_process(capsys, *args)
         assert done.returncode == 2, args
         # one `error:` line as for project errors, then a hint naming the command's -h; no box, no usage dump
         lines = done.stderr.splitlines()
@@ -70,12 +71,12 @@ def test_usage_errors_exit_two_in_the_one_error_style():
         assert len(lines) == 2 and lines[1].startswith("hint: kernelpro") and lines[1].endswith("-h lists the "
                                                                                                "arguments and options")
         assert not set("╭│╰") & set(done.stderr) and "KERNELPRO_DEBUG" not in done.stderr
-    done = kernelpro()  # no command: the help, and exit 2
+    done = in_process(capsys)  # no command: the help, and exit 2
     assert done.returncode == 2 and "Usage: " in done.stdout and done.stderr == ""
 
 
-def test_project_errors_are_one_line_unless_debugging(tmp_path):
-    done = kernelpro("eval", tmp_path / "missing.py", PROBLEM)
+def test_project_errors_are_one_line_unless_debugging(tmp_path, capsys):
+    done = in_process(capsys, "eval", tmp_path / "missing.py", PROBLEM)
     assert done.returncode == 2
     assert done.stderr.startswith("error: ") and "missing.py: no such file" in done.stderr
     assert "Traceback" not in done.stderr and "KERNELPRO_DEBUG=1" not in done.stderr  # nothing behind it
@@ -84,7 +85,7 @@ def test_project_errors_are_one_line_unless_debugging(tmp_path):
     raising = tmp_path / "raising.py"  # the problem's own exception is named in the line, in the worker's words
     raising.write_text(PROBLEM.read_text().replace("def get_inputs():", "def get_inputs():\n    raise KeyError('x')"
                                                    "\n\n\ndef _unused():", 1))
-    done = kernelpro("eval", raising, PROBLEM)
+    done = in_process(capsys, "eval", raising, PROBLEM)
     assert done.returncode == 2 and "get_inputs() raised KeyError" in done.stderr
 
 
@@ -96,16 +97,16 @@ def test_cuda_without_a_gpu_is_a_clear_error():
     assert done.returncode == 2 and "no CUDA device" in done.stderr
 
 
-def test_timeout_option_limits_every_phase():
-    done = kernelpro("eval", PROBLEM, DATA / "candidates" / "infinite_loop.py", "--timeout", "5", "--json")
+def test_timeout_option_limits_every_phase(capsys):
+    done = in_process(capsys, "eval", PROBLEM, DATA / "candidates" / "infinite_loop.py", "--timeout", "5", "--json")
     record = json.loads(done.stdout)
     assert done.returncode == 1
     assert record["verdict"] == "timeout" and record["phase"] == "correctness"
 
 
-def test_shipped_example_is_honestly_faster(tmp_path):
+def test_shipped_example_is_honestly_faster(tmp_path, capsys):
     """The README's demo: an algebraic rewrite that does a fraction of the work."""
-    done = kernelpro("eval", REPO / "examples" / "matmul_rowsum.py", REPO / "examples" / "matmul_rowsum_new.py",
+    done = in_process(capsys, "eval", REPO / "examples" / "matmul_rowsum.py", REPO / "examples" / "matmul_rowsum_new.py",
                      "--trials", "10", "--json")
     record = json.loads(done.stdout)
     assert done.returncode == 0, record["reason"]
@@ -126,7 +127,7 @@ def test_every_command_takes_h_and_help(command, flag, capsys):
     assert "Usage: " in shown and "<bool>" not in shown  # a flag takes no value: no type beside it
 
 
-def test_force_starts_a_search_over_in_a_run_folder_and_refuses_any_other_folder(tmp_path):
+def test_force_starts_a_search_over_in_a_run_folder_and_refuses_any_other_folder(tmp_path, capsys):
     from kernelpro.errors import KernelproError
     from kernelpro.runstore import clear_output_folder
     other = tmp_path / "photos"
@@ -135,17 +136,17 @@ def test_force_starts_a_search_over_in_a_run_folder_and_refuses_any_other_folder
     with pytest.raises(KernelproError, match="does not hold"):
         clear_output_folder(other, ("state.db",), "kernelpro search run")
     assert (other / "holiday.jpg").exists()
-    done = kernelpro("search", PROBLEM, "--out", other, "--force", "--budget", "1", "--device", "cpu")
+    done = in_process(capsys, "search", PROBLEM, "--out", other, "--force", "--budget", "1", "--device", "cpu")
     assert done.returncode == 2 and "not removing it" in done.stderr and (other / "holiday.jpg").exists()
-    done = kernelpro("search", PROBLEM, "--out", other, "--force", "--resume")
+    done = in_process(capsys, "search", PROBLEM, "--out", other, "--force", "--resume")
     assert done.returncode == 2 and "--resume continues" in done.stderr
     run = tmp_path / "run"
     run.mkdir()
     (run / "state.db").write_bytes(b"a run from before")
     (run / "best.py").write_text("# from before\n")
-    done = kernelpro("search", PROBLEM, "--out", run, "--budget", "1", "--device", "cpu", "--no-profile")
+    done = in_process(capsys, "search", PROBLEM, "--out", run, "--budget", "1", "--device", "cpu", "--no-profile")
     assert done.returncode == 2 and "--force to start over" in done.stderr
-    done = kernelpro("search", PROBLEM, "--out", run, "--force", "--budget", "1", "--device", "cpu", "--no-profile",
+    done = in_process(capsys, "search", PROBLEM, "--out", run, "--force", "--budget", "1", "--device", "cpu", "--no-profile",
                      "--no-kb", "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["stopped"] and (run / "run.json").exists()  # a new run, start to end

@@ -321,6 +321,24 @@ def test_offline_coder_follows_guidance_skips_tried_moves_and_caches():
     coder.close()
 
 
+def test_a_finished_search_hands_its_graph_worker_to_the_next_search_of_the_process():
+    first = OfflineCoder()
+    first.propose(request(DATA / "redundant.py"))
+    pid = first._worker.pid
+    first.close()
+    second = OfflineCoder()
+    assert second.propose(request(DATA / "conv_bn_pool.py")) is not None
+    assert second._worker.pid == pid and second.worker_starts == 1
+    second._asking = True  # as if closed while waiting for an answer: that worker is not handed on
+    stale = second._worker
+    second.close()
+    assert stale.poll() is not None
+    third = OfflineCoder()
+    third.start()
+    assert third._worker.pid not in (pid, stale.pid)
+    third.close()
+
+
 def test_the_graph_worker_is_restarted_after_it_dies_and_reports_a_bad_problem(tmp_path):
     coder = OfflineCoder()
     problem = DATA / "redundant.py"

@@ -20,6 +20,7 @@ import selectors
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 from kernelpro.coder import CoderProposal, CoderRequest
@@ -36,6 +37,49 @@ class OfflineCoderError(KernelproError):
     """The graph worker failed on the problem itself."""
 
 
+class _IdleWorkers:
+    """Graph workers that a finished search handed back, for the next search of the same process (a program's or
+    a test suite's several searches): the next one starts answering at once instead of importing torch again
+    (about 3 s of CPU). A worker loads each problem by its path and checks the file's size and mtime, so it
+    serves any search. At most one is kept; it exits with this process (its stdin closes)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: list[tuple[subprocess.Popen, tempfile.TemporaryDirectory]] = []
+
+    def take(self) -> tuple[subprocess.Popen, tempfile.TemporaryDirectory] | None:
+        with self._lock:
+            while self._idle:
+                worker, folder = self._idle.pop()
+                if worker.poll() is None:
+                    return worker, folder
+                _stop(worker, folder)
+        return None
+
+    def give(self, worker: subprocess.Popen, folder: tempfile.TemporaryDirectory) -> None:
+        with self._lock:
+            extra = self._idle
+            self._idle = [(worker, folder)]
+        for old in extra:
+            _stop(*old)
+
+
+def _stop(worker: subprocess.Popen, folder: tempfile.TemporaryDirectory | None) -> None:
+    if worker.poll() is None:
+        worker.kill()
+    worker.wait()
+    for stream in (worker.stdin, worker.stdout):
+        try:
+            stream.close()
+        except OSError:
+            pass
+    if folder is not None:
+        folder.cleanup()
+
+
+IDLE_WORKERS = _IdleWorkers()
+
+
 class OfflineCoder:
     name = "offline"
 
@@ -47,9 +91,10 @@ class OfflineCoder:
         self.time_limit_s = time_limit_s
         self._cache: dict[tuple, dict] = {}
         self.worker_calls = 0  # answers asked of the graph worker
-        self.worker_starts = 0  # processes started for them: one per search unless one failed
+        self.worker_starts = 0  # workers started (or taken idle) for them: one per search unless one failed
         self._worker: subprocess.Popen | None = None
         self._folder: tempfile.TemporaryDirectory | None = None
+        self._asking = False
         self._root_skipped: dict[str, str] = {}  # the root answer's moves that do not apply, and why
         self._offered_once = False
         # (problem, tune: move) -> the launch configurations it proposed (kernel and configuration as JSON)
@@ -87,18 +132,21 @@ class OfflineCoder:
         """Boot the graph worker now (the search calls this before it evaluates the reference, so that
         the worker's `import torch` overlaps that evaluation instead of following it)."""
         if self._worker is None or self._worker.poll() is not None:
-            self._worker = self._start_worker()
+            if self._worker is not None:
+                self._kill()
+            self.worker_starts += 1
+            self._worker, self._folder = IDLE_WORKERS.take() or self._start_worker()
 
-    def _start_worker(self) -> subprocess.Popen:
+    @staticmethod
+    def _start_worker() -> tuple[subprocess.Popen, tempfile.TemporaryDirectory]:
         """The serving graph worker, in a scratch folder and a scrubbed environment (no API keys)."""
-        self._folder = tempfile.TemporaryDirectory(prefix="kernelpro-offline-")
-        folder = self._folder.name
-        self.worker_starts += 1
+        scratch = tempfile.TemporaryDirectory(prefix="kernelpro-offline-")
+        folder = scratch.name
         with open(Path(folder) / "stderr.log", "w") as stderr:  # the child keeps its own copy
             return subprocess.Popen(
                 [sys.executable, "-m", "kernelpro.offline.worker", "--serve"], cwd=folder, text=True,
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
-                env=scrubbed_environment({"HOME": folder, "PYTHONPATH": os.pathsep.join(sys.path)}))
+                env=scrubbed_environment({"HOME": folder, "PYTHONPATH": os.pathsep.join(sys.path)})), scratch
 
     def _stderr_tail(self) -> str:
         log = Path(self._folder.name) / "stderr.log" if self._folder else None
@@ -108,6 +156,7 @@ class OfflineCoder:
         self.worker_calls += 1
         self.start()
         worker = self._worker
+        self._asking = True  # until its answer is read: a worker with an answer unread is not handed back
         try:
             worker.stdin.write(json.dumps(spec) + "\n")
             worker.stdin.flush()
@@ -119,30 +168,30 @@ class OfflineCoder:
         line = worker.stdout.readline() if ready else None
         if line is None or not line.endswith("\n"):  # no answer in time, or the worker died (mid-answer)
             tail = self._stderr_tail()
-            self.close()
+            self._kill()
             if line is None:
                 raise OfflineCoderError(f"the offline coder's graph worker ran past {self.time_limit_s:g} s")
             raise OfflineCoderError(f"the offline coder's graph worker failed: {tail}")
+        self._asking = False
         result = json.loads(line)
         if "error" in result:
             raise OfflineCoderError(f"the offline coder could not load the problem: {result['error']}")
         return result
 
     def close(self) -> None:
-        """Stop the graph worker (it also stops by itself when this process ends: its stdin closes)."""
+        """Hand the graph worker back (`IDLE_WORKERS`) for this process's next search; one that died is
+        stopped (a worker also stops by itself when this process ends: its stdin closes)."""
+        if self._worker is not None and self._worker.poll() is None and self._folder is not None and not self._asking:
+            IDLE_WORKERS.give(self._worker, self._folder)
+            self._worker = self._folder = None
+        self._kill()
+
+    def _kill(self) -> None:
         if self._worker is not None:
-            if self._worker.poll() is None:
-                self._worker.kill()
-            self._worker.wait()
-            for stream in (self._worker.stdin, self._worker.stdout):
-                try:
-                    stream.close()
-                except OSError:
-                    pass
-            self._worker = None
-        if self._folder is not None:
+            _stop(self._worker, self._folder)
+        elif self._folder is not None:
             self._folder.cleanup()
-            self._folder = None
+        self._worker = self._folder = None
 
     def _allows(self, move: str) -> bool:
         if self.allowed is None:
