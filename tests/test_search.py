@@ -279,9 +279,10 @@ def test_report_renders_in_headless_chromium(attention_run, tmp_path):
     assert shot.exists() and shot.stat().st_size > 20_000  # a rendered page (a blank PNG is a few kB)
 
 
-def test_kill_minus_9_then_resume_loses_and_repeats_nothing(tmp_path):
+def test_kill_minus_9_then_resume_loses_and_repeats_nothing(tmp_path, capsys):
     out = tmp_path / "run"
-    args = [sys.executable, "-m", "kernelpro", "search", "examples/scaled_linear.py", "--budget", "4",
+    problem = str(DATA / "redundant.py")
+    args = [sys.executable, "-m", "kernelpro", "search", problem, "--budget", "4",
             "--device", "cpu", "--no-profile", "--out", str(out), "--json"]
     process = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                start_new_session=True)
@@ -304,17 +305,17 @@ def test_kill_minus_9_then_resume_loses_and_repeats_nothing(tmp_path):
     assert len(before) >= 2
     killed_s = json.loads(sqlite3.connect(database).execute("SELECT value FROM meta WHERE key = 'wall_s'").fetchone()[0])
     assert killed_s > 0  # the killed segment's time is kept
-    done = run_cli("search", "examples/scaled_linear.py", "--budget", "4", "--device", "cpu", "--no-profile",
-                   "--out", str(out), "--json", "--resume")
-    assert done.returncode == 0, done.stderr[-3000:]
-    document = json.loads(done.stdout)
+    code, _ = cli(["search", problem, "--budget", "4", "--device", "cpu", "--no-profile", "--out", str(out), "--json",
+                   "--resume"], capsys)
+    assert code == 0
+    document = json.loads((out / "run.json").read_text())
     after = sqlite3.connect(database).execute("SELECT node_id, sha256 FROM evaluations ORDER BY seq").fetchall()
     assert after[:len(before)] == before  # nothing lost
     assert len({sha for _, sha in after}) == len(after)  # nothing evaluated twice
     assert document["evaluations"] == len(after) == 4  # the final count equals the budget
     assert json.loads((out / "run.json").read_text())["wall_s"] > killed_s  # both segments' time
-    again = run_cli("search", "examples/scaled_linear.py", "--out", str(out))
-    assert again.returncode == 2 and "not empty" in again.stderr
+    code, text = cli(["search", problem, "--out", str(out)], capsys)
+    assert code == 2 and "not empty" in text
 
 
 class SlowFakeHarness(FakeHarness):
@@ -599,7 +600,7 @@ def test_the_printed_resume_command_continues_the_run_from_another_folder(tmp_pa
 
 def test_ctrl_c_on_the_command_line_exits_130_with_the_resume_command(tmp_path):
     out = tmp_path / "run"
-    process = subprocess.Popen([sys.executable, "-m", "kernelpro", "search", "examples/scaled_linear.py",
+    process = subprocess.Popen([sys.executable, "-m", "kernelpro", "search", str(DATA / "redundant.py"),
                                 "--budget", "50", "--device", "cpu", "--no-kb", "--no-profile", "--out", str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                preexec_fn=default_sigint)
     deadline = time.monotonic() + 300
