@@ -78,6 +78,25 @@ def default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def run_script(script: Path, args: list, monkeypatch, capsys) -> "subprocess.CompletedProcess":
+    """A script of ours (`python SCRIPT ARGS` as its README gives it) run through its own `__main__` in this process:
+    the same argument parsing and exit codes without an interpreter and a torch import to pay. Its exit code,
+    stdout and stderr as a subprocess would give them."""
+    import runpy
+    import subprocess
+    capsys.readouterr()
+    monkeypatch.setattr(sys, "argv", [str(script), *map(str, args)])
+    code = 0
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else 0 if exit_.code is None else 1
+        if isinstance(exit_.code, str):
+            print(exit_.code, file=sys.stderr)  # as the interpreter prints a SystemExit("message")
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess([str(script), *map(str, args)], code, out, err)
+
+
 def shrink(text: str) -> str:
     """A problem at test size: large size constants divided (64x above 512, 4x from 64)."""
     def smaller(match: re.Match) -> str:

@@ -158,7 +158,18 @@ def test_a_bench_writes_every_leaderboard_and_records_a_crash(finished_bench):
         Bench(BenchSettings(suite=str(SUITE), out=str(out), **FAST))
 
 
-def test_kill_minus_9_then_resume_reruns_nothing_finished(tmp_path):
+def resumed_in_process(args: list[str], capsys) -> dict:
+    """`kernelpro bench ... --resume --json` through main() in this process (its searches are child processes
+    as always): the bench's JSON document."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        main([*args[3:], "--resume", "--json"])  # without `python -m kernelpro`
+    out, err = capsys.readouterr()
+    assert exit_.value.code == 0, err[-3000:]
+    return json.loads(out)
+
+
+def test_kill_minus_9_then_resume_reruns_nothing_finished(tmp_path, capsys):
     out = tmp_path / "bench"
     args = [sys.executable, "-m", "kernelpro", "bench", str(SUITE), "--level", "1", "--budget", "2", "--no-profile",
             "--device", "cpu", "--no-kb", "--out", str(out), "--json"]
@@ -184,9 +195,7 @@ def test_kill_minus_9_then_resume_reruns_nothing_finished(tmp_path):
     with pytest.raises(SystemExit) as exit_:
         main(["bench", str(SUITE), "--out", str(out), "--device", "cpu"])  # without --resume: refused
     assert exit_.value.code == 2
-    done = subprocess.run(args + ["--resume"], cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    document = json.loads(done.stdout)
+    document = resumed_in_process([a for a in args if a != "--json"], capsys)
     assert [r["status"] for r in document["problems"]] == ["done"] * 2
     after = dict((key, (started, end)) for key, started, end in sqlite3.connect(database).execute(
         "SELECT key, started, finished FROM problems"))
@@ -502,7 +511,7 @@ def test_a_bench_with_failed_problems_exits_3_naming_each(finished_bench, capsys
     _exit_for_failures({"problems": [r for r in document["problems"] if r["status"] != "failed"]}, Console())
 
 
-def test_ctrl_c_stops_the_bench_with_exit_130_and_resume_finishes_it(tmp_path):
+def test_ctrl_c_stops_the_bench_with_exit_130_and_resume_finishes_it(tmp_path, capsys):
     """SIGINT to the bench's process group (a terminal's Ctrl-C): exit 130 and the resume command; no
     problem is recorded as failed; --resume then finishes every problem."""
     out = tmp_path / "bench"
@@ -524,9 +533,7 @@ def test_ctrl_c_stops_the_bench_with_exit_130_and_resume_finishes_it(tmp_path):
     statuses = [row[0] for row in sqlite3.connect(database).execute("SELECT status FROM problems")]
     assert "failed" not in statuses and set(statuses) != {"done"}, statuses
     assert (out / "leaderboard.json").exists()
-    done = subprocess.run(args + ["--resume", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert [r["status"] for r in json.loads(done.stdout)["problems"]] == ["done"]
+    assert [r["status"] for r in resumed_in_process(args, capsys)["problems"]] == ["done"]
 
 
 def test_unsafe_no_sandbox_reaches_each_search_and_is_never_saved(tmp_path):

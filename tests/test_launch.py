@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import run_script
+
 from kernelpro.launch import collect as C
 from kernelpro.launch import model as M
 from kernelpro.launch.store import LaunchStore, import_jsonl
@@ -480,24 +482,24 @@ def test_a_model_is_an_ensemble_whose_score_is_its_members_mean(collected):
     assert len({json.dumps(member) for member in ensemble.document["members"]}) == 3  # three initialisations
 
 
-def test_launch_predictor_ships_only_kinds_another_dataset_confirms_and_removes_a_stale_model(collected, tmp_path):
+def test_launch_predictor_ships_only_kinds_another_dataset_confirms_and_removes_a_stale_model(collected, tmp_path,
+                                                                                             monkeypatch, capsys):
     """benchmarks/launch_predictor.py --confirm OTHER: a kind of kernel is trusted only where OTHER's kernels,
     cross-validated alike, confirm it; a family none is trusted for ships nothing, and an earlier file of it in the
-    --ship folder is removed (a search would otherwise keep using it)."""
-    import subprocess
-    import sys
+    --ship folder is removed (a search would otherwise keep using it). The script runs in this process, through its
+    own command line."""
     store, *_ = collected
     script = Path(__file__).resolve().parent.parent / "benchmarks" / "launch_predictor.py"
+    run = lambda args: run_script(script, args, monkeypatch, capsys)  # noqa: E731
     empty = LaunchStore(tmp_path / "empty.db")  # holds no kernel of either family: confirms nothing
     empty.put("timing_protocol", "none")
     ship = tmp_path / "models"
     stale = M.model_path(ship, "triton_row", DEVICE.name)
     stale.parent.mkdir()
     stale.write_text("{}")
-    base = [sys.executable, str(script), str(store.path), "--device", DEVICE.name, "--seeds", "1", "--members", "1"]
-    done = subprocess.run(base + ["--folds", "2", "--confirm", str(empty.path), "--ship", str(ship), "--json",
-                                  str(tmp_path / "c.json")],
-                          capture_output=True, text=True, timeout=900)
+    base = [store.path, "--device", DEVICE.name, "--seeds", "1", "--members", "1"]
+    done = run(base + ["--folds", "2", "--confirm", str(empty.path), "--ship", str(ship), "--json",
+                       str(tmp_path / "c.json")])
     assert done.returncode == 0, done.stderr
     report = json.loads((tmp_path / "c.json").read_text())
     assert report["members"] == 1 and report["confirm"] == [str(empty.path)]
@@ -506,10 +508,9 @@ def test_launch_predictor_ships_only_kinds_another_dataset_confirms_and_removes_
         assert row["confirmed"] == {str(empty.path): "too few kernels"}
     assert not stale.exists() and f"triton_row: removed {stale}" in done.stdout
     assert not list(ship.glob("*.json"))
-    refused = subprocess.run(base + ["--folds", "1"], capture_output=True, text=True, timeout=300)
+    refused = run(base + ["--folds", "1"])
     assert refused.returncode == 2 and "--folds 1" in refused.stderr
-    alone = subprocess.run(base + ["--folds", "2", "--json", str(tmp_path / "a.json")], capture_output=True, text=True,
-                           timeout=900)
+    alone = run(base + ["--folds", "2", "--json", str(tmp_path / "a.json")])
     assert alone.returncode == 0, alone.stderr
     # without --confirm the same cross-validation decides alone (the fake timer's rule makes the predictor win)
     assert any(row["classes"] for row in json.loads((tmp_path / "a.json").read_text())["families"].values())
@@ -882,15 +883,12 @@ def test_join_rebuilds_the_committed_strided_dataset_and_refuses_other_protocols
     assert missing.exit_code == 2 and "not a dataset" in missing.output
 
 
-def test_the_launch_predictor_refuses_a_path_that_is_no_dataset_in_one_line(tmp_path):
+def test_the_launch_predictor_refuses_a_path_that_is_no_dataset_in_one_line(tmp_path, monkeypatch, capsys):
     """A missing dataset, or a file that cannot be one, ends in argparse's usage error naming the path: exit 2 and no
     traceback."""
-    import subprocess
-    import sys
     path = Path(__file__).resolve().parent.parent / "benchmarks" / "launch_predictor.py"
     (tmp_path / "notes.txt").write_text("not a dataset\n")
     for given, says in ((tmp_path / "missing.tgz", "no such file"), (tmp_path / "notes.txt", "not a dataset")):
-        done = subprocess.run([sys.executable, str(path), str(given), "--device", DEVICE.name],
-                              capture_output=True, text=True, timeout=300)
+        done = run_script(path, [given, "--device", DEVICE.name], monkeypatch, capsys)
         assert done.returncode == 2, done.stderr
         assert f"{given}: {says}" in done.stderr and "Traceback" not in done.stderr

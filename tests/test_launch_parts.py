@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import run_script
+
 from kernelpro.launch import collect as C
 from kernelpro.launch import model as M
 from kernelpro.launch.store import LaunchStore
@@ -72,20 +74,18 @@ def test_a_part_vetoes_only_the_kinds_it_holds_enough_kernels_of_and_loses():
     assert M.confirmed_by_part([], part) == []  # a part never adds a kind
 
 
-def test_launch_predictor_joins_a_part_and_scores_it_apart(stores, tmp_path):
+def test_launch_predictor_joins_a_part_and_scores_it_apart(stores, tmp_path, monkeypatch, capsys):
     folder, whole, part_ids = stores
     before = sorted(LaunchStore(folder / "main.db").instance_ids())
     out = tmp_path / "report.json"
-    done = subprocess.run([sys.executable, str(SCRIPT), str(folder / "main.db"), "--device", DEVICE.name,
-                           "--families", "triton_pointwise", "--seeds", "1", "--members", "1", "--folds", "3",
-                           "--part", f"mine={folder / 'part.db'}", "--json", str(out)],
-                          capture_output=True, text=True, timeout=900)
+    done = run_script(SCRIPT, [folder / "main.db", "--device", DEVICE.name, "--families", "triton_pointwise",
+                               "--seeds", "1", "--members", "1", "--folds", "3", "--part", f"mine={folder / 'part.db'}",
+                               "--json", out], monkeypatch, capsys)
     assert done.returncode == 0, done.stderr
     row = json.loads(out.read_text())["families"]["triton_pointwise"]
     assert row["instances"] == len(whole.instances("triton_pointwise", DEVICE.name))  # the two files joined
     assert row["parts"]["mine"]["instances"] == len(part_ids)
     assert "  mine " in done.stdout
     assert sorted(LaunchStore(folder / "main.db").instance_ids()) == before  # the files given are left as they were
-    bad = subprocess.run([sys.executable, str(SCRIPT), str(folder / "main.db"), "--device", DEVICE.name,
-                          "--part", "mine"], capture_output=True, text=True, timeout=300)
+    bad = run_script(SCRIPT, [folder / "main.db", "--device", DEVICE.name, "--part", "mine"], monkeypatch, capsys)
     assert bad.returncode == 2 and "give NAME=DATASET" in bad.stderr

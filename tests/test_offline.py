@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import run_script
 import torch
 
 from kernelpro.coder import CoderRequest
@@ -434,12 +436,12 @@ def test_simplify_all_makes_in_one_move_the_rewrites_that_open_up_only_after_oth
     assert first.move == "simplify_all" and first.state["applied"] == ["simplify_all"]
 
 
-def test_chain_candidates_writes_the_candidate_of_any_set_of_moves_and_names_the_ones_that_do_not_apply(tmp_path):
-    # scripts/chain_candidates.py: a set a search did not reach, built as the coder builds it.
+def test_chain_candidates_writes_the_candidate_of_any_set_of_moves_and_names_the_ones_that_do_not_apply(
+        tmp_path, monkeypatch, capsys):
+    # scripts/chain_candidates.py: a set a search did not reach, built as the coder builds it
     script = Path(__file__).parents[1] / "scripts" / "chain_candidates.py"
     chains = ["fold_batch_norm,pool_before_activation", "bias_after_pool,pool_before_activation,fold_batch_norm"]
-    done = subprocess.run([sys.executable, str(script), str(DATA / "conv_bn_pool.py"), *chains, "--out", str(tmp_path)],
-                          capture_output=True, text=True, timeout=300)
+    done = run_script(script, [DATA / "conv_bn_pool.py", *chains, "--out", tmp_path], monkeypatch, capsys)
     assert done.returncode == 0, done.stderr
     listed = json.loads((tmp_path / "chains.json").read_text())["chains"]
     assert [entry["rewrites"].get("bias_after_pool", 0) for entry in listed] == [0, 3]
@@ -450,8 +452,7 @@ def test_chain_candidates_writes_the_candidate_of_any_set_of_moves_and_names_the
     assert Path(listed[1]["path"]).read_text() == option["bias_after_pool"]["source"]
     for bad, why in (("fold_batch_norm,no_such_move", "unknown move(s): no_such_move"),
                      ("attention_to_sdpa", "nothing to rewrite for attention_to_sdpa")):
-        done = subprocess.run([sys.executable, str(script), str(DATA / "conv_bn_pool.py"), bad, "--out",
-                               str(tmp_path / "bad")], capture_output=True, text=True, timeout=300)
+        done = run_script(script, [DATA / "conv_bn_pool.py", bad, "--out", tmp_path / "bad"], monkeypatch, capsys)
         assert done.returncode != 0 and why in done.stderr
 
 

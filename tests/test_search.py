@@ -238,7 +238,7 @@ def test_end_to_end_search_writes_every_output(attention_run):
     assert header[0].startswith("# kernelpro: best candidate") and any("device: cpu" in h for h in header)
 
 
-def test_best_py_runs_without_kernelpro_and_passes_eval(attention_run, tmp_path):
+def test_best_py_runs_without_kernelpro_and_passes_eval(attention_run, tmp_path, capsys):
     out, _ = attention_run
     check = tmp_path / "standalone.py"
     check.write_text(
@@ -253,10 +253,10 @@ def test_best_py_runs_without_kernelpro_and_passes_eval(attention_run, tmp_path)
         "atol=1e-4, rtol=1e-4)\nprint('standalone ok')\n")
     done = subprocess.run([sys.executable, str(check)], capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0 and "standalone ok" in done.stdout, done.stderr[-2000:]
-    verdict = run_cli("eval", "examples/attention_block.py", str(out / "best.py"), "--device", "cpu",
-                      "--model-mode", "eval", "--json")
-    assert verdict.returncode == 0, verdict.stderr[-2000:]
-    assert json.loads(verdict.stdout)["verdict"] == "correct"
+    capsys.readouterr()
+    code, _ = cli(["eval", str(ROOT / "examples" / "attention_block.py"), str(out / "best.py"), "--device", "cpu",
+                   "--model-mode", "eval", "--trials", "3", "--json-file", str(tmp_path / "verdict.json")], capsys)
+    assert code == 0 and json.loads((tmp_path / "verdict.json").read_text())["verdict"] == "correct"
 
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
