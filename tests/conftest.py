@@ -78,6 +78,18 @@ def default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def in_process(capsys, *args) -> "subprocess.CompletedProcess":
+    """`kernelpro ARGS` through main() in this process (no interpreter and torch import to pay), its exit code
+    and its stdout and stderr kept apart as a subprocess would keep them."""
+    import subprocess
+    from kernelpro.cli import main
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done:
+        main([str(arg) for arg in args])
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(args, done.value.code, out, err)
+
+
 def run_script(script: Path, args: list, monkeypatch, capsys) -> "subprocess.CompletedProcess":
     """A script of ours (`python SCRIPT ARGS` as its README gives it) run through its own `__main__` in this process:
     the same argument parsing and exit codes without an interpreter and a torch import to pay. Its exit code,

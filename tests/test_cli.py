@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import DATA, REPO
+from conftest import DATA, REPO, in_process
 from kernelpro.cli import main
 
 PROBLEM = DATA / "problems" / "linear_relu_residual.py"
@@ -19,16 +19,6 @@ PROBLEM = DATA / "problems" / "linear_relu_residual.py"
 def kernelpro(*args, env=None):
     return subprocess.run([sys.executable, "-m", "kernelpro", *map(str, args)], capture_output=True, text=True,
                           env={**os.environ, **(env or {})}, timeout=240)
-
-
-def in_process(capsys, *args) -> subprocess.CompletedProcess:
-    """`kernelpro ARGS` through main() in this process (no interpreter and torch import to pay), its exit code
-    and its stdout and stderr kept apart as a subprocess would keep them."""
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as done:
-        main([str(arg) for arg in args])
-    out, err = capsys.readouterr()
-    return subprocess.CompletedProcess(args, done.value.code, out, err)
 
 
 def test_version_and_help():

@@ -6,8 +6,6 @@ with the real graph worker and a fake timer."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest

@@ -4,9 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -74,21 +71,24 @@ def test_moves_reach_each_search_of_a_bench_and_are_refused_for_the_llm_coder(tm
     assert not (tmp_path / "d").exists() and not (tmp_path / "e").exists()
 
 
-def test_a_search_limited_to_some_moves_records_them_and_uses_no_other(tmp_path):
+def test_a_search_limited_to_some_moves_records_them_and_uses_no_other(tmp_path, monkeypatch, capsys):
+    # `kernelpro search` through main() in this process (its candidates run in the sandbox's workers as always)
+    from kernelpro.cli import main
     problem = DATA / "redundant.py"
     allowed = ["transposed_matmuls", "simplify_all"]
     out = tmp_path / "run"
-    done = subprocess.run([sys.executable, "-m", "kernelpro", "search", str(problem), "--device", "cpu", "--coder",
-                           "offline", "--budget", "4", "--no-kb", "--no-profile", "--moves", ",".join(allowed),
-                           "--out", str(out), "--json"], cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-2000:]
+    with pytest.raises(SystemExit) as exit_:
+        main(["search", str(problem), "--device", "cpu", "--coder", "offline", "--budget", "4", "--no-kb",
+              "--no-profile", "--moves", ",".join(allowed), "--out", str(out), "--json"])
+    assert exit_.value.code == 0, capsys.readouterr().err[-2000:]
     run = json.loads((out / "run.json").read_text())
     assert run["moves"] == ",".join(allowed)
     tree = json.loads((out / "tree.json").read_text())["nodes"]
     tried = {node["move"] for node in tree if node["move"] != "reference"}
     assert tried and tried <= set(allowed), tried
-    llm = subprocess.run([sys.executable, "-m", "kernelpro", "search", str(problem), "--device", "cpu", "--coder",
-                          "anthropic", "--moves", "tune", "--out", str(tmp_path / "llm")], cwd=ROOT,
-                         capture_output=True, text=True, timeout=300,
-                         env=dict(os.environ, ANTHROPIC_API_KEY="x", KERNELPRO_HOME=str(tmp_path / "home")))
-    assert llm.returncode != 0 and "--moves limits the offline coder's moves" in llm.stderr
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "x")
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        main(["search", str(problem), "--device", "cpu", "--coder", "anthropic", "--moves", "tune", "--out",
+              str(tmp_path / "llm")])
+    assert exit_.value.code != 0 and "--moves limits the offline coder's moves" in capsys.readouterr().err

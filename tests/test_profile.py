@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import DATA, REPO
+from conftest import DATA, REPO, in_process, run_script
 from kernelpro.feedback import build_guidance
 from kernelpro.tools import ToolContext, validate_report
 from kernelpro.tools.ceilings import Ceilings
@@ -271,13 +269,8 @@ def test_ncu_command_never_touches_clocks_and_filters_by_function_name():
 # --- the CLI on the CPU ------------------------------------------------------------------------
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kernelpro", *args], capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ))
-
-
-def test_profile_cli_on_cpu_writes_the_documented_json():
-    done = _cli("profile", str(DATA / "profile" / "overhead_tiny_chain.py"), "--device", "cpu", "--json")
+def test_profile_cli_on_cpu_writes_the_documented_json(capsys):
+    done = in_process(capsys, "profile", str(DATA / "profile" / "overhead_tiny_chain.py"), "--device", "cpu", "--json")
     assert done.returncode == 0, done.stderr
     document = json.loads(done.stdout)
     assert {"classification", "kernels", "guidance", "techniques"} <= set(document)
@@ -299,23 +292,22 @@ def test_profile_cli_on_cpu_writes_the_documented_json():
         assert "left out on cpu, which has no GPU: cuda_graphs" in document["guidance"]
 
 
-def test_profile_cli_errors_are_one_clear_line():
-    missing = _cli("profile", "no/such/problem.py", "--device", "cpu")
+def test_profile_cli_errors_are_one_clear_line(capsys):
+    missing = in_process(capsys, "profile", "no/such/problem.py", "--device", "cpu")
     assert missing.returncode == 2 and "no such file" in missing.stderr
-    unknown = _cli("profile", str(DATA / "profile" / "overhead_tiny_chain.py"), "--device", "cpu", "--tools", "nope")
+    unknown = in_process(capsys, "profile", str(DATA / "profile" / "overhead_tiny_chain.py"), "--device", "cpu", "--tools", "nope")
     assert unknown.returncode == 2 and "unknown tool nope" in unknown.stderr
 
 
-def test_compare_timelines_puts_a_candidate_beside_the_compiled_reference_on_cpu(tmp_path):
+def test_compare_timelines_puts_a_candidate_beside_the_compiled_reference_on_cpu(tmp_path, monkeypatch, capsys):
     # scripts/compare_timelines.py: both programs' timelines in their own processes; the compiled side is the
     # reference Model under torch.compile, so its operators are inductor's, not the eager chain's.
     problem = DATA / "profile" / "overhead_tiny_chain.py"
     candidate = tmp_path / "candidate.py"
     candidate.write_text(problem.read_text() + "\n\nclass ModelNew(Model):\n    pass\n")
     out = tmp_path / "compare.json"
-    done = subprocess.run([sys.executable, str(REPO / "scripts" / "compare_timelines.py"), str(problem), str(candidate),
-                           "--device", "cpu", "--calls", "2", "--json", str(out)],
-                          capture_output=True, text=True, timeout=600, env=dict(os.environ))
+    done = run_script(REPO / "scripts" / "compare_timelines.py", [problem, candidate, "--device", "cpu", "--calls", "2",
+                                                                  "--json", out], monkeypatch, capsys)
     assert done.returncode == 0, done.stderr
     document = json.loads(out.read_text())
     eager = {k["name"] for k in document["candidate_timeline"]["kernels"]}
