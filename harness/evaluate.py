@@ -372,6 +372,7 @@ class Evaluator:
             "model_mode": options.model_mode, "extensions_dir": str(entry.extensions_dir),
             "triton_cache_dir": str(entry.triton_cache_dir),
             "reference_outputs": kept is None and not outcome.itself,
+            "count_flops": kept is None,  # kept outputs come with their count: no FLOP counter (nor dynamo) here
         })
         outcome.enter(Phase.REFERENCE)
         tolerance = options.effective_tolerance
@@ -418,9 +419,10 @@ class Evaluator:
                     outcome.structures, outcome.degenerate = list(kept.structures), kept.degenerate
                 elif fresh is not None and len(fresh.payloads) == options.correct_trials:
                     fresh.degenerate = outcome.degenerate
+                    fresh.flops = header["flops"]
                     self.references.put(key, fresh)
-                outcome.info.update(flops=header["flops"], bytes_moved=header["bytes_moved"],
-                                    signature=header.get("signature"))
+                outcome.info.update(flops=kept.flops if kept is not None else header["flops"],  # kept: not counted again
+                                    bytes_moved=header["bytes_moved"], signature=header.get("signature"))
                 outcome.sizes = {k: int(header.get(k) or 0) for k in MemorySizes.model_fields}
                 if reservation is not None:
                     reservation.resize(self.memory.estimate(problem, outcome.sizes))

@@ -32,6 +32,7 @@ class References:
     payloads: list = field(default_factory=list)  # per trial: bytes, bytearray or mmap
     structures: list = field(default_factory=list)
     degenerate: bool | None = None
+    flops: int = 0  # the reference's, counted once (trial 0 of the evaluation that made these)
     memory_bytes: int = 0
     file_bytes: int = 0
 

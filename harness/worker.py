@@ -155,7 +155,7 @@ class Job:
                 model = self.build_model(problem.Model, seed, init_inputs)
                 set_seed(seed)  # forward's own random draws (an active dropout) start from the trial's seed
                 with torch.no_grad():
-                    if trial == 0:
+                    if trial == 0 and self.spec.get("count_flops", True):
                         flops, outputs = self.count_flops(model, inputs)
                     else:
                         outputs = model(*inputs)

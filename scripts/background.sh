@@ -28,7 +28,8 @@ in_background() {
     fi
     echo "$name already running (pid $(cat "$pidfile"))"
   else
-    setsid nohup "$@" >"$BG_DIR/$name.out" 2>>"$BG_DIR/$name.log" </dev/null &
+    : >"$BG_DIR/$name.out"; : >>"$BG_DIR/$name.log"  # here, not in the child, which may not have run by the copy below
+    setsid nohup "$@" >>"$BG_DIR/$name.out" 2>>"$BG_DIR/$name.log" </dev/null &
     echo $! >"$pidfile"; echo "${BG_WHAT:-}" >"$BG_DIR/$name.what"; echo "$name started (pid $!)"
   fi
   local last=$SECONDS
@@ -37,5 +38,5 @@ in_background() {
     if [ $((SECONDS - last)) -ge "${SNAP_EVERY:-120}" ]; then "snap_$name" >/dev/null; last=$SECONDS; fi
   done
   bg_alive "$name" && echo "$name: still running at ${SECONDS} s" || echo "$name: finished"
-  cp "$BG_DIR/$name.out" "$BG_DIR/$name.log" "$OUT/" 2>/dev/null
+  cp "$BG_DIR/$name.out" "$BG_DIR/$name.log" "$OUT/" 2>/dev/null || true
 }

@@ -199,8 +199,9 @@ def test_token_budget_and_repeated_coder_failures_stop_the_search_cleanly(tmp_pa
     from typer.testing import CliRunner
 
     from kernelpro.cli import app
-    candidate = (ROOT / "examples" / "matmul_rowsum_new.py").read_text()
-    problem = str(ROOT / "examples" / "matmul_rowsum.py")
+    # a small problem and a correct candidate of it: what is tested is how the search stops
+    candidate = (ROOT / "tests" / "data" / "candidates" / "good.py").read_text()
+    problem = str(ROOT / "tests" / "data" / "problems" / "linear_relu_residual.py")
     with FakeAnthropic(default=lambda body: submit(candidate, ("algebraic_simplify",))) as fake:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.url)
         monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)

@@ -30,6 +30,8 @@ def test_later_evaluations_judge_against_the_first_evaluations_reference_outputs
         assert cheat.verdict is Verdict.INCORRECT and "trial 1" in cheat.reason, cheat.reason
         again = evaluator.evaluate(linear_problem, candidate_source("good"), FAST)
         assert again.verdict is Verdict.CORRECT, again.reason
+        # the reference's FLOPs were counted once, with the outputs kept: the later worker ran no counter
+        assert first.floor.flops > 0 and again.floor.flops == first.floor.flops
         # the cheat and the second good one used the first's outputs (a re-verification may hit one more)
         assert evaluator.references.hits == 2 if not reverified(first, again) else evaluator.references.hits >= 2
         # other seeds draw other inputs: their outputs are the reference's own, kept beside the first
