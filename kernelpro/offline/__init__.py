@@ -37,30 +37,28 @@ class OfflineCoderError(KernelproError):
     """The graph worker failed on the problem itself."""
 
 
-class _IdleWorkers:
-    """Graph workers that a finished search handed back, for the next search of the same process (a program's or
-    a test suite's several searches): the next one starts answering at once instead of importing torch again
+class _IdleWorker:
+    """The graph worker that a finished search handed back, for the next search of the same process (a program's
+    or a test suite's several searches): that one starts answering at once instead of importing torch again
     (about 3 s of CPU). A worker loads each problem by its path and checks the file's size and mtime, so it
-    serves any search. At most one is kept; it exits with this process (its stdin closes)."""
+    serves any search. One is kept; it exits with this process (its stdin closes)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._idle: list[tuple[subprocess.Popen, tempfile.TemporaryDirectory]] = []
+        self._kept: tuple[subprocess.Popen, tempfile.TemporaryDirectory] | None = None
 
     def take(self) -> tuple[subprocess.Popen, tempfile.TemporaryDirectory] | None:
         with self._lock:
-            while self._idle:
-                worker, folder = self._idle.pop()
-                if worker.poll() is None:
-                    return worker, folder
-                _stop(worker, folder)
-        return None
+            kept, self._kept = self._kept, None
+        if kept is not None and kept[0].poll() is not None:  # it died meanwhile
+            _stop(*kept)
+            return None
+        return kept
 
     def give(self, worker: subprocess.Popen, folder: tempfile.TemporaryDirectory) -> None:
         with self._lock:
-            extra = self._idle
-            self._idle = [(worker, folder)]
-        for old in extra:
+            old, self._kept = self._kept, (worker, folder)
+        if old is not None:
             _stop(*old)
 
 
@@ -77,7 +75,7 @@ def _stop(worker: subprocess.Popen, folder: tempfile.TemporaryDirectory | None) 
         folder.cleanup()
 
 
-IDLE_WORKERS = _IdleWorkers()
+IDLE_WORKER = _IdleWorker()
 
 
 class OfflineCoder:
@@ -135,7 +133,7 @@ class OfflineCoder:
             if self._worker is not None:
                 self._kill()
             self.worker_starts += 1
-            self._worker, self._folder = IDLE_WORKERS.take() or self._start_worker()
+            self._worker, self._folder = IDLE_WORKER.take() or self._start_worker()
 
     @staticmethod
     def _start_worker() -> tuple[subprocess.Popen, tempfile.TemporaryDirectory]:
@@ -179,14 +177,15 @@ class OfflineCoder:
         return result
 
     def close(self) -> None:
-        """Hand the graph worker back (`IDLE_WORKERS`) for this process's next search; one that died is
+        """Hand the graph worker back (`IDLE_WORKER`) for this process's next search; one that died is
         stopped (a worker also stops by itself when this process ends: its stdin closes)."""
         if self._worker is not None and self._worker.poll() is None and self._folder is not None and not self._asking:
-            IDLE_WORKERS.give(self._worker, self._folder)
+            IDLE_WORKER.give(self._worker, self._folder)
             self._worker = self._folder = None
         self._kill()
 
     def _kill(self) -> None:
+        self._asking = False
         if self._worker is not None:
             _stop(self._worker, self._folder)
         elif self._folder is not None:
