@@ -111,10 +111,22 @@ def kill_tree(pid: int) -> None:
     sigkill(stragglers)
 
 
+def signal_of(code: int | None, sandboxed: bool = True) -> int | None:
+    """The signal that ended a child with this exit code, or None: a negative code is one (Python's way), and from
+    a sandbox so is 128 + N (bubblewrap's init passes on its child's death by signal N that way, as shells do)."""
+    if code is None:
+        return None
+    if code < 0:
+        return -code
+    if sandboxed and code > 128 and code - 128 in signal.valid_signals():
+        return code - 128
+    return None
+
+
 def exit_description(code: int | None) -> str:
-    """How a child ended, in words: `exit 1`, `killed by SIGKILL (exit -9)`. A sandbox (bwrap) or a shell
-    reports a signal that ended its child as 128 + the signal's number: `killed by SIGKILL (exit 137)`."""
-    number = -code if code is not None and code < 0 else code - 128 if code is not None and code > 128 else None
+    """How a child ended, in words: `exit 1`, `killed by SIGKILL (exit -9)`, `killed by SIGKILL (exit 137)`
+    (a sandbox's or a shell's 128 + N, see `signal_of`)."""
+    number = signal_of(code)
     try:
         return f"killed by {signal.Signals(number).name} (exit {code})" if number else f"exit {code}"
     except ValueError:
@@ -259,9 +271,8 @@ class WorkerProcess(ChannelWorker):
             status = self.process.wait(wait_s)
         except subprocess.TimeoutExpired:
             return None
-        if self.sandboxed and status > 128 and status - 128 in signal.valid_signals():
-            return -(status - 128)  # bubblewrap's init passes on a child's death by signal N as 128 + N
-        return status
+        number = signal_of(status, self.sandboxed)
+        return -number if number else status
 
     def _after_kill(self) -> None:
         try:

@@ -28,7 +28,7 @@ from kernelpro.bench import Bench, BenchError, BenchSettings
 from kernelpro.bench.compare import compare
 from kernelpro.bench.leaderboard import schema
 from kernelpro.bench.suite import SuiteError, discover, parse_numbers, select
-from conftest import built_once, default_sigint
+from conftest import built_once, default_sigint, in_process
 from kernelpro.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -161,12 +161,9 @@ def test_a_bench_writes_every_leaderboard_and_records_a_crash(finished_bench):
 def resumed_in_process(args: list[str], capsys) -> dict:
     """`kernelpro bench ... --resume --json` through main() in this process (its searches are child processes
     as always): the bench's JSON document."""
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exit_:
-        main([*args[3:], "--resume", "--json"])  # without `python -m kernelpro`
-    out, err = capsys.readouterr()
-    assert exit_.value.code == 0, err[-3000:]
-    return json.loads(out)
+    done = in_process(capsys, *args[3:], "--resume", "--json")  # without `python -m kernelpro`
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
 
 
 def test_kill_minus_9_then_resume_reruns_nothing_finished(tmp_path, capsys):

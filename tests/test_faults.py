@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DATA, candidate_source
+from conftest import DATA, candidate_source, in_process
 from kernelpro.harness import memguard
 
 
@@ -94,13 +94,12 @@ def test_a_killed_native_build_is_not_held_against_the_candidate(loaded_cpu, tmp
 def test_a_killed_profile_is_one_line_and_the_search_goes_on(loaded_cpu, tmp_path, capsys):
     # `kernelpro profile` (main() in this process; the profiled program is its child as always): one line naming
     # the death; a search profiles the reference, records why it has no profile, and searches on.
-    from kernelpro.cli import main
     problem = DATA / "profile" / "overhead_tiny_chain.py"
-    with Killer("kernelpro.tools.target") as killer, pytest.raises(SystemExit) as exit_:
-        main(["profile", str(problem), "--device", "cpu"])
-    stderr = capsys.readouterr().err
+    with Killer("kernelpro.tools.target") as killer:
+        done = in_process(capsys, "profile", problem, "--device", "cpu")
+    stderr = done.stderr
     assert killer.killed, "the profiled program was never seen"
-    assert exit_.value.code == 2 and "Traceback" not in stderr, stderr
+    assert done.returncode == 2 and "Traceback" not in stderr, stderr
     error = [line for line in stderr.splitlines() if line.startswith("error:")]
     assert len(error) == 1 and "failed (killed by SIGKILL" in error[0], stderr
     import sqlite3

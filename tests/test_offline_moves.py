@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from kernelpro.offline import OfflineCoder, OfflineCoderError, allowed_moves
+from conftest import in_process
 from test_offline import request
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,22 +74,18 @@ def test_moves_reach_each_search_of_a_bench_and_are_refused_for_the_llm_coder(tm
 
 def test_a_search_limited_to_some_moves_records_them_and_uses_no_other(tmp_path, monkeypatch, capsys):
     # `kernelpro search` through main() in this process (its candidates run in the sandbox's workers as always)
-    from kernelpro.cli import main
     problem = DATA / "redundant.py"
     allowed = ["transposed_matmuls", "simplify_all"]
     out = tmp_path / "run"
-    with pytest.raises(SystemExit) as exit_:
-        main(["search", str(problem), "--device", "cpu", "--coder", "offline", "--budget", "4", "--no-kb",
-              "--no-profile", "--moves", ",".join(allowed), "--out", str(out), "--json"])
-    assert exit_.value.code == 0, capsys.readouterr().err[-2000:]
+    done = in_process(capsys, "search", problem, "--device", "cpu", "--coder", "offline", "--budget", "4", "--no-kb",
+                      "--no-profile", "--moves", ",".join(allowed), "--out", out, "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
     run = json.loads((out / "run.json").read_text())
     assert run["moves"] == ",".join(allowed)
     tree = json.loads((out / "tree.json").read_text())["nodes"]
     tried = {node["move"] for node in tree if node["move"] != "reference"}
     assert tried and tried <= set(allowed), tried
     monkeypatch.setenv("ANTHROPIC_API_KEY", "x")
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exit_:
-        main(["search", str(problem), "--device", "cpu", "--coder", "anthropic", "--moves", "tune", "--out",
-              str(tmp_path / "llm")])
-    assert exit_.value.code != 0 and "--moves limits the offline coder's moves" in capsys.readouterr().err
+    llm = in_process(capsys, "search", problem, "--device", "cpu", "--coder", "anthropic", "--moves", "tune", "--out",
+                     tmp_path / "llm")
+    assert llm.returncode != 0 and "--moves limits the offline coder's moves" in llm.stderr

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import built_once, default_sigint
+from conftest import built_once, default_sigint, in_process
 from kernelpro.cli import main
 from kernelpro.coder import CoderProposal, default_coder
 from kernelpro.driver import SearchRun
@@ -32,10 +32,8 @@ DATA = Path(__file__).parent / "data" / "search"
 
 
 def cli(argv: list[str], capsys) -> tuple[int, str]:
-    with pytest.raises(SystemExit) as exit_info:
-        main(argv)
-    captured = capsys.readouterr()
-    return exit_info.value.code, captured.out + captured.err
+    done = in_process(capsys, *argv)
+    return done.returncode, done.stdout + done.stderr
 
 
 @pytest.mark.parametrize("extra, message", [
