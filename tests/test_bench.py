@@ -1,4 +1,5 @@
-"""`kernelpro bench` on CPU: a tiny suite of our own problems, real searches in child processes.
+"""`kernelpro bench` on CPU: a tiny suite of our own problems, searched by real child processes, or, where the
+bench's bookkeeping is what a test checks, by the real search command in this process over a fake evaluator.
 
 - suite discovery and selection (levels, problem ranges, clear errors);
 - a bench over the suite plus a problem that crashes: every leaderboard file, the JSON
@@ -11,6 +12,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import itertools
 import json
 import os
 import shutil
@@ -30,10 +34,59 @@ from kernelpro.bench.leaderboard import schema
 from kernelpro.bench.suite import SuiteError, discover, parse_numbers, select
 from conftest import built_once, default_sigint, in_process
 from kernelpro.cli import main
+from kernelpro.harness.records import TimingStats
+from test_search import FakeHarness
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITE = ROOT / "tests" / "data" / "bench_suite"
 FAST = dict(budget=2, profile=False, device="cpu", use_kb=False)
+
+
+class DriftingHarness(FakeHarness):
+    """FakeHarness whose candidate timings are never twice the same, as a real clock's: each evaluation of this
+    process takes 0.01% longer than the one before."""
+
+    calls = itertools.count()
+
+    def evaluate(self, problem, source, options):
+        result = super().evaluate(problem, source, options)
+        if result.candidate is None:
+            return result
+        ms = result.candidate.median_ms * (1 + 1e-4 * next(self.calls))
+        timing = TimingStats(median_ms=ms, iqr_ms=0.0, cv=0.0, mean_ms=ms, min_ms=ms, max_ms=ms, trials=10,
+                             host_median_ms=ms)
+        return result.model_copy(update={"candidate": timing, "speedup": result.reference.median_ms / ms})
+
+
+def search_in_this_process(args: list[str], env: dict, log: Path, on_pid=lambda pid: None) -> tuple[int, str]:
+    """Stands in for `bench.child.run_child`: the child's `kernelpro search ARGS` through main() in this process,
+    its stderr in `log`, with DriftingHarness as the evaluator (see `fake_children`)."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as stderr, contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            main(args)
+        except SystemExit as done:
+            code = done.code
+    return code, log.read_text(errors="replace")[-3000:]
+
+
+@contextlib.contextmanager
+def fake_children():
+    """A bench's searches run by the real search command in this process over a fake evaluator (a second or less
+    each, against about ten for a child process that imports torch and boots its sandboxed workers): for the tests
+    of the bench's bookkeeping. The crash, kill -9 and Ctrl-C tests keep real children."""
+    import kernelpro.bench.child
+    import kernelpro.driver
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(kernelpro.bench.child, "run_child", search_in_this_process)
+        patch.setattr(kernelpro.driver, "Evaluator", lambda *args, **kwargs: DriftingHarness())
+        yield
+
+
+@pytest.fixture
+def in_process_searches():
+    with fake_children():
+        yield
 
 
 def test_suite_discovery_and_selection(tmp_path):
@@ -97,9 +150,11 @@ def finished_bench(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def level1_bench(tmp_path_factory):
-    """A finished bench of the suite's level 1 (two problems, budget 2), built once per run; tests work on copies."""
+    """A finished bench of the suite's level 1 (two problems, budget 2; searched over a fake evaluator), built once
+    per run; tests work on copies."""
     def build(folder: Path) -> str:
-        bench_in_own_home(BenchSettings(suite=str(SUITE), out=str(folder / "bench"), levels="1", **FAST), folder)
+        with fake_children():
+            bench_in_own_home(BenchSettings(suite=str(SUITE), out=str(folder / "bench"), levels="1", **FAST), folder)
         return str(folder / "bench")
     return Path(built_once(tmp_path_factory, "level1_bench", build))
 
@@ -270,7 +325,7 @@ def test_report_writes_the_leaderboards_of_a_bench_as_it_stands(finished_bench, 
     assert exit_.value.code != 0 and "no bench.db" in capsys.readouterr().err
 
 
-def test_resume_with_a_larger_budget_extends_every_search(tmp_path, monkeypatch):
+def test_resume_with_a_larger_budget_extends_every_search(tmp_path, monkeypatch, in_process_searches):
     monkeypatch.setenv("KERNELPRO_HOME", str(tmp_path / "home"))
     out = tmp_path / "bench"
     settings = BenchSettings(suite=str(SUITE), out=str(out), levels="1", problems="1", **dict(FAST, budget=1))
@@ -293,7 +348,7 @@ def test_resume_with_a_larger_budget_extends_every_search(tmp_path, monkeypatch)
     assert (out / "leaderboard_budget1.md").exists() and (out / "leaderboard_budget1.html").exists()
 
 
-def test_rerun_forgets_a_problem_and_runs_it_again_from_scratch(tmp_path, monkeypatch, capsys):
+def test_rerun_forgets_a_problem_and_runs_it_again_from_scratch(tmp_path, monkeypatch, capsys, in_process_searches):
     monkeypatch.setenv("KERNELPRO_HOME", str(tmp_path / "home"))
     from kernelpro.knowledge import KnowledgeBase
     out = tmp_path / "bench"
@@ -330,7 +385,8 @@ def test_rerun_forgets_a_problem_and_runs_it_again_from_scratch(tmp_path, monkey
     assert (out / "problems" / "level1" / "1_DoubleNegation" / "run.json").exists()
 
 
-def test_the_ray_backend_sends_each_problem_as_a_task_and_records_a_dead_one(tmp_path, monkeypatch):
+def test_the_ray_backend_sends_each_problem_as_a_task_and_records_a_dead_one(tmp_path, monkeypatch,
+                                                                            in_process_searches):
     """Through a fake Ray (tests/fake_ray.py): one task per problem, each asking for one CPU; a finished task's
     result and files reach the bench's database and folder, and a task whose worker died is a failed problem with
     its cause, while the bench goes on."""
@@ -369,8 +425,8 @@ def test_the_ray_backend_runs_each_problem_as_a_task(tmp_path):
         Bench(BenchSettings(suite=str(SUITE), out=str(tmp_path / "x"), backend="ray", baselines_only=True, **FAST))
 
 
-def test_kb_ablation_builds_a_base_on_one_half_and_resumes_without_rerunning(tmp_path):
-    """Three real CPU benches (budget 2): half A fills a knowledge base, half B runs from an empty
+def test_kb_ablation_builds_a_base_on_one_half_and_resumes_without_rerunning(tmp_path, in_process_searches):
+    """Three CPU benches (budget 2, over a fake evaluator): half A fills a knowledge base, half B runs from an empty
     one and from a copy of A's; run again, it finishes nothing twice."""
     from kernelpro.bench import ablation
     suite = tmp_path / "suite"
@@ -442,7 +498,7 @@ def test_snapshot_of_a_live_bench_folder_holds_its_committed_rows(tmp_path):
 
 
 def test_remeasure_times_each_best_again_and_the_leaderboard_reports_that_one_measurement(level1_bench, tmp_path,
-                                                                                           capsys):
+                                                                                           capsys, in_process_searches):
     out = tmp_path / "bench"
     shutil.copytree(level1_bench, out)
     settings = BenchSettings(suite=str(SUITE), out=str(out), levels="1", **FAST)
@@ -560,7 +616,8 @@ def test_no_compile_baseline_reaches_each_search_and_a_resumed_bench_keeps_it(tm
     assert "--no-compile-baseline" not in search_args(entry, default, out / "p", resume=False)
 
 
-def test_a_results_only_snapshot_holds_no_problem_code_and_the_bench_resumes_from_it(level1_bench, tmp_path):
+def test_a_results_only_snapshot_holds_no_problem_code_and_the_bench_resumes_from_it(level1_bench, tmp_path,
+                                                                                     in_process_searches):
     """scripts/bench_snapshot.py --results-only: what a KernelBench bench measured, without KernelBench's
     code, so it can be committed; restored on a fresh folder, the bench runs only what it had not finished."""
     import importlib.util
