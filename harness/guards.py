@@ -47,7 +47,7 @@ _fill = torch.Tensor.fill_
 _storage = torch.Tensor.untyped_storage
 cuda_synchronize = torch.cuda.synchronize
 CudaEvent = torch.cuda.Event
-_event_elapsed = torch.cuda.Event.elapsed_time
+event_elapsed_time = torch.cuda.Event.elapsed_time
 
 
 def _watched_namespaces() -> list[object]:

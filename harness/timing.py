@@ -39,7 +39,7 @@ def measure_copy_bandwidth_gbps(device: torch.device, nbytes: int = 256 << 20) -
         destination.copy_(source)
         end.record()
         end.synchronize()
-        best = min(best, guards._event_elapsed(start, end))
+        best = min(best, guards.event_elapsed_time(start, end))
     return 2 * nbytes / (best * 1e-3) / 1e9
 
 
@@ -65,7 +65,7 @@ def measure_matmul_tflops(device: torch.device, dtype: torch.dtype, size: int = 
             a @ b
             end.record()
             end.synchronize()
-            best = min(best, guards._event_elapsed(start, end))
+            best = min(best, guards.event_elapsed_time(start, end))
     finally:
         matmul_flags.allow_tf32 = saved
     return 2 * size**3 / (best * 1e-3) / 1e12
@@ -105,7 +105,7 @@ class InterleavedTimer:
         end.record()
         end.synchronize()
         host_ms = (guards.perf_counter() - begin) * 1e3
-        return output, guards._event_elapsed(start, end), host_ms
+        return output, guards.event_elapsed_time(start, end), host_ms
 
     def run(self, functions: dict[str, Callable], trials: int, budget_s: float, warmup_calls: int,
             seed: int | None = None, stop: Callable[[dict[str, list[float]]], bool] | None = None,
@@ -205,7 +205,7 @@ def kernelbench_times(function: Callable, inputs: list[object], device: torch.de
             function(*inputs)
             end.record()
             guards.cuda_synchronize(device)
-            elapsed = guards._event_elapsed(start, end)
+            elapsed = guards.event_elapsed_time(start, end)
         else:
             began = guards.perf_counter()
             function(*inputs)

@@ -62,9 +62,9 @@ def test_looped_variant_matches_on_every_row_example(tmp_path, monkeypatch):
         if group.kind == "pointwise":
             return [{"BLOCK": 1024, "num_warps": 4, "score": 1.0}]
         if any(s.reduce in ("argmax", "argmin") for s in group.steps):
-            return [{"variant": "one_pass", "BLOCK_R": 2, "BLOCK_C": triton_gen._next_pow2(group.row_length),
+            return [{"variant": "one_pass", "BLOCK_R": 2, "BLOCK_C": triton_gen.next_pow2(group.row_length),
                      "num_warps": 1, "score": 1.0}]
-        return [{"variant": "looped", "BLOCK_R": 16, "BLOCK_C": max(8, triton_gen._next_pow2(group.row_length) // 4),
+        return [{"variant": "looped", "BLOCK_R": 16, "BLOCK_C": max(8, triton_gen.next_pow2(group.row_length) // 4),
                  "num_warps": 4, "score": 1.0}]
     monkeypatch.setattr(triton_gen, "configs", looped)
     for path in EXAMPLES:
@@ -223,7 +223,7 @@ def forced_split(group, device=None):
     if group.kind == "pointwise":
         return [{"BLOCK": 64, "num_warps": 1, "score": 1.0}]
     if any(s.reduce in ("argmax", "argmin") for s in group.steps):
-        return [{"variant": "one_pass", "BLOCK_R": 1, "BLOCK_C": triton_gen._next_pow2(group.row_length),
+        return [{"variant": "one_pass", "BLOCK_R": 1, "BLOCK_C": triton_gen.next_pow2(group.row_length),
                  "num_warps": 1, "score": 1.0}]
     return [SPLIT]
 
@@ -328,7 +328,7 @@ def forced_looped(group, device=None):
     """The looped variant (a quarter row per chunk) for every row group without argmax."""
     if group.kind == "pointwise" or any(s.reduce in ("argmax", "argmin") for s in group.steps):
         return forced_split(group, device)
-    return [{"variant": "looped", "BLOCK_R": 4, "BLOCK_C": max(8, triton_gen._next_pow2(group.row_length) // 4),
+    return [{"variant": "looped", "BLOCK_R": 4, "BLOCK_C": max(8, triton_gen.next_pow2(group.row_length) // 4),
              "num_warps": 2, "score": 1.0}]
 
 

@@ -105,3 +105,29 @@ def test_the_lower_layers_import_nothing_of_the_application():
     upward = {m: sorted(graph[m] & application) for m in graph if m.startswith(lower) and graph[m] & application}
     assert upward == {}
     assert "kernelpro.driver" not in graph["kernelpro.anthropic_coder"] | graph["kernelpro.offline"]
+
+
+def private_imports(source: str) -> list[str]:
+    """The private names (one leading underscore) that `source` takes from kernelpro's modules: `from M import _x`,
+    or `M._x` of a module it imported."""
+    import ast
+    tree = ast.parse(source)
+    found, modules = [], set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("kernelpro"):
+            found += [f"{node.module}.{a.name}" for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+            modules |= {a.asname or a.name for a in node.names}
+        elif isinstance(node, ast.Import):
+            modules |= {(a.asname or a.name).split(".")[0] for a in node.names if a.name.startswith("kernelpro")}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules \
+                and node.attr.startswith("_") and not node.attr.startswith("__"):
+            found.append(f"{node.value.id}.{node.attr}")
+    return found
+
+
+def test_no_module_takes_another_modules_private_names():
+    assert private_imports("from kernelpro.offline.gemm import Group, _spill\nfrom kernelpro.offline import fusion as f\n"
+                           "f._unused(1)\nx = object()\nx._fine()\n") == ["kernelpro.offline.gemm._spill", "f._unused"]
+    taken = {name: private_imports(path.read_text()) for name, path in _module_files().items()}
+    assert {name: found for name, found in taken.items() if found} == {}

@@ -23,7 +23,7 @@ import json
 import math
 from pathlib import Path
 
-from kernelpro.bench.leaderboard import _cell, geomean
+from kernelpro.bench.leaderboard import cell, geomean
 from kernelpro.bench.runner import BenchError
 from kernelpro.energy.objectives import DEFAULT_EPSILON, within_matched_speed
 
@@ -219,7 +219,7 @@ def markdown(document: dict) -> str:
     for p in document["paired"]:
         lines.append(f"| `{p['key']}` | {p['a']:.3f}x{_timed_in_search(p, 'a')} | "
                      f"{p['b']:.3f}x{_timed_in_search(p, 'b')} | {p['ratio']:.3f} | {p['evaluations_a']} | "
-                     f"{p['evaluations_b']} | {_cell(p.get('to95_a'), '{}')} | {_cell(p.get('to95_b'), '{}')} | "
+                     f"{p['evaluations_b']} | {cell(p.get('to95_a'), '{}')} | {cell(p.get('to95_b'), '{}')} | "
                      f"{_reached(p, 'a')} | {_reached(p, 'b')} |")
     if document["paired"]:
         lines += ["", f"{document['n']} paired problems: geomean A {document['geomean_a']:.3f}x, B "

@@ -176,7 +176,7 @@ def build(store, settings) -> dict:
     }
 
 
-def _cell(value, fmt: str = "{:.3f}", suffix: str = "") -> str:
+def cell(value, fmt: str = "{:.3f}", suffix: str = "") -> str:
     return "-" if value is None else fmt.format(value) + suffix
 
 
@@ -209,16 +209,16 @@ def markdown(document: dict) -> str:
     for summary in document["levels"] + [document["overall"]]:
         lines.append(f"| {summary['level'] if summary['level'] is not None else '-'} | {summary['problems']} | "
                      f"{summary['finished']} | {summary['valid_rate']:.0%} | " + " | ".join(f"{v:.0%}" for v in summary["fast_p"].values())
-                     + f" | {_cell(summary['geomean_vs_eager'], suffix='x')} | "
-                     f"{_cell(summary['geomean_vs_compile'], suffix='x')} | "
-                     f"{_cell(summary['geomean_vs_best_baseline'], suffix='x')} | "
-                     f"{_cell(summary.get('geomean_kernelbench_method'), suffix='x')} | {summary['gpu_minutes']:.1f} |")
+                     + f" | {cell(summary['geomean_vs_eager'], suffix='x')} | "
+                     f"{cell(summary['geomean_vs_compile'], suffix='x')} | "
+                     f"{cell(summary['geomean_vs_best_baseline'], suffix='x')} | "
+                     f"{cell(summary.get('geomean_kernelbench_method'), suffix='x')} | {summary['gpu_minutes']:.1f} |")
     wrong = document["overall"].get("compile_incorrect")
     if wrong:
         lines += ["", f"torch.compile's own output failed the tolerance against eager on {wrong} problem"
                       f"{'s' if wrong != 1 else ''} (compile ms marked †): its time there is not a correct one. "
                       f"Geomean vs torch.compile where it passed: "
-                      f"{_cell(document['overall'].get('geomean_vs_correct_compile'), suffix='x')}."]
+                      f"{cell(document['overall'].get('geomean_vs_correct_compile'), suffix='x')}."]
     # A bench resumed on another kind of card: each row says which one timed it (eager, compile and the
     # best of a row are always timed together, on one card)
     cards = sorted({r["device_name"] for r in document["problems"] if r.get("device_name")})
@@ -227,15 +227,15 @@ def markdown(document: dict) -> str:
                   f"method | verdict | techniques | evaluations | {_minutes(document)} | tokens | cost |",
               f"|---|{gpu_rule}---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in document["problems"]:
-        kernelbench = (_cell(r.get("kernelbench_speedup"), suffix="x") if r.get("kernelbench_speedup")
-                       else _cell(r.get("kernelbench_eager_ms"), "{:.4f}", " ms eager"))
-        compile_ms = _cell(r["compile_ms"], "{:.4f}") + (" †" if r.get("compile_correct") is False else "")
+        kernelbench = (cell(r.get("kernelbench_speedup"), suffix="x") if r.get("kernelbench_speedup")
+                       else cell(r.get("kernelbench_eager_ms"), "{:.4f}", " ms eager"))
+        compile_ms = cell(r["compile_ms"], "{:.4f}") + (" †" if r.get("compile_correct") is False else "")
         gpu = f" {r.get('device_name') or '-'} |" if gpu_head else ""
-        lines.append(f"| `{r['key']}` |{gpu} {_cell(r['eager_ms'], '{:.4f}')} | {compile_ms} | "
-                     f"{_cell(r['best_ms'], '{:.4f}')} | {_cell(r['speedup'], suffix='x')} | "
-                     f"{_cell(r['speedup_vs_compile'], suffix='x')} | {kernelbench} | {r['verdict']} | "
-                     f"{', '.join(r['techniques']) or '-'} | {_cell(r['evaluations'], '{}')} | {r['gpu_minutes']:.1f} | "
-                     f"{_cell(r['tokens'], '{}')} | {_cell(r['cost_usd'], '${:.2f}')} |")
+        lines.append(f"| `{r['key']}` |{gpu} {cell(r['eager_ms'], '{:.4f}')} | {compile_ms} | "
+                     f"{cell(r['best_ms'], '{:.4f}')} | {cell(r['speedup'], suffix='x')} | "
+                     f"{cell(r['speedup_vs_compile'], suffix='x')} | {kernelbench} | {r['verdict']} | "
+                     f"{', '.join(r['techniques']) or '-'} | {cell(r['evaluations'], '{}')} | {r['gpu_minutes']:.1f} | "
+                     f"{cell(r['tokens'], '{}')} | {cell(r['cost_usd'], '${:.2f}')} |")
     searched = [r["key"] for r in document["problems"] if r.get("measured") == "search" and r["status"] == "done"]
     lines += ["", "Times and speedups: the best re-measured after its search, with eager (and torch.compile, where "
               "timed) in the same evaluation" + (f"; timed during the search for {', '.join(f'`{k}`' for k in searched)}"
@@ -252,10 +252,10 @@ def markdown(document: dict) -> str:
             beyond = {"lower": "yes, lower", "higher": "yes, higher", "none": "no difference"}.get(
                 r.get("energy_difference") or "", "-")
             reference = r["energy_j"] * r["energy_saving"] if r["energy_j"] else None
-            lines.append(f"| `{r['key']}` | {_cell(reference, '{:.4g}')} | {_cell(r['energy_j'], '{:.4g}')} | "
-                         f"{_cell(r['energy_saving'], suffix='x')} | {beyond} | {_cell(r.get('energy_windows'), '{}')} |")
+            lines.append(f"| `{r['key']}` | {cell(reference, '{:.4g}')} | {cell(r['energy_j'], '{:.4g}')} | "
+                         f"{cell(r['energy_saving'], suffix='x')} | {beyond} | {cell(r.get('energy_windows'), '{}')} |")
         overall = document["overall"].get("geomean_energy_saving")
-        lines += ["", f"Geomean energy saved: {_cell(overall, suffix='x')} (reference J/call over the best's, in the "
+        lines += ["", f"Geomean energy saved: {cell(overall, suffix='x')} (reference J/call over the best's, in the "
                       "best's own evaluation)."]
     lines += launch_ranking_lines(document["problems"])
     lines += time_lines(document)
@@ -263,8 +263,8 @@ def markdown(document: dict) -> str:
     if unsearched:
         overall = document["overall"]
         lines += ["", f"Problems with no candidate evaluated (1.000x by default; geomean vs eager "
-                      f"{_cell(overall['geomean_vs_eager'], suffix='x')} with them, "
-                      f"{_cell(overall.get('geomean_vs_eager_searched'), suffix='x')} without):", ""]
+                      f"{cell(overall['geomean_vs_eager'], suffix='x')} with them, "
+                      f"{cell(overall.get('geomean_vs_eager_searched'), suffix='x')} without):", ""]
         lines += [f"- `{r['key']}`: {r['why_not_searched'][:300]}" for r in unsearched]
     failed = [r for r in document["problems"] if r["error"]]
     if failed:
@@ -365,17 +365,17 @@ def _svg_histogram(values: list[float], label: str, width: int = 460, height: in
 def render_html(document: dict) -> str:
     rows_html = []
     for r in document["problems"]:
-        cells = [r["key"], _cell(r["eager_ms"], "{:.4f}"), _cell(r["compile_ms"], "{:.4f}"), _cell(r["best_ms"], "{:.4f}"),
-                 _cell(r["speedup"], suffix="x"), _cell(r["speedup_vs_compile"], suffix="x"), r["verdict"],
-                 ", ".join(r["techniques"]) or "-", _cell(r["evaluations"], "{}"), f"{r['gpu_minutes']:.1f}"]
+        cells = [r["key"], cell(r["eager_ms"], "{:.4f}"), cell(r["compile_ms"], "{:.4f}"), cell(r["best_ms"], "{:.4f}"),
+                 cell(r["speedup"], suffix="x"), cell(r["speedup_vs_compile"], suffix="x"), r["verdict"],
+                 ", ".join(r["techniques"]) or "-", cell(r["evaluations"], "{}"), f"{r['gpu_minutes']:.1f}"]
         rows_html.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
     summaries = []
     for s in document["levels"] + [document["overall"]]:
         cells = [s["level"] if s["level"] is not None else "-", s["problems"], s["finished"],
                  f"{s['valid_rate']:.0%}"] + [
-            f"{v:.0%}" for v in s["fast_p"].values()] + [_cell(s["geomean_vs_eager"], suffix="x"),
-                                                         _cell(s["geomean_vs_compile"], suffix="x"),
-                                                         _cell(s["geomean_vs_best_baseline"], suffix="x")]
+            f"{v:.0%}" for v in s["fast_p"].values()] + [cell(s["geomean_vs_eager"], suffix="x"),
+                                                         cell(s["geomean_vs_compile"], suffix="x"),
+                                                         cell(s["geomean_vs_best_baseline"], suffix="x")]
         summaries.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
     energy = [r["baseline_energy_j"] / r["energy_j"] for r in document["problems"]
               if r["energy_j"] and r["baseline_energy_j"]]

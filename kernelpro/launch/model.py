@@ -97,15 +97,15 @@ def analytic_order(item: Instance) -> list[int]:
 
 def occupancy_order(item: Instance) -> list[int]:
     """NVIDIA's occupancy-calculator heuristic: the configuration of highest theoretical occupancy (the analytic
-    model's own occupancy, `triton_configs._occupancy`, on an SM of the instance's device), ties to the larger
+    model's own occupancy, `triton_configs.occupancy_of`, on an SM of the instance's device), ties to the larger
     block. Registers per thread come from the compiled kernel where recorded, else 32."""
-    from kernelpro.offline.triton_configs import Device, _occupancy
+    from kernelpro.offline.triton_configs import Device, occupancy_of
     device = Device(sms=item.sms)
 
     def occupancy(i: int) -> tuple[float, int]:
         config = item.configs[i]
         threads = 32 * config["num_warps"] if "num_warps" in config else config.get("threads", 128)
-        return _occupancy(threads, (item.static[i] or {}).get("registers", 32), device)[1], threads
+        return occupancy_of(threads, (item.static[i] or {}).get("registers", 32), device)[1], threads
     return sorted(range(len(item.configs)), key=lambda i: tuple(-v for v in occupancy(i)))
 
 

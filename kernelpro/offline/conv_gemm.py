@@ -47,9 +47,9 @@ import torch.fx as fx
 
 from kernelpro.offline import gemm
 from kernelpro.offline.fusion_build import Group, shape_of
-from kernelpro.offline.fusion_ops import _Attr, attr_shape
+from kernelpro.offline.fusion_ops import Attr, attr_shape
 from kernelpro.offline.triton_configs import wave_fill
-from kernelpro.offline.triton_gen import Device, _describe, _inputs_doc, _next_pow2
+from kernelpro.offline.triton_gen import Device, describe_config, inputs_doc, next_pow2
 from kernelpro.offline.wrapper import Wrapper, output_names, python_wrapper
 
 HALF = ("bf16", "fp16")
@@ -72,7 +72,7 @@ _TRANSPOSED_FUNCTIONS = {torch.nn.functional.conv_transpose1d: 1, torch.nn.funct
 class Conv:
     node: fx.Node  # the convolution
     x: object  # fx.Node [N, C, *spatial]
-    weight: object  # fx.Node or _Attr [C_out, C / groups, *kernel]
+    weight: object  # fx.Node or Attr [C_out, C / groups, *kernel]
     bias: object | None
     var: str  # the epilogue's input that is the convolution's output
     x_shape: tuple[int, ...]
@@ -182,8 +182,8 @@ def _operands(gm: fx.GraphModule, node: fx.Node):
         if module.padding_mode != "zeros":
             return f"{module.padding_mode} padding"
         padding = 0 if module.padding == "valid" else module.padding
-        bias = _Attr(f"{node.target}.bias") if module.bias is not None else None
-        return (nd, node.args[0], _Attr(f"{node.target}.weight"), bias, module.stride, padding, module.dilation,
+        bias = Attr(f"{node.target}.bias") if module.bias is not None else None
+        return (nd, node.args[0], Attr(f"{node.target}.weight"), bias, module.stride, padding, module.dilation,
                 module.groups, transposed)
     if node.op == "call_function" and (node.target in _FUNCTIONS or node.target in _TRANSPOSED_FUNCTIONS):
         transposed = node.target in _TRANSPOSED_FUNCTIONS
@@ -201,7 +201,7 @@ def _operands(gm: fx.GraphModule, node: fx.Node):
 
 
 def _shape(gm: fx.GraphModule, value) -> tuple[int, ...] | None:
-    if isinstance(value, _Attr):
+    if isinstance(value, Attr):
         return attr_shape(gm, value)
     return shape_of(value) if isinstance(value, fx.Node) else None
 
@@ -294,15 +294,15 @@ def configs(group: Group, device: Device = Device()) -> list[dict]:
     ranked = []
     if c.depthwise:
         for bm, bn, warps in _DEPTHWISE_TILES:
-            if bn > max(16, _next_pow2(c.channels_out)) or bm > max(16, _next_pow2(c.m)):
+            if bn > max(16, next_pow2(c.channels_out)) or bm > max(16, next_pow2(c.m)):
                 continue
             tail = wave_fill(math.ceil(c.m / bm) * math.ceil(c.channels_out / bn) / device.sms)
             ranked.append((round(tail * (1.0 if bm * bn >= 2048 else bm * bn / 2048), 6),
                            {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps}))
     else:
         for bm, bn, bk, warps, stages in _TILES:
-            if bm > max(16, _next_pow2(c.m)) or bn > max(16, _next_pow2(c.out_per_group)) \
-                    or bk > max(16, _next_pow2(c.k)):
+            if bm > max(16, next_pow2(c.m)) or bn > max(16, next_pow2(c.out_per_group)) \
+                    or bk > max(16, next_pow2(c.k)):
                 continue
             tail = wave_fill(math.ceil(c.m / bm) * math.ceil(c.out_per_group / bn) * c.groups / device.sms)
             reuse = (bm * bn / (bm + bn)) / 64.0
@@ -516,7 +516,7 @@ def _kernel(group: Group) -> list[str]:
              f"    # {what}: input [{shape}], weight [{'x'.join(map(str, c.w_shape))}], stride {list(c.stride)}, "
              f"padding {list(c.padding)}, dilation {list(c.dilation)}" + (" + bias" if c.bias is not None else "")
              + f"; float32 accumulate, then the epilogue in registers: {group.fused_ops}"]
-    lines += _inputs_doc(group, rest)
+    lines += inputs_doc(group, rest)
     return lines + _product_lines(c) + gemm.epilogue(group, rest, 1, rounding(group))
 
 
@@ -546,6 +546,6 @@ def render(group: Group, config: dict) -> str:
     kind = c.label if c.depthwise else f"{c.label} (implicit GEMM)"
     wrapper = Wrapper(name=group.name, args=args, shapes=shapes,
                       doc=f"{kind} + {group.fused_ops}: one Triton kernel with the epilogue inside "
-                          f"(launch: {_describe(config)}).",
+                          f"(launch: {describe_config(config)}).",
                       outputs=[(out.shape, "x.dtype") for out in group.outputs], device="x.device", launch=launch)
     return "\n".join(_kernel(group) + ["", ""] + python_wrapper(wrapper)) + "\n"

@@ -32,8 +32,8 @@ import re
 from kernelpro.offline import triton_gen, windows
 from kernelpro.offline.fusion_build import Group, Step
 from kernelpro.offline.triton_configs import wave_fill
-from kernelpro.offline.triton_gen import (Device, Dialect, Layout, RowSpace, _describe, _header, _index_lines,
-                                          _inputs_doc, _needed, layout)
+from kernelpro.offline.triton_gen import (Device, Dialect, Layout, RowSpace, describe_config, kernel_header, index_lines,
+                                          inputs_doc, needed_steps, layout)
 from kernelpro.offline.wrapper import Wrapper, native_loader, output_names, python_wrapper
 
 CACHE_ITEMS = 16  # a row of at most this many items per thread stays in registers between passes
@@ -96,11 +96,11 @@ WINDOWS = windows.Syntax(  # how a CUDA kernel reads a pool's window (`kernelpro
 
 
 def _unravel(lay: Layout, reduced: bool, source: str, prefix: str) -> tuple[list[str], dict[int, str]]:
-    return _index_lines(lay, reduced, source, prefix, C)
+    return index_lines(lay, reduced, source, prefix, C)
 
 
 def _offset(strides: list[int], names: dict[int, str], dims: list[int]) -> str:
-    return triton_gen._offset(strides, names, dims, C)
+    return triton_gen.offset_expr(strides, names, dims, C)
 
 
 def _read(item, lay: Layout, names: dict[int, str], dims: list[int]) -> list[str]:
@@ -134,7 +134,7 @@ def _params(group: Group) -> list[str]:
 
 
 def _comment(group: Group) -> list[str]:
-    return [f"// {group.name}: {_header(group)}"] + _inputs_doc(group, comment="//")
+    return [f"// {group.name}: {kernel_header(group)}"] + inputs_doc(group, comment="//")
 
 
 # -- pointwise ------------------------------------------------------------------------------------
@@ -221,7 +221,7 @@ def _row(group: Group, config: dict) -> tuple[list[str], list[str]]:
     hoisted = {s.var for s in moments.values()}
     pass_reductions = [[s for s in group.reductions(level) if s.var not in hoisted]
                        for level in range(1, group.levels() + 1)]
-    passes = [_needed(group, [s.operand for s in reductions], "full") for reductions in pass_reductions]
+    passes = [needed_steps(group, [s.operand for s in reductions], "full") for reductions in pass_reductions]
     read_by_passes = {d for chosen in passes for s in chosen for d in s.deps} | {
         s.operand for s in group.steps if s.reduce}
     cache = [i for i in full_inputs if i.var in read_by_passes] if cached else []  # the rest: read where used
@@ -300,7 +300,7 @@ def _row(group: Group, config: dict) -> tuple[list[str], list[str]]:
     full_outputs = [(k, o) for k, o in enumerate(group.outputs) if o.kind == "full"]
     if full_outputs:
         roots = [o.var for _, o in full_outputs]
-        chosen = _needed(group, roots, "full")
+        chosen = needed_steps(group, roots, "full")
         out_offset = _offset(lay.strides["full"], names, keep + red)
         body = steps(chosen) + [f"out{k}_ptr[{out_offset}] = {o.var};" for k, o in full_outputs]
         kernel += loop(body, used(chosen, roots))
@@ -423,7 +423,7 @@ def _split(group: Group, config: dict) -> tuple[list[str], list[str]]:
         mine = reductions(level)
         lines += [f"    float acc_{s.var} = {_IDENTITY[s.reduce]};" for s in mine]
         roots = [s.operand for s in mine]
-        lines += loop(_needed(group, roots, "full"), roots,
+        lines += loop(needed_steps(group, roots, "full"), roots,
                       [f"acc_{s.var} = {_COMBINE[s.reduce].format(a=f'acc_{s.var}', b=s.operand)};" for s in mine])
         for s in mine:
             lines += [f"    const float part_{s.var} = kp_block<{threads}, {_OP_CODE[s.reduce]}>(acc_{s.var});",
@@ -435,7 +435,7 @@ def _split(group: Group, config: dict) -> tuple[list[str], list[str]]:
     lines = start(f"{group.name}_kernel", levels + 1, True, "the outputs from the folded partial results")
     if full_outputs:
         roots = [o.var for _, o in full_outputs]
-        lines += loop(_needed(group, roots, "full"), roots, [], [(k, o.var) for k, o in full_outputs])
+        lines += loop(needed_steps(group, roots, "full"), roots, [], [(k, o.var) for k, o in full_outputs])
     row_outputs = [(k, o) for k, o in enumerate(group.outputs) if o.kind == "row"]
     if row_outputs:
         lines += ["    if (lane == 0 && blockIdx.x == 0) {"] + [
@@ -573,7 +573,7 @@ def render_group(group: Group, config: dict) -> tuple[str, int]:
         f"out{k}" for k in range(len(group.outputs))]
     signature = (f'extern "C" const char* {group.name}_launch('
                  f'{", ".join(f"long long {p}" for p in pointers)}, long long stream)')
-    source = "\n".join(kernel + ["", signature + " {", f"    // launch: {_describe(config)}"] + launch + [
+    source = "\n".join(kernel + ["", signature + " {", f"    // launch: {describe_config(config)}"] + launch + [
         "    return kp_error();", "}"])
     return source, len(pointers) + 1
 
@@ -598,7 +598,7 @@ def render(groups: list[Group], chosen: list[dict]) -> str:
         lines += ["", ""] + python_wrapper(Wrapper(
             name=group.name, args=args, shapes=[i.shape for i in group.inputs],
             doc=f'{group.fused_ops}: {"CUDA kernels" if config.get("variant") == "split" else "one CUDA kernel"} '
-                f'(launch: {_describe(config)}).',
+                f'(launch: {describe_config(config)}).',
             dtype="torch.float32", message="float32 inputs of the traced shapes",
             workspaces=(["    # partial results per (row, chunk) of the split variant"] if spaces else []) +
                        [f"    {ws} = torch.empty({shape!r}, device={args[0]}.device, dtype=torch.float32)"

@@ -31,7 +31,7 @@ from kernelpro.offline import gemm as triton_gemm
 from kernelpro.offline.cuda_gen import Untranslatable, c_expr
 from kernelpro.offline.fusion_build import Group
 from kernelpro.offline.triton_configs import wave_fill
-from kernelpro.offline.triton_gen import Device, _describe
+from kernelpro.offline.triton_gen import Device, describe_config
 from kernelpro.offline.wrapper import Wrapper, native_loader, python_wrapper
 
 ELEMENT = {"bf16": "cutlass::bfloat16_t", "fp16": "cutlass::half_t"}
@@ -46,7 +46,7 @@ NVCC_FLAGS = ["-O3", "-DNDEBUG", "-std=c++17", "--expt-relaxed-constexpr", "-U__
 
 def _takes(gm: fx.GraphModule, group: Group, precision: str) -> tuple[object, str]:
     """(the product a CuTe GEMM computes with this epilogue group, '') or (None, why it cannot)."""
-    g = triton_gemm._gemm_for(gm, group, tf32=False)
+    g = triton_gemm.gemm_for(gm, group, tf32=False)
     if g is None:
         return None, "not the epilogue of a matmul or linear the GEMM takes"
     if g.batch > 1:
@@ -209,7 +209,7 @@ def render_group(group: Group, config: dict) -> tuple[str, dict[str, int]]:
     lines = _epilogue_functor(group) + [
         "", f"namespace {name}_ns {{", "using namespace cute;",
         f"// [{g.m} x {g.k}] @ {b_read} -> [{g.m} x {g.n}]" + (" + bias" if g.bias is not None else "")
-        + f", {g.dtype} in and out, float32 accumulate; launch: {_describe(config)}",
+        + f", {g.dtype} in and out, float32 accumulate; launch: {describe_config(config)}",
         f"using E = {element};",
         f"using TileShape = Shape<_{config['tile_m']}, _{config['tile_n']}, _{config['tile_k']}>;",
         f"using ClusterShape = Shape<_{config['cluster_m']}, _{config['cluster_n']}, _1>;",
@@ -335,7 +335,7 @@ def render(groups: list[Group], chosen: list[dict]) -> str:
         lines += ["", ""] + python_wrapper(Wrapper(
             name=group.name, args=args, shapes=shapes,
             doc=f"matmul + {group.fused_ops}: one CUTLASS Hopper GEMM (TMA, WGMMA, warp-specialized) with "
-                f"the epilogue fused (launch: {_describe(config)}).",
+                f"the epilogue fused (launch: {describe_config(config)}).",
             dtype=dtype, message=f"{g.dtype} inputs of the traced shapes", ready="_kp_aligned({}.contiguous())",
             outputs=[(group.outputs[0].shape, dtype)], device="a.device",
             launch=["    pointers = (a.data_ptr(), b.data_ptr(), "

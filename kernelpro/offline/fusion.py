@@ -30,7 +30,7 @@ import torch.fx as fx
 
 from kernelpro.offline.fusion_build import (GENERATED_MODULE, RESHAPES, Group, broadcastable, build, is_anchor,
                                             is_eval_norm, is_inplace, is_pointwise, row_space, shape_of)
-from kernelpro.offline.fusion_ops import Unsupported, _Attr, resolve
+from kernelpro.offline.fusion_ops import Unsupported, Attr, resolve
 from kernelpro.offline.fxpasses import meta, move_bias
 from kernelpro.offline.windows import pool_args
 
@@ -282,7 +282,7 @@ def replace(gm: fx.GraphModule, groups: list[Group]) -> None:
             sources = [item.source for item in group.inputs if not (group.gemm and item.var == group.gemm.var)]
             if group.gemm is not None:  # the kernel computes the product from its operands
                 sources = group.gemm.sources() + sources
-            args = [graph.get_attr(s.target) if isinstance(s, _Attr) else renamed.get(s, s) for s in sources]
+            args = [graph.get_attr(s.target) if isinstance(s, Attr) else renamed.get(s, s) for s in sources]
             call = graph.call_function(stub(group.name), tuple(args))
             call._rename(f"{group.name}_out")  # the node must not shadow the function it calls
             results = [call] if len(group.outputs) == 1 else [graph.call_function(operator.getitem, (call, i))

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.fx as fx
 
-from kernelpro.offline.fusion_ops import (INPLACE_METHODS, Resolved, Unsupported, _Attr, attr_shape, emit_pointwise,
+from kernelpro.offline.fusion_ops import (INPLACE_METHODS, Resolved, Unsupported, Attr, attr_shape, emit_pointwise,
                                           lit)
 from kernelpro.offline.fxpasses import meta
 from kernelpro.offline.windows import Window, pool_args, window_of
@@ -48,7 +48,7 @@ class Step:
 @dataclass
 class Input:
     var: str
-    source: object  # fx.Node or _Attr
+    source: object  # fx.Node or Attr
     shape: tuple[int, ...]  # the tensor's own shape
     view: tuple[int, ...]  # the shape it is read at, aligned to the logical rank (1 = broadcast)
     kind: str  # "full", or "row" when it is broadcast over every reduced dimension
@@ -276,7 +276,7 @@ class _Builder:
             if isinstance(entry, list):
                 raise Unsupported("a (values, indices) pair used as a tensor")
             return entry
-        shape = attr_shape(self.gm, value) if isinstance(value, _Attr) else shape_of(value)
+        shape = attr_shape(self.gm, value) if isinstance(value, Attr) else shape_of(value)
         if shape is None:
             raise Unsupported("an input without a known shape")
         logical = self.group.logical
@@ -343,7 +343,7 @@ class _Builder:
     def _pointwise(self, node: fx.Node, res: Resolved) -> None:
         operands, kinds, row_shapes = {}, [], []
         for name, value in res.args.items():
-            if isinstance(value, (fx.Node, _Attr)):
+            if isinstance(value, (fx.Node, Attr)):
                 var, kind, shape = self.tensor(value)
                 operands[name] = var
                 kinds.append(kind)

@@ -306,7 +306,7 @@ def _module_op(gm: fx.GraphModule, node: fx.Node) -> Resolved | None:
         return Resolved("softmax" if isinstance(module, nn.Softmax) else "log_softmax",
                         {"input": node.args[0], "dim": module.dim}, True)
     prefix = node.target + "."
-    param = (lambda name: _Attr(prefix + name) if getattr(module, name, None) is not None else None)
+    param = (lambda name: Attr(prefix + name) if getattr(module, name, None) is not None else None)
     if isinstance(module, nn.LayerNorm):
         return Resolved("layer_norm", {"input": node.args[0], "normalized_shape": tuple(module.normalized_shape),
                                        "weight": param("weight"), "bias": param("bias"), "eps": module.eps}, True)
@@ -329,12 +329,12 @@ def _module_op(gm: fx.GraphModule, node: fx.Node) -> Resolved | None:
 
 
 @dataclass(frozen=True)
-class _Attr:
+class Attr:
     """A parameter or buffer of a submodule (becomes a get_attr node when the group is built)."""
     target: str
 
 
-def attr_shape(gm: fx.GraphModule, attr: _Attr) -> tuple[int, ...]:
+def attr_shape(gm: fx.GraphModule, attr: Attr) -> tuple[int, ...]:
     try:
         return tuple(gm.get_parameter(attr.target).shape)
     except AttributeError:

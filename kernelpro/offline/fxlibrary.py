@@ -18,13 +18,13 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
-from kernelpro.offline.fxpasses import (MATMUL, SOFTMAX, _finish, _scaled, _substitute, _transpose_dims, arg,
+from kernelpro.offline.fxpasses import (MATMUL, SOFTMAX, finish_graph, scaled_by, substitute, transpose_dims, arg,
                                         is_identity_dropout, is_op, meta)
-from kernelpro.offline.windows import _tuple, pool_args
+from kernelpro.offline.windows import as_tuple, pool_args
 
 
 def _is_last_two_transpose(node, rank: int) -> bool:
-    return _transpose_dims(node, rank) == (rank - 2, rank - 1) if rank >= 2 else False
+    return transpose_dims(node, rank) == (rank - 2, rank - 1) if rank >= 2 else False
 
 
 def _masked_with_minus_inf(node) -> tuple[fx.Node, fx.Node] | None:
@@ -72,7 +72,7 @@ def attention_to_sdpa(gm: fx.GraphModule) -> int:
             continue
         scores, scale, chain, mask = probs.args[0], 1.0, [], None
         while True:
-            found, masked = _scaled(scores), _masked_with_minus_inf(scores)
+            found, masked = scaled_by(scores), _masked_with_minus_inf(scores)
             if found:  # with a mask, only a positive overall scale keeps -inf at -inf (checked below)
                 scale *= found[1]
                 chain.append(scores)
@@ -101,9 +101,9 @@ def attention_to_sdpa(gm: fx.GraphModule) -> int:
                     keep = gm.graph.call_function(torch.logical_not, (mask,))
                 keep.meta = dict(mask.meta)
                 kwargs["attn_mask"] = keep
-        _substitute(gm, node, F.scaled_dot_product_attention, (q, kt.args[0], v), kwargs)
+        substitute(gm, node, F.scaled_dot_product_attention, (q, kt.args[0], v), kwargs)
         count += 1
-    _finish(gm)
+    finish_graph(gm)
     return count
 
 
@@ -115,7 +115,7 @@ def transposed_matmuls(gm: fx.GraphModule) -> int:
             x, wt = node.args
             if meta(wt) and len(meta(wt).shape) == 2 and _is_last_two_transpose(wt, 2) and meta(x) \
                     and len(meta(x).shape) >= 1:
-                _substitute(gm, node, F.linear, (x, wt.args[0]))
+                substitute(gm, node, F.linear, (x, wt.args[0]))
                 count += 1
                 continue
         inner = node.args[0] if node.args else None
@@ -124,9 +124,9 @@ def transposed_matmuls(gm: fx.GraphModule) -> int:
                 len(inner.users) == 1:
             a, b = inner.args
             if all(meta(t) and len(meta(t).shape) == rank and _is_last_two_transpose(t, rank) for t in (a, b)):
-                _substitute(gm, node, torch.matmul, (b.args[0], a.args[0]))
+                substitute(gm, node, torch.matmul, (b.args[0], a.args[0]))
                 count += 1
-    _finish(gm)
+    finish_graph(gm)
     return count
 
 
@@ -154,13 +154,13 @@ def diagonal_products(gm: fx.GraphModule) -> int:
         if row_scale is not None and meta(right) and len(meta(right).shape) == 2:
             with gm.graph.inserting_before(node):
                 column = gm.graph.call_function(torch.unsqueeze, (row_scale, 1))
-            _substitute(gm, node, operator.mul, (column, right))
+            substitute(gm, node, operator.mul, (column, right))
         elif column_scale is not None and meta(left) and len(meta(left).shape) == 2:
-            _substitute(gm, node, operator.mul, (left, column_scale))
+            substitute(gm, node, operator.mul, (left, column_scale))
         else:
             continue
         count += 1
-    _finish(gm)
+    finish_graph(gm)
     return count
 
 
@@ -173,7 +173,7 @@ def _plain_max_pool(gm: fx.GraphModule, node) -> tuple[int, tuple[int, ...], tup
     if found is None or found[0] != "max":
         return None
     _, rank, bound = found
-    kernel, stride, padding, dilation = (_tuple(bound.get(name, default), rank) for name, default in
+    kernel, stride, padding, dilation = (as_tuple(bound.get(name, default), rank) for name, default in
                                          (("kernel_size", None), ("stride", None), ("padding", 0), ("dilation", 1)))
     if None in (kernel, stride, padding, dilation) or bound.get("ceil_mode") or any(padding) or \
             any(d != 1 for d in dilation):
@@ -202,10 +202,10 @@ def merge_max_pools(gm: fx.GraphModule) -> int:
         if source is None or expected is None or tuple(expected.shape[-rank:]) != tuple(
                 (n - k) // s + 1 for n, k, s in zip(source.shape[-rank:], kernel, stride)):
             continue
-        merged = _substitute(gm, outer, _MAX_POOL_BY_RANK[rank], (inner.args[0], kernel, stride))
+        merged = substitute(gm, outer, _MAX_POOL_BY_RANK[rank], (inner.args[0], kernel, stride))
         merged.meta = dict(outer.meta)
-        count += 1  # both pools are left without users: _finish drops them
-    _finish(gm)
+        count += 1  # both pools are left without users: finish_graph drops them
+    finish_graph(gm)
     return count
 
 

@@ -68,7 +68,7 @@ def _replace(node: fx.Node, value) -> None:
     node.replace_all_uses_with(value)
 
 
-def _substitute(gm: fx.GraphModule, node: fx.Node, target, args: tuple, kwargs: dict | None = None) -> fx.Node:
+def substitute(gm: fx.GraphModule, node: fx.Node, target, args: tuple, kwargs: dict | None = None) -> fx.Node:
     """A call to `target` in place of `node`: inserted just before it, with its shape metadata."""
     with gm.graph.inserting_before(node):
         call = gm.graph.call_function(target, args, kwargs or {})
@@ -77,13 +77,13 @@ def _substitute(gm: fx.GraphModule, node: fx.Node, target, args: tuple, kwargs: 
     return call
 
 
-def _finish(gm: fx.GraphModule) -> None:
+def finish_graph(gm: fx.GraphModule) -> None:
     gm.graph.eliminate_dead_code()
     gm.graph.lint()
     gm.recompile()
 
 
-def _scalar_binary(node: fx.Node, ops) -> tuple[fx.Node, float] | None:
+def scalar_binary(node: fx.Node, ops) -> tuple[fx.Node, float] | None:
     """(tensor operand, scalar) for `t op s` (and `s op t` for commutative ops)."""
     if not is_op(node, ops, {o.__name__ for o in ops if hasattr(o, "__name__")} & {"add", "sub", "mul", "div"}):
         return None
@@ -121,16 +121,16 @@ def specialize_scalars(gm: fx.GraphModule, inputs: list) -> int:
         if node.op in ("call_function", "call_method") and type(value) in (int, float) and node.users:
             node.replace_all_uses_with(value)  # type: ignore[arg-type]
             count += 1
-    _finish(gm)
+    finish_graph(gm)
     return count
 
 
-def _scaled(node) -> tuple[fx.Node, float] | None:
+def scaled_by(node) -> tuple[fx.Node, float] | None:
     """(tensor, factor) for `t * s`, `s * t` or `t / s` with a Python scalar s."""
-    found = _scalar_binary(node, MUL)
+    found = scalar_binary(node, MUL)
     if found:
         return found
-    found = _scalar_binary(node, DIV)
+    found = scalar_binary(node, DIV)
     if found:
         return found[0], (1.0 / found[1] if found[1] else math.inf)
     return None
@@ -156,7 +156,7 @@ def simplify_identities(gm: fx.GraphModule) -> int:
     for node in list(gm.graph.nodes):
         source = None
         for ops, neutral in ((MUL, 1.0), (DIV, 1.0), (ADD, 0.0), (SUB, 0.0)):
-            found = _scalar_binary(node, ops)
+            found = scalar_binary(node, ops)
             if found and found[1] == neutral and meta(found[0]) and meta(node) and \
                     meta(found[0]).shape == meta(node).shape and meta(found[0]).dtype == meta(node).dtype:
                 source = found[0]
@@ -171,11 +171,11 @@ def simplify_identities(gm: fx.GraphModule) -> int:
         if isinstance(source, fx.Node):
             _replace(node, source)
             count += 1
-    _finish(gm)
+    finish_graph(gm)
     return count
 
 
-def _reduced_dims(node: fx.Node, rank: int) -> list[int] | None:
+def reduced_dims(node: fx.Node, rank: int) -> list[int] | None:
     dims = arg(node, 1, "dim")
     if dims is None:
         return None
@@ -199,7 +199,7 @@ def simplify_size1_reductions(gm: fx.GraphModule) -> int:
                 kind = "max"
         if kind is None or shape is None:
             continue
-        dims = _reduced_dims(node, len(shape))
+        dims = reduced_dims(node, len(shape))
         if not dims or any(shape[d] != 1 for d in dims) or node.kwargs.get("dtype") is not None:
             continue
         keepdim = bool(arg(node, 2, "keepdim", False))
@@ -211,11 +211,11 @@ def simplify_size1_reductions(gm: fx.GraphModule) -> int:
         else:
             _replace(node, value)
         count += 1
-    _finish(gm)
+    finish_graph(gm)
     return count
 
 
-def _transpose_dims(node: fx.Node, rank: int) -> tuple[int, int] | None:
+def transpose_dims(node: fx.Node, rank: int) -> tuple[int, int] | None:
     if is_op(node, (torch.transpose,), {"transpose"}) and len(node.args) == 3:
         a, b = node.args[1], node.args[2]
         return tuple(sorted((a % rank, b % rank))) if isinstance(a, int) and isinstance(b, int) else None
@@ -236,10 +236,10 @@ def simplify_double_ops(gm: fx.GraphModule) -> int:
             count += 1
             continue
         rank = len(meta(node).shape) if meta(node) else None
-        if rank and _transpose_dims(node, rank) and _transpose_dims(node, rank) == _transpose_dims(inner, rank):
+        if rank and transpose_dims(node, rank) and transpose_dims(node, rank) == transpose_dims(inner, rank):
             _replace(node, inner.args[0])
             count += 1
-    _finish(gm)
+    finish_graph(gm)
     return count
 
 
@@ -247,13 +247,13 @@ def combine_scalar_ops(gm: fx.GraphModule) -> int:
     """(x*a)*b -> x*(a*b), (x*a)/b -> x*(a/b), (x+a)+b and (x+a)-b -> x+(a±b): one pass over x."""
     count = 0
     for node in list(gm.graph.nodes):
-        outer = next(((ops, found) for ops in (MUL, DIV, ADD, SUB) if (found := _scalar_binary(node, ops))), None)
+        outer = next(((ops, found) for ops in (MUL, DIV, ADD, SUB) if (found := scalar_binary(node, ops))), None)
         if outer is None:
             continue
         ops, (inner, b) = outer
         if len(inner.users) != 1:
             continue
-        first = next(((iops, found) for iops in (MUL, DIV, ADD, SUB) if (found := _scalar_binary(inner, iops))), None)
+        first = next(((iops, found) for iops in (MUL, DIV, ADD, SUB) if (found := scalar_binary(inner, iops))), None)
         if first is None:
             continue
         iops, (x, a) = first
@@ -264,11 +264,11 @@ def combine_scalar_ops(gm: fx.GraphModule) -> int:
             factor = (a if iops is MUL else 1.0 / a) * (b if ops is MUL else 1.0 / b) if a and b else None
             if factor is None or not math.isfinite(factor):
                 continue
-            _substitute(gm, node, operator.mul, (x, factor))
+            substitute(gm, node, operator.mul, (x, factor))
         else:
-            _substitute(gm, node, operator.add, (x, (a if iops is ADD else -a) + (b if ops is ADD else -b)))
+            substitute(gm, node, operator.add, (x, (a if iops is ADD else -a) + (b if ops is ADD else -b)))
         count += 1
-    _finish(gm)
+    finish_graph(gm)
     return count
 
 
@@ -291,13 +291,13 @@ def _with_folded_weights(gm: fx.GraphModule, node: fx.Node, producer: fx.Node, m
 def _as_functional(gm: fx.GraphModule, node: fx.Node, module: torch.nn.Module, x, weight, bias) -> None:
     """`node` becomes the functional linear/conv that `module` computes, on `x` with these weight and bias."""
     if isinstance(module, torch.nn.Linear):
-        _substitute(gm, node, F.linear, (x, weight, bias))
+        substitute(gm, node, F.linear, (x, weight, bias))
     elif isinstance(module, _TRANSPOSED_MODULES):  # the module's output_padding (no output_size given)
-        _substitute(gm, node, _TRANSPOSED_BY_DIMS[len(module.kernel_size)],
+        substitute(gm, node, _TRANSPOSED_BY_DIMS[len(module.kernel_size)],
                     (x, weight, bias, module.stride, module.padding, module.output_padding, module.groups,
                      module.dilation))
     else:
-        _substitute(gm, node, _CONV_BY_DIMS[len(module.kernel_size)],
+        substitute(gm, node, _CONV_BY_DIMS[len(module.kernel_size)],
                     (x, weight, bias, module.stride, module.padding, module.dilation, module.groups))
 
 
@@ -305,7 +305,7 @@ def fold_scalar_into_weights(gm: fx.GraphModule) -> int:
     """linear(x)*s or conv(x)*s (or /s) with one user: scale the weights and bias instead (folded at init)."""
     count = 0
     for node in list(gm.graph.nodes):
-        found = _scaled(node)
+        found = scaled_by(node)
         if not found:
             continue
         producer, scalar = found
@@ -322,7 +322,7 @@ def fold_scalar_into_weights(gm: fx.GraphModule) -> int:
                 bias = graph.call_function(operator.mul, (graph.get_attr(f"{producer.target}.bias"), scalar))
         _with_folded_weights(gm, node, producer, module, weight, bias)
         count += 1
-    _finish(gm)
+    finish_graph(gm)
     return count
 
 
@@ -363,7 +363,7 @@ def fold_batch_norm(gm: fx.GraphModule) -> int:
             made.meta["kp_fold"] = True
         _with_folded_weights(gm, node, producer, conv, weight, bias)
         count += 1
-    _finish(gm)
+    finish_graph(gm)
     return count
 
 
@@ -415,7 +415,7 @@ def pool_before_activation(gm: fx.GraphModule) -> int:
         pool.replace_all_uses_with(moved, delete_user_cb=lambda user: user is not moved)
         graph.erase_node(act)
         count += 1
-    _finish(gm)
+    finish_graph(gm)
     return count
 
 
@@ -482,7 +482,7 @@ def bias_after_pool(gm: fx.GraphModule) -> int:
         conv = pool.args[0] if pool.args else None
         if isinstance(conv, fx.Node) and len(conv.users) == 1:
             count += move_bias(gm, conv, pool)
-    _finish(gm)
+    finish_graph(gm)
     return count
 
 
@@ -510,7 +510,7 @@ def constant_results(gm: fx.GraphModule) -> int:
                 is_op(node, tuple(ZERO_PRESERVING_FN), ZERO_PRESERVING_METHOD)
                 or isinstance(module_of(gm, node), ZERO_PRESERVING_MODULE)):
             node.meta["kp_constant"] = 0.0
-        elif _constant_kind(gm, source) == 0.0 and _scaled(node):
+        elif _constant_kind(gm, source) == 0.0 and scaled_by(node):
             node.meta["kp_constant"] = 0.0
         else:
             continue
@@ -537,7 +537,7 @@ def constant_results(gm: fx.GraphModule) -> int:
         fresh.meta = {"tensor_meta": info}
         _replace(node, fresh)
         count += 1
-    _finish(gm)
+    finish_graph(gm)
     return count
 
 

@@ -21,9 +21,9 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
-from kernelpro.offline.fxpasses import (ADD, DIV, MUL, SUB, _finish, _reduced_dims, _scalar_binary, _transpose_dims,
+from kernelpro.offline.fxpasses import (ADD, DIV, MUL, SUB, finish_graph, reduced_dims, scalar_binary, transpose_dims,
                                         arg, is_op, meta, module_of)
-from kernelpro.offline.windows import _tuple, pool_args
+from kernelpro.offline.windows import as_tuple, pool_args
 
 _REDUCE = {"sum": (torch.sum, "sum"), "mean": (torch.mean, "mean")}
 
@@ -35,7 +35,7 @@ def _reduction(node) -> tuple[str, bool] | None:
     shape = meta(source).shape if isinstance(source, fx.Node) and meta(source) else None
     if kind is None or shape is None or len(shape) < 2 or node.kwargs.get("dtype") is not None:
         return None
-    if _reduced_dims(node, len(shape)) != [len(shape) - 1]:
+    if reduced_dims(node, len(shape)) != [len(shape) - 1]:
         return None
     return kind, bool(arg(node, 2, "keepdim", False))
 
@@ -65,7 +65,7 @@ def _product(gm: fx.GraphModule, node) -> tuple[fx.Node, Weight, int, Weight | N
         return x, right, 1, None
     if not isinstance(right, fx.Node) or len(right.users) != 1:
         return None
-    transposed = _transpose_dims(right, 2) == (0, 1) or (right.op == "call_function" and right.target is getattr
+    transposed = transpose_dims(right, 2) == (0, 1) or (right.op == "call_function" and right.target is getattr
                                                           and right.args[1:] == ("T",))
     matrix = right.args[0] if transposed else None
     if _parameter(matrix) and meta(matrix) is not None and len(meta(matrix).shape) == 2:
@@ -92,7 +92,7 @@ def _step(node) -> tuple[fx.Node, str, object] | None:
     if not isinstance(node, fx.Node):
         return None
     for ops, name in ((MUL, "mul"), (DIV, "div"), (ADD, "add"), (SUB, "sub")):
-        found = _scalar_binary(node, ops)
+        found = scalar_binary(node, ops)
         if found:
             return found[0], name, found[1]
     term = _vector_term(node)
@@ -153,7 +153,7 @@ def reduce_before_product(gm: fx.GraphModule) -> int:
                 value = graph.call_function(torch.squeeze, (value, -1))
         node.replace_all_uses_with(value)
         count += 1
-    _finish(gm)
+    finish_graph(gm)
     return count
 
 
@@ -168,7 +168,7 @@ def _feature_pool(gm: fx.GraphModule, node) -> tuple[fx.Node, int] | None:
     if found is None or found[:2] != ("avg", 1):
         return None
     bound = found[2]
-    kernel, stride, padding = (_tuple(bound.get(name, 0), 1) for name in ("kernel_size", "stride", "padding"))
+    kernel, stride, padding = (as_tuple(bound.get(name, 0), 1) for name in ("kernel_size", "stride", "padding"))
     if None in (kernel, stride, padding) or kernel != stride or padding != (0,) or bound.get("ceil_mode") or \
             bound.get("divisor_override"):
         return None
@@ -217,7 +217,7 @@ def pool_before_product(gm: fx.GraphModule) -> int:
         pooled.meta = dict(node.meta)
         node.replace_all_uses_with(pooled)
         count += 1
-    _finish(gm)
+    finish_graph(gm)
     return count
 
 

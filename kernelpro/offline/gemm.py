@@ -29,10 +29,10 @@ import torch
 import torch.fx as fx
 
 from kernelpro.offline.fusion_build import Group, is_pointwise, shape_of
-from kernelpro.offline.fusion_ops import _Attr, attr_shape, resolve
+from kernelpro.offline.fusion_ops import Attr, attr_shape, resolve
 from kernelpro.offline.triton_configs import wave_fill
-from kernelpro.offline.triton_gen import (Device, _block, _describe, _index_lines, _inputs_doc, _load, _next_pow2,
-                                          _offset, layout)
+from kernelpro.offline.triton_gen import (Device, block_index, describe_config, index_lines, inputs_doc, masked_load, next_pow2,
+                                          offset_expr, layout)
 from kernelpro.offline.wrapper import Wrapper, output_names, python_wrapper
 
 MIN_SIZE = 16  # tl.dot wants every tile dimension >= 16: a smaller dimension is masked within a tile of 32
@@ -55,7 +55,7 @@ K_MAJOR_MIN_M = 128
 class Gemm:
     node: fx.Node  # the matmul or linear
     a: object  # fx.Node [..., K]
-    b: object  # fx.Node or _Attr: [N, K] for linear ("nk"), [K, N] for matmul ("kn")
+    b: object  # fx.Node or Attr: [N, K] for linear ("nk"), [K, N] for matmul ("kn")
     bias: object | None
     b_layout: str
     m: int
@@ -81,8 +81,8 @@ def _operands(gm: fx.GraphModule, node: fx.Node):
         module = gm.get_submodule(node.target)
         if type(module) is not torch.nn.Linear or len(node.args) != 1:
             return None
-        bias = _Attr(f"{node.target}.bias") if module.bias is not None else None
-        return node.args[0], _Attr(f"{node.target}.weight"), bias, "nk"
+        bias = Attr(f"{node.target}.bias") if module.bias is not None else None
+        return node.args[0], Attr(f"{node.target}.weight"), bias, "nk"
     if node.op == "call_function" and node.target is torch.nn.functional.linear:
         names = ("input", "weight", "bias")
         bound = dict(zip(names, node.args)) | dict(node.kwargs)
@@ -118,12 +118,12 @@ def _einsum_is_matmul(equation: str) -> bool:
 
 
 def _operand_shape(gm: fx.GraphModule, value) -> tuple[int, ...] | None:
-    if isinstance(value, _Attr):
+    if isinstance(value, Attr):
         return attr_shape(gm, value)
     return shape_of(value) if isinstance(value, fx.Node) else None
 
 
-def _gemm_for(gm: fx.GraphModule, group: Group, tf32: bool) -> Gemm | None:
+def gemm_for(gm: fx.GraphModule, group: Group, tf32: bool) -> Gemm | None:
     if group.wide:  # its tiles index in int32
         return None
     for item in group.inputs:
@@ -232,7 +232,7 @@ def attach(gm: fx.GraphModule, groups: list[Group], tf32: bool) -> int:
     count = 0
     for group in groups:
         if group.kind == "pointwise" and group.after_anchor:
-            group.gemm = _gemm_for(gm, group, tf32)
+            group.gemm = gemm_for(gm, group, tf32)
             if group.gemm is not None:
                 group.name = group.name.replace("fused_", "gemm_", 1)
                 count += 1
@@ -267,8 +267,8 @@ def configs(group: Group, device: Device = Device()) -> list[dict]:
     precisions = (("tf32", 1.0),) if g.tf32 else (("tf32x3", 1.0), ("ieee", 0.35))
     ranked = []
     for bm, bn, bk, warps, stages in _TILES:
-        if 4 * stages * bk * (bm + bn) > SHARED_BYTES or bm > max(32, _next_pow2(g.m)) \
-                or bn > max(32, _next_pow2(g.n)):
+        if 4 * stages * bk * (bm + bn) > SHARED_BYTES or bm > max(32, next_pow2(g.m)) \
+                or bn > max(32, next_pow2(g.n)):
             continue  # a tile far wider than the matrix only wastes lanes
         tiles = math.ceil(g.m / bm) * math.ceil(g.n / bn) * g.batch
         reuse = (bm * bn / (bm + bn)) / 64.0  # outputs per element loaded, against 128x128's
@@ -347,7 +347,7 @@ def _kernel(group: Group, split: bool = False) -> list[str]:
              + (", K_PER: tl.constexpr):" if split else "):"),
              f"    # {f'{g.batch} x ' if g.batch > 1 else ''}[{g.m} x {g.k}] @ {b_read} -> [{g.m} x {g.n}]"
              + (" + bias" if g.bias is not None and not split else "") + f", {what}"]
-    lines += [] if split else _inputs_doc(group, rest)
+    lines += [] if split else inputs_doc(group, rest)
     lines += _tile_lines(g, rl)
     if g.batch > 1:  # one product per grid row: its operands' offsets (0 for a side broadcast), its output rows
         lines += ["    batch = tl.program_id(1).to(tl.int64)",
@@ -390,7 +390,7 @@ def _split_epilogue(group: Group) -> list[str]:
              "GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr):",
              f"    # split-K's partial [{g.m} x {g.n}] tiles summed" + (" + bias" if g.bias is not None else "")
              + f", then the epilogue in registers: {group.fused_ops}"]
-    lines += _inputs_doc(group, rest) + _tile_lines(g, rl)
+    lines += inputs_doc(group, rest) + _tile_lines(g, rl)
     if g.batch > 1:
         lines += ["    batch = tl.program_id(1).to(tl.int64)", f"    r = batch * {g.m} + {rl}"]
     lines += [f"    mask = ({rl} < {g.m}) & (j < {g.n})",
@@ -409,17 +409,17 @@ def epilogue(group: Group, rest: list, column: int, rounding: str = "") -> list[
     lay = layout(dataclasses.replace(group, reduced=frozenset({column}), split={}))
     keep = [d for d, red in enumerate(lay.reduced) if not red]
     red = [d for d, red_ in enumerate(lay.reduced) if red_]
-    index, names = _index_lines(lay, False, "r", "r")
-    _, col_names = _index_lines(lay, True, "j", "c")
+    index, names = index_lines(lay, False, "r", "r")
+    _, col_names = index_lines(lay, True, "j", "c")
     names |= col_names
     row_set, col_set = {n for d, n in names.items() if d in keep}, {n for d, n in names.items() if d in red}
     lines = ["    " + line for line in index]
     for item in rest:
-        offset = _offset(lay.strides[item.var], names, keep + red)
-        lines.append(_load(item, offset if offset == "0" else _block(offset, row_set, col_set), "mask", "    "))
+        offset = offset_expr(lay.strides[item.var], names, keep + red)
+        lines.append(masked_load(item, offset if offset == "0" else block_index(offset, row_set, col_set), "mask", "    "))
     lines += [f"    {s.var} = ({s.expr}).to({rounding}).to(tl.float32)" if rounding else f"    {s.var} = {s.expr}"
               for s in group.steps]
-    out_offset = _block(_offset(lay.strides["full"], names, keep + red), row_set, col_set)
+    out_offset = block_index(offset_expr(lay.strides["full"], names, keep + red), row_set, col_set)
     lines += [f"    tl.store(out{k}_ptr + {out_offset}, {o.var}, mask=mask)" for k, o in enumerate(group.outputs)]
     return lines
 
@@ -468,7 +468,7 @@ def render(group: Group, config: dict) -> str:
         kernels = _kernel(group)
         how = "one Triton GEMM with the epilogue inside"
     wrapper = Wrapper(name=group.name, args=args, shapes=shapes,
-                      doc=f"matmul + {group.fused_ops}: {how} (launch: {_describe(config)}).",
+                      doc=f"matmul + {group.fused_ops}: {how} (launch: {describe_config(config)}).",
                       outputs=[(out.shape, "a.dtype") for out in group.outputs], device="a.device", launch=launch,
                       ready_args={"a": "{}", "b": "{}"})
     return "\n".join(kernels + ["", ""] + python_wrapper(wrapper)) + "\n"

@@ -31,7 +31,7 @@ import torch.fx as fx
 from kernelpro.offline.fusion_build import Group, Input, Output, is_pointwise, shape_of
 from kernelpro.offline.fusion_ops import Unsupported, emit_pointwise, resolve
 from kernelpro.offline.fxpasses import arg, meta
-from kernelpro.offline.triton_gen import Device, _next_pow2
+from kernelpro.offline.triton_gen import Device, next_pow2
 from kernelpro.offline.wrapper import Wrapper, output_names, python_wrapper
 
 _SCANS = {torch.cumsum: "cumsum", torch.cumprod: "cumprod"}
@@ -253,7 +253,7 @@ def configs(group: ScanGroup, device: Device = Device()) -> list[dict]:
     length = group.logical[group.dim]
     ranked = []
     for block in BLOCKS:
-        if block > max(256, _next_pow2(length)):
+        if block > max(256, next_pow2(length)):
             continue
         chunks = math.ceil(length / block)
         idle = chunks * block / length - 1  # lanes past the row's end, as a share

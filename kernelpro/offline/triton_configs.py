@@ -36,7 +36,7 @@ def wave_fill(waves: float) -> float:
     return waves / math.ceil(waves) if waves >= 1 else waves
 
 
-def _next_pow2(n: int) -> int:
+def next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
@@ -50,13 +50,13 @@ def split_chunks(group: Group, device: Device) -> list[int]:
     # a row longer than MAX_CHUNKS x 65536 (a whole-tensor mean of 2^30 elements) takes longer chunks:
     # the powers of two that cut it into at most MAX_CHUNKS, MAX_CHUNKS / 2 and MAX_CHUNKS / 4 chunks
     # (a power of two is a whole number of BLOCK_C steps, so no chunk's loop reads into the next)
-    longest = [_next_pow2(math.ceil(group.row_length / (MAX_CHUNKS >> shift))) for shift in (0, 1, 2)]
+    longest = [next_pow2(math.ceil(group.row_length / (MAX_CHUNKS >> shift))) for shift in (0, 1, 2)]
     return [chunk for chunk in sorted({4096, 8192, 16384, 32768, 65536, *longest})
             if 2 <= math.ceil(group.row_length / chunk) <= MAX_CHUNKS]
 
 
 # -- launch configurations ------------------------------------------------------------------------
-def _occupancy(threads: int, registers: int, device: Device) -> tuple[int, float]:
+def occupancy_of(threads: int, registers: int, device: Device) -> tuple[int, float]:
     blocks = max(1, min(device.blocks_per_sm, device.threads_per_sm // threads,
                         device.registers_per_sm // (max(registers, 16) * threads)))
     return blocks, blocks * threads / device.threads_per_sm
@@ -64,7 +64,7 @@ def _occupancy(threads: int, registers: int, device: Device) -> tuple[int, float
 
 def _score(programs: int, threads: int, per_thread: float, loads: int, device: Device, vector: float) -> float:
     registers = min(255, int(24 + per_thread * (loads + 3)))
-    blocks, occupancy = _occupancy(threads, registers, device)
+    blocks, occupancy = occupancy_of(threads, registers, device)
     tail = wave_fill(programs / (device.sms * blocks))
     in_flight = min(1.0, blocks * threads * per_thread * 4 * max(1, loads) / device.bytes_in_flight)
     return round(tail * in_flight * math.sqrt(min(1.0, vector / 4)) * occupancy ** 0.25, 6)
@@ -80,7 +80,7 @@ def configs(group: Group, device: Device = Device()) -> list[dict]:
         for block in (256, 512, 1024, 2048, 4096):
             for warps in (1, 2, 4, 8, 16):
                 per_thread = block / (32 * warps)
-                if 1 <= per_thread <= 16 and (block <= 2 * _next_pow2(n) or block == 256):
+                if 1 <= per_thread <= 16 and (block <= 2 * next_pow2(n) or block == 256):
                     score = _score(math.ceil(n / block), 32 * warps, per_thread, loads, device, per_thread)
                     ranked.append((score, {"BLOCK": block, "num_warps": warps}))
     else:
@@ -92,9 +92,9 @@ def configs(group: Group, device: Device = Device()) -> list[dict]:
         def run(block_r: int, block_c: int) -> int:
             return block_r if strided else block_c
         if length <= MAX_ONE_PASS:
-            block_c = _next_pow2(length)
+            block_c = next_pow2(length)
             for block_r in (1, 2, 4, 8, 16, 32, 64):
-                if block_r * block_c > MAX_ONE_PASS or block_r > _next_pow2(rows):
+                if block_r * block_c > MAX_ONE_PASS or block_r > next_pow2(rows):
                     continue
                 for warps in (1, 2, 4, 8, 16):
                     per_thread = block_r * block_c / (32 * warps)
@@ -122,7 +122,7 @@ def configs(group: Group, device: Device = Device()) -> list[dict]:
             again = 0.5 if length <= MAX_ONE_PASS and group.passes() > 1 else 1.0
             for block_r in (16, 32, 64, 128):
                 for block_c in (8, 16, 32, 64):
-                    if block_r > _next_pow2(rows) or block_c > _next_pow2(length) or block_r * block_c > 8192:
+                    if block_r > next_pow2(rows) or block_c > next_pow2(length) or block_r * block_c > 8192:
                         continue
                     for warps in (4, 8):
                         per_thread = block_r * block_c / (32 * warps)

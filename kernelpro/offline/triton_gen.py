@@ -29,9 +29,10 @@ import re
 from dataclasses import dataclass, field, replace
 
 from kernelpro.offline import windows
+from kernelpro.offline.windows import Dialect
 from kernelpro.offline.fusion_build import Group, Step
 # the analytic launch ranking, and what it knows of the device (re-exported: the generators and tests use them here)
-from kernelpro.offline.triton_configs import (LOOPED_FROM, MAX_CHUNKS, SPLIT_FROM, Device, _next_pow2,  # noqa: F401
+from kernelpro.offline.triton_configs import (LOOPED_FROM, MAX_CHUNKS, SPLIT_FROM, Device, next_pow2,  # noqa: F401
                                               configs, persistent, split_chunks)
 from kernelpro.offline.wrapper import Wrapper, output_names, python_wrapper
 
@@ -101,14 +102,6 @@ def layout(group: Group) -> Layout:
     return Layout(merged_sizes, merged_reduced, merged, merged_dims)
 
 
-@dataclass(frozen=True)
-class Dialect:
-    """How index arithmetic is written: Triton's Python, or C (`cuda_gen`)."""
-    divide: str = "//"
-    integer: str = ""  # suffix of an integer literal
-    declare: str = "{name} = {expr}"
-
-
 TRITON = Dialect()
 #: How a Triton kernel reads a pool's window (`kernelpro.offline.windows`).
 WINDOWS = windows.Syntax(
@@ -123,7 +116,7 @@ WINDOWS = windows.Syntax(
 ROW_WINDOWS = replace(WINDOWS, start="{acc} = tl.full(mask.shape, {value}, tl.float32)")
 
 
-def _index_lines(layout_: Layout, reduced: bool, source: str, prefix: str,
+def index_lines(layout_: Layout, reduced: bool, source: str, prefix: str,
                  dialect: Dialect = TRITON) -> tuple[list[str], dict[int, str]]:
     """Unravel `source` over the kept (or reduced) dims; (lines, dim -> index name)."""
     dims = [d for d, red in enumerate(layout_.reduced) if red == reduced]
@@ -141,7 +134,7 @@ def _index_lines(layout_: Layout, reduced: bool, source: str, prefix: str,
     return lines, names
 
 
-def _block(offset: str, row_names: set[str], col_names: set[str]) -> str:
+def block_index(offset: str, row_names: set[str], col_names: set[str]) -> str:
     """A full-shaped offset that spans [BLOCK_R, BLOCK_C] even when it reads along one axis only."""
     words = set(re.findall(r"\b\w+\b", offset))
     if not words & (row_names | {"r"}):
@@ -151,27 +144,27 @@ def _block(offset: str, row_names: set[str], col_names: set[str]) -> str:
     return offset
 
 
-def _load(item, offset: str, mask: str, indent: str) -> str:
+def masked_load(item, offset: str, mask: str, indent: str) -> str:
     """An input's values as float32; one element broadcast to every lane is a scalar load."""
     if offset == "0":
         return f"{indent}{item.var} = tl.load({item.var}_ptr).to(tl.float32)"
     return f"{indent}{item.var} = tl.load({item.var}_ptr + {offset}, mask={mask}, other=0.0).to(tl.float32)"
 
 
-def _offset(strides: list[int], names: dict[int, str], dims: list[int], dialect: Dialect = TRITON) -> str:
+def offset_expr(strides: list[int], names: dict[int, str], dims: list[int], dialect: Dialect = TRITON) -> str:
     terms = [names[d] if strides[d] == 1 else f"{names[d]} * {strides[d]}{dialect.integer}" for d in dims
              if strides[d]]
     return " + ".join(terms) or "0"
 
 
 # -- kernels --------------------------------------------------------------------------------------
-def _header(group: Group) -> str:
+def kernel_header(group: Group) -> str:
     what = "epilogue of the library call before it: " if group.after_anchor else ""
     shape = "x".join(str(s) for s in group.logical)
     return f"{what}{group.fused_ops} over [{shape}], float32 math"
 
 
-def _inputs_doc(group: Group, inputs=None, comment: str = "    #") -> list[str]:
+def inputs_doc(group: Group, inputs=None, comment: str = "    #") -> list[str]:
     def note(i) -> str:
         if i.window is not None:
             return f" ({i.window.describe()}, read in place)"
@@ -193,17 +186,17 @@ def _pointwise_kernel(group: Group, lay: Layout, persistent_grid: bool = False) 
     """One element per lane; `persistent_grid`: PROGRAMS programs, each striding over the blocks."""
     params = [f"{i.var}_ptr" for i in group.inputs] + [f"out{k}_ptr" for k in range(len(group.outputs))]
     lines = ["@triton.jit", f"def {group.name}_kernel({', '.join(params)}, n_elements, BLOCK: tl.constexpr"
-             + ("", ", PROGRAMS: tl.constexpr")[persistent_grid] + "):", "    # " + _header(group)] + _inputs_doc(group)
+             + ("", ", PROGRAMS: tl.constexpr")[persistent_grid] + "):", "    # " + kernel_header(group)] + inputs_doc(group)
     start = len(lines)
     program = "tl.program_id(0).to(tl.int64)" if group.wide else "tl.program_id(0)"  # past 2^31 elements
     lines += [f"    idx = {program} * BLOCK + tl.arange(0, BLOCK)", "    mask = idx < n_elements"]
-    index, names = _index_lines(lay, False, "idx", "i")
+    index, names = index_lines(lay, False, "idx", "i")
     lines += ["    " + line for line in index]
     dims = list(range(len(lay.sizes)))
     for item in group.inputs:
-        offset = _offset(lay.strides[item.var], names, dims)
+        offset = offset_expr(lay.strides[item.var], names, dims)
         if item.window is None:
-            lines.append(_load(item, offset, "mask", "    "))
+            lines.append(masked_load(item, offset, "mask", "    "))
         else:  # a pool read in place: the maximum or average of its window
             lines += ["    " + line for line in window_lines(item, lay, names, offset, "mask", WINDOWS)]
     lines += [f"    {s.var} = {s.expr}" for s in group.steps]
@@ -221,7 +214,7 @@ _IDENTITY = {"sum": "0.0", "max": 'float("-inf")', "min": 'float("inf")', "argma
              "argmin": 'float("inf")'}
 
 
-def _needed(group: Group, roots: list[str], kind: str) -> list[Step]:
+def needed_steps(group: Group, roots: list[str], kind: str) -> list[Step]:
     """The steps of `kind` the roots need, in order (per-row values come from earlier passes)."""
     by_var = {s.var: s for s in group.steps}
     wanted, stack = set(), list(roots)
@@ -244,8 +237,8 @@ class RowSpace:
         self.lay = lay = lay or layout(group)
         self.keep = [d for d, red in enumerate(lay.reduced) if not red]
         self.red = [d for d, red in enumerate(lay.reduced) if red]
-        self.row_index, self.keep_names = _index_lines(lay, False, row_source, "r", dialect)
-        self.col_index, self.col_names = _index_lines(lay, True, col_source, "c", dialect)
+        self.row_index, self.keep_names = index_lines(lay, False, row_source, "r", dialect)
+        self.col_index, self.col_names = index_lines(lay, True, col_source, "c", dialect)
         self.names = self.keep_names | self.col_names
         self.full_inputs = [i for i in group.inputs if i.kind == "full"]
 
@@ -259,20 +252,20 @@ class _Rows(RowSpace):
         self.length = group.row_length
         self.full_outputs = [(k, o) for k, o in enumerate(group.outputs) if o.kind == "full"]
         self.row_set, self.col_set = set(self.keep_names.values()), set(self.col_names.values())
-        self.full_offset = _block(_offset(lay.strides["full"], self.names, self.keep + self.red),
+        self.full_offset = block_index(offset_expr(lay.strides["full"], self.names, self.keep + self.red),
                                   self.row_set, self.col_set)
         self.row_steps = [s for s in group.steps if s.kind == "row" and not s.reduce]
 
     def start(self, name: str, params: list[str], what: str, program_rows: str) -> list[str]:
         """The signature, the comment, the row index and the per-row inputs."""
         lines = ["@triton.jit", f"def {name}({', '.join(params)}):",
-                 "    # " + _header(self.group) + f"; rows of {self.length} reduced element(s), {what}"]
-        lines += _inputs_doc(self.group)
+                 "    # " + kernel_header(self.group) + f"; rows of {self.length} reduced element(s), {what}"]
+        lines += inputs_doc(self.group)
         lines += [f"    r = {program_rows}", "    row_mask = r < n_rows"]
         lines += ["    " + line for line in self.row_index]
         for item in self.group.inputs:
             if item.kind == "row":
-                lines.append(_load(item, _offset(self.lay.strides[item.var], self.keep_names, self.keep), "row_mask",
+                lines.append(masked_load(item, offset_expr(self.lay.strides[item.var], self.keep_names, self.keep), "row_mask",
                                    "    "))
         return lines
 
@@ -283,12 +276,12 @@ class _Rows(RowSpace):
         for item in self.full_inputs:
             if item.var not in used:
                 continue
-            offset = _offset(self.lay.strides[item.var], self.names, self.keep + self.red)
+            offset = offset_expr(self.lay.strides[item.var], self.names, self.keep + self.red)
             if item.window is not None:  # a pool read in place: the maximum or average of its window
                 out += [indent + line for line in window_lines(
-                    item, self.lay, self.names, _block(offset, self.row_set, self.col_set), "mask", ROW_WINDOWS)]
+                    item, self.lay, self.names, block_index(offset, self.row_set, self.col_set), "mask", ROW_WINDOWS)]
             else:
-                out.append(_load(item, offset if offset == "0" else _block(offset, self.row_set, self.col_set),
+                out.append(masked_load(item, offset if offset == "0" else block_index(offset, self.row_set, self.col_set),
                                  "mask", indent))
         return out + [f"{indent}{s.var} = {s.expr}" for s in steps if not s.reduce]
 
@@ -303,7 +296,7 @@ class _Rows(RowSpace):
         with an online sum (`online`: max var -> the sum of exp(operand - max)) keeps that sum per lane
         too, relative to the lane's running max and rescaled when the max grows."""
         roots = [s.operand for s in reductions]
-        lines = self.body(_needed(self.group, roots, "full"), roots, indent)
+        lines = self.body(needed_steps(self.group, roots, "full"), roots, indent)
         for s in reductions:
             value = f"tl.where(mask, {s.operand}, {_IDENTITY[s.reduce]})"
             if s.var in (online or {}):
@@ -327,7 +320,7 @@ class _Rows(RowSpace):
 
     def outputs(self, indent: str) -> list[str]:
         roots = [o.var for _, o in self.full_outputs]
-        lines = self.body(_needed(self.group, roots, "full"), roots, indent)
+        lines = self.body(needed_steps(self.group, roots, "full"), roots, indent)
         return lines + [f"{indent}tl.store(out{k}_ptr + {self.full_offset}, {o.var}, mask=mask)"
                         for k, o in self.full_outputs]
 
@@ -554,7 +547,7 @@ def render(group: Group, config: dict) -> str:
     wrapper = Wrapper(
         name=group.name, args=args, shapes=[i.shape for i in group.inputs],
         doc=f'{group.fused_ops}: {"one Triton kernel" if variant != "split" else "Triton kernels"} '
-            f'(launch: {_describe(config)}).',
+            f'(launch: {describe_config(config)}).',
         outputs=[(out.shape, "torch.int64" if out.integer else f"{first_float}.dtype") for out in group.outputs],
         device=f"{first_float}.device", launch=launches)
     return "\n".join(kernel + ["", ""] + python_wrapper(wrapper)) + "\n"
@@ -564,7 +557,7 @@ def _split_launches(group: Group, config: dict, args: list[str], outs: list[str]
     """Workspaces for the partial results, a launch per pass, then the output launch."""
     rows, chunks = group.row_count, math.ceil(group.row_length / config["CHUNK"])
     constants = (f"CHUNK={config['CHUNK']}, BLOCK_C={config['BLOCK_C']}, NCHUNKS={chunks}, "
-                 f"NCHUNKS_P2={_next_pow2(chunks)}, num_warps={config['num_warps']}")
+                 f"NCHUNKS_P2={next_pow2(chunks)}, num_warps={config['num_warps']}")
     lines = [f"    # {chunks} chunks of {config['CHUNK']} per row; a partial result per (row, chunk) and reduction"]
     lines += [f"    {ws} = torch.empty({shape!r}, device={args[0]}.device, dtype=torch.float32)"
               for ws, shape in workspaces(group, config["CHUNK"])]
@@ -578,5 +571,5 @@ def _split_launches(group: Group, config: dict, args: list[str], outs: list[str]
     return lines
 
 
-def _describe(config: dict) -> str:
+def describe_config(config: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in config.items() if k != "score")

@@ -17,14 +17,9 @@ import itertools
 import math
 from dataclasses import dataclass, replace
 
-from typing import TYPE_CHECKING
-
 import torch
 import torch.fx as fx
 import torch.nn.functional as F
-
-if TYPE_CHECKING:
-    from kernelpro.offline.triton_gen import Dialect
 
 _MODULES = {torch.nn.MaxPool1d: ("max", 1), torch.nn.MaxPool2d: ("max", 2), torch.nn.MaxPool3d: ("max", 3),
             torch.nn.AvgPool1d: ("avg", 1), torch.nn.AvgPool2d: ("avg", 2), torch.nn.AvgPool3d: ("avg", 3)}
@@ -89,7 +84,7 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(math.prod(shape[d + 1:]) for d in range(len(shape)))
 
 
-def _tuple(value, rank: int) -> tuple[int, ...] | None:
+def as_tuple(value, rank: int) -> tuple[int, ...] | None:
     if isinstance(value, int):
         return (value,) * rank
     if isinstance(value, (tuple, list)) and all(isinstance(v, int) for v in value):
@@ -130,7 +125,7 @@ def window_of(found: tuple[str, int, dict], logical: tuple[int, ...],
     if input_shape is None:
         return None
     kind, rank, bound = found
-    params = [_tuple(bound.get(name, 1), rank) for name in ("kernel_size", "stride", "padding", "dilation")]
+    params = [as_tuple(bound.get(name, 1), rank) for name in ("kernel_size", "stride", "padding", "dilation")]
     if any(p is None for p in params) or len(input_shape) != len(logical) or len(logical) < rank + 1:
         return None
     divisor = bound.get("divisor_override")
@@ -147,9 +142,17 @@ def window_of(found: tuple[str, int, dict], logical: tuple[int, ...],
 
 # -- code ------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
+class Dialect:
+    """How index arithmetic is written: Triton's Python (`triton_gen`), or C (`cuda_gen`)."""
+    divide: str = "//"
+    integer: str = ""  # suffix of an integer literal
+    declare: str = "{name} = {expr}"
+
+
+@dataclass(frozen=True)
 class Syntax:
     """How a backend writes the loads (Triton: a block of lanes; C: one element per thread); its
-    integer declarations and literals are its index `dialect` (`triton_gen.Dialect`)."""
+    integer declarations and literals are its index `dialect`."""
     dialect: Dialect
     start: str  # the accumulator's first value: {acc}, {value}
     load: str  # one tap's value: {ptr}, {offset}, {mask}, {other} (a C load runs only where {mask} holds)
