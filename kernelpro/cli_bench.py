@@ -141,10 +141,13 @@ def register(app: typer.Typer) -> None:
         if ray_address and backend != "ray":
             raise typer.BadParameter("needs --backend ray", param_hint="--ray-address")
         knowledge = knowledge_base(kb, no_kb)
+        suite = Path(targets[0])
+        if not resume:  # a suite without problems, or a selection of none, is answered before torch loads
+            from kernelpro.bench.suite import discover, select
+            select(discover(suite), level, problems)
         from kernelpro.bench import Bench, BenchSettings
         from kernelpro.coder import default_coder
         from kernelpro.harness import default_device
-        suite = Path(targets[0])
         settings = BenchSettings(
             suite=str(suite), out=str(out or Path("bench") / suite.resolve().name), levels=level, problems=problems,
             budget=budget or 16, coder=coder.value if coder else default_coder(), objective=objective.value,

@@ -171,6 +171,12 @@ class SearchRun:
             options = options.model_copy(update={"stop_below_speedup": best_speedup})
         return options
 
+    def _show_best(self, search: Search) -> None:
+        best = search.best()
+        self._changed(evaluations=search.evaluations, best_ratio=best.ratio or 1.0,
+                      best_move=" + ".join((best.payload or {}).get("state", {}).get("applied", [])) or
+                      (best.payload or {}).get("move", "reference"))
+
     def _changed(self, **fields) -> None:
         for name, value in fields.items():
             setattr(self.status, name, value)
@@ -324,9 +330,9 @@ class SearchRun:
             search.horizon = s.budget  # MCTS refines its best node greedily in the budget's last evaluations
             if search.root.signature == "" and self.profiles.get(0, {}).get("classification"):
                 search.root.signature = self.profiles[0]["classification"]
-            self.status.evaluations = search.evaluations
             for row in self.store.evaluations():
                 self.status.verdicts[row["verdict"]] = self.status.verdicts.get(row["verdict"], 0) + 1
+            self._show_best(search)  # a resumed run shows the best it had found, not the reference's 1.000x
             if self.finished_as is not None:
                 stopped = self.finished_as.get("stopped") or "budget"
             else:
@@ -519,10 +525,8 @@ class SearchRun:
         status.verdicts[result.verdict.value] = status.verdicts.get(result.verdict.value, 0) + 1
         if child.payload["move"] in status.in_flight:
             status.in_flight.remove(child.payload["move"])
+        self._show_best(search)
         best = search.best()
-        self._changed(evaluations=search.evaluations, best_ratio=best.ratio or 1.0,
-                      best_move=" + ".join((best.payload or {}).get("state", {}).get("applied", [])) or
-                      (best.payload or {}).get("move", "reference"))
         profiled = [search.nodes[n].ratio or 1.0 for n in self.profiles if n < len(search.nodes)] or [1.0]
         if search.best_id != before and (best.ratio or 1.0) >= PROFILE_GAIN * max(profiled):
             self.profile_node(search.best_id, self.out / child.payload["file"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html as _html
 
+from kernelpro.mcts.records import Status
 from kernelpro.mcts.search import Search
 
 COLORS = {"correct": "#2e7d32", "incorrect": "#c62828", "rejected": "#6a1b9a", "compile_error": "#ef6c00",
@@ -133,8 +134,22 @@ def markdown(doc: dict, rows: list[dict], search: Search, profiles: dict) -> str
     guidance = (profiles.get(0) or {}).get("guidance")
     if guidance:
         lines += ["", "## Guidance for the reference", "", guidance]
-    lines += ["", "## Search tree", "", "```", search.render(), "```", ""]
+    lines += ["", "## Search tree", "", "```", search.render(), "```", "", tree_legend(search), ""]
     return "\n".join(lines)
+
+
+def tree_legend(search: Search) -> str:
+    """What the tree's nodes count: the reference, the evaluations, and the repeats that were not evaluated."""
+    repeats = sum(node.transposition_of is not None for node in search.nodes)
+    pending = sum(node.status is Status.PENDING and node.transposition_of is None for node in search.nodes[1:])
+    evaluated = len(search.nodes) - 1 - repeats - pending
+    text = f"#0 is the reference; {evaluated} candidate node(s), one per evaluation"
+    if pending:
+        text += f"; {pending} `pending` node(s) were being evaluated when the search stopped"
+    if repeats:
+        text += (f"; {repeats} node(s) marked `= #N` are the candidate of node #N reached by the same moves in another "
+                 "order, not evaluated again")
+    return text + "."
 
 
 # -- SVG plots --------------------------------------------------------------------------------------
@@ -265,7 +280,7 @@ pre {{ background: #f7f7f7; padding: 10px; white-space: pre-wrap; font-size: 12p
 <h2>Speedup against evaluations</h2>
 <p>Dots: correct candidates (objective ratio); crosses: failed ones; line: best so far.</p>
 {svg_history(rows)}
-<h2>Search tree</h2><p>{legend}; ringed: the best.</p>
+<h2>Search tree</h2><p>{legend}; ringed: the best. {esc(tree_legend(search).replace("`", ""))}</p>
 <div style="overflow-x:auto">{svg_tree(search)}</div>
 <h2>Per-kernel time, before and after, against the floor</h2>
 <p>Bars: ms per call from the profiler; black tick: the kernel's roofline floor.</p>

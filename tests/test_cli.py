@@ -235,6 +235,9 @@ def check_every_figure(out, terminal: str) -> None:
     for _, _, rest in drawn:
         if "= #" in rest:
             assert int(re.search(r"= #(\d+)", rest)[1]) in records
+    repeats = sum("= #" in rest for _, _, rest in drawn)  # and the legend under the tree counts them so
+    legend = f"#0 is the reference; {len(records)} candidate node(s), one per evaluation"
+    assert legend + (f"; {repeats} node(s) marked" if repeats else ".") in report
     tree = [(node, state[:-1]) for node, state, rest in drawn if "= #" not in rest and re.fullmatch(r"[\d.]+x", state)]
     assert [node for node, _ in tree[1:]] == [str(n) for n, r in sorted(records.items()) if r["verdict"] == "correct"]
     by_evaluation = re.findall(r"^\| (\d+) \| [^|]+ \| (\w+) \| ([\d.]+|-) \| ([\d.]+) \|$", report, re.M)
@@ -246,3 +249,23 @@ def check_every_figure(out, terminal: str) -> None:
         assert f"{record['speedup']:.3f}" == f"{raw:.3f}" or abs(record["speedup"] - raw) < 1e-9
     assert float(by_evaluation[-1][3]) == pytest.approx(max(1.0, *(r["speedup"] or 0 for r in records.values())),
                                                         abs=0.0015)
+
+
+def test_bad_input_is_answered_before_torch_is_imported(tmp_path):
+    """Each refusal below comes from one process that never imports torch (about 2 s of start-up on the 2-core box),
+    and leaves no folder behind."""
+    (tmp_path / "empty").mkdir()
+    refused = [["search", tmp_path / "nowhere.py", "--out", tmp_path / "a"],
+               ["search", PROBLEM, "--budget", "0", "--out", tmp_path / "b"],
+               ["search", PROBLEM, "--budgett", "3"],
+               ["bench", tmp_path / "empty", "--out", tmp_path / "c"],
+               ["bench", DATA.parent / "data" / "bench_suite", "--level", "7", "--out", tmp_path / "d"],
+               ["eval", PROBLEM, tmp_path / "missing.py"], ["eval", tmp_path / "nowhere.py", PROBLEM]]
+    script = ("import sys\nfrom kernelpro.cli import main\nfor argv in " + repr([list(map(str, a)) for a in refused]) +
+              ":\n    try:\n        main(argv)\n    except SystemExit as done:\n"
+              "        print(done.code, 'torch' in sys.modules, flush=True)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.stdout.split("\n")[:-1] == ["2 False"] * len(refused), done.stdout + done.stderr
+    assert "no such file" in done.stderr and "holds no problem files" in done.stderr
+    assert "names no problem of the suite" in done.stderr
+    assert not any((tmp_path / name).exists() for name in "abcd")

@@ -549,8 +549,13 @@ def test_ctrl_c_keeps_what_was_found_and_says_how_to_go_on(tmp_path):
     written = json.loads((out / "run.json").read_text())
     assert written == stop.value.document and written["stopped"] == "interrupted" and written["evaluations"] == 2
     assert (out / "best.py").exists() and (out / "report.md").exists()
-    document = SearchRun(settings, resume=True, evaluator=FakeHarness()).run()
+    shown = []  # what the live display shows, from the resumed run's first evaluation on
+    resumed = SearchRun(settings, resume=True, evaluator=FakeHarness(),
+                        on_change=lambda status: shown.append((status.phase, status.evaluations, status.best_ratio)))
+    document = resumed.run()
     assert document["evaluations"] == 6 and document["stopped"] != "interrupted"
+    first = next(row for row in shown if row[0] != "starting")  # the best found before Ctrl-C, not 1.000x
+    assert first[1] == 2 and first[2] == pytest.approx(written["speedup"]) and first[2] > 1
 
 
 def test_resume_goes_on_with_the_runs_own_settings_and_names_a_conflicting_flag(tmp_path):
