@@ -62,7 +62,7 @@ def kernel_floors(problem: Path, path: Path, kernels: list[dict]) -> dict:
     reads its input twice has a floor twice as high; `groups` also holds each group's
     time against its ideal bytes (every input read once, every output written once).
     """
-    from kernelpro.cli_profile import run_profile
+    from kernelpro.profiling import run_profile
     from kernelpro.tools.ncu import base_name
     document = run_profile(problem, candidate=path, device="cuda", tools=[], share=1.0, time_limit_s=300)
     bandwidth = document["ceilings"]["bandwidth_gbps"]

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernelpro.harness.errors import ProblemError, missing_packages_line
+from kernelpro.harness.errors import CandidateFileError, ProblemError, missing_packages_line
 
 REQUIRED_NAMES = ("Model", "get_inputs", "get_init_inputs")
 _SUITE_FILE = re.compile(r"^(?P<id>\d+)_(?P<name>.+)\.py$")
@@ -82,6 +82,18 @@ def check_source(path: Path, source: str) -> ast.Module:
     if absent:
         raise ProblemError(path, missing_packages_line(absent))
     return tree
+
+
+def read_candidate(path: Path) -> str:
+    """A candidate file's source, or a CandidateFileError that names the file and the cause."""
+    if not path.exists():
+        raise CandidateFileError(f"{path}: no such file")
+    if not path.is_file():
+        raise CandidateFileError(f"{path}: not a file")
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise CandidateFileError(f"{path}: cannot read it: {error}") from None
 
 
 def load_problem(path: str | Path, *, level: int | None = None,

@@ -13,19 +13,8 @@ from rich.table import Table
 from kernelpro.cli_options import (BaselineChoice, Device, JsonFile, JsonFlag, ModelModeChoice, ModelModeOpt, PolicyChoice,
                                    PolicyOpt, PrecisionChoice, PrecisionOpt, Seed, Timeout, quiet,
                                    write_json)
-from kernelpro.errors import CandidateFileError
+from kernelpro.harness.problem import read_candidate
 from kernelpro.cli_options import make_console
-
-
-def read_candidate(path: Path) -> str:
-    if not path.exists():
-        raise CandidateFileError(f"{path}: no such file")
-    if not path.is_file():
-        raise CandidateFileError(f"{path}: not a file")
-    try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise CandidateFileError(f"{path}: cannot read it: {error}") from None
 
 
 def run_eval(problem_path: Path, candidate_path: Path, *, device: str | None = None,

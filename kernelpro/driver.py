@@ -205,7 +205,7 @@ class SearchRun:
     def profile_node(self, node_id: int, candidate: Path | None) -> None:
         if not self.settings.profile or node_id in self.profiles:
             return
-        from kernelpro.cli_profile import run_profile
+        from kernelpro.profiling import run_profile
         self._changed(phase=f"profiling {'the reference' if candidate is None else candidate.name}")
         began = time.monotonic()
         try:

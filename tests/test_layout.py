@@ -131,3 +131,11 @@ def test_no_module_takes_another_modules_private_names():
                            "f._unused(1)\nx = object()\nx._fine()\n") == ["kernelpro.offline.gemm._spill", "f._unused"]
     taken = {name: private_imports(path.read_text()) for name, path in _module_files().items()}
     assert {name: found for name, found in taken.items() if found} == {}
+
+
+def test_the_core_never_imports_the_command_line():
+    """The typer commands (kernelpro.cli and cli_*) sit on top: no other module imports one of them."""
+    graph = import_graph()
+    commands = {m for m in graph if m.startswith("kernelpro.cli") or m == "kernelpro.__main__"}
+    assert {"kernelpro.cli", "kernelpro.cli_profile", "kernelpro.profiling"} <= set(graph)
+    assert {m: sorted(graph[m] & commands) for m in graph if m not in commands and graph[m] & commands} == {}
