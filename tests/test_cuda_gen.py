@@ -136,36 +136,38 @@ def _sass_of(cu: str, folder: Path) -> str:
                           check=True).stdout
 
 
+def test_the_examples_hold_every_kind_of_generated_cuda_kernel():
+    """What the per-example compile test below covers between the examples: pointwise chains, rows, split rows."""
+    kinds = [("pointwise" if k["kind"] == "pointwise" else "split" if k["config"]["variant"] == "split" else "rows")
+             for path in EXAMPLES for k in _cuda_of(path)[1]]
+    assert kinds.count("pointwise") >= 4 and kinds.count("rows") >= 10 and kinds.count("split") >= 2
+
+
 @pytest.mark.skipif(NVCC is None or CUOBJDUMP is None, reason="needs nvcc and cuobjdump")
-def test_every_example_compiles_for_sm90_with_vector_access_and_shuffles(tmp_path):
-    pointwise = rows = split = 0
-    for path in EXAMPLES:
-        cu, kernels = _cuda_of(path)
-        (tmp_path / f"{path.stem}.cu").write_text(cu)
-        build = subprocess.run([NVCC, "-arch=sm_90", "-O3", "-cubin", "-Werror", "all-warnings", "-o",
-                                f"{path.stem}.cubin", f"{path.stem}.cu"], cwd=tmp_path, capture_output=True, text=True)
-        assert build.returncode == 0, f"{path.stem}: {build.stderr[-2000:]}"
-        sass = subprocess.run([str(CUOBJDUMP), "-sass", f"{path.stem}.cubin"], cwd=tmp_path, capture_output=True,
-                              text=True, check=True).stdout
-        usage = subprocess.run([str(CUOBJDUMP), "-res-usage", f"{path.stem}.cubin"], cwd=tmp_path,
-                               capture_output=True, text=True, check=True).stdout
-        functions = re.split(r"\n\s*Function : ", sass)[1:]
-        for kernel in kernels:
-            # the group's kernels: {name}_kernel, and {name}_pass<k>_kernel in the split variant
-            body = "\n".join(f for f in functions if re.search(rf"{kernel['name']}_(pass\d+_)?kernel",
-                                                                 f.splitlines()[0]))
-            assert body, f"{kernel['name']} not in the SASS"
-            if kernel["kind"] == "pointwise":
-                pointwise += 1
-                assert "LDG.E.128" in body and "STG.E.128" in body, f"{kernel['name']}: no 16-byte access"
-            elif kernel["config"]["variant"] == "split":  # few long rows: a block per (chunk, row), 16-byte loads
-                split += 1
-                assert "SHFL.BFLY" in body and "LDG.E.128" in body, f"{kernel['name']}: no shuffle or 16-byte load"
-            else:
-                rows += 1
-                assert "SHFL.BFLY" in body, f"{kernel['name']}: no warp shuffle"
-        assert "LOCAL:0" in usage and not re.search(r"LOCAL:[1-9]", usage), f"{path.stem}: spills\n{usage}"
-    assert pointwise >= 4 and rows >= 10 and split >= 2
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_every_example_compiles_for_sm90_with_vector_access_and_shuffles(path, tmp_path):
+    cu, kernels = _cuda_of(path)
+    (tmp_path / f"{path.stem}.cu").write_text(cu)
+    build = subprocess.run([NVCC, "-arch=sm_90", "-O3", "-cubin", "-Werror", "all-warnings", "-o",
+                            f"{path.stem}.cubin", f"{path.stem}.cu"], cwd=tmp_path, capture_output=True, text=True)
+    assert build.returncode == 0, f"{path.stem}: {build.stderr[-2000:]}"
+    sass = subprocess.run([str(CUOBJDUMP), "-sass", f"{path.stem}.cubin"], cwd=tmp_path, capture_output=True,
+                          text=True, check=True).stdout
+    usage = subprocess.run([str(CUOBJDUMP), "-res-usage", f"{path.stem}.cubin"], cwd=tmp_path,
+                           capture_output=True, text=True, check=True).stdout
+    functions = re.split(r"\n\s*Function : ", sass)[1:]
+    for kernel in kernels:
+        # the group's kernels: {name}_kernel, and {name}_pass<k>_kernel in the split variant
+        body = "\n".join(f for f in functions if re.search(rf"{kernel['name']}_(pass\d+_)?kernel",
+                                                             f.splitlines()[0]))
+        assert body, f"{kernel['name']} not in the SASS"
+        if kernel["kind"] == "pointwise":
+            assert "LDG.E.128" in body and "STG.E.128" in body, f"{kernel['name']}: no 16-byte access"
+        elif kernel["config"]["variant"] == "split":  # few long rows: a block per (chunk, row), 16-byte loads
+            assert "SHFL.BFLY" in body and "LDG.E.128" in body, f"{kernel['name']}: no shuffle or 16-byte load"
+        else:
+            assert "SHFL.BFLY" in body, f"{kernel['name']}: no warp shuffle"
+    assert "LOCAL:0" in usage and not re.search(r"LOCAL:[1-9]", usage), f"{path.stem}: spills\n{usage}"
 
 
 def test_norms_that_reread_the_row_get_mean_and_variance_in_one_pass():
