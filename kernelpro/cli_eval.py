@@ -13,7 +13,7 @@ from rich.table import Table
 from kernelpro.cli_options import (BaselineChoice, Device, JsonFile, JsonFlag, ModelModeChoice, ModelModeOpt, PolicyChoice,
                                    PolicyOpt, PrecisionChoice, PrecisionOpt, Seed, Timeout, quiet,
                                    write_json)
-from kernelpro.harness.problem import read_candidate
+from kernelpro.harness.problem import load_problem, read_candidate
 from kernelpro.cli_options import make_console
 
 
@@ -23,16 +23,12 @@ def run_eval(problem_path: Path, candidate_path: Path, *, device: str | None = N
              tolerance: float | None = None, seed: int = 0, model_mode: str = "train",
              kernelbench_timing: bool = False, console: Console | None = None):
     """The library call behind `kernelpro eval`. Returns an `EvalResult`."""
-    if not problem_path.exists():  # a mistyped path is answered before the imports below (torch)
-        from kernelpro.errors import ProblemError
-        raise ProblemError(problem_path, "no such file")
+    problem = load_problem(problem_path)  # both files are read and checked before the imports below (torch)
     source = read_candidate(candidate_path)
     from kernelpro.harness import EvalOptions, PhaseLimits, check_device, default_device
     from kernelpro.harness.evaluate import evaluate
-    from kernelpro.harness.problem import load_problem
     from kernelpro.harness.records import SEED_BASE
 
-    problem = load_problem(problem_path)
     chosen = device or default_device()
     check_device(chosen)
     if console is not None and not quiet():
