@@ -27,10 +27,18 @@ def arch_for(major: int, minor: int) -> str:
     return f"{major}.{minor}" + ("a" if (major, minor) in ARCH_SPECIFIC else "")
 
 
+def nvidia_driver_present() -> bool:
+    """Whether this machine has NVIDIA's kernel driver (its device files or /proc entry): without it no process
+    can see a CUDA device, and that is known without importing torch."""
+    return Path("/proc/driver/nvidia").exists() or any(Path("/dev").glob("nvidia[0-9]*"))
+
+
 def cuda_available() -> bool:
     """Whether torch sees a CUDA device, asked through NVML (torch's PYTORCH_NVML_BASED_CUDA_CHECK)
     so that the asking process does not initialize CUDA, seconds on a large GPU, when only its
     worker processes will use the device."""
+    if not nvidia_driver_present():
+        return False
     import torch
     previous = os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK")
     os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"

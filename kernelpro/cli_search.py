@@ -123,6 +123,11 @@ def register(app: typer.Typer) -> None:
         if not problem.is_file():  # before the imports below (torch): a mistyped path answers at once
             from kernelpro.errors import ProblemError
             raise ProblemError(problem, "no such file")
+        if objective is not ObjectiveChoice.time:  # energy on a machine without an NVIDIA driver: also at once
+            from kernelpro.harness.toolchain import nvidia_driver_present
+            if not nvidia_driver_present():
+                from kernelpro.energy import open_meter
+                open_meter("cpu", gpu_here=lambda: False)  # raises the refusal that says what can be done here
         from kernelpro.coder import default_coder
         from kernelpro.driver import SearchRun
         from kernelpro.search_settings import SearchSettings

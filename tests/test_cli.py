@@ -261,6 +261,9 @@ def test_bad_input_is_answered_before_torch_is_imported(tmp_path):
                ["bench", tmp_path / "empty", "--out", tmp_path / "c"],
                ["bench", DATA.parent / "data" / "bench_suite", "--level", "7", "--out", tmp_path / "d"],
                ["eval", PROBLEM, tmp_path / "missing.py"], ["eval", tmp_path / "nowhere.py", PROBLEM]]
+    from kernelpro.harness.toolchain import nvidia_driver_present
+    if not nvidia_driver_present():  # energy needs an NVIDIA GPU: a machine without its driver refuses at once
+        refused.append(["search", PROBLEM, "--objective", "energy", "--out", tmp_path / "e"])
     script = ("import sys\nfrom kernelpro.cli import main\nfor argv in " + repr([list(map(str, a)) for a in refused]) +
               ":\n    try:\n        main(argv)\n    except SystemExit as done:\n"
               "        print(done.code, 'torch' in sys.modules, flush=True)\n")
@@ -268,4 +271,4 @@ def test_bad_input_is_answered_before_torch_is_imported(tmp_path):
     assert done.stdout.split("\n")[:-1] == ["2 False"] * len(refused), done.stdout + done.stderr
     assert "no such file" in done.stderr and "holds no problem files" in done.stderr
     assert "names no problem of the suite" in done.stderr
-    assert not any((tmp_path / name).exists() for name in "abcd")
+    assert not any((tmp_path / name).exists() for name in "abcde")
