@@ -8,7 +8,9 @@ check it after (tests/test_kernel_manifest.py does):
     python scripts/kernel_manifest.py check      # exit 1, naming each build whose candidate changed
 
 A move builds at bf16 where it runs only at half precision, in eval mode where it is exact only there, and at fp32
-in training mode (KernelBench's default) otherwise. A move that cannot build records its error's class.
+in training mode (KernelBench's default) otherwise. A move that cannot build records its error's class. The
+manifest records the torch version it was written with: torch.fx's output differs between versions, so a check
+under another version says so (and the test skips).
 """
 
 from __future__ import annotations
@@ -90,11 +92,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     only = [k for k in args.problems.split(",") if k] or None
     found = build_all(args.kernelbench, only)
+    import torch
     if args.action == "write":
-        args.manifest.write_text(json.dumps(found, indent=1, sort_keys=True) + "\n")
+        args.manifest.write_text(json.dumps({"torch": torch.__version__, "problems": found}, indent=1, sort_keys=True)
+                                 + "\n")
         print(f"wrote {args.manifest}: {sum(map(len, found.values()))} builds of {len(found)} problems")
         return 0
-    expected = json.loads(args.manifest.read_text())
+    written = json.loads(args.manifest.read_text())
+    if written["torch"] != torch.__version__:  # torch.fx's output differs between versions
+        print(f"note: the manifest was written with torch {written['torch']}, this is torch {torch.__version__}")
+    expected = written["problems"]
     if only:
         expected = {key: value for key, value in expected.items() if key in only}
     changed = differences(expected, found)

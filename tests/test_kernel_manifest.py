@@ -16,13 +16,17 @@ spec = importlib.util.spec_from_file_location("kernel_manifest", ROOT / "scripts
 manifest = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(manifest)
 
-EXPECTED = json.loads(manifest.MANIFEST.read_text())
+WRITTEN = json.loads(manifest.MANIFEST.read_text())
+EXPECTED = WRITTEN["problems"]
 #: rows and pointwise chains (Triton and CUDA C++), a GEMM with its epilogue (Triton and CuTe), a convolution with a
 #: batch norm (Triton): every generator but the scans' builds on one of them (no problem of the manifest has a scan)
 QUICK = ("suite/level2/5_GroupNormSilu", "suite/level2/9_GemmBiasGelu", "suite/level2/8_ConvBnRelu")
 
 
 def check(key: str) -> None:
+    import torch
+    if torch.__version__ != WRITTEN["torch"]:
+        pytest.skip(f"the manifest was written with torch {WRITTEN['torch']}; torch.fx's output differs across versions")
     path = manifest.problems(manifest.KERNELBENCH)[key]
     assert manifest.differences({key: EXPECTED[key]}, {key: manifest.fingerprint(path)}) == []
 
