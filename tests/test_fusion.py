@@ -56,7 +56,8 @@ def test_every_fusion_example_is_fused_and_correct(path, tmp_path):
         assert kernel["configs"] >= 1 and kernel["config"]["num_warps"] in (1, 2, 4, 8, 16)
 
 
-def test_looped_variant_matches_on_every_row_example(tmp_path, monkeypatch):
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_looped_variant_matches_on_every_row_example(path, tmp_path, monkeypatch):
     """Force the looped variant (four chunks per row) where one pass would do."""
     def looped(group, device=triton_gen.Device()):
         if group.kind == "pointwise":
@@ -67,10 +68,9 @@ def test_looped_variant_matches_on_every_row_example(tmp_path, monkeypatch):
         return [{"variant": "looped", "BLOCK_R": 16, "BLOCK_C": max(8, triton_gen.next_pow2(group.row_length) // 4),
                  "num_warps": 4, "score": 1.0}]
     monkeypatch.setattr(triton_gen, "configs", looped)
-    for path in EXAMPLES:
-        small = tmp_path / path.name
-        small.write_text(shrink(path.read_text()))
-        check(small)
+    small = tmp_path / path.name
+    small.write_text(shrink(path.read_text()))
+    check(small)
 
 
 @pytest.mark.parametrize("variant", ["looped", "split"])
