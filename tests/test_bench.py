@@ -214,9 +214,11 @@ def test_a_bench_writes_every_leaderboard_and_records_a_crash(finished_bench):
 
 
 def resumed_in_process(args: list[str], capsys) -> dict:
-    """`kernelpro bench ... --resume --json` through main() in this process (its searches are child processes
-    as always): the bench's JSON document."""
-    done = in_process(capsys, *args[3:], "--resume", "--json")  # without `python -m kernelpro`
+    """`kernelpro bench ... --resume --json` through main() in this process, its searches too (`fake_children`: the
+    bench's bookkeeping is what the resume checks; the interrupted run before it had real children): the bench's
+    JSON document."""
+    with fake_children():
+        done = in_process(capsys, *args[3:], "--resume", "--json")  # without `python -m kernelpro`
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
 
