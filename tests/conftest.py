@@ -20,6 +20,12 @@ import pytest
 if shutil.which("nvidia-smi") is None and not os.path.exists("/dev/nvidia0"):
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# pytest-xdist runs several workers on few cores (4 on the 2-core box), each with its own children: one OpenMP
+# thread each, or torch's thread pools spin against one another (a launch-model test that trains in 3 s alone took
+# 132 s beside other torch work). Children inherit it (the harness passes OMP_NUM_THREADS on to its workers).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 DATA = Path(__file__).parent / "data"
 
 # Hypothesis: a small default profile keeps `make test` fast; HYPOTHESIS_PROFILE=thorough runs ten times the

@@ -233,7 +233,9 @@ def test_end_to_end_search_writes_every_output(attention_run):
         assert split[part] > 0, part
     assert split["reference"] + split["profile"] + split["coder"] + split["evaluations"] + split["other"] == \
         pytest.approx(document["wall_s"], abs=0.01)
-    assert split["phases"]["timing"] > 0 and split["phases"]["correctness"] > 0 and split["final"] > 0
+    assert split["phases"]["timing"] > 0 and split["phases"]["correctness"] > 0
+    # the best is re-measured after the search where a candidate beat the reference (on a loaded CPU it may not)
+    assert (split["final"] > 0) == bool(document["best_node"])
     assert sum(split["phases"].values()) + split["harness"] == pytest.approx(split["evaluations"], abs=0.05)
     throughput = next(line for line in (out / "report.md").read_text().splitlines() if "evaluations/min" in line)
     assert f"reference {split['reference']:.1f} s" in throughput and f"timing {split['phases']['timing']:.1f} s" in throughput
