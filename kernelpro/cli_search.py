@@ -127,7 +127,7 @@ def register(app: typer.Typer) -> None:
             from kernelpro.harness.toolchain import nvidia_driver_present
             if not nvidia_driver_present():
                 from kernelpro.energy import open_meter
-                open_meter("cpu", gpu_here=lambda: False)  # raises the refusal that says what can be done here
+                open_meter("cpu")  # raises the refusal that says what can be done on a machine without a GPU
         from kernelpro.coder import default_coder
         from kernelpro.driver import SearchRun
         from kernelpro.search_settings import SearchSettings

@@ -74,7 +74,7 @@ def search_in_this_process(args: list[str], env: dict, log: Path, on_pid=lambda 
 def fake_children():
     """A bench's searches run by the real search command in this process over a fake evaluator (a second or less
     each, against about ten for a child process that imports torch and boots its sandboxed workers): for the tests
-    of the bench's bookkeeping. The crash, kill -9 and Ctrl-C tests keep real children."""
+    of the bench's bookkeeping. The crash test, and the runs that kill -9 and Ctrl-C interrupt, keep real children."""
     import kernelpro.bench.child
     import kernelpro.driver
     with pytest.MonkeyPatch.context() as patch:

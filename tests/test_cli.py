@@ -259,7 +259,7 @@ def test_bad_input_is_answered_before_torch_is_imported(tmp_path):
                ["search", PROBLEM, "--budget", "0", "--out", tmp_path / "b"],
                ["search", PROBLEM, "--budgett", "3"],
                ["bench", tmp_path / "empty", "--out", tmp_path / "c"],
-               ["bench", DATA.parent / "data" / "bench_suite", "--level", "7", "--out", tmp_path / "d"],
+               ["bench", DATA / "bench_suite", "--level", "7", "--out", tmp_path / "d"],
                ["eval", PROBLEM, tmp_path / "missing.py"], ["eval", tmp_path / "nowhere.py", PROBLEM]]
     from kernelpro.harness.toolchain import nvidia_driver_present
     if not nvidia_driver_present():  # energy needs an NVIDIA GPU: a machine without its driver refuses at once

@@ -35,17 +35,16 @@ def test_mcts_imports_none_of_the_others():
 
 # -- no import cycles ------------------------------------------------------------------------------
 
+ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = {"kernelpro": "kernelpro", "harness": "kernelpro.harness", "mcts": "kernelpro.mcts",
            "tools": "kernelpro.tools", "energy": "kernelpro.energy", "cutlass_index": "kernelpro.cutlass_index"}
 
 
 def _module_files() -> dict:
-    from pathlib import Path
-    root = Path(__file__).resolve().parents[1]
     modules = {}
     for folder, package in FOLDERS.items():
-        for path in (root / folder).rglob("*.py"):
-            parts = [p for p in path.relative_to(root / folder).with_suffix("").parts if p != "__init__"]
+        for path in (ROOT / folder).rglob("*.py"):
+            parts = [p for p in path.relative_to(ROOT / folder).with_suffix("").parts if p != "__init__"]
             modules[".".join([package, *parts])] = path
     return modules
 
@@ -130,8 +129,7 @@ def private_imports(source: str) -> list[str]:
 def test_no_module_takes_another_modules_private_names():
     assert private_imports("from kernelpro.offline.gemm import Group, _spill\nfrom kernelpro.offline import fusion as f\n"
                            "f._unused(1)\nx = object()\nx._fine()\n") == ["kernelpro.offline.gemm._spill", "f._unused"]
-    root = Path(__file__).resolve().parents[1]
-    scripts = {str(path.relative_to(root)): path for folder in ("benchmarks", "scripts") for path in (root / folder).glob("*.py")}
+    scripts = {str(path.relative_to(ROOT)): path for folder in ("benchmarks", "scripts") for path in (ROOT / folder).glob("*.py")}
     taken = {name: private_imports(path.read_text()) for name, path in {**_module_files(), **scripts}.items()}
     assert len(scripts) > 10 and {name: found for name, found in taken.items() if found} == {}
 
