@@ -44,10 +44,12 @@ sandbox:
 	  (apt-get install -y -q bubblewrap >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && \
 	   apt-get install -y -q bubblewrap >/dev/null 2>&1)) || echo "bubblewrap not installed: candidates run unsandboxed"; }
 
-# The CPU suite, in parallel, with the 20 slowest tests listed at the end. Tests marked gpu need CUDA; those
+# The import contracts first (import-linter, half a second: scripts/lint_imports.py), then the CPU suite, in
+# parallel, with the 20 slowest tests listed at the end. Tests marked gpu need CUDA; those
 # marked slow (the real Ray backend, nvcc and load_inline builds, torch.compile baselines) run with `pytest -m slow`.
 # pytest exits 5 when it collects no test; that is not a failure of the suite.
 test: $(VENV)/.test-extras chromium sandbox
+	$(BIN)/python scripts/lint_imports.py
 	$(BIN)/python -m pytest -m "not gpu and not slow" -n $(PYTEST_WORKERS) --durations=20 $(PYTEST_ARGS); \
 	  rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 

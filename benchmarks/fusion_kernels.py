@@ -32,8 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from kernelpro.cli_eval import run_eval
-from kernelpro.offline.worker import expand
+from kernelpro.cli.eval import run_eval
+from kernelpro.offline.expand import expand
 
 REPO = Path(__file__).resolve().parent.parent
 VARIANTS = {"triton": ["fuse_reductions", "fuse_pointwise"], "cuda": ["cuda_kernels"],

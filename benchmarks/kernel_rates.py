@@ -29,8 +29,9 @@ from pathlib import Path
 
 from cuda_timing import median_ms
 from kernelpro.harness import EvalOptions, Evaluator, PhaseLimits, load_problem
-from kernelpro.offline import conv_gemm
-from kernelpro.offline.worker import Problem, target_device
+from kernelpro.offline.codegen import conv_gemm
+from kernelpro.offline.compiler import Problem
+from kernelpro.launch.device import target_device
 
 CONVOLUTIONS = ["level1/62_conv_standard_2D__square_input__asymmetric_kernel",
            "level1/63_conv_standard_2D__square_input__square_kernel", "level1/86_conv_depthwise_separable_2D",

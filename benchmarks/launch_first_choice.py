@@ -64,8 +64,8 @@ def main() -> int:
     if args.models:
         shutil.copytree(args.models, Path(home) / "launch" / "models")
     from kernelpro.bench.suite import read_keys
-    from kernelpro.offline import triton_configs
-    from kernelpro.offline.worker import Problem
+    from kernelpro.offline.codegen import triton_configs
+    from kernelpro.offline.compiler import Problem
     times = measured(args.runs)
     device = triton_configs.Device(sms=args.sms, name=args.device)
     rows = []

@@ -47,6 +47,7 @@ class Phase(str, enum.Enum):
 Policy = Literal["relaxed", "strict"]
 ModelMode = Literal["train", "eval"]
 Precision = Literal["fp32", "bf16", "fp16"]
+HALF_PRECISIONS = ("bf16", "fp16")  # the half precisions a run may cast the problem to
 Baseline = Literal["eager", "compile"]
 
 #: KernelBench's tolerances, used as both atol and rtol.

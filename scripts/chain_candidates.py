@@ -21,7 +21,7 @@ from pathlib import Path
 def write_chains(problem: Path, chains: list[list[str]], out: Path, precision: str = "fp32",
                  model_mode: str = "eval") -> list[dict]:
     from kernelpro.offline.moves import MOVES
-    from kernelpro.offline.worker import Problem
+    from kernelpro.offline.compiler import Problem
     unknown = sorted({move for chain in chains for move in chain if move not in MOVES})
     if unknown:
         raise SystemExit(f"unknown move(s): {', '.join(unknown)}; the moves are: {', '.join(MOVES)}")

@@ -43,9 +43,9 @@ def problems(kernelbench: Path) -> dict[str, Path]:
 
 def fingerprint(path: Path) -> dict[str, str]:
     """'<move> <device>' -> the candidate's sha256 (16 hex digits), or 'error: <class>'."""
-    from kernelpro.offline import triton_gen
+    from kernelpro.launch.device import Device
     from kernelpro.offline.moves import MOVES
-    from kernelpro.offline.worker import Problem
+    from kernelpro.offline.compiler import Problem
     loaded: dict[str, Problem] = {}
     prints = {}
     for move in MOVES.values():
@@ -54,7 +54,7 @@ def fingerprint(path: Path) -> dict[str, str]:
             loaded[mode] = Problem(path, 42, mode)
         for name, device in DEVICES.items():
             try:
-                source, _, _ = loaded[mode].build([move.name], device=triton_gen.Device(**device),
+                source, _, _ = loaded[mode].build([move.name], device=Device(**device),
                                                   precision="bf16" if move.half_only else "fp32")
                 prints[f"{move.name} {name}"] = hashlib.sha256(source.encode()).hexdigest()[:16]
             except Exception as error:  # noqa: BLE001 - the error's class is the fingerprint

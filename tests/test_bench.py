@@ -557,7 +557,7 @@ def test_signed_rank_tests_paired_differences_and_needs_two_that_differ():
 def test_a_bench_with_failed_problems_exits_3_naming_each(finished_bench, capsys):
     import typer
     from rich.console import Console
-    from kernelpro.cli_bench import FAILED_PROBLEMS_EXIT, _exit_for_failures
+    from kernelpro.cli.bench import FAILED_PROBLEMS_EXIT, _exit_for_failures
     _, document = finished_bench
     with pytest.raises(typer.Exit) as exit_:
         _exit_for_failures(document, Console(stderr=True))

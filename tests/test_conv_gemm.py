@@ -18,8 +18,9 @@ import torch
 from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
 
 from conftest import compare_models, conv_problem, load_module  # noqa: E402
-from kernelpro.offline import conv_gemm  # noqa: E402
-from kernelpro.offline.worker import Problem, expand  # noqa: E402
+from kernelpro.offline.codegen import conv_gemm  # noqa: E402
+from kernelpro.offline.compiler import Problem  # noqa: E402
+from kernelpro.offline.expand import expand  # noqa: E402
 
 if os.environ.get("TRITON_INTERPRET") != "1":
     pytest.skip("these tests run Triton's interpreter (conftest turns it on where there is no GPU)",

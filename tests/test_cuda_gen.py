@@ -25,8 +25,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernelpro.offline import cuda_gen, fusion
-from kernelpro.offline.worker import Problem, expand
+from kernelpro.offline.codegen import cuda as cuda_gen
+from kernelpro.offline.fuse import partition as fusion
+from kernelpro.offline.compiler import Problem
+from kernelpro.offline.expand import expand
 from kernelpro.tools.api import find_binary
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -22,9 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from kernelpro.offline import cute_gemm, fusion
-from kernelpro.offline.triton_gen import Device
-from kernelpro.offline.worker import Problem, expand
+from kernelpro.offline.codegen import cute_gemm
+from kernelpro.offline.fuse import partition as fusion
+from kernelpro.launch.device import Device
+from kernelpro.offline.compiler import Problem
+from kernelpro.offline.expand import expand
 from kernelpro.tools.api import find_binary
 
 ROOT = Path(__file__).resolve().parent.parent

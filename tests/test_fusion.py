@@ -22,8 +22,12 @@ pytest.importorskip("triton")
 from hypothesis import HealthCheck, assume, given, settings, strategies as st  # noqa: E402
 
 from conftest import compare_models, load_module, shrink  # noqa: E402
-from kernelpro.offline import triton_gen  # noqa: E402
-from kernelpro.offline.worker import Problem, expand  # noqa: E402
+from kernelpro.launch.device import Device  # noqa: E402
+from kernelpro.offline.codegen import triton as triton_gen  # noqa: E402
+from kernelpro.offline.codegen import triton_configs  # noqa: E402
+from kernelpro.offline.codegen.common import next_pow2  # noqa: E402
+from kernelpro.offline.compiler import Problem  # noqa: E402
+from kernelpro.offline.expand import expand  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples" / "fusion").glob("*.py"))
@@ -59,13 +63,13 @@ def test_every_fusion_example_is_fused_and_correct(path, tmp_path):
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_looped_variant_matches_on_every_row_example(path, tmp_path, monkeypatch):
     """Force the looped variant (four chunks per row) where one pass would do."""
-    def looped(group, device=triton_gen.Device()):
+    def looped(group, device=Device()):
         if group.kind == "pointwise":
             return [{"BLOCK": 1024, "num_warps": 4, "score": 1.0}]
         if any(s.reduce in ("argmax", "argmin") for s in group.steps):
-            return [{"variant": "one_pass", "BLOCK_R": 2, "BLOCK_C": triton_gen.next_pow2(group.row_length),
+            return [{"variant": "one_pass", "BLOCK_R": 2, "BLOCK_C": next_pow2(group.row_length),
                      "num_warps": 1, "score": 1.0}]
-        return [{"variant": "looped", "BLOCK_R": 16, "BLOCK_C": max(8, triton_gen.next_pow2(group.row_length) // 4),
+        return [{"variant": "looped", "BLOCK_R": 16, "BLOCK_C": max(8, next_pow2(group.row_length) // 4),
                  "num_warps": 4, "score": 1.0}]
     monkeypatch.setattr(triton_gen, "configs", looped)
     small = tmp_path / path.name
@@ -223,7 +227,7 @@ def forced_split(group, device=None):
     if group.kind == "pointwise":
         return [{"BLOCK": 64, "num_warps": 1, "score": 1.0}]
     if any(s.reduce in ("argmax", "argmin") for s in group.steps):
-        return [{"variant": "one_pass", "BLOCK_R": 1, "BLOCK_C": triton_gen.next_pow2(group.row_length),
+        return [{"variant": "one_pass", "BLOCK_R": 1, "BLOCK_C": next_pow2(group.row_length),
                  "num_warps": 1, "score": 1.0}]
     return [SPLIT]
 
@@ -250,7 +254,7 @@ def test_split_variant_on_few_long_rows(tmp_path, length, others, data):
 
 
 def test_split_configurations_only_for_few_long_rows():
-    from kernelpro.offline.fusion_build import Group, Input, Step
+    from kernelpro.offline.fuse.groups import Group, Input, Step
     steps = [Step("v1", "row", reduce="sum", operand="x0", deps=("x0",), level=1)]
 
     def ranked(rows, length):
@@ -260,7 +264,7 @@ def test_split_configurations_only_for_few_long_rows():
     few = ranked(8, 1 << 20)
     assert few[0]["variant"] == "split"  # 8 programs cannot fill 132 SMs; 8 x 64 chunks can
     chunks = {math.ceil((1 << 20) / c["CHUNK"]) for c in few if c["variant"] == "split"}
-    assert chunks and max(chunks) <= triton_gen.MAX_CHUNKS and min(chunks) >= 2
+    assert chunks and max(chunks) <= triton_configs.MAX_CHUNKS and min(chunks) >= 2
     assert all(c["variant"] != "split" for c in ranked(4096, 1 << 14))  # enough rows: no split
     assert all(c["variant"] != "split" for c in ranked(8, 1024))  # short rows: no split
 
@@ -271,7 +275,7 @@ def test_strided_rows_read_neighbouring_rows_together(tmp_path, monkeypatch):
     configuration on the H100). Such a group says so (`row_stride`, recorded in its features only where it is above
     1), the ranking puts many rows per program first (looped over short stretches where a row is long), and each of
     those configurations computes what torch does; rows along the last dimension keep their ranking."""
-    from kernelpro.offline.fusion_build import Group, Input, Output, Step
+    from kernelpro.offline.fuse.groups import Group, Input, Output, Step
     steps = [Step("v1", "row", reduce="sum", operand="x0", deps=("x0",), level=1)]
 
     def group(shape, reduced):
@@ -293,7 +297,7 @@ def test_strided_rows_read_neighbouring_rows_together(tmp_path, monkeypatch):
     assert norm.passes() == 2 and triton_gen.configs(norm)[0]["variant"] == "one_pass"
     assert triton_gen.configs(norm)[0]["BLOCK_R"] >= 32
     seen, ranked = [], triton_gen.configs
-    monkeypatch.setattr(triton_gen, "configs", lambda g, device=triton_gen.Device(): seen.append(g) or ranked(g, device))
+    monkeypatch.setattr(triton_gen, "configs", lambda g, device=Device(): seen.append(g) or ranked(g, device))
     path = write_problem(tmp_path, ["return x.mean(dim=1)"], [(3, 70, 45)])
     _, _, kernels = Problem(path, 42).build(["fuse_reductions"])
     assert kernels[0]["features"]["row_stride"] == 45 and seen[0].row_stride == 45
@@ -312,7 +316,7 @@ def test_whole_tensor_reduction_is_split_into_at_most_max_chunks():
     """A mean over all of a [32768, 32768] tensor (KernelBench's MSELoss size) is one row of 2^30: a
     chunk of at most 65536 would cut it into 16384 chunks, more than the fold takes; it gets longer
     chunks (powers of two), never the looped variant's single program."""
-    from kernelpro.offline.fusion_build import Group, Input, Step
+    from kernelpro.offline.fuse.groups import Group, Input, Step
     steps = [Step("v1", "row", reduce="sum", operand="x0", deps=("x0",), level=1)]
     for rows, length in ((1, 1 << 30), (4, 3 << 27)):
         group = Group(kind="row", logical=(rows, length), reduced=frozenset({1}), steps=steps,
@@ -320,7 +324,7 @@ def test_whole_tensor_reduction_is_split_into_at_most_max_chunks():
         ranked = triton_gen.configs(group)
         assert ranked[0]["variant"] == "split", ranked[0]
         chunks = {c["CHUNK"] for c in ranked if c["variant"] == "split"}
-        assert all(c & (c - 1) == 0 and 2 <= math.ceil(length / c) <= triton_gen.MAX_CHUNKS for c in chunks)
+        assert all(c & (c - 1) == 0 and 2 <= math.ceil(length / c) <= triton_configs.MAX_CHUNKS for c in chunks)
         assert math.ceil(length / ranked[0]["CHUNK"]) * rows >= 2 * 132  # the programs fill the GPU
 
 
@@ -328,7 +332,7 @@ def forced_looped(group, device=None):
     """The looped variant (a quarter row per chunk) for every row group without argmax."""
     if group.kind == "pointwise" or any(s.reduce in ("argmax", "argmin") for s in group.steps):
         return forced_split(group, device)
-    return [{"variant": "looped", "BLOCK_R": 4, "BLOCK_C": max(8, triton_gen.next_pow2(group.row_length) // 4),
+    return [{"variant": "looped", "BLOCK_R": 4, "BLOCK_C": max(8, next_pow2(group.row_length) // 4),
              "num_warps": 2, "score": 1.0}]
 
 
@@ -602,7 +606,7 @@ def test_channels_last_option_says_which_generated_kernels_it_reorders(tmp_path)
     assert all(k["features"]["layout"] == "nhwc" for k in fused["kernels"])
 
 def test_launch_configurations_are_ranked_by_the_model():
-    from kernelpro.offline.fusion_build import Group, Input
+    from kernelpro.offline.fuse.groups import Group, Input
     big = Group(kind="pointwise", logical=(8192, 8192), inputs=[Input("x0", None, (8192, 8192), (8192, 8192),
                                                                       "full")])
     ranked = triton_gen.configs(big)
@@ -634,7 +638,7 @@ GEMM_CASES = [  # (forward body, input shapes, init)
 def test_triton_gemm_with_epilogue(tmp_path, case, m, n, k, rank):
     """Linear with bias, F.linear without, matmul of a batch by a matrix, bmm and a 4-D batched matmul (one
     product per grid row); broadcast epilogue inputs, two outputs."""
-    from kernelpro.offline import gemm
+    from kernelpro.offline.codegen import gemm
     body, shapes, init = case
     path = write_problem(tmp_path, body, shapes(m, n, k), init(m, n, k))
     ranked = gemm.configs
@@ -655,7 +659,7 @@ def test_gemm_configs_fit_shared_memory_and_tf32_only_with_its_move(tmp_path):
     assert kernels[0]["config"]["precision"] == "tf32x3"  # tensor cores at an error near float32's
     _, _, tf32 = problem.build(["triton_gemm", "tf32_matmul"])
     assert tf32[0]["config"]["precision"] == "tf32"
-    from kernelpro.offline import gemm
+    from kernelpro.offline.codegen import gemm
     assert all(4 * c["num_stages"] * c["BLOCK_K"] * (c["BLOCK_M"] + c["BLOCK_N"]) <= gemm.SHARED_BYTES
                for c in gemm.configs(problem_group(problem)))
 
@@ -668,7 +672,7 @@ def test_the_gemm_spill_rule_holds_on_the_ptxas_capture(capture, held_spill):
     configuration that spilled more than 300 bytes is held back, and in tf32x3 and ieee every one held back
     spilled (in plain TF32 about half do: the epilogue decides)."""
     import json
-    from kernelpro.offline import gemm
+    from kernelpro.offline.codegen import gemm
     document = json.loads((ROOT / "tests" / "data" / "captures" / capture).read_text())
     assert document["triton"] == "3.6.0" and document["arch"] == 90 and len(document["rows"]) > 300
     held = held_spilled = 0
@@ -684,11 +688,11 @@ def test_the_gemm_spill_rule_holds_on_the_ptxas_capture(capture, held_spill):
 def test_a_gemm_tune_walk_tries_the_tiles_that_spill_last(tmp_path):
     """The list a GEMM's `tune:` moves walk (2048 x 4096 x 4096), by the analytic ranking or a learned model's
     order: every configuration that spills comes after every other (one came second before)."""
-    from kernelpro.offline import gemm
+    from kernelpro.offline.codegen import gemm
     path = write_problem(tmp_path, ["return torch.sigmoid(self.fc(x)) * 2.0"], [(2048, 4096)],
                          "\n        self.fc = nn.Linear(4096, 4096)")
     problem = Problem(path, 42)
-    for device in (triton_gen.Device(), triton_gen.Device(name="NVIDIA H200")):  # analytic, then a learned model's
+    for device in (Device(), Device(name="NVIDIA H200")):  # analytic, then a learned model's
         (kernel,) = problem.build(["triton_gemm"], {}, device)[2]
         walk = [problem.build(["triton_gemm"], {kernel["name"]: rank}, device)[2][0]["config"]
                 for rank in range(kernel["configs"])]  # the configurations tune: moves walk, in their order
@@ -699,7 +703,8 @@ def test_a_gemm_tune_walk_tries_the_tiles_that_spill_last(tmp_path):
 
 def problem_group(problem):
     import copy
-    from kernelpro.offline import fusion, gemm
+    from kernelpro.offline.fuse import partition as fusion
+    from kernelpro.offline.codegen import gemm
     gm = copy.deepcopy(problem.graph)
     groups = fusion.partition(gm, {"pointwise"})
     gemm.attach(gm, groups, tf32=False)
@@ -749,7 +754,7 @@ def test_operands_are_read_through_their_strides(tmp_path, body, shapes):
 def test_an_n_contiguous_float32_b_is_read_k_major(tmp_path, body, shapes, copies):
     """At float32 on TF32 tensor cores the wrapper copies an N-contiguous b to K-major once a has
     K_MAJOR_MIN_M rows (b_k_major); a b that is K-major already is read where it lies. Correct either way."""
-    from kernelpro.offline import gemm
+    from kernelpro.offline.codegen import gemm
     path = write_problem(tmp_path, body, shapes)
     kernels = check(path, ["triton_gemm"], atol=1e-3)
     assert kernels[0]["config"].get("b_k_major", False) == (kernels[0]["features"]["b_layout"] == "kn")
@@ -826,7 +831,7 @@ def test_pointwise_kernels_past_2_to_the_31_elements_index_in_int64(tmp_path, mo
     persistent grid, GEMM or row kernel takes it (built on the meta device: nothing of that size is made).
     The int64 path itself is checked for values in Triton's interpreter on small tensors, with the limit
     lowered."""
-    from kernelpro.offline import fusion_build
+    from kernelpro.offline.fuse import groups as fusion_build
     path = write_problem(tmp_path, ["a = F.avg_pool2d(x, 3)", "return torch.relu(x) * 2.0, x.sum(dim=-1), a"],
                          [(2, 1, 32768, 32769)])
     source, _, kernels = Problem(path, 42).build(FUSE + ["persistent_kernels"])

@@ -30,7 +30,7 @@ UNTRACED = {
 
 @pytest.mark.parametrize("key", PROBLEMS)
 def test_problem_loads_builds_and_traces(key):
-    from kernelpro.offline.worker import Problem
+    from kernelpro.offline.compiler import Problem
     path = KERNELBENCH / f"{key}.py"
     load_problem(path)  # static checks: parses, defines Model/get_inputs/get_init_inputs, packages present
     problem = Problem(path, 42, "train", weights="meta")

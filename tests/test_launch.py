@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -14,9 +15,12 @@ import pytest
 from conftest import run_script
 
 from kernelpro.launch import collect as C
+from kernelpro.offline.compiler import Problem
 from kernelpro.launch import model as M
 from kernelpro.launch.store import LaunchStore, import_jsonl
-from kernelpro.offline.triton_gen import Device
+from kernelpro.launch.device import Device
+
+BUILD = partial(Problem, seed=42, model_mode="eval")  # what builds a swept problem's kernels
 
 DEVICE = Device(sms=8, name="Fake GPU 8SM")
 
@@ -39,7 +43,7 @@ def collected(tmp_path_factory):
     store = LaunchStore(folder / "launch.db")
     shapes = [s for s in C.random_shapes(10, seed=1) if s.template in ("pointwise", "softmax")]
     messages = []
-    summary = C.collect(store, DEVICE.name, DEVICE, fake_timer, shapes, most=12, progress=messages.append)
+    summary = C.collect(BUILD, store, DEVICE.name, DEVICE, fake_timer, shapes, most=12, progress=messages.append)
     return store, summary, messages, shapes
 
 
@@ -49,7 +53,7 @@ def test_collection_sweeps_every_template_instance_and_resumes(collected):
     families = {g["family"] for g in summary["groups"]}
     assert families == {"triton_pointwise", "triton_row"}
     assert any("rows added so far" in m for m in messages)
-    again = C.collect(store, DEVICE.name, DEVICE, fake_timer, shapes[:3], most=12)
+    again = C.collect(BUILD, store, DEVICE.name, DEVICE, fake_timer, shapes[:3], most=12)
     assert again["added"] == 0  # every configuration of those instances is in the store already
 
 
@@ -101,7 +105,7 @@ def test_matmul_shapes_are_gemms_with_b_stored_k_by_n_and_tiles_say_whether_they
     # the other templates draw as before the matmul template was added (seed 100's first aligned linear shape then)
     assert C.random_shapes(2, seed=100, templates=("linear",), aligned=True)[0].dims == (400, 80, 5920)
     store = LaunchStore(tmp_path / "launch.db")
-    summary = C.collect(store, DEVICE.name, DEVICE, fake_timer, [C.Shape("matmul", (256, 384, 128))], most=4)
+    summary = C.collect(BUILD, store, DEVICE.name, DEVICE, fake_timer, [C.Shape("matmul", (256, 384, 128))], most=4)
     assert summary["failed"] == []
     (gemm,) = store.instances("triton_gemm")
     assert gemm.features["b_layout"] == "kn" and not gemm.features["bias"]
@@ -115,10 +119,10 @@ def test_a_dataset_keeps_one_timing_protocol(tmp_path):
     other_timer.protocol = "interleaved-v9"
     shapes = C.random_shapes(1, seed=3)[:1]
     store = LaunchStore(tmp_path / "launch.db")
-    C.collect(store, DEVICE.name, DEVICE, other_timer, shapes, most=4)
+    C.collect(BUILD, store, DEVICE.name, DEVICE, other_timer, shapes, most=4)
     assert store.get("timing_protocol") == "interleaved-v9"
     with pytest.raises(ValueError, match="timing protocol 'interleaved-v9'.*new file"):
-        C.collect(store, DEVICE.name, DEVICE, fake_timer, shapes, most=4)
+        C.collect(BUILD, store, DEVICE.name, DEVICE, fake_timer, shapes, most=4)
     from kernelpro.launch.timing import PROTOCOL
     assert C.cuda_timer().protocol == PROTOCOL
 
@@ -144,7 +148,7 @@ def test_the_split_is_by_instance_and_the_model_beats_the_analytic_ranking(colle
 
 def test_the_search_uses_an_installed_model_and_falls_back_on_a_version_mismatch(collected, tmp_path, monkeypatch):
     import kernelpro.launch as launch
-    from kernelpro.offline.worker import Problem
+    from kernelpro.offline.compiler import Problem
     store, *_ = collected
     monkeypatch.setenv("KERNELPRO_HOME", str(tmp_path / "home"))
     monkeypatch.setattr(launch, "_CACHE", {})
@@ -173,7 +177,8 @@ def test_launch_ranking_analytic_keeps_the_generators_order_where_a_model_exists
     offline coder sends the choice to its worker and keeps the answers of the two apart."""
     import kernelpro.launch as launch
     from kernelpro.offline import OfflineCoder
-    from kernelpro.offline.worker import Problem, expand
+    from kernelpro.offline.compiler import Problem
+    from kernelpro.offline.expand import expand
     store, *_ = collected
     monkeypatch.setenv("KERNELPRO_HOME", str(tmp_path / "home"))
     monkeypatch.setattr(launch, "_CACHE", {})
@@ -224,7 +229,7 @@ def test_a_kernel_far_outside_the_training_range_keeps_the_analytic_ranking(coll
     """An MLP extrapolates arbitrarily: a kernel more than RANGE_MARGIN beyond every size the model trained on
     is ranked analytically, with the descriptor that lies outside named; one inside the range is not."""
     import kernelpro.launch as launch
-    from kernelpro.offline.worker import Problem
+    from kernelpro.offline.compiler import Problem
     store, *_ = collected
     monkeypatch.setenv("KERNELPRO_HOME", str(tmp_path / "home"))
     instances = store.instances("triton_pointwise", DEVICE.name)
@@ -396,7 +401,7 @@ def test_cross_validation_scores_every_instance_with_a_model_that_never_saw_it(c
     assert report["aligned"]["analytic"] == M.score_ranking(subset, M.analytic_order).as_dict()
     model, trained = M.train(instances, "triton_pointwise", DEVICE.name, epochs=120, folds=4)
     assert model.document["trained_on"] == len(instances) and trained["predictor"] == report["predictor"]
-    from kernelpro.cli_launch import evaluate
+    from kernelpro.cli.launch import evaluate
     path = store.path.parent / "cv.json"
     model.save(path)
     scored = evaluate(store.path, "triton_pointwise", DEVICE.name, path)
@@ -519,7 +524,7 @@ def test_launch_predictor_ships_only_kinds_another_dataset_confirms_and_removes_
 def test_collect_chooses_suite_problems_as_bench_does(tmp_path):
     from typer.testing import CliRunner
     from kernelpro.cli import app
-    from kernelpro.cli_launch import problem_paths
+    from kernelpro.cli.launch import problem_paths
     from kernelpro.harness.errors import KernelproError
     suite = tmp_path / "suite"
     for level, names in ((1, ("1_A", "2_B")), (2, ("1_C",))):
@@ -665,7 +670,7 @@ def test_a_sweep_stores_each_rows_static_features_and_ranks_analytically(collect
         return re.search(r"def (\w+)_kernel\(", source).group(1)
     fresh = LaunchStore(tmp_path / "static.db")
     problem = C.template_problem(C.Shape("pointwise", (700, 1000)), tmp_path)
-    added = C.sweep(fresh, problem, DEVICE.name, DEVICE, timer, most=6)
+    added = C.sweep(BUILD, fresh, problem, DEVICE.name, DEVICE, timer, most=6)
     assert added == 6
     item, = fresh.instances("triton_pointwise", DEVICE.name)
     assert sorted(s["registers"] for s in item.static) == [16.0, 17.0, 18.0, 19.0, 20.0, 21.0]
@@ -731,17 +736,17 @@ def test_a_sweep_with_a_profiler_gives_every_row_of_a_kernel_its_profile(tmp_pat
                 "dram_bytes": 4.0e6, "launches": 1.0}
     problem = C.template_problem(C.Shape("pointwise", (700, 1000)), tmp_path)
     store = LaunchStore(tmp_path / "dynamic.db")
-    C.sweep(store, problem, DEVICE.name, DEVICE, fake_timer, most=4)
+    C.sweep(BUILD, store, problem, DEVICE.name, DEVICE, fake_timer, most=4)
     item, = store.instances("triton_pointwise", DEVICE.name)
     assert item.dynamic == {}
     messages = []
-    C.sweep(store, problem, DEVICE.name, DEVICE, fake_timer, most=4, progress=messages.append, profiler=profiler)
+    C.sweep(BUILD, store, problem, DEVICE.name, DEVICE, fake_timer, most=4, progress=messages.append, profiler=profiler)
     item, = store.instances("triton_pointwise", DEVICE.name)
     assert len(profiled) == 1 and item.dynamic["memory_util"] == 80.0 and len(item.times) == 4
-    from kernelpro.offline.worker import Problem
+    from kernelpro.offline.compiler import Problem
     first, _, _ = Problem(problem, 42, "eval").build(C.MOVES, {}, DEVICE, "fp32", "analytic")
     assert profiled[0][1] == first and f"def {profiled[0][0]}_kernel(" in first  # the kernel, at its first
-    C.sweep(store, problem, DEVICE.name, DEVICE, fake_timer, most=6, profiler=profiler)
+    C.sweep(BUILD, store, problem, DEVICE.name, DEVICE, fake_timer, most=6, profiler=profiler)
     item, = store.instances("triton_pointwise", DEVICE.name)
     assert len(profiled) == 1 and len(item.times) == 6  # profiled once; the new rows share it
     named = M._rows(item)[0]
@@ -751,7 +756,7 @@ def test_a_sweep_with_a_profiler_gives_every_row_of_a_kernel_its_profile(tmp_pat
         raise RuntimeError("ncu: ERR_NVGPUCTRPERM")
     other = LaunchStore(tmp_path / "broken.db")
     messages = []
-    assert C.sweep(other, problem, DEVICE.name, DEVICE, fake_timer, most=3, progress=messages.append,
+    assert C.sweep(BUILD, other, problem, DEVICE.name, DEVICE, fake_timer, most=3, progress=messages.append,
                    profiler=broken) == 3
     assert other.instances("triton_pointwise", DEVICE.name)[0].dynamic == {}
     assert any("no ncu profile" in m and "ERR_NVGPUCTRPERM" in m for m in messages)
@@ -784,7 +789,7 @@ def test_the_cli_trains_for_searches_unless_asked_for_the_measured_features(tmp_
                 "l2_hit": 3.0, "dram_bytes": float(len(source)), "launches": 1.0}
     store = LaunchStore(tmp_path / "launch.db")
     shapes = [s for s in C.random_shapes(3, seed=5) if s.template == "pointwise"]
-    C.collect(store, DEVICE.name, DEVICE, fake_timer, shapes, most=4, profiler=profiler)
+    C.collect(BUILD, store, DEVICE.name, DEVICE, fake_timer, shapes, most=4, profiler=profiler)
     assert all(item.dynamic for item in store.instances("triton_pointwise", DEVICE.name))
     runner = CliRunner()
     for flag, expected in (([], False), (["--measured-features"], True)):

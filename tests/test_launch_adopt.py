@@ -5,15 +5,19 @@ H100's, adopted so on 22 GEMMs timed on an H200)."""
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 
 import pytest
 from test_launch import DEVICE, fake_timer  # fastest where BLOCK is about elements / (4 x SMs), with 4 warps
 
 from kernelpro.launch import collect as C
+from kernelpro.offline.compiler import Problem
 from kernelpro.launch import model as M
 from kernelpro.launch.store import LaunchStore
-from kernelpro.offline.triton_gen import Device
+from kernelpro.launch.device import Device
+
+BUILD = partial(Problem, seed=42, model_mode="eval")  # what builds a swept problem's kernels
 
 HOME = DEVICE
 OTHER = Device(sms=DEVICE.sms, name=f"{DEVICE.name}, more memory")
@@ -32,7 +36,7 @@ def stores(tmp_path_factory):
     for name, device, timer in (("home", HOME, fake_timer), ("like", OTHER, fake_timer),
                                 ("unlike", OTHER, analytic_timer)):
         made[name] = LaunchStore(folder / f"{name}.db")
-        C.collect(made[name], device.name, device, timer, shapes, most=12)
+        C.collect(BUILD, made[name], device.name, device, timer, shapes, most=12)
     model, _ = M.train(made["home"].instances("triton_pointwise", HOME.name), "triton_pointwise", HOME.name,
                        epochs=150)
     return made, model

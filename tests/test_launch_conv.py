@@ -6,16 +6,20 @@ given; a model trains on the conv family like any other."""
 from __future__ import annotations
 
 import json
+from functools import partial
 import math
 
 import pytest
 import torch
 
 from kernelpro.launch import collect as C
+from kernelpro.offline.compiler import Problem
 from kernelpro.launch import model as M
 from kernelpro.launch.features import pair, programs
 from kernelpro.launch.store import LaunchStore
-from kernelpro.offline.triton_gen import Device
+from kernelpro.launch.device import Device
+
+BUILD = partial(Problem, seed=42, model_mode="eval")  # what builds a swept problem's kernels
 
 DEVICE = Device(sms=8, name="Fake GPU 8SM")
 
@@ -36,7 +40,7 @@ def conv_collected(tmp_path_factory):
     store = LaunchStore(tmp_path_factory.mktemp("launch_conv") / "launch.db")
     shapes = C.random_shapes(6, seed=5, templates=("conv2d", "depthwise2d"))
     calls: list = []
-    summary = C.collect(store, DEVICE.name, DEVICE, conv_timer(calls), shapes, most=8)
+    summary = C.collect(BUILD, store, DEVICE.name, DEVICE, conv_timer(calls), shapes, most=8)
     return store, summary, calls, shapes
 
 
@@ -79,7 +83,7 @@ def test_conv_templates_are_swept_at_bf16_their_convolutions_alone(conv_collecte
         for instance in store.instances(family, DEVICE.name):
             assert instance.features["dtype"] == "bf16" and instance.features["kind"] in ("conv", "depthwise_conv")
             assert len(instance.configs) >= 2
-    again = C.collect(store, DEVICE.name, DEVICE, conv_timer([]), shapes[:2], most=8)
+    again = C.collect(BUILD, store, DEVICE.name, DEVICE, conv_timer([]), shapes[:2], most=8)
     assert again["added"] == 0  # resumed: nothing timed twice
 
 
@@ -107,16 +111,16 @@ def get_init_inputs():
     return []
 """)
     store, calls = LaunchStore(tmp_path / "launch.db"), []
-    C.collect(store, DEVICE.name, DEVICE, conv_timer(calls), [], [problem], most=4, precision="bf16")
+    C.collect(BUILD, store, DEVICE.name, DEVICE, conv_timer(calls), [], [problem], most=4, precision="bf16")
     assert {c["kind"] for c in calls} == {"conv"} and {c["precision"] for c in calls} == {"bf16"}
     calls.clear()
     fp32 = LaunchStore(tmp_path / "fp32.db")
     timer = conv_timer(calls)
-    C.collect(fp32, DEVICE.name, DEVICE, lambda p, s, c, f: [1.0 + n for n in range(len(c))], [], [problem], most=4)
+    C.collect(BUILD, fp32, DEVICE.name, DEVICE, lambda p, s, c, f: [1.0 + n for n in range(len(c))], [], [problem], most=4)
     families = {g["family"] for g in fp32.summary()["groups"]}
     assert families and not families & set(C.HALF_FAMILIES)  # at fp32 cuDNN keeps the convolution
     with pytest.raises(ValueError, match="precision 'fp64'"):
-        C.sweep(fp32, problem, DEVICE.name, DEVICE, timer, precision="fp64")
+        C.sweep(BUILD, fp32, problem, DEVICE.name, DEVICE, timer, precision="fp64")
 
 
 def test_the_timing_child_runs_the_problem_in_the_precision_it_is_given(tmp_path):
@@ -183,7 +187,7 @@ def test_transposed_templates_are_swept_as_the_coders_sub_pixel_convolutions(tmp
     assert len(transposed) == 6 and all(len(s.dims) == 6 and s.dims[5] in (1, 2) for s in transposed)
     small = [C.Shape("convtranspose2d", (2, 8, 16, 12, 3, 2)), C.Shape("convtranspose3d", (1, 4, 8, 6, 3, 2))]
     store, calls = LaunchStore(tmp_path / "launch.db"), []
-    summary = C.collect(store, DEVICE.name, DEVICE, conv_timer(calls), small, most=4)
+    summary = C.collect(BUILD, store, DEVICE.name, DEVICE, conv_timer(calls), small, most=4)
     assert summary["failed"] == [] and {c["precision"] for c in calls} == {"bf16"}
     instances = store.instances("triton_conv", DEVICE.name)
     assert len(instances) == 2 and all(item.features["transposed"] for item in instances)
@@ -193,8 +197,8 @@ def test_transposed_templates_are_swept_as_the_coders_sub_pixel_convolutions(tmp
 def first_choices(folder, name: str, init: str, forward: str, inputs: str, precision: str = "fp32") -> list[dict]:
     """Each generated kernel's first launch configuration under each ranking, as a search on an H200 (`triton_conv`
     moves) builds it, for one problem, level1/<name>, written into `folder` from its module's parts."""
-    from kernelpro.offline import triton_configs
-    from kernelpro.offline.worker import Problem
+    from kernelpro.offline.codegen import triton_configs
+    from kernelpro.offline.compiler import Problem
     (folder / "level1").mkdir(parents=True)
     path = folder / "level1" / f"{name}.py"
     path.write_text(

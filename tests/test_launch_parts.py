@@ -6,6 +6,7 @@ with the real graph worker and a fake timer."""
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -13,9 +14,12 @@ import pytest
 from conftest import run_script
 
 from kernelpro.launch import collect as C
+from kernelpro.offline.compiler import Problem
 from kernelpro.launch import model as M
 from kernelpro.launch.store import LaunchStore
-from kernelpro.offline.triton_gen import Device
+from kernelpro.launch.device import Device
+
+BUILD = partial(Problem, seed=42, model_mode="eval")  # what builds a swept problem's kernels
 
 DEVICE = Device(sms=4, name="Fake GPU 4SM")
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "launch_predictor.py"
@@ -35,7 +39,7 @@ def stores(tmp_path_factory):
     folder = tmp_path_factory.mktemp("parts")
     whole = LaunchStore(folder / "whole.db")
     shapes = [s for s in C.random_shapes(8, seed=3) if s.template == "pointwise"]
-    C.collect(whole, DEVICE.name, DEVICE, warps_timer, shapes, most=8)
+    C.collect(BUILD, whole, DEVICE.name, DEVICE, warps_timer, shapes, most=8)
     ids = sorted(whole.instance_ids())
     part_ids = set(ids[::3])
     for name, drop in (("main", part_ids), ("part", set(ids) - part_ids)):

@@ -127,16 +127,36 @@ def private_imports(source: str) -> list[str]:
 
 
 def test_no_module_takes_another_modules_private_names():
-    assert private_imports("from kernelpro.offline.gemm import Group, _spill\nfrom kernelpro.offline import fusion as f\n"
-                           "f._unused(1)\nx = object()\nx._fine()\n") == ["kernelpro.offline.gemm._spill", "f._unused"]
+    assert private_imports("from kernelpro.offline.codegen.gemm import Group, _spill\nfrom kernelpro.offline import fusion as f\n"
+                           "f._unused(1)\nx = object()\nx._fine()\n") == ["kernelpro.offline.codegen.gemm._spill", "f._unused"]
     scripts = {str(path.relative_to(ROOT)): path for folder in ("benchmarks", "scripts") for path in (ROOT / folder).glob("*.py")}
     taken = {name: private_imports(path.read_text()) for name, path in {**_module_files(), **scripts}.items()}
     assert len(scripts) > 10 and {name: found for name, found in taken.items() if found} == {}
 
 
 def test_the_core_never_imports_the_command_line():
-    """The typer commands (kernelpro.cli and cli_*) sit on top: no other module imports one of them."""
+    """The typer commands (the kernelpro.cli package) sit on top: no other module imports one of them."""
     graph = import_graph()
     commands = {m for m in graph if m.startswith("kernelpro.cli") or m == "kernelpro.__main__"}
-    assert {"kernelpro.cli", "kernelpro.cli_profile", "kernelpro.profiling"} <= set(graph)
+    assert {"kernelpro.cli", "kernelpro.cli.profile", "kernelpro.profiling"} <= set(graph)
     assert {m: sorted(graph[m] & commands) for m in graph if m not in commands and graph[m] & commands} == {}
+
+
+def test_the_import_contracts_hold_and_catch_a_planted_violation(tmp_path):
+    """pyproject.toml's import-linter contracts over the package as it installs (scripts/lint_imports.py): they
+    hold, and a launch module importing the offline coder breaks three of them: the layers, the forbidden import and
+    the package cycle it makes (offline already imports launch)."""
+    pytest.importorskip("importlinter")
+    spec = importlib.util.spec_from_file_location("lint_imports", ROOT / "scripts" / "lint_imports.py")
+    lint = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lint)
+    assert lint.lay_out(tmp_path) > 100
+    kept = lint.lint(tmp_path, capture_output=True, text=True)
+    assert kept.returncode == 0, kept.stdout[-2000:]
+    store = tmp_path / "kernelpro" / "launch" / "store.py"
+    store.write_text(store.read_text() + "\nfrom kernelpro.offline import compiler  # noqa: E402,F401\n")
+    broken = lint.lint(tmp_path, capture_output=True, text=True)
+    assert broken.returncode != 0
+    assert "Contracts: 1 kept, 3 broken." in broken.stdout, broken.stdout[-2000:]
+    assert "kernelpro.launch.store -> kernelpro.offline.compiler" in broken.stdout
+    assert "- .launch -> .offline (1 import)" in broken.stdout

@@ -20,7 +20,7 @@ import torch
 from kernelpro.coder import CoderRequest
 from kernelpro.offline import OfflineCoder, OfflineCoderError
 from kernelpro.offline.moves import MOVES
-from kernelpro.offline.worker import expand
+from kernelpro.offline.expand import expand
 from kernelpro.tools.records import TECHNIQUES
 
 DATA = Path(__file__).parent / "data" / "search"
@@ -486,7 +486,7 @@ def test_library_settings_hold_for_the_forward_only(tmp_path):
     """tf32_matmul and cudnn_benchmark turn torch's settings on inside ModelNew's forward and put them
     back after it, so nothing else in the process (KernelBench's evaluator timing and checking its
     reference) runs with them."""
-    from kernelpro.offline.worker import Problem
+    from kernelpro.offline.compiler import Problem
     path = tmp_path / "flags.py"
     path.write_text(FLAG_PROBLEM)
     source, _, _ = Problem(path, 0).build(["tf32_matmul", "cudnn_benchmark"])
@@ -657,7 +657,7 @@ def test_recurrent_modules_get_their_output_shapes_without_running(make, batched
     """Shape propagation gives nn.RNN/GRU/LSTM outputs their shapes from the module's settings instead of
     running it on fake tensors (a GRU decomposed into a cell per step and layer: 7 minutes for a root
     expansion of KernelBench's level3/40); the shapes are the ones the module returns."""
-    from kernelpro.offline.worker import _recurrent_outputs
+    from kernelpro.offline.tracing import _recurrent_outputs
     module = make()
     x = torch.randn((3, 4, 5) if batched else (4, 5))
     expected, got = module(x), _recurrent_outputs(module, x)
@@ -704,7 +704,7 @@ def test_simplify_all_keeps_a_float64_constant_and_returns_no_input_as_an_output
     # simplified to `x`, returned the input itself, which the harness rejects as a view of an input.
     from conftest import load_module
     from kernelpro.harness.modelio import build_model
-    from kernelpro.offline.worker import Problem
+    from kernelpro.offline.compiler import Problem
     problem = Problem(DATA / "redundant.py", 42)
     source, counts, _ = problem.build(["simplify_all"])
     assert problem.simplified.get("reduce_before_product") and "double()" in source

@@ -12,8 +12,9 @@ import torch
 
 pytest.importorskip("triton")
 from conftest import compare_models, load_module  # noqa: E402
-from kernelpro.offline import composites  # noqa: E402
-from kernelpro.offline.worker import Problem, expand  # noqa: E402
+from kernelpro.offline.rewrite import composites  # noqa: E402
+from kernelpro.offline.compiler import Problem  # noqa: E402
+from kernelpro.offline.expand import expand  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 FUSE = ["fuse_reductions", "fuse_pointwise"]
@@ -119,7 +120,7 @@ def test_a_triplet_loss_reads_its_three_inputs_in_one_kernel(tmp_path):
 def test_what_the_rewrite_does_not_cover_stays_as_it_is(tmp_path):
     """Broadcast operands, a deprecated reduction argument and integer targets stay the library's call."""
     import torch.fx as fx
-    from kernelpro.offline.worker import propagate_shapes
+    from kernelpro.offline.tracing import propagate_shapes
     for forward, inputs in [("return F.mse_loss(x, y)", ["torch.randn(4, 5)", "torch.randn(5)"]),
                             ("return F.l1_loss(x, y, size_average=False)", TWO),
                             ("return F.cross_entropy(x, y)", ["torch.randn(4, 5)", "torch.randint(0, 5, (4,))"])]:
@@ -173,10 +174,11 @@ SCANS = [
 
 @pytest.mark.parametrize("forward,inputs", SCANS, ids=[str(i) for i in range(len(SCANS))])
 def test_scans_are_one_kernel_with_what_surrounds_them(tmp_path, forward, inputs, monkeypatch):
-    from kernelpro.offline import scans, triton_gen
+    from kernelpro.offline.codegen import scans
+    from kernelpro.launch.device import Device
     monkeypatch.setattr(scans, "configs", lambda group, device=None: [{"BLOCK": 16, "num_warps": 1, "score": 1.0}])
     path = problem(tmp_path, [forward], inputs, args=", ".join("xy"[:len(inputs)]))
-    source, _, kernels = Problem(path, 42, "eval").build(["fuse_reductions"], None, triton_gen.Device(sms=2))
+    source, _, kernels = Problem(path, 42, "eval").build(["fuse_reductions"], None, Device(sms=2))
     candidate = path.with_name(path.stem + "_new.py")
     candidate.write_text(source)
     compare_models(load_module(candidate), atol=1e-5)
@@ -186,14 +188,14 @@ def test_scans_are_one_kernel_with_what_surrounds_them(tmp_path, forward, inputs
 
 
 def test_a_scan_over_too_few_rows_stays_a_library_call(tmp_path):
-    from kernelpro.offline import triton_gen
+    from kernelpro.launch.device import Device
     path = problem(tmp_path, ["return torch.cumsum(x, dim=1)"], ["torch.rand(6, 50)"])
-    _, _, kernels = Problem(path, 42, "eval").build(["fuse_reductions"], None, triton_gen.Device(sms=4))
+    _, _, kernels = Problem(path, 42, "eval").build(["fuse_reductions"], None, Device(sms=4))
     assert kernels == []
 
 
 def test_scan_launch_configurations_are_ranked_and_valid():
-    from kernelpro.offline import scans
+    from kernelpro.offline.codegen import scans
     group = scans.ScanGroup(kind="scan", logical=(32768, 32768), dim=1)
     ranked = scans.configs(group)
     assert ranked and ranked[0]["BLOCK"] >= 1024
@@ -231,7 +233,7 @@ GEMMS = [  # (forward, inputs, init)
 @pytest.mark.parametrize("forward,inputs,init", GEMMS, ids=[str(i) for i in range(len(GEMMS))])
 @pytest.mark.parametrize("split", [1, 2, 4])
 def test_triton_gemm_of_any_shape_with_or_without_split_k(tmp_path, forward, inputs, init, split, monkeypatch):
-    from kernelpro.offline import gemm
+    from kernelpro.offline.codegen import gemm
     monkeypatch.setattr(gemm, "SMALL_DIM_MIN_ELEMENTS", 256)  # test sizes: take the small ones too
 
     def forced(group, device=None):
@@ -250,8 +252,8 @@ def test_triton_gemm_of_any_shape_with_or_without_split_k(tmp_path, forward, inp
 
 
 def test_split_k_is_ranked_first_only_when_the_tiles_are_under_one_wave():
-    from kernelpro.offline import gemm
-    from kernelpro.offline.fusion_build import Group
+    from kernelpro.offline.codegen import gemm
+    from kernelpro.offline.fuse.groups import Group
 
     def ranked(m, n, k):
         group = Group(kind="pointwise", logical=(m, n))
@@ -276,8 +278,8 @@ def test_a_small_classifier_head_stays_a_library_call(tmp_path):
 
 # -- persistent pointwise grids (issue 34: fewer CTAs for the energy objective) ---------------------------------
 def test_persistent_pointwise_kernels_stride_over_every_block(tmp_path, monkeypatch):
-    from kernelpro.offline import triton_gen
-    monkeypatch.setattr(triton_gen, "persistent", lambda group, device=None: [
+    from kernelpro.offline.codegen import triton_configs
+    monkeypatch.setattr(triton_configs, "persistent", lambda group, device=None: [
         {"BLOCK": 64, "num_warps": 1, "PROGRAMS": 3, "score": 1.0}] if group.kind == "pointwise" else [])
     path = problem(tmp_path, ["h = torch.relu(x * 2.0 + y)", "return h, F.max_pool2d(x, 2) - 1.0"],
                    ["torch.randn(2, 3, 17, 19)", "torch.randn(3, 1, 19)"], args="x, y")
@@ -291,8 +293,9 @@ def test_persistent_pointwise_kernels_stride_over_every_block(tmp_path, monkeypa
 
 
 def test_persistent_grids_are_the_fewest_programs_that_saturate_dram():
-    from kernelpro.offline.fusion_build import Group, Input
-    from kernelpro.offline.triton_gen import Device, persistent
+    from kernelpro.offline.fuse.groups import Group, Input
+    from kernelpro.launch.device import Device
+    from kernelpro.offline.codegen.triton_configs import persistent
     group = Group(kind="pointwise", logical=(4096, 393216))
     group.inputs.append(Input("x0", None, (4096, 393216), (4096, 393216), "full"))
     ranked = persistent(group, Device())
@@ -340,7 +343,7 @@ def test_a_softmax_whose_flattening_is_used_elsewhere_is_left_alone(tmp_path):
     """Only the pattern whose reshapes serve the softmax alone: a flattened value used twice, a softmax over a
     leading dim, or a result not reshaped back keep the library's softmax."""
     import torch.fx as fx
-    from kernelpro.offline.worker import propagate_shapes
+    from kernelpro.offline.tracing import propagate_shapes
     for forward in (["f = x.flatten(2)", "return torch.softmax(f, -1).view(x.shape) + f.view(x.shape)"],
                     ["return torch.softmax(x.flatten(2), 1).view(x.shape)"],
                     ["return torch.softmax(x.flatten(2), -1) * 2.0"]):

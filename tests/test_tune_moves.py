@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from test_fusion import write_problem
 
-from kernelpro.offline.worker import expand, work
+from kernelpro.offline.expand import expand, work
 
 
 def test_tuning_goes_to_the_products_of_most_work_not_of_most_bytes(tmp_path):

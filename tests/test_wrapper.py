@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernelpro.offline.wrapper import Wrapper, python_wrapper  # noqa: E402
+from kernelpro.offline.codegen.wrapper import Wrapper, python_wrapper  # noqa: E402
 
 
 def _compile(wrapper: Wrapper):

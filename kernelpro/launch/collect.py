@@ -35,7 +35,7 @@ from kernelpro.launch.dynamic import Profiler
 from kernelpro.launch.features import family as family_of
 from kernelpro.launch.static import for_kernel
 from kernelpro.launch.store import LaunchStore
-from kernelpro.offline.conv_gemm import HALF  # the precisions triton_conv writes convolutions at
+from kernelpro.harness.records import HALF_PRECISIONS as HALF  # the precisions triton_conv writes convolutions at
 
 MOVES = ["fuse_reductions", "fuse_pointwise", "triton_gemm"]
 #: the families the offline coder writes only at the precisions of HALF (conv_gemm's: `triton_conv`): a sweep at such a
@@ -158,6 +158,11 @@ def template_problem(shape: Shape, folder: Path) -> Path:
     return path
 
 
+# problem file -> what builds its kernels for a set of moves (the offline coder's `kernelpro.offline.compiler.Problem`,
+# whose build(moves, tune, device, precision, launch_ranking) gives (source, counts, kernels)); the caller passes it,
+# so the launch models never import the coder that uses them
+Builder = Callable[[Path], object]
+
 # (problem, candidate sources, configurations, kernel record) -> per candidate a time in ms, or a dict {"ms": time,
 # "static": {Triton function: static features}}, or None where it failed. A sweep at another precision than fp32
 # passes it as a fifth argument (the inputs and weights are cast to it, as the harness casts them).
@@ -192,7 +197,7 @@ def cuda_timer(calls: int = 20) -> Timer:
 def configurations(built, moves: list[str], kernel: dict, most: int, device,
                    precision: str = "fp32") -> list[tuple[int, str, dict]]:
     """(rank, candidate source, configuration) of the kernel's first `most` analytically ranked configurations, the
-    problem's other kernels at their first; `built` is the problem's `kernelpro.offline.worker.Problem`."""
+    problem's other kernels at their first; `built` is the problem's `kernelpro.offline.compiler.Problem`."""
     out = []
     for rank in range(min(most, kernel["configs"])):
         source, _, rebuilt = built.build(moves, {kernel["name"]: rank}, device, precision, "analytic")
@@ -200,17 +205,16 @@ def configurations(built, moves: list[str], kernel: dict, most: int, device,
     return out
 
 
-def sweep(store: LaunchStore, problem: Path, device_name: str, device, timer: Timer, most: int = 16,
+def sweep(build: Builder, store: LaunchStore, problem: Path, device_name: str, device, timer: Timer, most: int = 16,
           progress=lambda message: None, profiler: Profiler | None = None, precision: str = "fp32") -> int:
     """Every generated kernel of one problem: each one's first `most` ranked configurations timed (the other
     kernels at their first); the rows added. With a `profiler`, each kernel not yet profiled also gets its
     dynamic features, from its first configuration, on every row. At bf16 or fp16 (`precision`) the problem runs
     in that precision, as the harness runs it, and only the kernels written at such precisions alone
     (HALF_FAMILIES: convolutions) are swept, their records with the dtype added."""
-    from kernelpro.offline.worker import Problem
     if precision != "fp32" and precision not in HALF:
         raise ValueError(f"precision {precision!r}: fp32, {', '.join(HALF)}")
-    built = Problem(problem, 42, "eval")
+    built = build(problem)
     moves = MOVES + ["triton_conv"] if precision in HALF else MOVES
     extra = () if precision == "fp32" else (precision,)  # the timer's and profiler's last argument, where not fp32
     # the analytic ranking, never a launch model's order of it: the rows record each configuration's analytic
@@ -248,7 +252,7 @@ def sweep(store: LaunchStore, problem: Path, device_name: str, device, timer: Ti
     return added
 
 
-def collect(store: LaunchStore, device_name: str, device, timer: Timer, shapes: list[Shape],
+def collect(build: Builder, store: LaunchStore, device_name: str, device, timer: Timer, shapes: list[Shape],
             problems: list[Path] = (), most: int = 16, progress=lambda message: None,
             profiler: Profiler | None = None, precision: str = "fp32") -> dict:
     """Sweeps the template shapes (each at its template's precision), then the suite's problems (at `precision`:
@@ -267,7 +271,7 @@ def collect(store: LaunchStore, device_name: str, device, timer: Timer, shapes: 
         items = [(template_problem(s, Path(folder)), s.precision) for s in shapes] + [(p, precision) for p in problems]
         for number, (path, at) in enumerate(items, 1):
             try:
-                added += sweep(store, path, device_name, device, timer, most, progress, profiler, at)
+                added += sweep(build, store, path, device_name, device, timer, most, progress, profiler, at)
             except Exception as error:  # one problem's failure is recorded, the sweep goes on
                 failed.append({"problem": path.name, "error": f"{type(error).__name__}: {error}"[:300]})
             progress(f"[{number}/{len(items)}] {path.name}: {added} rows added so far")

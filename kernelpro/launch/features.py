@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 
 from kernelpro.launch.dynamic import PERCENT as DYNAMIC_PERCENT
-from kernelpro.offline.triton_configs import wave_fill
+from kernelpro.launch.device import wave_fill
 
 #: launch keys that are categories, with the values they take
 CATEGORIES = {"variant": ("one_pass", "looped", "split", "warp", "block"), "precision": ("ieee", "tf32x3", "tf32")}

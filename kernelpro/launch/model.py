@@ -99,7 +99,7 @@ def occupancy_order(item: Instance) -> list[int]:
     """NVIDIA's occupancy-calculator heuristic: the configuration of highest theoretical occupancy (the analytic
     model's own occupancy, `triton_configs.occupancy_of`, on an SM of the instance's device), ties to the larger
     block. Registers per thread come from the compiled kernel where recorded, else 32."""
-    from kernelpro.offline.triton_configs import Device, occupancy_of
+    from kernelpro.launch.device import Device, occupancy_of
     device = Device(sms=item.sms)
 
     def occupancy(i: int) -> tuple[float, int]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kernelpro.harness.records import HALF_PRECISIONS
+
 
 @dataclass(frozen=True)
 class Move:
@@ -162,7 +164,7 @@ def allowed(move: Move, *, device: str, precision: str, policy: str, has_conv: b
         return "no matmul or convolution"
     if move.kernels and not has_triton:
         return "triton is not installed"
-    if move.half_only and precision not in ("bf16", "fp16"):
+    if move.half_only and precision not in HALF_PRECISIONS:
         return f"runs at bf16 or fp16 (--precision bf16), not {precision}"
     if move.cutlass and not has_cutlass:
         return "the nvidia-cutlass wheel is not installed (pip install 'kernelpro[cutlass]')"

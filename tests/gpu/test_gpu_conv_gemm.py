@@ -15,9 +15,9 @@ pytestmark = [pytest.mark.gpu,
 
 from conftest import conv_problem  # noqa: E402
 from kernelpro.harness import EvalOptions, Evaluator, PhaseLimits, Verdict, load_problem  # noqa: E402
-from kernelpro.offline import conv_gemm  # noqa: E402
-from kernelpro.offline.triton_gen import Device  # noqa: E402
-from kernelpro.offline.worker import Problem  # noqa: E402
+from kernelpro.offline.codegen import conv_gemm  # noqa: E402
+from kernelpro.launch.device import Device
+from kernelpro.offline.compiler import Problem  # noqa: E402
 
 CASES = {
     "conv2d-gelu": dict(nd=2, batch=8, c_in=32, c_out=64, size=(40, 36), kernel=(3, 3), stride=(1, 1),

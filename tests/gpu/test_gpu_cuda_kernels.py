@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from conftest import compare_models, load_module, shrink
-from kernelpro.offline.worker import Problem
+from kernelpro.offline.compiler import Problem
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parent.parent.parent

@@ -17,9 +17,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from kernelpro.harness import EvalOptions, Evaluator, PhaseLimits, Verdict, load_problem  # noqa: E402
-from kernelpro.offline import cute_gemm  # noqa: E402
-from kernelpro.offline.triton_gen import Device  # noqa: E402
-from kernelpro.offline.worker import Problem  # noqa: E402
+from kernelpro.offline.codegen import cute_gemm  # noqa: E402
+from kernelpro.launch.device import Device
+from kernelpro.offline.compiler import Problem  # noqa: E402
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(importlib.util.find_spec("cutlass_library") is None, reason="needs nvidia-cutlass")]

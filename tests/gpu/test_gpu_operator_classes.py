@@ -15,7 +15,8 @@ pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 from kernelpro.harness import EvalOptions, Evaluator, PhaseLimits, Verdict, load_problem  # noqa: E402
-from kernelpro.offline.worker import Problem, target_device  # noqa: E402
+from kernelpro.offline.compiler import Problem  # noqa: E402
+from kernelpro.launch.device import target_device  # noqa: E402
 
 CASES = {  # name: (forward, inputs, init, moves, the kernel kind expected)
     "cumsum_reverse": ("return torch.cumsum(x.flip(1), dim=1).flip(1)", ["torch.rand(4096, 8192)"], "",

@@ -1,0 +1,213 @@
+"""Graph rewrites into library calls, on a torch.fx graph with shapes (see `fxpasses`).
+
+Attention written out by hand, softmax((q @ k^T) * s) @ v with an optional boolean mask
+filled with -inf, becomes `scaled_dot_product_attention` (a causal mask built as
+`ones(L, S).triu(1)` becomes `is_causal=True`, any other mask its complement as
+`attn_mask`); `x @ W.t()` becomes `linear`, and transposes around a matmul are dropped. A
+product with a diagonal matrix built from a vector, `diag(v) @ B` or `A @ diag(v)`, becomes the
+broadcast multiply it is (the same sums without the zeros: n^2 work instead of n^3).
+Each pass returns how many rewrites it made.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import torch
+import torch.fx as fx
+import torch.nn.functional as F
+
+from kernelpro.offline.rewrite.passes import (MATMUL, SOFTMAX, finish_graph, scaled_by, substitute, transpose_dims, arg,
+                                        is_identity_dropout, is_op, meta)
+from kernelpro.offline.ir.windows import as_tuple, pool_args
+
+
+def _is_last_two_transpose(node, rank: int) -> bool:
+    return transpose_dims(node, rank) == (rank - 2, rank - 1) if rank >= 2 else False
+
+
+def _masked_with_minus_inf(node) -> tuple[fx.Node, fx.Node] | None:
+    """(scores, mask) for scores.masked_fill(mask, -inf) or torch.masked_fill(scores, mask, -inf)."""
+    if not is_op(node, (torch.masked_fill,), {"masked_fill"}) or len(node.args) != 3 or node.kwargs:
+        return None
+    scores, mask, value = node.args
+    if isinstance(scores, fx.Node) and isinstance(mask, fx.Node) and isinstance(value, float) \
+            and value == -math.inf:
+        return scores, mask
+    return None
+
+
+def _is_causal_mask(mask: fx.Node, scores_shape) -> bool:
+    """A bool mask (with shape metadata) that is ones(L, S).triu(1), cast to bool before or after the
+    triu: True above the diagonal, the positions `is_causal=True` leaves out, for scores whose last
+    dims are (L, S)."""
+    triu = mask
+    if (is_op(triu, (), {"bool"}) and len(triu.args) == 1) or \
+            (is_op(triu, (), {"to"}) and len(triu.args) == 2 and triu.args[1] is torch.bool):
+        triu = triu.args[0]
+    if not is_op(triu, (torch.triu,), {"triu"}) or arg(triu, 1, "diagonal", 0) != 1:
+        return False
+    ones = triu.args[0]
+    if is_op(ones, (), {"bool"}) and len(ones.args) == 1:
+        ones = ones.args[0]
+    shape = tuple(meta(mask).shape)
+    return is_op(ones, (torch.ones,)) and len(shape) == 2 and shape == tuple(scores_shape[-2:])
+
+
+def attention_to_sdpa(gm: fx.GraphModule) -> int:
+    """softmax(masked_fill((q @ k^T) * s [/ s], mask, -inf)) @ v over the last dim (mask optional, before
+    or among the scalings) -> scaled_dot_product_attention(q, k, v, scale, is_causal or attn_mask=~mask)."""
+    count = 0
+    for node in list(gm.graph.nodes):
+        if not is_op(node, MATMUL, {"matmul", "bmm"}) or len(node.args) != 2:
+            continue
+        probs, v = node.args
+        if is_identity_dropout(gm, probs) and len(probs.users) == 1:
+            probs = probs.args[0]  # a dropout that passes its input through (eval mode, or p = 0)
+        if not is_op(probs, SOFTMAX, {"softmax"}) or len(probs.users) != 1 or not meta(probs):
+            continue
+        rank = len(meta(probs).shape)
+        if arg(probs, 1, "dim") not in (-1, rank - 1) or probs.kwargs.get("dtype") is not None:
+            continue
+        scores, scale, chain, mask = probs.args[0], 1.0, [], None
+        while True:
+            found, masked = scaled_by(scores), _masked_with_minus_inf(scores)
+            if found:  # with a mask, only a positive overall scale keeps -inf at -inf (checked below)
+                scale *= found[1]
+                chain.append(scores)
+                scores = found[0]
+            elif masked and mask is None:
+                chain.append(scores)
+                scores, mask = masked
+            else:
+                break
+        if not is_op(scores, MATMUL, {"matmul", "bmm"}) or not meta(scores) or len(scores.users) != 1:
+            continue
+        q, kt = scores.args
+        if not (meta(q) and meta(kt) and meta(v)) or not _is_last_two_transpose(kt, len(meta(kt).shape)):
+            continue
+        if any(len(meta(t).shape) != rank for t in (q, kt, v)) or any(len(c.users) != 1 for c in chain) \
+                or not math.isfinite(scale) or (mask is not None and scale <= 0):
+            continue
+        kwargs: dict = {"scale": scale}
+        if mask is not None:
+            if not meta(mask) or meta(mask).dtype is not torch.bool:
+                continue
+            if _is_causal_mask(mask, meta(scores).shape):
+                kwargs["is_causal"] = True
+            else:
+                with gm.graph.inserting_before(node):
+                    keep = gm.graph.call_function(torch.logical_not, (mask,))
+                keep.meta = dict(mask.meta)
+                kwargs["attn_mask"] = keep
+        substitute(gm, node, F.scaled_dot_product_attention, (q, kt.args[0], v), kwargs)
+        count += 1
+    finish_graph(gm)
+    return count
+
+
+def transposed_matmuls(gm: fx.GraphModule) -> int:
+    """x @ W.t() with a 2-D W -> linear(x, W); (a^T @ b^T)^T -> b @ a: no transposed copies."""
+    count = 0
+    for node in list(gm.graph.nodes):
+        if is_op(node, (operator.matmul, torch.matmul, torch.mm), {"matmul", "mm"}) and len(node.args) == 2:
+            x, wt = node.args
+            if meta(wt) and len(meta(wt).shape) == 2 and _is_last_two_transpose(wt, 2) and meta(x) \
+                    and len(meta(x).shape) >= 1:
+                substitute(gm, node, F.linear, (x, wt.args[0]))
+                count += 1
+                continue
+        inner = node.args[0] if node.args else None
+        rank = len(meta(node).shape) if meta(node) else 0
+        if _is_last_two_transpose(node, rank) and is_op(inner, MATMUL, {"matmul", "bmm"}) and \
+                len(inner.users) == 1:
+            a, b = inner.args
+            if all(meta(t) and len(meta(t).shape) == rank and _is_last_two_transpose(t, rank) for t in (a, b)):
+                substitute(gm, node, torch.matmul, (b.args[0], a.args[0]))
+                count += 1
+    finish_graph(gm)
+    return count
+
+
+def _diagonal_of(node) -> fx.Node | None:
+    """v for a 2-D diagonal matrix made from a 1-D v: torch.diag(v) (main diagonal) or diag_embed(v)."""
+    if is_op(node, (torch.diag,), {"diag"}) and arg(node, 1, "diagonal", 0) == 0:
+        vector = node.args[0]
+    elif is_op(node, (torch.diag_embed,), {"diag_embed"}) and len(node.args) == 1 and not node.kwargs:
+        vector = node.args[0]
+    else:
+        return None
+    return vector if isinstance(vector, fx.Node) and meta(vector) and len(meta(vector).shape) == 1 else None
+
+
+def diagonal_products(gm: fx.GraphModule) -> int:
+    """diag(v) @ B -> v[:, None] * B and A @ diag(v) -> A * v, for 2-D A and B: every term the matmul
+    adds besides these products is an exact zero."""
+    count = 0
+    for node in list(gm.graph.nodes):
+        if not is_op(node, (operator.matmul, torch.matmul, torch.mm), {"matmul", "mm"}) or len(node.args) != 2 \
+                or node.kwargs:
+            continue
+        left, right = node.args
+        row_scale, column_scale = _diagonal_of(left), _diagonal_of(right)
+        if row_scale is not None and meta(right) and len(meta(right).shape) == 2:
+            with gm.graph.inserting_before(node):
+                column = gm.graph.call_function(torch.unsqueeze, (row_scale, 1))
+            substitute(gm, node, operator.mul, (column, right))
+        elif column_scale is not None and meta(left) and len(meta(left).shape) == 2:
+            substitute(gm, node, operator.mul, (left, column_scale))
+        else:
+            continue
+        count += 1
+    finish_graph(gm)
+    return count
+
+
+_MAX_POOL_BY_RANK = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
+
+
+def _plain_max_pool(gm: fx.GraphModule, node) -> tuple[int, tuple[int, ...], tuple[int, ...]] | None:
+    """(rank, kernel, stride) of a max pool of values alone without padding, dilation or ceil_mode."""
+    found = pool_args(gm, node) if isinstance(node, fx.Node) else None
+    if found is None or found[0] != "max":
+        return None
+    _, rank, bound = found
+    kernel, stride, padding, dilation = (as_tuple(bound.get(name, default), rank) for name, default in
+                                         (("kernel_size", None), ("stride", None), ("padding", 0), ("dilation", 1)))
+    if None in (kernel, stride, padding, dilation) or bound.get("ceil_mode") or any(padding) or \
+            any(d != 1 for d in dilation):
+        return None
+    return rank, kernel, stride
+
+
+def merge_max_pools(gm: fx.GraphModule) -> int:
+    """max_pool(k2, s2)(max_pool(k1, s1)(x)) -> max_pool((k2 - 1) * s1 + k1, s1 * s2)(x), per spatial dim, for two
+    max pools without padding, dilation or ceil_mode where the first's windows leave no gap (s1 <= k1) and it
+    feeds only the second: the maximum of the windows' maxima is the maximum over their union, one contiguous
+    window, and the outputs' sizes agree (checked on the traced shapes). One pass over the input instead of two,
+    and the first pool's output is never written."""
+    count = 0
+    for outer in list(gm.graph.nodes):
+        second = _plain_max_pool(gm, outer)
+        inner = outer.args[0] if second and outer.args else None
+        first = _plain_max_pool(gm, inner)
+        if not first or len(inner.users) != 1 or first[0] != second[0] or \
+                any(s1 > k1 for k1, s1 in zip(first[1], first[2])):
+            continue
+        rank, (k1, s1), (k2, s2) = first[0], (first[1], first[2]), (second[1], second[2])
+        kernel = tuple((b - 1) * a_stride + a for a, a_stride, b in zip(k1, s1, k2))
+        stride = tuple(a * b for a, b in zip(s1, s2))
+        source, expected = meta(inner.args[0]), meta(outer)
+        if source is None or expected is None or tuple(expected.shape[-rank:]) != tuple(
+                (n - k) // s + 1 for n, k, s in zip(source.shape[-rank:], kernel, stride)):
+            continue
+        merged = substitute(gm, outer, _MAX_POOL_BY_RANK[rank], (inner.args[0], kernel, stride))
+        merged.meta = dict(outer.meta)
+        count += 1  # both pools are left without users: finish_graph drops them
+    finish_graph(gm)
+    return count
+
+
+LIBRARY = {"attention_to_sdpa": attention_to_sdpa, "transposed_matmuls": transposed_matmuls,
+           "diagonal_products": diagonal_products, "merge_max_pools": merge_max_pools}

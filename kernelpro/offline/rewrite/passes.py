@@ -1,0 +1,575 @@
+"""Graph-level rewrites on a torch.fx graph with shapes (ShapeProp's `tensor_meta`).
+
+Each pass changes the graph in place and returns how many rewrites it made. A pass
+only rewrites what is exactly equivalent for finite inputs: identities, reductions
+over size-1 dimensions, double transposes and negations, chains of scalar
+multiplies and adds, a scalar multiply folded into the preceding linear or
+convolution, a batch norm on running statistics folded into the convolution before it,
+a max-pool moved before the non-decreasing activation that fed it, constant results of a
+reduction over a size-1 dimension. Parameter-only subgraphs are left to `foldable_nodes`,
+which codegen precomputes at init. Rewrites into library calls are in `fxlibrary`.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import torch
+import torch.fx as fx
+import torch.nn.functional as F
+
+SCALAR = (int, float)
+ADD = (operator.add, torch.add)
+SUB = (operator.sub, torch.sub)
+MUL = (operator.mul, torch.mul)
+DIV = (operator.truediv, torch.div)
+NEG = (operator.neg, torch.neg)
+MATMUL = (operator.matmul, torch.matmul, torch.bmm, torch.mm)
+SOFTMAX = (torch.softmax, F.softmax)
+# Elementwise functions with f(0) == 0, so a zero tensor stays zero.
+ZERO_PRESERVING_FN = {F.relu, torch.relu, F.gelu, torch.tanh, F.silu, torch.sin, torch.abs, F.leaky_relu,
+                      F.hardtanh, F.relu6, torch.sinh, torch.asinh, torch.atan, torch.tan, torch.neg, operator.neg}
+ZERO_PRESERVING_METHOD = {"relu", "tanh", "sin", "abs", "neg", "sinh", "atan"}
+ZERO_PRESERVING_MODULE = (torch.nn.ReLU, torch.nn.GELU, torch.nn.Tanh, torch.nn.SiLU, torch.nn.LeakyReLU,
+                          torch.nn.Hardtanh, torch.nn.ReLU6, torch.nn.Identity, torch.nn.Dropout)
+REDUCTIONS = {"sum": (torch.sum,), "mean": (torch.mean,), "amax": (torch.amax,), "amin": (torch.amin,),
+              "logsumexp": (torch.logsumexp,)}
+RANDOM_OPS = {torch.rand, torch.randn, torch.randint, torch.rand_like, torch.randn_like, torch.bernoulli,
+              torch.multinomial, torch.normal, F.dropout}
+
+
+def meta(node) -> torch.fx.passes.shape_prop.TensorMetadata | None:
+    value = node.meta.get("tensor_meta") if isinstance(node, fx.Node) else None
+    return value if hasattr(value, "shape") else None
+
+
+def is_op(node, functions=(), methods=()) -> bool:
+    if not isinstance(node, fx.Node):
+        return False
+    if node.op == "call_function":
+        return node.target in functions
+    return node.op == "call_method" and node.target in methods
+
+
+def arg(node: fx.Node, index: int, name: str, default=None):
+    if len(node.args) > index:
+        return node.args[index]
+    return node.kwargs.get(name, default)
+
+
+def module_of(gm: fx.GraphModule, node) -> torch.nn.Module | None:
+    if isinstance(node, fx.Node) and node.op == "call_module":
+        return gm.get_submodule(node.target)
+    return None
+
+
+def _replace(node: fx.Node, value) -> None:
+    node.replace_all_uses_with(value)
+
+
+def substitute(gm: fx.GraphModule, node: fx.Node, target, args: tuple, kwargs: dict | None = None) -> fx.Node:
+    """A call to `target` in place of `node`: inserted just before it, with its shape metadata."""
+    with gm.graph.inserting_before(node):
+        call = gm.graph.call_function(target, args, kwargs or {})
+    call.meta = dict(node.meta)
+    node.replace_all_uses_with(call)
+    return call
+
+
+def finish_graph(gm: fx.GraphModule) -> None:
+    gm.graph.eliminate_dead_code()
+    gm.graph.lint()
+    gm.recompile()
+
+
+def scalar_binary(node: fx.Node, ops) -> tuple[fx.Node, float] | None:
+    """(tensor operand, scalar) for `t op s` (and `s op t` for commutative ops)."""
+    if not is_op(node, ops, {o.__name__ for o in ops if hasattr(o, "__name__")} & {"add", "sub", "mul", "div"}):
+        return None
+    if len(node.args) != 2 or node.kwargs:
+        return None
+    a, b = node.args
+    if isinstance(a, fx.Node) and isinstance(b, SCALAR) and not isinstance(b, bool):
+        return a, float(b)
+    if ops in (ADD, MUL) and isinstance(b, fx.Node) and isinstance(a, SCALAR) and not isinstance(a, bool):
+        return b, float(a)
+    return None
+
+
+_METADATA = {"size", "dim", "numel", "nelement", "ndimension", "item", "tolist", "stride"}
+
+
+def specialize_scalars(gm: fx.GraphModule, inputs: list) -> int:
+    """Python numbers computed from the inputs' shapes (x.shape[0], d // h, math.sqrt(d)) become
+    constants: the problem's shapes are fixed, and the rewrites need to see the scalars."""
+    values: dict[fx.Node, object] = {}
+    if not any(node.op == "call_method" and node.target in _METADATA or
+               node.op == "call_function" and node.target is getattr for node in gm.graph.nodes):
+        return 0  # no node asks a tensor for a size: nothing to specialize, and no run needed
+
+    class Recorder(fx.Interpreter):
+        def run_node(self, node):
+            value = super().run_node(node)
+            values[node] = value
+            return value
+
+    with torch.no_grad():
+        Recorder(gm).run(*inputs)
+    count = 0
+    for node, value in values.items():
+        if node.op in ("call_function", "call_method") and type(value) in (int, float) and node.users:
+            node.replace_all_uses_with(value)  # type: ignore[arg-type]
+            count += 1
+    finish_graph(gm)
+    return count
+
+
+def scaled_by(node) -> tuple[fx.Node, float] | None:
+    """(tensor, factor) for `t * s`, `s * t` or `t / s` with a Python scalar s."""
+    found = scalar_binary(node, MUL)
+    if found:
+        return found
+    found = scalar_binary(node, DIV)
+    if found:
+        return found[0], (1.0 / found[1] if found[1] else math.inf)
+    return None
+
+
+# -- algebraic simplification ---------------------------------------------------------------------
+def is_identity_dropout(gm: fx.GraphModule, node) -> bool:
+    """nn.Identity, or a dropout that passes its input through: in eval mode, or with p = 0. A dropout
+    with p > 0 in training mode (KernelBench runs models so) is random and stays."""
+    module = module_of(gm, node)
+    if isinstance(module, torch.nn.Identity):
+        return True
+    if isinstance(module, torch.nn.Dropout):
+        return not module.training or module.p == 0
+    if is_op(node, (F.dropout,)):
+        return arg(node, 2, "training", True) is False or arg(node, 1, "p", 0.5) == 0
+    return False
+
+
+def simplify_identities(gm: fx.GraphModule) -> int:
+    """x*1, x/1, x+0, x-0, nn.Identity, dropout in eval, reshape/view/contiguous/to that change nothing."""
+    count = 0
+    for node in list(gm.graph.nodes):
+        source = None
+        for ops, neutral in ((MUL, 1.0), (DIV, 1.0), (ADD, 0.0), (SUB, 0.0)):
+            found = scalar_binary(node, ops)
+            if found and found[1] == neutral and meta(found[0]) and meta(node) and \
+                    meta(found[0]).shape == meta(node).shape and meta(found[0]).dtype == meta(node).dtype:
+                source = found[0]
+        if is_identity_dropout(gm, node):
+            source = node.args[0]
+        if is_op(node, (torch.reshape,), {"reshape", "view", "contiguous", "to", "flatten"}) and \
+                meta(node) and meta(node.args[0]):
+            before, after = meta(node.args[0]), meta(node)
+            same = before.shape == after.shape and before.dtype == after.dtype and before.stride == after.stride
+            if same and node.target != "to" or (node.target == "to" and same and not node.kwargs.get("copy")):
+                source = node.args[0]
+        if isinstance(source, fx.Node):
+            _replace(node, source)
+            count += 1
+    finish_graph(gm)
+    return count
+
+
+def reduced_dims(node: fx.Node, rank: int) -> list[int] | None:
+    dims = arg(node, 1, "dim")
+    if dims is None:
+        return None
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    return [d % rank for d in dims] if all(isinstance(d, int) for d in dims) else None
+
+
+def simplify_size1_reductions(gm: fx.GraphModule) -> int:
+    """sum/mean/amax/amin/logsumexp over size-1 dims; max(dim).values over a size-1 dim."""
+    count = 0
+    for node in list(gm.graph.nodes):
+        source = node.args[0] if node.args else None
+        shape = meta(source).shape if meta(source) else None
+        kind = next((name for name, fns in REDUCTIONS.items() if is_op(node, fns, {name})), None)
+        values_of_max = None
+        if kind is None and is_op(node, (torch.max, torch.min), {"max", "min"}) and shape is not None:
+            users = list(node.users)
+            if users and all(u.op == "call_function" and u.target in (getattr, operator.getitem) and
+                             u.args[1] in ("values", 0) for u in users):
+                values_of_max = users
+                kind = "max"
+        if kind is None or shape is None:
+            continue
+        dims = reduced_dims(node, len(shape))
+        if not dims or any(shape[d] != 1 for d in dims) or node.kwargs.get("dtype") is not None:
+            continue
+        keepdim = bool(arg(node, 2, "keepdim", False))
+        with gm.graph.inserting_after(node):
+            value = source if keepdim else gm.graph.call_method("squeeze", (source, tuple(sorted(dims))))
+        if values_of_max is not None:
+            for user in values_of_max:
+                _replace(user, value)
+        else:
+            _replace(node, value)
+        count += 1
+    finish_graph(gm)
+    return count
+
+
+def transpose_dims(node: fx.Node, rank: int) -> tuple[int, int] | None:
+    if is_op(node, (torch.transpose,), {"transpose"}) and len(node.args) == 3:
+        a, b = node.args[1], node.args[2]
+        return tuple(sorted((a % rank, b % rank))) if isinstance(a, int) and isinstance(b, int) else None
+    if is_op(node, (torch.t,), {"t"}) and rank == 2:
+        return (0, 1)
+    return None
+
+
+def simplify_double_ops(gm: fx.GraphModule) -> int:
+    """transpose(transpose(x)) on the same dims, t(t(x)), -(-x)."""
+    count = 0
+    for node in list(gm.graph.nodes):
+        inner = node.args[0] if node.args else None
+        if not isinstance(inner, fx.Node):
+            continue
+        if is_op(node, NEG, {"neg"}) and is_op(inner, NEG, {"neg"}):
+            _replace(node, inner.args[0])
+            count += 1
+            continue
+        rank = len(meta(node).shape) if meta(node) else None
+        if rank and transpose_dims(node, rank) and transpose_dims(node, rank) == transpose_dims(inner, rank):
+            _replace(node, inner.args[0])
+            count += 1
+    finish_graph(gm)
+    return count
+
+
+def combine_scalar_ops(gm: fx.GraphModule) -> int:
+    """(x*a)*b -> x*(a*b), (x*a)/b -> x*(a/b), (x+a)+b and (x+a)-b -> x+(a±b): one pass over x."""
+    count = 0
+    for node in list(gm.graph.nodes):
+        outer = next(((ops, found) for ops in (MUL, DIV, ADD, SUB) if (found := scalar_binary(node, ops))), None)
+        if outer is None:
+            continue
+        ops, (inner, b) = outer
+        if len(inner.users) != 1:
+            continue
+        first = next(((iops, found) for iops in (MUL, DIV, ADD, SUB) if (found := scalar_binary(inner, iops))), None)
+        if first is None:
+            continue
+        iops, (x, a) = first
+        multiplicative = {id(MUL), id(DIV)}
+        if (id(ops) in multiplicative) != (id(iops) in multiplicative):
+            continue
+        if id(ops) in multiplicative:
+            factor = (a if iops is MUL else 1.0 / a) * (b if ops is MUL else 1.0 / b) if a and b else None
+            if factor is None or not math.isfinite(factor):
+                continue
+            substitute(gm, node, operator.mul, (x, factor))
+        else:
+            substitute(gm, node, operator.add, (x, (a if iops is ADD else -a) + (b if ops is ADD else -b)))
+        count += 1
+    finish_graph(gm)
+    return count
+
+
+_CONV_MODULES = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
+_CONV_BY_DIMS = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}  # spatial dims -> functional convolution
+_TRANSPOSED_MODULES = (torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d)
+_TRANSPOSED_BY_DIMS = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
+
+
+def _with_folded_weights(gm: fx.GraphModule, node: fx.Node, producer: fx.Node, module: torch.nn.Module,
+                         weight: fx.Node, bias: fx.Node | None) -> None:
+    """`node` becomes the functional linear/conv of `producer`'s input with these weight and bias nodes
+    (parameter-only nodes a pass created, each marked to be folded at init)."""
+    for created in (weight, bias):
+        if created is not None:
+            created.meta["kp_fold"] = True
+    _as_functional(gm, node, module, producer.args[0], weight, bias)
+
+
+def _as_functional(gm: fx.GraphModule, node: fx.Node, module: torch.nn.Module, x, weight, bias) -> None:
+    """`node` becomes the functional linear/conv that `module` computes, on `x` with these weight and bias."""
+    if isinstance(module, torch.nn.Linear):
+        substitute(gm, node, F.linear, (x, weight, bias))
+    elif isinstance(module, _TRANSPOSED_MODULES):  # the module's output_padding (no output_size given)
+        substitute(gm, node, _TRANSPOSED_BY_DIMS[len(module.kernel_size)],
+                    (x, weight, bias, module.stride, module.padding, module.output_padding, module.groups,
+                     module.dilation))
+    else:
+        substitute(gm, node, _CONV_BY_DIMS[len(module.kernel_size)],
+                    (x, weight, bias, module.stride, module.padding, module.dilation, module.groups))
+
+
+def fold_scalar_into_weights(gm: fx.GraphModule) -> int:
+    """linear(x)*s or conv(x)*s (or /s) with one user: scale the weights and bias instead (folded at init)."""
+    count = 0
+    for node in list(gm.graph.nodes):
+        found = scaled_by(node)
+        if not found:
+            continue
+        producer, scalar = found
+        module = module_of(gm, producer)
+        if not isinstance(module, (torch.nn.Linear, *_CONV_MODULES)) or \
+                len(producer.users) != 1 or not math.isfinite(scalar) or \
+                getattr(module, "padding_mode", "zeros") != "zeros":
+            continue
+        graph = gm.graph
+        with graph.inserting_before(producer):
+            weight = graph.call_function(operator.mul, (graph.get_attr(f"{producer.target}.weight"), scalar))
+            bias = None
+            if module.bias is not None:
+                bias = graph.call_function(operator.mul, (graph.get_attr(f"{producer.target}.bias"), scalar))
+        _with_folded_weights(gm, node, producer, module, weight, bias)
+        count += 1
+    finish_graph(gm)
+    return count
+
+
+_BATCH_NORMS = (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d)
+
+
+def fold_batch_norm(gm: fx.GraphModule) -> int:
+    """conv(x) then a batch norm on running statistics (eval mode), the norm the conv's only user:
+    one conv with scaled weights, W * g/sqrt(var+eps) per output channel, and bias
+    (b - mean) * g/sqrt(var+eps) + beta (folded at init)."""
+    count = 0
+    for node in list(gm.graph.nodes):
+        norm, conv = module_of(gm, node), module_of(gm, node.args[0] if node.args else None)
+        if not isinstance(norm, _BATCH_NORMS) or norm.training or norm.running_var is None or \
+                not isinstance(conv, _CONV_MODULES) or len(node.args[0].users) != 1 or \
+                getattr(conv, "padding_mode", "zeros") != "zeros" or conv.out_channels != norm.num_features:
+            continue
+        graph, producer = gm.graph, node.args[0]
+        created = []
+
+        def call(target, *args):
+            created.append(graph.call_function(target, args))
+            return created[-1]
+
+        with graph.inserting_before(producer):
+            scale = call(torch.rsqrt, call(operator.add, graph.get_attr(f"{node.target}.running_var"), norm.eps))
+            if norm.affine:
+                scale = call(operator.mul, scale, graph.get_attr(f"{node.target}.weight"))
+            shape = (-1,) + (1,) * (conv.weight.dim() - 1)
+            weight = call(operator.mul, graph.get_attr(f"{producer.target}.weight"), call(torch.reshape, scale, shape))
+            shift = call(operator.neg, graph.get_attr(f"{node.target}.running_mean"))
+            if conv.bias is not None:
+                shift = call(operator.add, graph.get_attr(f"{producer.target}.bias"), shift)
+            bias = call(operator.mul, shift, scale)
+            if norm.affine:
+                bias = call(operator.add, bias, graph.get_attr(f"{node.target}.bias"))
+        for made in created:
+            made.meta["kp_fold"] = True
+        _with_folded_weights(gm, node, producer, conv, weight, bias)
+        count += 1
+    finish_graph(gm)
+    return count
+
+
+_MAX_POOLS = (torch.nn.MaxPool1d, torch.nn.MaxPool2d, torch.nn.MaxPool3d)
+_MAX_POOL_FNS = (F.max_pool1d, F.max_pool2d, F.max_pool3d)
+
+
+def _monotone(gm: fx.GraphModule, node) -> bool:
+    """Whether the node is a pointwise op that never decreases (relu, relu6, hardtanh, leaky_relu with
+    a slope >= 0, clamp by numbers): max over a window commutes with it exactly."""
+    module = module_of(gm, node)
+    if module is not None:
+        return type(module) in (torch.nn.ReLU, torch.nn.ReLU6) or (
+            type(module) is torch.nn.Hardtanh and module.min_val <= module.max_val) or (
+            type(module) is torch.nn.LeakyReLU and module.negative_slope >= 0)
+    if is_op(node, (F.relu, torch.relu, F.relu6, F.hardtanh), {"relu"}):
+        return True
+    if is_op(node, (F.leaky_relu,)):
+        slope = arg(node, 1, "negative_slope", 0.01)
+        return isinstance(slope, SCALAR) and slope >= 0
+    if is_op(node, (torch.clamp,), {"clamp"}):
+        bounds = [arg(node, 1, "min"), arg(node, 2, "max")]
+        return all(b is None or isinstance(b, SCALAR) for b in bounds) and any(b is not None for b in bounds)
+    return False
+
+
+def _max_pool_of_values(gm: fx.GraphModule, node) -> bool:
+    """A max pool (module or functional) that returns its values alone, not their indices."""
+    module = module_of(gm, node)
+    if isinstance(module, _MAX_POOLS):
+        return not module.return_indices
+    return is_op(node, _MAX_POOL_FNS) and not arg(node, 6, "return_indices", False)
+
+
+def pool_before_activation(gm: fx.GraphModule) -> int:
+    """max_pool(act(x)) -> act(max_pool(x)) for a non-decreasing act whose only user is the pool:
+    the activation then runs on the pooled (smaller) tensor, and the op before it feeds the pool."""
+    count = 0
+    for pool in [node for node in gm.graph.nodes if _max_pool_of_values(gm, node)]:
+        act = pool.args[0] if pool.args else None
+        if not isinstance(act, fx.Node) or len(act.users) != 1 or not act.args or \
+                not isinstance(act.args[0], fx.Node) or not _monotone(gm, act):
+            continue
+        graph = gm.graph
+        pool.replace_input_with(act, act.args[0])
+        with graph.inserting_after(pool):
+            moved = graph.create_node(act.op, act.target, (pool,) + tuple(act.args[1:]), dict(act.kwargs))
+        moved.meta = dict(pool.meta)
+        pool.replace_all_uses_with(moved, delete_user_cb=lambda user: user is not moved)
+        graph.erase_node(act)
+        count += 1
+    finish_graph(gm)
+    return count
+
+
+_CONV_FNS = {conv: dims for table in (_CONV_BY_DIMS, _TRANSPOSED_BY_DIMS) for dims, conv in table.items()}
+
+
+def _conv_bias(gm: fx.GraphModule, conv) -> tuple[fx.Node, int] | None:
+    """(the bias node, spatial dims) of a convolution or transposed convolution with a bias in zero
+    padding (a transposed one called on its input alone); None otherwise."""
+    module = module_of(gm, conv)
+    if isinstance(module, _CONV_MODULES + _TRANSPOSED_MODULES):
+        if module.bias is None or getattr(module, "padding_mode", "zeros") != "zeros" or \
+                len(conv.args) + len(conv.kwargs) != 1:
+            return None
+        with gm.graph.inserting_before(conv):
+            return gm.graph.get_attr(f"{conv.target}.bias"), len(module.kernel_size)
+    if is_op(conv, tuple(_CONV_FNS)) and isinstance(arg(conv, 2, "bias"), fx.Node):
+        return arg(conv, 2, "bias"), _CONV_FNS[conv.target]
+    return None
+
+
+def _without_bias(gm: fx.GraphModule, conv: fx.Node) -> None:
+    """The convolution node computes the same convolution without its bias."""
+    module = module_of(gm, conv)
+    if module is None:
+        if len(conv.args) > 2:
+            conv.args = conv.args[:2] + (None,) + conv.args[3:]
+        else:
+            conv.kwargs = {**conv.kwargs, "bias": None}
+        return
+    with gm.graph.inserting_before(conv):
+        weight = gm.graph.get_attr(f"{conv.target}.weight")
+    _as_functional(gm, conv, module, conv.args[0], weight, None)
+
+
+def move_bias(gm: fx.GraphModule, conv: fx.Node, after: fx.Node) -> bool:
+    """Whether `conv` had a bias (`_conv_bias`) that now comes after `after` (the convolution itself, or
+    an op its bias commutes with): every user of `after` reads after + bias (per channel) instead, and
+    the convolution runs without it. The bias's reshape is a view of a parameter (or of a folded bias):
+    computed once, at init."""
+    found = _conv_bias(gm, conv)
+    if found is None:
+        return False
+    bias, spatial = found
+    graph = gm.graph
+    with graph.inserting_after(after):
+        shaped = graph.call_function(torch.reshape, (bias, (-1,) + (1,) * spatial))
+    shaped.meta["kp_fold"] = True
+    with graph.inserting_after(shaped):
+        added = graph.call_function(operator.add, (after, shaped))
+    added.meta = dict(after.meta)
+    after.replace_all_uses_with(added, delete_user_cb=lambda user: user is not added)
+    _without_bias(gm, conv)
+    return True
+
+
+def bias_after_pool(gm: fx.GraphModule) -> int:
+    """max_pool(conv(x) + b) -> max_pool(conv(x)) + b for a convolution with a bias whose only user is the
+    pool: the maximum over a window commutes with adding a per-channel constant (padding is -inf, which
+    stays -inf), so the bias is added to the pooled tensor, and the convolution runs without the
+    separate bias-add kernel cuDNN launches for it."""
+    count = 0
+    for pool in [node for node in gm.graph.nodes if _max_pool_of_values(gm, node)]:
+        conv = pool.args[0] if pool.args else None
+        if isinstance(conv, fx.Node) and len(conv.users) == 1:
+            count += move_bias(gm, conv, pool)
+    finish_graph(gm)
+    return count
+
+
+def _constant_kind(gm: fx.GraphModule, node) -> float | None:
+    """0.0 or 1.0 when the node is known to be a tensor of that constant everywhere (finite inputs)."""
+    if not isinstance(node, fx.Node):
+        return None
+    return node.meta.get("kp_constant")
+
+
+def constant_results(gm: fx.GraphModule) -> int:
+    """a - a = 0, softmax over a size-1 dim = 1, log_softmax there = 0, and zeros kept through f(0)=0:
+    a result that is a known constant becomes a fresh tensor of it, and the work behind it goes away."""
+    marked = 0
+    for node in gm.graph.nodes:
+        source = node.args[0] if node.args else None
+        if is_op(node, SUB, {"sub"}) and len(node.args) == 2 and node.args[0] is node.args[1]:
+            node.meta["kp_constant"] = 0.0
+        elif is_op(node, SOFTMAX + (torch.log_softmax, F.log_softmax), {"softmax", "log_softmax"}) and meta(source):
+            dim = arg(node, 1, "dim")
+            shape = meta(source).shape
+            if isinstance(dim, int) and shape[dim % len(shape)] == 1:
+                node.meta["kp_constant"] = 0.0 if "log" in str(getattr(node.target, "__name__", node.target)) else 1.0
+        elif _constant_kind(gm, source) == 0.0 and len(node.args) == 1 and not node.kwargs and (
+                is_op(node, tuple(ZERO_PRESERVING_FN), ZERO_PRESERVING_METHOD)
+                or isinstance(module_of(gm, node), ZERO_PRESERVING_MODULE)):
+            node.meta["kp_constant"] = 0.0
+        elif _constant_kind(gm, source) == 0.0 and scaled_by(node):
+            node.meta["kp_constant"] = 0.0
+        else:
+            continue
+        marked += 1
+    if not marked:
+        return 0
+    inputs = [n for n in gm.graph.nodes if n.op == "placeholder" and meta(n) and meta(n).dtype.is_floating_point]
+    count = 0
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    for node in list(gm.graph.nodes):
+        value = node.meta.get("kp_constant")
+        info = meta(node)
+        # Replace the outermost constant nodes (a user that is not itself constant), if the dtype is the inputs'.
+        if value is None or info is None or not inputs or meta(inputs[0]).dtype != info.dtype:
+            continue
+        if all(u.meta.get("kp_constant") is not None for u in node.users) and output not in node.users:
+            continue
+        with gm.graph.inserting_after(inputs[-1]):
+            dtype = gm.graph.call_function(getattr, (inputs[0], "dtype"))
+            device = gm.graph.call_function(getattr, (inputs[0], "device"))
+        with gm.graph.inserting_before(node):
+            fill = torch.zeros if value == 0.0 else torch.ones
+            fresh = gm.graph.call_function(fill, (tuple(info.shape),), {"dtype": dtype, "device": device})
+        fresh.meta = {"tensor_meta": info}
+        _replace(node, fresh)
+        count += 1
+    finish_graph(gm)
+    return count
+
+
+# -- constant folding ----------------------------------------------------------------------------------
+def foldable_nodes(gm: fx.GraphModule) -> list[fx.Node]:
+    """Compute nodes whose inputs are only parameters, buffers and constants (no random ops, no modules)."""
+    constant: set[fx.Node] = set()
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            constant.add(node)
+        elif node.op in ("call_function", "call_method") and node.target not in RANDOM_OPS:
+            inputs = node.all_input_nodes
+            if inputs and all(i in constant for i in inputs):
+                constant.add(node)
+    return [n for n in gm.graph.nodes if n in constant and n.op != "get_attr"]
+
+
+def fold_boundary(gm: fx.GraphModule, nodes: list[fx.Node]) -> list[fx.Node]:
+    """The folded nodes whose values the rest of the graph uses."""
+    chosen = set(nodes)
+    return [n for n in nodes if any(u not in chosen for u in n.users)]
+
+
+# the algebraic passes (library-call passes: kernelpro.offline.rewrite.library), by move name
+ALGEBRAIC = {
+    "simplify_identities": simplify_identities,
+    "simplify_size1_reductions": simplify_size1_reductions,
+    "simplify_double_ops": simplify_double_ops,
+    "combine_scalar_ops": combine_scalar_ops,
+    "fold_scalar_into_weights": fold_scalar_into_weights,
+    "fold_batch_norm": fold_batch_norm,
+    "pool_before_activation": pool_before_activation,
+    "bias_after_pool": bias_after_pool,
+    "constant_results": constant_results,
+}
