@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kernelpro.harness.records import EvalResult
+
 OBJECTIVES = ("time", "energy", "edp")
 DEFAULT_EPSILON = 0.05
 
@@ -25,14 +27,14 @@ class Measured:
     reference_j: float | None = None
 
 
-def normalized(result: dict, baseline: dict) -> Measured:
-    """An evaluation's times on the baseline's scale: baseline eager ms / the in-evaluation speedup.
+def normalized(result: EvalResult, baseline: dict) -> Measured:
+    """A correct evaluation's times on the baseline's scale: baseline eager ms / the in-evaluation speedup.
     Absolute times drift between evaluations (clocks, heat); each evaluation's ratio against its own
-    reference does not. `result` is an EvalResult's JSON."""
-    energy = result.get("energy") or {}
-    return Measured(candidate_ms=baseline["eager_ms"] / result["speedup"], reference_ms=baseline["eager_ms"],
-                    candidate_j=(energy.get("candidate") or {}).get("j_per_call"),
-                    reference_j=(energy.get("reference") or {}).get("j_per_call"))
+    reference does not."""
+    energy = result.energy
+    return Measured(candidate_ms=baseline["eager_ms"] / result.speedup, reference_ms=baseline["eager_ms"],
+                    candidate_j=energy.candidate.j_per_call if energy else None,
+                    reference_j=energy.reference.j_per_call if energy else None)
 
 
 def needs_energy(objective: str) -> bool:

@@ -11,7 +11,7 @@ import enum
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 
 #: the seed of an evaluation's first trial where no --seed shifts it (`search`, `bench` and `eval` add --seed)
@@ -271,6 +271,15 @@ class EvalResult(_Record):
     @property
     def ok(self) -> bool:
         return self.verdict is Verdict.CORRECT
+
+
+def stored_result(data: dict) -> EvalResult:
+    """An EvalResult from its JSON as a run stored it. A run recorded by an earlier version may hold a top-level
+    field this one no longer has: it is left out rather than refused, so that such a run still resumes."""
+    try:
+        return EvalResult.model_validate(data)
+    except ValidationError:
+        return EvalResult.model_validate({k: v for k, v in data.items() if k in EvalResult.model_fields})
 
 
 def eval_result_schema() -> dict:

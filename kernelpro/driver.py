@@ -25,7 +25,7 @@ import shlex
 import shutil
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Callable
 
@@ -37,14 +37,14 @@ from kernelpro import facts
 from kernelpro.harness import EvalOptions
 from kernelpro.harness.evaluate import Evaluator
 from kernelpro.harness.problem import reference_candidate
-from kernelpro.harness.records import SEED_BASE, EvalResult
+from kernelpro.harness.records import SEED_BASE, EvalResult, stored_result
 from kernelpro.knowledge import KnowledgeBase, failure_kind, operator_family, state_for
 from kernelpro.mcts import Outcome, Proposal, SearchConfig, make_search, restore_search
 from kernelpro.mcts.options import configured
 from kernelpro.mcts.search import Search
 from kernelpro.runstore import RunStore
-from kernelpro.search_settings import (SearchInputError, SearchSettings, moves_refused, never_started, resumed,
-                                       validate)
+from kernelpro.search_settings import SearchInputError, moves_refused, never_started, resumed, validate
+from kernelpro.settings import SearchSettings
 
 log = logging.getLogger("kernelpro.search")
 
@@ -125,7 +125,7 @@ class SearchRun:
                 # The run's identity stays; only how long it may go on can change.
                 settings = resumed(saved, settings, given)
                 if self.finished_as is not None:
-                    settings = replace(settings, budget=self.finished_as.get("budget") or settings.budget)
+                    settings = settings.model_copy(update={"budget": self.finished_as.get("budget") or settings.budget})
         self.settings = settings
         options: dict = {}
         refused = moves_refused(settings.coder) if settings.moves else ""
@@ -233,10 +233,10 @@ class SearchRun:
         saved = self.store.search_state()
         hook = self.kb.prior_hook(operator_family(self.problem.source), self.settings.objective) \
             if self.kb is not None else None
-        if saved:
-            return restore_search(saved, prior_hook=hook)
-        config = configured(SearchConfig(strategy=self.settings.strategy, seed=self.settings.seed),
-                            self.settings.search)
+        if saved:  # a resumed run's budget may be larger than the one it saved
+            return restore_search(saved, prior_hook=hook, budget=self.settings.budget)
+        config = configured(SearchConfig(strategy=self.settings.strategy, seed=self.settings.seed,
+                                         budget=self.settings.budget), self.settings.search)
         return make_search({"state": {}, "file": None, "move": "reference", "techniques": []}, config,
                            root_key=source_key(reference_candidate(self.problem)), prior_hook=hook)
 
@@ -305,7 +305,7 @@ class SearchRun:
         from kernelpro import outputs
         s = self.settings
         if not self.resumed:
-            self.store.put("settings", asdict(s))
+            self.store.put("settings", s.model_dump())
             self.store.put("problem_sha256", source_key(self.problem.source))
             self.store.put("started", time.time())
         began = time.monotonic()
@@ -327,7 +327,6 @@ class SearchRun:
                 raise
             self.profile_node(0, None)
             search = self.new_search()
-            search.horizon = s.budget  # MCTS refines its best node greedily in the budget's last evaluations
             if search.root.signature == "" and self.profiles.get(0, {}).get("classification"):
                 search.root.signature = self.profiles[0]["classification"]
             for row in self.store.evaluations():
@@ -479,17 +478,13 @@ class SearchRun:
         future = pool.submit(evaluator.evaluate, self.problem, proposal.source, self.candidate_options())
         pending[future] = (expansion, child.id, proposal, key)
 
-    @staticmethod
-    def normalized(result: dict | EvalResult, baseline: dict) -> objectives.Measured:
-        """objectives.normalized, for an EvalResult or its JSON."""
-        return objectives.normalized(result.model_dump(mode="json") if isinstance(result, EvalResult) else result,
-                                     baseline)
 
     def fastest_ms(self, baseline: dict) -> float:
         """The fastest correct time so far on the baseline's scale: read from the store once, then kept."""
         if self._fastest_ms is None:
             self._fastest_ms = min([baseline["eager_ms"]] + [
-                self.normalized(row["result"], baseline).candidate_ms for row in self.store.evaluations()
+                objectives.normalized(stored_result(row["result"]), baseline).candidate_ms
+                for row in self.store.evaluations()
                 if row["verdict"] == "correct"])
         return self._fastest_ms
 
@@ -497,7 +492,7 @@ class SearchRun:
         expansion, node_id, proposal, key = item
         child = search.nodes[node_id]
         if result.ok:
-            measured = self.normalized(result, baseline)
+            measured = objectives.normalized(result, baseline)
             fastest = self._fastest_ms = min(self.fastest_ms(baseline), measured.candidate_ms)
             try:
                 ratio = objectives.ratio(self.settings.objective, measured, fastest, self.settings.epsilon)

@@ -15,6 +15,7 @@ from pathlib import Path
 from kernelpro import report
 from kernelpro.energy import objectives
 from kernelpro.harness.problem import reference_candidate
+from kernelpro.harness.records import stored_result
 from kernelpro.mcts.options import describe
 from kernelpro.mcts.search import Search
 from kernelpro.runstore import write_atomic
@@ -28,7 +29,7 @@ def choose_best(objective: str, rows: list[dict], epsilon: float, baseline: dict
     """The best correct evaluation under the objective, or None when none beats the reference.
     Times are compared on the baseline's scale (see `objectives.normalized`)."""
     correct = correct_rows(rows)
-    measured = [objectives.normalized(r["result"], baseline) for r in correct]
+    measured = [objectives.normalized(stored_result(r["result"]), baseline) for r in correct]
     index = objectives.best_index(objective, measured, epsilon)
     if index is None:
         return None

@@ -1,14 +1,16 @@
 """What a `kernelpro search` run is given (`SearchSettings`), and the checks on it before any work (`validate`).
 
 The settings are the run's identity: the run records them first, and `--resume` continues with the recorded
-ones (only how long it may go on can change).
+ones (only how long it may go on can change). They are one typed record (pydantic): the command line makes
+one from its flags, `kernelpro search --settings FILE` reads one from JSON (what a bench gives each problem's
+search), and a bench's settings hold one as the template of its searches.
 """
 
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass, fields, replace
 from pathlib import Path
+
 
 from kernelpro.energy import objectives
 from kernelpro.errors import KernelproError
@@ -16,6 +18,7 @@ from kernelpro.harness import check_device
 from kernelpro.harness.problem import Problem, load_problem
 from kernelpro.mcts.options import SettingsError, parse_settings
 from kernelpro.runstore import RunStore
+from kernelpro.settings import EXTENDABLE, FLAGS, PER_COMMAND, SearchSettings
 
 STATE_FILES = {"state.db", "state.db-wal", "state.db-shm"}
 
@@ -24,75 +27,33 @@ class SearchInputError(KernelproError):
     """Bad input to `kernelpro search`."""
 
 
-@dataclass(frozen=True)
-class SearchSettings:
-    problem: str
-    out: str
-    objective: str = "time"
-    budget: int = 16
-    time_limit_min: float | None = None
-    coder: str = "offline"
-    strategy: str = "mcts"
-    device: str = "cpu"
-    precision: str = "fp32"
-    policy: str = "relaxed"
-    model_mode: str = "train"  # train: as KernelBench runs models; eval: .eval() (inference)
-    parallel: int = 1
-    seed: int = 0
-    profile: bool = True
-    compile_baseline: bool = False
-    adaptive_timing: bool = True  # stop timing a candidate once it cannot beat the best so far (objective time)
-    timing_budget_s: float = 2.0
-    epsilon: float = objectives.DEFAULT_EPSILON
-    model: str = ""  # the LLM coder's model ("" = its default, or KERNELPRO_MODEL)
-    planner_model: str = ""  # the LLM planner's model ("" = no separate planner call, or KERNELPRO_PLANNER_MODEL)
-    max_cost_usd: float | None = None  # stop when the LLM coder's estimated spend reaches this
-    max_tokens: int | None = None  # stop when the LLM coder's tokens (in + out) reach this
-    unsafe_no_sandbox: bool = False  # let the LLM coder's candidates run where no sandbox works
-    use_kb: bool = True  # read priors from and record outcomes into the knowledge base
-    kb: str = ""  # its path ("" = kernelpro.knowledge.default_path())
-    launch_ranking: str = "auto"  # the offline coder's launch configurations: auto (learned model where one exists) or analytic
-    moves: str = ""  # the offline coder's moves allowed, comma-separated ("" = all; "tune" = its tune: moves)
-    search: str = ""  # the tree search's settings, NAME=VALUE,... (kernelpro.mcts.options; "" = its defaults)
-
-
-#: how long a run may go on: what --resume may change (a larger --budget extends the run)
-EXTENDABLE = ("budget", "time_limit_min", "max_cost_usd", "max_tokens")
-
-#: the option that sets each setting, as `kernelpro search` spells it
-FLAGS = {"objective": "--objective", "budget": "--budget", "time_limit_min": "--time-limit", "coder": "--coder",
-         "strategy": "--strategy", "device": "--device", "precision": "--precision", "policy": "--policy",
-         "model_mode": "--model-mode", "parallel": "--parallel", "seed": "--seed", "profile": "--profile",
-         "compile_baseline": "--compile-baseline", "adaptive_timing": "--adaptive-timing",
-         "model": "--model", "planner_model": "--planner-model",
-         "max_cost_usd": "--max-cost", "max_tokens": "--max-tokens", "unsafe_no_sandbox": "--unsafe-no-sandbox",
-         "use_kb": "--no-kb", "kb": "--kb", "launch_ranking": "--launch-ranking", "moves": "--moves",
-         "search": "--search"}
-
-
 def resumed(saved: dict, asked: SearchSettings, given: frozenset[str] | None) -> SearchSettings:
     """The settings a resumed run goes on with: the ones it recorded, with the problem and folder as
     given now (the problem's hash is checked against the record). `given` names the settings the user
     set: one that differs from the record is refused by its option, except how long the run may go on
     (`EXTENDABLE`), which replaces the record. None (a program's call): only `EXTENDABLE` counts as
-    given, and nothing is refused."""
-    known = {f.name for f in fields(SearchSettings)}
+    given, and nothing is refused. Whether candidates may run unsandboxed (`PER_COMMAND`) is always this
+    command's choice, never the record's."""
+    known = set(SearchSettings.model_fields)
     recorded = SearchSettings(**{**{k: v for k, v in saved.items() if k in known},
                                  "problem": asked.problem, "out": asked.out})
     explicit = set(EXTENDABLE) if given is None else set(given)
-    conflicts = conflicting_options(FLAGS, explicit - set(EXTENDABLE), asked, recorded, "the run")
+    conflicts = conflicting_options(FLAGS, explicit - set(EXTENDABLE) - set(PER_COMMAND), asked.model_dump(),
+                                    recorded.model_dump(), "the run")
     if conflicts:
         raise SearchInputError(f"--resume continues the run in {asked.out} with the settings it was started with; "
                                f"{'; '.join(conflicts)}. Leave {'them' if len(conflicts) > 1 else 'it'} out, or "
                                "start a new run in another --out folder")
-    return replace(recorded, **{name: getattr(asked, name) for name in EXTENDABLE if name in explicit})
+    return recorded.model_copy(update={**{name: getattr(asked, name) for name in EXTENDABLE if name in explicit},
+                                       **{name: getattr(asked, name) for name in PER_COMMAND}})
 
 
-def conflicting_options(flags: dict[str, str], given, asked, recorded, holder: str) -> list[str]:
-    """Each setting in `given` (field names) whose value in `asked` differs from `recorded`, by its option in
-    `flags` (fields without one are not compared): `--seed 4 (the run has 3)`, sorted by field."""
-    return [f"{flags[name]} {_shown(getattr(asked, name))} ({holder} has {_shown(getattr(recorded, name))})"
-            for name in sorted(given) if name in flags and getattr(asked, name) != getattr(recorded, name)]
+def conflicting_options(flags: dict[str, str], given, asked: dict, recorded: dict, holder: str) -> list[str]:
+    """Each setting in `given` (field names) whose value in `asked` differs from `recorded` (settings as flat
+    dicts), by its option in `flags` (fields without one are not compared): `--seed 4 (the run has 3)`, sorted
+    by field."""
+    return [f"{flags[name]} {_shown(asked[name])} ({holder} has {_shown(recorded[name])})"
+            for name in sorted(given) if name in flags and asked[name] != recorded[name]]
 
 
 def _shown(value: object) -> str:

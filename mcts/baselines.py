@@ -86,6 +86,7 @@ def make_search(payload=None, config=None, **kwargs) -> Search:
     return STRATEGIES[config.strategy](payload, config, **kwargs)
 
 
-def restore_search(data: dict, prior_hook=None) -> Search:
-    """A search saved with Search.to_json, as an instance of its strategy's class."""
-    return STRATEGIES[data["config"].get("strategy", "mcts")].from_json(data, prior_hook=prior_hook)
+def restore_search(data: dict, prior_hook=None, budget: int | None = None) -> Search:
+    """A search saved with Search.to_json, as an instance of its strategy's class; `budget`, where given,
+    replaces the saved one."""
+    return STRATEGIES[data["config"].get("strategy", "mcts")].from_json(data, prior_hook=prior_hook, budget=budget)

@@ -2,8 +2,8 @@
 
 `kernelpro search --search` and `kernelpro bench --search` take this form, so that a search's knobs (the ones
 benchmarks/mcts_landscapes.py measures on the replays) can be set on a real run. `parse_settings` checks every name against
-`SearchConfig`'s fields and converts each value to its field's type; `configured` applies them. The strategy
-and the seed have their own options (--strategy, --seed) and are refused here.
+`SearchConfig`'s fields and converts each value to its field's type; `configured` applies them. The strategy,
+the seed and the budget have their own options (--strategy, --seed, --budget) and are refused here.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import math
 from kernelpro.mcts.policies import SELECTION, WIDENING
 from kernelpro.mcts.search import SearchConfig
 
-OWN_OPTIONS = {"strategy": "--strategy", "seed": "--seed"}
+OWN_OPTIONS = {"strategy": "--strategy", "seed": "--seed", "budget": "--budget"}
 TRUE, FALSE = {"1", "true", "on", "yes"}, {"0", "false", "off", "no"}
 CHOICES = {"selection": SELECTION, "widening": WIDENING}
 

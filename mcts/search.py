@@ -18,7 +18,7 @@ import dataclasses
 import math
 import random
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from kernelpro.mcts.calibration import LogRewardCalibration
@@ -94,6 +94,9 @@ class SearchConfig:
     # are tried; 0 turns it off. 3 by measurement (benchmarks/mcts_landscapes.py)
     follow_gain: float = 3.0
     seed: int = 0
+    # the evaluations the caller means to spend (kernelpro search --budget; run() takes its Budget's): MCTS's greedy
+    # tail (greedy_tail) is counted back from it. None: no tail
+    budget: int | None = None
 
 
 def open_working_nodes(search: "Search") -> list[Node]:
@@ -130,8 +133,6 @@ class Search:
         self.calibration = LogRewardCalibration()
         self.rng = random.Random(self.config.seed)
         self.evaluations = 0
-        # the evaluations the caller means to spend (run() and the driver set it), for the greedy tail
-        self.horizon: int | None = None
         self.iterations = 0
         self.refused = 0  # proposals not evaluated because they repeated a failed move
         self.best_id = 0
@@ -439,6 +440,11 @@ class Search:
     def _close(self, node: Node, reason: str) -> None:
         node.closed = reason
 
+    @property
+    def horizon(self) -> int | None:
+        """The evaluations the search means to spend (its config's budget), for the greedy tail."""
+        return self.config.budget
+
     def _path(self, node: Node) -> list[Node]:
         """The node and its ancestors, up to the root."""
         path = [node]
@@ -450,7 +456,7 @@ class Search:
     def run(self, expander: Expander, evaluator: Evaluator, budget: Budget, batch: int = 1) -> Node:
         """Sequential ask/propose/tell until the budget is spent. Returns the best node."""
         if budget.evaluations is not None:
-            self.horizon = budget.evaluations
+            self.config = replace(self.config, budget=budget.evaluations)
         idle = 0
         while not self.done(budget) and idle < 1000:
             room = batch if budget.evaluations is None else min(batch, budget.evaluations - self.evaluations)
@@ -484,10 +490,12 @@ class Search:
         }
 
     @classmethod
-    def from_json(cls, data: dict, prior_hook: PriorHook | None = None) -> "Search":
+    def from_json(cls, data: dict, prior_hook: PriorHook | None = None, budget: int | None = None) -> "Search":
         """A saved search, as an instance of this class (kernelpro.mcts.restore_search picks the
-        class of the saved strategy)."""
+        class of the saved strategy); `budget`, where given, replaces the saved one (a resumed run's may be larger)."""
         config = SearchConfig(**data["config"])
+        if budget is not None:
+            config = replace(config, budget=budget)
         search = cls.__new__(cls)
         Search.__init__(search, None, config, prior_hook=prior_hook)
         search.nodes = [Node.from_json(node) for node in data["nodes"]]

@@ -58,7 +58,7 @@ def test_a_search_asks_for_the_best_so_far_and_the_closing_re_measurement_for_ev
     """The driver's options: a candidate's carry the best speedup so far; without adaptive timing, or under the
     energy objective, none; the final check's never."""
     from kernelpro.driver import SearchRun
-    from kernelpro.search_settings import SearchSettings
+    from kernelpro.settings import SearchSettings
     from conftest import DATA
     settings = SearchSettings(problem=str(DATA / "problems" / "linear_relu_residual.py"), out=str(tmp_path / "run"),
                               device="cpu", budget=1, profile=False, use_kb=False)
@@ -67,7 +67,7 @@ def test_a_search_asks_for_the_best_so_far_and_the_closing_re_measurement_for_ev
     run._fastest_ms = 0.5  # as tell() keeps it: the best so far runs at 4x
     assert run.candidate_options().stop_below_speedup == 4.0
     assert run.options().stop_below_speedup is None  # the reference, the closing re-measurement
-    from dataclasses import replace
-    for other in (replace(settings, adaptive_timing=False), replace(settings, objective="energy")):
+    for other in (settings.model_copy(update=dict(adaptive_timing=False)),
+                  settings.model_copy(update=dict(objective="energy"))):
         run.settings = other
         assert run.candidate_options().stop_below_speedup is None

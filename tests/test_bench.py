@@ -591,31 +591,39 @@ def test_ctrl_c_stops_the_bench_with_exit_130_and_resume_finishes_it(tmp_path, c
     assert [r["status"] for r in resumed_in_process(args, capsys)["problems"]] == ["done"]
 
 
+def search_settings_file(entry, settings, folder: Path, out: Path):
+    """What a bench's child reads: the settings file the bench writes for one problem's search."""
+    from kernelpro.bench.child import write_search_settings
+    from kernelpro.settings import SearchSettings
+    return SearchSettings.model_validate_json(write_search_settings(entry, settings, folder, out).read_text())
+
+
 def test_unsafe_no_sandbox_reaches_each_search_and_is_never_saved(tmp_path):
-    """--unsafe-no-sandbox is passed to every search's command line; a resumed bench uses this command's
-    choice, not the one saved with the bench."""
-    from kernelpro.bench.child import search_args
+    """--unsafe-no-sandbox reaches every search's settings file; a resumed bench uses this command's choice, not
+    the one saved with the bench."""
     out = tmp_path / "bench"
     bench = Bench(BenchSettings(suite=str(SUITE), out=str(out), coder="anthropic", unsafe_no_sandbox=True, **FAST))
     entry = bench.entries[0]
-    assert "--unsafe-no-sandbox" in search_args(entry, bench.settings, out / "p", resume=False)
+    written = search_settings_file(entry, bench.settings, out / "p", out)
+    assert written.unsafe_no_sandbox and written.problem == str(entry.path.resolve())
+    assert written.out == str((out / "p").resolve())
     again = Bench(BenchSettings(suite=str(SUITE), out=str(out), **FAST), resume=True)
-    assert again.settings.coder == "anthropic" and not again.settings.unsafe_no_sandbox
-    assert "--unsafe-no-sandbox" not in search_args(entry, again.settings, out / "p", resume=True)
+    assert again.settings.searches.coder == "anthropic" and not again.settings.searches.unsafe_no_sandbox
+    assert not search_settings_file(entry, again.settings, out / "p", out).unsafe_no_sandbox
 
 
 def test_no_compile_baseline_reaches_each_search_and_a_resumed_bench_keeps_it(tmp_path):
-    """--no-compile-baseline (a cheaper bench: no torch.compile timing) is passed to every search's command line
-    and saved with the bench, so a resumed bench times the same baselines."""
-    from kernelpro.bench.child import search_args
+    """--no-compile-baseline (a cheaper bench: no torch.compile timing) reaches every search's settings and is saved
+    with the bench, so a resumed bench times the same baselines; by default a search on CUDA times it."""
     out = tmp_path / "bench"
     bench = Bench(BenchSettings(suite=str(SUITE), out=str(out), compile_baseline=False, **FAST))
     entry = bench.entries[0]
-    assert "--no-compile-baseline" in search_args(entry, bench.settings, out / "p", resume=False)
+    assert not search_settings_file(entry, bench.settings, out / "p", out).compile_baseline
     again = Bench(BenchSettings(suite=str(SUITE), out=str(out), **FAST), resume=True)
-    assert "--no-compile-baseline" in search_args(entry, again.settings, out / "p", resume=True)
+    assert not search_settings_file(entry, again.settings, out / "p", out).compile_baseline
     default = BenchSettings(suite=str(SUITE), out=str(tmp_path / "other"), **FAST)
-    assert "--no-compile-baseline" not in search_args(entry, default, out / "p", resume=False)
+    assert not search_settings_file(entry, default, out / "p", out).compile_baseline  # FAST's device is the CPU
+    assert search_settings_file(entry, default.updated(device="cuda"), out / "p", out).compile_baseline
 
 
 def test_a_results_only_snapshot_holds_no_problem_code_and_the_bench_resumes_from_it(level1_bench, tmp_path,
@@ -810,7 +818,7 @@ def test_resume_goes_on_with_the_benchs_own_settings_and_names_a_conflicting_fla
               given=frozenset({"seed", "levels"}))
     same = Bench(BenchSettings(suite=str(SUITE), out=str(out), seed=3, gpus="1", **FAST), resume=True,
                  given=frozenset({"seed", "gpus"}))
-    assert same.settings.levels == "1" and same.settings.seed == 3 and same.settings.gpus == "1"
+    assert same.settings.levels == "1" and same.settings.searches.seed == 3 and same.settings.gpus == "1"
     with pytest.raises(SystemExit) as exit_:
         main(["bench", str(SUITE), "--out", str(out), "--resume", "--no-adaptive-timing", "--budget", "3"])
     assert exit_.value.code == 2

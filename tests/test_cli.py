@@ -255,7 +255,15 @@ def test_bad_input_is_answered_before_torch_is_imported(tmp_path):
     """Each refusal below comes from one process that never imports torch (about 2 s of start-up on the 2-core box),
     and leaves no folder behind."""
     (tmp_path / "empty").mkdir()
-    refused = [["search", tmp_path / "nowhere.py", "--out", tmp_path / "a"],
+    # --settings FILE: a search's settings as a bench writes them for each problem
+    good, typo, elsewhere = (tmp_path / f"{name}.json" for name in ("good", "typo", "elsewhere"))
+    good.write_text(json.dumps({"problem": str(PROBLEM), "out": str(tmp_path / "f"), "budget": 2}))
+    typo.write_text(json.dumps({"problem": str(PROBLEM), "out": str(tmp_path / "f"), "budgett": 2}))
+    elsewhere.write_text(json.dumps({"problem": str(tmp_path / "nowhere.py"), "out": str(tmp_path / "f")}))
+    settings = [["search"], ["search", "--settings", tmp_path / "missing.json"], ["search", "--settings", typo],
+                ["search", PROBLEM, "--settings", good], ["search", "--settings", good, "--budget", "3", "--seed", "1"],
+                ["search", "--settings", elsewhere]]
+    refused = settings + [["search", tmp_path / "nowhere.py", "--out", tmp_path / "a"],
                ["search", PROBLEM, "--budget", "0", "--out", tmp_path / "b"],
                ["search", PROBLEM, "--budgett", "3"],
                ["bench", tmp_path / "empty", "--out", tmp_path / "c"],
@@ -271,4 +279,7 @@ def test_bad_input_is_answered_before_torch_is_imported(tmp_path):
     assert done.stdout.split("\n")[:-1] == ["2 False"] * len(refused), done.stdout + done.stderr
     assert "no such file" in done.stderr and "holds no problem files" in done.stderr
     assert "names no problem of the suite" in done.stderr
-    assert not any((tmp_path / name).exists() for name in "abcde")
+    assert not any((tmp_path / name).exists() for name in "abcdef")
+    for said in ("give a problem file, or --settings FILE", "missing.json: No such file", "budgett: Extra inputs",
+                 "leave out PROBLEM", "leave out --budget, --seed", "nowhere.py: no such file"):
+        assert said in done.stderr, said

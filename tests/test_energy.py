@@ -221,3 +221,23 @@ def test_a_re_measured_best_is_confirmed_under_each_objective():
     assert unconfirmed("energy", 0.5, None) is None  # no energy in the re-measurement: it cannot say
     assert unconfirmed("edp", 0.9, _stats(0.8, 1.0, "none")) is None  # 0.9 x 1.25 = 1.125
     assert "energy x delay" in unconfirmed("edp", 0.8, _stats(0.9, 1.0, "lower"))  # 0.8 x 1.11 = 0.89
+
+
+def test_the_objectives_read_the_typed_result_and_a_run_stored_by_an_earlier_version():
+    """objectives.normalized takes an EvalResult: times on the baseline's scale, energies from its windows. A result
+    as a run stored it reads back typed, and one with a field this version no longer has still reads."""
+    from kernelpro.energy.objectives import normalized
+    from kernelpro.harness.records import EnergyStats, EvalResult, Phase, Verdict, stored_result
+    result = EvalResult(verdict=Verdict.CORRECT, phase=Phase.DONE, reason="correct", speedup=4.0, tolerance=1e-4,
+                        device="cuda", precision="fp32", policy="relaxed",
+                        energy=EnergyStats(method="nvml_energy_counter", idle_power_w=50.0, reference=_window(2.0),
+                                           candidate=_window(0.5)))
+    measured = normalized(result, {"eager_ms": 8.0})
+    assert measured == Measured(candidate_ms=2.0, reference_ms=8.0, candidate_j=0.5, reference_j=2.0)
+    assert ratio("energy", measured) == 4.0
+    stored = result.model_dump(mode="json")
+    assert stored_result(stored) == result
+    assert stored_result({**stored, "retired_field": 1}) == result
+    with pytest.raises(ValueError):
+        stored_result({**stored, "speedup": "fast"})  # a wrong value is still refused
+    assert normalized(result.model_copy(update={"energy": None}), {"eager_ms": 8.0}).candidate_j is None

@@ -104,7 +104,7 @@ def test_a_killed_profile_is_one_line_and_the_search_goes_on(loaded_cpu, tmp_pat
     assert len(error) == 1 and "failed (killed by SIGKILL" in error[0], stderr
     import sqlite3
     from kernelpro.driver import SearchRun
-    from kernelpro.search_settings import SearchSettings
+    from kernelpro.settings import SearchSettings
     from test_search import FakeHarness
     settings = SearchSettings(problem=str(DATA / "search" / "redundant.py"), out=str(tmp_path / "run"), budget=2,
                               profile=True, device="cpu")

@@ -13,7 +13,7 @@ import pytest
 from kernelpro.bench.compare import compare, evaluations_to, markdown as compare_markdown
 from kernelpro.bench.leaderboard import level_summary, markdown, problem_row, schema
 from kernelpro.driver import SearchRun
-from kernelpro.search_settings import SearchSettings
+from kernelpro.settings import SearchSettings
 from kernelpro.harness.records import EvalResult, Phase, Verdict
 from test_search import DATA, FakeHarness
 

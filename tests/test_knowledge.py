@@ -15,7 +15,7 @@ import pytest
 
 from kernelpro.cli import main
 from kernelpro.driver import SearchRun
-from kernelpro.search_settings import SearchSettings
+from kernelpro.settings import SearchSettings
 from kernelpro.knowledge import (MIGRATIONS, KnowledgeBase, KnowledgeError, State, default_path, operator_family,
                                  state_for)
 from test_search import DATA, FakeHarness, ScriptedCoder

@@ -212,17 +212,19 @@ def test_launch_ranking_analytic_keeps_the_generators_order_where_a_model_exists
         assert kernels and all(k["ranking"].startswith(expected) for k in kernels), (choice, kernels[0]["ranking"])
         assert choice == "analytic" or "as asked" not in kernels[0]["ranking"]
     # from the command line: the search hands the choice to its offline coder, and a bench to each search
-    from kernelpro.bench.child import BenchSettings, search_args
+    from kernelpro.bench.child import write_search_settings
+    from kernelpro.settings import BenchSettings
     from kernelpro.bench.suite import Entry
     from kernelpro.driver import SearchRun
-    from kernelpro.search_settings import SearchSettings
+    from kernelpro.settings import SearchSettings
     run = SearchRun(SearchSettings(problem=str(problem), out=str(tmp_path / "run"), launch_ranking="analytic",
                                    use_kb=False))
     assert run.coder.launch_ranking == "analytic"
-    args = search_args(Entry(key="p", path=problem, level=None, number=None, name="p"), BenchSettings(
+    written = write_search_settings(Entry(key="p", path=problem, level=None, number=None, name="p"), BenchSettings(
         suite=str(tmp_path), out=str(tmp_path / "bench"), launch_ranking="analytic", seed=3), tmp_path / "p",
-        resume=False)
-    assert args[args.index("--launch-ranking") + 1] == "analytic" and args[args.index("--seed") + 1] == "3"
+        tmp_path / "bench")
+    each = SearchSettings.model_validate_json(written.read_text())
+    assert each.launch_ranking == "analytic" and each.seed == 3
 
 
 def test_a_kernel_far_outside_the_training_range_keeps_the_analytic_ranking(collected, tmp_path, monkeypatch):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -209,8 +210,8 @@ def test_resume_from_json_is_exact(strategy):
     straight.run(coder, landscape.evaluate, Budget(evaluations=40))
 
     landscape, coder = fresh()
-    first = make_search([], SearchConfig(strategy=strategy, seed=11), root_key="")
-    first.horizon = 40  # cut off half way through the same budget (as a search killed and resumed is)
+    # cut off half way through the same budget (as a search killed and resumed is)
+    first = make_search([], SearchConfig(strategy=strategy, seed=11, budget=40), root_key="")
     first.run(coder, landscape.evaluate, Budget(stop=lambda search: search.evaluations >= 20))
     resumed = restore_search(json.loads(json.dumps(first.to_json())))
     resumed.run(coder, landscape.evaluate, Budget(evaluations=40))
@@ -253,8 +254,7 @@ def test_the_greedy_tail_floor_sets_the_shortest_tail_above_greedy_tail_min():
     """The tail is max(greedy_tail x budget, floor) evaluations above greedy_tail_min, the whole budget up to it;
     the floor's default (None) is greedy_tail_min, the tail as before the floor."""
     def tail(budget, **settings):
-        search = Search([], SearchConfig(**settings), root_key="")
-        search.horizon = budget
+        search = Search([], SearchConfig(**settings, budget=budget), root_key="")
         flags = []
         for done in range(budget):
             search.evaluations = done
@@ -319,7 +319,8 @@ def test_head_patience_tolerates_evaluations_without_gain_until_something_fails(
 def test_ask_uses_virtual_loss_to_spread_a_batch():
     # no greedy head either: while it lasts (on this landscape, without failures, a patient one) it picks the best node
     search, landscape = run("noisy", 4, 20, greedy_head=0, head_gain=0)
-    search.horizon = None  # past its budget it would be in the greedy tail, which picks the best node each time
+    # past its budget it would be in the greedy tail, which picks the best node each time
+    search.config = dataclasses.replace(search.config, budget=None)
     coder = LandscapeCoder(landscape, seed=4)
     requests = search.ask(4)
     assert len(requests) == 4

@@ -53,15 +53,14 @@ def test_the_offline_coder_proposes_only_the_moves_allowed():
 
 def test_moves_reach_each_search_of_a_bench_and_are_refused_for_the_llm_coder(tmp_path):
     from typer.testing import CliRunner
-    from kernelpro.bench.child import search_args
-    from kernelpro.bench.runner import Bench, BenchSettings
+    from kernelpro.bench.runner import Bench
     from kernelpro.cli import app
+    from kernelpro.settings import BenchSettings
     suite = ROOT / "tests" / "data" / "bench_suite"
     bench = Bench(BenchSettings(suite=str(suite), out=str(tmp_path / "b"), budget=1, moves="triton_gemm,tune"))
-    args = search_args(bench.entries[0], bench.settings, tmp_path / "p", resume=False)
-    assert args[args.index("--moves") + 1] == "triton_gemm,tune"
+    assert bench.settings.search_for("p.py", "p").moves == "triton_gemm,tune"
     plain = Bench(BenchSettings(suite=str(suite), out=str(tmp_path / "c"), budget=1))
-    assert "--moves" not in search_args(plain.entries[0], plain.settings, tmp_path / "q", resume=False)
+    assert plain.settings.search_for("p.py", "p").moves == ""
     runner = CliRunner()
     refused = runner.invoke(app, ["bench", str(suite), "--coder", "anthropic", "--moves", "tune", "--out",
                                   str(tmp_path / "d")])

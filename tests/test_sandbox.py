@@ -203,7 +203,8 @@ def test_verdicts_hold_without_the_sandbox(name, linear_problem, no_sandbox, tmp
 
 
 def test_the_anthropic_coder_refuses_to_run_unsandboxed_unless_told(no_sandbox, tmp_path):
-    from kernelpro.search_settings import SearchInputError, SearchSettings, validate
+    from kernelpro.search_settings import SearchInputError, validate
+    from kernelpro.settings import SearchSettings
     problem = str(DATA / "problems" / "linear_relu_residual.py")
     with pytest.raises(SearchInputError, match="--unsafe-no-sandbox"):
         validate(SearchSettings(problem=problem, out=str(tmp_path / "a"), coder="anthropic"), resume=False)

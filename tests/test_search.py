@@ -13,7 +13,6 @@ import sqlite3
 import subprocess
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,7 @@ from conftest import built_once, default_sigint, in_process
 from kernelpro.cli import main
 from kernelpro.coder import CoderProposal, default_coder
 from kernelpro.driver import SearchRun
-from kernelpro.search_settings import SearchSettings
+from kernelpro.settings import SearchSettings
 from kernelpro.harness.records import EvalResult, Phase, TimingStats, Verdict
 from kernelpro.tools.records import TECHNIQUES
 
@@ -365,10 +364,10 @@ def test_remeasure_only_times_the_finished_best_again_and_evaluates_nothing_new(
     first = SearchRun(settings, evaluator=FakeHarness()).run()
     rows = sqlite3.connect(tmp_path / "run" / "state.db").execute("SELECT COUNT(*) FROM evaluations").fetchone()[0]
     with pytest.raises(SearchInputError, match="--remeasure"):
-        SearchRun(replace(settings, out=str(tmp_path / "other")), remeasure_only=True)
+        SearchRun(settings.model_copy(update=dict(out=str(tmp_path / "other"))), remeasure_only=True)
     harness = FakeHarness()
     # a larger budget on the command line does not make it search on
-    again = SearchRun(replace(settings, budget=9), resume=True, remeasure_only=True, evaluator=harness).run()
+    again = SearchRun(settings.model_copy(update=dict(budget=9)), resume=True, remeasure_only=True, evaluator=harness).run()
     assert len(harness.sources) == 1  # the best, once; the reference's times are the run's own
     assert (again["evaluations"], again["budget"], again["stopped"]) == (first["evaluations"], 3, first["stopped"])
     assert first["final"] and again["final"] == first["final"] and again["best_moves"] == first["best_moves"]
@@ -385,7 +384,7 @@ def test_remeasure_only_times_the_finished_best_again_and_evaluates_nothing_new(
     other = tmp_path / "redundant.py"
     other.write_text((DATA / "redundant.py").read_text() + "\n# changed\n")
     with pytest.raises(SearchInputError, match="is a run of another problem"):
-        SearchRun(replace(settings, problem=str(other)), resume=True, evaluator=FakeHarness())
+        SearchRun(settings.model_copy(update=dict(problem=str(other))), resume=True, evaluator=FakeHarness())
 
 
 def test_parallel_keeps_several_candidates_in_flight(tmp_path):
@@ -572,14 +571,14 @@ def test_resume_goes_on_with_the_runs_own_settings_and_names_a_conflicting_flag(
         SearchRun(started, evaluator=FakeHarness(), coder=InterruptingCoder()).run()
     as_typed = SearchSettings(problem=str(DATA / "redundant.py"), out=str(out), profile=False)  # the CLI's defaults
     with pytest.raises(SearchInputError, match=r"--model-mode 'train' \(the run has 'eval'\); --seed 7 \(the run has 3\)"):
-        SearchRun(replace(as_typed, seed=7), resume=True, given=frozenset({"seed", "model_mode"}),
+        SearchRun(as_typed.model_copy(update=dict(seed=7)), resume=True, given=frozenset({"seed", "model_mode"}),
                   evaluator=FakeHarness())
     document = SearchRun(as_typed, resume=True, given=frozenset(), evaluator=FakeHarness()).run()
     assert document["budget"] == 5 and document["evaluations"] == 5  # not the default 16
     settings = json.loads(sqlite3.connect(out / "state.db").execute(
         "SELECT value FROM meta WHERE key = 'settings'").fetchone()[0])
     assert (settings["seed"], settings["model_mode"]) == (3, "eval")
-    longer = SearchRun(replace(as_typed, budget=7), resume=True, given=frozenset({"budget"}), evaluator=FakeHarness())
+    longer = SearchRun(as_typed.model_copy(update=dict(budget=7)), resume=True, given=frozenset({"budget"}), evaluator=FakeHarness())
     assert longer.settings.budget == 7 and longer.settings.seed == 3
 
 
@@ -661,7 +660,7 @@ def test_a_best_re_measured_slower_than_eager_gives_way_to_the_reference(tmp_pat
     assert "ModelNew = Model" in best or "class ModelNew" in best
     assert "rejected after re-measurement" in (tmp_path / "run" / "report.md").read_text()
     # a best the re-measurement confirms stays
-    kept = SearchRun(replace(settings, out=str(tmp_path / "kept")), evaluator=FakeHarness()).run()
+    kept = SearchRun(settings.model_copy(update=dict(out=str(tmp_path / "kept"))), evaluator=FakeHarness()).run()
     assert kept["rejected_best"] is None and kept["speedup"] > 1.0
 
 
@@ -675,7 +674,7 @@ def test_a_run_folder_in_use_by_another_search_is_refused_until_that_one_ends(tm
     other = RunStore(tmp_path / "run")  # another process's hold: a lock of its own open file
     assert other.hold()
     with pytest.raises(SearchInputError, match="is in use by another kernelpro search"):
-        SearchRun(replace(settings, budget=3), resume=True, evaluator=FakeHarness()).run()
+        SearchRun(settings.model_copy(update=dict(budget=3)), resume=True, evaluator=FakeHarness()).run()
     other.close()
-    document = SearchRun(replace(settings, budget=3), resume=True, evaluator=FakeHarness(), given=frozenset({"budget"})).run()
+    document = SearchRun(settings.model_copy(update=dict(budget=3)), resume=True, evaluator=FakeHarness(), given=frozenset({"budget"})).run()
     assert document["evaluations"] == 3

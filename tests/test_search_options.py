@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 
 from kernelpro.bench import Bench, BenchSettings
-from kernelpro.bench.child import search_args
+from kernelpro.bench.child import write_search_settings
 from kernelpro.cli import main
 from kernelpro.driver import SearchRun
 from kernelpro.mcts import SearchConfig
 from kernelpro.mcts.options import SettingsError, configured, describe, parse_settings
-from kernelpro.search_settings import SearchInputError, SearchSettings
+from kernelpro.search_settings import SearchInputError
+from kernelpro.settings import SearchSettings
 from test_search import DATA, FakeHarness, ScriptedCoder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -96,13 +97,12 @@ def test_a_bench_passes_the_settings_to_each_search_and_refuses_bad_ones(tmp_pat
     out = tmp_path / "bench"
     fast = dict(budget=2, profile=False, device="cpu", use_kb=False)
     bench = Bench(BenchSettings(suite=str(SUITE), out=str(out), search="follow_gain=2", **fast))
-    args = search_args(bench.entries[0], bench.settings, out / "p", resume=False)
-    assert args[args.index("--search") + 1] == "follow_gain=2"
+    written = write_search_settings(bench.entries[0], bench.settings, out / "p", out)
+    assert SearchSettings.model_validate_json(written.read_text()).search == "follow_gain=2"
     again = Bench(BenchSettings(suite=str(SUITE), out=str(out), **fast), resume=True)  # a resume keeps them
-    assert again.settings.search == "follow_gain=2"
-    plain = search_args(bench.entries[0], BenchSettings(suite=str(SUITE), out=str(tmp_path / "o"), **fast),
-                        out / "p", resume=False)
-    assert "--search" not in plain
+    assert again.settings.searches.search == "follow_gain=2"
+    plain = BenchSettings(suite=str(SUITE), out=str(tmp_path / "o"), **fast)
+    assert plain.search_for("p.py", "p").search == ""
     with pytest.raises(SystemExit) as exit_info:
         main(["bench", str(SUITE), "--out", str(tmp_path / "bad"), "--device", "cpu", "--search", "seed=1"])
     assert exit_info.value.code == 2 and "set it with --seed" in capsys.readouterr().err

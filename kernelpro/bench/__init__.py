@@ -6,6 +6,7 @@ as Ray tasks on a cluster, `leaderboard` writes leaderboard.{md,json,html}, `com
 two benches side by side, `ablation` runs the knowledge-base ablation (three benches).
 """
 
-from kernelpro.bench.runner import Bench, BenchError, BenchSettings, BenchStatus
+from kernelpro.bench.runner import Bench, BenchError, BenchStatus
+from kernelpro.settings import BenchSettings
 
 __all__ = ["Bench", "BenchError", "BenchSettings", "BenchStatus"]

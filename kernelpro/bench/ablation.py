@@ -22,12 +22,12 @@ import sqlite3
 import statistics
 import threading
 import time
-from dataclasses import replace
 from pathlib import Path
 
 from kernelpro.bench.compare import compare, signed_rank
 from kernelpro.bench.leaderboard import geomean
-from kernelpro.bench.runner import Bench, BenchSettings, gpu_slots
+from kernelpro.bench.runner import Bench, gpu_slots
+from kernelpro.settings import BenchSettings
 from kernelpro.bench.suite import Entry, discover
 from kernelpro.runstore import copy_database
 
@@ -91,13 +91,13 @@ def run_ablation(suite: Path, out: Path, *, budget: int = 16, device: str = "cpu
     common = BenchSettings(suite="", out="", budget=budget, device=device, gpus=gpus, precision=precision,
                            profile=profile, coder="offline")
     kb_a, kb_b = out / "kb_from_a.sqlite", out / "kb_for_b.sqlite"
-    bench_a = replace(common, suite=str(suite_a), out=str(out / "bench_a"), kb=str(kb_a))
-    arms = {"empty_kb": replace(common, suite=str(suite_b), out=str(out / "bench_b_empty_kb"),
-                                kb=str(out / "empty.sqlite")),
-            "kb_from_a": replace(common, suite=str(suite_b), out=str(out / "bench_b_kb_from_a"), kb=str(kb_b))}
+    bench_a = common.updated(suite=str(suite_a), out=str(out / "bench_a"), kb=str(kb_a))
+    arms = {"empty_kb": common.updated(suite=str(suite_b), out=str(out / "bench_b_empty_kb"),
+                                       kb=str(out / "empty.sqlite")),
+            "kb_from_a": common.updated(suite=str(suite_b), out=str(out / "bench_b_kb_from_a"), kb=str(kb_b))}
     split = side_by_side(gpu_slots(device, gpus))
     if split:  # A and the empty arm at the same time, on half of the GPUs each
-        first, second = replace(bench_a, gpus=split[0]), replace(arms["empty_kb"], gpus=split[1])
+        first, second = bench_a.updated(gpus=split[0]), arms["empty_kb"].updated(gpus=split[1])
         errors: list[BaseException] = []
 
         def run(settings: BenchSettings) -> None:

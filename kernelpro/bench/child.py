@@ -1,4 +1,4 @@
-"""A problem's search as a child process (`python -m kernelpro search ...`), and the bench's settings.
+"""A problem's search as a child process (`python -m kernelpro search --settings FILE`).
 
 Used by both backends: the local one (runner.py, a worker per GPU) and Ray's (ray_backend.py,
 a task per problem). A child that exits with 130 was stopped by Ctrl-C: its problem stays
@@ -14,12 +14,12 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kernelpro.bench.suite import Entry
 from kernelpro.errors import KernelproError
 from kernelpro.harness.process import exit_description
+from kernelpro.settings import BENCH_FLAGS, WHERE, BenchSettings
 
 logger = logging.getLogger("kernelpro.bench")
 
@@ -44,62 +44,19 @@ class BenchError(KernelproError):
     """Bad input to `kernelpro bench`."""
 
 
-@dataclass(frozen=True)
-class BenchSettings:
-    suite: str
-    out: str
-    levels: str = ""
-    problems: str = ""
-    budget: int = 16
-    coder: str = "offline"
-    objective: str = "time"
-    strategy: str = "mcts"
-    precision: str = "fp32"
-    policy: str = "relaxed"
-    model_mode: str = "train"  # train: as KernelBench runs models; eval: .eval() first
-    device: str = "cpu"
-    gpus: str = "all"
-    profile: bool = True
-    baselines_only: bool = False
-    use_kb: bool = True
-    kb: str = ""
-    time_limit_min: float | None = None  # per problem
-    backend: str = "local"  # "local" (a worker per local GPU) or "ray" (a task per problem on a Ray cluster)
-    ray_address: str = ""  # "" starts a local Ray instance
-    unsafe_no_sandbox: bool = False  # passed to each search (the Anthropic coder where no sandbox works)
-    launch_ranking: str = "auto"  # passed to each search: the offline coder's launch configurations
-    moves: str = ""  # passed to each search: the offline coder's moves allowed ("" = all)
-    seed: int = 0  # passed to each search (--seed): repeat a bench with other seeds to see its spread
-    search: str = ""  # passed to each search (--search): the tree search's settings, NAME=VALUE,... ("" = defaults)
-    compile_baseline: bool = True  # False: no search times torch.compile (--no-compile-baseline), a cheaper bench
-    adaptive_timing: bool = True  # False: every candidate gets every timing trial (--no-adaptive-timing)
-
-
-#: the option that sets each setting, as `kernelpro bench` spells it: a resumed bench refuses one given with
-#: another value than the bench recorded (the budget extends it; --gpus, --backend and --ray-address say where the
-#: rest runs now; --unsafe-no-sandbox is never recorded)
-FLAGS = {"levels": "--level", "problems": "--problems", "coder": "--coder", "objective": "--objective",
-         "strategy": "--strategy", "precision": "--precision", "policy": "--policy", "model_mode": "--model-mode",
-         "device": "--device", "profile": "--profile", "baselines_only": "--baselines-only", "use_kb": "--no-kb",
-         "kb": "--kb", "time_limit_min": "--time-limit", "launch_ranking": "--launch-ranking", "moves": "--moves",
-         "seed": "--seed", "search": "--search", "compile_baseline": "--compile-baseline",
-         "adaptive_timing": "--adaptive-timing"}
-#: what a resumed bench takes from the command that resumes it, where given
-WHERE = ("gpus", "backend", "ray_address")
-
-
 def resumed_settings(saved: BenchSettings, asked: BenchSettings, given: frozenset[str] | None) -> BenchSettings:
     """The settings a resumed bench goes on with: the recorded ones, where it runs as `asked` where `given` (the
-    BenchSettings fields the command line set), and this command's --unsafe-no-sandbox. A recorded setting given
-    with another value is refused by its option. None (a program's call): nothing is refused."""
+    BenchSettings fields the command line set, flat), and this command's --unsafe-no-sandbox. A recorded setting
+    given with another value is refused by its option. None (a program's call): nothing is refused."""
     from kernelpro.search_settings import conflicting_options  # here: it imports torch, a bench's start need not
-    conflicts = conflicting_options(FLAGS, given or (), asked, saved, "the bench")
+    conflicts = conflicting_options(BENCH_FLAGS, given or (), asked.flat(), saved.flat(), "the bench")
     if conflicts:
         raise BenchError(f"--resume finishes the bench in {asked.out} with the settings it was started with; "
                          f"{'; '.join(conflicts)}. Leave {'them' if len(conflicts) > 1 else 'it'} out, or start a new "
                          "bench in another --out folder")
-    return replace(saved, unsafe_no_sandbox=asked.unsafe_no_sandbox,
-                   **{name: getattr(asked, name) for name in WHERE if name in (given or ())})
+    searches = saved.searches.model_copy(update={"unsafe_no_sandbox": asked.searches.unsafe_no_sandbox})
+    return saved.model_copy(update={"searches": searches,
+                                    **{name: getattr(asked, name) for name in WHERE if name in (given or ())}})
 
 
 def summarize_run(folder: Path) -> dict:
@@ -130,17 +87,19 @@ def extends(summary: dict | None, budget: int) -> bool:
     return bool(summary) and summary.get("stopped") == "budget" and (summary.get("budget") or budget) < budget
 
 
-def search_args(entry: Entry, s: BenchSettings, folder: Path, resume: bool) -> list[str]:
-    """The `kernelpro search` command line of one problem."""
-    return ["search", str(entry.path), "--budget", str(s.budget), "--coder", s.coder, "--objective", s.objective,
-            "--strategy", s.strategy, "--precision", s.precision, "--policy", s.policy, "--device", s.device,
-            "--model-mode", s.model_mode, "--launch-ranking", s.launch_ranking, "--seed", str(s.seed),
-            "--out", str(folder), "--json"] + (["--resume"] if resume else []) + \
-        ([] if s.profile else ["--no-profile"]) + (["--time-limit", str(s.time_limit_min)] if s.time_limit_min else []) + \
-        (["--no-kb"] if not s.use_kb else ["--kb", s.kb] if s.kb else []) + \
-        (["--unsafe-no-sandbox"] if s.unsafe_no_sandbox else []) + \
-        ([] if s.compile_baseline else ["--no-compile-baseline"]) + (["--moves", s.moves] if s.moves else []) + \
-        (["--search", s.search] if s.search else []) + ([] if s.adaptive_timing else ["--no-adaptive-timing"])
+def write_search_settings(entry: Entry, settings: BenchSettings, folder: Path, out: Path) -> Path:
+    """The settings of one problem's search (`BenchSettings.search_for`), as JSON in `out/settings/<key>.json`,
+    for `kernelpro search --settings`; the file's path."""
+    path = out / "settings" / f"{entry.key}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    search = settings.search_for(str(Path(entry.path).resolve()), str(folder.resolve()))
+    path.write_text(search.model_dump_json(indent=1) + "\n")
+    return path
+
+
+def search_args(settings_file: Path, resume: bool) -> list[str]:
+    """The `kernelpro search` command line of one problem: its settings file, and whether it resumes."""
+    return ["search", "--settings", str(settings_file), "--json"] + (["--resume"] if resume else [])
 
 
 def one_line_error(log_tail: str) -> str:
@@ -184,14 +143,15 @@ def run_search(entry: Entry, settings: BenchSettings, out: Path, env: dict,
     finished = finished_search(folder)
     if finished and not remeasure:
         summary = summarize_run(folder)
-        if not extends(summary, settings.budget):
+        if not extends(summary, settings.searches.budget):
             return summary, ""  # it finished before the bench was killed
     # a search cut off, or one that spent a smaller budget, resumes its own state (and extends it)
     resume = (folder / "state.db").exists()
     if folder.exists() and not resume:
         shutil.rmtree(folder)  # killed before its search kept anything
     again = remeasure and finished  # a search cut off before it finished just resumes
-    code, tail = run_child(search_args(entry, settings, folder, resume) + (["--remeasure"] if again else []), env,
+    settings_file = write_search_settings(entry, settings, folder, out)
+    code, tail = run_child(search_args(settings_file, resume) + (["--remeasure"] if again else []), env,
                            out / "logs" / f"{entry.key}.log", on_pid)
     check_interrupted(code)
     if code != 0 or not (folder / "run.json").exists():

@@ -19,7 +19,6 @@ import datetime
 import html
 import json
 import math
-from dataclasses import asdict
 from importlib import resources
 from pathlib import Path
 
@@ -170,7 +169,7 @@ def build(store, settings) -> dict:
     levels = sorted({r["level"] for r in rows}, key=lambda v: (v is None, v or 0))
     return {
         "format": FORMAT, "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "settings": asdict(settings), "devices": sorted({r["device_name"] for r in rows if r["device_name"]}),
+        "settings": settings.flat(), "devices": sorted({r["device_name"] for r in rows if r["device_name"]}),
         "levels": [level_summary(level, [r for r in rows if r["level"] == level]) for level in levels],
         "overall": level_summary("all", rows), "problems": rows,
     }

@@ -13,10 +13,10 @@ folder is not shared. Scheduling across hosts is Ray's, not ours.
 from __future__ import annotations
 
 import os
-from dataclasses import asdict
 from pathlib import Path
 
-from kernelpro.bench.child import BenchError, BenchSettings, run_search
+from kernelpro.bench.child import BenchError, run_search
+from kernelpro.settings import BenchSettings
 from kernelpro.bench.suite import Entry
 
 RETURNED_FILES = ("run.json", "best.py", "tree.json", "report.md")
@@ -24,7 +24,7 @@ RETURNED_FILES = ("run.json", "best.py", "tree.json", "report.md")
 
 def problem_task(entry: Entry, settings: dict, out: str, remeasure: bool = False) -> dict:
     """Runs on a Ray worker: the problem's search, and what the driver needs back."""
-    result, error = run_search(entry, BenchSettings(**settings), Path(out), dict(os.environ), remeasure=remeasure)
+    result, error = run_search(entry, BenchSettings.model_validate(settings), Path(out), dict(os.environ), remeasure=remeasure)
     folder = Path(out) / "problems" / entry.key
     files = {name: (folder / name).read_text() for name in RETURNED_FILES if (folder / name).exists()}
     return {"result": result, "error": error, "files": files, "host": os.uname().nodename}
@@ -41,13 +41,13 @@ def run_on_ray(bench, entries: list[Entry]) -> None:
         ray.init(address=settings.ray_address or None, include_dashboard=False, log_to_driver=False,
                  configure_logging=False)
     try:
-        resources = {"num_gpus": 1} if settings.device == "cuda" else {"num_cpus": 1}
+        resources = {"num_gpus": 1} if settings.searches.device == "cuda" else {"num_cpus": 1}
         remote = ray.remote(max_retries=0, **resources)(problem_task)
         out = bench.out.resolve()
         pending = {}
         for entry in entries:
             bench.store.start(entry.key, "ray")
-            pending[remote.remote(entry, asdict(settings), str(out), entry.key in bench.remeasure)] = entry
+            pending[remote.remote(entry, settings.model_dump(), str(out), entry.key in bench.remeasure)] = entry
         while pending:
             bench.status.workers = {"ray": f"{len(pending)} problems in flight"}
             bench.on_change(bench.status)

@@ -19,23 +19,26 @@ import shutil
 import signal
 import threading
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Callable
 
-from kernelpro.bench.child import (BenchError, BenchInterrupted, BenchSettings, ChildInterrupted,  # noqa: F401
+from kernelpro.bench.child import (BenchError, BenchInterrupted, ChildInterrupted,  # noqa: F401
                                     check_interrupted, extends, finished_search, one_line_error, resumed_settings,
                                     run_child, run_search)
 from kernelpro.bench.leaderboard import geomean, write_leaderboards
 from kernelpro.bench.store import FINISHED, BenchStore, source_sha256
 from kernelpro.bench.suite import Entry, discover, select
 from kernelpro.harness.process import exit_description
+from kernelpro.settings import BenchSettings
 
 
 def saved_settings(saved: dict) -> BenchSettings:
     """A bench's settings as its bench.db records them; a bench from before model modes existed ran its
-    models in eval mode."""
-    return BenchSettings(**{"model_mode": "eval", **saved})
+    models in eval mode (one from before its search settings were nested records them flat)."""
+    if "searches" in saved:
+        return BenchSettings.model_validate(saved)
+    return BenchSettings.model_validate({"model_mode": "eval", **saved})
 
 
 @dataclass
@@ -111,7 +114,7 @@ class Bench:
             saved = self.store.get("settings")
             # the safety choice is this command's, never the saved one's
             settings = resumed_settings(saved_settings(saved), settings, given) if saved else settings
-        if extend_budget is not None and extend_budget != settings.budget:
+        if extend_budget is not None and extend_budget != settings.searches.budget:
             settings = self._extend(settings, extend_budget)
         self.settings = settings
         self.entries = select(discover(Path(settings.suite)), settings.levels, settings.problems)
@@ -121,11 +124,11 @@ class Bench:
             raise BenchError("--baselines-only runs on the local backend")
         if self.store is None:
             self.store = BenchStore(out)
-        self.store.put("settings", asdict(settings))
+        self.store.put("settings", settings.model_dump())
         self.store.add(self.entries)
         self.interrupted = False
         self._children: dict[str, int] = {}  # key -> pid of the search (or baseline eval) running
-        self.slots = gpu_slots(settings.device, settings.gpus) if settings.backend == "local" else []
+        self.slots = gpu_slots(settings.searches.device, settings.gpus) if settings.backend == "local" else []
         self.on_change = on_change
         rows = {r["key"]: r for r in self.store.rows()}
         for row in rows.values():  # a search left running by a bench killed alone: stop it before resuming it
@@ -150,16 +153,16 @@ class Bench:
         self._lock = threading.Lock()
 
     def _extend(self, settings: BenchSettings, budget: int) -> BenchSettings:
-        if budget < settings.budget:
-            raise BenchError(f"--budget {budget} is below this bench's budget {settings.budget}; a bench only "
+        if budget < settings.searches.budget:
+            raise BenchError(f"--budget {budget} is below this bench's budget {settings.searches.budget}; a bench only "
                              "extends (use another --out for a smaller one)")
         if settings.baselines_only:
             raise BenchError("a --baselines-only bench has no searches to extend")
         for path in sorted(self.out.glob("leaderboard.*")):
-            path.replace(path.with_name(f"leaderboard_budget{settings.budget}{path.suffix}"))
+            path.replace(path.with_name(f"leaderboard_budget{settings.searches.budget}{path.suffix}"))
         self.store.reopen([r["key"] for r in self.store.rows()
                            if r["status"] == "done" and extends(r["result"], budget)])
-        return replace(settings, budget=budget)
+        return settings.updated(budget=budget)
 
     def _rerun(self, keys: list[str], rows: dict[str, dict]) -> int:
         """Forget what these problems measured: result, search folder, log, and the knowledge-base
@@ -176,10 +179,10 @@ class Bench:
             row = rows[key]
             shutil.rmtree(self.out / "problems" / key, ignore_errors=True)
             (self.out / "logs" / f"{key}.log").unlink(missing_ok=True)
-            if self.settings.use_kb and row["started"]:
+            if self.settings.searches.use_kb and row["started"]:
                 from kernelpro.knowledge import KnowledgeBase
                 name = entries[key].name  # the name a search records its observations under
-                with KnowledgeBase(self.settings.kb or None) as base:
+                with KnowledgeBase(self.settings.searches.kb or None) as base:
                     forgotten += base.forget(name, row["started"], row["finished"] or time.time())
         self.store.reopen(keys)
         return forgotten
@@ -210,7 +213,7 @@ class Bench:
             self.status.failed += 1
 
     def estimate(self, entry: Entry) -> float:
-        known = self.store.any_baseline(source_sha256(entry.path), self.settings.precision)
+        known = self.store.any_baseline(source_sha256(entry.path), self.settings.searches.precision)
         return known["eager_ms"] * 1e3 if known else float(entry.level or 1)
 
     @staticmethod
@@ -330,7 +333,7 @@ class Bench:
     def _with_baseline(self, entry: Entry, result: dict) -> dict:
         if result.get("baseline_ms") and result.get("device_name"):
             self.store.put_baseline(source_sha256(entry.path), result["device_name"], result.get("torch_version") or "",
-                                    self.settings.precision, result["baseline_ms"], result.get("baseline_compile_ms"))
+                                    self.settings.searches.precision, result["baseline_ms"], result.get("baseline_compile_ms"))
         return result
 
     def baseline(self, entry: Entry, slot: str) -> tuple[dict | None, str]:
@@ -341,7 +344,7 @@ class Bench:
         s = self.settings
         device_name = torch.cuda.get_device_name(int(slot)) if slot != "cpu" else "cpu"
         sha = source_sha256(entry.path)
-        cached = self.store.baseline(sha, device_name, torch.__version__, s.precision)
+        cached = self.store.baseline(sha, device_name, torch.__version__, s.searches.precision)
         if cached:
             return {"baseline_ms": cached["eager_ms"], "baseline_compile_ms": cached["compile_ms"],
                     "device_name": device_name, "torch_version": torch.__version__, "cached": True}, ""
@@ -351,8 +354,8 @@ class Bench:
         reference.write_text(reference_candidate(load_problem(entry.path)))
         report = folder / "baseline.json"
         code, tail = self._child(entry.key, ["eval", str(entry.path), str(reference), "--baseline", "compile", "--device",
-                                  s.device, "--precision", s.precision, "--model-mode", s.model_mode,
-                                  "--json-file", str(report)] + (["--kernelbench-timing"] if s.device == "cuda" else []),
+                                  s.searches.device, "--precision", s.searches.precision, "--model-mode", s.searches.model_mode,
+                                  "--json-file", str(report)] + (["--kernelbench-timing"] if s.searches.device == "cuda" else []),
                                  slot, self.out / "logs" / f"{entry.key}.log")
         check_interrupted(code)
         if not report.exists():
@@ -363,7 +366,7 @@ class Bench:
         eager = result["reference"]["median_ms"]
         compiled = (result.get("reference_compile") or {}).get("median_ms")
         self.store.put_baseline(sha, result.get("device_name") or device_name, result.get("torch_version") or "",
-                                s.precision, eager, compiled)
+                                s.searches.precision, eager, compiled)
         kernelbench = result.get("kernelbench") or {}
         return {"baseline_ms": eager, "baseline_compile_ms": compiled, "device_name": result.get("device_name"),
                 "baseline_compile_correct": result.get("compile_correct"),

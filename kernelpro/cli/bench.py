@@ -145,25 +145,26 @@ def register(app: typer.Typer) -> None:
         if not resume:  # a suite without problems, or a selection of none, is answered before torch loads
             from kernelpro.bench.suite import discover, select
             select(discover(suite), level, problems)
-        from kernelpro.bench import Bench, BenchSettings
+        from kernelpro.bench import Bench
         from kernelpro.coder import default_coder
         from kernelpro.harness import default_device
-        settings = BenchSettings(
-            suite=str(suite), out=str(out or Path("bench") / suite.resolve().name), levels=level, problems=problems,
+        from kernelpro.settings import BenchSettings, SearchSettings
+        searches = SearchSettings(
             budget=budget or 16, coder=coder.value if coder else default_coder(), objective=objective.value,
             strategy=strategy.value, precision=precision.value, policy=policy.value, model_mode=model_mode.value,
-            device=device.value if device else default_device(), gpus=gpus, profile=profile,
-            baselines_only=baselines_only, time_limit_min=time_limit, **knowledge,
-            backend=backend, ray_address=ray_address, unsafe_no_sandbox=unsafe_no_sandbox,
-            launch_ranking=launch_ranking.value, moves=moves, seed=seed, compile_baseline=compile_baseline,
-            adaptive_timing=adaptive_timing, search=search)
+            device=device.value if device else default_device(), profile=profile, time_limit_min=time_limit,
+            **knowledge, unsafe_no_sandbox=unsafe_no_sandbox, launch_ranking=launch_ranking.value, moves=moves,
+            seed=seed, compile_baseline=compile_baseline, adaptive_timing=adaptive_timing, search=search)
+        settings = BenchSettings(
+            suite=str(suite), out=str(out or Path("bench") / suite.resolve().name), levels=level, problems=problems,
+            gpus=gpus, baselines_only=baselines_only, backend=backend, ray_address=ray_address, searches=searches)
         if search:  # before any search starts, not in each
             from kernelpro.search_settings import check_search
             check_search(search)
         if moves:  # before any search starts, not in each
             from kernelpro.search_settings import moves_refused
             from kernelpro.offline import allowed_moves
-            refused = moves_refused(settings.coder)
+            refused = moves_refused(settings.searches.coder)
             if refused:
                 raise typer.BadParameter(refused, param_hint="--moves")
             allowed_moves(moves)

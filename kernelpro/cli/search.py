@@ -66,14 +66,41 @@ class ProgressLines:
 
 #: the search command's parameters that set a `SearchSettings` field of another name
 _FIELDS = {"time_limit": "time_limit_min", "max_cost": "max_cost_usd", "no_kb": "use_kb"}
+#: what --settings FILE may be given with: how the run goes, not what it is
+_WITH_SETTINGS_FILE = {"settings_file", "resume", "force", "remeasure", "json_output", "json_file"}
+
+
+def read_settings(ctx: typer.Context, path: Path):
+    """The SearchSettings of a --settings file (JSON, as `SearchSettings.model_dump_json` writes it), refused
+    with a clear error where the file is missing or not such a record, or where a setting is also given."""
+    import pydantic
+    from kernelpro.settings import SearchSettings
+    also = sorted(name for name in given_fields(ctx, {}) if name not in _WITH_SETTINGS_FILE)
+    if also:
+        shown = ", ".join("PROBLEM" if name == "problem" else "--" + name.replace("_", "-") for name in also)
+        raise typer.BadParameter(f"the file holds every setting; leave out {shown}", param_hint="--settings")
+    try:
+        settings = SearchSettings.model_validate_json(path.read_text())
+    except OSError as error:
+        raise typer.BadParameter(f"{path}: {error.strerror or error}", param_hint="--settings") from None
+    except pydantic.ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the file"
+        raise typer.BadParameter(f"{path}: {where}: {first['msg']} ({error.error_count()} error"
+                                 f"{'s' if error.error_count() != 1 else ''})", param_hint="--settings") from None
+    if not settings.problem or not settings.out:
+        raise typer.BadParameter(f"{path}: it names no {'problem' if not settings.problem else 'out folder'}",
+                                 param_hint="--settings")
+    return settings
 
 
 def register(app: typer.Typer) -> None:
     @app.command("search")
     def search_command(
         ctx: typer.Context,
-        problem: Annotated[Path, typer.Argument(metavar="PROBLEM", help="a KernelBench-format problem file (Model, get_inputs, "
-                                                     "get_init_inputs)")],
+        problem: Annotated[Path | None, typer.Argument(
+            metavar="PROBLEM", help="a KernelBench-format problem file (Model, get_inputs, get_init_inputs); "
+                                    "not with --settings")] = None,
         objective: Annotated[ObjectiveChoice, typer.Option(
             "--objective", help="time; energy (J/call at matched speed); edp (energy x delay)")] = ObjectiveChoice.time,
         budget: Annotated[int, typer.Option("--budget", min=1, help="candidate evaluations")] = 16,
@@ -117,27 +144,36 @@ def register(app: typer.Typer) -> None:
                                         "(they can then read this machine's files and secrets)")] = False,
         json_output: Annotated[bool, typer.Option("--json", help="no live display; print run.json")] = False,
         json_file: JsonFile = None,
+        settings_file: Annotated[Path | None, typer.Option(
+            "--settings", metavar="FILE", help="every setting, PROBLEM and --out too, from this JSON file (a "
+                                               "SearchSettings record: what a bench gives each problem's search)")] = None,
     ) -> None:
         """Search for a faster (or more energy-efficient) implementation of PROBLEM."""
+        given_settings = read_settings(ctx, settings_file) if settings_file is not None else None
+        if given_settings is not None:
+            problem = Path(given_settings.problem)
+        elif problem is None:
+            raise typer.BadParameter("give a problem file, or --settings FILE", param_hint="PROBLEM")
         knowledge = knowledge_base(kb, no_kb)
         if not problem.is_file():  # before the imports below (torch): a mistyped path answers at once
             from kernelpro.errors import ProblemError
             raise ProblemError(problem, "no such file")
-        if objective is not ObjectiveChoice.time:  # energy on a machine without an NVIDIA driver: also at once
+        asked_objective = given_settings.objective if given_settings else objective.value
+        if asked_objective != "time":  # energy on a machine without an NVIDIA driver: also at once
             from kernelpro.harness.toolchain import nvidia_driver_present
             if not nvidia_driver_present():
                 from kernelpro.energy import open_meter
                 open_meter("cpu")  # raises the refusal that says what can be done on a machine without a GPU
         from kernelpro.coder import default_coder
         from kernelpro.driver import SearchRun
-        from kernelpro.search_settings import SearchSettings
+        from kernelpro.settings import SearchSettings
         from kernelpro.harness import default_device
 
         chosen_device = device.value if device else default_device()
         chosen_coder = coder.value if coder else default_coder()
         console = make_console(stderr=True)
-        folder = (out or Path("runs") / problem.stem).resolve()  # absolute: a resume may start elsewhere
-        settings = SearchSettings(
+        folder = (Path(given_settings.out) if given_settings else out or Path("runs") / problem.stem).resolve()
+        settings = given_settings or SearchSettings(
             problem=str(problem.resolve()), out=str(folder), objective=objective.value, budget=budget,
             time_limit_min=time_limit, coder=chosen_coder, strategy=strategy.value, device=chosen_device,
             precision=precision.value, policy=policy.value, model_mode=model_mode.value, parallel=parallel,
@@ -154,12 +190,14 @@ def register(app: typer.Typer) -> None:
             from kernelpro.runstore import clear_output_folder
             clear_output_folder(folder, ("state.db", "run.json"), "kernelpro search run")
         from kernelpro.driver import SearchInterrupted
-        given = given_fields(ctx, _FIELDS) if resume else None
+        # a resumed run compares what it is given with what it recorded: the flags given, or the whole file
+        given = None if not resume else frozenset(SearchSettings.model_fields) - {"problem", "out"} \
+            if given_settings else given_fields(ctx, _FIELDS)
         # built before anything is printed: a refused run prints its error alone and leaves nothing behind
         run = SearchRun(settings, resume=resume, remeasure_only=remeasure, given=given)
         run.hold()  # a folder another search is using: one line, before the banner
-        why = "as asked" if coder else ("ANTHROPIC_API_KEY is set" if chosen_coder == "anthropic"
-                                        else "no ANTHROPIC_API_KEY")
+        why = "as asked" if coder or given_settings else ("ANTHROPIC_API_KEY is set" if chosen_coder == "anthropic"
+                                                          else "no ANTHROPIC_API_KEY")
         if not json_output and not quiet():
             console.print(f"coder: [bold]{run.settings.coder}[/] ({why}); device: [bold]{run.settings.device}[/]; "
                           f"objective: [bold]{run.settings.objective}[/]; output: {folder}")
