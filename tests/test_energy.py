@@ -241,3 +241,38 @@ def test_the_objectives_read_the_typed_result_and_a_run_stored_by_an_earlier_ver
     with pytest.raises(ValueError):
         stored_result({**stored, "speedup": "fast"})  # a wrong value is still refused
     assert normalized(result.model_copy(update={"energy": None}), {"eager_ms": 8.0}).candidate_j is None
+
+
+def test_the_energy_tool_reads_its_window_with_the_harness_meter():
+    """The profiling tool's window (tools.target.energy_window) is read by the same NvmlMeter as the verdicts'
+    energy: here a simulated card drawing 300 W while the calls run, read from its counter or, where it has none,
+    from sampled power."""
+    from kernelpro.tools.energy import energy_report
+    from kernelpro.tools.target import energy_window
+
+    class Calls:
+        """A program whose calls keep the simulated card busy for 2 ms each."""
+        def __init__(self, nvml):
+            self.nvml, self.calls = nvml, 0
+
+        def warm_up(self, calls):
+            pass
+
+        def call(self):
+            self.nvml.busy = True
+            time.sleep(0.002)
+            self.calls += 1
+
+        def sync(self):
+            pass
+
+    for counter, method in ((True, "nvml_energy_counter"), (False, "nvml_power_sampling")):
+        nvml = FakeNvml(counter=counter)
+        meter = NvmlMeter(nvml, index=0, min_window_s=0.3)
+        program = Calls(nvml)
+        result = energy_window(program, {"min_calls": 10}, meter)
+        assert result["method"] == method and result["calls"] == program.calls >= 10
+        assert result["seconds"] >= 0.3 and result["power_limit_w"] == pytest.approx(700.0)
+        assert result["joules"] / result["seconds"] == pytest.approx(300.0, rel=0.15)
+        report = energy_report(result)
+        assert report.notes[0].startswith("NVML energy counter" if counter else "NVML power, sampled")

@@ -1,8 +1,9 @@
-"""The energy tool: the NVML energy counter around a window of repeated calls.
+"""The energy tool: NVML around a window of repeated calls, read by the harness's own meter.
 
-It gives joules per call and the average power, and says when the card runs at
-its power limit (then only doing less work saves energy). The energy issue
-deepens the method (idle baseline, repeated windows); this is the first cut.
+It gives joules per call and the average power, and says when the card runs at its power limit (then only doing
+less work saves energy). The window is read as the harness reads its energy windows (`kernelpro.energy.meter`:
+the energy counter, or sampled power where the card has none); the verdict's energy, with the idle baseline and
+interleaved windows, is the harness's (`--objective energy`).
 """
 
 from __future__ import annotations
@@ -45,4 +46,8 @@ def energy_report(result: dict) -> ToolReport:
                        "work per call (fewer bytes, lower precision, fused passes) lowers the energy.",
                 techniques=["reduce_precision", "fuse_elementwise"]))
     return ToolReport(tool="energy", level="energy", metrics=metrics, findings=findings,
-                      notes=[f"NVML energy counter over {result['calls']} calls in {result['seconds']:.2f} s"])
+                      notes=[f"{_METHODS.get(result.get('method'), 'NVML')} over {result['calls']} calls in "
+                             f"{result['seconds']:.2f} s"])
+
+
+_METHODS = {"nvml_energy_counter": "NVML energy counter", "nvml_power_sampling": "NVML power, sampled"}

@@ -206,28 +206,24 @@ def ncu_window(program: Program, spec: dict) -> dict:
     return {"calls": spec.get("calls", 1)}
 
 
-def energy_window(program: Program, spec: dict) -> dict:
-    import pynvml
-
+def energy_window(program: Program, spec: dict, meter=None) -> dict:
+    """Joules over a window of back-to-back calls, read by the meter the harness's energy measurement uses
+    (`kernelpro.energy.meter.NvmlMeter`: the energy counter, or sampled power where the card has none, on the GPU
+    this process sees); the window lasts the meter's minimum (`window_s` or more) and at least `min_calls` calls."""
+    from kernelpro.energy.meter import NvmlMeter
     program.warm_up(spec.get("warmup", 3))
-    pynvml.nvmlInit()
-    try:
-        index = program.device.index or 0
-        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        start_ms, calls = pynvml.nvmlDeviceGetTotalEnergyConsumption(handle), 0
-        started = time.perf_counter()
-        while calls < spec.get("min_calls", 10) or time.perf_counter() - started < spec.get("window_s", 1.0):
-            program.call()
-            calls += 1
-            if calls % 16 == 0:
-                program.sync()
-        program.sync()
-        seconds = time.perf_counter() - started
-        joules = (pynvml.nvmlDeviceGetTotalEnergyConsumption(handle) - start_ms) / 1e3
-        limit_w = pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1e3
-    finally:
-        pynvml.nvmlShutdown()
-    return {"calls": calls, "seconds": seconds, "joules": joules, "power_limit_w": limit_w}
+    meter = meter or NvmlMeter(min_window_s=spec.get("window_s", 1.0))
+    reading, calls = meter.start(), 0
+    started = time.perf_counter()
+    while calls < spec.get("min_calls", 10) or time.perf_counter() - started < meter.min_window_s:
+        program.call()
+        calls += 1
+        if calls % 16 == 0:
+            program.sync()
+    program.sync()
+    joules, seconds = meter.stop(reading)
+    return {"calls": calls, "seconds": seconds, "joules": joules, "power_limit_w": meter.power_limit_w(),
+            "method": meter.method}
 
 
 MODES = {"timeline": timeline, "ncu": ncu_window, "energy": energy_window}
