@@ -1,4 +1,5 @@
-"""Stage 1, graph rewrites: each graph move changes the traced torch.fx graph (with shapes) in place and
-returns how many rewrites it made. `passes` holds the algebraic moves and the helpers every rewrite uses,
-`library` the rewrites into library calls, `reduce` the reductions taken over a linear layer's weights;
-`composites` and `batchnorm` make opaque calls into ops the kernels fuse."""
+"""Stage 1, graph rewrites. Every graph move is a table of rules on one engine (`rules`: a pattern, and a rewrite
+made where the condition that makes it exact holds), changing the traced torch.fx graph (with shapes) in place and
+counting its rewrites. `passes` holds the algebraic moves and the helpers every rule uses, `library` the rewrites
+into library calls, `reduce` the reductions taken over a linear layer's weights; `composites` and `batchnorm`
+make opaque calls into ops the kernels fuse (the compiler's prepare and fuse stages call them)."""

@@ -18,7 +18,8 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
-from kernelpro.offline.rewrite.passes import (MATMUL, SOFTMAX, finish_graph, scaled_by, substitute, transpose_dims, arg,
+from kernelpro.offline.rewrite.rules import Move, Pattern, Rule
+from kernelpro.offline.rewrite.passes import (MATMUL, SOFTMAX, scaled_by, substitute, transpose_dims, arg,
                                         is_identity_dropout, is_op, meta)
 from kernelpro.offline.ir.windows import as_tuple, pool_args
 
@@ -55,79 +56,87 @@ def _is_causal_mask(mask: fx.Node, scores_shape) -> bool:
     return is_op(ones, (torch.ones,)) and len(shape) == 2 and shape == tuple(scores_shape[-2:])
 
 
-def attention_to_sdpa(gm: fx.GraphModule) -> int:
+def _attention_to_sdpa(gm: fx.GraphModule, node: fx.Node, state) -> bool:
     """softmax(masked_fill((q @ k^T) * s [/ s], mask, -inf)) @ v over the last dim (mask optional, before
     or among the scalings) -> scaled_dot_product_attention(q, k, v, scale, is_causal or attn_mask=~mask)."""
-    count = 0
-    for node in list(gm.graph.nodes):
-        if not is_op(node, MATMUL, {"matmul", "bmm"}) or len(node.args) != 2:
-            continue
-        probs, v = node.args
-        if is_identity_dropout(gm, probs) and len(probs.users) == 1:
-            probs = probs.args[0]  # a dropout that passes its input through (eval mode, or p = 0)
-        if not is_op(probs, SOFTMAX, {"softmax"}) or len(probs.users) != 1 or not meta(probs):
-            continue
-        rank = len(meta(probs).shape)
-        if arg(probs, 1, "dim") not in (-1, rank - 1) or probs.kwargs.get("dtype") is not None:
-            continue
-        scores, scale, chain, mask = probs.args[0], 1.0, [], None
-        while True:
-            found, masked = scaled_by(scores), _masked_with_minus_inf(scores)
-            if found:  # with a mask, only a positive overall scale keeps -inf at -inf (checked below)
-                scale *= found[1]
-                chain.append(scores)
-                scores = found[0]
-            elif masked and mask is None:
-                chain.append(scores)
-                scores, mask = masked
-            else:
-                break
-        if not is_op(scores, MATMUL, {"matmul", "bmm"}) or not meta(scores) or len(scores.users) != 1:
-            continue
-        q, kt = scores.args
-        if not (meta(q) and meta(kt) and meta(v)) or not _is_last_two_transpose(kt, len(meta(kt).shape)):
-            continue
-        if any(len(meta(t).shape) != rank for t in (q, kt, v)) or any(len(c.users) != 1 for c in chain) \
-                or not math.isfinite(scale) or (mask is not None and scale <= 0):
-            continue
-        kwargs: dict = {"scale": scale}
-        if mask is not None:
-            if not meta(mask) or meta(mask).dtype is not torch.bool:
-                continue
-            if _is_causal_mask(mask, meta(scores).shape):
-                kwargs["is_causal"] = True
-            else:
-                with gm.graph.inserting_before(node):
-                    keep = gm.graph.call_function(torch.logical_not, (mask,))
-                keep.meta = dict(mask.meta)
-                kwargs["attn_mask"] = keep
-        substitute(gm, node, F.scaled_dot_product_attention, (q, kt.args[0], v), kwargs)
-        count += 1
-    finish_graph(gm)
-    return count
+    if not is_op(node, MATMUL, {"matmul", "bmm"}) or len(node.args) != 2:
+        return False
+    probs, v = node.args
+    if is_identity_dropout(gm, probs) and len(probs.users) == 1:
+        probs = probs.args[0]  # a dropout that passes its input through (eval mode, or p = 0)
+    if not is_op(probs, SOFTMAX, {"softmax"}) or len(probs.users) != 1 or not meta(probs):
+        return False
+    rank = len(meta(probs).shape)
+    if arg(probs, 1, "dim") not in (-1, rank - 1) or probs.kwargs.get("dtype") is not None:
+        return False
+    scores, scale, chain, mask = probs.args[0], 1.0, [], None
+    while True:
+        found, masked = scaled_by(scores), _masked_with_minus_inf(scores)
+        if found:  # with a mask, only a positive overall scale keeps -inf at -inf (checked below)
+            scale *= found[1]
+            chain.append(scores)
+            scores = found[0]
+        elif masked and mask is None:
+            chain.append(scores)
+            scores, mask = masked
+        else:
+            break
+    if not is_op(scores, MATMUL, {"matmul", "bmm"}) or not meta(scores) or len(scores.users) != 1:
+        return False
+    q, kt = scores.args
+    if not (meta(q) and meta(kt) and meta(v)) or not _is_last_two_transpose(kt, len(meta(kt).shape)):
+        return False
+    if any(len(meta(t).shape) != rank for t in (q, kt, v)) or any(len(c.users) != 1 for c in chain) \
+            or not math.isfinite(scale) or (mask is not None and scale <= 0):
+        return False
+    kwargs: dict = {"scale": scale}
+    if mask is not None:
+        if not meta(mask) or meta(mask).dtype is not torch.bool:
+            return False
+        if _is_causal_mask(mask, meta(scores).shape):
+            kwargs["is_causal"] = True
+        else:
+            with gm.graph.inserting_before(node):
+                keep = gm.graph.call_function(torch.logical_not, (mask,))
+            keep.meta = dict(mask.meta)
+            kwargs["attn_mask"] = keep
+    substitute(gm, node, F.scaled_dot_product_attention, (q, kt.args[0], v), kwargs)
+    return True
 
 
-def transposed_matmuls(gm: fx.GraphModule) -> int:
-    """x @ W.t() with a 2-D W -> linear(x, W); (a^T @ b^T)^T -> b @ a: no transposed copies."""
-    count = 0
-    for node in list(gm.graph.nodes):
-        if is_op(node, (operator.matmul, torch.matmul, torch.mm), {"matmul", "mm"}) and len(node.args) == 2:
-            x, wt = node.args
-            if meta(wt) and len(meta(wt).shape) == 2 and _is_last_two_transpose(wt, 2) and meta(x) \
-                    and len(meta(x).shape) >= 1:
-                substitute(gm, node, F.linear, (x, wt.args[0]))
-                count += 1
-                continue
-        inner = node.args[0] if node.args else None
-        rank = len(meta(node).shape) if meta(node) else 0
-        if _is_last_two_transpose(node, rank) and is_op(inner, MATMUL, {"matmul", "bmm"}) and \
-                len(inner.users) == 1:
-            a, b = inner.args
-            if all(meta(t) and len(meta(t).shape) == rank and _is_last_two_transpose(t, rank) for t in (a, b)):
-                substitute(gm, node, torch.matmul, (b.args[0], a.args[0]))
-                count += 1
-    finish_graph(gm)
-    return count
+attention_to_sdpa = Move("attention_to_sdpa", (
+    Rule("softmax(masked_fill((q @ k^T) * s, mask, -inf)) @ v -> "
+         "scaled_dot_product_attention(q, k, v, scale, is_causal or attn_mask=~mask)",
+         Pattern(MATMUL, frozenset({"matmul", "bmm"})), _attention_to_sdpa),
+))
+
+
+def _transposed_weight(gm: fx.GraphModule, node: fx.Node, state) -> bool:
+    if len(node.args) != 2:
+        return False
+    x, wt = node.args
+    if meta(wt) and len(meta(wt).shape) == 2 and _is_last_two_transpose(wt, 2) and meta(x) and len(meta(x).shape) >= 1:
+        substitute(gm, node, F.linear, (x, wt.args[0]))
+        return True
+    return False
+
+
+def _transposed_product(gm: fx.GraphModule, node: fx.Node, state) -> bool:
+    inner = node.args[0] if node.args else None
+    rank = len(meta(node).shape) if meta(node) else 0
+    if _is_last_two_transpose(node, rank) and is_op(inner, MATMUL, {"matmul", "bmm"}) and len(inner.users) == 1:
+        a, b = inner.args
+        if all(meta(t) and len(meta(t).shape) == rank and _is_last_two_transpose(t, rank) for t in (a, b)):
+            substitute(gm, node, torch.matmul, (b.args[0], a.args[0]))
+            return True
+    return False
+
+
+_MATRIX_PRODUCT = Pattern((operator.matmul, torch.matmul, torch.mm), frozenset({"matmul", "mm"}))
+transposed_matmuls = Move("transposed_matmuls", (
+    Rule("x @ W.t() -> linear(x, W) for a 2-D W", _MATRIX_PRODUCT, _transposed_weight),
+    Rule("(a^T @ b^T)^T -> b @ a", Pattern(), _transposed_product),
+))
 
 
 def _diagonal_of(node) -> fx.Node | None:
@@ -141,27 +150,28 @@ def _diagonal_of(node) -> fx.Node | None:
     return vector if isinstance(vector, fx.Node) and meta(vector) and len(meta(vector).shape) == 1 else None
 
 
-def diagonal_products(gm: fx.GraphModule) -> int:
+def _diagonal_products(gm: fx.GraphModule, node: fx.Node, state) -> bool:
     """diag(v) @ B -> v[:, None] * B and A @ diag(v) -> A * v, for 2-D A and B: every term the matmul
     adds besides these products is an exact zero."""
-    count = 0
-    for node in list(gm.graph.nodes):
-        if not is_op(node, (operator.matmul, torch.matmul, torch.mm), {"matmul", "mm"}) or len(node.args) != 2 \
-                or node.kwargs:
-            continue
-        left, right = node.args
-        row_scale, column_scale = _diagonal_of(left), _diagonal_of(right)
-        if row_scale is not None and meta(right) and len(meta(right).shape) == 2:
-            with gm.graph.inserting_before(node):
-                column = gm.graph.call_function(torch.unsqueeze, (row_scale, 1))
-            substitute(gm, node, operator.mul, (column, right))
-        elif column_scale is not None and meta(left) and len(meta(left).shape) == 2:
-            substitute(gm, node, operator.mul, (left, column_scale))
-        else:
-            continue
-        count += 1
-    finish_graph(gm)
-    return count
+    if not is_op(node, (operator.matmul, torch.matmul, torch.mm), {"matmul", "mm"}) or len(node.args) != 2 \
+            or node.kwargs:
+        return False
+    left, right = node.args
+    row_scale, column_scale = _diagonal_of(left), _diagonal_of(right)
+    if row_scale is not None and meta(right) and len(meta(right).shape) == 2:
+        with gm.graph.inserting_before(node):
+            column = gm.graph.call_function(torch.unsqueeze, (row_scale, 1))
+        substitute(gm, node, operator.mul, (column, right))
+    elif column_scale is not None and meta(left) and len(meta(left).shape) == 2:
+        substitute(gm, node, operator.mul, (left, column_scale))
+    else:
+        return False
+    return True
+
+
+diagonal_products = Move("diagonal_products", (
+    Rule("diag(v) @ B -> v[:, None] * B, A @ diag(v) -> A * v (2-D A, B)", _MATRIX_PRODUCT, _diagonal_products),
+))
 
 
 _MAX_POOL_BY_RANK = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
@@ -181,32 +191,34 @@ def _plain_max_pool(gm: fx.GraphModule, node) -> tuple[int, tuple[int, ...], tup
     return rank, kernel, stride
 
 
-def merge_max_pools(gm: fx.GraphModule) -> int:
+def _merge_max_pools(gm: fx.GraphModule, outer: fx.Node, state) -> bool:
     """max_pool(k2, s2)(max_pool(k1, s1)(x)) -> max_pool((k2 - 1) * s1 + k1, s1 * s2)(x), per spatial dim, for two
     max pools without padding, dilation or ceil_mode where the first's windows leave no gap (s1 <= k1) and it
     feeds only the second: the maximum of the windows' maxima is the maximum over their union, one contiguous
     window, and the outputs' sizes agree (checked on the traced shapes). One pass over the input instead of two,
     and the first pool's output is never written."""
-    count = 0
-    for outer in list(gm.graph.nodes):
-        second = _plain_max_pool(gm, outer)
-        inner = outer.args[0] if second and outer.args else None
-        first = _plain_max_pool(gm, inner)
-        if not first or len(inner.users) != 1 or first[0] != second[0] or \
-                any(s1 > k1 for k1, s1 in zip(first[1], first[2])):
-            continue
-        rank, (k1, s1), (k2, s2) = first[0], (first[1], first[2]), (second[1], second[2])
-        kernel = tuple((b - 1) * a_stride + a for a, a_stride, b in zip(k1, s1, k2))
-        stride = tuple(a * b for a, b in zip(s1, s2))
-        source, expected = meta(inner.args[0]), meta(outer)
-        if source is None or expected is None or tuple(expected.shape[-rank:]) != tuple(
-                (n - k) // s + 1 for n, k, s in zip(source.shape[-rank:], kernel, stride)):
-            continue
-        merged = substitute(gm, outer, _MAX_POOL_BY_RANK[rank], (inner.args[0], kernel, stride))
-        merged.meta = dict(outer.meta)
-        count += 1  # both pools are left without users: finish_graph drops them
-    finish_graph(gm)
-    return count
+    second = _plain_max_pool(gm, outer)
+    inner = outer.args[0] if second and outer.args else None
+    first = _plain_max_pool(gm, inner)
+    if not first or len(inner.users) != 1 or first[0] != second[0] or \
+            any(s1 > k1 for k1, s1 in zip(first[1], first[2])):
+        return False
+    rank, (k1, s1), (k2, s2) = first[0], (first[1], first[2]), (second[1], second[2])
+    kernel = tuple((b - 1) * a_stride + a for a, a_stride, b in zip(k1, s1, k2))
+    stride = tuple(a * b for a, b in zip(s1, s2))
+    source, expected = meta(inner.args[0]), meta(outer)
+    if source is None or expected is None or tuple(expected.shape[-rank:]) != tuple(
+            (n - k) // s + 1 for n, k, s in zip(source.shape[-rank:], kernel, stride)):
+        return False
+    merged = substitute(gm, outer, _MAX_POOL_BY_RANK[rank], (inner.args[0], kernel, stride))
+    merged.meta = dict(outer.meta)
+    return True  # both pools are left without users: finish_graph drops them
+
+
+merge_max_pools = Move("merge_max_pools", (
+    Rule("max_pool(k2, s2)(max_pool(k1, s1)(x)) -> max_pool((k2 - 1) * s1 + k1, s1 * s2)(x) where s1 <= k1",
+         Pattern(), _merge_max_pools),
+))
 
 
 LIBRARY = {"attention_to_sdpa": attention_to_sdpa, "transposed_matmuls": transposed_matmuls,

@@ -1,13 +1,14 @@
-"""Graph-level rewrites on a torch.fx graph with shapes (ShapeProp's `tensor_meta`).
+"""The algebraic graph moves on a torch.fx graph with shapes (ShapeProp's `tensor_meta`), and the helpers every
+rewrite uses.
 
-Each pass changes the graph in place and returns how many rewrites it made. A pass
-only rewrites what is exactly equivalent for finite inputs: identities, reductions
-over size-1 dimensions, double transposes and negations, chains of scalar
-multiplies and adds, a scalar multiply folded into the preceding linear or
+Each move is a table of rules on the engine of `kernelpro.offline.rewrite.rules`; it changes the graph in place
+and returns how many rewrites it made. A rule only rewrites what is exactly equivalent for finite inputs:
+identities, reductions over size-1 dimensions, double transposes and negations, chains of scalar multiplies and
+adds, a scalar multiply folded into the preceding linear or
 convolution, a batch norm on running statistics folded into the convolution before it,
 a max-pool moved before the non-decreasing activation that fed it, constant results of a
 reduction over a size-1 dimension. Parameter-only subgraphs are left to `foldable_nodes`,
-which codegen precomputes at init. Rewrites into library calls are in `fxlibrary`.
+which codegen precomputes at init. Rewrites into library calls are in `library`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import operator
 import torch
 import torch.fx as fx
 import torch.nn.functional as F
+
+from kernelpro.offline.rewrite.rules import Move, Pattern, Rule, finish_graph
 
 SCALAR = (int, float)
 ADD = (operator.add, torch.add)
@@ -75,12 +78,6 @@ def substitute(gm: fx.GraphModule, node: fx.Node, target, args: tuple, kwargs: d
     call.meta = dict(node.meta)
     node.replace_all_uses_with(call)
     return call
-
-
-def finish_graph(gm: fx.GraphModule) -> None:
-    gm.graph.eliminate_dead_code()
-    gm.graph.lint()
-    gm.recompile()
 
 
 def scalar_binary(node: fx.Node, ops) -> tuple[fx.Node, float] | None:
@@ -150,29 +147,46 @@ def is_identity_dropout(gm: fx.GraphModule, node) -> bool:
     return False
 
 
-def simplify_identities(gm: fx.GraphModule) -> int:
-    """x*1, x/1, x+0, x-0, nn.Identity, dropout in eval, reshape/view/contiguous/to that change nothing."""
-    count = 0
-    for node in list(gm.graph.nodes):
-        source = None
-        for ops, neutral in ((MUL, 1.0), (DIV, 1.0), (ADD, 0.0), (SUB, 0.0)):
-            found = scalar_binary(node, ops)
-            if found and found[1] == neutral and meta(found[0]) and meta(node) and \
-                    meta(found[0]).shape == meta(node).shape and meta(found[0]).dtype == meta(node).dtype:
-                source = found[0]
-        if is_identity_dropout(gm, node):
-            source = node.args[0]
-        if is_op(node, (torch.reshape,), {"reshape", "view", "contiguous", "to", "flatten"}) and \
-                meta(node) and meta(node.args[0]):
-            before, after = meta(node.args[0]), meta(node)
-            same = before.shape == after.shape and before.dtype == after.dtype and before.stride == after.stride
-            if same and node.target != "to" or (node.target == "to" and same and not node.kwargs.get("copy")):
-                source = node.args[0]
-        if isinstance(source, fx.Node):
-            _replace(node, source)
-            count += 1
-    finish_graph(gm)
-    return count
+def _neutral_scalar(gm: fx.GraphModule, node: fx.Node, state) -> bool:
+    source = None
+    for ops, neutral in ((MUL, 1.0), (DIV, 1.0), (ADD, 0.0), (SUB, 0.0)):
+        found = scalar_binary(node, ops)
+        if found and found[1] == neutral and meta(found[0]) and meta(node) and \
+                meta(found[0]).shape == meta(node).shape and meta(found[0]).dtype == meta(node).dtype:
+            source = found[0]
+    return _replaced_by(node, source)
+
+
+def _identity_module(gm: fx.GraphModule, node: fx.Node, state) -> bool:
+    return is_identity_dropout(gm, node) and _replaced_by(node, node.args[0])
+
+
+def _unchanging_view(gm: fx.GraphModule, node: fx.Node, state) -> bool:
+    if not (meta(node) and meta(node.args[0])):
+        return False
+    before, after = meta(node.args[0]), meta(node)
+    same = before.shape == after.shape and before.dtype == after.dtype and before.stride == after.stride
+    if same and node.target != "to" or (node.target == "to" and same and not node.kwargs.get("copy")):
+        return _replaced_by(node, node.args[0])
+    return False
+
+
+def _replaced_by(node: fx.Node, source) -> bool:
+    """Every use of `node` reads `source` instead, where that is a node; whether it was."""
+    if not isinstance(source, fx.Node):
+        return False
+    _replace(node, source)
+    return True
+
+
+_ARITHMETIC = Pattern(MUL + DIV + ADD + SUB, frozenset({"mul", "div", "add", "sub"}))
+simplify_identities = Move("simplify_identities", (
+    Rule("x * 1, x / 1, x + 0, x - 0 -> x (same shape and dtype)", _ARITHMETIC, _neutral_scalar),
+    Rule("nn.Identity(x), dropout(x) in eval or with p = 0 -> x",
+         Pattern((F.dropout,), modules=(torch.nn.Identity, torch.nn.Dropout)), _identity_module),
+    Rule("reshape/view/flatten/contiguous/to(x) -> x where shape, dtype and strides stay",
+         Pattern((torch.reshape,), frozenset({"reshape", "view", "contiguous", "to", "flatten"})), _unchanging_view),
+))
 
 
 def reduced_dims(node: fx.Node, rank: int) -> list[int] | None:
@@ -183,36 +197,38 @@ def reduced_dims(node: fx.Node, rank: int) -> list[int] | None:
     return [d % rank for d in dims] if all(isinstance(d, int) for d in dims) else None
 
 
-def simplify_size1_reductions(gm: fx.GraphModule) -> int:
-    """sum/mean/amax/amin/logsumexp over size-1 dims; max(dim).values over a size-1 dim."""
-    count = 0
-    for node in list(gm.graph.nodes):
-        source = node.args[0] if node.args else None
-        shape = meta(source).shape if meta(source) else None
-        kind = next((name for name, fns in REDUCTIONS.items() if is_op(node, fns, {name})), None)
-        values_of_max = None
-        if kind is None and is_op(node, (torch.max, torch.min), {"max", "min"}) and shape is not None:
-            users = list(node.users)
-            if users and all(u.op == "call_function" and u.target in (getattr, operator.getitem) and
-                             u.args[1] in ("values", 0) for u in users):
-                values_of_max = users
-                kind = "max"
-        if kind is None or shape is None:
-            continue
-        dims = reduced_dims(node, len(shape))
-        if not dims or any(shape[d] != 1 for d in dims) or node.kwargs.get("dtype") is not None:
-            continue
-        keepdim = bool(arg(node, 2, "keepdim", False))
-        with gm.graph.inserting_after(node):
-            value = source if keepdim else gm.graph.call_method("squeeze", (source, tuple(sorted(dims))))
-        if values_of_max is not None:
-            for user in values_of_max:
-                _replace(user, value)
-        else:
-            _replace(node, value)
-        count += 1
-    finish_graph(gm)
-    return count
+def _size1_reduction(gm: fx.GraphModule, node: fx.Node, state) -> bool:
+    source = node.args[0] if node.args else None
+    shape = meta(source).shape if meta(source) else None
+    kind = next((name for name, fns in REDUCTIONS.items() if is_op(node, fns, {name})), None)
+    values_of_max = None
+    if kind is None and is_op(node, (torch.max, torch.min), {"max", "min"}) and shape is not None:
+        users = list(node.users)
+        if users and all(u.op == "call_function" and u.target in (getattr, operator.getitem) and
+                         u.args[1] in ("values", 0) for u in users):
+            values_of_max = users
+            kind = "max"
+    if kind is None or shape is None:
+        return False
+    dims = reduced_dims(node, len(shape))
+    if not dims or any(shape[d] != 1 for d in dims) or node.kwargs.get("dtype") is not None:
+        return False
+    keepdim = bool(arg(node, 2, "keepdim", False))
+    with gm.graph.inserting_after(node):
+        value = source if keepdim else gm.graph.call_method("squeeze", (source, tuple(sorted(dims))))
+    if values_of_max is not None:
+        for user in values_of_max:
+            _replace(user, value)
+    else:
+        _replace(node, value)
+    return True
+
+
+simplify_size1_reductions = Move("simplify_size1_reductions", (
+    Rule("sum/mean/amax/amin/logsumexp(x) over size-1 dims, max(x, dim).values over a size-1 dim -> x (squeezed)",
+         Pattern(tuple(f for fns in REDUCTIONS.values() for f in fns) + (torch.max, torch.min),
+                 frozenset(REDUCTIONS) | {"max", "min"}), _size1_reduction),
+))
 
 
 def transpose_dims(node: fx.Node, rank: int) -> tuple[int, int] | None:
@@ -224,52 +240,55 @@ def transpose_dims(node: fx.Node, rank: int) -> tuple[int, int] | None:
     return None
 
 
-def simplify_double_ops(gm: fx.GraphModule) -> int:
-    """transpose(transpose(x)) on the same dims, t(t(x)), -(-x)."""
-    count = 0
-    for node in list(gm.graph.nodes):
-        inner = node.args[0] if node.args else None
-        if not isinstance(inner, fx.Node):
-            continue
-        if is_op(node, NEG, {"neg"}) and is_op(inner, NEG, {"neg"}):
-            _replace(node, inner.args[0])
-            count += 1
-            continue
-        rank = len(meta(node).shape) if meta(node) else None
-        if rank and transpose_dims(node, rank) and transpose_dims(node, rank) == transpose_dims(inner, rank):
-            _replace(node, inner.args[0])
-            count += 1
-    finish_graph(gm)
-    return count
+def _double_negation(gm: fx.GraphModule, node: fx.Node, state) -> bool:
+    inner = node.args[0] if node.args else None
+    return isinstance(inner, fx.Node) and is_op(inner, NEG, {"neg"}) and _replaced_by(node, inner.args[0])
 
 
-def combine_scalar_ops(gm: fx.GraphModule) -> int:
-    """(x*a)*b -> x*(a*b), (x*a)/b -> x*(a/b), (x+a)+b and (x+a)-b -> x+(a±b): one pass over x."""
-    count = 0
-    for node in list(gm.graph.nodes):
-        outer = next(((ops, found) for ops in (MUL, DIV, ADD, SUB) if (found := scalar_binary(node, ops))), None)
-        if outer is None:
-            continue
-        ops, (inner, b) = outer
-        if len(inner.users) != 1:
-            continue
-        first = next(((iops, found) for iops in (MUL, DIV, ADD, SUB) if (found := scalar_binary(inner, iops))), None)
-        if first is None:
-            continue
-        iops, (x, a) = first
-        multiplicative = {id(MUL), id(DIV)}
-        if (id(ops) in multiplicative) != (id(iops) in multiplicative):
-            continue
-        if id(ops) in multiplicative:
-            factor = (a if iops is MUL else 1.0 / a) * (b if ops is MUL else 1.0 / b) if a and b else None
-            if factor is None or not math.isfinite(factor):
-                continue
-            substitute(gm, node, operator.mul, (x, factor))
-        else:
-            substitute(gm, node, operator.add, (x, (a if iops is ADD else -a) + (b if ops is ADD else -b)))
-        count += 1
-    finish_graph(gm)
-    return count
+def _double_transpose(gm: fx.GraphModule, node: fx.Node, state) -> bool:
+    inner = node.args[0] if node.args else None
+    if not isinstance(inner, fx.Node):
+        return False
+    rank = len(meta(node).shape) if meta(node) else None
+    return bool(rank and transpose_dims(node, rank) and transpose_dims(node, rank) == transpose_dims(inner, rank)) \
+        and _replaced_by(node, inner.args[0])
+
+
+simplify_double_ops = Move("simplify_double_ops", (
+    Rule("-(-x) -> x", Pattern(NEG, frozenset({"neg"})), _double_negation),
+    Rule("transpose(transpose(x, a, b), a, b) -> x, t(t(x)) -> x",
+         Pattern((torch.transpose, torch.t), frozenset({"transpose", "t"})), _double_transpose),
+))
+
+
+def _scalar_chain(gm: fx.GraphModule, node: fx.Node, state) -> bool:
+    outer = next(((ops, found) for ops in (MUL, DIV, ADD, SUB) if (found := scalar_binary(node, ops))), None)
+    if outer is None:
+        return False
+    ops, (inner, b) = outer
+    if len(inner.users) != 1:
+        return False
+    first = next(((iops, found) for iops in (MUL, DIV, ADD, SUB) if (found := scalar_binary(inner, iops))), None)
+    if first is None:
+        return False
+    iops, (x, a) = first
+    multiplicative = {id(MUL), id(DIV)}
+    if (id(ops) in multiplicative) != (id(iops) in multiplicative):
+        return False
+    if id(ops) in multiplicative:
+        factor = (a if iops is MUL else 1.0 / a) * (b if ops is MUL else 1.0 / b) if a and b else None
+        if factor is None or not math.isfinite(factor):
+            return False
+        substitute(gm, node, operator.mul, (x, factor))
+    else:
+        substitute(gm, node, operator.add, (x, (a if iops is ADD else -a) + (b if ops is ADD else -b)))
+    return True
+
+
+combine_scalar_ops = Move("combine_scalar_ops", (
+    Rule("(x * a) * b -> x * (a*b), (x * a) / b -> x * (a/b), (x + a) ± b -> x + (a ± b), x used once between",
+         _ARITHMETIC, _scalar_chain),
+))
 
 
 _CONV_MODULES = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
@@ -301,70 +320,73 @@ def _as_functional(gm: fx.GraphModule, node: fx.Node, module: torch.nn.Module, x
                     (x, weight, bias, module.stride, module.padding, module.dilation, module.groups))
 
 
-def fold_scalar_into_weights(gm: fx.GraphModule) -> int:
-    """linear(x)*s or conv(x)*s (or /s) with one user: scale the weights and bias instead (folded at init)."""
-    count = 0
-    for node in list(gm.graph.nodes):
-        found = scaled_by(node)
-        if not found:
-            continue
-        producer, scalar = found
-        module = module_of(gm, producer)
-        if not isinstance(module, (torch.nn.Linear, *_CONV_MODULES)) or \
-                len(producer.users) != 1 or not math.isfinite(scalar) or \
-                getattr(module, "padding_mode", "zeros") != "zeros":
-            continue
-        graph = gm.graph
-        with graph.inserting_before(producer):
-            weight = graph.call_function(operator.mul, (graph.get_attr(f"{producer.target}.weight"), scalar))
-            bias = None
-            if module.bias is not None:
-                bias = graph.call_function(operator.mul, (graph.get_attr(f"{producer.target}.bias"), scalar))
-        _with_folded_weights(gm, node, producer, module, weight, bias)
-        count += 1
-    finish_graph(gm)
-    return count
+def _scalar_into_weights(gm: fx.GraphModule, node: fx.Node, state) -> bool:
+    found = scaled_by(node)
+    if not found:
+        return False
+    producer, scalar = found
+    module = module_of(gm, producer)
+    if not isinstance(module, (torch.nn.Linear, *_CONV_MODULES)) or \
+            len(producer.users) != 1 or not math.isfinite(scalar) or \
+            getattr(module, "padding_mode", "zeros") != "zeros":
+        return False
+    graph = gm.graph
+    with graph.inserting_before(producer):
+        weight = graph.call_function(operator.mul, (graph.get_attr(f"{producer.target}.weight"), scalar))
+        bias = None
+        if module.bias is not None:
+            bias = graph.call_function(operator.mul, (graph.get_attr(f"{producer.target}.bias"), scalar))
+    _with_folded_weights(gm, node, producer, module, weight, bias)
+    return True
+
+
+fold_scalar_into_weights = Move("fold_scalar_into_weights", (
+    Rule("linear(x) * s -> linear with W*s, b*s (conv alike; or / s), the product its only user; folded at init",
+         Pattern(MUL + DIV, frozenset({"mul", "div"})), _scalar_into_weights),
+))
 
 
 _BATCH_NORMS = (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d)
 
 
-def fold_batch_norm(gm: fx.GraphModule) -> int:
+def _batch_norm_into_conv(gm: fx.GraphModule, node: fx.Node, state) -> bool:
     """conv(x) then a batch norm on running statistics (eval mode), the norm the conv's only user:
     one conv with scaled weights, W * g/sqrt(var+eps) per output channel, and bias
     (b - mean) * g/sqrt(var+eps) + beta (folded at init)."""
-    count = 0
-    for node in list(gm.graph.nodes):
-        norm, conv = module_of(gm, node), module_of(gm, node.args[0] if node.args else None)
-        if not isinstance(norm, _BATCH_NORMS) or norm.training or norm.running_var is None or \
-                not isinstance(conv, _CONV_MODULES) or len(node.args[0].users) != 1 or \
-                getattr(conv, "padding_mode", "zeros") != "zeros" or conv.out_channels != norm.num_features:
-            continue
-        graph, producer = gm.graph, node.args[0]
-        created = []
+    norm, conv = module_of(gm, node), module_of(gm, node.args[0] if node.args else None)
+    if not isinstance(norm, _BATCH_NORMS) or norm.training or norm.running_var is None or \
+            not isinstance(conv, _CONV_MODULES) or len(node.args[0].users) != 1 or \
+            getattr(conv, "padding_mode", "zeros") != "zeros" or conv.out_channels != norm.num_features:
+        return False
+    graph, producer = gm.graph, node.args[0]
+    created = []
 
-        def call(target, *args):
-            created.append(graph.call_function(target, args))
-            return created[-1]
+    def call(target, *args):
+        created.append(graph.call_function(target, args))
+        return created[-1]
 
-        with graph.inserting_before(producer):
-            scale = call(torch.rsqrt, call(operator.add, graph.get_attr(f"{node.target}.running_var"), norm.eps))
-            if norm.affine:
-                scale = call(operator.mul, scale, graph.get_attr(f"{node.target}.weight"))
-            shape = (-1,) + (1,) * (conv.weight.dim() - 1)
-            weight = call(operator.mul, graph.get_attr(f"{producer.target}.weight"), call(torch.reshape, scale, shape))
-            shift = call(operator.neg, graph.get_attr(f"{node.target}.running_mean"))
-            if conv.bias is not None:
-                shift = call(operator.add, graph.get_attr(f"{producer.target}.bias"), shift)
-            bias = call(operator.mul, shift, scale)
-            if norm.affine:
-                bias = call(operator.add, bias, graph.get_attr(f"{node.target}.bias"))
-        for made in created:
-            made.meta["kp_fold"] = True
-        _with_folded_weights(gm, node, producer, conv, weight, bias)
-        count += 1
-    finish_graph(gm)
-    return count
+    with graph.inserting_before(producer):
+        scale = call(torch.rsqrt, call(operator.add, graph.get_attr(f"{node.target}.running_var"), norm.eps))
+        if norm.affine:
+            scale = call(operator.mul, scale, graph.get_attr(f"{node.target}.weight"))
+        shape = (-1,) + (1,) * (conv.weight.dim() - 1)
+        weight = call(operator.mul, graph.get_attr(f"{producer.target}.weight"), call(torch.reshape, scale, shape))
+        shift = call(operator.neg, graph.get_attr(f"{node.target}.running_mean"))
+        if conv.bias is not None:
+            shift = call(operator.add, graph.get_attr(f"{producer.target}.bias"), shift)
+        bias = call(operator.mul, shift, scale)
+        if norm.affine:
+            bias = call(operator.add, bias, graph.get_attr(f"{node.target}.bias"))
+    for made in created:
+        made.meta["kp_fold"] = True
+    _with_folded_weights(gm, node, producer, conv, weight, bias)
+    return True
+
+
+fold_batch_norm = Move("fold_batch_norm", (
+    Rule("batch_norm(conv(x)) on running statistics -> conv(x) with W * g/sqrt(var+eps) and bias "
+         "(b - mean) * g/sqrt(var+eps) + beta, folded at init", Pattern(modules=_BATCH_NORMS), _batch_norm_into_conv),
+))
 
 
 _MAX_POOLS = (torch.nn.MaxPool1d, torch.nn.MaxPool2d, torch.nn.MaxPool3d)
@@ -398,25 +420,28 @@ def _max_pool_of_values(gm: fx.GraphModule, node) -> bool:
     return is_op(node, _MAX_POOL_FNS) and not arg(node, 6, "return_indices", False)
 
 
-def pool_before_activation(gm: fx.GraphModule) -> int:
-    """max_pool(act(x)) -> act(max_pool(x)) for a non-decreasing act whose only user is the pool:
-    the activation then runs on the pooled (smaller) tensor, and the op before it feeds the pool."""
-    count = 0
-    for pool in [node for node in gm.graph.nodes if _max_pool_of_values(gm, node)]:
-        act = pool.args[0] if pool.args else None
-        if not isinstance(act, fx.Node) or len(act.users) != 1 or not act.args or \
-                not isinstance(act.args[0], fx.Node) or not _monotone(gm, act):
-            continue
-        graph = gm.graph
-        pool.replace_input_with(act, act.args[0])
-        with graph.inserting_after(pool):
-            moved = graph.create_node(act.op, act.target, (pool,) + tuple(act.args[1:]), dict(act.kwargs))
-        moved.meta = dict(pool.meta)
-        pool.replace_all_uses_with(moved, delete_user_cb=lambda user: user is not moved)
-        graph.erase_node(act)
-        count += 1
-    finish_graph(gm)
-    return count
+def _activation_after_pool(gm: fx.GraphModule, pool: fx.Node, state) -> bool:
+    if not _max_pool_of_values(gm, pool):
+        return False
+    act = pool.args[0] if pool.args else None
+    if not isinstance(act, fx.Node) or len(act.users) != 1 or not act.args or \
+            not isinstance(act.args[0], fx.Node) or not _monotone(gm, act):
+        return False
+    graph = gm.graph
+    pool.replace_input_with(act, act.args[0])
+    with graph.inserting_after(pool):
+        moved = graph.create_node(act.op, act.target, (pool,) + tuple(act.args[1:]), dict(act.kwargs))
+    moved.meta = dict(pool.meta)
+    pool.replace_all_uses_with(moved, delete_user_cb=lambda user: user is not moved)
+    graph.erase_node(act)
+    return True
+
+
+_MAX_POOL = Pattern(_MAX_POOL_FNS, modules=_MAX_POOLS)
+pool_before_activation = Move("pool_before_activation", (
+    Rule("max_pool(act(x)) -> act(max_pool(x)) for a non-decreasing act whose only user is the pool "
+         "(the activation runs on the smaller tensor)", _MAX_POOL, _activation_after_pool),
+))
 
 
 _CONV_FNS = {conv: dims for table in (_CONV_BY_DIMS, _TRANSPOSED_BY_DIMS) for dims, conv in table.items()}
@@ -472,18 +497,21 @@ def move_bias(gm: fx.GraphModule, conv: fx.Node, after: fx.Node) -> bool:
     return True
 
 
-def bias_after_pool(gm: fx.GraphModule) -> int:
+def _bias_after_pool(gm: fx.GraphModule, pool: fx.Node, state) -> bool:
     """max_pool(conv(x) + b) -> max_pool(conv(x)) + b for a convolution with a bias whose only user is the
     pool: the maximum over a window commutes with adding a per-channel constant (padding is -inf, which
     stays -inf), so the bias is added to the pooled tensor, and the convolution runs without the
     separate bias-add kernel cuDNN launches for it."""
-    count = 0
-    for pool in [node for node in gm.graph.nodes if _max_pool_of_values(gm, node)]:
-        conv = pool.args[0] if pool.args else None
-        if isinstance(conv, fx.Node) and len(conv.users) == 1:
-            count += move_bias(gm, conv, pool)
-    finish_graph(gm)
-    return count
+    if not _max_pool_of_values(gm, pool):
+        return False
+    conv = pool.args[0] if pool.args else None
+    return isinstance(conv, fx.Node) and len(conv.users) == 1 and move_bias(gm, conv, pool)
+
+
+bias_after_pool = Move("bias_after_pool", (
+    Rule("max_pool(conv(x) + b) -> max_pool(conv(x)) + b, the pool the convolution's only user", _MAX_POOL,
+         _bias_after_pool),
+))
 
 
 def _constant_kind(gm: fx.GraphModule, node) -> float | None:
@@ -493,9 +521,9 @@ def _constant_kind(gm: fx.GraphModule, node) -> float | None:
     return node.meta.get("kp_constant")
 
 
-def constant_results(gm: fx.GraphModule) -> int:
-    """a - a = 0, softmax over a size-1 dim = 1, log_softmax there = 0, and zeros kept through f(0)=0:
-    a result that is a known constant becomes a fresh tensor of it, and the work behind it goes away."""
+def _mark_constants(gm: fx.GraphModule) -> dict | None:
+    """a - a = 0, softmax over a size-1 dim = 1, log_softmax there = 0, and zeros kept through f(0)=0: each node known
+    to be a tensor of one constant is marked (`kp_constant`); what the rule needs, or None where none is."""
     marked = 0
     for node in gm.graph.nodes:
         source = node.args[0] if node.args else None
@@ -516,29 +544,34 @@ def constant_results(gm: fx.GraphModule) -> int:
             continue
         marked += 1
     if not marked:
-        return 0
+        return None
     inputs = [n for n in gm.graph.nodes if n.op == "placeholder" and meta(n) and meta(n).dtype.is_floating_point]
-    count = 0
-    output = next(n for n in gm.graph.nodes if n.op == "output")
-    for node in list(gm.graph.nodes):
-        value = node.meta.get("kp_constant")
-        info = meta(node)
-        # Replace the outermost constant nodes (a user that is not itself constant), if the dtype is the inputs'.
-        if value is None or info is None or not inputs or meta(inputs[0]).dtype != info.dtype:
-            continue
-        if all(u.meta.get("kp_constant") is not None for u in node.users) and output not in node.users:
-            continue
-        with gm.graph.inserting_after(inputs[-1]):
-            dtype = gm.graph.call_function(getattr, (inputs[0], "dtype"))
-            device = gm.graph.call_function(getattr, (inputs[0], "device"))
-        with gm.graph.inserting_before(node):
-            fill = torch.zeros if value == 0.0 else torch.ones
-            fresh = gm.graph.call_function(fill, (tuple(info.shape),), {"dtype": dtype, "device": device})
-        fresh.meta = {"tensor_meta": info}
-        _replace(node, fresh)
-        count += 1
-    finish_graph(gm)
-    return count
+    return {"inputs": inputs, "output": next(n for n in gm.graph.nodes if n.op == "output")}
+
+
+def _fresh_constant(gm: fx.GraphModule, node: fx.Node, state: dict) -> bool:
+    """The outermost constant nodes (a user that is not itself constant) become a fresh tensor of the constant,
+    where their dtype is the inputs'."""
+    value, info, inputs = node.meta.get("kp_constant"), meta(node), state["inputs"]
+    if value is None or info is None or not inputs or meta(inputs[0]).dtype != info.dtype:
+        return False
+    if all(u.meta.get("kp_constant") is not None for u in node.users) and state["output"] not in node.users:
+        return False
+    with gm.graph.inserting_after(inputs[-1]):
+        dtype = gm.graph.call_function(getattr, (inputs[0], "dtype"))
+        device = gm.graph.call_function(getattr, (inputs[0], "device"))
+    with gm.graph.inserting_before(node):
+        fill = torch.zeros if value == 0.0 else torch.ones
+        fresh = gm.graph.call_function(fill, (tuple(info.shape),), {"dtype": dtype, "device": device})
+    fresh.meta = {"tensor_meta": info}
+    _replace(node, fresh)
+    return True
+
+
+constant_results = Move("constant_results", (
+    Rule("a - a -> zeros, softmax over a size-1 dim -> ones, log_softmax there -> zeros, f(zeros) -> zeros for "
+         "f(0) = 0", Pattern(), _fresh_constant),
+), prepare=_mark_constants)
 
 
 # -- constant folding ----------------------------------------------------------------------------------

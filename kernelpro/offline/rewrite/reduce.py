@@ -21,7 +21,8 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
-from kernelpro.offline.rewrite.passes import (ADD, DIV, MUL, SUB, finish_graph, reduced_dims, scalar_binary, transpose_dims,
+from kernelpro.offline.rewrite.rules import Move, Pattern, Rule
+from kernelpro.offline.rewrite.passes import (ADD, DIV, MUL, SUB, reduced_dims, scalar_binary, transpose_dims,
                                         arg, is_op, meta, module_of)
 from kernelpro.offline.ir.windows import as_tuple, pool_args
 
@@ -101,60 +102,62 @@ def _step(node) -> tuple[fx.Node, str, object] | None:
     return None
 
 
-def reduce_before_product(gm: fx.GraphModule) -> int:
+def _reduce_before_product(gm: fx.GraphModule, node: fx.Node, state) -> bool:
     """sum/mean(steps(linear(x)), dim=-1) -> steps'(x @ reduced weight + reduced bias), see the module doc."""
-    count = 0
     graph = gm.graph
-    for node in list(graph.nodes):
-        found = _reduction(node)
-        if found is None:
-            continue
-        kind, keepdim = found
-        steps, current = [], node.args[0]
-        while _product(gm, current) is None and (step := _step(current)) is not None and len(current.users) == 1:
-            steps.insert(0, step)
-            current = step[0]
-        product = _product(gm, current)
-        if product is None or len(current.users) != 1:
-            continue
-        features = meta(current).shape[-1]
-        x, weight, over, bias = product
-        reduce = torch.sum if kind == "sum" else torch.mean
+    found = _reduction(node)
+    if found is None:
+        return False
+    kind, keepdim = found
+    steps, current = [], node.args[0]
+    while _product(gm, current) is None and (step := _step(current)) is not None and len(current.users) == 1:
+        steps.insert(0, step)
+        current = step[0]
+    product = _product(gm, current)
+    if product is None or len(current.users) != 1:
+        return False
+    features = meta(current).shape[-1]
+    x, weight, over, bias = product
+    reduce = torch.sum if kind == "sum" else torch.mean
 
-        if any(isinstance(operand, fx.Node) and meta(operand).shape[-1] != features for _, _, operand in steps):
-            continue  # a parameter of one element added to every feature: not a vector over them
+    if any(isinstance(operand, fx.Node) and meta(operand).shape[-1] != features for _, _, operand in steps):
+        return False  # a parameter of one element added to every feature: not a vector over them
 
-        def folded(made: fx.Node) -> fx.Node:  # a parameter-only value: computed once, at init
-            made.meta["kp_fold"] = True
-            return made
+    def folded(made: fx.Node) -> fx.Node:  # a parameter-only value: computed once, at init
+        made.meta["kp_fold"] = True
+        return made
 
-        def reduced(source: Weight, *dims, wide: bool = False) -> fx.Node:
-            value = graph.get_attr(source) if isinstance(source, str) else source
-            if wide:
-                value = folded(graph.call_method("double", (value,)))
-            return folded(graph.call_function(reduce, (value,) + dims))
+    def reduced(source: Weight, *dims, wide: bool = False) -> fx.Node:
+        value = graph.get_attr(source) if isinstance(source, str) else source
+        if wide:
+            value = folded(graph.call_method("double", (value,)))
+        return folded(graph.call_function(reduce, (value,) + dims))
 
-        with graph.inserting_before(node):
-            # float64 products and sums: the reordered sum then stays as close to the exact one as it can, so
-            # the float32 reference's own rounding is all that separates them (one matrix-vector product: cheap)
-            column = folded(graph.call_function(torch.unsqueeze, (reduced(weight, over, wide=True), 1)))
-            value = graph.call_function(torch.matmul, (graph.call_method("double", (x,)), column))
-            if bias is not None:
-                value = graph.call_function(operator.add, (value, reduced(bias, wide=True)))
-            value = graph.call_method("type_as", (value, x))
-            for _, name, operand in steps:
-                if isinstance(operand, fx.Node):  # a parameter vector: by its own sum or mean
-                    operand = reduced(operand)
-                elif name in ("add", "sub") and kind == "sum":  # a number added to every feature, summed
-                    operand = operand * features
-                value = graph.call_function(getattr(operator, "truediv" if name == "div" else name),
-                                            (value, operand))
-            if not keepdim:
-                value = graph.call_function(torch.squeeze, (value, -1))
-        node.replace_all_uses_with(value)
-        count += 1
-    finish_graph(gm)
-    return count
+    with graph.inserting_before(node):
+        # float64 products and sums: the reordered sum then stays as close to the exact one as it can, so
+        # the float32 reference's own rounding is all that separates them (one matrix-vector product: cheap)
+        column = folded(graph.call_function(torch.unsqueeze, (reduced(weight, over, wide=True), 1)))
+        value = graph.call_function(torch.matmul, (graph.call_method("double", (x,)), column))
+        if bias is not None:
+            value = graph.call_function(operator.add, (value, reduced(bias, wide=True)))
+        value = graph.call_method("type_as", (value, x))
+        for _, name, operand in steps:
+            if isinstance(operand, fx.Node):  # a parameter vector: by its own sum or mean
+                operand = reduced(operand)
+            elif name in ("add", "sub") and kind == "sum":  # a number added to every feature, summed
+                operand = operand * features
+            value = graph.call_function(getattr(operator, "truediv" if name == "div" else name),
+                                        (value, operand))
+        if not keepdim:
+            value = graph.call_function(torch.squeeze, (value, -1))
+    node.replace_all_uses_with(value)
+    return True
+
+
+reduce_before_product = Move("reduce_before_product", (
+    Rule("sum/mean(steps(linear(x)), dim=-1) -> steps'(x @ reduced weight + reduced bias)", Pattern(),
+         _reduce_before_product),
+))
 
 
 def _feature_pool(gm: fx.GraphModule, node) -> tuple[fx.Node, int] | None:
@@ -179,46 +182,48 @@ def _feature_pool(gm: fx.GraphModule, node) -> tuple[fx.Node, int] | None:
     return (value, kernel[0]) if isinstance(value, fx.Node) and meta(value) and len(meta(value).shape) == 2 else None
 
 
-def pool_before_product(gm: fx.GraphModule) -> int:
+def _pool_before_product(gm: fx.GraphModule, node: fx.Node, state) -> bool:
     """avg_pool1d over a linear layer's output features (as x.unsqueeze(1) pooled and squeezed) -> the linear
     layer with its weight rows and bias averaged in windows: a GEMM with `window` times fewer columns
     (KernelBench's level2/98 pools 8192 features by 16). The averaged weights are computed once, at init, in
     float64 and cast back."""
-    count = 0
     graph = gm.graph
-    for node in list(graph.nodes):
-        found = _feature_pool(gm, node)
-        product = _product(gm, found[0]) if found else None
-        if product is None or len(found[0].users) != 1:
-            continue
-        (value, window), (x, weight, over, bias) = found, product
-        features = meta(value).shape[-1]
-        kept = features // window * window
+    found = _feature_pool(gm, node)
+    product = _product(gm, found[0]) if found else None
+    if product is None or len(found[0].users) != 1:
+        return False
+    (value, window), (x, weight, over, bias) = found, product
+    features = meta(value).shape[-1]
+    kept = features // window * window
 
-        def averaged(source: Weight, dim: int, shape: tuple[int, ...]) -> fx.Node:
-            """The windows' means along `dim` (reshaped to `shape`, the windows in its last or middle dim)."""
-            tensor = graph.get_attr(source) if isinstance(source, str) else source
-            made = [graph.call_method("double", (tensor,))]
-            made.append(graph.call_function(torch.narrow, (made[-1], dim, 0, kept)))
-            made.append(graph.call_method("reshape", (made[-1], shape)))
-            made.append(graph.call_function(torch.mean, (made[-1], shape.index(window))))
-            made.append(graph.call_method("type_as", (made[-1], tensor)))
-            for item in made:
-                item.meta["kp_fold"] = True
-            return made[-1]
+    def averaged(source: Weight, dim: int, shape: tuple[int, ...]) -> fx.Node:
+        """The windows' means along `dim` (reshaped to `shape`, the windows in its last or middle dim)."""
+        tensor = graph.get_attr(source) if isinstance(source, str) else source
+        made = [graph.call_method("double", (tensor,))]
+        made.append(graph.call_function(torch.narrow, (made[-1], dim, 0, kept)))
+        made.append(graph.call_method("reshape", (made[-1], shape)))
+        made.append(graph.call_function(torch.mean, (made[-1], shape.index(window))))
+        made.append(graph.call_method("type_as", (made[-1], tensor)))
+        for item in made:
+            item.meta["kp_fold"] = True
+        return made[-1]
 
-        with graph.inserting_before(node):
-            groups = features // window
-            if over == 1:  # x @ W with W [K, N]: the columns are the features
-                pooled = graph.call_function(torch.matmul, (x, averaged(weight, 1, (-1, groups, window))))
-            else:  # W [N, K]: the rows are; the windows' dim is the middle one
-                pooled_bias = averaged(bias, 0, (groups, window)) if bias is not None else None
-                pooled = graph.call_function(F.linear, (x, averaged(weight, 0, (groups, window, -1)), pooled_bias))
-        pooled.meta = dict(node.meta)
-        node.replace_all_uses_with(pooled)
-        count += 1
-    finish_graph(gm)
-    return count
+    with graph.inserting_before(node):
+        groups = features // window
+        if over == 1:  # x @ W with W [K, N]: the columns are the features
+            pooled = graph.call_function(torch.matmul, (x, averaged(weight, 1, (-1, groups, window))))
+        else:  # W [N, K]: the rows are; the windows' dim is the middle one
+            pooled_bias = averaged(bias, 0, (groups, window)) if bias is not None else None
+            pooled = graph.call_function(F.linear, (x, averaged(weight, 0, (groups, window, -1)), pooled_bias))
+    pooled.meta = dict(node.meta)
+    node.replace_all_uses_with(pooled)
+    return True
+
+
+pool_before_product = Move("pool_before_product", (
+    Rule("avg_pool1d over linear(x)'s features -> linear(x) with its weight rows and bias averaged in windows",
+         Pattern((torch.squeeze,), frozenset({"squeeze"})), _pool_before_product),
+))
 
 
 REWRITES = {"reduce_before_product": reduce_before_product, "pool_before_product": pool_before_product}
