@@ -30,7 +30,7 @@ from pathlib import Path
 from cuda_timing import median_ms
 from kernelpro.harness import EvalOptions, Evaluator, PhaseLimits, load_problem
 from kernelpro.offline.codegen import conv_gemm
-from kernelpro.offline.compiler import Problem
+from kernelpro.offline.compiler import Compiler
 from kernelpro.launch.device import target_device
 
 CONVOLUTIONS = ["level1/62_conv_standard_2D__square_input__asymmetric_kernel",
@@ -108,7 +108,7 @@ def _kernel_row(kernel: dict) -> dict:
 
 def measure(evaluator, suite: Path, key: str, move: str, precision: str, trials: int, device, keep: Path | None) -> dict:
     path = suite / f"{key}.py"
-    graph = Problem(path, 42, "train")
+    graph = Compiler(path, 42, "train")
     source, counts, kernels = graph.build([move], {}, device, precision)
     row = {"key": key, "move": move, "precision": precision, "kernels": [_kernel_row(k) for k in kernels]}
     if not kernels:

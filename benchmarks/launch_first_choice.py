@@ -65,7 +65,7 @@ def main() -> int:
         shutil.copytree(args.models, Path(home) / "launch" / "models")
     from kernelpro.bench.suite import read_keys
     from kernelpro.offline.codegen import triton_configs
-    from kernelpro.offline.compiler import Problem
+    from kernelpro.offline.compiler import Compiler
     times = measured(args.runs)
     device = triton_configs.Device(sms=args.sms, name=args.device)
     rows = []
@@ -74,7 +74,7 @@ def main() -> int:
     if keys is None:
         parser.error("--problems: give problem keys (level2/9_GemmBiasGelu,...) or @FILE, not numbers")
     for key in keys:
-        problem = Problem(args.suite / f"{key}.py", seed=42)
+        problem = Compiler(args.suite / f"{key}.py", seed=42)
         for moves, ranking in [(m, r) for m in move_sets for r in ("analytic", "auto")]:
             try:
                 _, _, kernels = problem.build(moves, device=device, precision=args.precision,

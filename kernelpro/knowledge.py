@@ -74,7 +74,6 @@ MIGRATIONS = (
                    AS energy_sq
         FROM observations GROUP BY family, roofline, technique;""",
 )
-OBJECTIVES = ("time", "energy", "edp")
 SIMILARITY = {"same_state": 1.0, "same_family": 0.5, "same_roofline": 0.25}
 _FAMILIES = (  # (family, ops that make it), first match wins
     ("attention", {"scaled_dot_product_attention", "MultiheadAttention"}),

@@ -21,11 +21,11 @@ from pathlib import Path
 def write_chains(problem: Path, chains: list[list[str]], out: Path, precision: str = "fp32",
                  model_mode: str = "eval") -> list[dict]:
     from kernelpro.offline.moves import MOVES
-    from kernelpro.offline.compiler import Problem
+    from kernelpro.offline.compiler import Compiler
     unknown = sorted({move for chain in chains for move in chain if move not in MOVES})
     if unknown:
         raise SystemExit(f"unknown move(s): {', '.join(unknown)}; the moves are: {', '.join(MOVES)}")
-    loaded = Problem(problem, 42, model_mode)
+    loaded = Compiler(problem, 42, model_mode)
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for index, chain in enumerate(chains, 1):

@@ -45,13 +45,13 @@ def fingerprint(path: Path) -> dict[str, str]:
     """'<move> <device>' -> the candidate's sha256 (16 hex digits), or 'error: <class>'."""
     from kernelpro.launch.device import Device
     from kernelpro.offline.moves import MOVES
-    from kernelpro.offline.compiler import Problem
-    loaded: dict[str, Problem] = {}
+    from kernelpro.offline.compiler import Compiler
+    loaded: dict[str, Compiler] = {}
     prints = {}
     for move in MOVES.values():
         mode = "eval" if move.eval_only else "train"
         if mode not in loaded:
-            loaded[mode] = Problem(path, 42, mode)
+            loaded[mode] = Compiler(path, 42, mode)
         for name, device in DEVICES.items():
             try:
                 source, _, _ = loaded[mode].build([move.name], device=Device(**device),

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E
 
 from conftest import compare_models, conv_problem, load_module  # noqa: E402
 from kernelpro.offline.codegen import conv_gemm  # noqa: E402
-from kernelpro.offline.compiler import Problem  # noqa: E402
+from kernelpro.offline.compiler import Compiler  # noqa: E402
 from kernelpro.offline.expand import expand  # noqa: E402
 
 if os.environ.get("TRITON_INTERPRET") != "1":
@@ -32,7 +32,7 @@ def build(path: Path, precision: str = "fp16", rank: int = 0) -> tuple[Path, lis
     ranked = conv_gemm.configs
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(conv_gemm, "configs", lambda group, device=None: ranked(group)[rank % len(ranked(group)):][:1])
-        source, counts, kernels = Problem(path, 42, "train").build(["triton_conv"], precision=precision)
+        source, counts, kernels = Compiler(path, 42, "train").build(["triton_conv"], precision=precision)
     candidate = path.with_name(path.stem + "_new.py")
     candidate.write_text(source)
     return candidate, kernels
@@ -131,20 +131,20 @@ def test_convolutions_the_kernel_does_not_take_stay_cudnn_calls_with_a_reason(tm
     """Reflect padding, and a convolution whose output is also used outside its epilogue."""
     reflect = conv_problem(tmp_path, 2, 1, 4, 16, (8, 8), (3, 3), (1, 1), (1, 1), (1, 1), 1, True, "torch.relu(h)")
     reflect.write_text(reflect.read_text().replace("bias=True)", "bias=True, padding_mode='reflect')"))
-    problem = Problem(reflect, 42, "train")
+    problem = Compiler(reflect, 42, "train")
     _, counts, kernels = problem.build(["triton_conv"], precision="bf16")
     assert counts["triton_conv"] == 0 and kernels == []
     assert any("reflect padding" in why for why in problem.left_alone["triton_conv"])
     shared = conv_problem(tmp_path, 2, 1, 4, 16, (8, 8), (3, 3), (1, 1), (1, 1), (1, 1), 1, True,
                           "torch.relu(h), h.sum()")
-    problem = Problem(shared, 42, "train")
+    problem = Compiler(shared, 42, "train")
     _, counts, _ = problem.build(["triton_conv"], precision="bf16")
     assert counts["triton_conv"] == 0
 
 
 def test_configurations_are_ranked_and_fit_the_problem(tmp_path):
     path = conv_problem(tmp_path, 2, 2, 16, 24, (16, 16), (3, 3), (1, 1), (1, 1), (1, 1), 1, True, "h")
-    problem = Problem(path, 42, "train")
+    problem = Compiler(path, 42, "train")
     _, _, kernels = problem.build(["triton_conv"], precision="bf16")
     (kernel,) = kernels
     assert kernel["features"]["flops"] == 2 * (2 * 16 * 16) * 24 * (16 * 9)
@@ -159,11 +159,11 @@ def test_configurations_are_ranked_and_fit_the_problem(tmp_path):
 def test_transposed_convolutions_are_offered_and_can_be_turned_off(tmp_path):
     path = conv_problem(tmp_path, 2, 1, 8, 16, (6, 6), (3, 3), (2, 2), (1, 1), (1, 1), 1, True, "torch.relu(h)",
                         output_padding=(1, 1))
-    _, counts, kernels = Problem(path, 42, "train").build(["triton_conv"], precision="bf16")
+    _, counts, kernels = Compiler(path, 42, "train").build(["triton_conv"], precision="bf16")
     assert counts["triton_conv"] == 1 and kernels[0]["features"]["transposed"]
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(conv_gemm, "TRANSPOSED", False)
-        problem = Problem(path, 42, "train")
+        problem = Compiler(path, 42, "train")
         _, counts, kernels = problem.build(["triton_conv"], precision="bf16")
     assert counts["triton_conv"] == 0 and kernels == []
     assert any("transposed convolutions stay cuDNN calls" in why for why in problem.left_alone["triton_conv"])

@@ -27,7 +27,7 @@ import torch
 
 from kernelpro.offline.codegen import cuda as cuda_gen
 from kernelpro.offline.fuse import partition as fusion
-from kernelpro.offline.compiler import Problem
+from kernelpro.offline.compiler import Compiler
 from kernelpro.offline.expand import expand
 from kernelpro.tools.api import find_binary
 
@@ -62,7 +62,7 @@ def get_init_inputs():
 
 
 def _groups(path: Path) -> list[fusion.Group]:
-    problem = Problem(path, 42)
+    problem = Compiler(path, 42)
     return fusion.partition(copy.deepcopy(problem.graph), {"row", "pointwise"})
 
 
@@ -126,7 +126,7 @@ NVCC, CUOBJDUMP = shutil.which("nvcc"), find_binary("cuobjdump")
 def _cuda_of(path: Path, moves: tuple[str, ...] = (), model_mode: str = "eval") -> tuple[str, list[dict]]:
     """The CUDA C++ of a problem's cuda_kernels candidate (with `moves`), and its kernels' records; in eval
     mode by default, as the shipped examples (inference problems) are searched."""
-    source, _, kernels = Problem(path, 42, model_mode).build(["cuda_kernels", *moves])
+    source, _, kernels = Compiler(path, 42, model_mode).build(["cuda_kernels", *moves])
     return re.search(r'_KP_CUDA_SOURCE = r"""(.*?)"""', source, re.S).group(1), kernels
 
 
@@ -312,7 +312,7 @@ def test_candidate_builds_without_torch_headers_or_binding_and_reports_cuda_erro
     monkeypatch.setattr(cpp_extension, "CUDA_HOME", str(home))
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
-    source, _, kernels = Problem(ROOT / "examples" / "fusion" / "softmax_rows.py", 42).build(["cuda_kernels"])
+    source, _, kernels = Compiler(ROOT / "examples" / "fusion" / "softmax_rows.py", 42).build(["cuda_kernels"])
     start = source.index("import ctypes")
     block = "import torch\n" + source[start:source.index("\n\n\ndef ", source.index("_kp_cuda = _kp_native("))]
     assert "#include <torch" not in block and "pybind11" not in block and "functions=" not in block

@@ -25,7 +25,7 @@ import pytest
 from kernelpro.offline.codegen import cute_gemm
 from kernelpro.offline.fuse import partition as fusion
 from kernelpro.launch.device import Device
-from kernelpro.offline.compiler import Problem
+from kernelpro.offline.compiler import Compiler
 from kernelpro.offline.expand import expand
 from kernelpro.tools.api import find_binary
 
@@ -106,7 +106,7 @@ def test_misaligned_sizes_are_left_alone(tmp_path):
 
 
 def _groups(path: Path, m: int, n: int, k: int):
-    problem = Problem(path, 42)
+    problem = Compiler(path, 42)
     gm = copy.deepcopy(problem.graph)
     groups = fusion.partition(gm, {"pointwise"})
     assert cute_gemm.attach(gm, groups, "bf16") == 2

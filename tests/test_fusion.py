@@ -26,7 +26,7 @@ from kernelpro.launch.device import Device  # noqa: E402
 from kernelpro.offline.codegen import triton as triton_gen  # noqa: E402
 from kernelpro.offline.codegen import triton_configs  # noqa: E402
 from kernelpro.offline.codegen.common import next_pow2  # noqa: E402
-from kernelpro.offline.compiler import Problem  # noqa: E402
+from kernelpro.offline.compiler import Compiler  # noqa: E402
 from kernelpro.offline.expand import expand  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,7 +43,7 @@ if os.environ.get("TRITON_INTERPRET") != "1":
 def check(problem_path: Path, moves=FUSE, tune=None, atol=1e-4, training: bool = False) -> list[dict]:
     """Build the candidate, run Model and ModelNew on the same inputs, compare; the kernels made.
     `training`: built for and run in training mode, twice, the buffers compared too (compare_models)."""
-    source, counts, kernels = Problem(problem_path, 42, "train" if training else "eval").build(moves, tune)
+    source, counts, kernels = Compiler(problem_path, 42, "train" if training else "eval").build(moves, tune)
     candidate = problem_path.with_name(problem_path.stem + "_new.py")
     candidate.write_text(source)
     compare_models(load_module(candidate), atol=atol, training=training, calls=2 if training else 1)
@@ -91,7 +91,7 @@ def test_row_statistics_take_one_pass_and_stay_accurate(tmp_path, monkeypatch, o
     monkeypatch.setattr(triton_gen, "configs", lambda group, device=None: [row]
                         if group.kind == "row" else [{"BLOCK": 1024, "num_warps": 4, "score": 1.0}])
     path = write_problem(tmp_path, ["h = x * 0.05 + 40.0", f"return {op}"], [(6, 3000)])
-    source, _, kernels = Problem(path, 42).build(FUSE)
+    source, _, kernels = Compiler(path, 42).build(FUSE)
     assert [k["config"]["variant"] for k in kernels if k["kind"] == "row"] == [variant]
     loops = source.count("for start in range(")
     assert loops == (2 if "norm" in op else 1) and "(Welford per lane)" in source
@@ -120,7 +120,7 @@ def test_softmax_statistics_take_one_pass_in_the_looped_variant(tmp_path, monkey
         if group.kind == "row" else [{"BLOCK": 1024, "num_warps": 4, "score": 1.0}])
     path = write_problem(tmp_path, ["h = torch.where(y > 0.8, torch.full_like(x, float('-inf')), x * (y + 2.0))",
                                     f"return {op}"], [(6, 3000), (6, 3000)])
-    source, _, kernels = Problem(path, 42).build(FUSE)
+    source, _, kernels = Compiler(path, 42).build(FUSE)
     assert [k["config"]["variant"] for k in kernels if k["kind"] == "row"] == ["looped"]
     assert source.count("for start in range(") == loops and "(online softmax per lane)" in source
     candidate = path.with_name(path.stem + "_new.py")
@@ -299,14 +299,14 @@ def test_strided_rows_read_neighbouring_rows_together(tmp_path, monkeypatch):
     seen, ranked = [], triton_gen.configs
     monkeypatch.setattr(triton_gen, "configs", lambda g, device=Device(): seen.append(g) or ranked(g, device))
     path = write_problem(tmp_path, ["return x.mean(dim=1)"], [(3, 70, 45)])
-    _, _, kernels = Problem(path, 42).build(["fuse_reductions"])
+    _, _, kernels = Compiler(path, 42).build(["fuse_reductions"])
     assert kernels[0]["features"]["row_stride"] == 45 and seen[0].row_stride == 45
     candidate = path.with_name(path.stem + "_new.py")
     wide = [(c["variant"], i) for i, c in enumerate(ranked(seen[0])) if c["BLOCK_R"] >= 16]
     ranks = [i for v, i in wide if v == "one_pass"][:3] + [i for v, i in wide if v == "looped"][:3]
     assert len(set(ranks)) == 6  # three of each variant
     for rank in sorted(set(ranks)):
-        source, _, built = Problem(path, 42).build(["fuse_reductions"], {kernels[0]["name"]: rank})
+        source, _, built = Compiler(path, 42).build(["fuse_reductions"], {kernels[0]["name"]: rank})
         assert built[0]["config"]["BLOCK_R"] >= 16
         candidate.write_text(source)
         compare_models(load_module(candidate), atol=1e-5)
@@ -530,7 +530,7 @@ def test_pools_read_in_place_keep_nans_and_leave_other_pools_alone(tmp_path):
     body = ["return (torch.relu(F.max_pool2d(x, 3, 2, 1) + y), torch.clamp(x * 2.0, -0.5, 0.5),",
             "        torch.maximum(x + 1.0, y), torch.minimum(y, x - 1.0))"]
     nan_problem = write_problem(tmp_path, body, [(2, 4, 9, 8), (4, 1, 1)])
-    source, _, kernels = Problem(nan_problem, 42).build(["fuse_pointwise"])
+    source, _, kernels = Compiler(nan_problem, 42).build(["fuse_pointwise"])
     assert len(kernels) == 4
     module = types.ModuleType("nan_candidate")
     exec(compile(source, str(nan_problem), "exec"), module.__dict__)
@@ -563,7 +563,7 @@ def test_generated_source_matches_golden(name, tmp_path):
     """Regenerate: KERNELPRO_REGENERATE_GOLDEN=1 pytest tests/test_fusion.py -k golden."""
     small = tmp_path / f"{name}.py"
     small.write_text(shrink((ROOT / "examples" / "fusion" / f"{name}.py").read_text()))
-    source, _, _ = Problem(small, 42).build(FUSE)
+    source, _, _ = Compiler(small, 42).build(FUSE)
     generated = source[source.index("# kernelpro offline coder"):]
     golden = GOLDEN / f"fusion_{name}.py.txt"
     if os.environ.get("KERNELPRO_REGENERATE_GOLDEN"):
@@ -653,7 +653,7 @@ def test_triton_gemm_with_epilogue(tmp_path, case, m, n, k, rank):
 def test_gemm_configs_fit_shared_memory_and_tf32_only_with_its_move(tmp_path):
     small = tmp_path / "gemm_bias_gelu.py"
     small.write_text((ROOT / "examples" / "fusion" / "gemm_bias_gelu.py").read_text())
-    problem = Problem(small, 42)
+    problem = Compiler(small, 42)
     _, counts, kernels = problem.build(["triton_gemm"])
     assert counts["triton_gemm"] == 1 and kernels[0]["configs"] > 4
     assert kernels[0]["config"]["precision"] == "tf32x3"  # tensor cores at an error near float32's
@@ -691,7 +691,7 @@ def test_a_gemm_tune_walk_tries_the_tiles_that_spill_last(tmp_path):
     from kernelpro.offline.codegen import gemm
     path = write_problem(tmp_path, ["return torch.sigmoid(self.fc(x)) * 2.0"], [(2048, 4096)],
                          "\n        self.fc = nn.Linear(4096, 4096)")
-    problem = Problem(path, 42)
+    problem = Compiler(path, 42)
     for device in (Device(), Device(name="NVIDIA H200")):  # analytic, then a learned model's
         (kernel,) = problem.build(["triton_gemm"], {}, device)[2]
         walk = [problem.build(["triton_gemm"], {kernel["name"]: rank}, device)[2][0]["config"]
@@ -834,7 +834,7 @@ def test_pointwise_kernels_past_2_to_the_31_elements_index_in_int64(tmp_path, mo
     from kernelpro.offline.fuse import groups as fusion_build
     path = write_problem(tmp_path, ["a = F.avg_pool2d(x, 3)", "return torch.relu(x) * 2.0, x.sum(dim=-1), a"],
                          [(2, 1, 32768, 32769)])
-    source, _, kernels = Problem(path, 42).build(FUSE + ["persistent_kernels"])
+    source, _, kernels = Compiler(path, 42).build(FUSE + ["persistent_kernels"])
     assert {k["kind"] for k in kernels} == {"pointwise"} and len(kernels) == 2, kernels
     assert source.count("tl.program_id(0).to(tl.int64) * BLOCK") == 2 and "PROGRAMS" not in source
     assert "x.sum(" in source or "torch.sum(" in source  # the row reduction stays torch's

@@ -30,10 +30,10 @@ UNTRACED = {
 
 @pytest.mark.parametrize("key", PROBLEMS)
 def test_problem_loads_builds_and_traces(key):
-    from kernelpro.offline.compiler import Problem
+    from kernelpro.offline.compiler import Compiler
     path = KERNELBENCH / f"{key}.py"
     load_problem(path)  # static checks: parses, defines Model/get_inputs/get_init_inputs, packages present
-    problem = Problem(path, 42, "train", weights="meta")
+    problem = Compiler(path, 42, "train", weights="meta")
     assert all(value.is_meta for value in problem.inputs if hasattr(value, "is_meta"))  # no input was allocated
     if key in UNTRACED:
         assert problem.graph is None and UNTRACED[key] in problem.trace_error, problem.trace_error

@@ -15,12 +15,12 @@ import pytest
 from conftest import run_script
 
 from kernelpro.launch import collect as C
-from kernelpro.offline.compiler import Problem
+from kernelpro.offline.compiler import Compiler
 from kernelpro.launch import model as M
 from kernelpro.launch.store import LaunchStore, import_jsonl
 from kernelpro.launch.device import Device
 
-BUILD = partial(Problem, seed=42, model_mode="eval")  # what builds a swept problem's kernels
+BUILD = partial(Compiler, seed=42, model_mode="eval")  # what builds a swept problem's kernels
 
 DEVICE = Device(sms=8, name="Fake GPU 8SM")
 
@@ -148,13 +148,13 @@ def test_the_split_is_by_instance_and_the_model_beats_the_analytic_ranking(colle
 
 def test_the_search_uses_an_installed_model_and_falls_back_on_a_version_mismatch(collected, tmp_path, monkeypatch):
     import kernelpro.launch as launch
-    from kernelpro.offline.compiler import Problem
+    from kernelpro.offline.compiler import Compiler
     store, *_ = collected
     monkeypatch.setenv("KERNELPRO_HOME", str(tmp_path / "home"))
     monkeypatch.setattr(launch, "_CACHE", {})
     # a size within the collected kernels' range (beyond it the analytic ranking decides: the next test)
     problem = C.template_problem(C.Shape("pointwise", (700, 1000)), tmp_path)
-    built = Problem(problem, 42, "eval")
+    built = Compiler(problem, 42, "eval")
     (_, _, plain), = [built.build(["fuse_pointwise"], {}, DEVICE)]
     assert plain[0]["ranking"].startswith("analytic: no launch model")
     model, _ = M.train(store.instances("triton_pointwise", DEVICE.name), "triton_pointwise", DEVICE.name, epochs=150)
@@ -177,13 +177,13 @@ def test_launch_ranking_analytic_keeps_the_generators_order_where_a_model_exists
     offline coder sends the choice to its worker and keeps the answers of the two apart."""
     import kernelpro.launch as launch
     from kernelpro.offline import OfflineCoder
-    from kernelpro.offline.compiler import Problem
+    from kernelpro.offline.compiler import Compiler
     from kernelpro.offline.expand import expand
     store, *_ = collected
     monkeypatch.setenv("KERNELPRO_HOME", str(tmp_path / "home"))
     monkeypatch.setattr(launch, "_CACHE", {})
     problem = C.template_problem(C.Shape("pointwise", (700, 1000)), tmp_path)
-    built = Problem(problem, 42, "eval")
+    built = Compiler(problem, 42, "eval")
     _, _, plain = built.build(["fuse_pointwise"], {}, DEVICE)
     model, _ = M.train(store.instances("triton_pointwise", DEVICE.name), "triton_pointwise", DEVICE.name, epochs=150)
     model.save(M.model_path(launch.user_models(), "triton_pointwise", DEVICE.name))
@@ -231,7 +231,7 @@ def test_a_kernel_far_outside_the_training_range_keeps_the_analytic_ranking(coll
     """An MLP extrapolates arbitrarily: a kernel more than RANGE_MARGIN beyond every size the model trained on
     is ranked analytically, with the descriptor that lies outside named; one inside the range is not."""
     import kernelpro.launch as launch
-    from kernelpro.offline.compiler import Problem
+    from kernelpro.offline.compiler import Compiler
     store, *_ = collected
     monkeypatch.setenv("KERNELPRO_HOME", str(tmp_path / "home"))
     instances = store.instances("triton_pointwise", DEVICE.name)
@@ -246,7 +246,7 @@ def test_a_kernel_far_outside_the_training_range_keeps_the_analytic_ranking(coll
     monkeypatch.setattr(launch, "_CACHE", {})
     for rows, expected in (((700, 1000), "predictor"), ((4096, 8 * largest // 4096 + 4096), "analytic: elements")):
         problem = C.template_problem(C.Shape("pointwise", rows), tmp_path)
-        _, _, kernels = Problem(problem, 42, "eval").build(["fuse_pointwise"], {}, DEVICE)
+        _, _, kernels = Compiler(problem, 42, "eval").build(["fuse_pointwise"], {}, DEVICE)
         assert kernels[0]["ranking"].startswith(expected), kernels[0]["ranking"]
 
 
@@ -745,8 +745,8 @@ def test_a_sweep_with_a_profiler_gives_every_row_of_a_kernel_its_profile(tmp_pat
     C.sweep(BUILD, store, problem, DEVICE.name, DEVICE, fake_timer, most=4, progress=messages.append, profiler=profiler)
     item, = store.instances("triton_pointwise", DEVICE.name)
     assert len(profiled) == 1 and item.dynamic["memory_util"] == 80.0 and len(item.times) == 4
-    from kernelpro.offline.compiler import Problem
-    first, _, _ = Problem(problem, 42, "eval").build(C.MOVES, {}, DEVICE, "fp32", "analytic")
+    from kernelpro.offline.compiler import Compiler
+    first, _, _ = Compiler(problem, 42, "eval").build(C.MOVES, {}, DEVICE, "fp32", "analytic")
     assert profiled[0][1] == first and f"def {profiled[0][0]}_kernel(" in first  # the kernel, at its first
     C.sweep(BUILD, store, problem, DEVICE.name, DEVICE, fake_timer, most=6, profiler=profiler)
     item, = store.instances("triton_pointwise", DEVICE.name)

@@ -12,12 +12,12 @@ import pytest
 from test_launch import DEVICE, fake_timer  # fastest where BLOCK is about elements / (4 x SMs), with 4 warps
 
 from kernelpro.launch import collect as C
-from kernelpro.offline.compiler import Problem
+from kernelpro.offline.compiler import Compiler
 from kernelpro.launch import model as M
 from kernelpro.launch.store import LaunchStore
 from kernelpro.launch.device import Device
 
-BUILD = partial(Problem, seed=42, model_mode="eval")  # what builds a swept problem's kernels
+BUILD = partial(Compiler, seed=42, model_mode="eval")  # what builds a swept problem's kernels
 
 HOME = DEVICE
 OTHER = Device(sms=DEVICE.sms, name=f"{DEVICE.name}, more memory")

@@ -13,13 +13,13 @@ import pytest
 import torch
 
 from kernelpro.launch import collect as C
-from kernelpro.offline.compiler import Problem
+from kernelpro.offline.compiler import Compiler
 from kernelpro.launch import model as M
 from kernelpro.launch.features import pair, programs
 from kernelpro.launch.store import LaunchStore
 from kernelpro.launch.device import Device
 
-BUILD = partial(Problem, seed=42, model_mode="eval")  # what builds a swept problem's kernels
+BUILD = partial(Compiler, seed=42, model_mode="eval")  # what builds a swept problem's kernels
 
 DEVICE = Device(sms=8, name="Fake GPU 8SM")
 
@@ -198,14 +198,14 @@ def first_choices(folder, name: str, init: str, forward: str, inputs: str, preci
     """Each generated kernel's first launch configuration under each ranking, as a search on an H200 (`triton_conv`
     moves) builds it, for one problem, level1/<name>, written into `folder` from its module's parts."""
     from kernelpro.offline.codegen import triton_configs
-    from kernelpro.offline.compiler import Problem
+    from kernelpro.offline.compiler import Compiler
     (folder / "level1").mkdir(parents=True)
     path = folder / "level1" / f"{name}.py"
     path.write_text(
         "import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def __init__(self):\n"
         f"        super().__init__()\n{init}\n    def forward(self, *xs):\n        return {forward}\n\n\n"
         f"def get_inputs():\n    return [{inputs}]\n\n\ndef get_init_inputs():\n    return []\n")
-    problem, device, rows = Problem(path, seed=42), triton_configs.Device(sms=132, name="NVIDIA H200"), []
+    problem, device, rows = Compiler(path, seed=42), triton_configs.Device(sms=132, name="NVIDIA H200"), []
     for ranking in ("analytic", "auto"):
         try:
             _, _, kernels = problem.build(["triton_conv"], device=device, precision=precision, launch_ranking=ranking)

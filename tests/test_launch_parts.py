@@ -14,12 +14,12 @@ import pytest
 from conftest import run_script
 
 from kernelpro.launch import collect as C
-from kernelpro.offline.compiler import Problem
+from kernelpro.offline.compiler import Compiler
 from kernelpro.launch import model as M
 from kernelpro.launch.store import LaunchStore
 from kernelpro.launch.device import Device
 
-BUILD = partial(Problem, seed=42, model_mode="eval")  # what builds a swept problem's kernels
+BUILD = partial(Compiler, seed=42, model_mode="eval")  # what builds a swept problem's kernels
 
 DEVICE = Device(sms=4, name="Fake GPU 4SM")
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "launch_predictor.py"

@@ -486,10 +486,10 @@ def test_library_settings_hold_for_the_forward_only(tmp_path):
     """tf32_matmul and cudnn_benchmark turn torch's settings on inside ModelNew's forward and put them
     back after it, so nothing else in the process (KernelBench's evaluator timing and checking its
     reference) runs with them."""
-    from kernelpro.offline.compiler import Problem
+    from kernelpro.offline.compiler import Compiler
     path = tmp_path / "flags.py"
     path.write_text(FLAG_PROBLEM)
-    source, _, _ = Problem(path, 0).build(["tf32_matmul", "cudnn_benchmark"])
+    source, _, _ = Compiler(path, 0).build(["tf32_matmul", "cudnn_benchmark"])
     namespace: dict = {}
     exec(compile(source, str(path), "exec"), namespace)
     before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.benchmark)
@@ -704,8 +704,8 @@ def test_simplify_all_keeps_a_float64_constant_and_returns_no_input_as_an_output
     # simplified to `x`, returned the input itself, which the harness rejects as a view of an input.
     from conftest import load_module
     from kernelpro.harness.modelio import build_model
-    from kernelpro.offline.compiler import Problem
-    problem = Problem(DATA / "redundant.py", 42)
+    from kernelpro.offline.compiler import Compiler
+    problem = Compiler(DATA / "redundant.py", 42)
     source, counts, _ = problem.build(["simplify_all"])
     assert problem.simplified.get("reduce_before_product") and "double()" in source
     path = tmp_path / "candidate.py"

@@ -13,7 +13,7 @@ import torch
 pytest.importorskip("triton")
 from conftest import compare_models, load_module  # noqa: E402
 from kernelpro.offline.rewrite import composites  # noqa: E402
-from kernelpro.offline.compiler import Problem  # noqa: E402
+from kernelpro.offline.compiler import Compiler  # noqa: E402
 from kernelpro.offline.expand import expand  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,7 +38,7 @@ def problem(tmp_path: Path, forward: list[str], inputs: list[str], init: str = "
 
 
 def check(path: Path, moves=FUSE, atol=1e-4) -> list[dict]:
-    source, _, kernels = Problem(path, 42, "eval").build(moves)
+    source, _, kernels = Compiler(path, 42, "eval").build(moves)
     candidate = path.with_name(path.stem + "_new.py")
     candidate.write_text(source)
     compare_models(load_module(candidate), atol=atol)
@@ -125,7 +125,7 @@ def test_what_the_rewrite_does_not_cover_stays_as_it_is(tmp_path):
                             ("return F.l1_loss(x, y, size_average=False)", TWO),
                             ("return F.cross_entropy(x, y)", ["torch.randn(4, 5)", "torch.randint(0, 5, (4,))"])]:
         path = problem(tmp_path, [forward], inputs, args="x, y")
-        built = Problem(path, 42, "eval")
+        built = Compiler(path, 42, "eval")
         gm = built.graph
         propagate_shapes(gm, built.inputs)
         before = [n.target for n in gm.graph.nodes]
@@ -148,11 +148,11 @@ def test_the_worker_writes_the_same_candidates_from_meta_weights(tmp_path):
     assert path.exists()
     sources = {}
     for weights in ("cpu", "meta"):
-        built = Problem(path, 42, "train", weights=weights)
+        built = Compiler(path, 42, "train", weights=weights)
         sources[weights] = {tuple(moves): built.build(moves)[0] for moves in
                             ([], ["fuse_reductions"], ["fuse_pointwise", "fuse_reductions"], ["simplify_all"])}
     assert sources["cpu"] == sources["meta"]
-    assert all(p.is_meta for p in Problem(path, 42, "train").model.parameters())
+    assert all(p.is_meta for p in Compiler(path, 42, "train").model.parameters())
 
 
 # -- scans ---------------------------------------------------------------------------------------------------
@@ -178,7 +178,7 @@ def test_scans_are_one_kernel_with_what_surrounds_them(tmp_path, forward, inputs
     from kernelpro.launch.device import Device
     monkeypatch.setattr(scans, "configs", lambda group, device=None: [{"BLOCK": 16, "num_warps": 1, "score": 1.0}])
     path = problem(tmp_path, [forward], inputs, args=", ".join("xy"[:len(inputs)]))
-    source, _, kernels = Problem(path, 42, "eval").build(["fuse_reductions"], None, Device(sms=2))
+    source, _, kernels = Compiler(path, 42, "eval").build(["fuse_reductions"], None, Device(sms=2))
     candidate = path.with_name(path.stem + "_new.py")
     candidate.write_text(source)
     compare_models(load_module(candidate), atol=1e-5)
@@ -190,7 +190,7 @@ def test_scans_are_one_kernel_with_what_surrounds_them(tmp_path, forward, inputs
 def test_a_scan_over_too_few_rows_stays_a_library_call(tmp_path):
     from kernelpro.launch.device import Device
     path = problem(tmp_path, ["return torch.cumsum(x, dim=1)"], ["torch.rand(6, 50)"])
-    _, _, kernels = Problem(path, 42, "eval").build(["fuse_reductions"], None, Device(sms=4))
+    _, _, kernels = Compiler(path, 42, "eval").build(["fuse_reductions"], None, Device(sms=4))
     assert kernels == []
 
 
@@ -243,7 +243,7 @@ def test_triton_gemm_of_any_shape_with_or_without_split_k(tmp_path, forward, inp
     monkeypatch.setattr(gemm, "configs", forced)
     args = ", ".join("xyz"[:len(inputs)])
     path = problem(tmp_path, [forward], inputs, init, args)
-    source, _, kernels = Problem(path, 42, "eval").build(["triton_gemm"])
+    source, _, kernels = Compiler(path, 42, "eval").build(["triton_gemm"])
     candidate = path.with_name(path.stem + "_new.py")
     candidate.write_text(source)
     compare_models(load_module(candidate), atol=1e-4)
@@ -270,10 +270,10 @@ def test_split_k_is_ranked_first_only_when_the_tiles_are_under_one_wave():
 def test_a_small_classifier_head_stays_a_library_call(tmp_path):
     """A product with a dimension under 16 is taken only when it moves at least 2^20 elements."""
     head = problem(tmp_path, ["return self.fc(x) * 2.0"], ["torch.randn(64, 128)"], "self.fc = nn.Linear(128, 10)")
-    assert Problem(head, 42, "eval").build(["triton_gemm"])[1].get("triton_gemm", 0) == 0
+    assert Compiler(head, 42, "eval").build(["triton_gemm"])[1].get("triton_gemm", 0) == 0
     big = problem(tmp_path, ["return torch.relu(x @ y)"], ["torch.randn(2048, 1024)", "torch.randn(1024, 1)"],
                   args="x, y")
-    assert Problem(big, 42, "eval").build(["triton_gemm"])[1]["triton_gemm"] == 1
+    assert Compiler(big, 42, "eval").build(["triton_gemm"])[1]["triton_gemm"] == 1
 
 
 # -- persistent pointwise grids (issue 34: fewer CTAs for the energy objective) ---------------------------------
@@ -283,7 +283,7 @@ def test_persistent_pointwise_kernels_stride_over_every_block(tmp_path, monkeypa
         {"BLOCK": 64, "num_warps": 1, "PROGRAMS": 3, "score": 1.0}] if group.kind == "pointwise" else [])
     path = problem(tmp_path, ["h = torch.relu(x * 2.0 + y)", "return h, F.max_pool2d(x, 2) - 1.0"],
                    ["torch.randn(2, 3, 17, 19)", "torch.randn(3, 1, 19)"], args="x, y")
-    source, counts, kernels = Problem(path, 42, "eval").build(["fuse_pointwise", "persistent_kernels"])
+    source, counts, kernels = Compiler(path, 42, "eval").build(["fuse_pointwise", "persistent_kernels"])
     assert counts["persistent_kernels"] == 2 and all(k["config"]["PROGRAMS"] == 3 for k in kernels)
     assert all(k["ranking"].startswith("persistent grids (") and "then analytic" in k["ranking"] for k in kernels)
     assert "for first in range(tl.program_id(0) * BLOCK, n_elements, PROGRAMS * BLOCK):" in source
@@ -347,7 +347,7 @@ def test_a_softmax_whose_flattening_is_used_elsewhere_is_left_alone(tmp_path):
     for forward in (["f = x.flatten(2)", "return torch.softmax(f, -1).view(x.shape) + f.view(x.shape)"],
                     ["return torch.softmax(x.flatten(2), 1).view(x.shape)"],
                     ["return torch.softmax(x.flatten(2), -1) * 2.0"]):
-        built = Problem(problem(tmp_path, forward, ["torch.randn(2, 4, 3, 5)"]), 42, "eval")
+        built = Compiler(problem(tmp_path, forward, ["torch.randn(2, 4, 3, 5)"]), 42, "eval")
         gm = built.graph
         assert isinstance(gm, fx.GraphModule) and composites.flattened_softmaxes(gm) == 0, forward
         propagate_shapes(gm, built.inputs)
@@ -389,7 +389,7 @@ def test_a_convolution_keeps_its_bias_where_no_generated_kernel_takes_its_output
     for after in (["return torch.relu(h) + h.sum()"], ["return torch.fft.rfft(h).abs()"]):
         path = problem(tmp_path, ["h = self.conv(x)"] + after, ["torch.randn(2, 3, 10, 12)"],
                        init="self.conv = nn.Conv2d(3, 8, 3)")
-        source, _, _ = Problem(path, 42, "eval").build(["fuse_pointwise"])
+        source, _, _ = Compiler(path, 42, "eval").build(["fuse_pointwise"])
         assert "self.conv(x)" in source
 
 
@@ -399,7 +399,7 @@ def test_bias_after_pool_takes_transposed_convolutions(tmp_path):
     the pooled windows adds it."""
     path = problem(tmp_path, ["h = F.max_pool3d(self.conv(x), 2)", "return torch.sum(F.max_pool3d(h, 2), dim=1)"],
                    ["torch.randn(2, 3, 4, 5, 5)"], init="self.conv = nn.ConvTranspose3d(3, 6, 3, stride=2, padding=1)")
-    source, counts, _ = Problem(path, 42, "eval").build(["bias_after_pool"])
+    source, counts, _ = Compiler(path, 42, "eval").build(["bias_after_pool"])
     assert counts["bias_after_pool"] == 1 and "conv_transpose3d(x, conv_weight, None" in source
     kernels = check(path, ["simplify_all", "fuse_reductions"])
     assert [k["ops"][:2] for k in kernels] == [["max_pool3d", "add"]], [k["ops"] for k in kernels]

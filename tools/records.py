@@ -15,7 +15,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 LEVELS = ("kernel", "instruction", "system", "energy")
 ROOFLINE_CLASSES = ("memory_bound", "compute_bound", "latency_bound", "overhead_bound")
-OBJECTIVES = ("time", "energy", "edp")
 #: The design's technique vocabulary (extend with care, one name per idea).
 TECHNIQUES = (
     "fuse_elementwise", "fuse_epilogue", "fuse_reduction", "algebraic_simplify", "constant_fold",

@@ -128,7 +128,7 @@ def register(app: typer.Typer) -> None:
         from kernelpro.launch.collect import CONV_FLOPS, collect, cuda_timer, random_shapes
         from kernelpro.launch.store import LaunchStore
         from kernelpro.launch.device import target_device
-        from kernelpro.offline.compiler import Problem
+        from kernelpro.offline.compiler import Compiler
         if (only or levels) and problems is None:
             raise KernelproError("--only and --level choose among the problems of --suite DIR: give it")
         precision = precision.value
@@ -148,7 +148,7 @@ def register(app: typer.Typer) -> None:
             from kernelpro.launch.dynamic import ncu_profiler
             profiler = ncu_profiler()
         device, _ = target_device({"device": "cuda"})
-        summary = collect(partial(Problem, seed=42, model_mode="eval"), LaunchStore(db), device.name, device, cuda_timer(), drawn, paths, most,
+        summary = collect(partial(Compiler, seed=42, model_mode="eval"), LaunchStore(db), device.name, device, cuda_timer(), drawn, paths, most,
                           _stderr, profiler, precision)
         write_json(summary, json_output, json_file)
         if not json_output:

@@ -8,6 +8,8 @@ from typing import Annotated
 
 import typer
 
+from kernelpro.energy.objectives import OBJECTIVES
+
 
 class DeviceChoice(str, enum.Enum):
     cuda = "cuda"
@@ -40,10 +42,8 @@ class BaselineChoice(str, enum.Enum):
     compile = "compile"
 
 
-class ObjectiveChoice(str, enum.Enum):
-    time = "time"
-    energy = "energy"
-    edp = "edp"
+#: the objectives, as kernelpro.energy.objectives names them
+ObjectiveChoice = enum.Enum("ObjectiveChoice", [(name, name) for name in OBJECTIVES], type=str)
 
 
 Device = Annotated[DeviceChoice | None, typer.Option(

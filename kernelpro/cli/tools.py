@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
 from rich.table import Table
+
 from kernelpro.cli.options import JsonFile, JsonOutput, make_console, write_json
 
 

@@ -158,7 +158,7 @@ def template_problem(shape: Shape, folder: Path) -> Path:
     return path
 
 
-# problem file -> what builds its kernels for a set of moves (the offline coder's `kernelpro.offline.compiler.Problem`,
+# problem file -> what builds its kernels for a set of moves (the offline coder's `kernelpro.offline.compiler.Compiler`,
 # whose build(moves, tune, device, precision, launch_ranking) gives (source, counts, kernels)); the caller passes it,
 # so the launch models never import the coder that uses them
 Builder = Callable[[Path], object]
@@ -197,7 +197,7 @@ def cuda_timer(calls: int = 20) -> Timer:
 def configurations(built, moves: list[str], kernel: dict, most: int, device,
                    precision: str = "fp32") -> list[tuple[int, str, dict]]:
     """(rank, candidate source, configuration) of the kernel's first `most` analytically ranked configurations, the
-    problem's other kernels at their first; `built` is the problem's `kernelpro.offline.compiler.Problem`."""
+    problem's other kernels at their first; `built` is the problem's `kernelpro.offline.compiler.Compiler`."""
     out = []
     for rank in range(min(most, kernel["configs"])):
         source, _, rebuilt = built.build(moves, {kernel["name"]: rank}, device, precision, "analytic")

@@ -1,12 +1,12 @@
 """The offline coder's compiler: a problem file in, a candidate source out, in named stages.
 
-`Problem` imports the problem (user code), builds the model on the meta device with the harness's seeding
+`Compiler` imports the problem (user code), builds the model on the meta device with the harness's seeding
 (shapes without storage: a KernelBench GEMM's 32768 x 32768 weight would take 4.3 GB of host memory, and every
 candidate build copies the graph; an `__init__` that reads values falls back to the CPU), and traces `forward`
 with shapes and dtypes from fake tensors (`kernelpro.offline.tracing`). What it writes depends on shapes and
 dtypes only, never on weight values, and it never runs candidate code.
 
-`Problem.build(moves)` runs the stages of STAGES over a copy of the graph, each a function of (problem, build):
+`Compiler.build(moves)` runs the stages of STAGES over a copy of the graph, each a function of (compiler, build):
 
 1. **rewrite**: the graph moves' rewrites (`kernelpro.offline.rewrite`), each named in PASSES;
 2. **prepare**: losses and distances as the ops the kernels fuse, a convolution's bias moved into the kernel after
@@ -73,7 +73,7 @@ class Build:
         return "cuda_kernels" in self.moves
 
 
-class Problem:
+class Compiler:
     """One problem file, loaded and traced once; `build` makes the candidate for a set of moves."""
 
     def __init__(self, path: Path, seed: int, model_mode: str = "train", weights: str = "meta"):
@@ -140,30 +140,30 @@ class Problem:
             build.kernels
 
 
-def rewrite(problem: Problem, build: Build) -> None:
+def rewrite(compiler: Compiler, build: Build) -> None:
     """Stage 1: each graph move that rewrites, in order, the shapes propagated again after each."""
     for move in build.graph_moves:
         if move == "fold_constants" or move in FUSION_KINDS or move in ("cuda_kernels", "persistent_kernels"):
             continue
         if move == "simplify_all":
-            problem.simplified = simplify_all(build.gm, problem.inputs)
-            build.counts[move] = sum(problem.simplified.values())
+            compiler.simplified = simplify_all(build.gm, compiler.inputs)
+            build.counts[move] = sum(compiler.simplified.values())
             continue
         build.counts[move] = PASSES[move](build.gm)
-        propagate_shapes(build.gm, problem.inputs)
+        propagate_shapes(build.gm, compiler.inputs)
 
 
-def prepare(problem: Problem, build: Build) -> None:
+def prepare(compiler: Compiler, build: Build) -> None:
     """Stage 2: what the kernels fuse made of the graph, and the constants to fold."""
     gm, graph_moves = build.gm, build.graph_moves
     build.kinds = {FUSION_KINDS[m] for m in graph_moves if m in FUSION_KINDS} | (CUDA_KINDS if build.cuda else set())
     if build.kinds and composites.decompose(gm):  # losses and distances as the ops the kernels fuse
-        propagate_shapes(gm, problem.inputs)
+        propagate_shapes(gm, compiler.inputs)
     # a convolution's bias as the first op of the kernel after it (pointwise kernels stand alone
     # only with fuse_pointwise or cuda_kernels; triton_conv's kernel takes the bias itself)
     taken = (build.kinds & {"row"}) | ({"pointwise"} if "fuse_pointwise" in graph_moves or build.cuda else set())
     if taken and "triton_conv" not in graph_moves and fusion.bias_into_epilogues(gm, taken):
-        propagate_shapes(gm, problem.inputs)
+        propagate_shapes(gm, compiler.inputs)
     # Without fold_constants, only what a move marked for folding (scaled weights) is folded.
     every = passes.foldable_nodes(gm)
     marked = [n for n in every if n.meta.get("kp_fold")]
@@ -172,7 +172,7 @@ def prepare(problem: Problem, build: Build) -> None:
         build.counts["fold_constants"] = len(every) - len(marked)
 
 
-def fuse(problem: Problem, build: Build) -> None:
+def fuse(compiler: Compiler, build: Build) -> None:
     """Stage 3: the groups each generated kernel computes, with the GEMMs, convolutions and scans that take
     their epilogues in."""
     if not build.kinds:
@@ -193,13 +193,13 @@ def fuse(problem: Problem, build: Build) -> None:
         if "row" in kinds:
             groups, counts["triton_gemm"] = gemms_before_rows(gm, kinds, excluded, found, groups, tf32)
     if "triton_conv" in graph_moves:
-        problem.left_alone["triton_conv"] = []
-        counts["triton_conv"] = conv_gemm.attach(gm, groups, build.precision, problem.left_alone["triton_conv"])
+        compiler.left_alone["triton_conv"] = []
+        counts["triton_conv"] = conv_gemm.attach(gm, groups, build.precision, compiler.left_alone["triton_conv"])
     if bare:
         groups = gemm.drop_unused(gm, groups, bare)
     if "cute_gemm" in graph_moves:
-        problem.left_alone["cute_gemm"] = []
-        counts["cute_gemm"] = cute_gemm.attach(gm, groups, build.precision, problem.left_alone["cute_gemm"])
+        compiler.left_alone["cute_gemm"] = []
+        counts["cute_gemm"] = cute_gemm.attach(gm, groups, build.precision, compiler.left_alone["cute_gemm"])
     if "fuse_pointwise" not in graph_moves and not build.cuda:  # only the epilogues a GEMM takes in
         groups = [g for g in groups if g.kind != "pointwise" or g.gemm is not None]
     for move, kind in (("fuse_reductions", "row"), ("fuse_pointwise", "pointwise")):
@@ -217,7 +217,7 @@ def backend_of(group, cuda: bool):
     return scans if group.kind == "scan" else cuda_gen if cuda else triton_gen
 
 
-def lower(problem: Problem, build: Build) -> None:
+def lower(compiler: Compiler, build: Build) -> None:
     """Stage 4: each group rendered by its backend at the launch configuration asked for (the ranking's first
     unless tuning asks for another), and the graph's nodes replaced by calls of the generated kernels."""
     if not build.kinds:
@@ -266,7 +266,7 @@ def lower(problem: Problem, build: Build) -> None:
     fusion.replace(build.gm, build.groups)
 
 
-#: The stages of a build, in order (each a function of the problem and the build).
+#: The stages of a build, in order (each a function of the compiler and the build).
 STAGES = (("rewrite", rewrite), ("prepare", prepare), ("fuse", fuse), ("lower", lower))
 
 

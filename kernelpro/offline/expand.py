@@ -17,7 +17,7 @@ import torch.fx as fx
 
 from kernelpro.harness.modelio import tensor_bytes
 from kernelpro.launch.device import target_device
-from kernelpro.offline.compiler import Problem
+from kernelpro.offline.compiler import Compiler
 from kernelpro.offline.moves import EXCLUSIVE, MOVES, SIMPLIFY, TUNE_PREFIX, TUNE_TECHNIQUE, allowed, canonical
 from kernelpro.offline.rewrite.passes import meta
 
@@ -52,7 +52,7 @@ REPLAY_BANDWIDTH = 5e12  # bytes/s
 REPLAY_LAUNCH_S = 8e-6  # seconds of launch overhead a replay can save per op of the traced forward
 
 
-def replay_outweighed(problem: Problem) -> str:
+def replay_outweighed(problem: Compiler) -> str:
     """Why a CUDA graph of the whole forward cannot pay here, or '': each call copies the inputs into its
     static buffers and clones the outputs (a read and a write of each), which must cost less than the
     launches the replay saves. Measured on the budget-8 KernelBench bench: 0.34x-0.51x on 6.4 GB
@@ -71,14 +71,14 @@ def replay_outweighed(problem: Problem) -> str:
             f"{REPLAY_LAUNCH_S * 1e6:g} us = {saved_s * 1e6:.0f} us)")
 
 
-_PROBLEMS: dict[tuple, Problem] = {}  # a serving worker loads and traces each problem once
+_PROBLEMS: dict[tuple, Compiler] = {}  # a serving worker loads and traces each problem once
 
 
-def _problem(path: Path, seed: int, model_mode: str = "train") -> Problem:
+def _problem(path: Path, seed: int, model_mode: str = "train") -> Compiler:
     stat = path.stat()
     key = (str(path.resolve()), seed, model_mode, stat.st_mtime_ns, stat.st_size)
     if key not in _PROBLEMS:
-        _PROBLEMS[key] = Problem(path, seed, model_mode)
+        _PROBLEMS[key] = Compiler(path, seed, model_mode)
     return _PROBLEMS[key]
 
 

@@ -17,7 +17,7 @@ from conftest import conv_problem  # noqa: E402
 from kernelpro.harness import EvalOptions, Evaluator, PhaseLimits, Verdict, load_problem  # noqa: E402
 from kernelpro.offline.codegen import conv_gemm  # noqa: E402
 from kernelpro.launch.device import Device
-from kernelpro.offline.compiler import Problem  # noqa: E402
+from kernelpro.offline.compiler import Compiler  # noqa: E402
 
 CASES = {
     "conv2d-gelu": dict(nd=2, batch=8, c_in=32, c_out=64, size=(40, 36), kernel=(3, 3), stride=(1, 1),
@@ -52,7 +52,7 @@ def evaluator(tmp_path_factory):
 def test_triton_conv_candidates_are_correct_on_the_gpu(name, precision, evaluator, tmp_path, monkeypatch):
     monkeypatch.setattr(conv_gemm, "TRANSPOSED", True)  # on by default; kept for runs that turn it off
     path = conv_problem(tmp_path, **CASES[name])
-    source, counts, kernels = Problem(path, 42, "train").build(["triton_conv"], {}, Device(), precision)
+    source, counts, kernels = Compiler(path, 42, "train").build(["triton_conv"], {}, Device(), precision)
     assert counts["triton_conv"] == 1
     options = EvalOptions(device="cuda", precision=precision, timing_trials=10,
                           limits=PhaseLimits(load_s=600, correctness_s=120))

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from conftest import compare_models, load_module, shrink
-from kernelpro.offline.compiler import Problem
+from kernelpro.offline.compiler import Compiler
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -45,7 +45,7 @@ def _run(path: Path, moves: list[str], folder: Path, tune: dict | None = None, a
     """Builds `moves` on `path` and checks the candidate against the problem in `model_mode` (training
     mode, KernelBench's, unless told: batch norms then use the batch's statistics and update their
     running buffers, which must match too)."""
-    source, _, kernels = Problem(path, 42, model_mode).build(moves, tune)
+    source, _, kernels = Compiler(path, 42, model_mode).build(moves, tune)
     candidate = folder / f"{path.stem}_{uuid.uuid4().hex[:6]}.py"
     candidate.write_text(source)
     import torch.utils.cpp_extension as extension
@@ -210,7 +210,7 @@ def test_random_row_operations_in_both_variants(tmp_path):
             raise AssertionError(f"{line} on {shape}: {error}") from error
         if first[0]["kind"] != "row":
             continue
-        built = Problem(problem, 42)  # the other variant too: warp per row <-> block per row
+        built = Compiler(problem, 42)  # the other variant too: warp per row <-> block per row
         name, seen = first[0]["name"], {first[0]["config"]["variant"]}
         for rank in range(1, first[0]["configs"]):
             config = built.build(["cuda_kernels"], {name: rank})[2][0]["config"]
@@ -237,7 +237,7 @@ def test_split_variant_on_few_long_rows_in_both_backends(tmp_path):
                            f"def get_inputs():\n    return [torch.randn{shape!r} + 0.1]\n\n\n"
                            "def get_init_inputs():\n    return []\n")
         for moves in (["cuda_kernels"], ["fuse_reductions", "fuse_pointwise"]):
-            built = Problem(problem, 42)
+            built = Compiler(problem, 42)
             first = built.build(moves)[2]
             row = next(k for k in first if k["kind"] == "row")
             ranks = [rank for rank in range(row["configs"])

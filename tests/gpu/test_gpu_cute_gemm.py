@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 from kernelpro.harness import EvalOptions, Evaluator, PhaseLimits, Verdict, load_problem  # noqa: E402
 from kernelpro.offline.codegen import cute_gemm  # noqa: E402
 from kernelpro.launch.device import Device
-from kernelpro.offline.compiler import Problem  # noqa: E402
+from kernelpro.offline.compiler import Compiler  # noqa: E402
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(importlib.util.find_spec("cutlass_library") is None, reason="needs nvidia-cutlass")]
@@ -34,7 +34,7 @@ def _hopper() -> bool:
 
 def _candidate(path: Path, precision: str, moves: list[str], want: dict | None = None) -> tuple[str, list[dict]]:
     """The candidate, its first kernel at the best-ranked configuration that has the `want` items."""
-    problem = Problem(path, 42)
+    problem = Compiler(path, 42)
     source, _, kernels = problem.build(moves, {}, Device(), precision)
     if want is None:
         return source, kernels

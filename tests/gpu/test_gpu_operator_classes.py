@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 from kernelpro.harness import EvalOptions, Evaluator, PhaseLimits, Verdict, load_problem  # noqa: E402
-from kernelpro.offline.compiler import Problem  # noqa: E402
+from kernelpro.offline.compiler import Compiler  # noqa: E402
 from kernelpro.launch.device import target_device  # noqa: E402
 
 CASES = {  # name: (forward, inputs, init, moves, the kernel kind expected)
@@ -86,7 +86,7 @@ def test_operator_class_candidates_are_correct_on_the_gpu(name, evaluator, tmp_p
     forward, inputs, init, moves, kind = CASES[name]
     path = problem(tmp_path, forward, inputs, init)
     device, _ = target_device({"device": "cuda"})
-    source, _, kernels = Problem(path, 42, "train").build(moves, {}, device)
+    source, _, kernels = Compiler(path, 42, "train").build(moves, {}, device)
     assert kind in [k["kind"] for k in kernels], kernels
     options = EvalOptions(device="cuda", timing_trials=20, limits=PhaseLimits(load_s=600, correctness_s=300))
     result = evaluator.evaluate(load_problem(path), source, options)
