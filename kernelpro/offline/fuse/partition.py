@@ -31,7 +31,8 @@ import torch.fx as fx
 from kernelpro.offline.fuse.groups import (RESHAPES, Group, broadcastable, build, is_anchor,
                                             is_eval_norm, is_inplace, is_pointwise, row_space, shape_of)
 from kernelpro.offline.ir.ops import GENERATED_MODULE, Unsupported, Attr, resolve
-from kernelpro.offline.rewrite.passes import meta, move_bias
+from kernelpro.offline.rewrite.passes import meta
+from kernelpro.offline.rewrite.weights import move_bias
 from kernelpro.offline.ir.windows import pool_args
 
 

@@ -4,11 +4,10 @@ rewrite uses.
 Each move is a table of rules on the engine of `kernelpro.offline.rewrite.rules`; it changes the graph in place
 and returns how many rewrites it made. A rule only rewrites what is exactly equivalent for finite inputs:
 identities, reductions over size-1 dimensions, double transposes and negations, chains of scalar multiplies and
-adds, a scalar multiply folded into the preceding linear or
-convolution, a batch norm on running statistics folded into the convolution before it,
-a max-pool moved before the non-decreasing activation that fed it, constant results of a
-reduction over a size-1 dimension. Parameter-only subgraphs are left to `foldable_nodes`,
-which codegen precomputes at init. Rewrites into library calls are in `library`.
+adds, a max-pool moved before the non-decreasing activation that fed it, constant results of a reduction over a
+size-1 dimension. The folds into a linear's or convolution's weights and bias are in `weights`, the rewrites into
+library calls in `library`. Parameter-only subgraphs are left to `foldable_nodes`, which codegen precomputes at
+init.
 """
 
 from __future__ import annotations
@@ -291,104 +290,6 @@ combine_scalar_ops = Move("combine_scalar_ops", (
 ))
 
 
-_CONV_MODULES = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
-_CONV_BY_DIMS = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}  # spatial dims -> functional convolution
-_TRANSPOSED_MODULES = (torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d)
-_TRANSPOSED_BY_DIMS = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
-
-
-def _with_folded_weights(gm: fx.GraphModule, node: fx.Node, producer: fx.Node, module: torch.nn.Module,
-                         weight: fx.Node, bias: fx.Node | None) -> None:
-    """`node` becomes the functional linear/conv of `producer`'s input with these weight and bias nodes
-    (parameter-only nodes a pass created, each marked to be folded at init)."""
-    for created in (weight, bias):
-        if created is not None:
-            created.meta["kp_fold"] = True
-    _as_functional(gm, node, module, producer.args[0], weight, bias)
-
-
-def _as_functional(gm: fx.GraphModule, node: fx.Node, module: torch.nn.Module, x, weight, bias) -> None:
-    """`node` becomes the functional linear/conv that `module` computes, on `x` with these weight and bias."""
-    if isinstance(module, torch.nn.Linear):
-        substitute(gm, node, F.linear, (x, weight, bias))
-    elif isinstance(module, _TRANSPOSED_MODULES):  # the module's output_padding (no output_size given)
-        substitute(gm, node, _TRANSPOSED_BY_DIMS[len(module.kernel_size)],
-                    (x, weight, bias, module.stride, module.padding, module.output_padding, module.groups,
-                     module.dilation))
-    else:
-        substitute(gm, node, _CONV_BY_DIMS[len(module.kernel_size)],
-                    (x, weight, bias, module.stride, module.padding, module.dilation, module.groups))
-
-
-def _scalar_into_weights(gm: fx.GraphModule, node: fx.Node, state) -> bool:
-    found = scaled_by(node)
-    if not found:
-        return False
-    producer, scalar = found
-    module = module_of(gm, producer)
-    if not isinstance(module, (torch.nn.Linear, *_CONV_MODULES)) or \
-            len(producer.users) != 1 or not math.isfinite(scalar) or \
-            getattr(module, "padding_mode", "zeros") != "zeros":
-        return False
-    graph = gm.graph
-    with graph.inserting_before(producer):
-        weight = graph.call_function(operator.mul, (graph.get_attr(f"{producer.target}.weight"), scalar))
-        bias = None
-        if module.bias is not None:
-            bias = graph.call_function(operator.mul, (graph.get_attr(f"{producer.target}.bias"), scalar))
-    _with_folded_weights(gm, node, producer, module, weight, bias)
-    return True
-
-
-fold_scalar_into_weights = Move("fold_scalar_into_weights", (
-    Rule("linear(x) * s -> linear with W*s, b*s (conv alike; or / s), the product its only user; folded at init",
-         Pattern(MUL + DIV, frozenset({"mul", "div"})), _scalar_into_weights),
-))
-
-
-_BATCH_NORMS = (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d)
-
-
-def _batch_norm_into_conv(gm: fx.GraphModule, node: fx.Node, state) -> bool:
-    """conv(x) then a batch norm on running statistics (eval mode), the norm the conv's only user:
-    one conv with scaled weights, W * g/sqrt(var+eps) per output channel, and bias
-    (b - mean) * g/sqrt(var+eps) + beta (folded at init)."""
-    norm, conv = module_of(gm, node), module_of(gm, node.args[0] if node.args else None)
-    if not isinstance(norm, _BATCH_NORMS) or norm.training or norm.running_var is None or \
-            not isinstance(conv, _CONV_MODULES) or len(node.args[0].users) != 1 or \
-            getattr(conv, "padding_mode", "zeros") != "zeros" or conv.out_channels != norm.num_features:
-        return False
-    graph, producer = gm.graph, node.args[0]
-    created = []
-
-    def call(target, *args):
-        created.append(graph.call_function(target, args))
-        return created[-1]
-
-    with graph.inserting_before(producer):
-        scale = call(torch.rsqrt, call(operator.add, graph.get_attr(f"{node.target}.running_var"), norm.eps))
-        if norm.affine:
-            scale = call(operator.mul, scale, graph.get_attr(f"{node.target}.weight"))
-        shape = (-1,) + (1,) * (conv.weight.dim() - 1)
-        weight = call(operator.mul, graph.get_attr(f"{producer.target}.weight"), call(torch.reshape, scale, shape))
-        shift = call(operator.neg, graph.get_attr(f"{node.target}.running_mean"))
-        if conv.bias is not None:
-            shift = call(operator.add, graph.get_attr(f"{producer.target}.bias"), shift)
-        bias = call(operator.mul, shift, scale)
-        if norm.affine:
-            bias = call(operator.add, bias, graph.get_attr(f"{node.target}.bias"))
-    for made in created:
-        made.meta["kp_fold"] = True
-    _with_folded_weights(gm, node, producer, conv, weight, bias)
-    return True
-
-
-fold_batch_norm = Move("fold_batch_norm", (
-    Rule("batch_norm(conv(x)) on running statistics -> conv(x) with W * g/sqrt(var+eps) and bias "
-         "(b - mean) * g/sqrt(var+eps) + beta, folded at init", Pattern(modules=_BATCH_NORMS), _batch_norm_into_conv),
-))
-
-
 _MAX_POOLS = (torch.nn.MaxPool1d, torch.nn.MaxPool2d, torch.nn.MaxPool3d)
 _MAX_POOL_FNS = (F.max_pool1d, F.max_pool2d, F.max_pool3d)
 
@@ -412,7 +313,7 @@ def _monotone(gm: fx.GraphModule, node) -> bool:
     return False
 
 
-def _max_pool_of_values(gm: fx.GraphModule, node) -> bool:
+def max_pool_of_values(gm: fx.GraphModule, node) -> bool:
     """A max pool (module or functional) that returns its values alone, not their indices."""
     module = module_of(gm, node)
     if isinstance(module, _MAX_POOLS):
@@ -421,7 +322,7 @@ def _max_pool_of_values(gm: fx.GraphModule, node) -> bool:
 
 
 def _activation_after_pool(gm: fx.GraphModule, pool: fx.Node, state) -> bool:
-    if not _max_pool_of_values(gm, pool):
+    if not max_pool_of_values(gm, pool):
         return False
     act = pool.args[0] if pool.args else None
     if not isinstance(act, fx.Node) or len(act.users) != 1 or not act.args or \
@@ -437,80 +338,10 @@ def _activation_after_pool(gm: fx.GraphModule, pool: fx.Node, state) -> bool:
     return True
 
 
-_MAX_POOL = Pattern(_MAX_POOL_FNS, modules=_MAX_POOLS)
+MAX_POOL = Pattern(_MAX_POOL_FNS, modules=_MAX_POOLS)
 pool_before_activation = Move("pool_before_activation", (
     Rule("max_pool(act(x)) -> act(max_pool(x)) for a non-decreasing act whose only user is the pool "
-         "(the activation runs on the smaller tensor)", _MAX_POOL, _activation_after_pool),
-))
-
-
-_CONV_FNS = {conv: dims for table in (_CONV_BY_DIMS, _TRANSPOSED_BY_DIMS) for dims, conv in table.items()}
-
-
-def _conv_bias(gm: fx.GraphModule, conv) -> tuple[fx.Node, int] | None:
-    """(the bias node, spatial dims) of a convolution or transposed convolution with a bias in zero
-    padding (a transposed one called on its input alone); None otherwise."""
-    module = module_of(gm, conv)
-    if isinstance(module, _CONV_MODULES + _TRANSPOSED_MODULES):
-        if module.bias is None or getattr(module, "padding_mode", "zeros") != "zeros" or \
-                len(conv.args) + len(conv.kwargs) != 1:
-            return None
-        with gm.graph.inserting_before(conv):
-            return gm.graph.get_attr(f"{conv.target}.bias"), len(module.kernel_size)
-    if is_op(conv, tuple(_CONV_FNS)) and isinstance(arg(conv, 2, "bias"), fx.Node):
-        return arg(conv, 2, "bias"), _CONV_FNS[conv.target]
-    return None
-
-
-def _without_bias(gm: fx.GraphModule, conv: fx.Node) -> None:
-    """The convolution node computes the same convolution without its bias."""
-    module = module_of(gm, conv)
-    if module is None:
-        if len(conv.args) > 2:
-            conv.args = conv.args[:2] + (None,) + conv.args[3:]
-        else:
-            conv.kwargs = {**conv.kwargs, "bias": None}
-        return
-    with gm.graph.inserting_before(conv):
-        weight = gm.graph.get_attr(f"{conv.target}.weight")
-    _as_functional(gm, conv, module, conv.args[0], weight, None)
-
-
-def move_bias(gm: fx.GraphModule, conv: fx.Node, after: fx.Node) -> bool:
-    """Whether `conv` had a bias (`_conv_bias`) that now comes after `after` (the convolution itself, or
-    an op its bias commutes with): every user of `after` reads after + bias (per channel) instead, and
-    the convolution runs without it. The bias's reshape is a view of a parameter (or of a folded bias):
-    computed once, at init."""
-    found = _conv_bias(gm, conv)
-    if found is None:
-        return False
-    bias, spatial = found
-    graph = gm.graph
-    with graph.inserting_after(after):
-        shaped = graph.call_function(torch.reshape, (bias, (-1,) + (1,) * spatial))
-    shaped.meta["kp_fold"] = True
-    with graph.inserting_after(shaped):
-        added = graph.call_function(operator.add, (after, shaped))
-    added.meta = dict(after.meta)
-    after.replace_all_uses_with(added, delete_user_cb=lambda user: user is not added)
-    _without_bias(gm, conv)
-    return True
-
-
-def _bias_after_pool(gm: fx.GraphModule, pool: fx.Node, state) -> bool:
-    """max_pool(conv(x) + b) -> max_pool(conv(x)) + b for a convolution with a bias whose only user is the
-    pool: the maximum over a window commutes with adding a per-channel constant (padding is -inf, which
-    stays -inf), so the bias is added to the pooled tensor, and the convolution runs without the
-    separate bias-add kernel cuDNN launches for it."""
-    if not _max_pool_of_values(gm, pool):
-        return False
-    conv = pool.args[0] if pool.args else None
-    return isinstance(conv, fx.Node) and len(conv.users) == 1 and move_bias(gm, conv, pool)
-
-
-bias_after_pool = Move("bias_after_pool", (
-    Rule("max_pool(conv(x) + b) -> max_pool(conv(x)) + b, the pool the convolution's only user", _MAX_POOL,
-         _bias_after_pool),
+         "(the activation runs on the smaller tensor)", MAX_POOL, _activation_after_pool),
 ))
 
 
@@ -594,15 +425,12 @@ def fold_boundary(gm: fx.GraphModule, nodes: list[fx.Node]) -> list[fx.Node]:
     return [n for n in nodes if any(u not in chosen for u in n.users)]
 
 
-# the algebraic passes (library-call passes: kernelpro.offline.rewrite.library), by move name
+# the algebraic moves by name (the weight folds: weights; library calls: library; reductions over weights: reduce)
 ALGEBRAIC = {
     "simplify_identities": simplify_identities,
     "simplify_size1_reductions": simplify_size1_reductions,
     "simplify_double_ops": simplify_double_ops,
     "combine_scalar_ops": combine_scalar_ops,
-    "fold_scalar_into_weights": fold_scalar_into_weights,
-    "fold_batch_norm": fold_batch_norm,
     "pool_before_activation": pool_before_activation,
-    "bias_after_pool": bias_after_pool,
     "constant_results": constant_results,
 }
