@@ -117,14 +117,12 @@ class BenchSettings(BaseModel):
             "compile_baseline": self.searches.compile_baseline and self.searches.device == "cuda"})
 
 
-#: the option that sets each setting, as `kernelpro bench` spells it: a resumed bench refuses one given with
-#: another value than the bench recorded (the budget extends it; --gpus, --backend and --ray-address say where the
-#: rest runs now; --unsafe-no-sandbox is never recorded)
-BENCH_FLAGS = {"levels": "--level", "problems": "--problems", "coder": "--coder", "objective": "--objective",
-         "strategy": "--strategy", "precision": "--precision", "policy": "--policy", "model_mode": "--model-mode",
-         "device": "--device", "profile": "--profile", "baselines_only": "--baselines-only", "use_kb": "--no-kb",
-         "kb": "--kb", "time_limit_min": "--time-limit", "launch_ranking": "--launch-ranking", "moves": "--moves",
-         "seed": "--seed", "search": "--search", "compile_baseline": "--compile-baseline",
-         "adaptive_timing": "--adaptive-timing"}
+#: the option that sets each setting, as `kernelpro bench` spells it (a search setting's as `kernelpro search` does):
+#: a resumed bench refuses one given with another value than the bench recorded (the budget extends it; --gpus,
+#: --backend and --ray-address say where the rest runs now; --unsafe-no-sandbox is never recorded; a bench does not
+#: take --parallel, --model, --planner-model, --max-cost or --max-tokens)
+BENCH_FLAGS = {"levels": "--level", "problems": "--problems", "baselines_only": "--baselines-only",
+               **{name: flag for name, flag in FLAGS.items() if name not in (
+                   "budget", "unsafe_no_sandbox", "parallel", "model", "planner_model", "max_cost_usd", "max_tokens")}}
 #: what a resumed bench takes from the command that resumes it, where given
 WHERE = ("gpus", "backend", "ray_address")

@@ -15,8 +15,8 @@ from rich.text import Text
 from kernelpro.cli.options import (Device, KbPath, LaunchRankingChoice, LaunchRankingOpt, ModelModeChoice, ModelModeOpt,
                                    MovesOpt, NoKb, PolicyChoice, PolicyOpt, SearchOpt,
                                    PrecisionChoice, PrecisionOpt, knowledge_base, quiet)
-from kernelpro.cli.options import AdaptiveTiming, JsonFile, ObjectiveChoice, given_fields, write_json
-from kernelpro.cli.search import CoderChoice, StrategyChoice
+from kernelpro.cli.options import (AdaptiveTiming, CoderOpt, JsonFile, ObjectiveChoice, ObjectiveOpt, StrategyChoice,
+                                   StrategyOpt, given_fields, write_json)
 from kernelpro.cli.options import make_console
 
 
@@ -69,10 +69,9 @@ def register(app: typer.Typer) -> None:
                                               "(level1/19_ReLU,...) or @FILE, a file of keys")] = "",
         budget: Annotated[int | None, typer.Option("--budget", min=1, help="evaluations per problem (default 16); "
                                                    "with --resume, a larger one extends every finished search")] = None,
-        coder: Annotated[CoderChoice | None, typer.Option(
-            "--coder", help="default: anthropic when ANTHROPIC_API_KEY is set, otherwise offline")] = None,
-        objective: Annotated[ObjectiveChoice, typer.Option("--objective")] = ObjectiveChoice.time,
-        strategy: Annotated[StrategyChoice, typer.Option("--strategy")] = StrategyChoice.mcts,
+        coder: CoderOpt = None,
+        objective: ObjectiveOpt = ObjectiveChoice.time,
+        strategy: StrategyOpt = StrategyChoice.mcts,
         precision: PrecisionOpt = PrecisionChoice.fp32,
         policy: PolicyOpt = PolicyChoice.relaxed,
         model_mode: ModelModeOpt = ModelModeChoice.train,

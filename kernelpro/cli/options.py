@@ -46,6 +46,25 @@ class BaselineChoice(str, enum.Enum):
 ObjectiveChoice = enum.Enum("ObjectiveChoice", [(name, name) for name in OBJECTIVES], type=str)
 
 
+class CoderChoice(str, enum.Enum):
+    offline = "offline"
+    anthropic = "anthropic"
+
+
+class StrategyChoice(str, enum.Enum):
+    mcts = "mcts"
+    greedy = "greedy"
+    beam = "beam"
+    random = "random"
+
+
+ObjectiveOpt = Annotated[ObjectiveChoice, typer.Option(
+    "--objective", help="time; energy (J/call at matched speed); edp (energy x delay)")]
+CoderOpt = Annotated[CoderChoice | None, typer.Option(
+    "--coder", help="default: anthropic when ANTHROPIC_API_KEY is set, otherwise offline")]
+StrategyOpt = Annotated[StrategyChoice, typer.Option("--strategy", help="the tree search's strategy")]
+
+
 Device = Annotated[DeviceChoice | None, typer.Option(
     "--device", help="cuda or cpu; default: cuda when torch sees a GPU, otherwise cpu")]
 PolicyOpt = Annotated[PolicyChoice, typer.Option(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import enum
 import time
 from pathlib import Path
 from typing import Annotated
@@ -15,21 +14,10 @@ from rich.text import Text
 
 from kernelpro.cli.options import (Device, KbPath, LaunchRankingChoice, LaunchRankingOpt, ModelModeChoice, ModelModeOpt,
                                    MovesOpt, NoKb, PolicyChoice, PolicyOpt, SearchOpt,
-                                   ObjectiveChoice, PrecisionChoice, PrecisionOpt, Seed, JsonFile, AdaptiveTiming,
+                                   ObjectiveChoice, ObjectiveOpt, PrecisionChoice, PrecisionOpt, Seed, JsonFile, AdaptiveTiming,
+                                   CoderOpt, StrategyChoice, StrategyOpt,
                                    given_fields, knowledge_base, quiet, write_json)
 from kernelpro.cli.options import make_console
-
-
-class CoderChoice(str, enum.Enum):
-    offline = "offline"
-    anthropic = "anthropic"
-
-
-class StrategyChoice(str, enum.Enum):
-    mcts = "mcts"
-    greedy = "greedy"
-    beam = "beam"
-    random = "random"
 
 
 def render_status(status) -> Group:
@@ -100,13 +88,11 @@ def register(app: typer.Typer) -> None:
         problem: Annotated[Path | None, typer.Argument(
             metavar="PROBLEM", help="a KernelBench-format problem file (Model, get_inputs, get_init_inputs); "
                                     "not with --settings")] = None,
-        objective: Annotated[ObjectiveChoice, typer.Option(
-            "--objective", help="time; energy (J/call at matched speed); edp (energy x delay)")] = ObjectiveChoice.time,
+        objective: ObjectiveOpt = ObjectiveChoice.time,
         budget: Annotated[int, typer.Option("--budget", min=1, help="candidate evaluations")] = 16,
         time_limit: Annotated[float | None, typer.Option("--time-limit", help="stop after this many minutes")] = None,
-        coder: Annotated[CoderChoice | None, typer.Option(
-            "--coder", help="default: anthropic when ANTHROPIC_API_KEY is set, otherwise offline")] = None,
-        strategy: Annotated[StrategyChoice, typer.Option("--strategy")] = StrategyChoice.mcts,
+        coder: CoderOpt = None,
+        strategy: StrategyOpt = StrategyChoice.mcts,
         device: Device = None,
         precision: PrecisionOpt = PrecisionChoice.fp32,
         policy: PolicyOpt = PolicyChoice.relaxed,
