@@ -283,3 +283,29 @@ def test_bad_input_is_answered_before_torch_is_imported(tmp_path):
     for said in ("give a problem file, or --settings FILE", "missing.json: No such file", "budgett: Extra inputs",
                  "leave out PROBLEM", "leave out --budget, --seed", "nowhere.py: no such file"):
         assert said in done.stderr, said
+
+
+def test_a_search_runs_from_a_settings_file_with_its_paths_made_absolute(tmp_path, capsys, monkeypatch):
+    """kernelpro search --settings FILE, as a bench's child runs it: every setting from the file, relative paths
+    taken from where it runs and recorded absolute (a resume may start elsewhere), and --resume compares the
+    file with the record like flags given again."""
+    import shutil
+    from kernelpro.runstore import RunStore
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(PROBLEM, tmp_path / "problem.py")
+    settings = {"problem": "problem.py", "out": "run", "budget": 1, "device": "cpu", "profile": False,
+                "use_kb": False, "seed": 3}
+    (tmp_path / "settings.json").write_text(json.dumps(settings))
+    done = in_process(capsys, "search", "--settings", "settings.json", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["stopped"] and (tmp_path / "run" / "run.json").is_file()
+    store = RunStore(tmp_path / "run")
+    try:
+        recorded = store.get("settings")
+    finally:
+        store.close()
+    assert recorded["problem"] == str(tmp_path / "problem.py") and recorded["out"] == str(tmp_path / "run")
+    assert recorded["seed"] == 3 and recorded["budget"] == 1
+    (tmp_path / "other.json").write_text(json.dumps(dict(settings, seed=4)))
+    refused = in_process(capsys, "search", "--settings", "other.json", "--resume")
+    assert refused.returncode == 2 and "--seed 4 (the run has 3)" in refused.stderr

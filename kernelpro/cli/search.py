@@ -12,12 +12,11 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from kernelpro.cli.options import (Device, KbPath, LaunchRankingChoice, LaunchRankingOpt, ModelModeChoice, ModelModeOpt,
-                                   MovesOpt, NoKb, PolicyChoice, PolicyOpt, SearchOpt,
-                                   ObjectiveChoice, ObjectiveOpt, PrecisionChoice, PrecisionOpt, Seed, JsonFile, AdaptiveTiming,
-                                   CoderOpt, StrategyChoice, StrategyOpt,
-                                   given_fields, knowledge_base, quiet, write_json)
-from kernelpro.cli.options import make_console
+from kernelpro.cli.options import (AdaptiveTiming, CoderOpt, Device, JsonFile, KbPath, LaunchRankingChoice,
+                                   LaunchRankingOpt, ModelModeChoice, ModelModeOpt, MovesOpt, NoKb, ObjectiveChoice,
+                                   ObjectiveOpt, PolicyChoice, PolicyOpt, PrecisionChoice, PrecisionOpt, SearchOpt,
+                                   Seed, StrategyChoice, StrategyOpt, given_fields, knowledge_base, make_console,
+                                   quiet, write_json)
 
 
 def render_status(status) -> Group:
@@ -130,8 +129,8 @@ def register(app: typer.Typer) -> None:
         json_output: Annotated[bool, typer.Option("--json", help="no live display; print run.json")] = False,
         json_file: JsonFile = None,
         settings_file: Annotated[Path | None, typer.Option(
-            "--settings", metavar="FILE", help="every setting, PROBLEM and --out too, from this JSON file (a "
-                                               "SearchSettings record: what a bench gives each problem's search)")] = None,
+            "--settings", metavar="FILE", help="every setting, PROBLEM and --out too, from this JSON file "
+                                               "(a SearchSettings record, as a bench writes one per problem)")] = None,
     ) -> None:
         """Search for a faster (or more energy-efficient) implementation of PROBLEM."""
         given_settings = read_settings(ctx, settings_file) if settings_file is not None else None
@@ -158,16 +157,19 @@ def register(app: typer.Typer) -> None:
         chosen_coder = coder.value if coder else default_coder()
         console = make_console(stderr=True)
         folder = (Path(given_settings.out) if given_settings else out or Path("runs") / problem.stem).resolve()
-        settings = given_settings or SearchSettings(
-            problem=str(problem.resolve()), out=str(folder), objective=objective.value, budget=budget,
-            time_limit_min=time_limit, coder=chosen_coder, strategy=strategy.value, device=chosen_device,
-            precision=precision.value, policy=policy.value, model_mode=model_mode.value, parallel=parallel,
-            seed=seed, profile=profile,
-            compile_baseline=compile_baseline if compile_baseline is not None else chosen_device == "cuda",
-            adaptive_timing=adaptive_timing,
-            model=model, planner_model=planner_model, max_cost_usd=max_cost, max_tokens=max_tokens,
-            unsafe_no_sandbox=unsafe_no_sandbox, launch_ranking=launch_ranking.value, moves=moves, search=search,
-            **knowledge)
+        if given_settings is not None:  # absolute, as from the flags: a resume may start elsewhere
+            settings = given_settings.model_copy(update={"problem": str(problem.resolve()), "out": str(folder)})
+        else:
+            settings = SearchSettings(
+                problem=str(problem.resolve()), out=str(folder), objective=objective.value, budget=budget,
+                time_limit_min=time_limit, coder=chosen_coder, strategy=strategy.value, device=chosen_device,
+                precision=precision.value, policy=policy.value, model_mode=model_mode.value, parallel=parallel,
+                seed=seed, profile=profile,
+                compile_baseline=compile_baseline if compile_baseline is not None else chosen_device == "cuda",
+                adaptive_timing=adaptive_timing,
+                model=model, planner_model=planner_model, max_cost_usd=max_cost, max_tokens=max_tokens,
+                unsafe_no_sandbox=unsafe_no_sandbox, launch_ranking=launch_ranking.value, moves=moves,
+                search=search, **knowledge)
         if force:
             if resume:
                 raise typer.BadParameter("--force starts over; --resume continues: give one of them",
