@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernelpro.offline.codegen import cuda as cuda_gen
+from kernelpro.offline.codegen.c_expr import Untranslatable, c_expr
 from kernelpro.offline.fuse import partition as fusion
 from kernelpro.offline.compiler import Compiler
 from kernelpro.offline.expand import expand
@@ -89,7 +89,7 @@ def test_translated_expressions_match_the_triton_ones(tmp_path):
             env[step.var] = _triton_eval(step.expr, env) * torch.ones_like(x)
             steps.append(step)
             expected.append(env[step.var])
-            block += [f"        const float {step.var} = {cuda_gen.c_expr(step.expr)};",
+            block += [f"        const float {step.var} = {c_expr(step.expr)};",
                       f"        fwrite(&{step.var}, 4, 1, out);"]
         blocks.append("        {\n" + "\n".join(block) + "\n        }")
     assert len(steps) > 40
@@ -110,14 +110,14 @@ def test_translated_expressions_match_the_triton_ones(tmp_path):
     got = torch.from_numpy(np.fromfile(tmp_path / "out.bin", dtype=np.float32)).reshape(x.numel(), len(steps))
     for k, step in enumerate(steps):
         torch.testing.assert_close(got[:, k], expected[k].float(), atol=2e-5, rtol=2e-5, equal_nan=True,
-                                   msg=lambda m, s=step: f"{s.expr} -> {cuda_gen.c_expr(s.expr)}: {m}")
+                                   msg=lambda m, s=step: f"{s.expr} -> {c_expr(s.expr)}: {m}")
 
 
 def test_untranslatable_expressions_are_refused():
-    with pytest.raises(cuda_gen.Untranslatable):
-        cuda_gen.c_expr("tl.cumsum(x0, 0)")
-    assert cuda_gen.c_expr("tl.where(x0 > 0, x0, -x0 * 0.5)") == "((x0 > 0.0f) ? x0 : ((-x0) * 0.5f))"
-    assert cuda_gen.c_expr('tl.maximum(x0, float("-inf"))') == "fmaxf(x0, (-INFINITY))"
+    with pytest.raises(Untranslatable):
+        c_expr("tl.cumsum(x0, 0)")
+    assert c_expr("tl.where(x0 > 0, x0, -x0 * 0.5)") == "((x0 > 0.0f) ? x0 : ((-x0) * 0.5f))"
+    assert c_expr('tl.maximum(x0, float("-inf"))') == "fmaxf(x0, (-INFINITY))"
 
 
 NVCC, CUOBJDUMP = shutil.which("nvcc"), find_binary("cuobjdump")

@@ -28,7 +28,7 @@ import math
 import torch.fx as fx
 
 from kernelpro.offline.codegen import gemm as triton_gemm
-from kernelpro.offline.codegen.cuda import Untranslatable, c_expr
+from kernelpro.offline.codegen.c_expr import Untranslatable, c_expr
 from kernelpro.offline.fuse.groups import Group
 from kernelpro.launch.device import Device, wave_fill
 from kernelpro.offline.codegen.common import describe_config
