@@ -76,7 +76,7 @@ def test_settle_waits_for_the_workers_booting_ahead_and_keeps_their_first_messag
     # Before a worker times, the evaluator waits until the spares booting beside it are ready (on
     # CUDA: their contexts exist), so that no context is created on the GPU during a timed window.
     from kernelpro.harness import channel
-    from kernelpro.harness.evaluate import WorkerPool
+    from kernelpro.harness.pool import WorkerPool
     pool = WorkerPool("cpu", spares=1, forked=False)  # spawned workers boot ahead; forked ones need not
     try:
         spare = pool._ready[0]
@@ -108,7 +108,7 @@ def test_a_worker_about_to_time_waits_for_every_other_forked_worker_to_start_but
     # for one already running (whose reader holds it for as long as that one's phase lasts).
     import threading
     from kernelpro.harness import channel
-    from kernelpro.harness.evaluate import WorkerPool
+    from kernelpro.harness.pool import WorkerPool
     pool = WorkerPool("cpu", forked=True)
     try:
         first = pool.acquire()
@@ -138,7 +138,7 @@ def test_a_worker_about_to_time_waits_for_every_other_forked_worker_to_start_but
 
 def test_the_worker_start_is_fork_unless_the_environment_asks_for_spawn(monkeypatch):
     from kernelpro.harness.errors import KernelproError
-    from kernelpro.harness.evaluate import worker_start
+    from kernelpro.harness.pool import worker_start
     monkeypatch.delenv("KERNELPRO_WORKER_START", raising=False)
     assert worker_start() == "fork"
     monkeypatch.setenv("KERNELPRO_WORKER_START", "Spawn")
