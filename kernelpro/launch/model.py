@@ -97,7 +97,7 @@ def analytic_order(item: Instance) -> list[int]:
 
 def occupancy_order(item: Instance) -> list[int]:
     """NVIDIA's occupancy-calculator heuristic: the configuration of highest theoretical occupancy (the analytic
-    model's own occupancy, `triton_configs.occupancy_of`, on an SM of the instance's device), ties to the larger
+    model's own occupancy, `launch.device.occupancy_of`, on an SM of the instance's device), ties to the larger
     block. Registers per thread come from the compiled kernel where recorded, else 32."""
     from kernelpro.launch.device import Device, occupancy_of
     device = Device(sms=item.sms)

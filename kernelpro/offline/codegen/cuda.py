@@ -444,7 +444,7 @@ def configs(group: Group, device: Device = Device()) -> list[dict]:
 
 
 def features(group: Group) -> dict:
-    """The Triton generator's record of the same group (`triton_gen.features`), marked as a CUDA kernel's."""
+    """The Triton generator's record of the same group (`codegen.triton.features`), marked as a CUDA kernel's."""
     return {"backend": "cuda", **triton_gen.features(group)}
 
 

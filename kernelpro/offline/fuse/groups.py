@@ -4,7 +4,7 @@ A group is an iteration space (the full logical shape; the reduced dimensions; a
 split for group norm), its external inputs (each with the shape it is viewed at),
 ordered steps (float32 expressions and reductions) and outputs. `build` turns a
 set of graph nodes into one; `kernelpro.offline.fuse.partition` decides which nodes, and
-`kernelpro.offline.codegen.triton` / `cuda_gen` render it.
+`kernelpro.offline.codegen.triton` / `kernelpro.offline.codegen.cuda` render it.
 """
 
 from __future__ import annotations

@@ -143,7 +143,7 @@ def window_of(found: tuple[str, int, dict], logical: tuple[int, ...],
 # -- code ------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Dialect:
-    """How index arithmetic is written: Triton's Python (`triton_gen`), or C (`cuda_gen`)."""
+    """How index arithmetic is written: Triton's Python (`codegen.triton`), or C (`codegen.cuda`)."""
     divide: str = "//"
     integer: str = ""  # suffix of an integer literal
     declare: str = "{name} = {expr}"

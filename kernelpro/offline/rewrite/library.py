@@ -1,4 +1,4 @@
-"""Graph rewrites into library calls, on a torch.fx graph with shapes (see `fxpasses`).
+"""Graph rewrites into library calls, on a torch.fx graph with shapes (see `passes`).
 
 Attention written out by hand, softmax((q @ k^T) * s) @ v with an optional boolean mask
 filled with -inf, becomes `scaled_dot_product_attention` (a causal mask built as
