@@ -11,7 +11,6 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-
 from kernelpro.energy import objectives
 from kernelpro.errors import KernelproError
 from kernelpro.harness import check_device

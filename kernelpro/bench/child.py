@@ -19,7 +19,7 @@ from pathlib import Path
 from kernelpro.bench.suite import Entry
 from kernelpro.errors import KernelproError
 from kernelpro.harness.process import exit_description
-from kernelpro.settings import BENCH_FLAGS, WHERE, BenchSettings
+from kernelpro.settings import BENCH_FLAGS, PER_COMMAND, WHERE, BenchSettings
 
 logger = logging.getLogger("kernelpro.bench")
 
@@ -46,7 +46,8 @@ class BenchError(KernelproError):
 
 def resumed_settings(saved: BenchSettings, asked: BenchSettings, given: frozenset[str] | None) -> BenchSettings:
     """The settings a resumed bench goes on with: the recorded ones, where it runs as `asked` where `given` (the
-    BenchSettings fields the command line set, flat), and this command's --unsafe-no-sandbox. A recorded setting
+    BenchSettings fields the command line set, flat), and this command's choice of what `PER_COMMAND` names
+    (--unsafe-no-sandbox). A recorded setting
     given with another value is refused by its option. None (a program's call): nothing is refused."""
     from kernelpro.search_settings import conflicting_options  # here: it imports torch, a bench's start need not
     conflicts = conflicting_options(BENCH_FLAGS, given or (), asked.flat(), saved.flat(), "the bench")
@@ -54,7 +55,7 @@ def resumed_settings(saved: BenchSettings, asked: BenchSettings, given: frozense
         raise BenchError(f"--resume finishes the bench in {asked.out} with the settings it was started with; "
                          f"{'; '.join(conflicts)}. Leave {'them' if len(conflicts) > 1 else 'it'} out, or start a new "
                          "bench in another --out folder")
-    searches = saved.searches.model_copy(update={"unsafe_no_sandbox": asked.searches.unsafe_no_sandbox})
+    searches = saved.searches.model_copy(update={name: getattr(asked.searches, name) for name in PER_COMMAND})
     return saved.model_copy(update={"searches": searches,
                                     **{name: getattr(asked, name) for name in WHERE if name in (given or ())}})
 

@@ -24,7 +24,8 @@ RETURNED_FILES = ("run.json", "best.py", "tree.json", "report.md")
 
 def problem_task(entry: Entry, settings: dict, out: str, remeasure: bool = False) -> dict:
     """Runs on a Ray worker: the problem's search, and what the driver needs back."""
-    result, error = run_search(entry, BenchSettings.model_validate(settings), Path(out), dict(os.environ), remeasure=remeasure)
+    result, error = run_search(entry, BenchSettings.model_validate(settings), Path(out), dict(os.environ),
+                               remeasure=remeasure)
     folder = Path(out) / "problems" / entry.key
     files = {name: (folder / name).read_text() for name in RETURNED_FILES if (folder / name).exists()}
     return {"result": result, "error": error, "files": files, "host": os.uname().nodename}

@@ -154,8 +154,8 @@ class Bench:
 
     def _extend(self, settings: BenchSettings, budget: int) -> BenchSettings:
         if budget < settings.searches.budget:
-            raise BenchError(f"--budget {budget} is below this bench's budget {settings.searches.budget}; a bench only "
-                             "extends (use another --out for a smaller one)")
+            raise BenchError(f"--budget {budget} is below this bench's budget {settings.searches.budget}; a bench "
+                             "only extends (use another --out for a smaller one)")
         if settings.baselines_only:
             raise BenchError("a --baselines-only bench has no searches to extend")
         for path in sorted(self.out.glob("leaderboard.*")):
@@ -333,7 +333,8 @@ class Bench:
     def _with_baseline(self, entry: Entry, result: dict) -> dict:
         if result.get("baseline_ms") and result.get("device_name"):
             self.store.put_baseline(source_sha256(entry.path), result["device_name"], result.get("torch_version") or "",
-                                    self.settings.searches.precision, result["baseline_ms"], result.get("baseline_compile_ms"))
+                                    self.settings.searches.precision, result["baseline_ms"],
+                                    result.get("baseline_compile_ms"))
         return result
 
     def baseline(self, entry: Entry, slot: str) -> tuple[dict | None, str]:
@@ -341,10 +342,10 @@ class Bench:
         import torch
         from kernelpro.harness.problem import reference_candidate
         from kernelpro.harness.problem import load_problem
-        s = self.settings
+        s = self.settings.searches
         device_name = torch.cuda.get_device_name(int(slot)) if slot != "cpu" else "cpu"
         sha = source_sha256(entry.path)
-        cached = self.store.baseline(sha, device_name, torch.__version__, s.searches.precision)
+        cached = self.store.baseline(sha, device_name, torch.__version__, s.precision)
         if cached:
             return {"baseline_ms": cached["eager_ms"], "baseline_compile_ms": cached["compile_ms"],
                     "device_name": device_name, "torch_version": torch.__version__, "cached": True}, ""
@@ -354,8 +355,8 @@ class Bench:
         reference.write_text(reference_candidate(load_problem(entry.path)))
         report = folder / "baseline.json"
         code, tail = self._child(entry.key, ["eval", str(entry.path), str(reference), "--baseline", "compile", "--device",
-                                  s.searches.device, "--precision", s.searches.precision, "--model-mode", s.searches.model_mode,
-                                  "--json-file", str(report)] + (["--kernelbench-timing"] if s.searches.device == "cuda" else []),
+                                  s.device, "--precision", s.precision, "--model-mode", s.model_mode,
+                                  "--json-file", str(report)] + (["--kernelbench-timing"] if s.device == "cuda" else []),
                                  slot, self.out / "logs" / f"{entry.key}.log")
         check_interrupted(code)
         if not report.exists():
@@ -366,7 +367,7 @@ class Bench:
         eager = result["reference"]["median_ms"]
         compiled = (result.get("reference_compile") or {}).get("median_ms")
         self.store.put_baseline(sha, result.get("device_name") or device_name, result.get("torch_version") or "",
-                                s.searches.precision, eager, compiled)
+                                s.precision, eager, compiled)
         kernelbench = result.get("kernelbench") or {}
         return {"baseline_ms": eager, "baseline_compile_ms": compiled, "device_name": result.get("device_name"),
                 "baseline_compile_correct": result.get("compile_correct"),

@@ -148,8 +148,8 @@ def register(app: typer.Typer) -> None:
             from kernelpro.launch.dynamic import ncu_profiler
             profiler = ncu_profiler()
         device, _ = target_device({"device": "cuda"})
-        summary = collect(partial(Compiler, seed=42, model_mode="eval"), LaunchStore(db), device.name, device, cuda_timer(), drawn, paths, most,
-                          _stderr, profiler, precision)
+        summary = collect(partial(Compiler, seed=42, model_mode="eval"), LaunchStore(db), device.name, device,
+                          cuda_timer(), drawn, paths, most, _stderr, profiler, precision)
         write_json(summary, json_output, json_file)
         if not json_output:
             typer.echo(f"{summary['added']} rows added to {summary['path']}; {len(summary['failed'])} problems failed")
