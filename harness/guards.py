@@ -43,11 +43,12 @@ _clone = torch.Tensor.clone
 _contiguous = torch.Tensor.contiguous
 _view = torch.Tensor.view
 _reshape = torch.Tensor.reshape
-_fill = torch.Tensor.fill_
+fill = torch.Tensor.fill_
 _storage = torch.Tensor.untyped_storage
 cuda_synchronize = torch.cuda.synchronize
 CudaEvent = torch.cuda.Event
 event_elapsed_time = torch.cuda.Event.elapsed_time
+cuda_sleep = torch.cuda._sleep  # a GPU-side wait of so many cycles (the queued timing protocol)
 
 
 def _watched_namespaces() -> list[object]:
@@ -127,7 +128,7 @@ def poison_cuda_free_memory(device: torch.device) -> int:
     ]
     held = [torch_empty(size, dtype=uint8, device=device) for size in free_blocks]
     for tensor in held:
-        _fill(tensor, 0xFF)
+        fill(tensor, 0xFF)
     cuda_synchronize(device)
     poisoned = sum(t.numel() for t in held)
     del held
@@ -138,7 +139,7 @@ def prefill_like(templates: list[torch.Tensor], device: torch.device) -> None:
     """Allocate and free NaN-filled (0xFF) blocks shaped like the expected outputs."""
     held = [torch_empty(t.shape, dtype=t.dtype, device=device) for t in templates]
     for tensor in held:
-        _fill(_view(_reshape(tensor, (-1,)), uint8) if tensor.numel() else tensor, 0xFF)
+        fill(_view(_reshape(tensor, (-1,)), uint8) if tensor.numel() else tensor, 0xFF)
     if device.type == "cuda":
         cuda_synchronize(device)
     del held

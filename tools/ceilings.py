@@ -8,7 +8,8 @@
 - bf16, fp16: the same in those types;
 - on a GPU, also what the device reports of itself: SMs, L2 bytes, shared memory per SM.
 
-Each is the best of several timed repeats after a warm-up. The cache lives in
+Each is the best of five timed repeats after a warm-up, timed by the harness's clock
+(`kernelpro.harness.timing.best_ms`). The cache lives in
 `$KERNELPRO_HOME/ceilings/<device>.json`; `kernelpro profile --remeasure-ceilings` (or
 deleting the file) measures again. Run as `python -m kernelpro.tools.ceilings
 DEVICE` it prints the JSON (the profiler runs it in its own process).
@@ -56,11 +57,6 @@ class Ceilings:
         return max(memory, compute) * 1e3
 
 
-def _best_ms(function, repeats: int, timer) -> float:
-    function()
-    return min(timer(function) for _ in range(repeats))
-
-
 #: The matrix products' sizes: from SMALLEST a side, doubled while a product takes under LONG_ENOUGH_MS.
 SMALLEST = 256
 LONG_ENOUGH_MS = 20.0
@@ -69,25 +65,15 @@ LONG_ENOUGH_MS = 20.0
 def measure(device_name: str = "cpu") -> Ceilings:
     import torch
 
+    from kernelpro.harness.timing import best_ms
+
     cuda = device_name == "cuda"
     device = torch.device("cuda", 0) if cuda else torch.device("cpu")
-
-    def timer(function) -> float:
-        if cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            function()
-            end.record()
-            end.synchronize()
-            return start.elapsed_time(end)
-        started = time.perf_counter()
-        function()
-        return (time.perf_counter() - started) * 1e3
 
     nbytes = (1 << 30) if cuda else (256 << 20)
     source = torch.empty(nbytes, dtype=torch.uint8, device=device).random_(0, 255)
     destination = torch.empty_like(source)
-    bandwidth = 2 * nbytes / (_best_ms(lambda: destination.copy_(source), 5, timer) * 1e-3) / 1e9
+    bandwidth = 2 * nbytes / (best_ms(device, lambda: destination.copy_(source)) * 1e-3) / 1e9
     del source, destination
 
     def matmul_tflops(dtype, tf32: bool) -> float:
@@ -101,7 +87,7 @@ def measure(device_name: str = "cpu") -> Ceilings:
             while True:
                 a = torch.randn(size, size, device=device, dtype=dtype)  # random data: zeros run faster
                 b = torch.randn(size, size, device=device, dtype=dtype)
-                milliseconds = _best_ms(lambda: a @ b, 5, timer)
+                milliseconds = best_ms(device, lambda: a @ b)
                 best = max(best, 2 * size**3 / (milliseconds * 1e-3) / 1e12)
                 if size >= largest or milliseconds >= LONG_ENOUGH_MS:
                     return best

@@ -7,7 +7,7 @@ JSON it writes. Modes:
 
 - `timeline`: warm up, then `torch.profiler` over a few calls: every kernel (or, on
   CPU, every top-level operator) with its time, launches, idle gaps and copies;
-  the wall and host time per call measured without the profiler; the analytic
+  the wall and host time per call measured without the profiler, by the harness's clock; the analytic
   FLOPs (`torch.utils.flop_counter` on the reference `Model`) and the fewest bytes
   (inputs, outputs and parameters); the compiled binaries (`load_inline` .so,
   Triton .cubin) for the SASS tool.
@@ -31,6 +31,7 @@ import torch
 from kernelpro.harness.modelio import (DTYPES, build_model, cast_to, flatten_outputs, import_file,
                                        parameter_bytes, set_seed, tensor_bytes)
 from kernelpro.harness.sandbox import limit_self
+from kernelpro.harness.timing import Clock
 
 CALL_RANGE = "kernelpro::call"
 
@@ -96,17 +97,12 @@ def analytic_counts(program: Program) -> dict:
             + parameter_bytes(program.reference)}
 
 
-def _wall_and_host_ms(program: Program, calls: int) -> tuple[float, float]:
-    wall, host = [], []
-    for _ in range(calls):
-        start = time.perf_counter()
-        program.call()
-        enqueued = time.perf_counter()
-        program.sync()
-        done = time.perf_counter()
-        wall.append((done - start) * 1e3)
-        host.append((enqueued - start) * 1e3)
-    return statistics.median(wall), statistics.median(host)
+def wall_and_host_ms(program: Program, calls: int) -> tuple[float, float]:
+    """The median wall time of a call (until the device is done) and the median host time to issue it, in ms,
+    timed by the harness's clock and protocol (an L2 flush before each call), so they compare with a verdict's."""
+    clock = Clock(program.device, "synced_end")
+    times = [clock.time(lambda: program.call(), (), flush_value=n)[1] for n in range(calls)]
+    return statistics.median(t.wall_ms for t in times), statistics.median(t.issue_ms for t in times)
 
 
 def _binaries(spec: dict) -> list[str]:
@@ -140,7 +136,7 @@ def timeline(program: Program, spec: dict) -> dict:
 
     calls = spec.get("calls", 5)
     program.warm_up(spec.get("warmup", 3))
-    wall_ms, host_ms = _wall_and_host_ms(program, spec.get("wall_calls", 20))
+    wall_ms, host_ms = wall_and_host_ms(program, spec.get("wall_calls", 20))
     cuda = program.device.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with profile(activities=activities, record_shapes=not cuda, with_flops=not cuda) as profiler:

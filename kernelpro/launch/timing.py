@@ -33,7 +33,6 @@ from pathlib import Path
 FLUSH_BYTES = 256 * 1024 * 1024
 ROUNDS = 5
 WARM_S = 0.5
-MIN_WAIT_MS = 0.5
 PROTOCOL = f"interleaved-{ROUNDS}-rounds-queued-v3"
 
 
@@ -83,51 +82,27 @@ def time_candidates(spec: dict) -> list[dict | None]:
     return [{"ms": ms, "static": static[n]} if ms is not None else None for n, ms in enumerate(times)]
 
 
-def issue_ms(model, inputs: list, calls: int = 3) -> float:
-    """The host's time to issue one call of `model` (the longest of `calls`, each from an idle GPU), in ms."""
-    import torch
-    longest = 0.0
-    with torch.no_grad():
-        for _ in range(calls):
-            torch.cuda.synchronize()
-            began = time.perf_counter()
-            model(*inputs)
-            longest = max(longest, 1e3 * (time.perf_counter() - began))
-    torch.cuda.synchronize()
-    return longest
-
-
-def cycles_per_ms() -> float:
-    """GPU clock cycles of `torch.cuda._sleep` per millisecond, measured."""
-    import torch
-    torch.cuda._sleep(1000)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    torch.cuda._sleep(1_000_000)
-    end.record()
-    torch.cuda.synchronize()
-    return 1_000_000 / max(start.elapsed_time(end), 1e-3)
-
-
 def time_models(models: list, inputs: list, calls: int = 20, queued: bool = True) -> list[float | None]:
     """Each model's median ms per call (None where it is None or failed): ROUNDS interleaved rounds after
-    WARM_S seconds of warm-up, an L2 flush before each call, then (`queued`) a GPU-side wait of twice the
-    model's host issue time (at least MIN_WAIT_MS), so the call is queued before its start event runs.
-    `queued=False` is protocol v2's timing, for comparison."""
+    WARM_S seconds of warm-up, each call timed by the harness's clock (`kernelpro.harness.timing.Clock`) by its
+    `queued` protocol: an L2 flush, then a GPU-side wait of twice the model's host issue time (at least
+    MIN_WAIT_MS, measured on its first visit, untimed), so the call is queued before its start event runs.
+    `queued=False` leaves the wait out, for comparison: the host's issue time then counts, as it did in protocol
+    v2."""
     import torch
+    from kernelpro.harness.timing import Clock
     device = torch.device("cuda")
-    flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.float32, device=device)
+    clock = Clock(device, "queued", FLUSH_BYTES)
     started = time.perf_counter()
     while time.perf_counter() - started < WARM_S:
         for _ in range(20):
-            flush.zero_()
+            clock.flush_buffer.zero_()
         torch.cuda.synchronize()
     live = [n for n, m in enumerate(models) if m is not None]
     samples: dict[int, list[float]] = {n: [] for n in live}
     per_visit = max(1, round(calls / ROUNDS))
     failed: set[int] = set()
-    wait: dict[int, int] = {}  # a model's wait in cycles, measured on its first visit (untimed)
-    rate = cycles_per_ms() if queued else 0.0
+    wait: dict[int, int] = {}  # a model's wait in cycles
     with torch.no_grad():
         for round_number in range(ROUNDS):
             shift = (round_number * len(live)) // ROUNDS
@@ -136,18 +111,10 @@ def time_models(models: list, inputs: list, calls: int = 20, queued: bool = True
                 if number in failed:
                     continue
                 try:
-                    if queued and number not in wait:
-                        wait[number] = int(rate * max(MIN_WAIT_MS, 2 * issue_ms(models[number], inputs)))
+                    if number not in wait:
+                        wait[number] = clock.wait_for(models[number], inputs) if queued else 0
                     for _ in range(per_visit):
-                        flush.zero_()
-                        if queued:
-                            torch.cuda._sleep(wait[number])
-                        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                        start.record()
-                        models[number](*inputs)
-                        end.record()
-                        torch.cuda.synchronize()
-                        samples[number].append(start.elapsed_time(end))
+                        samples[number].append(clock.time(models[number], inputs, wait_cycles=wait[number])[1].device_ms)
                 except Exception as error:
                     print(f"candidate {number}: {type(error).__name__}: {error}", file=sys.stderr)
                     failed.add(number)

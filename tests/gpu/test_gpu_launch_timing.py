@@ -1,7 +1,7 @@
 """GPU: the launch collection's timing (`kernelpro.launch.timing.time_models`) measures the GPU's time, not the host's.
 
-A model that spends 300 us on the host before it launches a tiny kernel: protocol v2 (an L2 flush, then the events)
-counts the host time the flush does not cover; v3 queues the call behind a GPU-side wait first, so only the kernel
+A model that spends 300 us on the host before it launches a tiny kernel: without the wait (protocol v2)
+the host time counts; v3 queues the call behind a GPU-side wait first, so only the kernel
 counts."""
 
 from __future__ import annotations
@@ -23,10 +23,11 @@ class SlowToIssue(torch.nn.Module):
 
 
 def test_queued_timing_leaves_the_hosts_issue_time_out():
-    from kernelpro.launch.timing import issue_ms, time_models
+    from kernelpro.harness.timing import Clock
+    from kernelpro.launch.timing import time_models
     x = torch.randn(1024, device="cuda")
     model = SlowToIssue()
-    assert issue_ms(model, [x]) >= 0.3
+    assert Clock(x.device, "queued").issue_ms(model, [x]) >= 0.3
     queued, flushed = time_models([model], [x], 10)[0], time_models([model], [x], 10, queued=False)[0]
     print(f"a 4 KB add after 300 us on the host: queued {queued * 1e3:.1f} us, v2 {flushed * 1e3:.1f} us")
     assert queued < 0.05 and flushed > 0.15
