@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from kernelpro.harness import channel, compare, policy, sandbox
 from kernelpro.harness.cache import BuildCache, BuildEntry, needs_native_build, source_hash
 from kernelpro.harness.errors import DeviceError, ProblemError
+from kernelpro.harness.lane import Lane, Ticket
 from kernelpro.harness.memory import MemoryPlan, Reservation
 from kernelpro.harness.payload import available_memory_bytes, spill
 from kernelpro.harness.problem import Problem, reference_candidate
@@ -73,6 +74,12 @@ class _Outcome:
     degenerate: bool | None = None  # every trial's reference outputs equal so far (fresh inputs and weights)
     itself: bool = False  # the candidate is the reference itself (a baseline): timed, not compared with itself
 
+    def queued(self, seconds: float) -> None:
+        """`seconds` spent waiting for the device's lane: counted as `queue`, not in the phase it fell in."""
+        if seconds > 0:
+            self.phase_s["queue"] = round(self.phase_s.get("queue", 0.0) + seconds, 3)
+            self.phase_began += seconds
+
     def enter(self, phase: Phase) -> None:
         now = time.monotonic()
         self.phase_s[self.phase.value] = round(self.phase_s.get(self.phase.value, 0.0)
@@ -102,6 +109,7 @@ class Evaluator:
         self.pool = WorkerPool(device, spares=spares, env=build_environment(device), build_cache=self.cache.root)
         sandbox.warn_once()
         self.memory = MemoryPlan.for_device(device, spares)
+        self.lane = Lane()  # overlapping evaluations share the device, but each is timed alone (harness/lane.py)
         self.build_pool = ThreadPoolExecutor(max_workers=build_workers, thread_name_prefix="kernelpro-build")
         self._builds: dict[str, Future] = {}
         self._builds_lock = threading.Lock()
@@ -215,20 +223,24 @@ class Evaluator:
             return _result(Verdict(failure["verdict"]), phase, failure["reason"], base, began,
                            stderr_text=failure.get("log", ""))
         reservation = self.memory.reserve(problem)  # waits while other evaluations fill the GPU
+        outcome, ticket = _Outcome(), self.lane.ticket()
+        ticket.share()  # waits while another evaluation is timed
+        outcome.queued(ticket.waited_s)
         worker = self.pool.acquire()
-        outcome = _Outcome()
         try:
-            self._drive(worker, problem, source, options, entry, outcome, reservation)
+            self._drive(worker, problem, source, options, entry, outcome, reservation, ticket)
             return self._success(outcome, problem, source, options, base, began, worker)
         except _Finished as finished:
             return _result(finished.verdict, finished.phase, finished.reason, base, began,
                            errors=finished.errors, worker=worker, outcome=outcome)
         finally:
             self.pool.release(worker)
+            ticket.release()
             reservation.release()
 
     def _drive(self, worker: ChannelWorker, problem: Problem, source: str, options: EvalOptions,
-               entry: BuildEntry, outcome: _Outcome, reservation: Reservation | None = None) -> None:
+               entry: BuildEntry, outcome: _Outcome, reservation: Reservation | None = None,
+               ticket: Ticket | None = None) -> None:
         ready, _ = self._receive(worker, _STARTUP_LIMIT_S, outcome)
         outcome.info.update(device_name=ready.get("device_name", ""), torch_version=ready.get("torch", ""))
         key = reference_key(problem.source, options.seed, options.correct_trials, options.precision,
@@ -260,6 +272,10 @@ class Evaluator:
 
         def go_on() -> None:  # every correctness trial passed (or none was due): time it, or stop
             if options.measure_time:
+                if ticket is not None:  # the device to itself: the others' checks wait, as new evaluations do
+                    waited = ticket.waited_s
+                    ticket.alone()
+                    outcome.queued(ticket.waited_s - waited)
                 if self.pool.refill_on_acquire:  # no GPU context starts while this times
                     self.pool.settle(_STARTUP_LIMIT_S, timing=worker)
                 worker.send({"cmd": "time", "baselines": list(options.baselines),

@@ -119,7 +119,9 @@ class Zygote:
         once no worker is live."""
         me = os.getpid()
         for _ in range(200 if self.sandboxed else 0):
-            strays = [pid for pid in _pids() if pid not in (1, me) and _session(pid) not in self.live]
+            # a live worker by its own pid too: one just forked may not have led its own session yet
+            strays = [pid for pid in _pids()
+                      if pid not in (1, me) and pid not in self.live and _session(pid) not in self.live]
             if not strays:
                 break
             sigkill(strays)

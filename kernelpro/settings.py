@@ -120,9 +120,9 @@ class BenchSettings(BaseModel):
 #: the option that sets each setting, as `kernelpro bench` spells it (a search setting's as `kernelpro search` does):
 #: a resumed bench refuses one given with another value than the bench recorded (the budget extends it; --gpus,
 #: --backend and --ray-address say where the rest runs now; --unsafe-no-sandbox is never recorded; a bench does not
-#: take --parallel, --model, --planner-model, --max-cost or --max-tokens)
+#: take --model, --planner-model, --max-cost or --max-tokens)
 BENCH_FLAGS = {"levels": "--level", "problems": "--problems", "baselines_only": "--baselines-only",
                **{name: flag for name, flag in FLAGS.items() if name not in (
-                   "budget", "unsafe_no_sandbox", "parallel", "model", "planner_model", "max_cost_usd", "max_tokens")}}
+                   "budget", "unsafe_no_sandbox", "model", "planner_model", "max_cost_usd", "max_tokens")}}
 #: what a resumed bench takes from the command that resumes it, where given
 WHERE = ("gpus", "backend", "ray_address")

@@ -95,7 +95,7 @@ def problem_row(row: dict) -> dict:
 #: the coder; in the candidates' evaluations: builds (and imports), correctness (checks, and the reference's outputs
 #: where they were not kept), timing (and energy windows), worker start and hand-over; the closing re-measurement;
 #: and the rest of the problem's time (process start-up, the search's bookkeeping, writing the results).
-TIME_COLUMNS = ("reference", "profile", "coder", "build", "correctness", "timing", "worker", "re-measure", "rest")
+TIME_COLUMNS = ("reference", "profile", "coder", "queue", "build", "correctness", "timing", "worker", "re-measure", "rest")
 
 
 def time_columns(split: dict | None, total: float | None) -> dict | None:
@@ -105,6 +105,7 @@ def time_columns(split: dict | None, total: float | None) -> dict | None:
         return None
     phases = split["phases"]
     parts = {"reference": split["reference"], "profile": split["profile"], "coder": split["coder"],
+             "queue": phases.get("queue", 0.0),  # waiting for the device's lane (--parallel > 1)
              "build": phases.get("build", 0.0) + phases.get("load", 0.0),
              "correctness": phases.get("static", 0.0) + phases.get("reference", 0.0) + phases.get("correctness", 0.0),
              "timing": phases.get("timing", 0.0) + phases.get("energy", 0.0),

@@ -17,7 +17,7 @@ from kernelpro.cli.options import (Device, KbPath, LaunchRankingChoice, LaunchRa
                                    PrecisionChoice, PrecisionOpt, knowledge_base, quiet)
 from kernelpro.cli.options import (AdaptiveTiming, CoderOpt, JsonFile, ObjectiveChoice, ObjectiveOpt, StrategyChoice,
                                    StrategyOpt, given_fields, write_json)
-from kernelpro.cli.options import make_console
+from kernelpro.cli.options import Parallel, make_console
 
 
 def render_status(status) -> Group:
@@ -84,6 +84,7 @@ def register(app: typer.Typer) -> None:
             "--compile-baseline/--no-compile-baseline", help="time torch.compile too in each search (on CUDA); "
             "without it the leaderboard has no torch.compile column and a bench costs less GPU time")] = True,
         adaptive_timing: AdaptiveTiming = True,
+        parallel: Parallel = 1,
         device: Device = None,
         gpus: Annotated[str, typer.Option("--gpus", help="all, or GPU indices such as 0,1 (one worker each)")] = "all",
         backend: Annotated[str, typer.Option("--backend", help="local (a worker per local GPU) or ray (a task per "
@@ -153,7 +154,8 @@ def register(app: typer.Typer) -> None:
             strategy=strategy.value, precision=precision.value, policy=policy.value, model_mode=model_mode.value,
             device=device.value if device else default_device(), profile=profile, time_limit_min=time_limit,
             **knowledge, unsafe_no_sandbox=unsafe_no_sandbox, launch_ranking=launch_ranking.value, moves=moves,
-            seed=seed, compile_baseline=compile_baseline, adaptive_timing=adaptive_timing, search=search)
+            seed=seed, compile_baseline=compile_baseline, adaptive_timing=adaptive_timing, search=search,
+            parallel=parallel)
         settings = BenchSettings(
             suite=str(suite), out=str(out or Path("bench") / suite.resolve().name), levels=level, problems=problems,
             gpus=gpus, baselines_only=baselines_only, backend=backend, ray_address=ray_address, searches=searches)

@@ -14,7 +14,7 @@ from rich.text import Text
 
 from kernelpro.cli.options import (AdaptiveTiming, CoderOpt, Device, JsonFile, KbPath, LaunchRankingChoice,
                                    LaunchRankingOpt, ModelModeChoice, ModelModeOpt, MovesOpt, NoKb, ObjectiveChoice,
-                                   ObjectiveOpt, PolicyChoice, PolicyOpt, PrecisionChoice, PrecisionOpt, SearchOpt,
+                                   ObjectiveOpt, Parallel, PolicyChoice, PolicyOpt, PrecisionChoice, PrecisionOpt, SearchOpt,
                                    Seed, StrategyChoice, StrategyOpt, given_fields, knowledge_base, make_console,
                                    quiet, write_json)
 
@@ -99,7 +99,7 @@ def register(app: typer.Typer) -> None:
         launch_ranking: LaunchRankingOpt = LaunchRankingChoice.auto,
         moves: MovesOpt = "",
         search: SearchOpt = "",
-        parallel: Annotated[int, typer.Option("--parallel", min=1, help="candidates evaluated at once")] = 1,
+        parallel: Parallel = 1,
         seed: Seed = 0,
         out: Annotated[Path | None, typer.Option("--out", help="output folder (default: runs/<problem name>)")] = None,
         resume: Annotated[bool, typer.Option("--resume", help="continue the run in --out")] = False,

@@ -1,0 +1,126 @@
+"""The device's lane (`harness/lane.py`): overlapping evaluations (`--parallel N`) share the device for their
+checks, and each is timed with the device to itself. With several in flight, a worker that dies mid-build,
+mid-correctness or mid-timing costs its own candidate a verdict and nothing else."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from conftest import candidate_source
+from kernelpro.harness.lane import ALONE, SHARED, Lane
+
+
+def overlaps(a, b) -> bool:
+    return a.entered < b.left and b.entered < a.left
+
+
+def alone_overlaps(history) -> list:
+    return [(a, b) for a in history if a.how == ALONE for b in history if b is not a and overlaps(a, b)]
+
+
+def test_sharers_overlap_and_a_timing_waits_for_them_and_goes_first():
+    lane, log = Lane(), []
+
+    def stay(how: str, seconds: float, delay: float = 0.0):
+        time.sleep(delay)
+        ticket = lane.ticket()
+        ticket.share() if how == SHARED else ticket.alone()
+        log.append((how, time.monotonic()))
+        time.sleep(seconds)
+        ticket.release()
+        ticket.release()  # twice is harmless
+        return ticket.waited_s
+
+    with ThreadPoolExecutor(4) as pool:
+        first, second = pool.submit(stay, SHARED, 0.3), pool.submit(stay, SHARED, 0.3)
+        timing = pool.submit(stay, ALONE, 0.2, delay=0.1)
+        late = pool.submit(stay, SHARED, 0.05, delay=0.2)  # asks while the timing waits: goes after it
+        waits = [f.result() for f in (first, second, timing, late)]
+    assert waits[0] < 0.05 and waits[1] < 0.05  # the two sharers entered together
+    assert waits[2] >= 0.15  # the timing waited for both to leave
+    assert waits[3] >= 0.25  # the late sharer waited for the timing too
+    assert [how for how, _ in log] == [SHARED, SHARED, ALONE, SHARED]
+    assert len(lane.history) == 4 and not alone_overlaps(lane.history)
+
+
+def test_a_ticket_moves_from_shared_to_alone_without_waiting_on_itself():
+    lane = Lane()
+    ticket = lane.ticket()
+    ticket.share()
+    done = threading.Event()
+    threading.Thread(target=lambda: (ticket.alone(), done.set())).start()
+    assert done.wait(2), "a ticket that shares must not block its own timing"
+    ticket.release()
+    assert [h.how for h in lane.history] == [SHARED, ALONE]
+
+
+DIES_IN_TIMING = candidate_source("good") + '''
+
+import os
+import signal
+
+CALLS = [0]
+
+
+class DiesWhenTimed(ModelNew):
+    def forward(self, x):
+        CALLS[0] += 1
+        if CALLS[0] > 8:  # five correctness trials (fresh models, one module) are over: this is the timing
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().forward(x)
+
+
+ModelNew = DiesWhenTimed
+'''
+
+
+def test_overlapping_evaluations_are_timed_alone_and_a_death_at_any_phase_costs_one_verdict(linear_problem,
+                                                                                              tmp_path):
+    from test_faults import Killer
+
+    from kernelpro.harness import EvalOptions, Evaluator, Verdict
+    from kernelpro.harness.cache import BuildCache
+    options = EvalOptions(device="cpu", timing_trials=20, timing_budget_s=2.0)
+    sources = {"good": candidate_source("good"), "dies_in_timing": DIES_IN_TIMING,
+               "dies_in_correctness": candidate_source("segfault"), "build_killed": candidate_source("native_cpu")}
+    with Killer("kernelpro.harness.builder") as killer, \
+            Evaluator("cpu", cache=BuildCache(tmp_path / "builds"), spares=1) as evaluator:
+        with ThreadPoolExecutor(len(sources)) as pool:
+            futures = {name: pool.submit(evaluator.evaluate, linear_problem, source, options)
+                       for name, source in sources.items()}
+            results = {name: future.result(timeout=600) for name, future in futures.items()}
+        history = list(evaluator.lane.history)
+        again = evaluator.evaluate(linear_problem, sources["good"], options)  # the lane is free again
+    assert killer.killed, "the build worker was never seen"
+    assert results["good"].verdict is Verdict.CORRECT, results["good"].reason
+    assert results["build_killed"].verdict is Verdict.CORRECT, results["build_killed"].reason  # built on load
+    dead = results["dies_in_timing"]
+    assert dead.verdict is Verdict.CRASH and dead.phase.value == "timing", (dead.verdict, dead.phase, dead.reason)
+    dead = results["dies_in_correctness"]
+    assert dead.verdict is Verdict.CRASH and dead.phase.value == "correctness", (dead.verdict, dead.phase)
+    assert again.verdict is Verdict.CORRECT
+    assert sum(h.how == ALONE for h in history) == 3  # the good two and the one that died there were timed
+    assert not alone_overlaps(history), "a timing overlapped another evaluation's work on the device"
+    assert any("queue" in r.phase_s for r in results.values())  # someone waited, and it says so
+
+
+def test_a_search_with_two_in_flight_times_each_candidate_alone(tmp_path):
+    """`kernelpro search --parallel 2` on the real harness: the coder and the next candidate's checks overlap the
+    current one's timing, never the timing itself."""
+    from pathlib import Path
+
+    from kernelpro.driver import SearchRun
+    from kernelpro.harness import Evaluator
+    from kernelpro.harness.cache import BuildCache
+    from kernelpro.settings import SearchSettings
+    problem = Path(__file__).parent / "data" / "search" / "redundant.py"
+    settings = SearchSettings(problem=str(problem), out=str(tmp_path / "run"), budget=4, parallel=2, profile=False,
+                              device="cpu")
+    with Evaluator("cpu", cache=BuildCache(tmp_path / "builds")) as evaluator:
+        document = SearchRun(settings, evaluator=evaluator).run()
+        history = list(evaluator.lane.history)
+    assert document["evaluations"] == 4 and document["verdicts"] == {"correct": 4}
+    assert sum(h.how == ALONE for h in history) == 6  # the reference, 4 candidates, the best re-measured
+    assert not alone_overlaps(history)
