@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
+import itertools
 import warnings
 
 import torch
@@ -82,14 +83,24 @@ def fake_inputs(mode: FakeTensorMode, inputs: list, device: str = "cpu") -> list
 
 
 def model_device(model) -> str:
-    parameter = next(iter(model.parameters()), None) if isinstance(model, torch.nn.Module) else None
-    return "meta" if parameter is not None and parameter.is_meta else "cpu"
+    """Where the model's tensors are: meta where its first parameter (or, without any, its first buffer) is."""
+    tensor = next(itertools.chain(model.parameters(), model.buffers()), None) \
+        if isinstance(model, torch.nn.Module) else None
+    return "meta" if tensor is not None and tensor.is_meta else "cpu"
 
 
 class _ShapeProp(ShapeProp):
     """ShapeProp that gives a recurrent module's outputs their shapes without running it: under fake tensors
     nn.GRU decomposes into one cell per step and layer (43,008 cells for KernelBench's level3/40, 29 s a
     propagation, 7 minutes a root expansion)."""
+
+    device = "cpu"  # the model's (meta where its parameters are): a real tensor lifted out of forward goes there
+
+    def get_attr(self, target, args, kwargs):
+        value = super().get_attr(target, args, kwargs)
+        if isinstance(value, torch.Tensor) and not value.is_meta and value.dim() and str(value.device) != self.device:
+            return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=self.device)
+        return value
 
     def call_module(self, target, args, kwargs):
         module = self.fetch_attr(target)
@@ -122,8 +133,9 @@ def propagate_shapes(gm: fx.GraphModule, inputs: list) -> None:
     interpreter is made before the mode is entered: inside it ShapeProp would deep-copy the module to
     fake tensors first (its parameters are meta tensors or real ones, which the mode takes as they come)."""
     interpreter = _ShapeProp(gm)
+    interpreter.device = model_device(gm)
     with _fake_mode() as mode:
-        interpreter.propagate(*fake_inputs(mode, inputs, model_device(gm)))
+        interpreter.propagate(*fake_inputs(mode, inputs, interpreter.device))
 
 
 @functools.cache

@@ -137,6 +137,30 @@ _CUDA_GRAPH = '''
 '''
 
 
+#: the most elements of a lifted constant written into a candidate as a literal
+LIFTED_CONSTANT_ELEMENTS = 4096
+
+
+def lifted_constants(gm: fx.GraphModule) -> list[str]:
+    """`__init__` lines that give ModelNew the tensors torch.fx lifted out of forward (`torch.tensor(0.5)` built in
+    forward is traced into a `_tensor_constant0` attribute of the graph module, which Model does not have): each a
+    non-persistent buffer (so it moves with the model), written as a literal of its traced value, dtype and shape.
+    A constant without data (traced on the meta device) or too large to write out is a CodegenError: the move does
+    not build, rather than failing in the candidate."""
+    lines = []
+    targets = sorted({node.target for node in gm.graph.nodes if node.op == "get_attr"
+                      and str(node.target).startswith("_tensor_constant")})
+    for target in targets:
+        value = getattr(gm, target)
+        if not isinstance(value, torch.Tensor) or value.is_meta or value.numel() > LIFTED_CONSTANT_ELEMENTS:
+            raise CodegenError(f"the lifted constant {target} cannot be written out "
+                               f"({'no data' if getattr(value, 'is_meta', True) else f'{value.numel()} elements'})")
+        literal = value.detach().cpu().reshape(-1).tolist()
+        lines.append(f"        self.register_buffer({target!r}, torch.tensor({literal!r}, dtype={value.dtype})"
+                     f".reshape({tuple(value.shape)!r}), persistent=False)  # lifted by torch.fx from forward")
+    return lines
+
+
 def _flag_tuple(flags: list[str]) -> str:
     return "(" + ", ".join(f"torch.backends.{flag}" for flag in flags) + ",)"
 
@@ -167,6 +191,7 @@ def render(problem_source: str, moves: list[str], gm: fx.GraphModule | None, fol
     if gm is not None:
         fold_graph, count = extract_folds(gm, fold_nodes) if fold_nodes else (None, 0)
         own_outputs(gm)
+        init += lifted_constants(gm)
         imports, forward = _function(gm, gm.graph, "_kp_body")
         functions = [forward]
         if fold_graph is not None:
