@@ -12,7 +12,7 @@ import datetime
 import json
 from pathlib import Path
 
-from kernelpro import report
+from kernelpro import report, tradeoff
 from kernelpro.energy import objectives
 from kernelpro.harness.problem import reference_candidate
 from kernelpro.harness.records import stored_result
@@ -254,6 +254,8 @@ def write_all(run, search: Search, baseline: dict, stopped: str, final,
         "energy_j": energy["candidate"]["j_per_call"] if energy else None,
         "baseline_energy_j": baseline.get("energy_j"),
         "energy": energy, "stopped": stopped, "wall_s": wall_s,
+        # whether the fastest candidate is also the most frugal, where candidates' energy was measured
+        "time_and_energy": tradeoff.summary(tradeoff.points(rows)),
         "evaluations_per_minute": len(rows) / (wall_s / 60) if wall_s else None,
         "time_split_s": time_split(run.store, rows, baseline, final, wall_s),
         "date": datetime.date.today().isoformat(),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html as _html
 
+from kernelpro import tradeoff
 from kernelpro.mcts.records import Status
 from kernelpro.mcts.search import Search
 
@@ -70,6 +71,8 @@ def _summary_pairs(doc: dict) -> list[tuple[str, str]]:
     if doc.get("energy"):
         from kernelpro.energy.objectives import describe
         pairs.append(("energy", describe(doc["energy"])))
+    if doc.get("time_and_energy"):
+        pairs.append(("time and energy", doc["time_and_energy"]))
     pairs.append(("verdicts", ", ".join(f"{k} {v}" for k, v in sorted(doc["verdicts"].items()))))
     if doc.get("evaluations_per_minute"):
         pairs.append(("throughput", f"{doc['evaluations_per_minute']:.1f} evaluations/min"
@@ -260,6 +263,11 @@ def html(doc: dict, rows: list[dict], search: Search, profiles: dict) -> str:
     energy_svg = svg_bars([("joules per call", [("reference", energy["reference"]["j_per_call"], None),
                                                 ("best", energy["candidate"]["j_per_call"], None)])], "J") \
         if energy else "<p>Energy was not measured (objective time).</p>"
+    found = tradeoff.points(rows)
+    if found:
+        energy_svg += ("<p>Each correct candidate's time and energy per call, each against eager's in the same "
+                       "evaluation; line: the Pareto front; ringed: the fastest and the most frugal. "
+                       f"{esc((doc.get('time_and_energy') or '').capitalize())}.</p>" + tradeoff.svg(found))
     techniques = "".join(
         f"<tr><td>{esc(e['move'])}</td><td>{esc(e['technique'])}</td><td>{e['tries']}</td><td>{e['correct']}</td>"
         f"<td>{_fmt(e['best_gain'], 3, 'x')}</td></tr>" for e in technique_rows(rows, search))

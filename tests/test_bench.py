@@ -699,7 +699,7 @@ def test_leaderboards_report_energy_saved_and_whether_it_is_beyond_the_spread(tm
     assert summary["geomean_energy_saving"] == pytest.approx((1.25 * 2.0 / 1.98) ** 0.5)
     document = one_level_document(summary, rows, budget=4, objective="energy", device="cuda", card="H100")
     text = markdown(document)
-    assert "| `level1/1_P` | 2 | 1.6 | 1.250x | yes, lower | 3 |" in text
+    assert "| `level1/1_P` | 2 | 1.6 | 300.0 | 300.0 | 1.250x | yes, lower | 3 |" in text
     assert "no difference" in text and "Geomean energy saved" in text
     assert summary["compile_incorrect"] == 1 and "| 0.5000 † |" in text  # torch.compile's output failed there
     assert "failed the tolerance against eager on 1 problem" in text

@@ -138,7 +138,10 @@ def energy_columns(result: dict) -> dict:
     return {"energy_j": energy_j, "baseline_energy_j": baseline_j,
             "energy_saving": saving, "energy_difference": energy.get("difference"),
             "energy_windows": energy.get("windows"), "energy_spread": spread,
-            "energy_from": "final" if final_energy else "search" if energy or saving else None}
+            "reference_power_w": energy["reference"].get("power_w") if energy else None,
+            "best_power_w": energy["candidate"].get("power_w") if energy else None,
+            "energy_from": "final" if final_energy else "search" if energy or saving else None,
+            "time_and_energy": result.get("time_and_energy")}
 
 
 def level_summary(level, rows: list[dict]) -> dict:
@@ -246,17 +249,23 @@ def markdown(document: dict) -> str:
             f"- `{r['key']}`: {r['final_failure'].splitlines()[0][:300]}" for r in unconfirmed]
     measured = [r for r in document["problems"] if r.get("energy_saving")]
     if measured:
-        lines += ["", "| problem | reference J/call | best J/call | energy saved (reference / best) | beyond the windows' "
-                      "spread | windows |", "|---|---|---|---|---|---|"]
+        lines += ["", "| problem | reference J/call | best J/call | reference W | best W | energy saved (reference / best) "
+                      "| beyond the windows' spread | windows |", "|---|---|---|---|---|---|---|---|"]
         for r in measured:
             beyond = {"lower": "yes, lower", "higher": "yes, higher", "none": "no difference"}.get(
                 r.get("energy_difference") or "", "-")
             reference = r["energy_j"] * r["energy_saving"] if r["energy_j"] else None
             lines.append(f"| `{r['key']}` | {cell(reference, '{:.4g}')} | {cell(r['energy_j'], '{:.4g}')} | "
+                         f"{cell(r.get('reference_power_w'), '{:.1f}')} | {cell(r.get('best_power_w'), '{:.1f}')} | "
                          f"{cell(r['energy_saving'], suffix='x')} | {beyond} | {cell(r.get('energy_windows'), '{}')} |")
         overall = document["overall"].get("geomean_energy_saving")
         lines += ["", f"Geomean energy saved: {cell(overall, suffix='x')} (reference J/call over the best's, in the "
                       "best's own evaluation)."]
+        lines += ["W: average power over the energy windows."]
+    tradeoffs = [r for r in document["problems"] if r.get("time_and_energy")]
+    if tradeoffs:
+        lines += ["", "Time against energy, over each search's candidates:", ""] + [
+            f"- `{r['key']}`: {r['time_and_energy']}" for r in tradeoffs]
     lines += launch_ranking_lines(document["problems"])
     lines += time_lines(document)
     unsearched = [r for r in document["problems"] if r.get("why_not_searched")]
