@@ -28,7 +28,7 @@ from kernelpro.harness.refcache import ReferenceCache, References, reference_key
 from kernelpro.harness.pool import WorkerPool
 from kernelpro.harness.process import ChannelWorker
 from kernelpro.harness.records import (CappedLog, EnergyStats, EnergyWindow, EvalOptions, EvalResult, ErrorStats,
-                                       Floor, KernelBenchTiming, MemorySizes, Phase, Signature, TimingStats,
+                                       Floor, KernelBenchTiming, LaunchProfile, MemorySizes, Phase, Signature, TimingStats,
                                        Verdict)
 from kernelpro.harness.timing import summarize
 from kernelpro.harness.toolchain import (ARCH_SPECIFIC, arch_for, build_environment, cuda_arch_list,  # noqa: F401
@@ -279,7 +279,7 @@ class Evaluator:
                 if self.pool.refill_on_acquire:  # no GPU context starts while this times
                     self.pool.settle(_STARTUP_LIMIT_S, timing=worker)
                 worker.send({"cmd": "time", "baselines": list(options.baselines),
-                             "profile_kernels": options.policy == "strict",
+                             "profile_kernels": options.policy == "strict" or options.launch_profile,
                              "kernelbench": options.kernelbench_timing,
                              "energy": bool(options.measure_energy and self.energy_meter),
                              "energy_windows": options.energy_windows})
@@ -452,6 +452,8 @@ class Evaluator:
             speedup_vs_compile=compiled_stats.median_ms / candidate.median_ms if compiled_stats else None,
             floor=_floor(outcome.info, timing.get("ceilings") or {}),
             custom_kernels=[k for k in timing["kernels"] if policy.launched_custom_kernel([k], source)],
+            launch_profile=_launch_profile(timing.get("launch_profile"), candidate.median_ms)
+            if options.launch_profile else None,
         )
 
 
@@ -471,6 +473,14 @@ def energy_stats(method: str, idle_w: float, limit_w: float | None, reference: l
     return EnergyStats(method=method, idle_power_w=idle_w, power_limit_w=limit_w, reference=median(reference),
                        candidate=median(candidate), windows=min(len(reference), len(candidate)),
                        reference_spread=spread(reference), candidate_spread=spread(candidate), difference=difference)
+
+
+def _launch_profile(sent: dict | None, median_ms: float) -> LaunchProfile | None:
+    if not sent:
+        return None
+    busy = float(sent["busy_ms_per_call"])
+    return LaunchProfile(launches_per_call=float(sent["launches_per_call"]), busy_ms_per_call=busy,
+                         busy_fraction=min(1.0, busy / median_ms) if median_ms > 0 else 1.0)
 
 
 def _kernelbench_timing(sent) -> KernelBenchTiming | None:

@@ -102,6 +102,8 @@ class EvalOptions(_Record):
                                                     "candidate (needs an energy meter on the Evaluator)")
     energy_windows: int = Field(3, ge=1, le=20, description="energy windows per model, the reference's and the "
                                 "candidate's interleaved: their spread says which differences are real")
+    launch_profile: bool = Field(False, description="after timing, one profiler pass over three calls of the "
+                                 "candidate on CUDA: its kernel launches per call and the GPU's busy share of a call")
     stop_below_speedup: float | None = Field(
         None, gt=0, description="adaptive timing: after ADAPTIVE_MIN_TRIALS interleaved calls, timing stops once the "
         "95% upper bound of the candidate's speedup over eager is below this (it cannot reach it); None: every trial "
@@ -214,6 +216,15 @@ class EnergyWindow(_Record):
     window_s: float
 
 
+class LaunchProfile(_Record):
+    """The candidate's kernels in one profiler pass over a few calls (CUDA): whether a call keeps the GPU busy."""
+
+    launches_per_call: float = Field(description="GPU kernels launched per call")
+    busy_ms_per_call: float = Field(description="the kernels' summed time per call")
+    busy_fraction: float = Field(description="busy_ms_per_call over the call's median time, at most 1: below 0.5 the "
+                                 "GPU idles more than half of each call (launch-bound)")
+
+
 class EnergyStats(_Record):
     """Energy of the reference and the candidate, measured by the trusted process around the windows."""
 
@@ -263,6 +274,7 @@ class EvalResult(_Record):
     wall_s: float = 0.0
     phase_s: dict[str, float] = Field({}, description="wall-clock seconds spent in each phase")
     custom_kernels: list[str] = Field([], description="custom kernels seen at run time (CUDA profiler)")
+    launch_profile: LaunchProfile | None = Field(None, description="asked for with EvalOptions.launch_profile, on CUDA")
     stdout: CappedLog = CappedLog()
     stderr: CappedLog = CappedLog()
     kernelpro_version: str = ""

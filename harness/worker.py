@@ -380,8 +380,9 @@ class Job:
         for extra in range(1, self.timing_pool_size(len(functions))):
             pool.append([self.cast(x) for x in self.call_problem(self.problem.get_inputs, seed + 1000 + extra,
                                                                  "get_inputs")])
-        kernels = (self.profile_kernels(functions["candidate"], pool[0])
-                   if profile_kernels and self.device.type == "cuda" else [])
+        profiled = (self.profile_kernels(functions["candidate"], pool[0])
+                    if profile_kernels and self.device.type == "cuda" else {})
+        kernels = profiled.get("names", [])
         timer = InterleavedTimer(self.device, pool, self.spec["l2_flush_bytes"])
         target = self.spec.get("stop_below_speedup")
         stop = cannot_reach(target) if target else None
@@ -400,7 +401,8 @@ class Job:
         del eager_out, candidate_out, compile_out, compiled_last
         self.send({"type": "timing", "device_ms": device_ms, "host_ms": host_ms, "kernels": kernels,
                    "ceilings": ceilings, "final_count": count, "compile_count": compiled,
-                   "kernelbench": kernelbench_ms, "stopped_early": timer.stopped_early}, payload)
+                   "kernelbench": kernelbench_ms, "stopped_early": timer.stopped_early,
+                   "launch_profile": {k: v for k, v in profiled.items() if k != "names"} or None}, payload)
         self.timed = {"eager": functions["eager"], "candidate": functions["candidate"]}, pool
 
     def kernelbench_timing(self, functions: dict, timer: InterleavedTimer) -> dict:
@@ -437,21 +439,25 @@ class Job:
             self.send({"type": "energy_done", "name": name, "calls": calls,
                        "seconds": time.perf_counter() - began})
 
-    def profile_kernels(self, model, inputs) -> list[str]:
-        """Names of the GPU kernels one candidate call launches (for the strict policy)."""
+    def profile_kernels(self, model, inputs, calls: int = 3) -> dict:
+        """One profiler pass over `calls` calls of a candidate (after one outside it, which builds and JIT-compiles):
+        the names of the GPU kernels it launches (for the strict policy), its launches per call and their summed
+        time per call in ms (the launch profile)."""
         import warnings
         from torch.profiler import ProfilerActivity, profile
         warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
         own = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
         with torch.no_grad():
-            model(*own)  # build and JIT-compile outside the profile
+            model(*own)
             self.sync()
             with profile(activities=[ProfilerActivity.CUDA]) as profiler:
-                model(*own)
+                for _ in range(calls):
+                    model(*own)
                 self.sync()
-        names = {event.name for event in profiler.events()
-                 if getattr(event, "device_type", None) == torch.autograd.DeviceType.CUDA}
-        return sorted(names)
+        kernels = [event for event in profiler.events()
+                   if getattr(event, "device_type", None) == torch.autograd.DeviceType.CUDA]
+        return {"names": sorted({event.name for event in kernels}), "launches_per_call": len(kernels) / calls,
+                "busy_ms_per_call": sum(e.time_range.end - e.time_range.start for e in kernels) / calls / 1e3}
 
     def measure_ceilings(self) -> dict:
         return {"bandwidth_gbps": measure_copy_bandwidth_gbps(self.device),

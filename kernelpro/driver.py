@@ -189,8 +189,9 @@ class SearchRun:
             return saved
         self._changed(phase="evaluating the reference")
         baselines = ("eager", "compile") if self.settings.compile_baseline else ("eager",)
-        result = evaluator.evaluate(self.problem, reference_candidate(self.problem),
-                                    self.options(baselines).model_copy(update={"policy": "relaxed"}))
+        # with the reference's launch profile, which says whether it is launch-bound even with --no-profile
+        result = evaluator.evaluate(self.problem, reference_candidate(self.problem), self.options(baselines).model_copy(
+            update={"policy": "relaxed", "launch_profile": True}))
         if not result.ok:
             raise SearchInputError(f"the reference itself failed in the harness: {result.verdict.value}: "
                                    f"{result.reason}")

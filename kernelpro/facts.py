@@ -37,6 +37,17 @@ class ProblemFacts:
     floor_ms: float | None = None  # the roofline floor: the larger of bytes over bandwidth and FLOPs over rate
     eager_ms: float | None = None
     compile_ms: float | None = None
+    # the reference's launch profile (one profiler pass over three calls, on CUDA; harness.records.LaunchProfile)
+    launches_per_call: float | None = None
+    gpu_busy_fraction: float | None = None  # the kernels' time over a call's: below LAUNCH_BOUND_BUSY, launch-bound
+
+    @property
+    def launch_bound(self) -> bool:
+        return self.gpu_busy_fraction is not None and self.gpu_busy_fraction < LAUNCH_BOUND_BUSY
+
+
+#: A call whose kernels keep the GPU busy less than half of it is launch-bound (the profiler's `overhead_bound`).
+LAUNCH_BOUND_BUSY = 0.5
 
 
 @dataclass(frozen=True)
@@ -71,11 +82,13 @@ def problem_facts(reference: dict) -> ProblemFacts | None:
         return None
     floor = reference.get("floor") or {}
     compiled = reference.get("reference_compile") or {}
+    launches = reference.get("launch_profile") or {}
     return ProblemFacts(inputs=tuple(_value(s) for s in signature.get("inputs", [])),
                         outputs=tuple(_value(s) for s in signature.get("outputs", [])),
                         flops=int(floor.get("flops") or 0), bytes_moved=int(floor.get("bytes_moved") or 0),
                         floor_ms=floor.get("floor_ms"), eager_ms=(reference.get("reference") or {}).get("median_ms"),
-                        compile_ms=compiled.get("median_ms"))
+                        compile_ms=compiled.get("median_ms"), launches_per_call=launches.get("launches_per_call"),
+                        gpu_busy_fraction=launches.get("busy_fraction"))
 
 
 def device_facts(device: str, reference: dict, ceilings: dict | None = None) -> DeviceFacts:
@@ -169,6 +182,10 @@ def problem_text(facts: ProblemFacts) -> str:
         lines.append(f"- eager takes {facts.eager_ms:.4f} ms (no roofline floor: no measured ceilings here)")
     if facts.compile_ms:
         lines.append(f"- torch.compile takes {facts.compile_ms:.4f} ms")
+    if facts.gpu_busy_fraction is not None:
+        lines.append(f"- eager launches {facts.launches_per_call:.0f} GPU kernels a call, which keep the GPU busy "
+                     f"{facts.gpu_busy_fraction:.0%} of it" + (": launch-bound (fewer launches, or a CUDA graph, pay)"
+                                                              if facts.launch_bound else ""))
     return "\n".join(lines)
 
 

@@ -718,3 +718,27 @@ def test_simplify_all_keeps_a_float64_constant_and_returns_no_input_as_an_output
         for expected, got in zip(reference(*inputs), candidate(*inputs), strict=True):
             torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
             assert got.data_ptr() != inputs[0].data_ptr()
+
+
+def test_a_launch_bound_reference_gets_a_cuda_graph_first():
+    """The reference's launch profile (measured in its evaluation, even with --no-profile) reaches the coder through
+    the problem's facts: where the GPU idles more than half of each call, the CUDA graph is proposed first."""
+    from kernelpro.facts import problem_facts
+    reference = {"signature": {"inputs": [], "outputs": []}, "reference": {"median_ms": 0.2},
+                 "launch_profile": {"launches_per_call": 40, "busy_ms_per_call": 0.05, "busy_fraction": 0.25}}
+    idle = problem_facts(reference)
+    busy = problem_facts({**reference, "launch_profile": {**reference["launch_profile"], "busy_fraction": 0.9}})
+    assert idle.launch_bound and not busy.launch_bound and not problem_facts({**reference, "launch_profile": None}).launch_bound
+    from kernelpro.facts import problem_text
+    assert "eager launches 40 GPU kernels a call, which keep the GPU busy 25% of it: launch-bound" in problem_text(idle)
+    coder = OfflineCoder()
+    try:
+        problem = DATA / "redundant.py"
+        first = coder.propose(request(problem, device="cuda", problem_facts=idle))
+        assert first.move == "cuda_graphs" and first.prior == 1.0
+        assert coder.propose(request(problem, device="cuda", problem_facts=busy)).move != "cuda_graphs"
+        # one that lost already in this run still comes last
+        assert coder.propose(request(problem, device="cuda", problem_facts=idle,
+                                     losing=("cuda_graphs",))).move != "cuda_graphs"
+    finally:
+        coder.close()

@@ -6,7 +6,7 @@ and traces the problem once), asked once per distinct set of applied moves; the 
 are cached. Among the moves that apply at a node
 and were not tried there, it proposes the one the guidance scores highest, adjusted by
 the memory's promising moves and by what the knowledge base learned in similar states
-(then a fixed order). It cannot repair a failed candidate: a failed move is dropped, and
+(then a fixed order); where the reference's launch profile says it is launch-bound, a CUDA graph comes first. It cannot repair a failed candidate: a failed move is dropped, and
 the search tries a sibling instead.
 """
 
@@ -30,6 +30,8 @@ from kernelpro.offline.moves import MOVES, PREFERENCE, TUNE_PREFIX, canonical
 
 BASE_PRIOR = 0.3
 KB_WEIGHT = 0.25  # how much the knowledge base's factor (log) moves a move's score
+#: added to the CUDA graph's score where the reference is launch-bound: more than any guidance score (at most 1)
+LAUNCH_BOUND_BONUS = 1.5
 WORKER_LIMIT_S = 600.0
 
 
@@ -204,6 +206,9 @@ class OfflineCoder:
         tried = {move for move, _ in request.tried}
         avoid = set(request.avoid)
         scores = dict(request.techniques)
+        if request.problem_facts is not None and request.problem_facts.launch_bound:
+            # the reference's launch profile (measured even without the profiler): a CUDA graph first
+            scores[MOVES["cuda_graphs"].technique] = scores.get(MOVES["cuda_graphs"].technique, 0.0) + LAUNCH_BOUND_BONUS
         learned = dict(request.kb_factors)  # from earlier runs: > 1 worked in similar states, < 1 kept failing
         promising = {part for entry in request.promising for part in entry.split("+")}
         lost = {part for entry in request.losing for part in entry.split("+")}

@@ -121,3 +121,23 @@ def test_the_prompts_worked_examples_are_correct_on_the_gpu(backend, gpu_evaluat
     path.write_text(worked_examples.PROBLEM)
     result = gpu_evaluator.evaluate(load_problem(path), worked_examples.EXAMPLES[backend], OPTIONS)
     assert result.verdict is Verdict.CORRECT, result.reason
+
+
+def test_the_launch_profile_tells_a_launch_bound_reference_from_a_busy_one(gpu_evaluator, tmp_path):
+    """Forty tiny adds leave the GPU idle most of each call; one large matrix product keeps it busy."""
+    from kernelpro.harness.problem import reference_candidate
+    shapes = {"tiny": ("x = x + 1.0\n" * 40, "torch.randn(256)"),
+              "busy": ("x = x @ x\n", "torch.randn(4096, 4096)")}
+    found = {}
+    for name, (body, make) in shapes.items():
+        path = tmp_path / f"{name}.py"
+        lines = "".join(f"        {line}\n" for line in body.splitlines())
+        path.write_text("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+                        f"{lines}        return x\n\n\ndef get_inputs():\n    return [{make}]\n\n\n"
+                        "def get_init_inputs():\n    return []\n")
+        problem = load_problem(path)
+        found[name] = gpu_evaluator.evaluate(problem, reference_candidate(problem),
+                                             OPTIONS.model_copy(update={"launch_profile": True})).launch_profile
+    print({name: profile.model_dump() for name, profile in found.items()})
+    assert found["tiny"].launches_per_call == 40 and found["tiny"].busy_fraction < 0.5
+    assert found["busy"].launches_per_call >= 1 and found["busy"].busy_fraction > 0.5
