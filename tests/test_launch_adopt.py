@@ -135,3 +135,22 @@ def test_the_shipped_adopted_models_are_their_sources_scored_on_the_committed_ke
         assert again.document == model.document
         assert report["classes"] and all(M.beats_analytic(report[kind]) for kind in report["classes"])
         assert path.stat().st_size < 100_000
+
+
+def test_launch_models_says_which_model_a_search_on_a_gpu_uses_and_why(capsys, tmp_path, monkeypatch):
+    from conftest import in_process
+    from kernelpro.launch import FAMILIES
+    monkeypatch.setenv("KERNELPRO_HOME", str(tmp_path))  # no installed models: the shipped ones
+    done = in_process(capsys, "launch", "models", "--gpu", "NVIDIA H200", "--json")
+    assert done.returncode == 0, done.stderr
+    rows = {row["family"]: row for row in json.loads(done.stdout)["families"]}
+    assert set(rows) == set(FAMILIES)
+    gemm = rows["triton_gemm"]  # the H100 model adopted for the H200's aligned GEMMs
+    assert gemm["ranking"] == "predictor" and gemm["classes"] == ["aligned"] and gemm["source"] == "shipped"
+    assert gemm["trained_on"] == "NVIDIA H100 80GB HBM3"
+    assert rows["triton_pointwise"] == {**rows["triton_pointwise"], "ranking": "analytic", "model": None,
+                                        "why": "no launch model for triton_pointwise on NVIDIA H200"}
+    text = in_process(capsys, "launch", "models", "--gpu", "NVIDIA H200").stdout
+    assert "triton_gemm" in text and "predictor for aligned kernels" in text and "trained on NVIDIA H100" in text
+    unknown = json.loads(in_process(capsys, "launch", "models", "--gpu", "Some GPU", "--json").stdout)["families"]
+    assert all(row["ranking"] == "analytic" for row in unknown)

@@ -1,4 +1,4 @@
-"""`kernelpro launch collect|import|join|train|eval|adopt|show`: the learned launch-configuration predictor."""
+"""`kernelpro launch collect|import|join|train|eval|adopt|show|models`: the learned launch-configuration predictor."""
 
 from __future__ import annotations
 
@@ -342,6 +342,36 @@ def register(app: typer.Typer) -> None:
         for item in summary.get("instances", []):
             typer.echo(f"{item['instance']}  {item['family']:18} {item['device']:28} {item['configurations']:4} "
                        f"configurations  {json.dumps(item['features'], sort_keys=True)}")
+
+    @launch_app.command("models")
+    def models_command(
+        device: Annotated[str, typer.Option("--gpu", help="the GPU's name as torch reports it (default: this "
+                                            "machine's GPU)")] = "",
+        json_output: JsonOutput = False, json_file: JsonFile = None,
+    ) -> None:
+        """Which launch model a search on a GPU uses for each family of generated kernel, and why (or why the
+        analytic ranking decides)."""
+        from kernelpro.harness.errors import KernelproError
+        from kernelpro.launch import models_for
+        if not device:
+            import torch
+            if not torch.cuda.is_available():
+                raise KernelproError("no GPU on this machine: give --gpu NAME, the GPU's name as torch reports it "
+                                     "(e.g. --gpu 'NVIDIA H200')")
+            device = torch.cuda.get_device_name()
+        rows = models_for(device)
+        write_json({"gpu": device, "families": rows}, json_output, json_file)
+        if json_output:
+            return
+        typer.echo(f"launch rankings of a search on {device}:")
+        for row in rows:
+            if row["ranking"] == "predictor":
+                kinds = " and ".join(row["classes"]) + " kernels" if row["classes"] else "every kernel"
+                adopted = f", trained on {row['trained_on']}" if row["trained_on"] != device else ""
+                typer.echo(f"  {row['family']:22} predictor for {kinds} ({row['source']} {row['model']}{adopted}); "
+                           "the analytic ranking for the rest")
+            else:
+                typer.echo(f"  {row['family']:22} analytic: {row['why']}")
 
     app.add_typer(launch_app, name="launch")
 

@@ -65,6 +65,33 @@ def find(kind: str, device_name: str) -> tuple[LaunchModel | None, str]:
     return _CACHE[key]
 
 
+#: the families of the kernels the offline coder writes (`features.family`): each may have its own model per GPU
+FAMILIES = ("triton_pointwise", "triton_row", "triton_scan", "triton_gemm", "triton_conv", "triton_depthwise_conv",
+            "cuda_pointwise", "cuda_row", "cute_gemm")
+
+
+def models_for(device_name: str) -> list[dict]:
+    """Per family, which model a search on this GPU (as torch names it) uses, and why: the file (installed under
+    $KERNELPRO_HOME, else shipped), the GPU it was trained on (another one's for an adopted copy), the kinds of
+    kernel it may rank; or why the analytic ranking is used instead."""
+    rows = []
+    for kind in FAMILIES:
+        model, why = find(kind, device_name)
+        path = model_file(kind, device_name)
+        row = {"family": kind, "ranking": "analytic", "model": str(path) if path else None,
+               "source": None if path is None else "installed" if path.parent == user_models() else "shipped",
+               "trained_on": None, "classes": None, "why": why}
+        if model is not None:
+            classes = model.document.get("classes")
+            row.update(ranking="predictor" if classes is None or classes else "analytic",
+                       trained_on=(model.document.get("adopted") or {}).get("from_device") or model.device,
+                       classes=classes,
+                       why="" if classes is None or classes else
+                       "its file trusts it for no kind of kernel (it beat the analytic ranking on none)")
+        rows.append(row)
+    return rows
+
+
 def order(ranked: list[dict], features: dict, backend: str, device_name: str, sms: int,
           learned: bool = True) -> tuple[list[dict], str]:
     """The generator's ranked configurations, reordered by the launch model where one exists for the kernel's
@@ -87,4 +114,5 @@ def order(ranked: list[dict], features: dict, backend: str, device_name: str, sm
     return [ranked[i] for i in indices], "predictor"
 
 
-__all__ = ["FORMAT_VERSION", "LaunchModel", "find", "fingerprint", "model_file", "order", "user_models"]
+__all__ = ["FAMILIES", "FORMAT_VERSION", "LaunchModel", "find", "fingerprint", "model_file", "models_for", "order",
+           "user_models"]
