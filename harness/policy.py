@@ -12,6 +12,8 @@ import ast
 import re
 from dataclasses import dataclass
 
+from kernelpro.harness.parsing import parse
+
 #: Calls that move or describe data without computing; always allowed.
 NEUTRAL_CALLS = frozenset("""
     view reshape contiguous size dim numel stride shape data_ptr item element_size
@@ -58,7 +60,7 @@ def declared_kernels(source: str) -> list[str]:
     """Names of the custom kernels a source defines: CUDA `__global__` functions and Triton jit functions."""
     names = [m.group(1) for pattern in _KERNEL_PATTERNS for m in pattern.finditer(source)]
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except SyntaxError:
         return sorted(set(names))
     for node in ast.walk(tree):
@@ -127,7 +129,7 @@ def _forbidden_ops(reference_tree: ast.Module) -> tuple[set[str], set[str]]:
 def reference_ops(source: str) -> set[str]:
     """The ops (functional names and module classes) a reference's forward computes with; empty if it does not parse."""
     try:
-        functional, modules = _forbidden_ops(ast.parse(source))
+        functional, modules = _forbidden_ops(parse(source))
     except SyntaxError:
         return set()
     return functional | modules
@@ -152,7 +154,7 @@ def _called_attributes(scope: ast.AST) -> set[str]:
 def check_candidate(source: str, reference_source: str, policy: str) -> StaticFinding | None:
     """A finding that ends the evaluation before any code runs, or None."""
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except SyntaxError as error:
         return StaticFinding("compile_error", f"syntax error at line {error.lineno}: {error.msg}")
     if policy != "strict":
@@ -162,7 +164,7 @@ def check_candidate(source: str, reference_source: str, policy: str) -> StaticFi
     model_new = _class(tree, "ModelNew")
     if model_new is not None and any(ast.unparse(base).split(".")[-1] == "Model" for base in model_new.bases):
         return StaticFinding("rejected", "strict policy: ModelNew inherits from the reference Model")
-    reference_tree = ast.parse(reference_source)
+    reference_tree = parse(reference_source)
     reference_model = _class(reference_tree, "Model")
     if model_new is not None and reference_model is not None:
         if [ast.dump(n) for n in model_new.body] == [ast.dump(n) for n in reference_model.body]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelpro.harness.errors import CandidateFileError, ProblemError, missing_packages_line
+from kernelpro.harness.parsing import parse
 
 REQUIRED_NAMES = ("Model", "get_inputs", "get_init_inputs")
 _SUITE_FILE = re.compile(r"^(?P<id>\d+)_(?P<name>.+)\.py$")
@@ -71,7 +72,7 @@ def check_source(path: Path, source: str) -> ast.Module:
     """Parse a problem's source and check that it defines the required names and that the
     packages it imports are installed."""
     try:
-        tree = ast.parse(source, filename=str(path))
+        tree = parse(source, filename=str(path))
     except SyntaxError as error:
         raise ProblemError(path, f"syntax error at line {error.lineno}: {error.msg}") from None
     missing = [name for name in REQUIRED_NAMES if name not in _top_level_names(tree)]

@@ -25,6 +25,7 @@ from typing import Callable
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from kernelpro.coder import CoderFailed, CoderProposal, CoderRequest, CoderUnavailable
+from kernelpro.harness.parsing import parse
 from kernelpro.prompts import system_blocks, user_turn
 
 DEFAULT_MODEL = "claude-sonnet-5-5"  # the newest Sonnet the SDK knows; --model / KERNELPRO_MODEL change it
@@ -51,7 +52,7 @@ class Submission(BaseModel):
     @classmethod
     def defines_model_new(cls, code: str) -> str:
         try:
-            tree = ast.parse(code)
+            tree = parse(code)
         except SyntaxError as error:
             raise ValueError(f"the code does not parse: line {error.lineno}: {error.msg}") from None
         if not any(isinstance(n, ast.ClassDef) and n.name == "ModelNew" for n in ast.walk(tree)):

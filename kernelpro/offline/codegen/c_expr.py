@@ -7,6 +7,8 @@ from __future__ import annotations
 import ast
 import math
 
+from kernelpro.harness.parsing import parse
+
 _FUNCTIONS = {"exp": "expf", "log": "logf", "log2": "log2f", "exp2": "exp2f", "erf": "erff", "sqrt": "sqrtf",
               "rsqrt": "rsqrtf", "abs": "fabsf", "maximum": "fmaxf", "minimum": "fminf", "sin": "sinf",
               "cos": "cosf", "floor": "floorf", "ceil": "ceilf", "sigmoid": "kp_sigmoid", "_kp_tanh": "tanhf"}
@@ -51,4 +53,4 @@ def _c(node: ast.AST) -> str:
 
 def c_expr(expr: str) -> str:
     """A Triton float32 expression of the generator as CUDA C (`tl.where` -> `?:`, `tl.exp` -> `expf`, ...)."""
-    return _c(ast.parse(expr, mode="eval").body)
+    return _c(parse(expr, mode="eval").body)
