@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from kernelpro.harness import channel, compare, policy, sandbox
 from kernelpro.harness.cache import BuildCache, BuildEntry, needs_native_build, source_hash
 from kernelpro.harness.errors import DeviceError, ProblemError
-from kernelpro.harness.lane import Lane, Ticket
+from kernelpro.harness.lane import Lane, LaneClosed, Ticket
 from kernelpro.harness.memory import MemoryPlan, Reservation
 from kernelpro.harness.payload import available_memory_bytes, spill
 from kernelpro.harness.problem import Problem, reference_candidate
@@ -28,8 +28,8 @@ from kernelpro.harness.refcache import ReferenceCache, References, reference_key
 from kernelpro.harness.pool import WorkerPool
 from kernelpro.harness.process import ChannelWorker
 from kernelpro.harness.records import (CappedLog, EnergyStats, EnergyWindow, EvalOptions, EvalResult, ErrorStats,
-                                       Floor, KernelBenchTiming, LaunchProfile, MemorySizes, Phase, Signature, TimingStats,
-                                       Verdict)
+                                       Floor, KernelBenchTiming, LaunchProfile, MemorySizes, Phase, Signature,
+                                       TimingStats, Verdict)
 from kernelpro.harness.timing import summarize
 from kernelpro.harness.toolchain import (ARCH_SPECIFIC, arch_for, build_environment, cuda_arch_list,  # noqa: F401
                                          cuda_available)
@@ -121,6 +121,7 @@ class Evaluator:
         self.close()
 
     def close(self) -> None:
+        self.lane.close()  # before the workers go: an evaluation waiting for the device does not start another
         self.pool.close()
         self.build_pool.shutdown(wait=False, cancel_futures=True)
         self.references.clear()
@@ -224,7 +225,11 @@ class Evaluator:
                            stderr_text=failure.get("log", ""))
         reservation = self.memory.reserve(problem)  # waits while other evaluations fill the GPU
         outcome, ticket = _Outcome(), self.lane.ticket()
-        ticket.share()  # waits while another evaluation is timed
+        try:
+            ticket.share()  # waits while another evaluation is timed
+        except LaneClosed as closed:
+            reservation.release()
+            return _result(Verdict.CRASH, Phase.STATIC, str(closed), base, began)
         outcome.queued(ticket.waited_s)
         worker = self.pool.acquire()
         try:
@@ -274,7 +279,10 @@ class Evaluator:
             if options.measure_time:
                 if ticket is not None:  # the device to itself: the others' checks wait, as new evaluations do
                     waited = ticket.waited_s
-                    ticket.alone()
+                    try:
+                        ticket.alone()
+                    except LaneClosed as closed:
+                        raise _Finished(Verdict.CRASH, str(closed), outcome.phase) from None
                     outcome.queued(ticket.waited_s - waited)
                 if self.pool.refill_on_acquire:  # no GPU context starts while this times
                     self.pool.settle(_STARTUP_LIMIT_S, timing=worker)

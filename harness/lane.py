@@ -16,6 +16,10 @@ from dataclasses import dataclass
 SHARED, ALONE = "shared", "alone"
 
 
+class LaneClosed(Exception):
+    """The evaluator closed (a search interrupted) while an evaluation waited for the device."""
+
+
 @dataclass(frozen=True)
 class Holding:
     """One stay in the lane: how (`shared` or `alone`), when it was asked for, entered and left (monotonic s)."""
@@ -33,6 +37,7 @@ class Lane:
         self._sharers = 0
         self._alone = False
         self._waiting_alone = 0
+        self._closed = False
         self.keep = keep
         self.history: list[Holding] = []
 
@@ -40,20 +45,30 @@ class Lane:
         return Ticket(self)
 
     def enter(self, how: str) -> float:
-        """Waits for room to enter `how`; returns when it was asked for (monotonic s)."""
+        """Waits for room to enter `how`; returns when it was asked for (monotonic s). LaneClosed once `close`d."""
         asked = time.monotonic()
         with self._changed:
             if how == ALONE:
                 self._waiting_alone += 1
                 try:
-                    self._changed.wait_for(lambda: not self._alone and self._sharers == 0)
+                    self._changed.wait_for(lambda: self._closed or not self._alone and self._sharers == 0)
                 finally:
                     self._waiting_alone -= 1
+            else:
+                self._changed.wait_for(lambda: self._closed or not self._alone and self._waiting_alone == 0)
+            if self._closed:
+                raise LaneClosed("the evaluator closed while this evaluation waited for the device")
+            if how == ALONE:
                 self._alone = True
             else:
-                self._changed.wait_for(lambda: not self._alone and self._waiting_alone == 0)
                 self._sharers += 1
         return asked
+
+    def close(self) -> None:
+        """Every evaluation waiting to enter, and every later one, gets LaneClosed instead of the device."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
 
     def leave(self, how: str, asked: float, entered: float) -> None:
         with self._changed:

@@ -124,3 +124,24 @@ def test_a_search_with_two_in_flight_times_each_candidate_alone(tmp_path):
     assert document["evaluations"] == 4 and document["verdicts"] == {"correct": 4}
     assert sum(h.how == ALONE for h in history) == 6  # the reference, 4 candidates, the best re-measured
     assert not alone_overlaps(history)
+
+
+def test_closing_the_lane_turns_its_waiters_away():
+    """An interrupted search closes its evaluator: an evaluation waiting for the device ends instead of starting a
+    worker after the others were killed."""
+    import pytest
+
+    from kernelpro.harness.lane import LaneClosed
+    lane = Lane()
+    timing = lane.ticket()
+    timing.alone()
+    with ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(lambda: lane.ticket().share())
+        time.sleep(0.1)
+        assert not waiting.done()
+        lane.close()
+        with pytest.raises(LaneClosed):
+            waiting.result(timeout=2)
+    timing.release()
+    with pytest.raises(LaneClosed):
+        lane.ticket().alone()
