@@ -50,3 +50,10 @@ def test_the_subset_is_ten_problems_of_each_level():
     assert all(sum(e.level == level for e in keys) == 10 for level in (1, 2, 3))
     level2 = select(discover(KERNELBENCH), problems=f"@{SUBSET.with_name('kernelbench_subset30_level2.txt')}")
     assert sorted(e.key for e in level2) == sorted(e.key for e in keys if e.level == 2)
+
+
+def test_the_second_subset_is_ten_other_problems_of_each_level():
+    first = {e.key for e in select(discover(KERNELBENCH), problems=f"@{SUBSET}")}
+    second = select(discover(KERNELBENCH), problems=f"@{SUBSET.with_name('kernelbench_subset30b.txt')}")
+    assert len(second) == 30 and all(sum(e.level == level for e in second) == 10 for level in (1, 2, 3))
+    assert not first & {e.key for e in second}
