@@ -110,6 +110,9 @@ class Evaluator:
         sandbox.warn_once()
         self.memory = MemoryPlan.for_device(device, spares)
         self.lane = Lane()  # overlapping evaluations share the device, but each is timed alone (harness/lane.py)
+        # the device's copy bandwidth and matrix rate per precision, measured once in the reference's own evaluation
+        # (on CUDA) and reused by every later one: a device fact, paid once per evaluator
+        self.ceilings: dict[str, dict] = {}
         self.build_pool = ThreadPoolExecutor(max_workers=build_workers, thread_name_prefix="kernelpro-build")
         self._builds: dict[str, Future] = {}
         self._builds_lock = threading.Lock()
@@ -290,7 +293,8 @@ class Evaluator:
                              "profile_kernels": options.policy == "strict" or options.launch_profile,
                              "kernelbench": options.kernelbench_timing,
                              "energy": bool(options.measure_energy and self.energy_meter),
-                             "energy_windows": options.energy_windows})
+                             "energy_windows": options.energy_windows,
+                             "ceilings": options.precision not in self.ceilings})
             else:
                 worker.send({"cmd": "stop"})
         while True:
@@ -354,6 +358,14 @@ class Evaluator:
             elif kind == "done":
                 outcome.enter(Phase.DONE)
                 return
+
+    def _ceilings(self, precision: str, measured: dict | None, trusted: bool) -> dict:
+        """The ceilings kept for this precision, else those this timing phase measured. Only a worker that ran no
+        candidate code (the reference's own evaluation) gives the ones kept: a candidate could slow its worker's
+        measurement down and so lower every later evaluation's floor."""
+        if measured and trusted and precision not in self.ceilings:
+            self.ceilings[precision] = dict(measured)
+        return self.ceilings.get(precision) or measured or {}
 
     def _receive(self, worker: ChannelWorker, limit_s: float, outcome: _Outcome) -> tuple[dict, bytes]:
         try:
@@ -458,7 +470,7 @@ class Evaluator:
             compile_correct=None if compiled is None else compile_mismatch is None,
             compile_mismatch=compile_mismatch.reason if compile_mismatch else "",
             speedup_vs_compile=compiled_stats.median_ms / candidate.median_ms if compiled_stats else None,
-            floor=_floor(outcome.info, timing.get("ceilings") or {}),
+            floor=_floor(outcome.info, self._ceilings(options.precision, timing.get("ceilings"), outcome.itself)),
             custom_kernels=[k for k in timing["kernels"] if policy.launched_custom_kernel([k], source)],
             launch_profile=_launch_profile(timing.get("launch_profile"), candidate.median_ms)
             if options.launch_profile else None,

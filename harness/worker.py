@@ -363,7 +363,8 @@ class Job:
                 return size
         return 2
 
-    def timing_phase(self, baselines: list[str], profile_kernels: bool, kernelbench: bool = False):
+    def timing_phase(self, baselines: list[str], profile_kernels: bool, kernelbench: bool = False,
+                     ceilings: bool = True):
         self.phase("timing")
         seed = self.spec["seed"]
         init_inputs, first_inputs = self.trial_values(seed)
@@ -392,7 +393,7 @@ class Job:
         self.check_tampering()
         kernelbench_ms = self.kernelbench_timing(functions, timer) if kernelbench else None
         self.check_tampering()
-        ceilings = self.measure_ceilings() if self.device.type == "cuda" else {}
+        ceilings = self.measure_ceilings() if ceilings and self.device.type == "cuda" else {}
         _, eager_out = flatten_outputs(last.pop("eager"))
         _, candidate_out = flatten_outputs(last.pop("candidate"))
         _, compile_out = flatten_outputs(compiled_last) if compiled_last is not None else (None, [])
@@ -484,7 +485,7 @@ def serve(sock: socket.socket, device_name: str) -> None:
         command, _ = channel.receive(sock)
         if command.get("cmd") == "time":
             job.timing_phase(command.get("baselines", ["eager"]), command.get("profile_kernels", True),
-                             command.get("kernelbench", False))
+                             command.get("kernelbench", False), command.get("ceilings", True))
             if command.get("energy"):
                 job.energy_phase(int(command.get("energy_windows", 1)))
         job.send({"type": "done"})

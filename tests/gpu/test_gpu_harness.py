@@ -141,3 +141,17 @@ def test_the_launch_profile_tells_a_launch_bound_reference_from_a_busy_one(gpu_e
     print({name: profile.model_dump() for name, profile in found.items()})
     assert found["tiny"].launches_per_call == 40 and found["tiny"].busy_fraction < 0.5
     assert found["busy"].launches_per_call >= 1 and found["busy"].busy_fraction > 0.5
+
+
+def test_the_ceilings_are_measured_once_by_the_reference_and_kept(tmp_path, gelu_problem):
+    """The reference's own evaluation (no candidate code in its worker) measures the copy bandwidth and the matrix
+    rate; later evaluations on the same evaluator use those numbers instead of measuring in a candidate's worker."""
+    from kernelpro.harness.cache import BuildCache
+    from kernelpro.harness.problem import reference_candidate
+    with Evaluator("cuda", cache=BuildCache(tmp_path / "builds"), spares=1) as evaluator:
+        candidate = evaluate(evaluator, gelu_problem, EXAMPLES / "gelu_bias_scale_triton.py").floor  # before any reference
+        assert not evaluator.ceilings and candidate.bandwidth_gbps  # a candidate's own, not kept
+        reference = evaluator.evaluate(gelu_problem, reference_candidate(gelu_problem), OPTIONS).floor
+        assert evaluator.ceilings["fp32"]["bandwidth_gbps"] == reference.bandwidth_gbps
+        later = evaluate(evaluator, gelu_problem, EXAMPLES / "gelu_bias_scale_triton.py").floor
+        assert (later.bandwidth_gbps, later.flop_rate_tflops) == (reference.bandwidth_gbps, reference.flop_rate_tflops)
