@@ -9,6 +9,10 @@ every CUDA variant (in the CPU build pool, in parallel) and a warm run builds no
 
 `--every N` keeps every Nth candidate (a shorter run with all three kinds); the report names the
 sandbox the workers ran in (run it again with KERNELPRO_SANDBOX=none for the sandbox's cost).
+`--parallel N` keeps N evaluations in flight, each timed with the device to itself (`harness/lane.py`): run it with
+1 and 2 on the same card for what overlapping builds, worker start and checks with the timing gains; the report
+gives the time the evaluations waited for the device, and says whether any timing overlapped other work (never).
+On the CPU (`--device cpu`) only the PyTorch variants run.
 """
 
 from __future__ import annotations
@@ -65,9 +69,12 @@ def candidates() -> list[tuple[str, str]]:
     return sources
 
 
-def run_pass(label: str, device: str, cache_root: Path, sources, trials: int) -> dict:
+def run_pass(label: str, device: str, cache_root: Path, sources, trials: int, parallel: int = 1) -> dict:
+    from concurrent.futures import ThreadPoolExecutor
+
     from kernelpro.harness import EvalOptions, Evaluator, load_problem
     from kernelpro.harness.cache import BuildCache
+    from kernelpro.harness.lane import ALONE
 
     problem = load_problem(EXAMPLES / "gelu_bias_scale.py")
     options = EvalOptions(device=device, timing_trials=trials)
@@ -77,16 +84,23 @@ def run_pass(label: str, device: str, cache_root: Path, sources, trials: int) ->
                    build_workers=min(8, os.cpu_count() or 2)) as evaluator:
         for _, source in sources:  # all native builds start at once, in the CPU pool
             evaluator.prebuild(source, options)
-        for name, source in sources:
-            result = evaluator.evaluate(problem, source, options)
-            rows.append({"candidate": name, "verdict": result.verdict.value, "speedup": result.speedup,
-                         "build_cached": result.build_cached, "build_s": result.build_s,
-                         "wall_s": round(result.wall_s, 2)})
-            print(f"  [{label}] {name:34s} {result.verdict.value:13s} "
-                  f"{(result.speedup or 0):6.2f}x  wall {result.wall_s:5.1f} s", flush=True)
+        with ThreadPoolExecutor(parallel) as pool:
+            futures = [(name, pool.submit(evaluator.evaluate, problem, source, options)) for name, source in sources]
+            for name, future in futures:
+                result = future.result()
+                rows.append({"candidate": name, "verdict": result.verdict.value, "speedup": result.speedup,
+                             "build_cached": result.build_cached, "build_s": result.build_s,
+                             "wall_s": round(result.wall_s, 2), "queue_s": result.phase_s.get("queue", 0.0)})
+                print(f"  [{label}] {name:34s} {result.verdict.value:13s} "
+                      f"{(result.speedup or 0):6.2f}x  wall {result.wall_s:5.1f} s", flush=True)
+        history = list(evaluator.lane.history)
     seconds = time.monotonic() - began
-    return {"pass": label, "evaluations": len(sources), "seconds": round(seconds, 1),
-            "evaluations_per_minute": round(60 * len(sources) / seconds, 2), "rows": rows}
+    overlapped = sum(1 for a in history if a.how == ALONE for b in history
+                     if b is not a and a.entered < b.left and b.entered < a.left)
+    return {"pass": label, "parallel": parallel, "evaluations": len(sources), "seconds": round(seconds, 1),
+            "evaluations_per_minute": round(60 * len(sources) / seconds, 2),
+            "queue_s": round(sum(r["queue_s"] for r in rows), 1), "timings_overlapping_other_work": overlapped,
+            "rows": rows}
 
 
 def main() -> None:
@@ -95,22 +109,28 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=100)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--every", type=int, default=1, help="keep every Nth candidate")
+    parser.add_argument("--parallel", type=int, default=1, help="evaluations in flight at once")
     args = parser.parse_args()
+    if args.parallel < 1:
+        parser.error("--parallel must be at least 1")
     sources = candidates()[::max(1, args.every)]
+    if args.device == "cpu":
+        sources = [(name, source) for name, source in sources if name.startswith("pytorch")]
     with tempfile.TemporaryDirectory(prefix="kernelpro-bench-") as folder:
         cache_root = Path(folder) / "builds"
-        cold = run_pass("cold", args.device, cache_root, sources, args.trials)
-        warm = run_pass("warm", args.device, cache_root, sources, args.trials)
+        cold = run_pass("cold", args.device, cache_root, sources, args.trials, args.parallel)
+        warm = run_pass("warm", args.device, cache_root, sources, args.trials, args.parallel)
     import torch
 
     from kernelpro.harness.sandbox import describe
     report = {"sandbox": describe(), "device": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu",
               "torch": torch.__version__, "cpu_count": os.cpu_count(), "date": time.strftime("%Y-%m-%d"),
               "passes": [cold, warm]}
-    print(f"\n{describe()}\n| pass | evaluations | seconds | evaluations/min |\n|---|---|---|---|")
+    print(f"\n{describe()}; {args.parallel} in flight\n| pass | evaluations | seconds | evaluations/min | waited for "
+          "the device, s | timings overlapping other work |\n|---|---|---|---|---|---|")
     for entry in (cold, warm):
         print(f"| {entry['pass']} cache | {entry['evaluations']} | {entry['seconds']} | "
-              f"{entry['evaluations_per_minute']} |")
+              f"{entry['evaluations_per_minute']} | {entry['queue_s']} | {entry['timings_overlapping_other_work']} |")
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
 
