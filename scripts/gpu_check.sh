@@ -66,9 +66,13 @@ done
   --baseline compile --json-file "$OUT/eval_matmul_rowsum.json" 2>&1 | tail -25
 step "throughput benchmark"
 if [ "${SKIP_THROUGHPUT:-0}" != 1 ]; then
-  # THROUGHPUT_EVERY=N: every Nth candidate; THROUGHPUT_NO_SANDBOX=1: a second run without the sandbox
+  # THROUGHPUT_EVERY=N: every Nth candidate; THROUGHPUT_NO_SANDBOX=1: a second run without the sandbox;
+  # THROUGHPUT_PARALLEL=2: a second run with two evaluations in flight (each timed alone)
   timeout 1200 python3 benchmarks/harness_throughput.py --device cuda --every "${THROUGHPUT_EVERY:-1}" \
     --json "$OUT/throughput.json" 2>&1 | tee "$OUT/throughput.log" | tail -8
+  [ "${THROUGHPUT_PARALLEL:-1}" != 1 ] && timeout 1200 python3 benchmarks/harness_throughput.py --device cuda \
+    --every "${THROUGHPUT_EVERY:-1}" --parallel "$THROUGHPUT_PARALLEL" --json "$OUT/throughput_parallel.json" 2>&1 \
+    | tee "$OUT/throughput_parallel.log" | tail -8
   [ "${THROUGHPUT_NO_SANDBOX:-0}" = 1 ] && KERNELPRO_SANDBOX=none timeout 1200 python3 benchmarks/harness_throughput.py \
     --device cuda --every "${THROUGHPUT_EVERY:-1}" --json "$OUT/throughput_nosandbox.json" 2>&1 | tee "$OUT/throughput_nosandbox.log" | tail -8
 fi
