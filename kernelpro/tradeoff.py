@@ -101,7 +101,8 @@ def svg(found: list[Point], width: int = 560, height: int = 340) -> str:
         path = " ".join(f"{x(p.time_ratio):.1f},{y(p.energy_ratio):.1f}" for p in edge)
         parts.append(f'<polyline points="{path}" fill="none" stroke="#ef6c00" stroke-width="1.5" class="front"/>')
     parts.append(f'<rect x="{x(1.0) - 4:.1f}" y="{y(1.0) - 4:.1f}" width="8" height="8" fill="#777">'
-                 f'<title>eager</title></rect><text x="{x(1.0) + 8:.1f}" y="{y(1.0) + 4:.1f}" font-size="11">eager</text>')
+                 f'<title>eager</title></rect>'
+                 f'<text x="{x(1.0) + 8:.1f}" y="{y(1.0) + 4:.1f}" font-size="11">eager</text>')
     for p in found:
         parts.append(f'<circle cx="{x(p.time_ratio):.1f}" cy="{y(p.energy_ratio):.1f}" r="4" fill="#1e88e5" '
                      f'class="point"><title>node {p.node} ({_escape(p.move)}): {p.time_ratio:.3f}x time, '

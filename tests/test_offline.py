@@ -728,7 +728,8 @@ def test_a_launch_bound_reference_gets_a_cuda_graph_first():
                  "launch_profile": {"launches_per_call": 40, "busy_ms_per_call": 0.05, "busy_fraction": 0.25}}
     idle = problem_facts(reference)
     busy = problem_facts({**reference, "launch_profile": {**reference["launch_profile"], "busy_fraction": 0.9}})
-    assert idle.launch_bound and not busy.launch_bound and not problem_facts({**reference, "launch_profile": None}).launch_bound
+    assert idle.launch_bound and not busy.launch_bound
+    assert not problem_facts({**reference, "launch_profile": None}).launch_bound
     from kernelpro.facts import problem_text
     assert "eager launches 40 GPU kernels a call, which keep the GPU busy 25% of it: launch-bound" in problem_text(idle)
     coder = OfflineCoder()

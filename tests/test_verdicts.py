@@ -260,5 +260,6 @@ def test_only_torchs_own_patches_pass_for_untampered():
 
 def test_a_launch_profile_asked_for_on_the_cpu_is_none(cpu_evaluator, linear_problem):
     result = cpu_evaluator.evaluate(linear_problem, candidate_source("good"),
-                                    EvalOptions(device="cpu", timing_trials=3, timing_budget_s=1.0, launch_profile=True))
+                                    EvalOptions(device="cpu", timing_trials=3, timing_budget_s=1.0,
+                                                launch_profile=True))
     assert result.ok and result.launch_profile is None

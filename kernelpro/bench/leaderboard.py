@@ -95,7 +95,8 @@ def problem_row(row: dict) -> dict:
 #: the coder; in the candidates' evaluations: builds (and imports), correctness (checks, and the reference's outputs
 #: where they were not kept), timing (and energy windows), worker start and hand-over; the closing re-measurement;
 #: and the rest of the problem's time (process start-up, the search's bookkeeping, writing the results).
-TIME_COLUMNS = ("reference", "profile", "coder", "queue", "build", "correctness", "timing", "worker", "re-measure", "rest")
+TIME_COLUMNS = ("reference", "profile", "coder", "queue", "build", "correctness", "timing", "worker", "re-measure",
+                "rest")
 
 
 def time_columns(split: dict | None, total: float | None) -> dict | None:
@@ -249,8 +250,9 @@ def markdown(document: dict) -> str:
             f"- `{r['key']}`: {r['final_failure'].splitlines()[0][:300]}" for r in unconfirmed]
     measured = [r for r in document["problems"] if r.get("energy_saving")]
     if measured:
-        lines += ["", "| problem | reference J/call | best J/call | reference W | best W | energy saved (reference / best) "
-                      "| beyond the windows' spread | windows |", "|---|---|---|---|---|---|---|---|"]
+        lines += ["", "| problem | reference J/call | best J/call | reference W | best W | energy saved "
+                      "(reference / best) | beyond the windows' spread | windows |",
+                  "|---|---|---|---|---|---|---|---|"]
         for r in measured:
             beyond = {"lower": "yes, lower", "higher": "yes, higher", "none": "no difference"}.get(
                 r.get("energy_difference") or "", "-")

@@ -14,9 +14,9 @@ from rich.text import Text
 
 from kernelpro.cli.options import (AdaptiveTiming, CoderOpt, Device, JsonFile, KbPath, LaunchRankingChoice,
                                    LaunchRankingOpt, ModelModeChoice, ModelModeOpt, MovesOpt, NoKb, ObjectiveChoice,
-                                   ObjectiveOpt, Parallel, PolicyChoice, PolicyOpt, PrecisionChoice, PrecisionOpt, SearchOpt,
-                                   Seed, StrategyChoice, StrategyOpt, given_fields, knowledge_base, make_console,
-                                   quiet, write_json)
+                                   ObjectiveOpt, Parallel, PolicyChoice, PolicyOpt, PrecisionChoice, PrecisionOpt,
+                                   SearchOpt, Seed, StrategyChoice, StrategyOpt, given_fields, knowledge_base,
+                                   make_console, quiet, write_json)
 
 
 def render_status(status) -> Group:

@@ -114,7 +114,8 @@ def time_models(models: list, inputs: list, calls: int = 20, queued: bool = True
                     if number not in wait:
                         wait[number] = clock.wait_for(models[number], inputs) if queued else 0
                     for _ in range(per_visit):
-                        samples[number].append(clock.time(models[number], inputs, wait_cycles=wait[number])[1].device_ms)
+                        _, taken = clock.time(models[number], inputs, wait_cycles=wait[number])
+                        samples[number].append(taken.device_ms)
                 except Exception as error:
                     print(f"candidate {number}: {type(error).__name__}: {error}", file=sys.stderr)
                     failed.add(number)

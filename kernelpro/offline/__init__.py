@@ -1,13 +1,12 @@
 """The offline coder (graph level): candidates are the reference plus a set of moves.
 
-It needs no API key. The graph work (importing the problem, tracing, rewriting)
-runs in a child process (`kernelpro.offline.worker --serve`, one per search, which loads
-and traces the problem once), asked once per distinct set of applied moves; the answers
-are cached. Among the moves that apply at a node
-and were not tried there, it proposes the one the guidance scores highest, adjusted by
-the memory's promising moves and by what the knowledge base learned in similar states
-(then a fixed order); where the reference's launch profile says it is launch-bound, a CUDA graph comes first. It cannot repair a failed candidate: a failed move is dropped, and
-the search tries a sibling instead.
+It needs no API key. The graph work (importing the problem, tracing, rewriting) runs in a child process
+(`kernelpro.offline.worker --serve`, one per search, which loads and traces the problem once), asked once per
+distinct set of applied moves; the answers are cached. Among the moves that apply at a node and were not tried there,
+it proposes the one the guidance scores highest, adjusted by the memory's promising moves and by what the knowledge
+base learned in similar states (then a fixed order); where the reference's launch profile says it is launch-bound, a
+CUDA graph comes first. It cannot repair a failed candidate: a failed move is dropped, and the search tries a sibling
+instead.
 """
 
 from __future__ import annotations
@@ -208,7 +207,8 @@ class OfflineCoder:
         scores = dict(request.techniques)
         if request.problem_facts is not None and request.problem_facts.launch_bound:
             # the reference's launch profile (measured even without the profiler): a CUDA graph first
-            scores[MOVES["cuda_graphs"].technique] = scores.get(MOVES["cuda_graphs"].technique, 0.0) + LAUNCH_BOUND_BONUS
+            graphs = MOVES["cuda_graphs"].technique
+            scores[graphs] = scores.get(graphs, 0.0) + LAUNCH_BOUND_BONUS
         learned = dict(request.kb_factors)  # from earlier runs: > 1 worked in similar states, < 1 kept failing
         promising = {part for entry in request.promising for part in entry.split("+")}
         lost = {part for entry in request.losing for part in entry.split("+")}

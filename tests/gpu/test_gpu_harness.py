@@ -149,8 +149,9 @@ def test_the_ceilings_are_measured_once_by_the_reference_and_kept(tmp_path, gelu
     from kernelpro.harness.cache import BuildCache
     from kernelpro.harness.problem import reference_candidate
     with Evaluator("cuda", cache=BuildCache(tmp_path / "builds"), spares=1) as evaluator:
-        candidate = evaluate(evaluator, gelu_problem, EXAMPLES / "gelu_bias_scale_triton.py").floor  # before any reference
-        assert not evaluator.ceilings and candidate.bandwidth_gbps  # a candidate's own, not kept
+        # a candidate before any reference: its own worker's ceilings, not kept
+        candidate = evaluate(evaluator, gelu_problem, EXAMPLES / "gelu_bias_scale_triton.py").floor
+        assert not evaluator.ceilings and candidate.bandwidth_gbps
         reference = evaluator.evaluate(gelu_problem, reference_candidate(gelu_problem), OPTIONS).floor
         assert evaluator.ceilings["fp32"]["bandwidth_gbps"] == reference.bandwidth_gbps
         later = evaluate(evaluator, gelu_problem, EXAMPLES / "gelu_bias_scale_triton.py").floor
