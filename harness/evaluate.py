@@ -28,8 +28,8 @@ from kernelpro.harness.refcache import ReferenceCache, References, reference_key
 from kernelpro.harness.pool import WorkerPool
 from kernelpro.harness.process import ChannelWorker
 from kernelpro.harness.records import (CappedLog, EnergyStats, EnergyWindow, EvalOptions, EvalResult, ErrorStats,
-                                       Floor, KernelBenchTiming, LaunchProfile, MemorySizes, Phase, Signature,
-                                       TimingStats, Verdict)
+                                       Floor, KernelBenchTiming, LaunchProfile, MemorySizes, Phase, Sensitivity,
+                                       Signature, TimingStats, Verdict)
 from kernelpro.harness.timing import summarize
 from kernelpro.harness.toolchain import (ARCH_SPECIFIC, arch_for, build_environment, cuda_arch_list,  # noqa: F401
                                          cuda_available)
@@ -274,6 +274,7 @@ class Evaluator:
             "triton_cache_dir": str(entry.triton_cache_dir),
             "reference_outputs": kept is None and not outcome.itself,
             "count_flops": kept is None,  # kept outputs come with their count: no FLOP counter (nor dynamo) here
+            "sensitivity": options.sensitivity, "tolerance": options.effective_tolerance,
         })
         outcome.enter(Phase.REFERENCE)
         tolerance = options.effective_tolerance
@@ -331,7 +332,8 @@ class Evaluator:
                     fresh.flops = header["flops"]
                     self.references.put(key, fresh)
                 outcome.info.update(flops=kept.flops if kept is not None else header["flops"],  # kept: not counted again
-                                    bytes_moved=header["bytes_moved"], signature=header.get("signature"))
+                                    bytes_moved=header["bytes_moved"], signature=header.get("signature"),
+                                    sensitivity=header.get("sensitivity") if options.sensitivity else None)
                 outcome.sizes = {k: int(header.get(k) or 0) for k in MemorySizes.model_fields}
                 if reservation is not None:
                     reservation.resize(self.memory.estimate(problem, outcome.sizes))
@@ -547,6 +549,8 @@ def _result(verdict: Verdict, phase: Phase, reason: str, base: dict, began: floa
         fields.setdefault("memory", MemorySizes(**outcome.sizes))
     if info.get("signature"):
         fields.setdefault("signature", Signature(**info["signature"]))
+    if info.get("sensitivity"):
+        fields.setdefault("sensitivity", Sensitivity(**info["sensitivity"]))
     if outcome is not None and "phase_s" not in fields:
         if outcome.phase is not Phase.DONE:
             outcome.enter(outcome.phase)

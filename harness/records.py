@@ -102,6 +102,8 @@ class EvalOptions(_Record):
                                                     "candidate (needs an energy meter on the Evaluator)")
     energy_windows: int = Field(3, ge=1, le=20, description="energy windows per model, the reference's and the "
                                 "candidate's interleaved: their spread says which differences are real")
+    sensitivity: bool = Field(False, description="in the reference phase, the reference once more on its trial-0 "
+                              "inputs moved by one ulp: how much of its output then leaves the tolerance")
     launch_profile: bool = Field(False, description="after timing, one profiler pass over three calls of the "
                                  "candidate on CUDA: its kernel launches per call and the GPU's busy share of a call")
     stop_below_speedup: float | None = Field(
@@ -216,6 +218,15 @@ class EnergyWindow(_Record):
     window_s: float
 
 
+class Sensitivity(_Record):
+    """The reference against itself with every floating input moved by one ulp (the same weights and seeds): where
+    that alone leaves the tolerance, only a candidate that reproduces eager's rounding bit for bit can pass."""
+
+    outside_fraction: float = Field(description="the share of output elements outside the tolerance")
+    max_abs_error: float
+    tolerance: float
+
+
 class LaunchProfile(_Record):
     """The candidate's kernels in one profiler pass over a few calls (CUDA): whether a call keeps the GPU busy."""
 
@@ -275,6 +286,8 @@ class EvalResult(_Record):
     phase_s: dict[str, float] = Field({}, description="wall-clock seconds spent in each phase")
     custom_kernels: list[str] = Field([], description="custom kernels seen at run time (CUDA profiler)")
     launch_profile: LaunchProfile | None = Field(None, description="asked for with EvalOptions.launch_profile, on CUDA")
+    sensitivity: Sensitivity | None = Field(None, description="asked for with EvalOptions.sensitivity (the reference's "
+                                            "evaluation); None where the outputs are too large to hold twice")
     stdout: CappedLog = CappedLog()
     stderr: CappedLog = CappedLog()
     kernelpro_version: str = ""

@@ -180,6 +180,8 @@ class Job:
                          "parameter_bytes": parameter_bytes(model),
                          "peak_bytes": torch.cuda.max_memory_allocated(self.device) if cuda else 0}
                 self.sizes = sizes
+                if self.spec.get("sensitivity"):
+                    self.sensitivity = self.measure_sensitivity(problem, seed, outputs)
             if not send_outputs:
                 del model, outputs, inputs, init_inputs
                 break
@@ -190,7 +192,40 @@ class Job:
         if cuda:
             torch.cuda.empty_cache()
         self.send({"type": "reference_info", "flops": flops, "bytes_moved": bytes_moved, **sizes,
-                   "signature": signature})
+                   "signature": signature, "sensitivity": getattr(self, "sensitivity", None)})
+
+    #: inputs and outputs larger than this (bytes) are not held twice for the sensitivity probe
+    SENSITIVITY_BYTES = 1 << 30
+
+    def measure_sensitivity(self, problem, seed: int, outputs: list) -> dict | None:
+        """The reference (built again from the same seed) on trial 0's inputs drawn again (a forward may have changed
+        the first ones in place), every floating tensor moved by one ulp toward +inf, against its trial-0 outputs:
+        the share of output elements outside the tolerance and the largest difference. Runs before any candidate
+        code exists in this process."""
+        if tensor_bytes(outputs) + self.sizes["input_bytes"] > self.SENSITIVITY_BYTES:
+            return None
+        init_inputs, inputs = self.trial_values(seed)
+        for x in inputs:
+            if isinstance(x, torch.Tensor) and x.is_floating_point():
+                torch.nextafter(x, torch.tensor(float("inf"), dtype=x.dtype, device=x.device), out=x)
+        model = self.build_model(problem.Model, seed, init_inputs)
+        set_seed(seed)
+        with torch.no_grad():
+            _, moved = flatten_outputs(model(*inputs))
+        tolerance = float(self.spec["tolerance"])
+        outside = elements = 0
+        largest = 0.0
+        for before, after in zip(outputs, moved):
+            if not (isinstance(before, torch.Tensor) and before.is_floating_point()):
+                continue
+            before, after = before.double(), after.double()
+            difference = (after - before).abs().nan_to_num(nan=float("inf"))
+            difference[before.isnan() & after.isnan()] = 0.0  # NaN where eager has NaN: as the comparison takes it
+            outside += int((difference > tolerance + tolerance * before.abs()).sum())
+            elements += before.numel()
+            largest = max(largest, float(difference.max())) if difference.numel() else largest
+        return {"outside_fraction": outside / elements if elements else 0.0, "max_abs_error": largest,
+                "tolerance": tolerance}
 
     def memory_line(self, inputs: list) -> str:
         """The sizes an out-of-memory verdict names."""

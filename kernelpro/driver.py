@@ -189,9 +189,10 @@ class SearchRun:
             return saved
         self._changed(phase="evaluating the reference")
         baselines = ("eager", "compile") if self.settings.compile_baseline else ("eager",)
-        # with the reference's launch profile, which says whether it is launch-bound even with --no-profile
+        # with the reference's launch profile (is it launch-bound?) and its sensitivity (does a one-ulp change of its
+        # inputs alone leave the tolerance?), measured even with --no-profile
         result = evaluator.evaluate(self.problem, reference_candidate(self.problem), self.options(baselines).model_copy(
-            update={"policy": "relaxed", "launch_profile": True}))
+            update={"policy": "relaxed", "launch_profile": True, "sensitivity": True}))
         if not result.ok:
             raise SearchInputError(f"the reference itself failed in the harness: {result.verdict.value}: "
                                    f"{result.reason}")

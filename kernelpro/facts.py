@@ -40,6 +40,13 @@ class ProblemFacts:
     # the reference's launch profile (one profiler pass over three calls, on CUDA; harness.records.LaunchProfile)
     launches_per_call: float | None = None
     gpu_busy_fraction: float | None = None  # the kernels' time over a call's: below LAUNCH_BOUND_BUSY, launch-bound
+    # the share of eager's output that leaves the tolerance when every input moves by one ulp (harness Sensitivity)
+    sensitive_fraction: float | None = None
+
+    @property
+    def rounding_sensitive(self) -> bool:
+        """Whether a one-ulp change of the inputs alone fails the tolerance: then only bit-exact candidates pass."""
+        return bool(self.sensitive_fraction)
 
     @property
     def launch_bound(self) -> bool:
@@ -83,12 +90,14 @@ def problem_facts(reference: dict) -> ProblemFacts | None:
     floor = reference.get("floor") or {}
     compiled = reference.get("reference_compile") or {}
     launches = reference.get("launch_profile") or {}
+    sensitivity = reference.get("sensitivity") or {}
     return ProblemFacts(inputs=tuple(_value(s) for s in signature.get("inputs", [])),
                         outputs=tuple(_value(s) for s in signature.get("outputs", [])),
                         flops=int(floor.get("flops") or 0), bytes_moved=int(floor.get("bytes_moved") or 0),
                         floor_ms=floor.get("floor_ms"), eager_ms=(reference.get("reference") or {}).get("median_ms"),
                         compile_ms=compiled.get("median_ms"), launches_per_call=launches.get("launches_per_call"),
-                        gpu_busy_fraction=launches.get("busy_fraction"))
+                        gpu_busy_fraction=launches.get("busy_fraction"),
+                        sensitive_fraction=sensitivity.get("outside_fraction"))
 
 
 def device_facts(device: str, reference: dict, ceilings: dict | None = None) -> DeviceFacts:
@@ -186,6 +195,10 @@ def problem_text(facts: ProblemFacts) -> str:
         lines.append(f"- eager launches {facts.launches_per_call:.0f} GPU kernels a call, which keep the GPU busy "
                      f"{facts.gpu_busy_fraction:.0%} of it" + (": launch-bound (fewer launches, or a CUDA graph, pay)"
                                                               if facts.launch_bound else ""))
+    if facts.rounding_sensitive:
+        lines.append(f"- one ulp more on every input moves {facts.sensitive_fraction:.1%} of eager's output outside the "
+                     "tolerance: only a candidate that repeats eager's arithmetic bit for bit can pass (no reordered "
+                     "reductions, fused kernels, TF32 or other algorithms)")
     return "\n".join(lines)
 
 

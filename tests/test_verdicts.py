@@ -263,3 +263,42 @@ def test_a_launch_profile_asked_for_on_the_cpu_is_none(cpu_evaluator, linear_pro
                                     EvalOptions(device="cpu", timing_trials=3, timing_budget_s=1.0,
                                                 launch_profile=True))
     assert result.ok and result.launch_profile is None
+
+
+CHAOTIC = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        for _ in range(20):  # each step multiplies a difference by up to 1000
+            x = torch.sin(1000.0 * x)
+        return x
+
+
+def get_inputs():
+    return [torch.rand(64, 64)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_the_sensitivity_probe_tells_a_chaotic_reference_from_a_steady_one(cpu_evaluator, linear_problem, tmp_path):
+    """The reference once more on its inputs moved by one ulp: a steady one stays inside the tolerance, a chaotic
+    one (where only a bit-exact candidate could pass) does not."""
+    from kernelpro.harness.problem import reference_candidate
+    path = tmp_path / "chaotic.py"
+    path.write_text(CHAOTIC)
+    options = EvalOptions(device="cpu", timing_trials=3, timing_budget_s=1.0, sensitivity=True)
+    found = {}
+    for name, problem in (("steady", linear_problem), ("chaotic", load_problem(path))):
+        result = cpu_evaluator.evaluate(problem, reference_candidate(problem), options)
+        assert result.ok, result.reason
+        found[name] = result.sensitivity
+    assert found["steady"].outside_fraction == 0.0 and found["steady"].tolerance == 1e-4
+    assert found["chaotic"].outside_fraction > 0.5 and found["chaotic"].max_abs_error > 0.1
+    plain = cpu_evaluator.evaluate(linear_problem, reference_candidate(linear_problem),
+                                   options.model_copy(update={"sensitivity": False}))
+    assert plain.sensitivity is None

@@ -5,8 +5,9 @@ It needs no API key. The graph work (importing the problem, tracing, rewriting) 
 distinct set of applied moves; the answers are cached. Among the moves that apply at a node and were not tried there,
 it proposes the one the guidance scores highest, adjusted by the memory's promising moves and by what the knowledge
 base learned in similar states (then a fixed order); where the reference's launch profile says it is launch-bound, a
-CUDA graph comes first. It cannot repair a failed candidate: a failed move is dropped, and the search tries a sibling
-instead.
+CUDA graph comes first. Where a one-ulp change of the reference's inputs alone leaves the tolerance, it offers the
+bit-exact moves only (`moves.BIT_EXACT`). It cannot repair a failed candidate: a failed move is dropped, and the
+search tries a sibling instead.
 """
 
 from __future__ import annotations
@@ -25,12 +26,14 @@ from pathlib import Path
 from kernelpro.coder import CoderProposal, CoderRequest
 from kernelpro.errors import KernelproError
 from kernelpro.harness.process import scrubbed_environment
-from kernelpro.offline.moves import MOVES, PREFERENCE, TUNE_PREFIX, canonical
+from kernelpro.offline.moves import BIT_EXACT, MOVES, PREFERENCE, TUNE_PREFIX, canonical
 
 BASE_PRIOR = 0.3
 KB_WEIGHT = 0.25  # how much the knowledge base's factor (log) moves a move's score
 #: added to the CUDA graph's score where the reference is launch-bound: more than any guidance score (at most 1)
 LAUNCH_BOUND_BONUS = 1.5
+SENSITIVE_SKIP = ("predicted to fail: one ulp more on every input already moves eager's output outside the tolerance, "
+                  "and this move changes the arithmetic")
 WORKER_LIMIT_S = 600.0
 
 
@@ -216,13 +219,19 @@ class OfflineCoder:
         # a tune: move that lost wherever it was tried, proposing a configuration it proposed before: the same
         # kernel at the same launch configuration, which can only lose again (it is dropped, not offered last)
         losing_tunes = lost - losing
+        # a reference whose output leaves the tolerance under a one-ulp change of its inputs: bit-exact moves only
+        exact_only = request.problem_facts is not None and request.problem_facts.rounding_sensitive
         choices = [o for o in answer["options"] if o["move"] not in tried and o["move"] not in avoid
-                   and self._allows(o["move"]) and not (o["move"] in losing_tunes and self._tuned_before(request, o))]
+                   and self._allows(o["move"]) and not (o["move"] in losing_tunes and self._tuned_before(request, o))
+                   and (not exact_only or o["move"] in BIT_EXACT)]
         if not request.parent_state.get("applied"):
             self._root_skipped = dict(answer.get("skipped", {}))
             if self.allowed is not None:  # the moves that apply but are not allowed are skipped too
                 self._root_skipped |= {o["move"]: "not allowed (--moves)" for o in answer["options"]
                                        if not self._allows(o["move"])}
+            if exact_only:
+                self._root_skipped |= {o["move"]: SENSITIVE_SKIP for o in answer["options"]
+                                       if o["move"] not in BIT_EXACT}
         if not choices:
             return None
 
