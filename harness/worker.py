@@ -199,15 +199,19 @@ class Job:
 
     def measure_sensitivity(self, problem, seed: int, outputs: list) -> dict | None:
         """The reference (built again from the same seed) on trial 0's inputs drawn again (a forward may have changed
-        the first ones in place), every floating tensor moved by one ulp toward +inf, against its trial-0 outputs:
+        the first ones in place), each floating element moved by one ulp up or down at random, against its outputs:
         the share of output elements outside the tolerance and the largest difference. Runs before any candidate
         code exists in this process."""
         if tensor_bytes(outputs) + self.sizes["input_bytes"] > self.SENSITIVITY_BYTES:
             return None
         init_inputs, inputs = self.trial_values(seed)
-        for x in inputs:
+        draw = torch.Generator(device=self.device).manual_seed(seed)
+        for x in inputs:  # each element one ulp up or down at random: as rounding noise does, not all one way
             if isinstance(x, torch.Tensor) and x.is_floating_point():
-                torch.nextafter(x, torch.tensor(float("inf"), dtype=x.dtype, device=x.device), out=x)
+                up = torch.randint(0, 2, x.shape, generator=draw, device=x.device, dtype=torch.bool)
+                towards = torch.where(up, float("inf"), float("-inf")).to(x.dtype)
+                torch.nextafter(x, towards, out=x)
+                del up, towards
         model = self.build_model(problem.Model, seed, init_inputs)
         set_seed(seed)
         with torch.no_grad():
