@@ -103,7 +103,8 @@ class EvalOptions(_Record):
     energy_windows: int = Field(3, ge=1, le=20, description="energy windows per model, the reference's and the "
                                 "candidate's interleaved: their spread says which differences are real")
     sensitivity: bool = Field(False, description="in the reference phase, the reference once more on its trial-0 "
-                              "inputs moved by one ulp: how much of its output then leaves the tolerance")
+                              "inputs, each element moved one ulp up or down at random: how much of its output then "
+                              "leaves the tolerance")
     launch_profile: bool = Field(False, description="after timing, one profiler pass over three calls of the "
                                  "candidate on CUDA: its kernel launches per call and the GPU's busy share of a call")
     stop_below_speedup: float | None = Field(
@@ -219,8 +220,9 @@ class EnergyWindow(_Record):
 
 
 class Sensitivity(_Record):
-    """The reference against itself with every floating input moved by one ulp (the same weights and seeds): where
-    that alone leaves the tolerance, only a candidate that reproduces eager's rounding bit for bit can pass."""
+    """The reference against itself with each floating input element moved one ulp up or down at random (the same
+    weights and seeds): where that alone leaves the tolerance, only a candidate that reproduces eager's rounding bit
+    for bit can pass."""
 
     outside_fraction: float = Field(description="the share of output elements outside the tolerance")
     max_abs_error: float
