@@ -100,6 +100,15 @@ def _chunk_close(a: torch.Tensor, b: torch.Tensor, tolerance: float) -> bool:
         return bool(torch.isclose(b.cpu(), a.cpu(), rtol=tolerance, atol=tolerance, equal_nan=True).all())
 
 
+def outside_tolerance(expected: torch.Tensor, got: torch.Tensor, tolerance: float) -> tuple[int, int, float]:
+    """(elements outside the tolerance, elements, largest finite |difference|) of two floating tensors of one shape,
+    chunk by chunk in float64, counted as `compare_tensor` counts them (NaN against NaN and equal infinities pass)."""
+    tally = _Tally()
+    for a, b in _chunks(expected, got):
+        _chunk_details(a, b, tolerance, tally)
+    return tally.bad, tally.total, tally.max_abs or 0.0
+
+
 @dataclass(frozen=True)
 class Mismatch:
     reason: str

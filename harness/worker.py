@@ -36,6 +36,7 @@ from pathlib import Path
 import torch
 
 from kernelpro.harness import channel, flags, sandbox
+from kernelpro.harness.compare import outside_tolerance
 from kernelpro.harness.errors import missing_packages_line
 from kernelpro.harness.modelio import (DTYPES, build_model, cast_to, describe_values,  # noqa: F401
                                       flatten_outputs, import_file, parameter_bytes, set_seed, tensor_bytes)
@@ -142,6 +143,7 @@ class Job:
         flops = bytes_moved = 0
         sizes: dict = {}
         signature: dict = {}  # the reference's inputs and outputs, described (trial 0)
+        sensitivity: dict | None = None  # the reference against its inputs moved by one ulp (trial 0, when asked)
         cuda = self.device.type == "cuda"
         # When the trusted side kept this problem's reference outputs from an earlier evaluation, only
         # trial 0 runs here, for the sizes and the output shapes the checks below need.
@@ -181,7 +183,7 @@ class Job:
                          "peak_bytes": torch.cuda.max_memory_allocated(self.device) if cuda else 0}
                 self.sizes = sizes
                 if self.spec.get("sensitivity"):
-                    self.sensitivity = self.measure_sensitivity(problem, seed, outputs)
+                    sensitivity = self.measure_sensitivity(problem, seed, outputs)
             if not send_outputs:
                 del model, outputs, inputs, init_inputs
                 break
@@ -192,7 +194,7 @@ class Job:
         if cuda:
             torch.cuda.empty_cache()
         self.send({"type": "reference_info", "flops": flops, "bytes_moved": bytes_moved, **sizes,
-                   "signature": signature, "sensitivity": getattr(self, "sensitivity", None)})
+                   "signature": signature, "sensitivity": sensitivity})
 
     #: inputs and outputs larger than this (bytes) are not held twice for the sensitivity probe
     SENSITIVITY_BYTES = 1 << 30
@@ -217,19 +219,11 @@ class Job:
         with torch.no_grad():
             _, moved = flatten_outputs(model(*inputs))
         tolerance = float(self.spec["tolerance"])
-        outside = elements = 0
-        largest = 0.0
-        for before, after in zip(outputs, moved):
-            if not (isinstance(before, torch.Tensor) and before.is_floating_point()):
-                continue
-            before, after = before.double(), after.double()
-            difference = (after - before).abs().nan_to_num(nan=float("inf"))
-            difference[before.isnan() & after.isnan()] = 0.0  # NaN where eager has NaN: as the comparison takes it
-            outside += int((difference > tolerance + tolerance * before.abs()).sum())
-            elements += before.numel()
-            largest = max(largest, float(difference.max())) if difference.numel() else largest
-        return {"outside_fraction": outside / elements if elements else 0.0, "max_abs_error": largest,
-                "tolerance": tolerance}
+        counts = [outside_tolerance(before, after, tolerance) for before, after in zip(outputs, moved)
+                  if isinstance(before, torch.Tensor) and before.is_floating_point()]
+        elements = sum(total for _, total, _ in counts)
+        return {"outside_fraction": sum(bad for bad, _, _ in counts) / elements if elements else 0.0,
+                "max_abs_error": max((largest for _, _, largest in counts), default=0.0), "tolerance": tolerance}
 
     def memory_line(self, inputs: list) -> str:
         """The sizes an out-of-memory verdict names."""

@@ -13,6 +13,8 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from kernelpro.tools.roofline import IDLE_ABOVE
+
 
 @dataclass(frozen=True)
 class DeviceFacts:
@@ -39,7 +41,7 @@ class ProblemFacts:
     compile_ms: float | None = None
     # the reference's launch profile (one profiler pass over three calls, on CUDA; harness.records.LaunchProfile)
     launches_per_call: float | None = None
-    gpu_busy_fraction: float | None = None  # the kernels' time over a call's: below LAUNCH_BOUND_BUSY, launch-bound
+    gpu_busy_fraction: float | None = None  # the kernels' time over a call's: launch-bound where idle > IDLE_ABOVE
     # the share of eager's output that leaves the tolerance when every input moves by one ulp (harness Sensitivity)
     sensitive_fraction: float | None = None
 
@@ -50,11 +52,8 @@ class ProblemFacts:
 
     @property
     def launch_bound(self) -> bool:
-        return self.gpu_busy_fraction is not None and self.gpu_busy_fraction < LAUNCH_BOUND_BUSY
-
-
-#: A call whose kernels keep the GPU busy less than half of it is launch-bound (the profiler's `overhead_bound`).
-LAUNCH_BOUND_BUSY = 0.5
+        """Whether the GPU idles more of a call than the profiler calls `overhead_bound` (tools.roofline)."""
+        return self.gpu_busy_fraction is not None and 1.0 - self.gpu_busy_fraction > IDLE_ABOVE
 
 
 @dataclass(frozen=True)

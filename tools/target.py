@@ -101,7 +101,7 @@ def wall_and_host_ms(program: Program, calls: int) -> tuple[float, float]:
     """The median wall time of a call (until the device is done) and the median host time to issue it, in ms,
     timed by the harness's clock and protocol (an L2 flush before each call), so they compare with a verdict's."""
     clock = Clock(program.device, "synced_end")
-    times = [clock.time(lambda: program.call(), (), flush_value=n)[1] for n in range(calls)]
+    times = [clock.time(program.call, (), flush_value=n)[1] for n in range(calls)]
     return statistics.median(t.wall_ms for t in times), statistics.median(t.issue_ms for t in times)
 
 

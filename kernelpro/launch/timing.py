@@ -30,7 +30,6 @@ import sys
 import time
 from pathlib import Path
 
-FLUSH_BYTES = 256 * 1024 * 1024
 ROUNDS = 5
 WARM_S = 0.5
 PROTOCOL = f"interleaved-{ROUNDS}-rounds-queued-v3"
@@ -86,13 +85,13 @@ def time_models(models: list, inputs: list, calls: int = 20, queued: bool = True
     """Each model's median ms per call (None where it is None or failed): ROUNDS interleaved rounds after
     WARM_S seconds of warm-up, each call timed by the harness's clock (`kernelpro.harness.timing.Clock`) by its
     `queued` protocol: an L2 flush, then a GPU-side wait of twice the model's host issue time (at least
-    MIN_WAIT_MS, measured on its first visit, untimed), so the call is queued before its start event runs.
+    `timing.MIN_WAIT_MS`, measured on its first visit, untimed), so the call is queued before its start event runs.
     `queued=False` leaves the wait out, for comparison: the host's issue time then counts, as it did in protocol
     v2."""
     import torch
     from kernelpro.harness.timing import Clock
     device = torch.device("cuda")
-    clock = Clock(device, "queued", FLUSH_BYTES)
+    clock = Clock(device, "queued")
     started = time.perf_counter()
     while time.perf_counter() - started < WARM_S:
         for _ in range(20):
