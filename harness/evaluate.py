@@ -73,6 +73,10 @@ class _Outcome:
     sizes: dict = field(default_factory=dict)  # the reference's input/output/parameter/peak bytes
     degenerate: bool | None = None  # every trial's reference outputs equal so far (fresh inputs and weights)
     itself: bool = False  # the candidate is the reference itself (a baseline): timed, not compared with itself
+    steps: dict = field(default_factory=dict)  # the correctness phase's seconds by step (EvalResult.correctness_s)
+
+    def step(self, name: str, seconds: float) -> None:
+        self.steps[name] = self.steps.get(name, 0.0) + max(0.0, seconds)
 
     def queued(self, seconds: float) -> None:
         """`seconds` spent waiting for the device's lane: counted as `queue`, not in the phase it fell in."""
@@ -299,7 +303,9 @@ class Evaluator:
             else:
                 worker.send({"cmd": "stop"})
         while True:
+            waited = time.monotonic()
             header, payload = self._receive(worker, options.limits.for_phase(outcome.phase), outcome)
+            waited = time.monotonic() - waited
             kind = header["type"]
             if kind == "phase":
                 outcome.enter(Phase(header["phase"]))
@@ -338,7 +344,17 @@ class Evaluator:
                 if reservation is not None:
                     reservation.resize(self.memory.estimate(problem, outcome.sizes))
             elif kind == "candidate_output":
+                reported = header.get("steps") if isinstance(header.get("steps"), dict) else {}
+                worked = 0.0
+                for name in ("inputs", "model", "call"):  # the worker's own account: diagnostic only
+                    seconds = reported.get(name)
+                    if isinstance(seconds, (int, float)) and 0 <= seconds < 1e6:
+                        outcome.step(name, seconds)
+                        worked += seconds
+                outcome.step("transfer", waited - worked)  # the rest of the wait: the outputs coming over
+                checked = time.monotonic()
                 self._check_trial(header, payload, outcome, tolerance)
+                outcome.step("compare", time.monotonic() - checked)
                 if outcome.trials_passed == options.correct_trials:
                     go_on()
             elif kind == "timing":
@@ -555,6 +571,8 @@ def _result(verdict: Verdict, phase: Phase, reason: str, base: dict, began: floa
         if outcome.phase is not Phase.DONE:
             outcome.enter(outcome.phase)
         fields["phase_s"] = dict(outcome.phase_s)
+    if outcome is not None and outcome.steps and "correctness_s" not in fields:
+        fields["correctness_s"] = {name: round(seconds, 3) for name, seconds in outcome.steps.items()}
     if outcome is not None and outcome.degenerate and verdict is not Verdict.CORRECT:
         flags = (flags or []) + ["degenerate_problem"]
     return EvalResult(

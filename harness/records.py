@@ -286,6 +286,10 @@ class EvalResult(_Record):
     build_s: float | None = None
     wall_s: float = 0.0
     phase_s: dict[str, float] = Field({}, description="wall-clock seconds spent in each phase")
+    correctness_s: dict[str, float] = Field({}, description=(
+        "the correctness phase's seconds by step: inputs (drawing each trial's inputs), model (building the "
+        "candidate), call (its calls and the checks after them), as the worker reports them; transfer (the "
+        "rest of the judge's wait for the outputs) and compare (the judge's comparison), timed by the judge"))
     custom_kernels: list[str] = Field([], description="custom kernels seen at run time (CUDA profiler)")
     launch_profile: LaunchProfile | None = Field(None, description="asked for with EvalOptions.launch_profile, on CUDA")
     sensitivity: Sensitivity | None = Field(None, description="asked for with EvalOptions.sensitivity (the reference's "

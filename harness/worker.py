@@ -358,15 +358,23 @@ class Job:
         self.phase("correctness")
         for index in range(self.spec["correct_trials"]):
             seed = self.spec["seed"] + index
+            # the trial's seconds by step, sent with its outputs: where a correctness phase's time goes (the
+            # judge times the transfer and its comparison on its side)
+            steps, began = {}, time.perf_counter()
             init_inputs, inputs = self.trial_values(seed)
+            steps["inputs"], began = time.perf_counter() - began, time.perf_counter()
             model = self.trial_call(index, lambda: self.build_model(self.candidate.ModelNew, seed, init_inputs))
+            steps["model"] = time.perf_counter() - began
             # each call's outputs go out before the next call: the device holds one call's tensors at a time
             for repeat in (False, True) if index == 0 else (False,):  # determinism: trial 0 twice, same inputs
+                began = time.perf_counter()
                 structure, snapshots = self.trial_call(index, lambda: self.run_candidate(model, inputs, seed))
                 self.check_tampering()
+                steps["call"] = time.perf_counter() - began
                 self.send({"type": "candidate_output", "trial": index, "structure": structure,
-                           "count": len(snapshots), "repeat": repeat}, pack_values(snapshots))
+                           "count": len(snapshots), "repeat": repeat, "steps": steps}, pack_values(snapshots))
                 del snapshots
+                steps = {}
             del model, inputs, init_inputs
 
     def trial_call(self, index: int, call):

@@ -302,3 +302,18 @@ def test_the_sensitivity_probe_tells_a_chaotic_reference_from_a_steady_one(cpu_e
     plain = cpu_evaluator.evaluate(linear_problem, reference_candidate(linear_problem),
                                    options.model_copy(update={"sensitivity": False}))
     assert plain.sensitivity is None
+
+
+def test_the_correctness_phase_is_split_into_its_steps(cpu_evaluator, linear_problem):
+    """A candidate slow to build (50 ms per model) and to call (100 ms per call): its five models and six calls
+    (trial 0 twice) land in their own steps, and the judge's transfer and comparison are timed beside them."""
+    source = candidate_source("good").replace("        super().__init__()\n",
+                                              "        super().__init__()\n        time.sleep(0.05)\n")
+    source = "import time\n" + source.replace("    def forward(self, x):\n", "    def forward(self, x):\n"
+                                                                              "        time.sleep(0.1)\n")
+    result = cpu_evaluator.evaluate(linear_problem, source, FAST.model_copy(update={"measure_time": False}))
+    assert result.verdict is Verdict.CORRECT, result.reason
+    steps = result.correctness_s
+    assert set(steps) == {"inputs", "model", "call", "transfer", "compare"}
+    assert 0.25 <= steps["model"] < 1.0 and 0.6 <= steps["call"] < 2.0
+    assert sum(steps.values()) <= result.phase_s["correctness"] + 0.05
