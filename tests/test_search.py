@@ -416,18 +416,21 @@ class MeteredFakeHarness(FakeHarness):
     def __init__(self):
         super().__init__()
         self.asked: list[bool] = []
+        self.windows: list[int] = []  # the windows asked for, where energy was
 
     def evaluate(self, problem, source, options) -> EvalResult:
         from kernelpro.harness.records import EnergyStats, EnergyWindow
         result = super().evaluate(problem, source, options)
         self.asked.append(bool(options.measure_energy))
+        if options.measure_energy:
+            self.windows.append(options.energy_windows)
         if not (options.measure_energy and result.ok):
             return result
         window = lambda ms: EnergyWindow(j_per_call=0.1 * ms, j_per_call_above_idle=0.05 * ms, power_w=100.0,  # noqa: E731
                                          calls=100, window_s=1.0)
         return result.model_copy(update={"energy": EnergyStats(
             method="fake", idle_power_w=50.0, reference=window(result.reference.median_ms),
-            candidate=window(result.candidate.median_ms), windows=3)})
+            candidate=window(result.candidate.median_ms), windows=options.energy_windows)})
 
 
 def test_a_time_search_takes_energy_in_its_closing_re_measurement_only(tmp_path):
@@ -439,6 +442,7 @@ def test_a_time_search_takes_energy_in_its_closing_re_measurement_only(tmp_path)
     document = SearchRun(settings, evaluator=harness).run()
     assert document["objective"] == "time" and document["best_node"]
     assert harness.asked == [False] * 4 + [True]  # the reference, 3 candidates, then the best re-measured
+    assert harness.windows == [1]  # a side reading: one window of each model, not the energy objective's three
     energy = document["final"]["energy"]
     assert energy["method"] == "fake" and energy["reference"]["j_per_call"] == pytest.approx(0.1)
     assert energy["candidate"]["j_per_call"] == pytest.approx(0.1 * document["final"]["best_ms"])
@@ -476,6 +480,7 @@ def test_an_energy_best_the_re_measurement_does_not_confirm_gives_way_to_the_ref
     document = SearchRun(settings, evaluator=harness, energy_meter=harness.energy_meter).run()
     assert document["final_speedup" if kept else "speedup"] == pytest.approx(speedup if kept else 1.0)
     assert (document["rejected_best"] is None) == kept
+    assert set(harness.windows) == {3}  # where energy decides, every window: their spread judges
     if kept:
         assert document["best_moves"] and document["final"]["energy"]["difference"] == difference
         return
