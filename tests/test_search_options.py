@@ -127,3 +127,8 @@ def test_mcts_own_settings_change_nothing_under_another_strategy():
     for strategy in ("greedy", "beam", "best_first", "random"):
         assert histories(strategy, "") == histories(strategy, changed), strategy
     assert histories("mcts", "") != histories("mcts", changed)
+
+
+def test_parallel_left_out_is_two_on_cuda_and_one_on_the_cpu():
+    from kernelpro.settings import default_parallel
+    assert default_parallel("cuda") == 2 and default_parallel("cpu") == 1

@@ -84,7 +84,7 @@ def register(app: typer.Typer) -> None:
             "--compile-baseline/--no-compile-baseline", help="time torch.compile too in each search (on CUDA); "
             "without it the leaderboard has no torch.compile column and a bench costs less GPU time")] = True,
         adaptive_timing: AdaptiveTiming = True,
-        parallel: Parallel = 1,
+        parallel: Parallel = None,
         device: Device = None,
         gpus: Annotated[str, typer.Option("--gpus", help="all, or GPU indices such as 0,1 (one worker each)")] = "all",
         backend: Annotated[str, typer.Option("--backend", help="local (a worker per local GPU) or ray (a task per "
@@ -148,14 +148,15 @@ def register(app: typer.Typer) -> None:
         from kernelpro.bench import Bench
         from kernelpro.coder import default_coder
         from kernelpro.harness import default_device
-        from kernelpro.settings import BenchSettings, SearchSettings
+        from kernelpro.settings import BenchSettings, SearchSettings, default_parallel
+        chosen_device = device.value if device else default_device()
         searches = SearchSettings(
             budget=budget or 16, coder=coder.value if coder else default_coder(), objective=objective.value,
             strategy=strategy.value, precision=precision.value, policy=policy.value, model_mode=model_mode.value,
-            device=device.value if device else default_device(), profile=profile, time_limit_min=time_limit,
+            device=chosen_device, profile=profile, time_limit_min=time_limit,
             **knowledge, unsafe_no_sandbox=unsafe_no_sandbox, launch_ranking=launch_ranking.value, moves=moves,
             seed=seed, compile_baseline=compile_baseline, adaptive_timing=adaptive_timing, search=search,
-            parallel=parallel)
+            parallel=parallel or default_parallel(chosen_device))
         settings = BenchSettings(
             suite=str(suite), out=str(out or Path("bench") / suite.resolve().name), levels=level, problems=problems,
             gpus=gpus, baselines_only=baselines_only, backend=backend, ray_address=ray_address, searches=searches)

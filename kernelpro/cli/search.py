@@ -99,7 +99,7 @@ def register(app: typer.Typer) -> None:
         launch_ranking: LaunchRankingOpt = LaunchRankingChoice.auto,
         moves: MovesOpt = "",
         search: SearchOpt = "",
-        parallel: Parallel = 1,
+        parallel: Parallel = None,
         seed: Seed = 0,
         out: Annotated[Path | None, typer.Option("--out", help="output folder (default: runs/<problem name>)")] = None,
         resume: Annotated[bool, typer.Option("--resume", help="continue the run in --out")] = False,
@@ -150,7 +150,7 @@ def register(app: typer.Typer) -> None:
                 open_meter("cpu")  # raises the refusal that says what can be done on a machine without a GPU
         from kernelpro.coder import default_coder
         from kernelpro.driver import SearchRun
-        from kernelpro.settings import SearchSettings
+        from kernelpro.settings import SearchSettings, default_parallel
         from kernelpro.harness import default_device
 
         chosen_device = device.value if device else default_device()
@@ -163,7 +163,8 @@ def register(app: typer.Typer) -> None:
             settings = SearchSettings(
                 problem=str(problem.resolve()), out=str(folder), objective=objective.value, budget=budget,
                 time_limit_min=time_limit, coder=chosen_coder, strategy=strategy.value, device=chosen_device,
-                precision=precision.value, policy=policy.value, model_mode=model_mode.value, parallel=parallel,
+                precision=precision.value, policy=policy.value, model_mode=model_mode.value,
+                parallel=parallel or default_parallel(chosen_device),
                 seed=seed, profile=profile,
                 compile_baseline=compile_baseline if compile_baseline is not None else chosen_device == "cuda",
                 adaptive_timing=adaptive_timing,
