@@ -34,6 +34,7 @@ from kernelpro.coders import make_coder
 from kernelpro.energy import objectives
 from kernelpro.errors import KernelproError
 from kernelpro import facts
+from kernelpro.devicegate import wait_for_device
 from kernelpro.harness import EvalOptions
 from kernelpro.harness.evaluate import Evaluator
 from kernelpro.harness.problem import reference_candidate
@@ -103,6 +104,7 @@ class SearchRun:
         self.created = not resume and not self.out.exists()
         self.store = RunStore(self.out) if resume else None
         self.finished_as: dict | None = None
+        self.device_wait_s = 0.0  # this segment's wait at a bench's device gate (kernelpro.devicegate)
         if remeasure_only:
             if not resume or not (self.out / "run.json").exists():
                 raise SearchInputError(f"--remeasure: {self.out} holds no finished run (no run.json); it "
@@ -322,6 +324,11 @@ class SearchRun:
         try:
             if callable(getattr(self.coder, "start", None)) and self.finished_as is None:
                 self.coder.start()  # e.g. the offline coder's graph worker boots while the reference is evaluated
+            # A bench's next search on this GPU waits here, its workers booting, while the one before it finishes
+            # (kernelpro.devicegate); its time on the device starts once it goes on.
+            self.device_wait_s = wait_for_device()
+            began = time.monotonic()
+            self._clock = (began, wall_before)
             try:
                 baseline = self.baseline(evaluator)
             except Exception:

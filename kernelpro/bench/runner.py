@@ -1,4 +1,6 @@
-"""The local backend: one worker per GPU (pinned with CUDA_VISIBLE_DEVICES), longest problems first.
+"""The local backend: one search at a time per GPU (pinned with CUDA_VISIBLE_DEVICES), longest problems first.
+On CUDA each GPU's next search starts while the current one runs and waits at the GPU's gate with its workers booted
+(kernelpro.devicegate), so a problem's worker start is paid off the GPU's clock.
 
 Each problem is a full `kernelpro search` in a child process, into its own folder under
 `DIR/problems/<key>/`; the child dies with the bench (PR_SET_PDEATHSIG on Linux), and a
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Callable
 
+from kernelpro import devicegate
 from kernelpro.bench.child import (BenchError, BenchInterrupted, ChildInterrupted,  # noqa: F401
                                     check_interrupted, extends, finished_search, one_line_error, resumed_settings,
                                     run_child, run_search)
@@ -54,6 +57,14 @@ class BenchStatus:
     @property
     def geomean(self) -> float | None:
         return geomean(self.speedups)
+
+
+def lanes(slots: list[str], lookahead: bool) -> list[tuple[str, str]]:
+    """The bench's threads, as (slot, name): one per slot, or two per slot with lookahead, each running one search at
+    a time, the later one waiting at the slot's gate while the other runs."""
+    if not lookahead:
+        return [(slot, slot) for slot in slots]
+    return [(slot, f"{slot}#{lane}") for slot in slots for lane in (1, 2)]
 
 
 def gpu_slots(device: str, gpus: str) -> list[str]:
@@ -242,7 +253,8 @@ class Bench:
         work: queue.Queue = queue.Queue()
         for entry in self.pending():
             work.put(entry)
-        threads = [threading.Thread(target=self._worker, args=(slot, work), daemon=True) for slot in self.slots]
+        threads = [threading.Thread(target=self._worker, args=(slot, work, name), daemon=True)
+                   for slot, name in lanes(self.slots, self.lookahead)]
         for thread in threads:
             thread.start()
         try:
@@ -272,18 +284,26 @@ class Bench:
         raise BenchInterrupted(f"the leaderboards so far are in {self.out}; go on with: kernelpro bench "
                                f"{self.settings.suite} --out {self.out} --resume")
 
-    def _worker(self, slot: str, work: queue.Queue) -> None:
+    @property
+    def lookahead(self) -> bool:
+        """Whether each GPU's next search starts while the current one runs, and waits at the GPU's gate with its
+        workers booted (kernelpro.devicegate): searches on CUDA. On the CPU a booting search would take the cores the
+        running one times on; baseline evaluations boot no fork server."""
+        return self.settings.searches.device == "cuda" and not self.settings.baselines_only
+
+    def _worker(self, slot: str, work: queue.Queue, name: str = "") -> None:
+        name = name or slot
         while True:
             try:
                 entry = work.get_nowait()
             except queue.Empty:
                 with self._lock:
-                    self.status.workers[slot] = ""
+                    self.status.workers[name] = ""
                     self.on_change(self.status)
                 return
             with self._lock:
-                self.status.workers[slot] = entry.key
-                self.status.started[slot] = time.monotonic()
+                self.status.workers[name] = entry.key
+                self.status.started[name] = time.monotonic()
                 self.on_change(self.status)
             self.store.start(entry.key, slot)
             try:
@@ -301,7 +321,8 @@ class Bench:
             return  # stopped by Ctrl-C: it stays unfinished, and a resume goes on with it
         if result is not None and not self.settings.baselines_only:
             result = self._with_baseline(entry, result)
-        self.store.finish(entry.key, result, error)
+        # the search's wait at its GPU's gate (another problem was using the GPU) is not its time
+        self.store.finish(entry.key, result, error, waited_s=(result or {}).get("device_wait_s") or 0.0)
         with self._lock:
             self._count({"status": "done" if result is not None and not error else "failed", "result": result})
             self.on_change(self.status)
@@ -310,6 +331,9 @@ class Bench:
         env = dict(os.environ)
         if slot != "cpu":
             env["CUDA_VISIBLE_DEVICES"] = slot
+            gates = self.out / "gates"
+            gates.mkdir(parents=True, exist_ok=True)
+            env[devicegate.ENV] = str(gates / f"gpu{slot}.lock")
         return env
 
     def _child(self, key: str, args: list[str], slot: str, log: Path) -> tuple[int, str]:

@@ -71,12 +71,15 @@ class BenchStore(DurableStore):
         with self.db:
             self.db.execute("UPDATE problems SET pid = ? WHERE key = ?", (pid, key))
 
-    def finish(self, key: str, result: dict | None, error: str = "") -> None:
+    def finish(self, key: str, result: dict | None, error: str = "", waited_s: float = 0.0) -> None:
+        """A problem's outcome; its seconds run from its start to now, less `waited_s` (the search's wait for its
+        GPU while another problem used it)."""
         status = "done" if result is not None and not error else "failed"
+        now = time.time()
         with self.db:
-            self.db.execute("UPDATE problems SET status = ?, finished = ?, seconds = ? - COALESCE(started, ?), "
+            self.db.execute("UPDATE problems SET status = ?, finished = ?, seconds = MAX(0, ? - COALESCE(started, ?) - ?), "
                             "result = ?, error = ? WHERE key = ?",
-                            (status, time.time(), time.time(), time.time(),
+                            (status, now, now, now, max(0.0, waited_s),
                              json.dumps(result) if result is not None else None, error[-4000:], key))
 
     def reopen(self, keys: list[str]) -> None:

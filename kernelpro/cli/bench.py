@@ -28,7 +28,7 @@ def render_status(status) -> Group:
     table.add_row("geomean", f"{status.geomean:.3f}x vs eager" if status.geomean else "-")
     now = time.monotonic()
     for worker, problem in sorted(status.workers.items()):
-        label = f"GPU {worker}" if worker != "cpu" else "CPU"
+        label = f"GPU {worker.split('#')[0]}" if worker != "cpu" else "CPU"  # 0#1, 0#2: GPU 0's two lanes
         table.add_row(label, f"{problem}  [dim]{now - status.started.get(worker, now):.0f} s[/]" if problem else "idle")
     return Group(Text("kernelpro bench", style="bold"), table)
 

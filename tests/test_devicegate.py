@@ -1,0 +1,82 @@
+"""The device gate: one search at a time on a GPU, the next one waiting with its workers booted (real processes,
+real flock)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from kernelpro import devicegate
+from kernelpro.bench.runner import lanes
+from kernelpro.bench.store import BenchStore
+
+HOLD = ("import sys, time; from kernelpro.devicegate import wait_for_device; wait_for_device(sys.argv[1]); "
+        "print('held', flush=True); time.sleep(float(sys.argv[2]))")
+
+
+def holder(path, seconds: float) -> subprocess.Popen:
+    process = subprocess.Popen([sys.executable, "-c", HOLD, str(path), str(seconds)], stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline().strip() == "held"
+    return process
+
+
+def test_a_second_search_waits_until_the_first_exits(tmp_path):
+    gate = tmp_path / "gpu0.lock"
+    first = holder(gate, 1.5)
+    waited = devicegate.wait_for_device(str(gate))
+    assert first.wait(5) == 0
+    assert 0.8 < waited < 5
+
+
+def test_the_gate_opens_when_its_holder_is_killed(tmp_path):
+    gate = tmp_path / "gpu0.lock"
+    first = holder(gate, 60)
+    threading.Timer(0.5, first.send_signal, args=(signal.SIGKILL,)).start()
+    began = time.monotonic()
+    # in a child process: this test process may hold gates from the test above, and holds this one once it has it
+    subprocess.run([sys.executable, "-c", HOLD, str(gate), "0"], check=True, capture_output=True, timeout=20)
+    assert time.monotonic() - began < 10
+    first.wait(5)
+
+
+def test_no_gate_named_means_no_wait(monkeypatch):
+    monkeypatch.delenv(devicegate.ENV, raising=False)
+    assert devicegate.wait_for_device() == 0.0
+
+
+def test_a_search_waits_at_its_gate_and_leaves_the_wait_out_of_its_time(tmp_path, monkeypatch):
+    from test_search import DATA, FakeHarness
+    from kernelpro.driver import SearchRun
+    from kernelpro.settings import SearchSettings
+    gate = tmp_path / "gpu0.lock"
+    first = holder(gate, 2.0)  # another problem's search, using the GPU for two more seconds
+    monkeypatch.setenv(devicegate.ENV, str(gate))
+    settings = SearchSettings(problem=str(DATA / "redundant.py"), out=str(tmp_path / "run"), budget=2, profile=False)
+    document = SearchRun(settings, evaluator=FakeHarness()).run()
+    first.wait(5)
+    assert 1.0 < document["device_wait_s"] < 10
+    assert document["wall_s"] < document["device_wait_s"]  # a fake harness's search takes well under a second
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["device_wait_s"] == document["device_wait_s"]
+
+
+def test_each_gpu_has_two_lanes_with_lookahead_and_one_without():
+    assert lanes(["0", "1"], lookahead=True) == [("0", "0#1"), ("0", "0#2"), ("1", "1#1"), ("1", "1#2")]
+    assert lanes(["cpu"], lookahead=False) == [("cpu", "cpu")]
+
+
+@pytest.mark.parametrize("waited, expected", [(0.0, 10.0), (4.0, 6.0), (30.0, 0.0)])
+def test_a_problems_seconds_leave_out_its_wait_for_the_gpu(tmp_path, monkeypatch, waited, expected):
+    from kernelpro.bench.suite import Entry
+    store = BenchStore(tmp_path)
+    store.add([Entry(key="level1/1_X", path=tmp_path / "1_X.py", level=1, number=1, name="X")])
+    clock = iter([1000.0, 1010.0])
+    monkeypatch.setattr("kernelpro.bench.store.time.time", lambda: next(clock))
+    store.start("level1/1_X", "0#2")
+    store.finish("level1/1_X", {"speedup": 1.0}, waited_s=waited)
+    assert store.rows()[0]["seconds"] == pytest.approx(expected)
