@@ -17,7 +17,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from kernelpro.harness import channel, compare, policy, sandbox
+from kernelpro.harness import channel, compare, compilecache, policy, sandbox
 from kernelpro.harness.cache import BuildCache, BuildEntry, needs_native_build, source_hash
 from kernelpro.harness.errors import DeviceError, ProblemError
 from kernelpro.harness.lane import Lane, LaneClosed, Ticket
@@ -279,6 +279,11 @@ class Evaluator:
             "reference_outputs": kept is None and not outcome.itself,
             "count_flops": kept is None,  # kept outputs come with their count: no FLOP counter (nor dynamo) here
             "sensitivity": options.sensitivity, "tolerance": options.effective_tolerance,
+            # the torch.compile baseline's caches: read by any worker that compiles it, written back only from one
+            # that ran no candidate code (harness/compilecache.py)
+            "compile_cache": str(compilecache.folder(self.cache.root, problem.source))
+            if "compile" in options.baselines and options.measure_time else "",
+            "keep_compile_cache": outcome.itself,
         })
         outcome.enter(Phase.REFERENCE)
         tolerance = options.effective_tolerance
@@ -359,6 +364,9 @@ class Evaluator:
                     go_on()
             elif kind == "timing":
                 outcome.timing, outcome.final_payload = header, payload
+            elif kind == "compile_cache":
+                if outcome.itself:  # never from a worker that ran candidate code
+                    compilecache.keep(self.cache.root, problem.source, payload)
             elif kind == "energy_ready":
                 meter = self.energy_meter
                 if outcome.idle_power_w is None:  # the GPU idles while the worker waits for the go

@@ -116,6 +116,15 @@ def _needed_under_tmp() -> list[str]:
     return outermost
 
 
+def shown(folder: str) -> Path:
+    """Where this process reads a folder of the build cache: its read-only view at BUILD_SHADOW inside the sandbox
+    (whose own path is a private, empty tmpfs there), the folder itself outside."""
+    target = Path(folder)
+    if os.environ.get("KERNELPRO_BUILD_SHADOW"):
+        return Path(BUILD_SHADOW) / target.parent.name / target.name
+    return target
+
+
 def restore_build(folder: str) -> None:
     """Inside the sandbox (the worker, before it imports the candidate): the candidate's cached build
     folder copied from the read-only view of the cache to its own path, where it was built."""

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from kernelpro.harness import channel, flags, sandbox
+from kernelpro.harness import channel, compilecache, flags, sandbox
 from kernelpro.harness.compare import outside_tolerance
 from kernelpro.harness.errors import missing_packages_line
 from kernelpro.harness.modelio import (DTYPES, build_model, cast_to, describe_values,  # noqa: F401
@@ -519,6 +519,9 @@ def serve(sock: socket.socket, device_name: str) -> None:
         sandbox.restore_build(folder)  # in the sandbox: the cached build, private to this worker
     os.environ["TORCH_EXTENSIONS_DIR"] = spec["extensions_dir"]
     os.environ["TRITON_CACHE_DIR"] = spec["triton_cache_dir"]
+    # the torch.compile baseline's caches kept for this problem (harness/compilecache.py)
+    compiled = compilecache.use(spec["compile_cache"], spec["triton_cache_dir"], Path.cwd()) \
+        if spec.get("compile_cache") else None
     spec["process_settings"] = flags.snapshot()  # before any candidate code runs (harness/flags.py)
     job = Job(sock, device, spec)
     try:
@@ -531,6 +534,8 @@ def serve(sock: socket.socket, device_name: str) -> None:
                              command.get("kernelbench", False), command.get("ceilings", True))
             if command.get("energy"):
                 job.energy_phase(int(command.get("energy_windows", 1)))
+            if compiled is not None and spec.get("keep_compile_cache") and "compile" in command.get("baselines", []):
+                job.send({"type": "compile_cache"}, compilecache.pack(compiled, spec["triton_cache_dir"]))
         job.send({"type": "done"})
     except Report as report:
         channel.send(sock, report.header)
