@@ -17,7 +17,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from kernelpro.harness import channel, compare, compilecache, policy, sandbox
+from kernelpro.harness import channel, compare, compilecache, policy, readings, sandbox
 from kernelpro.harness.cache import BuildCache, BuildEntry, needs_native_build, source_hash
 from kernelpro.harness.errors import DeviceError, ProblemError
 from kernelpro.harness.lane import Lane, LaneClosed, Ticket
@@ -27,9 +27,8 @@ from kernelpro.harness.problem import Problem, reference_candidate
 from kernelpro.harness.refcache import ReferenceCache, References, reference_key
 from kernelpro.harness.pool import WorkerPool
 from kernelpro.harness.process import ChannelWorker
-from kernelpro.harness.records import (CappedLog, EnergyStats, EnergyWindow, EvalOptions, EvalResult, ErrorStats,
-                                       Floor, KernelBenchTiming, LaunchProfile, MemorySizes, Phase, Sensitivity,
-                                       Signature, TimingStats, Verdict)
+from kernelpro.harness.records import (CappedLog, EnergyWindow, EvalOptions, EvalResult, ErrorStats, MemorySizes,
+                                       Phase, Sensitivity, Signature, TimingStats, Verdict)
 from kernelpro.harness.timing import summarize
 from kernelpro.harness.toolchain import (ARCH_SPECIFIC, arch_for, build_environment, cuda_arch_list,  # noqa: F401
                                          cuda_available)
@@ -479,11 +478,11 @@ class Evaluator:
         if set(outcome.energy) == {"eager", "candidate"}:
             meter = self.energy_meter
             limit = meter.power_limit_w() if hasattr(meter, "power_limit_w") else None
-            energy = energy_stats(meter.method, outcome.idle_power_w, limit, outcome.energy["eager"],
+            energy = readings.energy_stats(meter.method, outcome.idle_power_w, limit, outcome.energy["eager"],
                                   outcome.energy["candidate"])
         if timing.get("stopped_early"):  # adaptive timing: it could not reach the search's best
             flags.append("timing_stopped_early")
-        kernelbench = _kernelbench_timing(timing.get("kernelbench"))
+        kernelbench = readings.kernelbench_timing(timing.get("kernelbench"))
         if timing.get("kernelbench") and kernelbench is None:
             flags.append("kernelbench_timing_failed")
         return _result(
@@ -496,47 +495,11 @@ class Evaluator:
             compile_correct=None if compiled is None else compile_mismatch is None,
             compile_mismatch=compile_mismatch.reason if compile_mismatch else "",
             speedup_vs_compile=compiled_stats.median_ms / candidate.median_ms if compiled_stats else None,
-            floor=_floor(outcome.info, self._ceilings(options.precision, timing.get("ceilings"), outcome.itself)),
+            floor=readings.floor(outcome.info, self._ceilings(options.precision, timing.get("ceilings"), outcome.itself)),
             custom_kernels=[k for k in timing["kernels"] if policy.launched_custom_kernel([k], source)],
-            launch_profile=_launch_profile(timing.get("launch_profile"), candidate.median_ms)
+            launch_profile=readings.launch_profile(timing.get("launch_profile"), candidate.median_ms)
             if options.launch_profile else None,
         )
-
-
-def energy_stats(method: str, idle_w: float, limit_w: float | None, reference: list[EnergyWindow],
-                 candidate: list[EnergyWindow]) -> EnergyStats:
-    """Each model's window of median J/call, the spreads, and whether the candidate's energy differs from the
-    reference's beyond them: only when the two sets of windows do not overlap at all."""
-    def median(windows: list[EnergyWindow]) -> EnergyWindow:
-        return sorted(windows, key=lambda w: w.j_per_call)[(len(windows) - 1) // 2]
-
-    def spread(windows: list[EnergyWindow]) -> float:
-        values = [w.j_per_call for w in windows]
-        middle = median(windows).j_per_call
-        return (max(values) - min(values)) / middle if middle else 0.0
-    ours, theirs = [w.j_per_call for w in candidate], [w.j_per_call for w in reference]
-    difference = "lower" if max(ours) < min(theirs) else "higher" if min(ours) > max(theirs) else "none"
-    return EnergyStats(method=method, idle_power_w=idle_w, power_limit_w=limit_w, reference=median(reference),
-                       candidate=median(candidate), windows=min(len(reference), len(candidate)),
-                       reference_spread=spread(reference), candidate_spread=spread(candidate), difference=difference)
-
-
-def _launch_profile(sent: dict | None, median_ms: float) -> LaunchProfile | None:
-    if not sent:
-        return None
-    busy = float(sent["busy_ms_per_call"])
-    return LaunchProfile(launches_per_call=float(sent["launches_per_call"]), busy_ms_per_call=busy,
-                         busy_fraction=min(1.0, busy / median_ms) if median_ms > 0 else 1.0)
-
-
-def _kernelbench_timing(sent) -> KernelBenchTiming | None:
-    """The worker's KernelBench-method times (sent after candidate code ran: read defensively)."""
-    try:
-        candidate, reference = float(sent["candidate_mean_ms"]), float(sent["reference_mean_ms"])
-        return KernelBenchTiming(candidate_mean_ms=candidate, reference_mean_ms=reference,
-                                 speedup=reference / candidate, trials=int(sent["trials"]))
-    except (KeyError, TypeError, ValueError, ZeroDivisionError):
-        return None
 
 
 def _version() -> str:
@@ -544,16 +507,6 @@ def _version() -> str:
         return importlib.metadata.version("kernelpro")
     except importlib.metadata.PackageNotFoundError:
         return "unknown"
-
-
-def _floor(info: dict, ceilings: dict) -> Floor:
-    bandwidth, rate = ceilings.get("bandwidth_gbps"), ceilings.get("flop_rate_tflops")
-    bytes_moved, flops = info.get("bytes_moved", 0), info.get("flops", 0)
-    memory_ms = bytes_moved / (bandwidth * 1e9) * 1e3 if bandwidth and bytes_moved else None
-    compute_ms = flops / (rate * 1e12) * 1e3 if rate and flops else None
-    known = [v for v in (memory_ms, compute_ms) if v is not None]
-    return Floor(bytes_moved=bytes_moved, flops=flops, bandwidth_gbps=bandwidth, flop_rate_tflops=rate,
-                 memory_floor_ms=memory_ms, compute_floor_ms=compute_ms, floor_ms=max(known) if known else None)
 
 
 def _result(verdict: Verdict, phase: Phase, reason: str, base: dict, began: float, *,

@@ -180,7 +180,7 @@ def _window(j):
 def test_a_difference_within_the_windows_spread_is_no_difference():
     """Each model's median window stands for it; a difference counts only where the windows do not overlap."""
     from kernelpro.energy import describe
-    from kernelpro.harness.evaluate import energy_stats
+    from kernelpro.harness.readings import energy_stats
     apart = energy_stats("m", 50.0, None, [_window(v) for v in (1.00, 1.02, 0.99)], [_window(v) for v in (0.80, 0.82, 0.81)])
     assert apart.difference == "lower" and apart.windows == 3
     assert apart.reference.j_per_call == 1.00 and apart.candidate.j_per_call == 0.81

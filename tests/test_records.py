@@ -50,8 +50,8 @@ def test_uniform_limits_apply_to_every_phase():
 
 
 def test_floor_is_written_to_json():
-    from kernelpro.harness.evaluate import _floor
-    floor = _floor({"bytes_moved": 3_000_000_000, "flops": 10**12}, {"bandwidth_gbps": 3000.0,
-                                                                      "flop_rate_tflops": 50.0})
+    from kernelpro.harness import readings
+    floor = readings.floor({"bytes_moved": 3_000_000_000, "flops": 10**12},
+                           {"bandwidth_gbps": 3000.0, "flop_rate_tflops": 50.0})
     assert floor.memory_floor_ms == 1.0 and floor.compute_floor_ms == 20.0
     assert json.loads(floor.model_dump_json())["floor_ms"] == 20.0

@@ -77,8 +77,8 @@ class BenchStore(DurableStore):
         status = "done" if result is not None and not error else "failed"
         now = time.time()
         with self.db:
-            self.db.execute("UPDATE problems SET status = ?, finished = ?, seconds = MAX(0, ? - COALESCE(started, ?) - ?), "
-                            "result = ?, error = ? WHERE key = ?",
+            self.db.execute("UPDATE problems SET status = ?, finished = ?, "
+                            "seconds = MAX(0, ? - COALESCE(started, ?) - ?), result = ?, error = ? WHERE key = ?",
                             (status, now, now, now, max(0.0, waited_s),
                              json.dumps(result) if result is not None else None, error[-4000:], key))
 
