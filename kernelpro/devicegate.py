@@ -20,6 +20,11 @@ ENV = "KERNELPRO_DEVICE_GATE"
 _held: list[int] = []  # the descriptors of gates this process holds: open until it exits
 
 
+def gate_named() -> bool:
+    """Whether this process runs behind a gate (a search started by a bench on CUDA)."""
+    return bool(os.environ.get(ENV))
+
+
 def wait_for_device(path: str | None = None) -> float:
     """Waits until this process holds the gate (`path`, else `$KERNELPRO_DEVICE_GATE`; none: no wait), then keeps it
     until the process exits. Returns the seconds waited."""

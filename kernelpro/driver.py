@@ -34,7 +34,7 @@ from kernelpro.coders import make_coder
 from kernelpro.energy import objectives
 from kernelpro.errors import KernelproError
 from kernelpro import facts
-from kernelpro.devicegate import wait_for_device
+from kernelpro.devicegate import gate_named, wait_for_device
 from kernelpro.harness import EvalOptions
 from kernelpro.harness.evaluate import Evaluator
 from kernelpro.harness.problem import reference_candidate
@@ -326,6 +326,8 @@ class SearchRun:
                 self.coder.start()  # e.g. the offline coder's graph worker boots while the reference is evaluated
             # A bench's next search on this GPU waits here, its workers booting, while the one before it finishes
             # (kernelpro.devicegate); its time on the device starts once it goes on.
+            if gate_named():
+                self._changed(phase="waiting for the GPU (another problem of the bench is using it)")
             self.device_wait_s = wait_for_device()
             began = time.monotonic()
             self._clock = (began, wall_before)

@@ -59,8 +59,10 @@ def test_a_search_waits_at_its_gate_and_leaves_the_wait_out_of_its_time(tmp_path
     monkeypatch.setenv(devicegate.ENV, str(gate))
     settings = SearchSettings(problem=str(DATA / "redundant.py"), out=str(tmp_path / "run"), budget=2, profile=False)
     began = time.monotonic()
-    document = SearchRun(settings, evaluator=FakeHarness()).run()
+    phases = []
+    document = SearchRun(settings, evaluator=FakeHarness(), on_change=lambda status: phases.append(status.phase)).run()
     elapsed = time.monotonic() - began
+    assert phases[phases.index("evaluating the reference") - 1].startswith("waiting for the GPU")  # as its log says
     first.wait(5)
     assert 2.0 < document["device_wait_s"] < 15
     # the search's own time starts at the gate: with the wait counted, wall_s would come to nearly all of elapsed
