@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import in_process
+
 from kernelpro.bench import Bench, BenchSettings
 from kernelpro.bench.child import write_search_settings
 from kernelpro.cli import main
@@ -129,6 +131,9 @@ def test_mcts_own_settings_change_nothing_under_another_strategy():
     assert histories("mcts", "") != histories("mcts", changed)
 
 
-def test_parallel_left_out_is_two_on_cuda_and_one_on_the_cpu():
+def test_parallel_left_out_is_two_on_cuda_and_one_on_the_cpu(capsys, monkeypatch):
     from kernelpro.settings import default_parallel
     assert default_parallel("cuda") == 2 and default_parallel("cpu") == 1
+    monkeypatch.setenv("COLUMNS", "240")
+    for command in ("search", "bench"):  # and the help says so (rich took a "[default: ...]" for markup once)
+        assert "(default: 2 on CUDA, 1 on the CPU)" in in_process(capsys, command, "--help").stdout

@@ -96,8 +96,8 @@ AdaptiveTiming = Annotated[bool, typer.Option(
     "below the best so far (objective time); the best and the closing re-measurement always get every trial")]
 Parallel = Annotated[int | None, typer.Option(
     "--parallel", min=1, show_default=False, help="candidates of a search in flight at once: the coder, native builds "
-    "and the next ones' checks overlap the current one's timing, which has the device to itself [default: 2 on "
-    "CUDA, 1 on the CPU]")]
+    "and the next ones' checks overlap the current one's timing, which has the device to itself (default: 2 on "
+    "CUDA, 1 on the CPU)")]
 # the same --json for commands whose JSON replaces their table (listings), where JsonFlag's stderr does not apply
 JsonOutput = Annotated[bool, typer.Option("--json", help="print the result as JSON")]
 JsonFile = Annotated[Path | None, typer.Option("--json-file", metavar="PATH", help="also write the JSON result here")]
