@@ -90,7 +90,8 @@ def run_pass(label: str, device: str, cache_root: Path, sources, trials: int, pa
                 result = future.result()
                 rows.append({"candidate": name, "verdict": result.verdict.value, "speedup": result.speedup,
                              "build_cached": result.build_cached, "build_s": result.build_s,
-                             "wall_s": round(result.wall_s, 2), "queue_s": result.phase_s.get("queue", 0.0)})
+                             "wall_s": round(result.wall_s, 2), "queue_s": result.phase_s.get("queue", 0.0),
+                             "phase_s": result.phase_s, "correctness_s": result.correctness_s})
                 print(f"  [{label}] {name:34s} {result.verdict.value:13s} "
                       f"{(result.speedup or 0):6.2f}x  wall {result.wall_s:5.1f} s", flush=True)
         history = list(evaluator.lane.history)

@@ -17,6 +17,9 @@ from kernelpro.harness.records import ErrorStats
 #: elements compared at once: the comparison's own memory stays bounded (a few hundred MB on the GPU,
 #: float64 temporaries included) whatever the outputs' size (KernelBench's reach 6 GB and more).
 CHUNK_ELEMENTS = 1 << 24
+#: on the CPU, chunks whose temporaries stay in the cache: 128 MB of float32 outputs compare in 35 ms instead of
+#: 460 ms on the 2-core box
+CPU_CHUNK_ELEMENTS = 1 << 18
 
 
 def _comparison_device() -> torch.device:
@@ -82,19 +85,31 @@ def _chunk_details(reference: torch.Tensor, candidate: torch.Tensor, tolerance: 
 def _chunks(expected: torch.Tensor, got: torch.Tensor):
     """Pairs of flat chunks, each moved to the comparison device (the CPU when the device is full)."""
     device = _comparison_device()
+    size = CHUNK_ELEMENTS if device.type == "cuda" else min(CHUNK_ELEMENTS, CPU_CHUNK_ELEMENTS)
     flat_expected, flat_got = expected.reshape(-1), got.reshape(-1)
-    for start in range(0, flat_expected.numel(), CHUNK_ELEMENTS):
-        a, b = flat_expected[start:start + CHUNK_ELEMENTS], flat_got[start:start + CHUNK_ELEMENTS]
+    for start in range(0, flat_expected.numel(), size):
+        a, b = flat_expected[start:start + size], flat_got[start:start + size]
         try:
             yield a.to(device), b.to(device)
         except torch.OutOfMemoryError:
             yield a, b
 
 
+def _within(a: torch.Tensor, b: torch.Tensor, tolerance: float) -> bool:
+    """isclose's finite test, |b - a| <= atol + rtol * |a| with atol = rtol = tolerance, in a's float dtype and in
+    the same operations (so the same rounding), in five passes instead of isclose's dozen: true only where isclose
+    is (a difference that is not finite, NaN included, fails it, as do equal infinities, which isclose takes)."""
+    difference = torch.sub(a, b).abs_()
+    allowed = a.abs().mul_(tolerance).add_(tolerance).clamp_(max=torch.finfo(a.dtype).max)
+    return bool(torch.le(difference, allowed).all())
+
+
 def _chunk_close(a: torch.Tensor, b: torch.Tensor, tolerance: float) -> bool:
     if not (a.is_floating_point() or a.is_complex()):
         return bool(torch.equal(a, b))
     try:
+        if a.dtype in (torch.float32, torch.float64) and _within(a, b, tolerance):
+            return True
         return bool(torch.isclose(b, a, rtol=tolerance, atol=tolerance, equal_nan=True).all())
     except torch.OutOfMemoryError:
         return bool(torch.isclose(b.cpu(), a.cpu(), rtol=tolerance, atol=tolerance, equal_nan=True).all())

@@ -99,3 +99,30 @@ def test_payloads_that_are_not_plain_values_are_rejected():
                 good.replace(b'"float32"', b'"object"'), good.replace(b"[4]", b"[-4]")):
         with pytest.raises(PayloadRejected):
             load_tensors(bytearray(bad))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_fast_check_answers_as_isclose_does_at_the_threshold_and_on_special_values(dtype):
+    """compare_tensor passes exactly what torch.isclose(got, expected, rtol=atol=tolerance, equal_nan=True) passes:
+    differences drawn to straddle the allowed error, and infinities, NaNs, zeros and near-overflow values put in at
+    random (equal or not)."""
+    generator = torch.Generator().manual_seed(0)
+
+    def draw(high: int = 1) -> float:
+        return torch.rand(1, generator=generator).item() * high
+    specials = [float("inf"), float("-inf"), float("nan"), 0.0, 3e38, -3e38]
+    passed = failed = 0
+    for case in range(400):
+        tolerance = (1e-4, 1e-2, 1e-5)[case % 3]
+        expected = torch.randn(50, generator=generator) * 10 ** (int(draw(7)) - 3)
+        scale = 1 + (draw() - 0.5) * 1e-3  # the differences a hair inside or outside the allowed error
+        got = expected + (torch.rand(50, generator=generator) * 2 - 1) * (tolerance + tolerance * expected.abs()) * scale
+        for _ in range(int(draw(3))):
+            where = int(draw(50))
+            expected[where] = specials[int(draw(6))]
+            got[where] = expected[where] if draw() < 0.5 else specials[int(draw(6))]
+        expected, got = expected.to(dtype), got.to(dtype)
+        want = bool(torch.isclose(got, expected, rtol=tolerance, atol=tolerance, equal_nan=True).all())
+        assert (compare_tensor(expected, got, 0, tolerance) is None) == want, (case, expected, got)
+        passed, failed = passed + want, failed + (not want)
+    assert passed > 50 and failed > 50  # both answers were put to the test
