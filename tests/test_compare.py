@@ -126,3 +126,33 @@ def test_the_fast_check_answers_as_isclose_does_at_the_threshold_and_on_special_
         assert (compare_tensor(expected, got, 0, tolerance) is None) == want, (case, expected, got)
         passed, failed = passed + want, failed + (not want)
     assert passed > 50 and failed > 50  # both answers were put to the test
+
+
+def test_a_comparison_on_the_cpu_runs_on_one_thread_and_gives_the_others_back():
+    """While the trusted side compares on the CPU it uses one thread (the worker it judges computes on the others);
+    afterwards, and after comparisons overlapping in threads, early exits included, the count is what it was."""
+    import threading
+    from kernelpro.harness import compare
+    seen = []
+    original = compare._within
+
+    def watching(a, b, tolerance):
+        seen.append(torch.get_num_threads())
+        return original(a, b, tolerance)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        compare._within = watching
+        expected = torch.randn(1 << 20)
+        compare_tensor(expected, expected + 1.0, 0, 1e-4, details=False)  # the first chunk fails: an early exit
+        threads = [threading.Thread(target=compare_tensor, args=(expected, expected.clone(), 0, 1e-4))
+                   for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert seen and set(seen) == {1}
+        assert torch.get_num_threads() == 2
+    finally:
+        compare._within = original
+        torch.set_num_threads(before)
