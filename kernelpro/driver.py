@@ -105,6 +105,7 @@ class SearchRun:
         self.store = RunStore(self.out) if resume else None
         self.finished_as: dict | None = None
         self.device_wait_s = 0.0  # this segment's wait at a bench's device gate (kernelpro.devicegate)
+        self.device_since: float | None = None  # when it took the gate (epoch seconds); None without one
         if remeasure_only:
             if not resume or not (self.out / "run.json").exists():
                 raise SearchInputError(f"--remeasure: {self.out} holds no finished run (no run.json); it "
@@ -329,6 +330,7 @@ class SearchRun:
             if gate_named():
                 self._changed(phase="waiting for the GPU (another problem of the bench is using it)")
             self.device_wait_s = wait_for_device()
+            self.device_since = time.time() if gate_named() else None
             began = time.monotonic()
             self._clock = (began, wall_before)
             try:

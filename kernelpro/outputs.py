@@ -258,8 +258,9 @@ def write_all(run, search: Search, baseline: dict, stopped: str, final,
         "time_and_energy": tradeoff.summary(tradeoff.points(rows)),
         "evaluations_per_minute": len(rows) / (wall_s / 60) if wall_s else None,
         "time_split_s": time_split(run.store, rows, baseline, final, wall_s),
-        # this segment's wait at a bench's device gate before it touched the GPU: not in wall_s (kernelpro.devicegate)
-        "device_wait_s": round(run.device_wait_s, 3),
+        # this segment's wait at a bench's device gate before it touched the GPU, not in wall_s, and when it took the
+        # gate (kernelpro.devicegate)
+        "device_wait_s": round(run.device_wait_s, 3), "device_since": run.device_since,
         "date": datetime.date.today().isoformat(),
         # The LLM coder's tokens (in, out, cached) and estimated cost in this process; expansions the
         # coder could not answer (API errors after retries, max_tokens, refusals).

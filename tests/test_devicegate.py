@@ -13,7 +13,7 @@ import time
 import pytest
 
 from kernelpro import devicegate
-from kernelpro.bench.runner import lanes
+from kernelpro.bench.runner import lanes, off_device_s
 from kernelpro.bench.store import BenchStore
 
 HOLD = ("import sys, time; from kernelpro.devicegate import wait_for_device; wait_for_device(sys.argv[1]); "
@@ -68,6 +68,16 @@ def test_a_search_waits_at_its_gate_and_leaves_the_wait_out_of_its_time(tmp_path
     # the search's own time starts at the gate: with the wait counted, wall_s would come to nearly all of elapsed
     assert document["wall_s"] <= elapsed - document["device_wait_s"] + 0.5
     assert json.loads((tmp_path / "run" / "run.json").read_text())["device_wait_s"] == document["device_wait_s"]
+    # when it took the gate (epoch seconds), on this test's monotonic clock: after the wait; the bench counts the
+    # problem's seconds from there
+    took = document["device_since"] - (time.time() - time.monotonic())
+    assert began + document["device_wait_s"] - 0.5 <= took <= began + elapsed
+
+
+def test_a_problems_time_off_the_gpu_is_from_its_start_to_when_it_held_the_gpu():
+    assert off_device_s({"device_since": 1030.0}, 1000.0) == 30.0
+    assert off_device_s({"device_since": None}, 1000.0) == 0.0  # no gate: every second counts
+    assert off_device_s(None, 1000.0) == 0.0 and off_device_s({"device_since": 990.0}, 1000.0) == 0.0
 
 
 def test_each_gpu_has_two_lanes_with_lookahead_and_one_without():

@@ -71,9 +71,14 @@ class BenchStore(DurableStore):
         with self.db:
             self.db.execute("UPDATE problems SET pid = ? WHERE key = ?", (pid, key))
 
+    def started(self, key: str) -> float | None:
+        """When the problem's current run started (epoch seconds), if it has."""
+        row = self.db.execute("SELECT started FROM problems WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
     def finish(self, key: str, result: dict | None, error: str = "", waited_s: float = 0.0) -> None:
-        """A problem's outcome; its seconds run from its start to now, less `waited_s` (the search's wait for its
-        GPU while another problem used it)."""
+        """A problem's outcome; its seconds run from its start to now, less `waited_s` (in a bench on CUDA, the time
+        before its search held the GPU: its start-up and its wait while the problem before used the GPU)."""
         status = "done" if result is not None and not error else "failed"
         now = time.time()
         with self.db:
