@@ -12,6 +12,7 @@ budget leaves room for those contexts and for the trusted process's chunked comp
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from kernelpro.harness.cache import source_hash
 
@@ -45,8 +46,11 @@ class Reservation:
 class MemoryPlan:
     """A byte budget shared by the evaluations of one Evaluator (one GPU)."""
 
-    def __init__(self, budget_bytes: int | None):
+    def __init__(self, budget_bytes: int | None, measure: Callable[[], int | None] | None = None):
         self.budget = budget_bytes  # None: no limit (the CPU, or a GPU whose memory is unknown)
+        # `measure` reads the budget at the first reservation instead: a bench's next search builds its evaluator
+        # while the search before it still holds the GPU's memory (kernelpro.devicegate)
+        self._measure = measure
         self.used = 0
         self.holders = 0
         self.known: dict[str, int] = {}  # problem key -> bytes it needs
@@ -56,10 +60,10 @@ class MemoryPlan:
     def for_device(cls, device: str, spares: int) -> "MemoryPlan":
         if device != "cuda":
             return cls(None)
-        free = free_device_bytes()
-        if free is None:
-            return cls(None)
-        return cls(max(0, free - spares * CONTEXT_BYTES - COMPARISON_BYTES))
+        def measure() -> int | None:
+            free = free_device_bytes()
+            return None if free is None else max(0, free - spares * CONTEXT_BYTES - COMPARISON_BYTES)
+        return cls(None, measure)
 
     def estimate(self, problem, sizes: dict) -> int:
         need = needed_bytes(sizes)
@@ -69,8 +73,10 @@ class MemoryPlan:
     def reserve(self, problem) -> Reservation:
         """Waits until this problem's needs fit beside the evaluations running now; one evaluation may
         always run (it then meets the device's own limit, and an out-of-memory becomes its verdict)."""
-        need = self.known.get(_key(problem), self.budget or 0)
         with self._changed:
+            if self._measure is not None:
+                self.budget, self._measure = self._measure(), None
+            need = self.known.get(_key(problem), self.budget or 0)
             if self.budget is not None:
                 self._changed.wait_for(lambda: self.holders == 0 or self.used + need <= self.budget)
             self.used += need

@@ -221,6 +221,20 @@ def test_memory_plan_holds_back_what_does_not_fit():
     assert plan.used == 0 and plan.holders == 0
 
 
+def test_a_device_memory_budget_is_read_at_the_first_reservation_not_before():
+    """A bench's next search builds its evaluator while the one before still holds the GPU's memory: the free memory
+    is read when its first evaluation reserves, after it has taken the GPU."""
+    free = [4 << 30]  # what the device has free: little while the search before runs
+    plan = MemoryPlan(None, measure=lambda: free[0])
+
+    class Problem:
+        source = "a problem"
+    free[0] = 100 << 30  # the search before has ended
+    first = plan.reserve(Problem())
+    assert plan.budget == 100 << 30 and first.size == 100 << 30
+    first.release()
+
+
 def test_kernelbench_timing_is_reported_beside_our_own(tmp_path, cpu_evaluator):
     problem = load_problem(write(tmp_path, "relu.py", RELU))
     result = cpu_evaluator.evaluate(problem, reference_candidate(problem),
