@@ -103,7 +103,9 @@ while ! { finished "$name_a" && finished "$name_b"; } && [ "$(left)" -gt 45 ]; d
 done
 snap
 for name in "$name_a" "$name_b"; do
-  echo "== $name: $(running "$name" && echo running || echo "finished (exit $(cat "$work/$name.rc" 2>/dev/null))")"
+  if running "$name"; then state=running; elif finished "$name"; then state="finished (exit $(cat "$work/$name.rc"))"
+  else state="not started yet"; fi
+  echo "== $name: $state"
   python3 -c "import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).execute(
     'SELECT status, COUNT(*) FROM problems GROUP BY status').fetchall())" "$(folder "$name")/bench.db" 2>/dev/null
   tail -3 "$work/$name.log" 2>/dev/null
