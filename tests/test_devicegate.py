@@ -95,3 +95,39 @@ def test_a_problems_seconds_leave_out_its_wait_for_the_gpu(tmp_path, monkeypatch
     store.start("level1/1_X", "0#2")
     store.finish("level1/1_X", {"speedup": 1.0}, waited_s=waited)
     assert store.rows()[0]["seconds"] == pytest.approx(expected)
+
+
+def test_a_benchs_two_lanes_take_turns_at_the_gate_and_count_only_their_turn(tmp_path):
+    """A real bench of two small problems with both lanes on one device (the gate forced on for the CPU here, as on a
+    GPU): both searches start at once, one waits at the gate while the other runs, and each row's seconds count only
+    its turn, so they add up to no more than the bench's wall time."""
+    import os
+    import shutil
+    import sqlite3
+    from test_search import DATA as SEARCH_DATA
+    from kernelpro.bench import Bench, BenchSettings
+    from kernelpro.settings import SearchSettings
+
+    class GatedOnTheCpu(Bench):
+        lookahead = True
+
+        def _env(self, slot):
+            gates = self.out / "gates"
+            gates.mkdir(parents=True, exist_ok=True)
+            return {**os.environ, devicegate.ENV: str(gates / "cpu.lock")}
+    suite = tmp_path / "suite" / "level1"
+    suite.mkdir(parents=True)
+    shutil.copy(SEARCH_DATA / "redundant.py", suite / "1_Redundant.py")
+    shutil.copy(SEARCH_DATA.parent / "problems" / "linear_relu_residual.py", suite / "2_LinearRelu.py")
+    settings = BenchSettings(suite=str(suite.parent), out=str(tmp_path / "bench"),
+                             searches=SearchSettings(budget=1, profile=False, use_kb=False, device="cpu"))
+    began = time.monotonic()
+    GatedOnTheCpu(settings).run()
+    wall = time.monotonic() - began
+    rows = sqlite3.connect(tmp_path / "bench" / "bench.db").execute(
+        "SELECT status, started, finished, seconds, result FROM problems").fetchall()
+    assert [row[0] for row in rows] == ["done", "done"]
+    waits = sorted(json.loads(row[4])["device_wait_s"] for row in rows)
+    assert waits[0] < 0.5 < waits[1]  # the second waited its turn
+    assert all(row[3] < row[2] - row[1] for row in rows if json.loads(row[4])["device_wait_s"] > 0.5)
+    assert sum(row[3] for row in rows) <= wall + 0.5
