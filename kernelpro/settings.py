@@ -53,8 +53,8 @@ class SearchSettings(BaseModel):
 
 def default_parallel(device: str) -> int:
     """Candidates in flight when --parallel is left out: two on CUDA, where one's checks, build and coder overlap
-    the other's timing (on an H200, 14% more evaluations per GPU-minute on four level-2 problems, the same verdicts);
-    one on the CPU, whose cores the timing needs."""
+    the other's timing (on an H200, the same verdicts on four level-2 problems; its gain there is in
+    docs/results.md); one on the CPU, whose cores the timing needs."""
     return 2 if device == "cuda" else 1
 
 
