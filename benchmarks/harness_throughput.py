@@ -90,8 +90,8 @@ def run_pass(label: str, device: str, cache_root: Path, sources, trials: int, pa
                 result = future.result()
                 rows.append({"candidate": name, "verdict": result.verdict.value, "speedup": result.speedup,
                              "build_cached": result.build_cached, "build_s": result.build_s,
-                             "wall_s": round(result.wall_s, 2), "queue_s": result.phase_s.get("queue", 0.0),
-                             "phase_s": result.phase_s, "correctness_s": result.correctness_s})
+                             "wall_s": round(result.wall_s, 2), "phase_s": result.phase_s,
+                             "correctness_s": result.correctness_s})
                 print(f"  [{label}] {name:34s} {result.verdict.value:13s} "
                       f"{(result.speedup or 0):6.2f}x  wall {result.wall_s:5.1f} s", flush=True)
         history = list(evaluator.lane.history)
@@ -100,7 +100,8 @@ def run_pass(label: str, device: str, cache_root: Path, sources, trials: int, pa
                      if b is not a and a.entered < b.left and b.entered < a.left)
     return {"pass": label, "parallel": parallel, "evaluations": len(sources), "seconds": round(seconds, 1),
             "evaluations_per_minute": round(60 * len(sources) / seconds, 2),
-            "queue_s": round(sum(r["queue_s"] for r in rows), 1), "timings_overlapping_other_work": overlapped,
+            "queue_s": round(sum(r["phase_s"].get("queue", 0.0) for r in rows), 1),
+            "timings_overlapping_other_work": overlapped,
             "rows": rows}
 
 

@@ -40,7 +40,10 @@ class _OneThread:
         self.lock, self.users, self.saved = threading.Lock(), 0, 1
 
     @contextmanager
-    def held(self):
+    def held(self, device: torch.device):
+        if device.type != "cpu":
+            yield
+            return
         with self.lock:
             if self.users == 0:
                 self.saved = torch.get_num_threads()
@@ -56,15 +59,6 @@ class _OneThread:
 
 
 _one_thread = _OneThread()
-
-
-@contextmanager
-def _on_one_cpu_thread(device: torch.device):
-    if device.type != "cpu":
-        yield
-        return
-    with _one_thread.held():
-        yield
 
 
 @dataclass
@@ -126,7 +120,7 @@ def _chunks(expected: torch.Tensor, got: torch.Tensor):
     device = _comparison_device()
     size = CHUNK_ELEMENTS if device.type == "cuda" else min(CHUNK_ELEMENTS, CPU_CHUNK_ELEMENTS)
     flat_expected, flat_got = expected.reshape(-1), got.reshape(-1)
-    with _on_one_cpu_thread(device):
+    with _one_thread.held(device):
         for start in range(0, flat_expected.numel(), size):
             a, b = flat_expected[start:start + size], flat_got[start:start + size]
             try:

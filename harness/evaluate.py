@@ -479,7 +479,7 @@ class Evaluator:
             meter = self.energy_meter
             limit = meter.power_limit_w() if hasattr(meter, "power_limit_w") else None
             energy = readings.energy_stats(meter.method, outcome.idle_power_w, limit, outcome.energy["eager"],
-                                  outcome.energy["candidate"])
+                                           outcome.energy["candidate"])
         if timing.get("stopped_early"):  # adaptive timing: it could not reach the search's best
             flags.append("timing_stopped_early")
         kernelbench = readings.kernelbench_timing(timing.get("kernelbench"))
@@ -495,7 +495,8 @@ class Evaluator:
             compile_correct=None if compiled is None else compile_mismatch is None,
             compile_mismatch=compile_mismatch.reason if compile_mismatch else "",
             speedup_vs_compile=compiled_stats.median_ms / candidate.median_ms if compiled_stats else None,
-            floor=readings.floor(outcome.info, self._ceilings(options.precision, timing.get("ceilings"), outcome.itself)),
+            floor=readings.floor(outcome.info,
+                                 self._ceilings(options.precision, timing.get("ceilings"), outcome.itself)),
             custom_kernels=[k for k in timing["kernels"] if policy.launched_custom_kernel([k], source)],
             launch_profile=readings.launch_profile(timing.get("launch_profile"), candidate.median_ms)
             if options.launch_profile else None,

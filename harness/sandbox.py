@@ -128,9 +128,8 @@ def shown(folder: str) -> Path:
 def restore_build(folder: str) -> None:
     """Inside the sandbox (the worker, before it imports the candidate): the candidate's cached build
     folder copied from the read-only view of the cache to its own path, where it was built."""
-    target = Path(folder)
-    source = Path(BUILD_SHADOW) / target.parent.name / target.name
-    if os.environ.get("KERNELPRO_BUILD_SHADOW") and source.is_dir() and not target.exists():
+    target, source = Path(folder), shown(folder)
+    if source != target and source.is_dir() and not target.exists():
         shutil.copytree(source, target, symlinks=True)
 
 

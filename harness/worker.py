@@ -534,7 +534,7 @@ def serve(sock: socket.socket, device_name: str) -> None:
                              command.get("kernelbench", False), command.get("ceilings", True))
             if command.get("energy"):
                 job.energy_phase(int(command.get("energy_windows", 1)))
-            if compiled is not None and spec.get("keep_compile_cache") and "compile" in command.get("baselines", []):
+            if compiled is not None and spec.get("keep_compile_cache"):  # named only with the compile baseline
                 job.send({"type": "compile_cache"}, compilecache.pack(compiled, spec["triton_cache_dir"]))
         job.send({"type": "done"})
     except Report as report:

@@ -327,10 +327,11 @@ class SearchRun:
                 self.coder.start()  # e.g. the offline coder's graph worker boots while the reference is evaluated
             # A bench's next search on this GPU waits here, its workers booting, while the one before it finishes
             # (kernelpro.devicegate); its time on the device starts once it goes on.
-            if gate_named():
+            gated = gate_named()
+            if gated:
                 self._changed(phase="waiting for the GPU (another problem of the bench is using it)")
             self.device_wait_s = wait_for_device()
-            self.device_since = time.time() if gate_named() else None
+            self.device_since = time.time() if gated else None
             began = time.monotonic()
             self._clock = (began, wall_before)
             try:

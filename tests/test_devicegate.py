@@ -13,7 +13,7 @@ import time
 import pytest
 
 from kernelpro import devicegate
-from kernelpro.bench.runner import lanes, off_device_s
+from kernelpro.bench.runner import lanes
 from kernelpro.bench.store import BenchStore
 
 HOLD = ("import sys, time; from kernelpro.devicegate import wait_for_device; wait_for_device(sys.argv[1]); "
@@ -74,26 +74,23 @@ def test_a_search_waits_at_its_gate_and_leaves_the_wait_out_of_its_time(tmp_path
     assert began + document["device_wait_s"] - 0.5 <= took <= began + elapsed
 
 
-def test_a_problems_time_off_the_gpu_is_from_its_start_to_when_it_held_the_gpu():
-    assert off_device_s({"device_since": 1030.0}, 1000.0) == 30.0
-    assert off_device_s({"device_since": None}, 1000.0) == 0.0  # no gate: every second counts
-    assert off_device_s(None, 1000.0) == 0.0 and off_device_s({"device_since": 990.0}, 1000.0) == 0.0
-
-
 def test_each_gpu_has_two_lanes_with_lookahead_and_one_without():
     assert lanes(["0", "1"], lookahead=True) == [("0", "0#1"), ("0", "0#2"), ("1", "1#1"), ("1", "1#2")]
     assert lanes(["cpu"], lookahead=False) == [("cpu", "cpu")]
 
 
-@pytest.mark.parametrize("waited, expected", [(0.0, 10.0), (4.0, 6.0), (30.0, 0.0)])
-def test_a_problems_seconds_leave_out_its_wait_for_the_gpu(tmp_path, monkeypatch, waited, expected):
+# the problem starts at 1000 and ends at 1010; its search took the GPU's gate at `since` (None: no gate, every second
+# counts; before its start: the start counts)
+@pytest.mark.parametrize("since, expected", [(None, 10.0), (990.0, 10.0), (1000.0, 10.0), (1004.0, 6.0),
+                                             (1030.0, 0.0)])
+def test_a_problems_seconds_run_from_when_its_search_held_the_gpu(tmp_path, monkeypatch, since, expected):
     from kernelpro.bench.suite import Entry
     store = BenchStore(tmp_path)
     store.add([Entry(key="level1/1_X", path=tmp_path / "1_X.py", level=1, number=1, name="X")])
     clock = iter([1000.0, 1010.0])
     monkeypatch.setattr("kernelpro.bench.store.time.time", lambda: next(clock))
     store.start("level1/1_X", "0#2")
-    store.finish("level1/1_X", {"speedup": 1.0}, waited_s=waited)
+    store.finish("level1/1_X", {"speedup": 1.0}, since=since)
     assert store.rows()[0]["seconds"] == pytest.approx(expected)
 
 

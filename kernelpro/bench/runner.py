@@ -59,13 +59,6 @@ class BenchStatus:
         return geomean(self.speedups)
 
 
-def off_device_s(result: dict | None, started: float | None) -> float:
-    """The seconds of a problem's run before its search held the GPU (its start-up and its wait at the gate, while
-    the problem before it on the GPU ran): not the problem's time on the GPU. 0 where no gate was held."""
-    since = (result or {}).get("device_since")
-    return max(0.0, since - started) if since and started else 0.0
-
-
 def lanes(slots: list[str], lookahead: bool) -> list[tuple[str, str]]:
     """The bench's threads, as (slot, name): one per slot, or two per slot with lookahead, each running one search at
     a time, the later one waiting at the slot's gate while the other runs."""
@@ -328,7 +321,7 @@ class Bench:
             return  # stopped by Ctrl-C: it stays unfinished, and a resume goes on with it
         if result is not None and not self.settings.baselines_only:
             result = self._with_baseline(entry, result)
-        self.store.finish(entry.key, result, error, waited_s=off_device_s(result, self.store.started(entry.key)))
+        self.store.finish(entry.key, result, error, since=(result or {}).get("device_since"))
         with self._lock:
             self._count({"status": "done" if result is not None and not error else "failed", "result": result})
             self.on_change(self.status)

@@ -71,20 +71,16 @@ class BenchStore(DurableStore):
         with self.db:
             self.db.execute("UPDATE problems SET pid = ? WHERE key = ?", (pid, key))
 
-    def started(self, key: str) -> float | None:
-        """When the problem's current run started (epoch seconds), if it has."""
-        row = self.db.execute("SELECT started FROM problems WHERE key = ?", (key,)).fetchone()
-        return row[0] if row else None
-
-    def finish(self, key: str, result: dict | None, error: str = "", waited_s: float = 0.0) -> None:
-        """A problem's outcome; its seconds run from its start to now, less `waited_s` (in a bench on CUDA, the time
-        before its search held the GPU: its start-up and its wait while the problem before used the GPU)."""
+    def finish(self, key: str, result: dict | None, error: str = "", since: float | None = None) -> None:
+        """A problem's outcome; its seconds run to now from its start, or from `since` where that is later (in a bench
+        on CUDA, when its search took the GPU's gate: its start-up and its wait while the problem before used the GPU
+        are not its time)."""
         status = "done" if result is not None and not error else "failed"
         now = time.time()
         with self.db:
             self.db.execute("UPDATE problems SET status = ?, finished = ?, "
-                            "seconds = MAX(0, ? - COALESCE(started, ?) - ?), result = ?, error = ? WHERE key = ?",
-                            (status, now, now, now, max(0.0, waited_s),
+                            "seconds = MAX(0, ? - MAX(COALESCE(started, ?), ?)), result = ?, error = ? WHERE key = ?",
+                            (status, now, now, now, since or 0.0,
                              json.dumps(result) if result is not None else None, error[-4000:], key))
 
     def reopen(self, keys: list[str]) -> None:
