@@ -771,3 +771,37 @@ def test_a_reference_that_a_one_ulp_change_pushes_out_of_tolerance_gets_bit_exac
         assert coder.propose(request(problem, device="cuda", problem_facts=steady)).move not in BIT_EXACT
     finally:
         coder.close()
+
+
+def test_multihead_attention_whose_weights_go_unused_skips_them(tmp_path):
+    """nn.MultiheadAttention returns its weights averaged over the heads unless told not to, and to do so writes out
+    softmax(q @ k^T) for every head. Where the forward throws them away, attention_to_sdpa calls the module with
+    need_weights=False (scaled_dot_product_attention inside); where it returns them, or where an active dropout would
+    draw another mask, the call stays. The candidate computes the same outputs in eval and in training mode."""
+    problem = DATA / "module_attention.py"
+    for mode in ("eval", "train"):
+        sdpa = next(o for o in expand(spec(problem, model_mode=mode))["options"] if o["move"] == "attention_to_sdpa")
+        body = sdpa["source"].split("def _kp_body", 1)[1]
+        assert "self.attn(permute, permute, permute, need_weights = False)" in body
+        assert "self.noisy(y, y, y)" in body and body.count("need_weights") == 1
+        module = load(sdpa["source"], tmp_path)
+        torch.manual_seed(0)
+        reference = module.Model(*module.get_init_inputs()).train(mode == "train")
+        reference.noisy.dropout = 0.0  # the untouched attention's dropout is still random: not compared
+        candidate = module.ModelNew(*module.get_init_inputs()).train(mode == "train")
+        candidate.load_state_dict(reference.state_dict())
+        candidate.noisy.dropout = 0.0
+        inputs = module.get_inputs()
+        with torch.no_grad():
+            for expected, got in zip(reference(*inputs), candidate(*inputs)):
+                torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_multihead_attention_with_an_active_dropout_keeps_its_weights(tmp_path):
+    """In training mode a dropout inside the attention draws its mask in another place once need_weights is off: no
+    rewrite, so the move is not offered at all."""
+    path = tmp_path / "problem.py"
+    path.write_text((DATA / "module_attention.py").read_text().replace(
+        "nn.MultiheadAttention(width, heads)", "nn.MultiheadAttention(width, heads, dropout=0.1)"))
+    assert "attention_to_sdpa" not in moves_of(expand(spec(path, model_mode="train")))
+    assert "attention_to_sdpa" in moves_of(expand(spec(path, model_mode="eval")))

@@ -74,7 +74,8 @@ MOVES: dict[str, Move] = {m.name: m for m in (
          "precompute subgraphs that depend only on parameters and buffers once, at init"),
     Move("attention_to_sdpa", "library_call", True,
          "replace softmax(q @ k^T * scale) @ v, with or without a -inf mask, by scaled_dot_product_attention "
-         "(a triu(1) mask as is_causal)", needs_matmul=True),
+         "(a triu(1) mask as is_causal); call an nn.MultiheadAttention whose weights go unused with "
+         "need_weights=False, so it runs scaled_dot_product_attention", needs_matmul=True),
     Move("transposed_matmuls", "library_call", True,
          "call linear / reorder the product instead of materialising transposes around matmuls",
          needs_matmul=True),

@@ -3,7 +3,9 @@
 Attention written out by hand, softmax((q @ k^T) * s) @ v with an optional boolean mask
 filled with -inf, becomes `scaled_dot_product_attention` (a causal mask built as
 `ones(L, S).triu(1)` becomes `is_causal=True`, any other mask its complement as
-`attn_mask`); `x @ W.t()` becomes `linear`, and transposes around a matmul are dropped. A
+`attn_mask`). An nn.MultiheadAttention whose averaged weights nobody reads is called with
+`need_weights=False`, so it runs scaled_dot_product_attention instead of writing out every head's
+weights. `x @ W.t()` becomes `linear`, and transposes around a matmul are dropped. A
 product with a diagonal matrix built from a vector, `diag(v) @ B` or `A @ diag(v)`, becomes the
 broadcast multiply it is (the same sums without the zeros: n^2 work instead of n^3).
 Each pass returns how many rewrites it made.
@@ -104,10 +106,27 @@ def _attention_to_sdpa(gm: fx.GraphModule, node: fx.Node, state) -> bool:
     return True
 
 
+def _attention_without_weights(gm: fx.GraphModule, node: fx.Node, state) -> bool:
+    """nn.MultiheadAttention(q, k, v)[0], its averaged weights unused -> the same call with need_weights=False.
+    Asked for its weights (the default), the module writes out softmax(q @ k^T) for every head, a
+    batch x heads x L x S tensor, and averages it over the heads; without them it calls
+    scaled_dot_product_attention. Exact up to the attention kernel's rounding where its dropout is inactive
+    (an active one draws a different mask inside scaled_dot_product_attention)."""
+    module = gm.get_submodule(node.target)
+    if len(node.args) > 4 or node.kwargs.get("need_weights", True) is False or (module.training and module.dropout):
+        return False  # a fifth positional argument is need_weights itself
+    if not node.users or any(not (is_op(user, (operator.getitem,)) and user.args[1] == 0) for user in node.users):
+        return False
+    node.kwargs = {**node.kwargs, "need_weights": False}
+    return True
+
+
 attention_to_sdpa = Move("attention_to_sdpa", (
     Rule("softmax(masked_fill((q @ k^T) * s, mask, -inf)) @ v -> "
          "scaled_dot_product_attention(q, k, v, scale, is_causal or attn_mask=~mask)",
          Pattern(MATMUL, frozenset({"matmul", "bmm"})), _attention_to_sdpa),
+    Rule("MultiheadAttention(q, k, v)[0] -> MultiheadAttention(q, k, v, need_weights=False)[0]",
+         Pattern(modules=(torch.nn.MultiheadAttention,)), _attention_without_weights),
 ))
 
 
