@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from kernelpro.harness import channel, compare, compilecache, policy, readings, sandbox
 from kernelpro.harness.cache import BuildCache, BuildEntry, needs_native_build, source_hash
+from kernelpro.harness.ceilings import CeilingsStore, KeptCeilings, settle
 from kernelpro.harness.errors import DeviceError, ProblemError
 from kernelpro.harness.lane import Lane, LaneClosed, Ticket
 from kernelpro.harness.memory import MemoryPlan, Reservation
@@ -97,10 +98,15 @@ class _Finished(Exception):
 
 
 class Evaluator:
-    """Evaluates candidates on one device. Reuse one for many evaluations."""
+    """Evaluates candidates on one device. Reuse one for many evaluations.
+
+    On the CPU, while it compares a candidate's outputs, it sets torch's thread count in this process to one (and
+    back after), so the worker computing beside it keeps the other cores: code of the calling process that computes
+    with torch on the CPU at that moment gets one thread too."""
 
     def __init__(self, device: str = "cpu", cache: BuildCache | None = None, spares: int = 1,
-                 build_workers: int = 2, energy_meter=None, reuse_references: bool = True):
+                 build_workers: int = 2, energy_meter=None, reuse_references: bool = True,
+                 ceilings: CeilingsStore | None = None):
         check_device(device)
         self.device = device
         # the reference's outputs, from one evaluation of a problem to the next (harness/refcache.py)
@@ -113,9 +119,9 @@ class Evaluator:
         sandbox.warn_once()
         self.memory = MemoryPlan.for_device(device, spares)
         self.lane = Lane()  # overlapping evaluations share the device, but each is timed alone (harness/lane.py)
-        # the device's copy bandwidth and matrix rate per precision, measured once in the reference's own evaluation
-        # (on CUDA) and reused by every later one: a device fact, paid once per evaluator
-        self.ceilings: dict[str, dict] = {}
+        # the device's ceilings (harness/ceilings.py), by its name: given (a search hands over the profiler's cache),
+        # else measured in the reference's own evaluation on CUDA and kept, so a device is measured once
+        self.ceilings: CeilingsStore = ceilings if ceilings is not None else KeptCeilings()
         self.build_pool = ThreadPoolExecutor(max_workers=build_workers, thread_name_prefix="kernelpro-build")
         self._builds: dict[str, Future] = {}
         self._builds_lock = threading.Lock()
@@ -303,7 +309,7 @@ class Evaluator:
                              "kernelbench": options.kernelbench_timing,
                              "energy": bool(options.measure_energy and self.energy_meter),
                              "energy_windows": options.energy_windows,
-                             "ceilings": options.precision not in self.ceilings})
+                             "ceilings": self.ceilings.get(outcome.info.get("device_name", "")) is None})
             else:
                 worker.send({"cmd": "stop"})
         while True:
@@ -383,14 +389,6 @@ class Evaluator:
             elif kind == "done":
                 outcome.enter(Phase.DONE)
                 return
-
-    def _ceilings(self, precision: str, measured: dict | None, trusted: bool) -> dict:
-        """The ceilings kept for this precision, else those this timing phase measured. Only a worker that ran no
-        candidate code (the reference's own evaluation) gives the ones kept: a candidate could slow its worker's
-        measurement down and so lower every later evaluation's floor."""
-        if measured and trusted and precision not in self.ceilings:
-            self.ceilings[precision] = dict(measured)
-        return self.ceilings.get(precision) or measured or {}
 
     def _receive(self, worker: ChannelWorker, limit_s: float, outcome: _Outcome) -> tuple[dict, bytes]:
         try:
@@ -495,8 +493,8 @@ class Evaluator:
             compile_correct=None if compiled is None else compile_mismatch is None,
             compile_mismatch=compile_mismatch.reason if compile_mismatch else "",
             speedup_vs_compile=compiled_stats.median_ms / candidate.median_ms if compiled_stats else None,
-            floor=readings.floor(outcome.info,
-                                 self._ceilings(options.precision, timing.get("ceilings"), outcome.itself)),
+            floor=readings.floor(outcome.info, settle(self.ceilings, outcome.info.get("device_name", ""),
+                                                      timing.get("ceilings"), outcome.itself), options.precision),
             custom_kernels=[k for k in timing["kernels"] if policy.launched_custom_kernel([k], source)],
             launch_profile=readings.launch_profile(timing.get("launch_profile"), candidate.median_ms)
             if options.launch_profile else None,
@@ -546,10 +544,11 @@ def _result(verdict: Verdict, phase: Phase, reason: str, base: dict, began: floa
     )
 
 
-def evaluate(problem: Problem, source: str, options: EvalOptions | None = None) -> EvalResult:
+def evaluate(problem: Problem, source: str, options: EvalOptions | None = None,
+             ceilings: CeilingsStore | None = None) -> EvalResult:
     """Evaluate one candidate with a one-off evaluator (the library call behind `kernelpro eval`)."""
     options = options or EvalOptions(device=default_device())
-    with Evaluator(options.device, spares=0) as evaluator:
+    with Evaluator(options.device, spares=0, ceilings=ceilings) as evaluator:
         return evaluator.evaluate(problem, source, options)
 
 

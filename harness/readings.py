@@ -4,6 +4,7 @@ that ran candidate code is read defensively."""
 
 from __future__ import annotations
 
+from kernelpro.harness.ceilings import Ceilings
 from kernelpro.harness.records import EnergyStats, EnergyWindow, Floor, KernelBenchTiming, LaunchProfile
 
 
@@ -43,8 +44,11 @@ def kernelbench_timing(sent) -> KernelBenchTiming | None:
         return None
 
 
-def floor(info: dict, ceilings: dict) -> Floor:
-    bandwidth, rate = ceilings.get("bandwidth_gbps"), ceilings.get("flop_rate_tflops")
+def floor(info: dict, ceilings: Ceilings | None, precision: str) -> Floor:
+    """The reference's bytes and FLOPs against the device's copy bandwidth and the fastest matrix rate a candidate may
+    use at this precision (none known: no floor)."""
+    bandwidth = ceilings.bandwidth_gbps if ceilings else None
+    rate = ceilings.fastest_tflops(precision) if ceilings else None
     bytes_moved, flops = info.get("bytes_moved", 0), info.get("flops", 0)
     memory_ms = bytes_moved / (bandwidth * 1e9) * 1e3 if bandwidth and bytes_moved else None
     compute_ms = flops / (rate * 1e12) * 1e3 if rate and flops else None

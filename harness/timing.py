@@ -180,33 +180,6 @@ def best_ms(device: torch.device, function: Callable, repeats: int = 5) -> float
     return min(clock.time(function, ())[1].device_ms for _ in range(repeats))
 
 
-def measure_copy_bandwidth_gbps(device: torch.device, nbytes: int = 256 << 20) -> float:
-    """Device-to-device copy bandwidth (bytes read plus written), best of five."""
-    source = torch.empty(nbytes, dtype=torch.uint8, device=device)
-    destination = torch.empty_like(source)
-    return 2 * nbytes / (best_ms(device, lambda: destination.copy_(source)) * 1e-3) / 1e9
-
-
-def measure_matmul_tflops(device: torch.device, dtype: torch.dtype, size: int = 4096) -> float:
-    """Fastest dense matrix-product rate a candidate may use in this dtype, best of five.
-
-    At fp32 that is the TF32 tensor-core rate: a candidate may use TF32 (or split-TF32)
-    within the tolerance, so the plain-fp32 rate would put the compute floor above what
-    such a candidate reaches and stop a search early as "at the floor". torch's flag is
-    set for the measurement and put back whatever the candidate left it at.
-    """
-    matmul_flags = torch.backends.cuda.matmul
-    saved = matmul_flags.allow_tf32
-    matmul_flags.allow_tf32 = True
-    try:
-        a = torch.randn(size, size, device=device, dtype=dtype)
-        b = torch.randn(size, size, device=device, dtype=dtype)
-        best = best_ms(device, lambda: a @ b)
-    finally:
-        matmul_flags.allow_tf32 = saved
-    return 2 * size**3 / (best * 1e-3) / 1e12
-
-
 class InterleavedTimer:
     """Times several callables A/B/A/B on their own copies of a rotating input pool, by the `synced_end`
     protocol."""

@@ -31,18 +31,19 @@ import socket
 import statistics
 import time
 import traceback
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
 from kernelpro.harness import channel, compilecache, flags, sandbox
+from kernelpro.harness.ceilings import measure as measure_device
 from kernelpro.harness.compare import outside_tolerance
 from kernelpro.harness.errors import missing_packages_line
 from kernelpro.harness.modelio import (DTYPES, build_model, cast_to, describe_values,  # noqa: F401
                                       flatten_outputs, import_file, parameter_bytes, set_seed, tensor_bytes)
 from kernelpro.harness.payload import pack_values
-from kernelpro.harness.timing import (InterleavedTimer, cannot_reach, kernelbench_times,
-                                      measure_copy_bandwidth_gbps, measure_matmul_tflops)
+from kernelpro.harness.timing import InterleavedTimer, cannot_reach, kernelbench_times
 
 TIMING_POOL_SIZE = 3
 
@@ -504,8 +505,7 @@ class Job:
                 "busy_ms_per_call": sum(e.time_range.end - e.time_range.start for e in kernels) / calls / 1e3}
 
     def measure_ceilings(self) -> dict:
-        return {"bandwidth_gbps": measure_copy_bandwidth_gbps(self.device),
-                "flop_rate_tflops": measure_matmul_tflops(self.device, self.dtype)}
+        return asdict(measure_device(self.device.type))
 
 
 def serve(sock: socket.socket, device_name: str) -> None:

@@ -44,6 +44,7 @@ from kernelpro.mcts import Outcome, Proposal, SearchConfig, make_search, restore
 from kernelpro.mcts.options import configured
 from kernelpro.mcts.search import Search
 from kernelpro.runstore import RunStore
+from kernelpro.tools.ceilings import DeviceCache
 from kernelpro.search_settings import SearchInputError, moves_refused, never_started, resumed, validate
 from kernelpro.settings import SearchSettings
 
@@ -321,7 +322,8 @@ class SearchRun:
         # On CUDA a worker boots (torch import, CUDA context: ~5-12 s on the H100 machine) while others
         # run, so one more than run at once is kept booting; on CPU a booting spare would take a core.
         spares = s.parallel + 1 if s.device == "cuda" else min(s.parallel, 2)
-        evaluator = self._evaluator or Evaluator(s.device, spares=spares, energy_meter=self.meter)
+        evaluator = self._evaluator or Evaluator(s.device, spares=spares, energy_meter=self.meter,
+                                                 ceilings=DeviceCache() if s.device == "cuda" else None)
         try:
             if callable(getattr(self.coder, "start", None)) and self.finished_as is None:
                 self.coder.start()  # e.g. the offline coder's graph worker boots while the reference is evaluated

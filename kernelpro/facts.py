@@ -99,6 +99,10 @@ def problem_facts(reference: dict) -> ProblemFacts | None:
                         sensitive_fraction=sensitivity.get("outside_fraction"))
 
 
+#: the DeviceFacts field that a verdict floor's rate is, by the precision it was measured for
+RATE_FIELD = {"fp32": "tf32_tflops", "bf16": "bf16_tflops", "fp16": "fp16_tflops"}
+
+
 def device_facts(device: str, reference: dict, ceilings: dict | None = None) -> DeviceFacts:
     """The profiler's measured ceilings (its document, else its cache for this device), else the
     bandwidth and FLOP rate the harness measured while timing the reference."""
@@ -119,7 +123,9 @@ def device_facts(device: str, reference: dict, ceilings: dict | None = None) -> 
     floor = reference.get("floor") or {}
     if floor.get("bandwidth_gbps"):
         return DeviceFacts(name=name, source="measured by the harness while timing the reference",
-                           bandwidth_gbps=floor.get("bandwidth_gbps"), fp32_tflops=floor.get("flop_rate_tflops"))
+                           bandwidth_gbps=floor.get("bandwidth_gbps"),
+                           # the fastest rate at the reference's precision (harness/ceilings.py): TF32's at fp32
+                           **{RATE_FIELD.get(reference.get("precision"), "tf32_tflops"): floor.get("flop_rate_tflops")})
     return DeviceFacts(name=name, source="not measured on this device")
 
 

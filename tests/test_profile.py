@@ -12,7 +12,7 @@ import pytest
 from conftest import DATA, REPO, in_process, run_script
 from kernelpro.feedback import build_guidance
 from kernelpro.tools import ToolContext, validate_report
-from kernelpro.tools.ceilings import Ceilings
+from kernelpro.harness.ceilings import Ceilings
 from kernelpro.tools.ncu import base_name, command, kernel_filter, parse_csv, split_metrics
 from kernelpro.tools.ncu_tools import NcuMemoryTool, NcuOccupancyTool, NcuStallsTool
 from kernelpro.tools.pipeline import UnknownToolError, plan_ncu

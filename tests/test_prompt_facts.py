@@ -108,6 +108,7 @@ def test_measured_ceilings_give_a_floor_and_the_parent_and_best_against_it(rmsno
     assert "Best candidate of this run so far" in turn and "3.00x over eager, 2.0x the roofline floor" in turn
     fallback = facts.device_facts("cuda", gpu)  # no profiler ceilings: the harness's own measurement
     assert fallback.bandwidth_gbps == bandwidth and "harness" in fallback.source
+    assert fallback.tf32_tflops == 50.0 and fallback.fp32_tflops is None  # at fp32 the floor's rate is TF32's
 
 
 def test_a_compile_error_names_its_first_error_line(cpu_evaluator, rmsnorm):

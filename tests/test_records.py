@@ -51,7 +51,11 @@ def test_uniform_limits_apply_to_every_phase():
 
 def test_floor_is_written_to_json():
     from kernelpro.harness import readings
-    floor = readings.floor({"bytes_moved": 3_000_000_000, "flops": 10**12},
-                           {"bandwidth_gbps": 3000.0, "flop_rate_tflops": 50.0})
-    assert floor.memory_floor_ms == 1.0 and floor.compute_floor_ms == 20.0
-    assert json.loads(floor.model_dump_json())["floor_ms"] == 20.0
+    from kernelpro.harness.ceilings import Ceilings
+    device = Ceilings("GPU", bandwidth_gbps=3000.0, fp32_tflops=25.0, tf32_tflops=50.0, bf16_tflops=100.0,
+                      fp16_tflops=100.0)
+    floor = readings.floor({"bytes_moved": 3_000_000_000, "flops": 10**12}, device, "fp32")
+    assert floor.memory_floor_ms == 1.0 and floor.compute_floor_ms == 20.0  # fp32 may run as TF32: its rate
+    assert floor.flop_rate_tflops == 50.0 and json.loads(floor.model_dump_json())["floor_ms"] == 20.0
+    assert readings.floor({"bytes_moved": 3_000_000_000, "flops": 10**12}, device, "bf16").compute_floor_ms == 10.0
+    assert readings.floor({"bytes_moved": 1, "flops": 1}, None, "fp32").floor_ms is None  # nothing measured

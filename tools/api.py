@@ -69,7 +69,7 @@ class ToolContext:
     workdir: Path | None = None
     timeline: dict | None = None  # stage 1's timeline (see kernelpro.tools.target)
     ncu: list | None = None  # stage 2's shared ncu pass: NcuKernel rows for the kernels above
-    ceilings: Any = None  # kernelpro.tools.ceilings.Ceilings of this device
+    ceilings: Any = None  # kernelpro.harness.ceilings.Ceilings of this device
     #: kernel launches per call of the program, all kernels (on the CPU: top-level operators per call)
     launches_per_call: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)  # anything a caller adds (also launches_per_call)

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 
 from kernelpro.harness.errors import KernelproError
 from kernelpro.tools.api import Target, ToolContext, availability, find_binary
-from kernelpro.tools.ceilings import Ceilings, load_or_measure
+from kernelpro.harness.ceilings import Ceilings
+from kernelpro.tools.ceilings import load_or_measure
 from kernelpro.tools.ncu import NcuError, base_name
 from kernelpro.tools.records import ToolReport
 from kernelpro.tools.registry import Registry, load_tools, validate_report

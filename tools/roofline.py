@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from kernelpro.tools.ceilings import Ceilings
+from kernelpro.harness.ceilings import Ceilings
 from kernelpro.tools.ncu import NcuKernel, base_name
 
 LATENCY_BELOW = 0.5

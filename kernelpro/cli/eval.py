@@ -27,6 +27,7 @@ def run_eval(problem_path: Path, candidate_path: Path, *, device: str | None = N
     from kernelpro.harness import EvalOptions, PhaseLimits, check_device, default_device
     from kernelpro.harness.evaluate import evaluate
     from kernelpro.harness.records import SEED_BASE
+    from kernelpro.tools.ceilings import DeviceCache
 
     chosen = device or default_device()
     check_device(chosen)
@@ -39,10 +40,11 @@ def run_eval(problem_path: Path, candidate_path: Path, *, device: str | None = N
         kernelbench_timing=kernelbench_timing, baselines=("eager", "compile") if baseline == "compile" else ("eager",),
         limits=PhaseLimits.uniform(timeout) if timeout else PhaseLimits(),
     )
+    ceilings = DeviceCache() if chosen == "cuda" else None  # the device's, measured once (kernelpro.tools.ceilings)
     if console is not None:
         with console.status(f"evaluating {candidate_path.name} against {problem.name} on {chosen}"):
-            return evaluate(problem, source, options)
-    return evaluate(problem, source, options)
+            return evaluate(problem, source, options, ceilings)
+    return evaluate(problem, source, options, ceilings)
 
 
 def _timing_cell(stats) -> str:

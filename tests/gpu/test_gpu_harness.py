@@ -95,22 +95,13 @@ def test_timing_is_stable_for_millisecond_kernels(gpu_evaluator):
 
 def test_fp32_compute_ceiling_is_the_tf32_rate_and_leaves_the_flag():
     """A TF32 candidate must not sit under the fp32 floor; the candidate's flag is put back."""
-    from kernelpro.harness.timing import measure_matmul_tflops
+    from kernelpro.harness.ceilings import measure
     flags = torch.backends.cuda.matmul
     flags.allow_tf32 = False
-    device = torch.device("cuda", 0)
-    ceiling = measure_matmul_tflops(device, torch.float32)
+    measured = measure("cuda")
     assert flags.allow_tf32 is False
-    a = torch.randn(4096, 4096, device=device)
-    a @ a
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    a @ a
-    end.record()
-    end.synchronize()
-    plain_fp32 = 2 * 4096**3 / (start.elapsed_time(end) * 1e-3) / 1e12
-    assert ceiling > 1.5 * plain_fp32
+    assert measured.fastest_tflops("fp32") == measured.tf32_tflops > 1.5 * measured.fp32_tflops
+    assert measured.device_name == torch.cuda.get_device_name(0) and measured.sm_count
 
 
 @pytest.mark.parametrize("backend", ["pytorch", "triton", "cuda"])
@@ -144,15 +135,17 @@ def test_the_launch_profile_tells_a_launch_bound_reference_from_a_busy_one(gpu_e
 
 
 def test_the_ceilings_are_measured_once_by_the_reference_and_kept(tmp_path, gelu_problem):
-    """The reference's own evaluation (no candidate code in its worker) measures the copy bandwidth and the matrix
-    rate; later evaluations on the same evaluator use those numbers instead of measuring in a candidate's worker."""
+    """The reference's own evaluation (no candidate code in its worker) measures the device's ceilings; later
+    evaluations on the same evaluator use them instead of measuring in a candidate's worker."""
     from kernelpro.harness.cache import BuildCache
+    from kernelpro.harness.ceilings import KeptCeilings
     from kernelpro.harness.problem import reference_candidate
-    with Evaluator("cuda", cache=BuildCache(tmp_path / "builds"), spares=1) as evaluator:
+    store = KeptCeilings()
+    with Evaluator("cuda", cache=BuildCache(tmp_path / "builds"), spares=1, ceilings=store) as evaluator:
         # a candidate before any reference: its own worker's ceilings, not kept
         candidate = evaluate(evaluator, gelu_problem, EXAMPLES / "gelu_bias_scale_triton.py").floor
-        assert not evaluator.ceilings and candidate.bandwidth_gbps
+        assert not store.kept and candidate.bandwidth_gbps
         reference = evaluator.evaluate(gelu_problem, reference_candidate(gelu_problem), OPTIONS).floor
-        assert evaluator.ceilings["fp32"]["bandwidth_gbps"] == reference.bandwidth_gbps
+        assert [kept.bandwidth_gbps for kept in store.kept.values()] == [reference.bandwidth_gbps]
         later = evaluate(evaluator, gelu_problem, EXAMPLES / "gelu_bias_scale_triton.py").floor
         assert (later.bandwidth_gbps, later.flop_rate_tflops) == (reference.bandwidth_gbps, reference.flop_rate_tflops)
