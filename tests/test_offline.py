@@ -645,6 +645,61 @@ def test_an_average_pool_over_a_linear_layers_features_is_taken_over_its_weights
     assert "torch.matmul(x, _kp_fold" in body  # c
 
 
+POOLED_CONVS = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.transition = nn.Sequential(nn.BatchNorm2d(6), nn.ReLU(inplace=True),
+                                        nn.Conv2d(6, 4, kernel_size=1, bias=False), nn.AvgPool2d(2, 2))
+        self.biased = nn.Conv1d(6, 5, 1)
+        self.wide = nn.Conv2d(6, 4, 3)
+        self.weight = nn.Parameter(torch.randn(4, 6, 1, 1))
+
+    def forward(self, x, y):
+        a = self.transition(x)                                            # DenseNet's transition layer
+        b = F.avg_pool1d(self.biased(y), 3, stride=2, ceil_mode=True)     # a bias, overlapping and partial windows
+        c = F.avg_pool2d(F.conv2d(x, self.weight), 2)                     # the functional form
+        d = F.avg_pool2d(self.wide(x), 2)                                 # a 3 x 3 kernel: left alone
+        e = F.avg_pool2d(F.conv2d(x, self.weight), 2, padding=1)          # padding in the pool: left alone
+        return a, b, c, d, e
+
+
+def get_inputs():
+    return [torch.randn(3, 6, 8, 10), torch.randn(2, 6, 11)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_an_average_pool_after_a_pointwise_convolution_is_taken_before_it(tmp_path):
+    """avg_pool(conv1x1(x)) is conv1x1(avg_pool(x)): the products on the pooled positions, the same values up to
+    rounding (in training mode too: the batch norm before it is untouched). A wider kernel or a padded pool stays."""
+    body = rewritten(tmp_path, POOLED_CONVS, "pool_before_product").split("def _kp_body", 1)[1]
+    assert body.index('getattr(self.transition, "3")') < body.index('getattr(self.transition, "2")')
+    assert body.index("self.biased(avg_pool1d)") > body.index("avg_pool1d = torch.avg_pool1d(y, 3")
+    assert "torch.conv2d(avg_pool2d, weight)" in body  # c
+    assert "avg_pool2d(self.wide(x)" not in body and "wide = self.wide(x)" in body  # d as it was
+    assert "padding = 1" in body  # e as it was
+    path = tmp_path / "train.py"
+    path.write_text(POOLED_CONVS)
+    option = {o["move"]: o for o in expand(spec(path, model_mode="train"))["options"]}["pool_before_product"]
+    module = load(option["source"], tmp_path)
+    torch.manual_seed(0)
+    reference, candidate = module.Model().train(), module.ModelNew().train()
+    candidate.load_state_dict(reference.state_dict())
+    inputs = module.get_inputs()
+    with torch.no_grad():
+        for expected, got in zip(reference(*inputs), candidate(*inputs)):
+            torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("make", [
     lambda: torch.nn.GRU(5, 7, num_layers=2),
     lambda: torch.nn.GRU(5, 7, num_layers=3, batch_first=True, bidirectional=True),

@@ -64,7 +64,8 @@ MOVES: dict[str, Move] = {m.name: m for m in (
          "instead of a matrix product; the reduced weights are computed once, at init", needs_matmul=True),
     Move("pool_before_product", "algebraic_simplify", True,
          "an average pool over a linear layer's output features (non-overlapping windows) taken over its weight rows "
-         "and bias first: a GEMM with window times fewer columns; the averaged weights are computed once, at init",
+         "and bias first: a GEMM with window times fewer columns; the averaged weights are computed once, at init; "
+         "an average pool after a 1x1 convolution taken before it: the products on the pooled positions",
          needs_matmul=True),
     Move("simplify_all", "algebraic_simplify", True,
          "every algebraic rewrite (simplify_identities to pool_before_product) that applies, swept in that order "

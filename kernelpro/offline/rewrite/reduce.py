@@ -1,4 +1,5 @@
-"""A reduction over a linear layer's output features, taken over its weights first.
+"""A reduction over a linear layer's output features, taken over its weights first; an average pool taken before
+the product it follows.
 
 sum(x @ W^T + b, dim=-1) is x @ W.sum(0) + b.sum(): the sum (or mean) of a product's columns is the
 product with the sum (or mean) of the weight's rows, a matrix-vector product instead of a matrix
@@ -11,6 +12,10 @@ real arithmetic; in floating point the sums are taken in another order, and the 
 tolerance as for any candidate: on level2/14 at KernelBench's size, on the CPU, the exact result itself is
 more than 1e-4 from the float32 reference on 4 of 1,024 outputs (sums of 8,192 terms near 5,000 in size
 that nearly cancel), so whether the move passes there depends on the reference's own rounding.
+
+An average pool commutes with the products it follows: over a linear layer's output features (its weight rows and
+bias averaged in windows, at init), and over the positions of a 1 x 1 convolution (the pool first, then the
+convolution on the pooled positions).
 """
 
 from __future__ import annotations
@@ -220,9 +225,63 @@ def _pool_before_product(gm: fx.GraphModule, node: fx.Node, state) -> bool:
     return True
 
 
+_CONVS = {torch.nn.Conv1d: 1, torch.nn.Conv2d: 2, torch.nn.Conv3d: 3}
+_CONV_FNS = {F.conv1d: 1, F.conv2d: 2, F.conv3d: 3}
+_AVG_POOLS = (torch.nn.AvgPool1d, torch.nn.AvgPool2d, torch.nn.AvgPool3d)
+
+
+def _pointwise_conv_rank(gm: fx.GraphModule, node) -> int | None:
+    """The spatial rank of a convolution with a 1 x ... x 1 kernel, stride 1 and no padding (a product of each
+    position's channels with the weights, plus the bias), or None."""
+    module = module_of(gm, node)
+    if type(module) in _CONVS:
+        if len(node.args) != 1 or node.kwargs or getattr(module, "padding_mode", "zeros") != "zeros":
+            return None
+        rank = _CONVS[type(module)]
+        ones, zeros = (1,) * rank, (0,) * rank
+        padding = module.padding if module.padding != "valid" else zeros
+        return rank if (tuple(module.kernel_size), tuple(module.stride), tuple(padding)) == (ones, ones, zeros) \
+            else None
+    if not is_op(node, tuple(_CONV_FNS)) or not meta(node.args[1] if len(node.args) > 1 else None):
+        return None
+    rank = _CONV_FNS[node.target]
+    stride, padding = as_tuple(arg(node, 3, "stride", 1), rank), arg(node, 4, "padding", 0)
+    padding = (0,) * rank if padding == "valid" else as_tuple(padding, rank)
+    kernel = tuple(meta(node.args[1]).shape[2:])
+    return rank if (kernel, stride, padding) == ((1,) * rank, (1,) * rank, (0,) * rank) else None
+
+
+def _pool_before_pointwise_conv(gm: fx.GraphModule, node: fx.Node, state) -> bool:
+    """avg_pool(conv(x)) with a 1 x 1 convolution, no padding in the pool -> conv(avg_pool(x)): each output is
+    W @ (the window's mean of x) + b, which is the window's mean of W @ x + b. The convolution runs on the pooled
+    positions (a 2 x 2 pool: a quarter of the products), and the pool on the convolution's input channels
+    (DenseNet's transition layers: batch norm, ReLU, a 1 x 1 convolution halving the channels, a 2 x 2 average
+    pool). Exact in real arithmetic; in floating point the sums are taken in another order."""
+    found = pool_args(gm, node)
+    if found is None or found[0] != "avg":
+        return False
+    _, rank, bound = found
+    conv = bound["input"]
+    if len(conv.users) != 1 or _pointwise_conv_rank(gm, conv) != rank or not isinstance(conv.args[0], fx.Node):
+        return False
+    if as_tuple(bound.get("padding", 0), rank) != (0,) * rank or bound.get("divisor_override") is not None:
+        return False
+    graph = gm.graph
+    node.replace_input_with(conv, conv.args[0])
+    with graph.inserting_after(node):
+        moved = graph.create_node(conv.op, conv.target, (node,) + tuple(conv.args[1:]), dict(conv.kwargs))
+    moved.meta = dict(node.meta)
+    node.replace_all_uses_with(moved, delete_user_cb=lambda user: user is not moved)
+    graph.erase_node(conv)
+    return True
+
+
 pool_before_product = Move("pool_before_product", (
     Rule("avg_pool1d over linear(x)'s features -> linear(x) with its weight rows and bias averaged in windows",
          Pattern((torch.squeeze,), frozenset({"squeeze"})), _pool_before_product),
+    Rule("avg_pool(conv1x1(x)) -> conv1x1(avg_pool(x)) (no padding in the pool): the products on the pooled "
+         "positions", Pattern((F.avg_pool1d, F.avg_pool2d, F.avg_pool3d), modules=_AVG_POOLS),
+         _pool_before_pointwise_conv),
 ))
 
 
