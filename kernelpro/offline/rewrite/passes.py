@@ -328,14 +328,21 @@ def _activation_after_pool(gm: fx.GraphModule, pool: fx.Node, state) -> bool:
     if not isinstance(act, fx.Node) or len(act.users) != 1 or not act.args or \
             not isinstance(act.args[0], fx.Node) or not _monotone(gm, act):
         return False
-    graph = gm.graph
-    pool.replace_input_with(act, act.args[0])
-    with graph.inserting_after(pool):
-        moved = graph.create_node(act.op, act.target, (pool,) + tuple(act.args[1:]), dict(act.kwargs))
-    moved.meta = dict(pool.meta)
-    pool.replace_all_uses_with(moved, delete_user_cb=lambda user: user is not moved)
-    graph.erase_node(act)
+    run_before(gm, pool, act)
     return True
+
+
+def run_before(gm: fx.GraphModule, node: fx.Node, producer: fx.Node) -> None:
+    """`node` applied to `producer`'s first input, then `producer` (with its other arguments) to that: the two swap
+    places. `producer` must have `node` as its only user; what used `node` uses the moved producer."""
+    graph = gm.graph
+    node.replace_input_with(producer, producer.args[0])
+    with graph.inserting_after(node):
+        moved = graph.create_node(producer.op, producer.target, (node,) + tuple(producer.args[1:]),
+                                  dict(producer.kwargs))
+    moved.meta = dict(node.meta)
+    node.replace_all_uses_with(moved, delete_user_cb=lambda user: user is not moved)
+    graph.erase_node(producer)
 
 
 MAX_POOL = Pattern(_MAX_POOL_FNS, modules=_MAX_POOLS)

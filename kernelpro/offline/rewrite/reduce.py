@@ -27,8 +27,8 @@ import torch.fx as fx
 import torch.nn.functional as F
 
 from kernelpro.offline.rewrite.rules import Move, Pattern, Rule
-from kernelpro.offline.rewrite.passes import (ADD, DIV, MUL, SUB, reduced_dims, scalar_binary, transpose_dims,
-                                        arg, is_op, meta, module_of)
+from kernelpro.offline.rewrite.passes import (ADD, DIV, MUL, SUB, reduced_dims, run_before, scalar_binary,
+                                              transpose_dims, arg, is_op, meta, module_of)
 from kernelpro.offline.ir.windows import as_tuple, pool_args
 
 _REDUCE = {"sum": (torch.sum, "sum"), "mean": (torch.mean, "mean")}
@@ -266,13 +266,7 @@ def _pool_before_pointwise_conv(gm: fx.GraphModule, node: fx.Node, state) -> boo
         return False
     if as_tuple(bound.get("padding", 0), rank) != (0,) * rank or bound.get("divisor_override") is not None:
         return False
-    graph = gm.graph
-    node.replace_input_with(conv, conv.args[0])
-    with graph.inserting_after(node):
-        moved = graph.create_node(conv.op, conv.target, (node,) + tuple(conv.args[1:]), dict(conv.kwargs))
-    moved.meta = dict(node.meta)
-    node.replace_all_uses_with(moved, delete_user_cb=lambda user: user is not moved)
-    graph.erase_node(conv)
+    run_before(gm, node, conv)
     return True
 
 
