@@ -1,0 +1,47 @@
+"""GPU: graph rewrites that change which library kernels run, judged by the real harness on KernelBench's problems at
+their sizes (fp32, training mode, sandboxed like any candidate), with their speed against eager printed:
+`python3 -m pytest -m gpu tests/gpu/test_gpu_rewrites.py -s`. KernelBench's problems are read from
+$KERNELBENCH_DIR, else ../shared/kernelbench, else .kb/kernelbench (the copy the device tool carries)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+from kernelpro.harness import EvalOptions, Evaluator, Verdict, load_problem  # noqa: E402
+from kernelpro.launch.device import target_device  # noqa: E402
+from kernelpro.offline.compiler import Compiler  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+FOLDERS = [Path(os.environ["KERNELBENCH_DIR"])] if os.environ.get("KERNELBENCH_DIR") else \
+    [REPO.parent / "shared" / "kernelbench", REPO / ".kb" / "kernelbench"]
+CASES = {  # KernelBench problem: the move whose rule rewrites it
+    "level3/31_VisionAttention": "attention_to_sdpa",  # nn.MultiheadAttention without its weights
+    "level3/13_DenseNet121TransitionLayer": "pool_before_product",  # the 2x2 average pool before the 1x1 conv
+}
+
+
+@pytest.fixture(scope="module")
+def evaluator(tmp_path_factory):
+    from kernelpro.harness.cache import BuildCache
+    with Evaluator("cuda", cache=BuildCache(tmp_path_factory.mktemp("builds"))) as evaluator:
+        yield evaluator
+
+
+@pytest.mark.parametrize("key", list(CASES))
+def test_a_rewritten_kernelbench_problem_is_correct_on_the_gpu(key, evaluator):
+    path = next((folder / f"{key}.py" for folder in FOLDERS if (folder / f"{key}.py").exists()), None)
+    if path is None:
+        pytest.skip(f"{key} is not in {', '.join(map(str, FOLDERS))}")
+    device, _ = target_device({"device": "cuda"})
+    source, counts, _ = Compiler(path, 42, "train").build([CASES[key]], {}, device)
+    assert counts[CASES[key]] >= 1, counts
+    result = evaluator.evaluate(load_problem(path), source, EvalOptions(device="cuda", timing_trials=20))
+    assert result.verdict is Verdict.CORRECT, result.reason
+    print(f"{key} with {CASES[key]}: {result.speedup:.3f}x vs eager")
