@@ -700,6 +700,53 @@ def test_an_average_pool_after_a_pointwise_convolution_is_taken_before_it(tmp_pa
             torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
 
 
+UNROLLED_CELL = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.i2h = nn.Linear(6 + 5, 5)
+        self.h2o = nn.Linear(5, 3)
+        self.weight = nn.Parameter(torch.randn(6 + 5, 5))
+        self.probe = nn.Linear(5, 2)
+        self.solo = nn.Linear(6 + 5, 5)
+
+    def forward(self, x, h0):
+        hidden, other, outputs, seen = h0, h0, [], []
+        for t in range(x.size(0)):
+            hidden = torch.tanh(self.i2h(torch.cat((x[t], hidden), dim=1)))     # a module: W [N, K]
+            other = torch.relu(torch.cat((x[t], other), dim=-1) @ self.weight)   # a parameter matrix: W [K, N]
+            outputs.append(self.h2o(hidden))
+            seen.append(self.probe(other))
+        single = self.solo(torch.cat((x[0], h0), dim=1))                        # a product met once: left alone
+        last = torch.stack(seen, dim=-1)                                         # stacked along the features: left
+        return torch.stack(outputs, dim=0), single, last, seen[0] * 1.0          # seen[0] has another user too
+
+
+def get_inputs():
+    return [torch.randn(7, 4, 6), torch.randn(4, 5)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_products_repeated_at_every_step_of_an_unrolled_loop_are_batched(tmp_path):
+    """A recurrent cell written out by hand: the input's share of linear(cat(x[t], h)) is one product over all of x
+    (each step an addmm of h's share onto its row), for a module's weight and a parameter matrix alike, and the
+    output layer applied to each step and stacked is one product over the stack. A product met once, a stack along
+    the features and a stack whose elements are used elsewhere stay as they were; the values are the same."""
+    body = rewritten(tmp_path, UNROLLED_CELL, "batch_step_products").split("def _kp_body", 1)[1]
+    assert body.count("torch.addmm(") == 14 and body.count("torch.cat(") == 1  # 7 steps x 2 cells; `single`'s cat
+    assert body.count("functional.linear(x, _kp_fold") == 1 and body.count("torch.matmul(x, _kp_fold") == 1
+    assert body.count("self.h2o(") == 1 and body.count("self.probe(") == 7
+    assert body.count("torch.stack(") == 2
+
+
 @pytest.mark.parametrize("make", [
     lambda: torch.nn.GRU(5, 7, num_layers=2),
     lambda: torch.nn.GRU(5, 7, num_layers=3, batch_first=True, bidirectional=True),

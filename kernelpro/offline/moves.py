@@ -80,6 +80,10 @@ MOVES: dict[str, Move] = {m.name: m for m in (
     Move("transposed_matmuls", "library_call", True,
          "call linear / reorder the product instead of materialising transposes around matmuls",
          needs_matmul=True),
+    Move("batch_step_products", "reduce_launches", True,
+         "batch the products a loop repeats at every step: a linear layer over cat(x[t], h) takes x's share for "
+         "every step in one product (each step adds h's share with addmm), and linear layers applied to each step's "
+         "output and stacked become one product over the stack", needs_matmul=True),
     Move("fuse_reductions", "fuse_reduction", True,
          "generate Triton kernels for reductions, softmax and normalizations, with the pointwise ops around them "
          "(and a max- or average-pool before them, read in place)",

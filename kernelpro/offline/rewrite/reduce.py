@@ -53,7 +53,7 @@ def _parameter(node) -> bool:
 Weight = fx.Node | str  # a get_attr node, or the qualified name of a module's parameter
 
 
-def _product(gm: fx.GraphModule, node) -> tuple[fx.Node, Weight, int, Weight | None] | None:
+def linear_product(gm: fx.GraphModule, node) -> tuple[fx.Node, Weight, int, Weight | None] | None:
     """(x, weight, the weight's dim over the output features, bias or None) of a linear layer or of a product
     with a parameter matrix: nn.Linear, F.linear, x @ W.T, x @ W. Nothing is added to the graph."""
     if not isinstance(node, fx.Node):
@@ -115,10 +115,10 @@ def _reduce_before_product(gm: fx.GraphModule, node: fx.Node, state) -> bool:
         return False
     kind, keepdim = found
     steps, current = [], node.args[0]
-    while _product(gm, current) is None and (step := _step(current)) is not None and len(current.users) == 1:
+    while linear_product(gm, current) is None and (step := _step(current)) is not None and len(current.users) == 1:
         steps.insert(0, step)
         current = step[0]
-    product = _product(gm, current)
+    product = linear_product(gm, current)
     if product is None or len(current.users) != 1:
         return False
     features = meta(current).shape[-1]
@@ -194,7 +194,7 @@ def _pool_before_product(gm: fx.GraphModule, node: fx.Node, state) -> bool:
     float64 and cast back."""
     graph = gm.graph
     found = _feature_pool(gm, node)
-    product = _product(gm, found[0]) if found else None
+    product = linear_product(gm, found[0]) if found else None
     if product is None or len(found[0].users) != 1:
         return False
     (value, window), (x, weight, over, bias) = found, product
