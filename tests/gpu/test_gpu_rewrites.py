@@ -24,6 +24,7 @@ FOLDERS = [Path(os.environ["KERNELBENCH_DIR"])] if os.environ.get("KERNELBENCH_D
 CASES = {  # KernelBench problem: the move whose rule rewrites it
     "level3/31_VisionAttention": "attention_to_sdpa",  # nn.MultiheadAttention without its weights
     "level3/13_DenseNet121TransitionLayer": "pool_before_product",  # the 2x2 average pool before the 1x1 conv
+    "level3/34_VanillaRNNHidden": "batch_step_products",  # 256 unrolled steps: the input's products in one
 }
 
 
