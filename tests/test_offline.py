@@ -768,6 +768,28 @@ def test_recurrent_modules_get_their_output_shapes_without_running(make, batched
     assert all(t.dtype == x.dtype for t in flat(got))
 
 
+def test_a_linear_layers_output_shape_comes_from_its_settings_as_a_run_gives_it():
+    """Shape propagation gives nn.Linear's output its shape without dispatching linear under fake tensors (an
+    unrolled loop calls it hundreds of times, after every move): the same shape, strides and dtype as a run."""
+    from kernelpro.offline.tracing import propagate_shapes
+
+    class Layers(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(6, 5), torch.nn.Linear(5, 3, bias=False)
+
+        def forward(self, x):
+            return self.b(torch.relu(self.a(x)))
+
+    model, x = Layers(), torch.randn(7, 4, 6)
+    gm = torch.fx.symbolic_trace(model)
+    propagate_shapes(gm, [x])
+    found = {n.name: n.meta["tensor_meta"] for n in gm.graph.nodes if n.op == "call_module"}
+    real = {"a": model.a(x), "b": model(x)}
+    assert {name: (tuple(m.shape), m.stride, m.dtype) for name, m in found.items()} == \
+        {name: (tuple(t.shape), t.stride(), t.dtype) for name, t in real.items()}
+
+
 def test_a_recurrent_problem_is_traced_with_its_shapes():
     """A GRU problem's root expansion propagates shapes through the module without running it: the chain after
     it gets its kernel."""

@@ -90,7 +90,8 @@ def model_device(model) -> str:
 
 
 class _ShapeProp(ShapeProp):
-    """ShapeProp that gives a recurrent module's outputs their shapes without running it: under fake tensors
+    """ShapeProp that gives a recurrent module's and a linear layer's outputs their shapes without running them
+    (a linear layer's below). Under fake tensors
     nn.GRU decomposes into one cell per step and layer (43,008 cells for KernelBench's level3/40, 29 s a
     propagation, 7 minutes a root expansion)."""
 
@@ -107,6 +108,11 @@ class _ShapeProp(ShapeProp):
         x = args[0] if args else None
         if isinstance(module, torch.nn.RNNBase) and isinstance(x, torch.Tensor) and x.dim() in (2, 3):
             return _recurrent_outputs(module, x)
+        if isinstance(module, torch.nn.Linear) and len(args) == 1 and not kwargs and isinstance(x, torch.Tensor) \
+                and x.dim() >= 1 and x.shape[-1] == module.in_features and x.dtype == module.weight.dtype:
+            # its output's shape from its settings: under fake tensors each call went through linear's
+            # decomposition (3 ms a call; KernelBench's level3/34 unrolls 512 of them, propagated after every move)
+            return x.new_empty(tuple(x.shape[:-1]) + (module.out_features,))
         return super().call_module(target, args, kwargs)
 
 
