@@ -768,24 +768,33 @@ def test_recurrent_modules_get_their_output_shapes_without_running(make, batched
     assert all(t.dtype == x.dtype for t in flat(got))
 
 
-def test_a_linear_layers_output_shape_comes_from_its_settings_as_a_run_gives_it():
-    """Shape propagation gives nn.Linear's output its shape without dispatching linear under fake tensors (an
-    unrolled loop calls it hundreds of times, after every move): the same shape, strides and dtype as a run."""
+@pytest.mark.parametrize("channels_last", [False, True], ids=["contiguous", "channels-last"])
+def test_linear_layers_and_norms_get_their_output_shapes_as_a_run_gives_them(channels_last):
+    """Shape propagation gives nn.Linear's and the batch, group and layer norms' outputs their shapes without
+    dispatching them under fake tensors (a training-mode batch norm decomposes into a dozen ops; a ResNet has a
+    hundred, propagated after every move): the same shapes, strides and dtypes as a run, a channels-last input's
+    layout kept."""
     from kernelpro.offline.tracing import propagate_shapes
 
     class Layers(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.a, self.b = torch.nn.Linear(6, 5), torch.nn.Linear(5, 3, bias=False)
+            self.bn, self.gn, self.ln = torch.nn.BatchNorm2d(6), torch.nn.GroupNorm(2, 6), torch.nn.LayerNorm(5)
+            self.a, self.b = torch.nn.Linear(5, 4), torch.nn.Linear(4, 3, bias=False)
 
         def forward(self, x):
-            return self.b(torch.relu(self.a(x)))
+            return self.b(torch.relu(self.a(self.ln(self.gn(self.bn(x))))))
 
-    model, x = Layers(), torch.randn(7, 4, 6)
+    model, x = Layers(), torch.randn(2, 6, 7, 5)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
     gm = torch.fx.symbolic_trace(model)
     propagate_shapes(gm, [x])
     found = {n.name: n.meta["tensor_meta"] for n in gm.graph.nodes if n.op == "call_module"}
-    real = {"a": model.a(x), "b": model(x)}
+    real, value = {}, x
+    for name in ("bn", "gn", "ln", "a"):
+        value = real[name] = getattr(model, name)(value)
+    real["b"] = model(x)
     assert {name: (tuple(m.shape), m.stride, m.dtype) for name, m in found.items()} == \
         {name: (tuple(t.shape), t.stride(), t.dtype) for name, t in real.items()}
 

@@ -90,8 +90,8 @@ def model_device(model) -> str:
 
 
 class _ShapeProp(ShapeProp):
-    """ShapeProp that gives a recurrent module's and a linear layer's outputs their shapes without running them
-    (a linear layer's below). Under fake tensors
+    """ShapeProp that gives a recurrent module's, a linear layer's and a norm's outputs their shapes without running
+    them (the linear layer's and the norms' below). Under fake tensors
     nn.GRU decomposes into one cell per step and layer (43,008 cells for KernelBench's level3/40, 29 s a
     propagation, 7 minutes a root expansion)."""
 
@@ -113,7 +113,35 @@ class _ShapeProp(ShapeProp):
             # its output's shape from its settings: under fake tensors each call went through linear's
             # decomposition (3 ms a call; KernelBench's level3/34 unrolls 512 of them, propagated after every move)
             return x.new_empty(tuple(x.shape[:-1]) + (module.out_features,))
+        if _shape_preserving_norm(module, args, kwargs):
+            # a norm's output is laid out as its input: under fake tensors a training-mode batch norm went through
+            # native_batch_norm's decomposition, 9 ms a call (KernelBench's level3/10_ResNet101 has 104 of them)
+            return torch.empty_like(x) if type(module) in _BATCH_NORM_DIMS else x.new_empty(x.shape)
         return super().call_module(target, args, kwargs)
+
+
+_BATCH_NORM_DIMS = {torch.nn.BatchNorm1d: (2, 3), torch.nn.BatchNorm2d: (4,), torch.nn.BatchNorm3d: (5,)}
+
+
+def _shape_preserving_norm(module, args: tuple, kwargs: dict) -> bool:
+    """Whether this call is a batch, group or layer norm over an input it accepts, in the norm's dtype, laid out so
+    that its output has the input's shape, strides and dtype: contiguous, or channels-last for a batch norm (a
+    layer norm makes a channels-last input's output contiguous)."""
+    x = args[0] if len(args) == 1 and not kwargs else None
+    if not isinstance(x, torch.Tensor) or not (x.is_contiguous() or (
+            type(module) in _BATCH_NORM_DIMS and x.is_contiguous(memory_format=torch.channels_last))):
+        return False
+    weight = getattr(module, "weight", None)
+    if weight is not None and weight.dtype != x.dtype:
+        return False
+    if type(module) in _BATCH_NORM_DIMS:
+        return x.dim() in _BATCH_NORM_DIMS[type(module)] and x.shape[1] == module.num_features
+    if type(module) is torch.nn.GroupNorm:
+        return x.dim() >= 2 and x.shape[1] == module.num_channels
+    if type(module) is torch.nn.LayerNorm:
+        normalized = tuple(module.normalized_shape)
+        return x.dim() > len(normalized) and tuple(x.shape[-len(normalized):]) == normalized
+    return False
 
 
 def _recurrent_outputs(module: torch.nn.RNNBase, x: torch.Tensor):
