@@ -283,7 +283,8 @@ class Evaluator:
             "triton_cache_dir": str(entry.triton_cache_dir),
             "reference_outputs": kept is None and not outcome.itself,
             "count_flops": kept is None,  # kept outputs come with their count: no FLOP counter (nor dynamo) here
-            "sensitivity": options.sensitivity, "tolerance": options.effective_tolerance,
+            "sensitivity": options.sensitivity, "variants": list(options.variants),
+            "tolerance": options.effective_tolerance,
             # the torch.compile baseline's caches: read by any worker that compiles it, written back only from one
             # that ran no candidate code (harness/compilecache.py)
             "compile_cache": str(compilecache.folder(self.cache.root, problem.source))
@@ -349,7 +350,9 @@ class Evaluator:
                     self.references.put(key, fresh)
                 outcome.info.update(flops=kept.flops if kept is not None else header["flops"],  # kept: not counted again
                                     bytes_moved=header["bytes_moved"], signature=header.get("signature"),
-                                    sensitivity=header.get("sensitivity") if options.sensitivity else None)
+                                    sensitivity=header.get("sensitivity") if options.sensitivity else None,
+                                    variants={name: found for name, found in (header.get("variants") or {}).items()
+                                              if name in options.variants})
                 outcome.sizes = {k: int(header.get(k) or 0) for k in MemorySizes.model_fields}
                 if reservation is not None:
                     reservation.resize(self.memory.estimate(problem, outcome.sizes))
@@ -527,6 +530,8 @@ def _result(verdict: Verdict, phase: Phase, reason: str, base: dict, began: floa
         fields.setdefault("signature", Signature(**info["signature"]))
     if info.get("sensitivity"):
         fields.setdefault("sensitivity", Sensitivity(**info["sensitivity"]))
+    if info.get("variants"):
+        fields.setdefault("variants", {name: Sensitivity(**found) for name, found in info["variants"].items()})
     if outcome is not None and "phase_s" not in fields:
         if outcome.phase is not Phase.DONE:
             outcome.enter(outcome.phase)

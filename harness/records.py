@@ -47,6 +47,7 @@ class Phase(str, enum.Enum):
 Policy = Literal["relaxed", "strict"]
 ModelMode = Literal["train", "eval"]
 Precision = Literal["fp32", "bf16", "fp16"]
+Variant = Literal["tf32", "channels_last"]  # harness/variants.py
 HALF_PRECISIONS = ("bf16", "fp16")  # the half precisions a run may cast the problem to
 Baseline = Literal["eager", "compile"]
 
@@ -105,6 +106,11 @@ class EvalOptions(_Record):
     sensitivity: bool = Field(False, description="in the reference phase, the reference once more on its trial-0 "
                               "inputs, each element moved one ulp up or down at random: how much of its output then "
                               "leaves the tolerance")
+    variants: tuple[Variant, ...] = Field((), description="in the reference phase, the reference once more on its "
+                                          "trial-0 inputs under each of these settings (tf32: TF32 allowed in matrix "
+                                          "products and convolutions, on CUDA; channels_last: the model and its 4-D "
+                                          "and 5-D inputs in channels-last memory format): how much of its output "
+                                          "then leaves the tolerance")
     launch_profile: bool = Field(False, description="after timing, one profiler pass over three calls of the "
                                  "candidate on CUDA: its kernel launches per call and the GPU's busy share of a call")
     stop_below_speedup: float | None = Field(
@@ -220,9 +226,10 @@ class EnergyWindow(_Record):
 
 
 class Sensitivity(_Record):
-    """The reference against itself with each floating input element moved one ulp up or down at random (the same
-    weights and seeds): where that alone leaves the tolerance, only a candidate that reproduces eager's rounding bit
-    for bit can pass."""
+    """The reference against itself changed one way (the same weights and seeds): each floating input element moved
+    one ulp up or down at random (EvalResult.sensitivity; where that alone leaves the tolerance, only a candidate that
+    reproduces eager's rounding bit for bit can pass), or run under a setting a candidate may change
+    (EvalResult.variants; where that leaves the tolerance, so does a candidate that changes only that)."""
 
     outside_fraction: float = Field(description="the share of output elements outside the tolerance")
     max_abs_error: float
@@ -294,6 +301,9 @@ class EvalResult(_Record):
     launch_profile: LaunchProfile | None = Field(None, description="asked for with EvalOptions.launch_profile, on CUDA")
     sensitivity: Sensitivity | None = Field(None, description="asked for with EvalOptions.sensitivity (the reference's "
                                             "evaluation); None where the outputs are too large to hold twice")
+    variants: dict[Variant, Sensitivity] = Field({}, description="asked for with EvalOptions.variants: the reference "
+                                                 "under each setting against itself; a setting that changes nothing "
+                                                 "here, or outputs too large to hold twice, has no entry")
     stdout: CappedLog = CappedLog()
     stderr: CappedLog = CappedLog()
     kernelpro_version: str = ""

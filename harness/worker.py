@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from kernelpro.harness import channel, compilecache, flags, sandbox
+from kernelpro.harness import channel, compilecache, flags, sandbox, variants
 from kernelpro.harness.ceilings import measure as measure_device
 from kernelpro.harness.compare import outside_tolerance
 from kernelpro.harness.errors import missing_packages_line
@@ -145,6 +145,7 @@ class Job:
         sizes: dict = {}
         signature: dict = {}  # the reference's inputs and outputs, described (trial 0)
         sensitivity: dict | None = None  # the reference against its inputs moved by one ulp (trial 0, when asked)
+        probed: dict = {}  # the reference under settings a candidate may change (trial 0, when asked)
         cuda = self.device.type == "cuda"
         # When the trusted side kept this problem's reference outputs from an earlier evaluation, only
         # trial 0 runs here, for the sizes and the output shapes the checks below need.
@@ -185,6 +186,9 @@ class Job:
                 self.sizes = sizes
                 if self.spec.get("sensitivity"):
                     sensitivity = self.measure_sensitivity(problem, seed, outputs)
+                probed = {name: self.measure_variant(problem, seed, outputs, name)
+                          for name in self.spec.get("variants", [])
+                          if variants.changes_anything(name, model, inputs, self.device)}
             if not send_outputs:
                 del model, outputs, inputs, init_inputs
                 break
@@ -195,7 +199,8 @@ class Job:
         if cuda:
             torch.cuda.empty_cache()
         self.send({"type": "reference_info", "flops": flops, "bytes_moved": bytes_moved, **sizes,
-                   "signature": signature, "sensitivity": sensitivity})
+                   "signature": signature, "sensitivity": sensitivity,
+                   "variants": {name: found for name, found in probed.items() if found is not None}})
 
     #: inputs and outputs larger than this (bytes) are not held twice for the sensitivity probe
     SENSITIVITY_BYTES = 1 << 30
@@ -219,6 +224,23 @@ class Job:
         set_seed(seed)
         with torch.no_grad():
             _, moved = flatten_outputs(model(*inputs))
+        return self.deviation(outputs, moved)
+
+    def measure_variant(self, problem, seed: int, outputs: list, name: str) -> dict | None:
+        """The reference (built again from the same seed) on trial 0's inputs drawn again, under a setting a candidate
+        may change (`harness/variants.py`), against its outputs; None where the tensors are too large to hold twice.
+        Runs before any candidate code exists in this process."""
+        if tensor_bytes(outputs) + self.sizes["input_bytes"] > self.SENSITIVITY_BYTES:
+            return None
+        init_inputs, inputs = self.trial_values(seed)
+        model = self.build_model(problem.Model, seed, init_inputs)
+        with variants.applied(name, model, inputs) as (model, inputs), torch.no_grad():
+            set_seed(seed)
+            _, moved = flatten_outputs(model(*inputs))
+        return self.deviation(outputs, moved)
+
+    def deviation(self, outputs: list, moved: list) -> dict:
+        """The share of the floating output elements outside the tolerance, and the largest difference."""
         tolerance = float(self.spec["tolerance"])
         counts = [outside_tolerance(before, after, tolerance) for before, after in zip(outputs, moved)
                   if isinstance(before, torch.Tensor) and before.is_floating_point()]

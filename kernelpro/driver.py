@@ -38,6 +38,7 @@ from kernelpro.devicegate import gate_named, wait_for_device
 from kernelpro.harness import EvalOptions
 from kernelpro.harness.evaluate import Evaluator
 from kernelpro.harness.problem import reference_candidate
+from kernelpro.harness.variants import VARIANTS
 from kernelpro.harness.records import SEED_BASE, EvalResult, stored_result
 from kernelpro.knowledge import KnowledgeBase, failure_kind, operator_family, state_for
 from kernelpro.mcts import Outcome, Proposal, SearchConfig, make_search, restore_search
@@ -193,10 +194,11 @@ class SearchRun:
             return saved
         self._changed(phase="evaluating the reference")
         baselines = ("eager", "compile") if self.settings.compile_baseline else ("eager",)
-        # with the reference's launch profile (is it launch-bound?) and its sensitivity (does a one-ulp change of its
-        # inputs alone leave the tolerance?), measured even with --no-profile
+        # with the reference's launch profile (is it launch-bound?), its sensitivity (does a one-ulp change of its
+        # inputs alone leave the tolerance?) and its variants (does TF32 or channels-last alone leave it?), measured
+        # even with --no-profile
         result = evaluator.evaluate(self.problem, reference_candidate(self.problem), self.options(baselines).model_copy(
-            update={"policy": "relaxed", "launch_profile": True, "sensitivity": True}))
+            update={"policy": "relaxed", "launch_profile": True, "sensitivity": True, "variants": VARIANTS}))
         if not result.ok:
             raise SearchInputError(f"the reference itself failed in the harness: {result.verdict.value}: "
                                    f"{result.reason}")

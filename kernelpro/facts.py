@@ -44,6 +44,12 @@ class ProblemFacts:
     gpu_busy_fraction: float | None = None  # the kernels' time over a call's: launch-bound where idle > IDLE_ABOVE
     # the share of eager's output that leaves the tolerance when every input moves by one ulp (harness Sensitivity)
     sensitive_fraction: float | None = None
+    # the same share with eager run under a setting a candidate may change: "tf32", "channels_last" (harness/variants)
+    variant_fractions: tuple[tuple[str, float], ...] = ()
+
+    def fails_under(self, variant: str) -> float:
+        """The share of eager's own output outside the tolerance under this setting (0.0 where not measured)."""
+        return dict(self.variant_fractions).get(variant, 0.0)
 
     @property
     def rounding_sensitive(self) -> bool:
@@ -96,9 +102,13 @@ def problem_facts(reference: dict) -> ProblemFacts | None:
                         floor_ms=floor.get("floor_ms"), eager_ms=(reference.get("reference") or {}).get("median_ms"),
                         compile_ms=compiled.get("median_ms"), launches_per_call=launches.get("launches_per_call"),
                         gpu_busy_fraction=launches.get("busy_fraction"),
-                        sensitive_fraction=sensitivity.get("outside_fraction"))
+                        sensitive_fraction=sensitivity.get("outside_fraction"),
+                        variant_fractions=tuple(sorted((name, float(found.get("outside_fraction") or 0.0))
+                                                       for name, found in (reference.get("variants") or {}).items())))
 
 
+#: how the prompt names the reference's variants (harness/variants.py)
+VARIANT_WORDS = {"tf32": "TF32 allowed in matmuls and convolutions", "channels_last": "channels-last memory format"}
 #: the DeviceFacts field that a verdict floor's rate is, by the precision it was measured for
 RATE_FIELD = {"fp32": "tf32_tflops", "bf16": "bf16_tflops", "fp16": "fp16_tflops"}
 
@@ -204,6 +214,10 @@ def problem_text(facts: ProblemFacts) -> str:
         lines.append(f"- one ulp more on every input moves {facts.sensitive_fraction:.1%} of eager's output outside the "
                      "tolerance: only a candidate that repeats eager's arithmetic bit for bit can pass (no reordered "
                      "reductions, fused kernels, TF32 or other algorithms)")
+    for variant, fraction in facts.variant_fractions:
+        if fraction:
+            lines.append(f"- eager itself with {VARIANT_WORDS.get(variant, variant)} moves {fraction:.1%} of its output "
+                         "outside the tolerance: a candidate that relies on that cannot pass")
     return "\n".join(lines)
 
 

@@ -221,9 +221,10 @@ class OfflineCoder:
         losing_tunes = lost - losing
         # a reference whose output leaves the tolerance under a one-ulp change of its inputs: bit-exact moves only
         exact_only = request.problem_facts is not None and request.problem_facts.rounding_sensitive
+        failing = _failing_variants(request.problem_facts)  # move -> why the reference itself fails under its setting
         choices = [o for o in answer["options"] if o["move"] not in tried and o["move"] not in avoid
                    and self._allows(o["move"]) and not (o["move"] in losing_tunes and self._tuned_before(request, o))
-                   and (not exact_only or o["move"] in BIT_EXACT)]
+                   and (not exact_only or o["move"] in BIT_EXACT) and o["move"] not in failing]
         if not request.parent_state.get("applied"):
             self._root_skipped = dict(answer.get("skipped", {}))
             if self.allowed is not None:  # the moves that apply but are not allowed are skipped too
@@ -232,6 +233,7 @@ class OfflineCoder:
             if exact_only:
                 self._root_skipped |= {o["move"]: SENSITIVE_SKIP for o in answer["options"]
                                        if o["move"] not in BIT_EXACT}
+            self._root_skipped |= {o["move"]: failing[o["move"]] for o in answer["options"] if o["move"] in failing}
         if not choices:
             return None
 
@@ -262,6 +264,16 @@ class OfflineCoder:
 
     def _tuned_before(self, request: CoderRequest, option: dict) -> bool:
         return _tuned_kernel(option) in self._tuned.get((request.problem_path, option["move"]), set())
+
+
+def _failing_variants(facts) -> dict[str, str]:
+    """The moves that change one setting of the reference and nothing else (`Move.variant`), where the reference's
+    evaluation found eager itself outside the tolerance under that setting: move -> why it is skipped."""
+    if facts is None:
+        return {}
+    return {move.name: f"predicted to fail: eager itself with {move.variant.replace('_', '-')} puts "
+                       f"{facts.fails_under(move.variant):.1%} of its output outside the tolerance"
+            for move in MOVES.values() if move.variant and facts.fails_under(move.variant)}
 
 
 def _tuned_kernel(option: dict) -> str:

@@ -26,6 +26,7 @@ class Move:
     half_only: bool = False  # runs at bf16/fp16 only
     cutlass: bool = False  # builds CUTLASS/CuTe kernels for Hopper (needs the nvidia-cutlass wheel and sm_90)
     eval_only: bool = False  # exact only when the model runs in eval mode (running statistics)
+    variant: str = ""  # the setting it changes and nothing else: the reference measured under it (harness/variants.py)
 
 
 MOVES: dict[str, Move] = {m.name: m for m in (
@@ -117,12 +118,13 @@ MOVES: dict[str, Move] = {m.name: m for m in (
          "program's fixed costs are paid once (a configuration for --objective energy; tune moves walk the rest)",
          cuda_only=True, kernels=True),
     Move("channels_last", "channels_last", False,
-         "keep convolution weights and inputs in channels_last layout (channels_last_3d for 3-D convolutions)", needs_conv=True),
+         "keep convolution weights and inputs in channels_last layout (channels_last_3d for 3-D convolutions)",
+         needs_conv=True, variant="channels_last"),
     Move("cudnn_benchmark", "library_call", False, "let cuDNN benchmark its convolution algorithms",
          cuda_only=True, needs_conv=True),
     Move("tf32_matmul", "reduce_precision", False,
          "allow TF32 tensor cores for fp32 matmuls and convolutions (the tolerance is unchanged)",
-         cuda_only=True, fp32_only=True),
+         cuda_only=True, fp32_only=True, variant="tf32"),
     Move("cuda_graphs", "cuda_graphs", False,
          "capture the whole forward in a CUDA graph (static shapes; inputs copied in, fresh outputs)",
          cuda_only=True),

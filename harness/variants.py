@@ -1,0 +1,66 @@
+"""The reference under a setting a candidate may change without touching the model's code.
+
+Some moves keep the reference's code and change only how it runs: TF32 allowed in matrix products and
+convolutions, or the model and its inputs in channels-last memory format (other kernels, another order of the
+sums). Whether such a candidate can meet the tolerance is decided by the reference itself under the same setting,
+and one more forward of it costs far less than an evaluation of the candidate (a worker, five correctness trials,
+a timing). The reference's evaluation runs it (`EvalOptions.variants`) before any candidate code exists in its
+worker, and reports how much of the output leaves the tolerance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import torch
+
+VARIANTS = ("tf32", "channels_last")
+
+
+def _layout(tensor: torch.Tensor) -> torch.memory_format:
+    return torch.channels_last if tensor.dim() == 4 else torch.channels_last_3d
+
+
+@contextmanager
+def _tf32(model, inputs: list) -> Iterator[tuple[object, list]]:
+    """TF32 allowed in matrix products and cuDNN's convolutions, and put back afterwards."""
+    flags = torch.backends.cuda.matmul, torch.backends.cudnn
+    saved = tuple(flag.allow_tf32 for flag in flags)
+    for flag in flags:
+        flag.allow_tf32 = True
+    try:
+        yield model, inputs
+    finally:
+        for flag, value in zip(flags, saved):
+            flag.allow_tf32 = value
+
+
+@contextmanager
+def _channels_last(model, inputs: list) -> Iterator[tuple[object, list]]:
+    """The model's 4-D and 5-D parameters and buffers, and such inputs, in channels-last memory format."""
+    if isinstance(model, torch.nn.Module):
+        for tensor in [*model.parameters(), *model.buffers()]:
+            if tensor.dim() in (4, 5):
+                tensor.data = tensor.data.contiguous(memory_format=_layout(tensor))
+    yield model, [x.contiguous(memory_format=_layout(x)) if isinstance(x, torch.Tensor) and x.dim() in (4, 5) else x
+                  for x in inputs]
+
+
+_SETTINGS: dict[str, Callable] = {"tf32": _tf32, "channels_last": _channels_last}
+
+
+def changes_anything(name: str, model, inputs: list, device: torch.device) -> bool:
+    """Whether the variant can change this model's arithmetic here: TF32 only on CUDA, channels-last only where a
+    parameter, buffer or input has 4 or 5 dimensions."""
+    if name == "tf32":
+        return device.type == "cuda"
+    tensors = [*model.parameters(), *model.buffers()] if isinstance(model, torch.nn.Module) else []
+    return any(t.dim() in (4, 5) for t in tensors + [x for x in inputs if isinstance(x, torch.Tensor)])
+
+
+def applied(name: str, model, inputs: list):
+    """The context in which `model` and the inputs it yields run under the variant."""
+    if name not in _SETTINGS:
+        raise ValueError(f"no reference variant named {name!r}: {', '.join(VARIANTS)}")
+    return _SETTINGS[name](model, inputs)

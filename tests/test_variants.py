@@ -1,0 +1,64 @@
+"""The reference under a setting a candidate may change (harness/variants.py), measured in its own evaluation: how
+much of eager's output leaves the tolerance there. The offline coder skips a move that changes only that setting
+where eager itself fails under it, and says why; the LLM coder's prompt says so."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from conftest import DATA
+from kernelpro.coder import CoderRequest
+from kernelpro.facts import problem_facts, problem_text
+from kernelpro.harness import EvalOptions, load_problem
+from kernelpro.harness.problem import reference_candidate
+from kernelpro.offline import OfflineCoder
+
+OPTIONS = EvalOptions(device="cpu", timing_trials=5, timing_budget_s=0.5, variants=("tf32", "channels_last"))
+
+
+def test_the_references_evaluation_measures_eager_under_each_setting_that_changes_anything(cpu_evaluator):
+    """A forward that rounds otherwise in channels-last is caught (nearly every element outside 1e-4); TF32 changes nothing
+    on the CPU and a model without 4-D tensors has no layout to change, so neither has an entry."""
+    shifted = load_problem(DATA / "problems" / "layout_dependent.py")
+    result = cpu_evaluator.evaluate(shifted, reference_candidate(shifted), OPTIONS)
+    assert result.ok and set(result.variants) == {"channels_last"}
+    assert result.variants["channels_last"].outside_fraction > 0.9  # all but the elements near 0 (within atol)
+    assert result.variants["channels_last"].tolerance == result.tolerance
+    flat = load_problem(DATA / "problems" / "linear_relu_residual.py")
+    assert cpu_evaluator.evaluate(flat, reference_candidate(flat), OPTIONS).variants == {}
+    asked_for_nothing = cpu_evaluator.evaluate(shifted, reference_candidate(shifted),
+                                               OPTIONS.model_copy(update={"variants": ()}))
+    assert asked_for_nothing.variants == {}
+
+
+def _request(facts) -> CoderRequest:
+    problem = DATA / "search" / "conv_bn_pool.py"
+    return CoderRequest(problem_path=str(problem), problem_source=problem.read_text(),
+                        parent_source=problem.read_text(), parent_state={}, parent_verdict="reference", parent_ms=1.0,
+                        parent_speedup=1.0, kind="new_strategy", device="cuda", problem_facts=facts)
+
+
+def test_a_move_whose_setting_fails_eager_itself_is_not_offered_and_the_coder_says_why():
+    reference = {"signature": {"inputs": [], "outputs": []}, "reference": {"median_ms": 1.0},
+                 "variants": {"tf32": {"outside_fraction": 0.532, "max_abs_error": 1.6e-3, "tolerance": 1e-4},
+                              "channels_last": {"outside_fraction": 0.0, "max_abs_error": 0.0, "tolerance": 1e-4}}}
+    facts = problem_facts(reference)
+    assert facts.fails_under("tf32") == 0.532 and facts.fails_under("channels_last") == 0.0
+    assert "eager itself with TF32 allowed in matmuls and convolutions moves 53.2% of its output outside the " \
+           "tolerance" in problem_text(facts)
+    assert "channels-last" not in problem_text(facts)
+    proposed = []
+    coder = OfflineCoder()
+    try:
+        while (proposal := coder.propose(replace(_request(facts), tried=tuple((m, "x") for m in proposed)))):
+            proposed.append(proposal.move)
+    finally:
+        coder.close()
+    assert "channels_last" in proposed and "tf32_matmul" not in proposed
+    only = OfflineCoder(moves="tf32_matmul")
+    try:
+        assert only.propose(_request(facts)) is None
+        assert "tf32_matmul: predicted to fail: eager itself with tf32 puts 53.2% of its output outside the " \
+               "tolerance" in only.why_no_moves()
+    finally:
+        only.close()
