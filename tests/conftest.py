@@ -124,6 +124,14 @@ def shrink(text: str) -> str:
 REPO = Path(__file__).parent.parent
 
 
+def kernelbench_file(key: str) -> Path | None:
+    """KernelBench's problem `key` ("level2/59_Matmul_Swish_Scaling") from $KERNELBENCH_DIR, else ../shared/kernelbench,
+    else .kb/kernelbench (the copy the device tool carries); None where none has it."""
+    folders = [Path(os.environ["KERNELBENCH_DIR"])] if os.environ.get("KERNELBENCH_DIR") else \
+        [REPO.parent / "shared" / "kernelbench", REPO / ".kb" / "kernelbench"]
+    return next((folder / f"{key}.py" for folder in folders if (folder / f"{key}.py").exists()), None)
+
+
 def built_once(tmp_path_factory, name: str, build):
     """A costly module fixture's value (a real search, a bench), built once per run of the suite: under
     pytest-xdist each worker that runs one of its tests would build its own, so the first builds it into a

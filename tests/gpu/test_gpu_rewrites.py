@@ -5,22 +5,17 @@ $KERNELBENCH_DIR, else ../shared/kernelbench, else .kb/kernelbench (the copy the
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
+from conftest import kernelbench_file  # noqa: E402
 from kernelpro.harness import EvalOptions, Evaluator, Verdict, load_problem  # noqa: E402
 from kernelpro.launch.device import target_device  # noqa: E402
 from kernelpro.offline.compiler import Compiler  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
-FOLDERS = [Path(os.environ["KERNELBENCH_DIR"])] if os.environ.get("KERNELBENCH_DIR") else \
-    [REPO.parent / "shared" / "kernelbench", REPO / ".kb" / "kernelbench"]
 CASES = {  # KernelBench problem: the move whose rule rewrites it
     "level3/31_VisionAttention": "attention_to_sdpa",  # nn.MultiheadAttention without its weights
     "level3/13_DenseNet121TransitionLayer": "pool_before_product",  # the 2x2 average pool before the 1x1 conv
@@ -37,9 +32,9 @@ def evaluator(tmp_path_factory):
 
 @pytest.mark.parametrize("key", list(CASES))
 def test_a_rewritten_kernelbench_problem_is_correct_on_the_gpu(key, evaluator):
-    path = next((folder / f"{key}.py" for folder in FOLDERS if (folder / f"{key}.py").exists()), None)
+    path = kernelbench_file(key)
     if path is None:
-        pytest.skip(f"{key} is not in {', '.join(map(str, FOLDERS))}")
+        pytest.skip(f"{key}: no KernelBench folder here")
     device, _ = target_device({"device": "cuda"})
     source, counts, _ = Compiler(path, 42, "train").build([CASES[key]], {}, device)
     assert counts[CASES[key]] >= 1, counts

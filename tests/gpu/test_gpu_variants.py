@@ -6,30 +6,25 @@ are read from $KERNELBENCH_DIR, else ../shared/kernelbench, else .kb/kernelbench
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
+from conftest import kernelbench_file  # noqa: E402
 from kernelpro.harness import EvalOptions, Evaluator, load_problem  # noqa: E402
 from kernelpro.harness.problem import reference_candidate  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
-FOLDERS = [Path(os.environ["KERNELBENCH_DIR"])] if os.environ.get("KERNELBENCH_DIR") else \
-    [REPO.parent / "shared" / "kernelbench", REPO / ".kb" / "kernelbench"]
 CASES = {"level2/59_Matmul_Swish_Scaling": "tf32", "level2/30_Gemm_GroupNorm_Hardtanh": "tf32",
          "level2/57_Conv2d_ReLU_HardSwish": "channels_last"}
 
 
 @pytest.mark.parametrize("key", list(CASES))
 def test_the_reference_fails_under_the_setting_its_failed_move_changed(key, tmp_path):
-    path = next((folder / f"{key}.py" for folder in FOLDERS if (folder / f"{key}.py").exists()), None)
+    path = kernelbench_file(key)
     if path is None:
-        pytest.skip(f"{key} is not in {', '.join(map(str, FOLDERS))}")
+        pytest.skip(f"{key}: no KernelBench folder here")
     from kernelpro.harness.cache import BuildCache
     problem = load_problem(path)
     with Evaluator("cuda", cache=BuildCache(tmp_path / "builds"), spares=0) as evaluator:
