@@ -47,7 +47,7 @@ class Phase(str, enum.Enum):
 Policy = Literal["relaxed", "strict"]
 ModelMode = Literal["train", "eval"]
 Precision = Literal["fp32", "bf16", "fp16"]
-Variant = Literal["tf32", "channels_last"]  # harness/variants.py
+Variant = Literal["tf32", "channels_last", "cudnn_benchmark"]  # harness/variants.py
 HALF_PRECISIONS = ("bf16", "fp16")  # the half precisions a run may cast the problem to
 Baseline = Literal["eager", "compile"]
 
@@ -109,8 +109,9 @@ class EvalOptions(_Record):
     variants: tuple[Variant, ...] = Field((), description="in the reference phase, the reference once more on its "
                                           "trial-0 inputs under each of these settings (tf32: TF32 allowed in matrix "
                                           "products and convolutions, on CUDA; channels_last: the model and its 4-D "
-                                          "and 5-D inputs in channels-last memory format): how much of its output "
-                                          "then leaves the tolerance")
+                                          "and 5-D inputs in channels-last memory format; cudnn_benchmark: cuDNN "
+                                          "choosing convolution algorithms by timing them, on CUDA): how much of its "
+                                          "output then leaves the tolerance")
     launch_profile: bool = Field(False, description="after timing, one profiler pass over three calls of the "
                                  "candidate on CUDA: its kernel launches per call and the GPU's busy share of a call")
     stop_below_speedup: float | None = Field(

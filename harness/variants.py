@@ -1,8 +1,8 @@
 """The reference under a setting a candidate may change without touching the model's code.
 
 Some moves keep the reference's code and change only how it runs: TF32 allowed in matrix products and
-convolutions, or the model and its inputs in channels-last memory format (other kernels, another order of the
-sums). Whether such a candidate can meet the tolerance is decided by the reference itself under the same setting,
+convolutions, the model and its inputs in channels-last memory format, or cuDNN choosing its convolution algorithms
+by timing them (other kernels, another order of the sums). Whether such a candidate can meet the tolerance is decided by the reference itself under the same setting,
 and one more forward of it costs far less than an evaluation of the candidate (a worker, five correctness trials,
 a timing). The reference's evaluation runs it (`EvalOptions.variants`) before any candidate code exists in its
 worker, and reports how much of the output leaves the tolerance.
@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 import torch
 
-VARIANTS = ("tf32", "channels_last")
+VARIANTS = ("tf32", "channels_last", "cudnn_benchmark")
 
 
 def _layout(tensor: torch.Tensor) -> torch.memory_format:
@@ -47,15 +47,29 @@ def _channels_last(model, inputs: list) -> Iterator[tuple[object, list]]:
                   for x in inputs]
 
 
-_SETTINGS: dict[str, Callable] = {"tf32": _tf32, "channels_last": _channels_last}
+@contextmanager
+def _cudnn_benchmark(model, inputs: list) -> Iterator[tuple[object, list]]:
+    """cuDNN picks each convolution's algorithm by timing them, and is put back afterwards."""
+    saved = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = True
+    try:
+        yield model, inputs
+    finally:
+        torch.backends.cudnn.benchmark = saved
+
+
+_SETTINGS: dict[str, Callable] = {"tf32": _tf32, "channels_last": _channels_last, "cudnn_benchmark": _cudnn_benchmark}
 
 
 def changes_anything(name: str, model, inputs: list, device: torch.device) -> bool:
-    """Whether the variant can change this model's arithmetic here: TF32 only on CUDA, channels-last only where a
-    parameter, buffer or input has 4 or 5 dimensions."""
+    """Whether the variant can change this model's arithmetic here: TF32 only on CUDA; channels-last only where a
+    parameter, buffer or input has 4 or 5 dimensions; cuDNN's algorithm choice only on CUDA where a parameter has 3
+    or more (a convolution's weight)."""
+    tensors = [*model.parameters(), *model.buffers()] if isinstance(model, torch.nn.Module) else []
     if name == "tf32":
         return device.type == "cuda"
-    tensors = [*model.parameters(), *model.buffers()] if isinstance(model, torch.nn.Module) else []
+    if name == "cudnn_benchmark":
+        return device.type == "cuda" and any(t.dim() >= 3 for t in tensors)
     return any(t.dim() in (4, 5) for t in tensors + [x for x in inputs if isinstance(x, torch.Tensor)])
 
 

@@ -108,7 +108,8 @@ def problem_facts(reference: dict) -> ProblemFacts | None:
 
 
 #: how the prompt names the reference's variants (harness/variants.py)
-VARIANT_WORDS = {"tf32": "TF32 allowed in matmuls and convolutions", "channels_last": "channels-last memory format"}
+VARIANT_WORDS = {"tf32": "TF32 allowed in matmuls and convolutions", "channels_last": "channels-last memory format",
+                 "cudnn_benchmark": "cuDNN choosing its convolution algorithms by timing them"}
 #: the DeviceFacts field that a verdict floor's rate is, by the precision it was measured for
 RATE_FIELD = {"fp32": "tf32_tflops", "bf16": "bf16_tflops", "fp16": "fp16_tflops"}
 

@@ -11,14 +11,16 @@ from kernelpro.coder import CoderRequest
 from kernelpro.facts import problem_facts, problem_text
 from kernelpro.harness import EvalOptions, load_problem
 from kernelpro.harness.problem import reference_candidate
+from kernelpro.harness.variants import VARIANTS
 from kernelpro.offline import OfflineCoder
 
-OPTIONS = EvalOptions(device="cpu", timing_trials=5, timing_budget_s=0.5, variants=("tf32", "channels_last"))
+OPTIONS = EvalOptions(device="cpu", timing_trials=5, timing_budget_s=0.5, variants=VARIANTS)
 
 
 def test_the_references_evaluation_measures_eager_under_each_setting_that_changes_anything(cpu_evaluator):
-    """A forward that rounds otherwise in channels-last is caught (nearly every element outside 1e-4); TF32 changes nothing
-    on the CPU and a model without 4-D tensors has no layout to change, so neither has an entry."""
+    """A forward that rounds otherwise in channels-last is caught (nearly every element outside 1e-4); TF32 and cuDNN's
+    algorithm choice change nothing
+    on the CPU, and a model without 4-D tensors has no layout to change, so none of these has an entry."""
     shifted = load_problem(DATA / "problems" / "layout_dependent.py")
     result = cpu_evaluator.evaluate(shifted, reference_candidate(shifted), OPTIONS)
     assert result.ok and set(result.variants) == {"channels_last"}

@@ -121,7 +121,7 @@ MOVES: dict[str, Move] = {m.name: m for m in (
          "keep convolution weights and inputs in channels_last layout (channels_last_3d for 3-D convolutions)",
          needs_conv=True, variant="channels_last"),
     Move("cudnn_benchmark", "library_call", False, "let cuDNN benchmark its convolution algorithms",
-         cuda_only=True, needs_conv=True),
+         cuda_only=True, needs_conv=True, variant="cudnn_benchmark"),
     Move("tf32_matmul", "reduce_precision", False,
          "allow TF32 tensor cores for fp32 matmuls and convolutions (the tolerance is unchanged)",
          cuda_only=True, fp32_only=True, variant="tf32"),

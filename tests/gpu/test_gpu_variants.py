@@ -15,6 +15,7 @@ pytestmark = [pytest.mark.gpu,
 from conftest import kernelbench_file  # noqa: E402
 from kernelpro.harness import EvalOptions, Evaluator, load_problem  # noqa: E402
 from kernelpro.harness.problem import reference_candidate  # noqa: E402
+from kernelpro.harness.variants import VARIANTS  # noqa: E402
 
 CASES = {"level2/59_Matmul_Swish_Scaling": "tf32", "level2/30_Gemm_GroupNorm_Hardtanh": "tf32",
          "level2/57_Conv2d_ReLU_HardSwish": "channels_last"}
@@ -29,6 +30,6 @@ def test_the_reference_fails_under_the_setting_its_failed_move_changed(key, tmp_
     problem = load_problem(path)
     with Evaluator("cuda", cache=BuildCache(tmp_path / "builds"), spares=0) as evaluator:
         result = evaluator.evaluate(problem, reference_candidate(problem),
-                                    EvalOptions(device="cuda", timing_trials=10, variants=("tf32", "channels_last")))
+                                    EvalOptions(device="cuda", timing_trials=10, variants=VARIANTS))
     print(key, {name: found.model_dump() for name, found in result.variants.items()})
     assert result.ok and result.variants[CASES[key]].outside_fraction > 0
