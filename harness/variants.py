@@ -2,10 +2,11 @@
 
 Some moves keep the reference's code and change only how it runs: TF32 allowed in matrix products and
 convolutions, the model and its inputs in channels-last memory format, or cuDNN choosing its convolution algorithms
-by timing them (other kernels, another order of the sums). Whether such a candidate can meet the tolerance is decided by the reference itself under the same setting,
-and one more forward of it costs far less than an evaluation of the candidate (a worker, five correctness trials,
-a timing). The reference's evaluation runs it (`EvalOptions.variants`) before any candidate code exists in its
-worker, and reports how much of the output leaves the tolerance.
+by timing them (other kernels, another order of the sums). Whether such a candidate can meet the tolerance is
+decided by the reference itself under the same setting, and one more forward of it costs far less than an evaluation
+of the candidate (a worker, five correctness trials, a timing). The reference's evaluation runs it
+(`EvalOptions.variants`) before any candidate code exists in its worker, and reports how much of the output leaves
+the tolerance.
 """
 
 from __future__ import annotations

@@ -217,8 +217,8 @@ def problem_text(facts: ProblemFacts) -> str:
                      "reductions, fused kernels, TF32 or other algorithms)")
     for variant, fraction in facts.variant_fractions:
         if fraction:
-            lines.append(f"- eager itself with {VARIANT_WORDS.get(variant, variant)} moves {fraction:.1%} of its output "
-                         "outside the tolerance: a candidate that relies on that cannot pass")
+            lines.append(f"- eager itself with {VARIANT_WORDS.get(variant, variant)} moves {fraction:.1%} of its "
+                         "output outside the tolerance: a candidate that relies on that cannot pass")
     return "\n".join(lines)
 
 

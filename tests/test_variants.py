@@ -19,8 +19,8 @@ OPTIONS = EvalOptions(device="cpu", timing_trials=5, timing_budget_s=0.5, varian
 
 def test_the_references_evaluation_measures_eager_under_each_setting_that_changes_anything(cpu_evaluator):
     """A forward that rounds otherwise in channels-last is caught (nearly every element outside 1e-4); TF32 and cuDNN's
-    algorithm choice change nothing
-    on the CPU, and a model without 4-D tensors has no layout to change, so none of these has an entry."""
+    algorithm choice change nothing on the CPU, and a model without 4-D tensors has no layout to change, so none of
+    these has an entry."""
     shifted = load_problem(DATA / "problems" / "layout_dependent.py")
     result = cpu_evaluator.evaluate(shifted, reference_candidate(shifted), OPTIONS)
     assert result.ok and set(result.variants) == {"channels_last"}
