@@ -24,11 +24,6 @@ from kernelpro.offline.rewrite.reduce import Weight, linear_product
 from kernelpro.offline.rewrite.rules import Move, Pattern, Rule
 
 
-def _same_weights(a: tuple, b: tuple) -> bool:
-    """Two products (`linear_product`'s answers) by one weight, bias and orientation."""
-    return a[1:] == b[1:]
-
-
 def _step_input(gm: fx.GraphModule, node) -> tuple[tuple, fx.Node, int, fx.Node] | None:
     """(the product, x, t, h) for a product of cat((x[t], h), dim=-1) with 2-D x[t] and h, x[t] the t-th slice of x
     along its first dim; None otherwise."""
@@ -115,7 +110,7 @@ def _batch_stacked_products(gm: fx.GraphModule, node: fx.Node, state) -> bool:
         return False
     first = items[0]
     if any(i.op != first.op or i.target != first.target or tuple(i.args[1:]) != tuple(first.args[1:]) or
-           i.kwargs != first.kwargs or not _same_weights(p, products[0]) for i, p in zip(items, products)):
+           i.kwargs != first.kwargs or p[1:] != products[0][1:] for i, p in zip(items, products)):  # one weight
         return False
     inputs = [p[0] for p in products]
     if not all(meta(i) for i in inputs) or len({tuple(meta(i).shape) for i in inputs}) != 1:
