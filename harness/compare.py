@@ -158,6 +158,17 @@ def outside_tolerance(expected: torch.Tensor, got: torch.Tensor, tolerance: floa
     return tally.bad, tally.total, tally.max_abs or 0.0
 
 
+def deviation(outputs: list, moved: list, tolerance: float) -> dict:
+    """How far `moved` (the reference's outputs after a change: its inputs moved one ulp, a setting) is from
+    `outputs`: the share of floating elements outside the tolerance and the largest difference, as a Sensitivity
+    record's fields."""
+    counts = [outside_tolerance(before, after, tolerance) for before, after in zip(outputs, moved)
+              if isinstance(before, torch.Tensor) and before.is_floating_point()]
+    elements = sum(total for _, total, _ in counts)
+    return {"outside_fraction": sum(bad for bad, _, _ in counts) / elements if elements else 0.0,
+            "max_abs_error": max((largest for _, _, largest in counts), default=0.0), "tolerance": tolerance}
+
+
 @dataclass(frozen=True)
 class Mismatch:
     reason: str

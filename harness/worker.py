@@ -38,7 +38,7 @@ import torch
 
 from kernelpro.harness import channel, compilecache, flags, sandbox, variants
 from kernelpro.harness.ceilings import measure as measure_device
-from kernelpro.harness.compare import outside_tolerance
+from kernelpro.harness.compare import deviation
 from kernelpro.harness.errors import missing_packages_line
 from kernelpro.harness.modelio import (DTYPES, build_model, cast_to, describe_values,  # noqa: F401
                                       flatten_outputs, import_file, parameter_bytes, set_seed, tensor_bytes)
@@ -224,7 +224,7 @@ class Job:
         set_seed(seed)
         with torch.no_grad():
             _, moved = flatten_outputs(model(*inputs))
-        return self.deviation(outputs, moved)
+        return deviation(outputs, moved, float(self.spec["tolerance"]))
 
     def measure_variant(self, problem, seed: int, outputs: list, name: str) -> dict | None:
         """The reference (built again from the same seed) on trial 0's inputs drawn again, under a setting a candidate
@@ -237,16 +237,7 @@ class Job:
         with variants.applied(name, model, inputs) as (model, inputs), torch.no_grad():
             set_seed(seed)
             _, moved = flatten_outputs(model(*inputs))
-        return self.deviation(outputs, moved)
-
-    def deviation(self, outputs: list, moved: list) -> dict:
-        """The share of the floating output elements outside the tolerance, and the largest difference."""
-        tolerance = float(self.spec["tolerance"])
-        counts = [outside_tolerance(before, after, tolerance) for before, after in zip(outputs, moved)
-                  if isinstance(before, torch.Tensor) and before.is_floating_point()]
-        elements = sum(total for _, total, _ in counts)
-        return {"outside_fraction": sum(bad for bad, _, _ in counts) / elements if elements else 0.0,
-                "max_abs_error": max((largest for _, _, largest in counts), default=0.0), "tolerance": tolerance}
+        return deviation(outputs, moved, float(self.spec["tolerance"]))
 
     def memory_line(self, inputs: list) -> str:
         """The sizes an out-of-memory verdict names."""
