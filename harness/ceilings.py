@@ -97,6 +97,16 @@ def settle(store: CeilingsStore, device_name: str, measured: dict | None, truste
     return found
 
 
+def measured_if_room(device_name: str) -> Ceilings | None:
+    """`measure`, or None where the device has no room for its tensors (GBs) beside what the caller holds (a timing's
+    input pool at level 1's sizes): the verdict then has no floor, and a later evaluation measures them."""
+    try:
+        return measure(device_name)
+    except torch.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        return None
+
+
 def measure(device_name: str = "cpu") -> Ceilings:
     """This device's ceilings ("cuda": the first GPU), measured now."""
     cuda = device_name == "cuda"

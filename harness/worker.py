@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 
 from kernelpro.harness import channel, compilecache, flags, sandbox, variants
-from kernelpro.harness.ceilings import measure as measure_device
+from kernelpro.harness.ceilings import measured_if_room
 from kernelpro.harness.compare import deviation
 from kernelpro.harness.errors import missing_packages_line
 from kernelpro.harness.modelio import (DTYPES, build_model, cast_to, describe_values,  # noqa: F401
@@ -227,16 +227,21 @@ class Job:
         return deviation(outputs, moved, float(self.spec["tolerance"]))
 
     def measure_variant(self, problem, seed: int, outputs: list, name: str) -> dict | None:
-        """The reference (built again from the same seed) on trial 0's inputs drawn again, under a setting a candidate
-        may change (`harness/variants.py`), against its outputs; None where the tensors are too large to hold twice.
-        Runs before any candidate code exists in this process."""
+        """The reference, built and fed again from trial 0's seed, under a setting a candidate may change
+        (`harness/variants.py`), against its outputs. None where the tensors are too large to hold twice, or where it
+        cannot run so: a prediction, never a verdict. Runs before any candidate code exists in this process."""
         if tensor_bytes(outputs) + self.sizes["input_bytes"] > self.SENSITIVITY_BYTES:
             return None
-        init_inputs, inputs = self.trial_values(seed)
-        model = self.build_model(problem.Model, seed, init_inputs)
-        with variants.applied(name, model, inputs) as (model, inputs), torch.no_grad():
-            set_seed(seed)
-            _, moved = flatten_outputs(model(*inputs))
+        try:
+            init_inputs, inputs = self.trial_values(seed)
+            model = self.build_model(problem.Model, seed, init_inputs)
+            with variants.applied(name, model, inputs) as (model, inputs), torch.no_grad():
+                set_seed(seed)
+                _, moved = flatten_outputs(model(*inputs))
+        except Exception:  # noqa: BLE001 - the reference's own evaluation must not fail on a probe
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+            return None
         return deviation(outputs, moved, float(self.spec["tolerance"]))
 
     def memory_line(self, inputs: list) -> str:
@@ -518,13 +523,8 @@ class Job:
                 "busy_ms_per_call": sum(e.time_range.end - e.time_range.start for e in kernels) / calls / 1e3}
 
     def measure_ceilings(self) -> dict:
-        """The device's ceilings, or none where the timing's own tensors leave no room for the measurement's (GBs):
-        the verdict then has no floor, and a later evaluation measures them."""
-        try:
-            return asdict(measure_device(self.device.type))
-        except torch.OutOfMemoryError:
-            torch.cuda.empty_cache()
-            return {}
+        found = measured_if_room(self.device.type)
+        return asdict(found) if found else {}
 
 
 def serve(sock: socket.socket, device_name: str) -> None:

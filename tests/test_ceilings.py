@@ -70,3 +70,17 @@ def test_an_evaluator_given_the_devices_ceilings_floors_with_them(tmp_path):
         result = evaluator.evaluate(problem, reference_candidate(problem), options)
     assert result.floor is not None and result.floor.bandwidth_gbps == 123.0 and result.floor.flop_rate_tflops == 0.5
     assert store.asked and set(store.asked) == {"cpu"}
+
+
+def test_a_measurement_without_room_gives_no_ceilings_instead_of_failing(monkeypatch):
+    """Beside a timing's input pool at level 1's sizes the measurement's GBs may not fit: the verdict then has no
+    floor, and the evaluation goes on."""
+    import torch
+    from kernelpro.harness import ceilings
+
+    def full(device_name):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(ceilings, "measure", full)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    assert ceilings.measured_if_room("cuda") is None
