@@ -33,6 +33,14 @@ def test_the_references_evaluation_measures_eager_under_each_setting_that_change
     assert asked_for_nothing.variants == {}
 
 
+def test_a_reference_that_cannot_run_under_a_setting_still_evaluates(cpu_evaluator):
+    """`view` refuses a channels-last tensor: the variant has no entry (no prediction), and the reference's own
+    evaluation is as it would be without it."""
+    problem = load_problem(DATA / "problems" / "flattens_by_view.py")
+    result = cpu_evaluator.evaluate(problem, reference_candidate(problem), OPTIONS)
+    assert result.ok and result.variants == {}
+
+
 def _request(facts) -> CoderRequest:
     problem = DATA / "search" / "conv_bn_pool.py"
     return CoderRequest(problem_path=str(problem), problem_source=problem.read_text(),
