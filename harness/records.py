@@ -235,6 +235,7 @@ class Sensitivity(_Record):
     outside_fraction: float = Field(description="the share of output elements outside the tolerance")
     max_abs_error: float
     tolerance: float
+    error: str = Field("", description="what the reference raised under the change (a variant only): all outside")
 
 
 class LaunchProfile(_Record):

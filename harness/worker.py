@@ -228,8 +228,9 @@ class Job:
 
     def measure_variant(self, problem, seed: int, outputs: list, name: str) -> dict | None:
         """The reference, built and fed again from trial 0's seed, under a setting a candidate may change
-        (`harness/variants.py`), against its outputs. None where the tensors are too large to hold twice, or where it
-        cannot run so: a prediction, never a verdict. Runs before any candidate code exists in this process."""
+        (`harness/variants.py`), against its outputs. One that raises is all outside, with its error; None where the
+        tensors are too large to hold twice or the device runs out of memory: a prediction, never a verdict. Runs
+        before any candidate code exists in this process."""
         if tensor_bytes(outputs) + self.sizes["input_bytes"] > self.SENSITIVITY_BYTES:
             return None
         try:
@@ -238,10 +239,12 @@ class Job:
             with variants.applied(name, model, inputs) as (model, inputs), torch.no_grad():
                 set_seed(seed)
                 _, moved = flatten_outputs(model(*inputs))
-        except Exception:  # noqa: BLE001 - the reference's own evaluation must not fail on a probe
-            if self.device.type == "cuda":
-                torch.cuda.empty_cache()
+        except torch.OutOfMemoryError:  # says nothing of a candidate's fate: no prediction
+            torch.cuda.empty_cache()
             return None
+        except Exception as error:  # noqa: BLE001 - the reference's own evaluation must not fail on a probe
+            return {"outside_fraction": 1.0, "max_abs_error": 0.0, "tolerance": float(self.spec["tolerance"]),
+                    "error": one_line(error)[:300]}
         return deviation(outputs, moved, float(self.spec["tolerance"]))
 
     def memory_line(self, inputs: list) -> str:

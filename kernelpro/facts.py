@@ -46,6 +46,7 @@ class ProblemFacts:
     sensitive_fraction: float | None = None
     # the same share with eager run under a setting a candidate may change: "tf32", "channels_last" (harness/variants)
     variant_fractions: tuple[tuple[str, float], ...] = ()
+    variant_errors: tuple[tuple[str, str], ...] = ()  # what eager raised under a variant, where it did
 
     def fails_under(self, variant: str) -> float:
         """The share of eager's own output outside the tolerance under this setting (0.0 where not measured)."""
@@ -104,7 +105,9 @@ def problem_facts(reference: dict) -> ProblemFacts | None:
                         gpu_busy_fraction=launches.get("busy_fraction"),
                         sensitive_fraction=sensitivity.get("outside_fraction"),
                         variant_fractions=tuple(sorted((name, float(found.get("outside_fraction") or 0.0))
-                                                       for name, found in (reference.get("variants") or {}).items())))
+                                                       for name, found in (reference.get("variants") or {}).items())),
+                        variant_errors=tuple(sorted((name, found["error"]) for name, found in
+                                                    (reference.get("variants") or {}).items() if found.get("error"))))
 
 
 #: how the prompt names the reference's variants (harness/variants.py)
@@ -215,10 +218,14 @@ def problem_text(facts: ProblemFacts) -> str:
         lines.append(f"- one ulp more on every input moves {facts.sensitive_fraction:.1%} of eager's output outside the "
                      "tolerance: only a candidate that repeats eager's arithmetic bit for bit can pass (no reordered "
                      "reductions, fused kernels, TF32 or other algorithms)")
+    errors = dict(facts.variant_errors)
     for variant, fraction in facts.variant_fractions:
-        if fraction:
-            lines.append(f"- eager itself with {VARIANT_WORDS.get(variant, variant)} moves {fraction:.1%} of its "
-                         "output outside the tolerance: a candidate that relies on that cannot pass")
+        words = VARIANT_WORDS.get(variant, variant)
+        if variant in errors:
+            lines.append(f"- eager itself with {words} raises {errors[variant]}: a candidate that relies on that fails")
+        elif fraction:
+            lines.append(f"- eager itself with {words} moves {fraction:.1%} of its output outside the tolerance: a "
+                         "candidate that relies on that cannot pass")
     return "\n".join(lines)
 
 

@@ -4,6 +4,7 @@ where eager itself fails under it, and says why; the LLM coder's prompt says so.
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 from conftest import DATA
@@ -33,12 +34,25 @@ def test_the_references_evaluation_measures_eager_under_each_setting_that_change
     assert asked_for_nothing.variants == {}
 
 
-def test_a_reference_that_cannot_run_under_a_setting_still_evaluates(cpu_evaluator):
-    """`view` refuses a channels-last tensor: the variant has no entry (no prediction), and the reference's own
-    evaluation is as it would be without it."""
+def test_a_reference_that_raises_under_a_setting_still_evaluates_and_predicts_the_move_fails(cpu_evaluator):
+    """`view` refuses a channels-last tensor: the reference's own evaluation succeeds, and its variant says what eager
+    raised there (all of the output counts as outside), so the channels-last move is predicted to fail."""
     problem = load_problem(DATA / "problems" / "flattens_by_view.py")
     result = cpu_evaluator.evaluate(problem, reference_candidate(problem), OPTIONS)
-    assert result.ok and result.variants == {}
+    assert result.ok and set(result.variants) == {"channels_last"}
+    found = result.variants["channels_last"]
+    assert found.outside_fraction == 1.0 and "view" in found.error
+    facts = problem_facts(json.loads(result.model_dump_json()))
+    assert f"eager itself with channels-last memory format raises {found.error}" in problem_text(facts)
+    coder = OfflineCoder(moves="channels_last")
+    try:
+        request = replace(_request(facts), problem_path=str(problem.path), problem_source=problem.source,
+                          parent_source=problem.source)
+        assert coder.propose(request) is None
+        assert f"channels_last: predicted to fail: eager itself with channels-last raises {found.error}" in \
+            coder.why_no_moves()
+    finally:
+        coder.close()
 
 
 def _request(facts) -> CoderRequest:

@@ -271,9 +271,11 @@ def _failing_variants(facts) -> dict[str, str]:
     evaluation found eager itself outside the tolerance under that setting: move -> why it is skipped."""
     if facts is None:
         return {}
-    return {move.name: f"predicted to fail: eager itself with {move.variant.replace('_', '-')} puts "
-                       f"{facts.fails_under(move.variant):.1%} of its output outside the tolerance"
-            for move in MOVES.values() if move.variant and facts.fails_under(move.variant)}
+    errors = dict(facts.variant_errors)
+    return {move.name: f"predicted to fail: eager itself with {move.variant.replace('_', '-')} " + (
+        f"raises {errors[move.variant]}" if move.variant in errors else
+        f"puts {facts.fails_under(move.variant):.1%} of its output outside the tolerance")
+        for move in MOVES.values() if move.variant and facts.fails_under(move.variant)}
 
 
 def _tuned_kernel(option: dict) -> str:
