@@ -150,7 +150,8 @@ def rewrite(compiler: Compiler, build: Build) -> None:
             build.counts[move] = sum(compiler.simplified.values())
             continue
         build.counts[move] = PASSES[move](build.gm)
-        propagate_shapes(build.gm, compiler.inputs)
+        if build.counts[move]:  # a move that rewrote nothing left every node's shape as it was
+            propagate_shapes(build.gm, compiler.inputs)
 
 
 def prepare(compiler: Compiler, build: Build) -> None:
