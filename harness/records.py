@@ -305,7 +305,8 @@ class EvalResult(_Record):
                                             "evaluation); None where the outputs are too large to hold twice")
     variants: dict[Variant, Sensitivity] = Field({}, description="asked for with EvalOptions.variants: the reference "
                                                  "under each setting against itself; a setting that changes nothing "
-                                                 "here, or outputs too large to hold twice, has no entry")
+                                                 "here, outputs too large to hold twice, or a device out of memory "
+                                                 "under it, has no entry")
     stdout: CappedLog = CappedLog()
     stderr: CappedLog = CappedLog()
     kernelpro_version: str = ""

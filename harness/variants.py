@@ -59,6 +59,19 @@ def _cudnn_benchmark(model, inputs: list) -> Iterator[tuple[object, list]]:
         torch.backends.cudnn.benchmark = saved
 
 
+@contextmanager
+def one_ulp_apart(seed: int, device: torch.device, model, inputs: list) -> Iterator[tuple[object, list]]:
+    """Not a setting but the sensitivity probe's change (EvalOptions.sensitivity): each floating input element moved
+    by one ulp up or down at random (as rounding noise does, not all one way), drawn from the trial's seed."""
+    draw = torch.Generator(device=device).manual_seed(seed)
+    for x in inputs:
+        if isinstance(x, torch.Tensor) and x.is_floating_point():
+            up = torch.randint(0, 2, x.shape, generator=draw, device=x.device, dtype=torch.bool)
+            torch.nextafter(x, torch.where(up, float("inf"), float("-inf")).to(x.dtype), out=x)
+            del up
+    yield model, inputs
+
+
 _SETTINGS: dict[str, Callable] = {"tf32": _tf32, "channels_last": _channels_last, "cudnn_benchmark": _cudnn_benchmark}
 
 

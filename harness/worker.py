@@ -26,6 +26,7 @@ import sys
 
 from kernelpro.harness import guards  # noqa: F401  (first: saves the genuine functions)
 
+import functools
 import os
 import socket
 import statistics
@@ -206,45 +207,35 @@ class Job:
     SENSITIVITY_BYTES = 1 << 30
 
     def measure_sensitivity(self, problem, seed: int, outputs: list) -> dict | None:
-        """The reference (built again from the same seed) on trial 0's inputs drawn again (a forward may have changed
-        the first ones in place), each floating element moved by one ulp up or down at random, against its outputs:
-        the share of output elements outside the tolerance and the largest difference. Runs before any candidate
-        code exists in this process."""
-        if tensor_bytes(outputs) + self.sizes["input_bytes"] > self.SENSITIVITY_BYTES:
-            return None
-        init_inputs, inputs = self.trial_values(seed)
-        draw = torch.Generator(device=self.device).manual_seed(seed)
-        for x in inputs:  # each element one ulp up or down at random: as rounding noise does, not all one way
-            if isinstance(x, torch.Tensor) and x.is_floating_point():
-                up = torch.randint(0, 2, x.shape, generator=draw, device=x.device, dtype=torch.bool)
-                towards = torch.where(up, float("inf"), float("-inf")).to(x.dtype)
-                torch.nextafter(x, towards, out=x)
-                del up, towards
-        model = self.build_model(problem.Model, seed, init_inputs)
-        set_seed(seed)
-        with torch.no_grad():
-            _, moved = flatten_outputs(model(*inputs))
-        return deviation(outputs, moved, float(self.spec["tolerance"]))
+        """The reference on trial 0's inputs drawn again (a forward may have changed the first ones in place), each
+        floating element moved by one ulp up or down at random, against its outputs: the share of output elements
+        outside the tolerance and the largest difference. Runs before any candidate code exists in this process."""
+        return self.rerun(problem, seed, outputs, functools.partial(variants.one_ulp_apart, seed, self.device))
 
     def measure_variant(self, problem, seed: int, outputs: list, name: str) -> dict | None:
-        """The reference, built and fed again from trial 0's seed, under a setting a candidate may change
-        (`harness/variants.py`), against its outputs. One that raises is all outside, with its error; None where the
-        tensors are too large to hold twice or the device runs out of memory: a prediction, never a verdict. Runs
-        before any candidate code exists in this process."""
-        if tensor_bytes(outputs) + self.sizes["input_bytes"] > self.SENSITIVITY_BYTES:
-            return None
+        """The reference under a setting a candidate may change (`harness/variants.py`), against its outputs. One that
+        raises is all outside, with its error; None where the device runs out of memory: a prediction, never a
+        verdict. Runs before any candidate code exists in this process."""
         try:
-            init_inputs, inputs = self.trial_values(seed)
-            model = self.build_model(problem.Model, seed, init_inputs)
-            with variants.applied(name, model, inputs) as (model, inputs), torch.no_grad():
-                set_seed(seed)
-                _, moved = flatten_outputs(model(*inputs))
+            return self.rerun(problem, seed, outputs, functools.partial(variants.applied, name))
         except torch.OutOfMemoryError:  # says nothing of a candidate's fate: no prediction
             torch.cuda.empty_cache()
             return None
         except Exception as error:  # noqa: BLE001 - the reference's own evaluation must not fail on a probe
             return {"outside_fraction": 1.0, "max_abs_error": 0.0, "tolerance": float(self.spec["tolerance"]),
                     "error": one_line(error)[:300]}
+
+    def rerun(self, problem, seed: int, outputs: list, change) -> dict | None:
+        """The reference built and fed again from trial 0's seed, run inside `change(model, inputs)` (a context that
+        yields the model and inputs to run), against its outputs (compare.deviation); None where the inputs and
+        outputs are too large to hold twice."""
+        if tensor_bytes(outputs) + self.sizes["input_bytes"] > self.SENSITIVITY_BYTES:
+            return None
+        init_inputs, inputs = self.trial_values(seed)
+        model = self.build_model(problem.Model, seed, init_inputs)
+        with change(model, inputs) as (model, inputs), torch.no_grad():
+            set_seed(seed)
+            _, moved = flatten_outputs(model(*inputs))
         return deviation(outputs, moved, float(self.spec["tolerance"]))
 
     def memory_line(self, inputs: list) -> str:
