@@ -46,16 +46,17 @@ def _step_input(gm: fx.GraphModule, node) -> tuple[tuple, fx.Node, int, fx.Node]
 
 def _recurrences(gm: fx.GraphModule) -> dict:
     """The products of cat((x[t], h)) that share a weight and an x, in groups of two or more (one alone gains
-    nothing): each product's group, and each group's first product in the graph's order."""
-    groups: dict[tuple, list[fx.Node]] = {}
+    nothing): each product's group (x, weight, orientation, bias) with its t and h, and each group's first product in
+    the graph's order."""
+    groups: dict[tuple, list[tuple[fx.Node, int, fx.Node]]] = {}
     for node in gm.graph.nodes:
         found = _step_input(gm, node)
         if found is not None:
-            product, x, _, _ = found
-            groups.setdefault((x,) + tuple(product[1:]), []).append(node)
-    kept = {key: nodes for key, nodes in groups.items() if len(nodes) >= 2}
-    return {"steps": {node: key for key, nodes in kept.items() for node in nodes},
-            "first": {key: nodes[0] for key, nodes in kept.items()}, "projected": {}}
+            product, x, t, h = found
+            groups.setdefault((x,) + tuple(product[1:]), []).append((node, t, h))
+    kept = {key: steps for key, steps in groups.items() if len(steps) >= 2}
+    return {"steps": {node: (key, t, h) for key, steps in kept.items() for node, t, h in steps},
+            "first": {key: steps[0][0] for key, steps in kept.items()}, "projected": {}}
 
 
 def _weight_node(graph: fx.Graph, weight: Weight) -> fx.Node:
@@ -70,10 +71,10 @@ def _folded(node: fx.Node) -> fx.Node:
 def _hoist_input_share(gm: fx.GraphModule, node: fx.Node, state) -> bool:
     """linear(cat((x[t], h))) -> addmm(P[t], h, W_h), P = linear(x, W_x, b) once for the group, before its first
     step; W_x and W_h (the weight's columns for x and for h, W_h as [K_h, N]) are computed once, at init."""
-    key = state["steps"].get(node)
-    if key is None:
+    if node not in state["steps"]:
         return False
-    (_, weight, over, bias), x, t, h = _step_input(gm, node)
+    key, t, h = state["steps"][node]
+    x, weight, over, bias = key
     graph, width = gm.graph, meta(x).shape[-1]
     if key not in state["projected"]:
         with graph.inserting_before(state["first"][key]):
