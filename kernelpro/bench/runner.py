@@ -291,8 +291,8 @@ class Bench:
         running one times on; baseline evaluations boot no fork server."""
         return self.settings.searches.device == "cuda" and not self.settings.baselines_only
 
-    def _worker(self, slot: str, work: queue.Queue, name: str = "") -> None:
-        name = name or slot
+    def _worker(self, slot: str, work: queue.Queue, name: str) -> None:
+        """One lane (`name`, from `lanes`) of a slot: takes problems from `work` until none is left."""
         while True:
             try:
                 entry = work.get_nowait()
