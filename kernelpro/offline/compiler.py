@@ -32,7 +32,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from kernelpro import launch
 from kernelpro.harness.modelio import build_model, cast_to, import_file
 from kernelpro.launch.device import Device
-from kernelpro.offline.codegen import conv_gemm, cute_gemm, gemm, layouts, scans, source, triton_configs
+from kernelpro.offline.codegen import attention, conv_gemm, cute_gemm, gemm, layouts, scans, source, triton_configs
 from kernelpro.offline.codegen import cuda as cuda_gen
 from kernelpro.offline.codegen import triton as triton_gen
 from kernelpro.offline.fuse import partition as fusion
@@ -185,7 +185,10 @@ def fuse(compiler: Compiler, build: Build) -> None:
     if "triton_conv" in graph_moves:  # a convolution the model returns gets an epilogue too
         bare += gemm.expose_bare_products(gm, lambda node: conv_gemm.is_conv(gm, node))
     # scans (cumsum/cumprod with the flips, slices and pointwise ops around them) with the row kernels
+    # and attention without softmax, its scores never written out
     found = scans.find(gm, set(build.folds), build.device) if "row" in kinds and not build.cuda else []
+    if "row" in kinds and not build.cuda:
+        found += attention.find(gm, set(build.folds).union(*(g.nodes for g in found)), "tf32_matmul" in build.moves)
     excluded = set(build.folds).union(*(g.nodes for g in found))
     groups = found + fusion.partition(gm, kinds, exclude=excluded)
     tf32 = "tf32_matmul" in build.moves
@@ -205,7 +208,8 @@ def fuse(compiler: Compiler, build: Build) -> None:
         groups = [g for g in groups if g.kind != "pointwise" or g.gemm is not None]
     for move, kind in (("fuse_reductions", "row"), ("fuse_pointwise", "pointwise")):
         if move in graph_moves:
-            counts[move] = sum(1 for g in groups if g.kind in (kind, "scan" if kind == "row" else "") and g.gemm is None)
+            counts[move] = sum(1 for g in groups if g.gemm is None and (g.kind == kind or (
+                kind == "row" and g.kind in ("scan", "attention"))))
     if build.cuda:
         counts["cuda_kernels"] = sum(1 for g in groups if g.gemm is None)
     build.groups = groups
@@ -215,7 +219,7 @@ def backend_of(group, cuda: bool):
     """The code generator that renders a group: its GEMM's, a scan's, CUDA C++ with cuda_kernels, else Triton."""
     if group.gemm is not None:
         return {"cute": cute_gemm, "conv": conv_gemm}.get(group.gemm.backend, gemm)
-    return scans if group.kind == "scan" else cuda_gen if cuda else triton_gen
+    return {"scan": scans, "attention": attention}.get(group.kind) or (cuda_gen if cuda else triton_gen)
 
 
 def lower(compiler: Compiler, build: Build) -> None:
@@ -230,7 +234,8 @@ def lower(compiler: Compiler, build: Build) -> None:
         generator = backend_of(group, build.cuda)
         # with channels_last, 4-D pointwise kernels and rows along the channels run over NHWC
         # order, called through views (kernelpro.offline.codegen.layouts)
-        nhwc = layouts.channels_last(group) if "channels_last" in moves and generator is not scans else None
+        nhwc = layouts.channels_last(group) if "channels_last" in moves and generator not in (scans, attention) \
+            else None
         rendered = group
         if nhwc is not None:
             rendered, adapter = nhwc

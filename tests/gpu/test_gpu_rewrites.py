@@ -1,4 +1,5 @@
-"""GPU: graph rewrites that change which library kernels run, judged by the real harness on KernelBench's problems at
+"""GPU: graph rewrites that change which library kernels run (and the attention kernel that replaces a ReLU
+attention's four), judged by the real harness on KernelBench's problems at
 their sizes (fp32, training mode, sandboxed like any candidate), with their speed against eager printed:
 `python3 -m pytest -m gpu tests/gpu/test_gpu_rewrites.py -s`. KernelBench's problems are read from
 $KERNELBENCH_DIR, else ../shared/kernelbench, else .kb/kernelbench (the copy the device tool carries)."""
@@ -20,6 +21,7 @@ CASES = {  # KernelBench problem: the move whose rule rewrites it
     "level3/31_VisionAttention": "attention_to_sdpa",  # nn.MultiheadAttention without its weights
     "level3/13_DenseNet121TransitionLayer": "pool_before_product",  # the 2x2 average pool before the 1x1 conv
     "level3/34_VanillaRNNHidden": "batch_step_products",  # 256 unrolled steps: the input's products in one
+    "level3/50_ReLUSelfAttention": "fuse_reductions",  # ReLU attention as one kernel, the scores never written
 }
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kernelpro.offline.fuse.groups import Group, Step
@@ -15,6 +16,21 @@ from kernelpro.offline.ir.windows import Dialect
 
 def next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
+
+
+def disjoint_groups(nodes, make: Callable, name: Callable) -> list:
+    """The groups `make(node)` finds from each node in turn (None: none there), but for those that share a node
+    with an earlier one; each named `name(group, its index)`."""
+    groups: list = []
+    taken: set = set()
+    for node in nodes:
+        group = make(node) if node not in taken else None
+        if group is None or taken & set(group.nodes):
+            continue
+        group.name = name(group, len(groups))
+        taken.update(group.nodes)
+        groups.append(group)
+    return groups
 
 
 # -- the iteration space --------------------------------------------------------------------------

@@ -228,11 +228,15 @@ def products_taken(groups: list[Group]) -> set[fx.Node]:
 
 
 def attach(gm: fx.GraphModule, groups: list[Group], tf32: bool) -> int:
-    """Mark the epilogue groups whose product a Triton GEMM can compute; how many."""
+    """Mark the epilogue groups whose product a Triton GEMM can compute (where no other kernel computes it, as an
+    attention kernel does its products); how many."""
     count = 0
+    taken = {node for group in groups if group.kind == "attention" for node in group.nodes}
     for group in groups:
         if group.kind == "pointwise" and group.after_anchor:
             group.gemm = gemm_for(gm, group, tf32)
+            if group.gemm is not None and group.gemm.node in taken:
+                group.gemm = None
             if group.gemm is not None:
                 group.name = group.name.replace("fused_", "gemm_", 1)
                 count += 1

@@ -32,7 +32,7 @@ from kernelpro.offline.fuse.groups import Group, Input, Output, is_pointwise, sh
 from kernelpro.offline.ir.ops import Unsupported, emit_pointwise, resolve
 from kernelpro.offline.rewrite.passes import arg, meta
 from kernelpro.launch.device import Device
-from kernelpro.offline.codegen.common import next_pow2
+from kernelpro.offline.codegen.common import disjoint_groups, next_pow2
 from kernelpro.offline.codegen.wrapper import Wrapper, output_names, python_wrapper
 
 _SCANS = {torch.cumsum: "cumsum", torch.cumprod: "cumprod"}
@@ -233,18 +233,9 @@ class _Finder:
 def find(gm: fx.GraphModule, exclude: set, device: Device = Device()) -> list[ScanGroup]:
     """Every scan the kernel takes, with what it takes around it, in graph order."""
     finder = _Finder(gm, set(exclude), device)
-    groups, taken = [], set()
-    for node in list(gm.graph.nodes):
-        op = _is_scan(node)
-        if op is None or node in taken or node in exclude:
-            continue
-        group = finder.group(node, op)
-        if group is None or taken & set(group.nodes):
-            continue
-        group.name = f"scan_{op}_{len(groups)}"
-        taken.update(group.nodes)
-        groups.append(group)
-    return groups
+    return disjoint_groups(list(gm.graph.nodes), lambda node: finder.group(node, _is_scan(node))
+                           if _is_scan(node) and node not in exclude else None,
+                           lambda group, index: f"scan_{group.op}_{index}")
 
 
 # -- launch configurations and rendering ------------------------------------------------------------------

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import operator
+from dataclasses import dataclass
 
 import torch
 import torch.fx as fx
@@ -58,6 +59,49 @@ def _is_causal_mask(mask: fx.Node, scores_shape) -> bool:
     return is_op(ones, (torch.ones,)) and len(shape) == 2 and shape == tuple(scores_shape[-2:])
 
 
+@dataclass
+class Scores:
+    """Attention's scores as written out by hand: masked_fill((q @ k^T) * scale, mask, -inf), the mask optional and
+    before or among the scalings. `k` is the key tensor before its transpose; `chain` holds the scaling and masking
+    nodes, from the last one back; `mask` is True where a score is filled with -inf."""
+    q: fx.Node
+    k: fx.Node
+    product: fx.Node  # q @ k^T
+    transpose: fx.Node  # k^T
+    scale: float
+    mask: fx.Node | None
+    chain: list
+
+
+def attention_scores(node) -> Scores | None:
+    """What `node` is when it is attention's scores (see `Scores`), each step read by the next alone; None
+    otherwise. With a mask, only a positive overall scale keeps -inf at -inf, so the scale must be one."""
+    scores, scale, chain, mask = node, 1.0, [], None
+    while True:
+        found, masked = scaled_by(scores), _masked_with_minus_inf(scores)
+        if found:
+            scale *= found[1]
+            chain.append(scores)
+            scores = found[0]
+        elif masked and mask is None:
+            chain.append(scores)
+            scores, mask = masked
+        else:
+            break
+    if not is_op(scores, MATMUL, {"matmul", "bmm"}) or not meta(scores) or len(scores.users) != 1:
+        return None
+    q, kt = scores.args
+    if not (meta(q) and meta(kt)) or not _is_last_two_transpose(kt, len(meta(kt).shape)):
+        return None
+    rank = len(meta(scores).shape)
+    if any(len(meta(t).shape) != rank for t in (q, kt)) or any(len(c.users) != 1 for c in chain[1:]) \
+            or not math.isfinite(scale) or (mask is not None and scale <= 0):
+        return None
+    if mask is not None and (not meta(mask) or meta(mask).dtype is not torch.bool):
+        return None
+    return Scores(q, kt.args[0], scores, kt, scale, mask, chain)
+
+
 def _attention_to_sdpa(gm: fx.GraphModule, node: fx.Node, state) -> bool:
     """softmax(masked_fill((q @ k^T) * s [/ s], mask, -inf)) @ v over the last dim (mask optional, before
     or among the scalings) -> scaled_dot_product_attention(q, k, v, scale, is_causal or attn_mask=~mask)."""
@@ -71,38 +115,19 @@ def _attention_to_sdpa(gm: fx.GraphModule, node: fx.Node, state) -> bool:
     rank = len(meta(probs).shape)
     if arg(probs, 1, "dim") not in (-1, rank - 1) or probs.kwargs.get("dtype") is not None:
         return False
-    scores, scale, chain, mask = probs.args[0], 1.0, [], None
-    while True:
-        found, masked = scaled_by(scores), _masked_with_minus_inf(scores)
-        if found:  # with a mask, only a positive overall scale keeps -inf at -inf (checked below)
-            scale *= found[1]
-            chain.append(scores)
-            scores = found[0]
-        elif masked and mask is None:
-            chain.append(scores)
-            scores, mask = masked
-        else:
-            break
-    if not is_op(scores, MATMUL, {"matmul", "bmm"}) or not meta(scores) or len(scores.users) != 1:
+    scores = attention_scores(probs.args[0])
+    if scores is None or len(probs.args[0].users) != 1 or not meta(v) or len(meta(v).shape) != rank:
         return False
-    q, kt = scores.args
-    if not (meta(q) and meta(kt) and meta(v)) or not _is_last_two_transpose(kt, len(meta(kt).shape)):
-        return False
-    if any(len(meta(t).shape) != rank for t in (q, kt, v)) or any(len(c.users) != 1 for c in chain) \
-            or not math.isfinite(scale) or (mask is not None and scale <= 0):
-        return False
-    kwargs: dict = {"scale": scale}
-    if mask is not None:
-        if not meta(mask) or meta(mask).dtype is not torch.bool:
-            return False
-        if _is_causal_mask(mask, meta(scores).shape):
+    kwargs: dict = {"scale": scores.scale}
+    if scores.mask is not None:
+        if _is_causal_mask(scores.mask, meta(scores.product).shape):
             kwargs["is_causal"] = True
         else:
             with gm.graph.inserting_before(node):
-                keep = gm.graph.call_function(torch.logical_not, (mask,))
-            keep.meta = dict(mask.meta)
+                keep = gm.graph.call_function(torch.logical_not, (scores.mask,))
+            keep.meta = dict(scores.mask.meta)
             kwargs["attn_mask"] = keep
-    substitute(gm, node, F.scaled_dot_product_attention, (q, kt.args[0], v), kwargs)
+    substitute(gm, node, F.scaled_dot_product_attention, (scores.q, scores.k, v), kwargs)
     return True
 
 

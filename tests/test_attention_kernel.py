@@ -1,0 +1,132 @@
+"""Attention without softmax as one Triton kernel (kernelpro.offline.codegen.attention), run by Triton's interpreter
+on CPU tensors: minGPT's ReLU attention with its causal mask (blocks skipped, read in part and read whole), every
+launch configuration, the forms without a mask and in three dimensions, and the forms it must leave alone."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton")
+
+from conftest import compare_models, load_module  # noqa: E402
+from kernelpro.offline.codegen import attention  # noqa: E402
+from kernelpro.offline.compiler import Compiler  # noqa: E402
+
+if os.environ.get("TRITON_INTERPRET") != "1":
+    pytest.skip("these tests run Triton's interpreter (conftest turns it on where there is no GPU)",
+                allow_module_level=True)
+
+#: minGPT's attention with ReLU for softmax (the form of KernelBench's level3/50), at a small size: 100 queries, so
+#: the last block of queries and of keys is partly outside the sequence
+RELU_ATTENTION = '''
+import math
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self, n_embd, n_head, max_seqlen):
+        super().__init__()
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd)
+        self.register_buffer("bias", torch.tril(torch.ones(max_seqlen, max_seqlen)).view(1, 1, max_seqlen, max_seqlen))
+        self.n_head = n_head
+        self.n_embd = n_embd
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float('-inf'))
+        att = F.relu(att)
+        y = att @ v
+        return y.transpose(1, 2).contiguous().view(B, T, C)
+
+
+def get_inputs():
+    return [torch.rand(2, 100, 32)]
+
+
+def get_init_inputs():
+    return [32, 2, 128]
+'''
+
+
+def problem(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / f"p{uuid.uuid4().hex[:8]}.py"
+    path.write_text(text)
+    return path
+
+
+def build_and_compare(path: Path, tune: dict | None = None) -> tuple[str, list[dict]]:
+    source, counts, kernels = Compiler(path, 42, "train").build(["fuse_reductions"], tune)
+    candidate = path.with_name(path.stem + f"_new{uuid.uuid4().hex[:6]}.py")
+    candidate.write_text(source)
+    compare_models(load_module(candidate), training=True)
+    return source, kernels
+
+
+def test_relu_attention_is_one_kernel_at_every_launch_configuration(tmp_path):
+    path = problem(tmp_path, RELU_ATTENTION)
+    source, kernels = build_and_compare(path)
+    assert [k["kind"] for k in kernels] == ["attention"] and "MASKED=True" in source
+    assert "masked_fill" not in source.split("def _kp_body")[1], "the scores are still written out"
+    for rank in range(1, kernels[0]["configs"]):
+        _, tuned = build_and_compare(path, {"attention_0": rank})
+        assert tuned[0]["rank"] == rank
+
+
+def test_the_mask_map_skips_blocks_with_nothing_kept(tmp_path):
+    """A causal mask over 128 keys in tiles of 32 x 64: tiles above the diagonal are skipped (0), those on it read
+    the mask (1), those below are kept whole (2)."""
+    import torch
+    path = problem(tmp_path, RELU_ATTENTION.replace("torch.rand(2, 100, 32)", "torch.rand(1, 128, 32)"))
+    source, _, _ = Compiler(path, 42, "train").build(["fuse_reductions"], {"attention_0": 4})  # 32 x 64 tiles
+    namespace: dict = {}
+    start = source.index("    keep = torch.logical_not")
+    lines = source[start:].split("\n")[:3]
+    mask = torch.ones(128, 128).tril().view(1, 1, 128, 128) == 0
+    exec("\n".join(line.strip() for line in lines), {"torch": torch, "mask": mask}, namespace)
+    expected = torch.tensor([[1, 0], [1, 0], [2, 1], [2, 1]], dtype=torch.int8)
+    assert torch.equal(namespace["live"], expected)
+
+
+@pytest.mark.parametrize("body, shapes", [
+    (["return torch.relu(torch.bmm(x, y.transpose(1, 2)) / 4.0) @ z"], [(2, 40, 16), (2, 70, 16), (2, 70, 24)]),
+    (["s = (x @ y.transpose(-2, -1)) * 0.25", "return torch.sigmoid(s.masked_fill(torch.ones(40, 40).triu(1).bool(),"
+      " float('-inf'))) @ z"], [(2, 3, 40, 16), (2, 3, 40, 16), (2, 3, 40, 16)]),
+], ids=["unmasked-3d", "sigmoid-masked"])
+def test_other_forms_are_taken_and_exact(tmp_path, body, shapes):
+    inputs = ", ".join(f"torch.randn{shape!r}" for shape in shapes)
+    text = "\n".join(["import torch", "import torch.nn as nn", "", "", "class Model(nn.Module):",
+                      "    def forward(self, x, y, z):"] + ["        " + line for line in body] +
+                     ["", "", f"def get_inputs():\n    return [{inputs}]", "", "",
+                      "def get_init_inputs():\n    return []", ""])
+    _, kernels = build_and_compare(problem(tmp_path, text))
+    assert [k["kind"] for k in kernels] == ["attention"]
+
+
+@pytest.mark.parametrize("scores", [
+    "torch.softmax(s.masked_fill(m, float('-inf')), dim=-1)",  # softmax attention: scaled_dot_product_attention's
+    "torch.tanh(s.masked_fill(m, float('-inf')))",  # tanh(-inf) = -1: a masked score would count
+    "torch.relu(s.masked_fill(w > 0, float('-inf')))",  # a mask per batch and head
+    "torch.relu(s).masked_fill(m, 0.0) + s.mean()",  # the scores read by another op
+])
+def test_forms_it_must_leave_alone(tmp_path, scores):
+    text = "\n".join(["import torch", "import torch.nn as nn", "", "", "class Model(nn.Module):",
+                      "    def forward(self, x, y, z, w):",
+                      "        s = (x @ y.transpose(-2, -1)) * 0.25",
+                      "        m = torch.ones(40, 40).triu(1).bool()",
+                      f"        return ({scores}) @ z", "", "",
+                      "def get_inputs():\n    return [torch.randn(2, 3, 40, 16), torch.randn(2, 3, 40, 16), "
+                      "torch.randn(2, 3, 40, 16), torch.randn(2, 3, 40, 40)]", "", "",
+                      "def get_init_inputs():\n    return []", ""])
+    compiler = Compiler(problem(tmp_path, text), 42, "train")
+    assert attention.find(compiler.graph, set()) == []
