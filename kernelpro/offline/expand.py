@@ -15,7 +15,6 @@ from pathlib import Path
 import torch
 import torch.fx as fx
 
-from kernelpro.harness.modelio import tensor_bytes
 from kernelpro.launch.device import target_device
 from kernelpro.offline.compiler import Compiler
 from kernelpro.offline.moves import EXCLUSIVE, MOVES, SIMPLIFY, TUNE_PREFIX, TUNE_TECHNIQUE, allowed, canonical
@@ -53,20 +52,21 @@ REPLAY_LAUNCH_S = 8e-6  # seconds of launch overhead a replay can save per op of
 
 
 def replay_outweighed(problem: Compiler) -> str:
-    """Why a CUDA graph of the whole forward cannot pay here, or '': each call copies the inputs into its
-    static buffers and clones the outputs (a read and a write of each), which must cost less than the
-    launches the replay saves. Measured on the budget-8 KernelBench bench: 0.34x-0.51x on 6.4 GB
-    inputs (level1/20, 24), 0.87x-0.92x on 0.5 GB outputs (level1/62, level2/73)."""
+    """Why a CUDA graph of the whole forward cannot pay here, or '': each call clones the outputs (a read and a
+    write of each), which must cost less than the launches the replay saves. Its inputs are read in place where a
+    call passes the buffers of the call before (as a timing loop does), so they cost nothing then. With the inputs
+    copied in as well, the budget-8 KernelBench bench measured 0.34x-0.51x on 6.4 GB inputs (level1/20, 24) and
+    0.87x-0.92x on 0.5 GB outputs (level1/62, level2/73)."""
     if problem.graph is None:
         return ""  # ops unknown: the search measures it
     ops = sum(1 for n in problem.graph.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
     outputs = [meta(a) for n in problem.graph.graph.nodes if n.op == "output"
                for a in torch.utils._pytree.tree_leaves(n.args[0]) if isinstance(a, fx.Node)]
-    moved = 2 * (tensor_bytes(problem.inputs) + sum(math.prod(m.shape) * m.dtype.itemsize for m in outputs if m))
+    moved = 2 * sum(math.prod(m.shape) * m.dtype.itemsize for m in outputs if m)
     copies_s, saved_s = moved / REPLAY_BANDWIDTH, ops * REPLAY_LAUNCH_S
     if copies_s <= saved_s:
         return ""
-    return (f"its copies (inputs in, outputs cloned: {moved / 1e6:.0f} MB a call, {copies_s * 1e6:.0f} us at "
+    return (f"its output clones ({moved / 1e6:.0f} MB read and written a call, {copies_s * 1e6:.0f} us at "
             f"{REPLAY_BANDWIDTH / 1e12:g} TB/s) outweigh the launch overhead it can save ({ops} ops x "
             f"{REPLAY_LAUNCH_S * 1e6:g} us = {saved_s * 1e6:.0f} us)")
 

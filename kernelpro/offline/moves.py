@@ -126,7 +126,8 @@ MOVES: dict[str, Move] = {m.name: m for m in (
          "allow TF32 tensor cores for fp32 matmuls and convolutions (the tolerance is unchanged)",
          cuda_only=True, fp32_only=True, variant="tf32"),
     Move("cuda_graphs", "cuda_graphs", False,
-         "capture the whole forward in a CUDA graph (static shapes; inputs copied in, fresh outputs)",
+         "capture the whole forward in a CUDA graph (static shapes; a fresh output each call; inputs read where they "
+         "lie when a call passes those of the call before, copied in otherwise)",
          cuda_only=True),
 )}
 
