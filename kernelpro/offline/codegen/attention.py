@@ -110,8 +110,9 @@ def _group(gm: fx.GraphModule, node: fx.Node, exclude: set, tf32: bool) -> Atten
     probs, v = node.args
     if not isinstance(probs, fx.Node) or not (meta(node) and meta(v) and meta(probs)):
         return None
-    start = probs
-    while isinstance(start, fx.Node) and start.op != "placeholder" and attention_scores(start) is None:
+    start = probs  # down f's chain (each op read by the next alone) to the scores
+    while isinstance(start, fx.Node) and len(start.users) == 1 and start.op != "placeholder" \
+            and attention_scores(start) is None:
         start = start.args[0] if start.args and isinstance(start.args[0], fx.Node) else None
     scores = attention_scores(start) if isinstance(start, fx.Node) else None
     if scores is None:
