@@ -88,7 +88,8 @@ def test_the_mask_map_skips_blocks_with_nothing_kept(tmp_path):
     the mask (1), those below are kept whole (2)."""
     import torch
     path = problem(tmp_path, RELU_ATTENTION.replace("torch.rand(2, 100, 32)", "torch.rand(1, 128, 32)"))
-    source, _, _ = Compiler(path, 42, "train").build(["fuse_reductions"], {"attention_0": 4})  # 32 x 64 tiles
+    tiles = {"attention_0": attention.TILES.index((32, 64, 4))}  # 32 x 64 tiles
+    source, _, _ = Compiler(path, 42, "train").build(["fuse_reductions"], tiles)
     namespace: dict = {}
     start = source.index("    keep = torch.logical_not")
     lines = source[start:].split("\n")[:3]
@@ -130,3 +131,61 @@ def test_forms_it_must_leave_alone(tmp_path, scores):
                       "def get_init_inputs():\n    return []", ""])
     compiler = Compiler(problem(tmp_path, text), 42, "train")
     assert attention.find(compiler.graph, set()) == []
+
+
+COMPILE_FOR_SM90 = """
+import json, sys
+from pathlib import Path
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from kernelpro.harness.modelio import import_file
+from kernelpro.launch.static import for_kernel, of_triton_module
+found = {}
+for number, path in enumerate(sys.argv[2:]):
+    module = import_file(f"kernelpro_candidate_{number}", Path(path))
+    kernel = module.attention_0_kernel
+    text = Path(path).read_text()
+    constexprs = {name: int(value) if value.isdigit() else value == "True"
+                  for name, value in __import__("re").findall(r"\\b(BLOCK_[MNDE]|MASKED)=(\\w+)", text)}
+    signature = {name: "*fp32" for name in ("q_ptr", "k_ptr", "v_ptr", "out_ptr")}
+    signature.update({"keep_ptr": "*i8", "live_ptr": "*i8"})
+    signature.update({f"s{t}{d}": "i32" for t in "qkv" for d in "bhtd"})
+    signature.update({name: "constexpr" for name in constexprs})
+    warps = int(__import__("re").search(r"num_warps=(\\d+)", text).group(1))
+    compiled = triton.compile(ASTSource(kernel, signature, constexprs=constexprs),
+                              target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+    kernel.device_caches = {0: ({"key": compiled}, {}, None, None, None)}
+    found[path] = for_kernel(of_triton_module(module), "attention_0")
+print(json.dumps(found))
+"""
+
+
+def test_the_kernel_compiles_for_sm90_at_every_configuration_and_the_first_does_not_spill(tmp_path):
+    """Triton compiles for a Hopper GPU without one (in a child process: the tests otherwise interpret Triton), which
+    the interpreter does not: its type checks and register allocation are the real ones. cuobjdump reads each
+    kernel's registers and local memory."""
+    import json
+    import subprocess
+    import sys
+    from kernelpro.tools.api import find_binary
+    if find_binary("cuobjdump") is None:
+        pytest.skip("needs cuobjdump")
+    path = problem(tmp_path, RELU_ATTENTION.replace("torch.rand(2, 100, 32)", "torch.rand(2, 256, 128)")
+                   .replace("[32, 2, 128]", "[128, 2, 256]"))  # 64 values per head, as in KernelBench's level3/50
+    compiler = Compiler(path, 42, "train")
+    _, _, kernels = compiler.build(["fuse_reductions"])
+    candidates = []
+    for rank in range(kernels[0]["configs"]):
+        candidate = tmp_path / f"candidate_{rank}.py"
+        candidate.write_text(compiler.build(["fuse_reductions"], {"attention_0": rank})[0])
+        candidates.append(str(candidate))
+    script = tmp_path / "compile_here.py"
+    script.write_text(COMPILE_FOR_SM90)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, str(script), "sm_90", *candidates], capture_output=True, text=True,
+                          timeout=900, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert all(static["registers"] > 0 for static in found.values())
+    assert found[candidates[0]]["local_memory"] == 0, found[candidates[0]]
