@@ -1,8 +1,9 @@
-"""The build worker: imports a candidate with no GPU visible, so `load_inline` compiles.
+"""The build worker: imports a candidate with no GPU visible, so `load_inline` compiles, and compiles its Triton
+kernels for the GPU it will run on (`tritonwarm`, where the evaluator asks for it).
 
-Run by the CPU build pool (`python -m kernelpro.harness.builder FD DEVICE`). The
-extension lands in the candidate's own `TORCH_EXTENSIONS_DIR`, where the GPU worker
-finds it later without recompiling.
+Run by the CPU build pool (`python -m kernelpro.harness.builder FD DEVICE`). The extension lands in the candidate's
+own `TORCH_EXTENSIONS_DIR` and the Triton kernels in its own `TRITON_CACHE_DIR`, where the GPU worker finds them
+later without compiling again.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ def main() -> None:
     path = Path.cwd() / "candidate.py"
     path.write_text(spec["candidate_source"])
     try:
-        import_file("kernelpro_candidate", path)
+        candidate = import_file("kernelpro_candidate", path)
         reply = {"type": "built"}
+        if spec.get("precompile") and os.environ.get("TRITON_INTERPRET") != "1":
+            reply["precompiled"] = _precompile(candidate, spec["precompile"])
     except BaseException as error:  # the GPU worker decides anything that is not a build failure
         if is_build_failure(error):
             reply = {"type": "build_failed", "reason": build_failure_reason(error), "log": error_tail(error)}
@@ -38,6 +41,19 @@ def main() -> None:
     sock.close()
     sys.stdout.flush()
     os._exit(0)
+
+
+def _precompile(candidate, asked: dict) -> dict:
+    """The candidate's Triton kernels compiled for the asked target on the meta device (`tritonwarm`)."""
+    from kernelpro.harness import tritonwarm
+    problem_path = Path.cwd() / "problem.py"
+    problem_path.write_text(asked["problem_source"])
+    try:
+        problem = import_file("kernelpro_problem", problem_path)
+    except Exception as error:  # noqa: BLE001 - the GPU worker reports a problem that does not import
+        return {"kernels": 0, "stopped": one_line(error)}
+    return tritonwarm.precompile(candidate, problem, tuple(asked["target"]), asked["precision"],
+                                 asked["model_mode"], int(asked["seed"]))
 
 
 if __name__ == "__main__":

@@ -54,9 +54,14 @@ class BuildEntry:
         path = self.root / "FAILED.json"
         return json.loads(path.read_text()) if path.exists() else None
 
-    def mark_built(self, seconds: float) -> None:
+    def mark_built(self, seconds: float, precompiled: dict | None = None) -> None:
+        """`precompiled`: the Triton kernels compiled ahead ({"kernels", "stopped"}), where that was asked."""
         self.root.mkdir(parents=True, exist_ok=True)
-        (self.root / "BUILT").write_text(json.dumps({"build_s": seconds}))
+        (self.root / "BUILT").write_text(json.dumps({"build_s": seconds, "precompiled": precompiled}))
+
+    @property
+    def precompiled(self) -> dict | None:
+        return json.loads((self.root / "BUILT").read_text()).get("precompiled") if self.built else None
 
     def mark_failed(self, reason: str, log: str) -> None:
         self.root.mkdir(parents=True, exist_ok=True)

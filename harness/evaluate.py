@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import logging
 import importlib.metadata
+import os
 import signal
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from kernelpro.harness import channel, compare, compilecache, policy, readings, sandbox
+from kernelpro.harness import channel, compare, compilecache, policy, readings, sandbox, tritonwarm
 from kernelpro.harness.cache import BuildCache, BuildEntry, needs_native_build, source_hash
 from kernelpro.harness.ceilings import CeilingsStore, KeptCeilings, settle
 from kernelpro.harness.errors import DeviceError, ProblemError
@@ -122,6 +123,8 @@ class Evaluator:
         # the device's ceilings (harness/ceilings.py), by its name: given (a search hands over the profiler's cache),
         # else measured in the reference's own evaluation on CUDA and kept, so a device is measured once
         self.ceilings: CeilingsStore = ceilings if ceilings is not None else KeptCeilings()
+        # the GPU the build workers compile candidates' Triton kernels for (harness/tritonwarm.py)
+        self.triton_target = tritonwarm.target_for(device)
         self.build_pool = ThreadPoolExecutor(max_workers=build_workers, thread_name_prefix="kernelpro-build")
         self._builds: dict[str, Future] = {}
         self._builds_lock = threading.Lock()
@@ -139,29 +142,40 @@ class Evaluator:
         self.references.clear()
 
     # -- builds ----------------------------------------------------------------
-    def prebuild(self, source: str, options: EvalOptions | None = None) -> Future:
-        """Start (or join) the native build of a source in the CPU pool."""
-        limit = (options or EvalOptions()).limits.build_s
+    def prebuild(self, source: str, options: EvalOptions | None = None, problem: Problem | None = None) -> Future:
+        """Start (or join) the build of a source in the CPU pool: its native extensions, and with the problem on a
+        GPU, its Triton kernels compiled for that GPU (`harness/tritonwarm.py`)."""
+        options = options or EvalOptions()
         key = source_hash(source)
         with self._builds_lock:
             if key not in self._builds:
-                self._builds[key] = self.build_pool.submit(self._build, source, limit)
+                self._builds[key] = self.build_pool.submit(self._build, source, options.limits.build_s,
+                                                           self._precompile(source, options, problem))
             return self._builds[key]
 
-    def _build(self, source: str, limit_s: float) -> tuple[bool, float, dict | None]:
+    def _precompile(self, source: str, options: EvalOptions, problem: Problem | None) -> dict | None:
+        """What the build worker needs to compile the source's Triton kernels ahead of the GPU worker, or None: not
+        on a GPU, no Triton kernel in the source, or KERNELPRO_TRITON_PRECOMPILE=0."""
+        if problem is None or self.triton_target is None or "@triton.jit" not in source \
+                or os.environ.get("KERNELPRO_TRITON_PRECOMPILE", "1") == "0":
+            return None
+        return {"target": list(self.triton_target), "problem_source": problem.source, "precision": options.precision,
+                "model_mode": options.model_mode, "seed": options.seed}
+
+    def _build(self, source: str, limit_s: float, precompile: dict | None = None) -> tuple[bool, float, dict | None]:
         """(was cached, seconds, failure) — failure is a verdict header or None."""
         entry = self.cache.entry(source)
         failure = entry.failure()
         if failure:
             return True, 0.0, {"verdict": "compile_error", **failure}
-        if entry.built or not needs_native_build(source):
+        if entry.built or not (needs_native_build(source) or precompile):
             return entry.built, 0.0, None
         began = time.monotonic()
         builder = self.pool.builder(entry)
         try:
             builder.receive(_STARTUP_LIMIT_S)
             builder.send({"candidate_source": source, "extensions_dir": str(entry.extensions_dir),
-                          "triton_cache_dir": str(entry.triton_cache_dir)})
+                          "triton_cache_dir": str(entry.triton_cache_dir), "precompile": precompile})
             reply, _ = builder.receive(limit_s)
         except channel.ChannelTimeout:
             return False, time.monotonic() - began, {"verdict": "timeout", "phase": "build",
@@ -172,12 +186,16 @@ class Evaluator:
             builder.kill()
         seconds = time.monotonic() - began
         if reply["type"] == "built":
-            entry.mark_built(seconds)
+            entry.mark_built(seconds, reply.get("precompiled"))
+            if reply.get("precompiled"):
+                log.info("%s: %d Triton kernels compiled ahead in %.1f s%s", entry.root.name,
+                         reply["precompiled"]["kernels"], seconds, f" (stopped: {reply['precompiled']['stopped']})"
+                         if reply["precompiled"]["stopped"] else "")
         elif reply["type"] == "build_failed":
             stdout, stderr = builder.logs()
-            log = (stderr.text() + stdout.text())[-8000:] + "\n" + reply.get("log", "")
-            entry.mark_failed(reply["reason"], log)
-            return False, seconds, {"verdict": "compile_error", "reason": reply["reason"], "log": log}
+            text = (stderr.text() + stdout.text())[-8000:] + "\n" + reply.get("log", "")
+            entry.mark_failed(reply["reason"], text)
+            return False, seconds, {"verdict": "compile_error", "reason": reply["reason"], "log": text}
         return False, seconds, None
 
     # -- evaluation ------------------------------------------------------------
@@ -227,7 +245,7 @@ class Evaluator:
             return _result(Verdict(finding.verdict), Phase.STATIC, finding.reason, base, began)
         entry = self.cache.entry(source)
         already_built = entry.built or entry.failure() is not None
-        cached, build_s, failure = self.prebuild(source, options).result()
+        cached, build_s, failure = self.prebuild(source, options, problem).result()
         if already_built:  # the build happened before this evaluation asked for it
             cached, build_s = True, 0.0
         base.update(build_cached=cached if needs_native_build(source) else None, build_s=build_s)

@@ -490,7 +490,7 @@ class SearchRun:
         (self.out / name).write_text(proposal.source)
         log.info("node %d: %s from node %d (%s): %s", child.id, child.payload["move"], expansion.node_id,
                  expansion.kind.value, name)
-        evaluator.prebuild(proposal.source, self.options())  # native builds start in the CPU pool now
+        evaluator.prebuild(proposal.source, self.options(), self.problem)  # builds start in the CPU pool now
         self.status.in_flight.append(child.payload["move"])
         self._changed()
         future = pool.submit(evaluator.evaluate, self.problem, proposal.source, self.candidate_options())

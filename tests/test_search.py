@@ -106,7 +106,7 @@ class FakeHarness:
     def __init__(self):
         self.sources: list[str] = []
 
-    def prebuild(self, source, options=None):
+    def prebuild(self, source, options=None, problem=None):
         return None
 
     def close(self):

@@ -1,0 +1,106 @@
+"""A candidate's Triton kernels compiled before it reaches the GPU, in the build worker.
+
+Triton compiles a kernel at its first call. On the GPU worker that is the correctness phase, where each of level 2's
+GEMM candidates spent 1.5 to 2 s compiling on an H200 while the other evaluations in flight waited to be timed. The
+build worker sees no GPU, but Triton compiles without one: `precompile` runs the candidate's forward on the meta
+device, with Triton's launches turned into compilations (`run(..., warmup=True)`) for the GPU the candidate will run
+on, through a driver that answers Triton's questions for it (`CompileOnlyDriver`). The kernels land in the
+candidate's own Triton cache (`BuildEntry.triton_cache_dir`), which the GPU worker starts from. Triton keys a
+compiled kernel on its source, its arguments' types and specializations (a pointer's alignment, an integer's
+divisibility by 16 or being 1), its constants, its options and the target: the same on the meta device, where a
+tensor's address is its offset from an aligned base, as a GPU allocation's is.
+
+Best effort: what the forward cannot do on the meta device (a CUDA graph, a native extension, data-dependent
+control flow) ends the warm-up there, and the GPU worker compiles the rest at its first call, as before. Nothing here
+decides a verdict.
+"""
+
+from __future__ import annotations
+
+import types
+
+import torch
+
+from kernelpro.harness.modelio import DTYPES, build_model, cast_to, set_seed
+
+
+def target_for(device: str) -> tuple[str, int, int] | None:
+    """What Triton compiles for on the evaluator's GPU, as its CUDA driver names it (backend, major * 10 + minor,
+    warp size); None on the CPU or without Triton."""
+    import importlib.util
+    if device != "cuda" or importlib.util.find_spec("triton") is None:
+        return None
+    major, minor = torch.cuda.get_device_capability(0)
+    return "cuda", major * 10 + minor, 32
+
+
+class CompileOnlyDriver:
+    """What Triton's JIT asks of a driver to compile, not launch, for a GPU this process does not see."""
+
+    def __init__(self, target):
+        self.target = target
+
+    @staticmethod
+    def is_active() -> bool:
+        return True
+
+    def get_current_target(self):
+        return self.target
+
+    @staticmethod
+    def get_current_device() -> int:
+        return 0
+
+    @staticmethod
+    def get_current_stream(device=None) -> int:
+        return 0
+
+
+def compile_only(backend: str, arch: int, warp_size: int) -> None:
+    """Turn this process's Triton into a compiler for that target, for good (a build worker's last act): every
+    `kernel[grid](...)` compiles the kernel for its arguments and launches nothing."""
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime import driver
+    from triton.runtime.jit import KernelInterface
+    driver.set_active(CompileOnlyDriver(GPUTarget(backend, arch, warp_size)))
+    KernelInterface.__getitem__ = lambda self, grid: (
+        lambda *args, **kwargs: self.run(*args, grid=grid, warmup=True, **kwargs))
+
+
+def compiled_kernels(module: types.ModuleType) -> int:
+    """How many kernels the module's Triton functions hold compiled (per device, Triton keeps a tuple whose first
+    element maps keys to compiled kernels)."""
+    count = 0
+    for value in vars(module).values():
+        caches = getattr(value, "device_caches", None)
+        if isinstance(caches, dict):
+            for entry in caches.values():
+                if isinstance(entry, tuple) and entry and isinstance(entry[0], dict):
+                    count += len(entry[0])
+    return count
+
+
+def meta_inputs(get_inputs, seed: int) -> list:
+    """The problem's inputs on the meta device (shapes and dtypes, no storage: KernelBench's are GBs). Input code
+    that cannot run there raises: the warm-up then stops, rather than drawing GBs on the CPU."""
+    set_seed(seed)
+    with torch.device("meta"):
+        return list(get_inputs())
+
+
+def precompile(candidate: types.ModuleType, problem: types.ModuleType, target: tuple[str, int, int],
+               precision: str, model_mode: str, seed: int) -> dict:
+    """Compile the candidate's Triton kernels for `target` (backend, arch, warp size) by running its forward on the
+    meta device at the evaluated precision: {"kernels": how many were compiled, "stopped": why the forward
+    stopped early, or ""}."""
+    compile_only(*target)
+    dtype, meta = DTYPES[precision], torch.device("meta")
+    stopped = ""
+    try:
+        model = build_model(candidate.ModelNew, seed, list(problem.get_init_inputs()), meta, dtype, model_mode)
+        inputs = [cast_to(value, meta, dtype) for value in meta_inputs(problem.get_inputs, seed)]
+        with torch.no_grad():
+            model(*inputs)
+    except Exception as error:  # noqa: BLE001 - best effort: the GPU worker compiles what is left
+        stopped = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0]}"[:300]
+    return {"kernels": compiled_kernels(candidate), "stopped": stopped}

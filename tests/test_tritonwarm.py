@@ -1,0 +1,124 @@
+"""A candidate's Triton kernels compiled in the build worker for the GPU it will run on (harness/tritonwarm.py), on
+this CPU machine for an H100's or H200's sm_90: the kernels compiled on the meta device are the ones a call with
+real tensors finds in the cache, and the sandboxed build worker compiles them when the evaluator asks.
+
+Triton compiles, rather than interprets, only where TRITON_INTERPRET is off: these tests run it in child processes
+(the build worker is one) with it unset."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton")
+
+from kernelpro.harness import EvalOptions, Evaluator, load_problem  # noqa: E402
+from kernelpro.harness.cache import BuildCache  # noqa: E402
+from kernelpro.offline.compiler import Compiler  # noqa: E402
+
+PROBLEM = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, features, groups):
+        super().__init__()
+        self.linear = nn.Linear(features, features)
+        self.norm = nn.GroupNorm(groups, features)
+
+    def forward(self, x):
+        return torch.clamp(self.norm(self.linear(x)), -2.0, 2.0)
+
+
+def get_inputs():
+    return [torch.rand(64, 256)]
+
+
+def get_init_inputs():
+    return [256, 8]
+'''
+
+#: a child process: "meta" compiles the candidate's kernels for sm_90 on the meta device (tritonwarm.precompile);
+#: "real" runs its forward on CPU tensors with every launch a compilation for sm_90, as the GPU worker's first call
+#: would look its kernels up. Prints the result and the files in the Triton cache.
+CHILD = """
+import json, os, sys
+from pathlib import Path
+import torch
+from kernelpro.harness import tritonwarm
+from kernelpro.harness.modelio import build_model, import_file
+mode, candidate_path, problem_path = sys.argv[1:4]
+candidate = import_file("kernelpro_candidate", Path(candidate_path))
+problem = import_file("kernelpro_problem", Path(problem_path))
+if mode == "meta":
+    result = tritonwarm.precompile(candidate, problem, ("cuda", 90, 32), "fp32", "train", 42)
+else:
+    tritonwarm.compile_only("cuda", 90, 32)
+    model = build_model(candidate.ModelNew, 42, list(problem.get_init_inputs()), torch.device("cpu"), torch.float32)
+    with torch.no_grad():
+        model(*problem.get_inputs())
+    result = {"kernels": tritonwarm.compiled_kernels(candidate)}
+result["files"] = sorted(str(p) for p in Path(os.environ["TRITON_CACHE_DIR"]).rglob("*") if p.is_file())
+print(json.dumps(result))
+"""
+
+
+@pytest.fixture
+def candidate(tmp_path: Path) -> tuple[Path, Path, str]:
+    problem = tmp_path / "problem.py"
+    problem.write_text(PROBLEM)
+    source = Compiler(problem, 42, "train").build(["triton_gemm", "fuse_reductions"])[0]
+    path = tmp_path / "candidate.py"
+    path.write_text(source)
+    return problem, path, source
+
+
+def child(mode: str, candidate: Path, problem: Path, cache: Path) -> dict:
+    script = candidate.with_name("child.py")
+    script.write_text(CHILD)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(cache)
+    done = subprocess.run([sys.executable, str(script), mode, str(candidate), str(problem)], capture_output=True,
+                          text=True, timeout=600, env=env, cwd=candidate.parent)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_kernels_compiled_on_the_meta_device_are_those_a_call_with_real_tensors_finds(candidate, tmp_path):
+    problem, path, source = candidate
+    ahead = child("meta", path, problem, tmp_path / "triton")
+    assert ahead["stopped"] == "" and ahead["kernels"] == source.count("@triton.jit") >= 2
+    assert any(name.endswith(".cubin") for name in ahead["files"])
+    later = child("real", path, problem, tmp_path / "triton")
+    assert later["kernels"] == ahead["kernels"] and later["files"] == ahead["files"], "a kernel was compiled again"
+
+
+def test_the_build_worker_compiles_them_when_the_evaluator_asks(candidate, tmp_path, monkeypatch):
+    problem, _, source = candidate
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # for the build worker, which gets this environment
+    with Evaluator("cpu", cache=BuildCache(tmp_path / "builds")) as evaluator:
+        evaluator.triton_target = ("cuda", 90, 32)  # as on an H100 or H200
+        cached, seconds, failure = evaluator.prebuild(source, EvalOptions(), load_problem(problem)).result(timeout=600)
+        entry = evaluator.cache.entry(source)
+        assert failure is None and not cached and seconds > 0
+        assert entry.precompiled == {"kernels": source.count("@triton.jit"), "stopped": ""}
+        assert any(p.suffix == ".cubin" for p in entry.triton_cache_dir.rglob("*"))
+        plain = "import torch\n" + PROBLEM + "\nModelNew = Model\n"  # no Triton kernel: no build worker at all
+        assert evaluator.prebuild(plain, EvalOptions(), load_problem(problem)).result(timeout=60) == (False, 0.0, None)
+
+
+def test_nothing_is_compiled_ahead_off_a_gpu_or_when_switched_off(candidate, monkeypatch):
+    problem, _, source = candidate
+    with Evaluator("cpu") as evaluator:
+        assert evaluator.triton_target is None
+        assert evaluator._precompile(source, EvalOptions(), load_problem(problem)) is None
+        evaluator.triton_target = ("cuda", 90, 32)
+        assert evaluator._precompile(source, EvalOptions(), load_problem(problem))["target"] == ["cuda", 90, 32]
+        monkeypatch.setenv("KERNELPRO_TRITON_PRECOMPILE", "0")
+        assert evaluator._precompile(source, EvalOptions(), load_problem(problem)) is None
