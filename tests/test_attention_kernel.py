@@ -136,35 +136,24 @@ def test_forms_it_must_leave_alone(tmp_path, scores):
 COMPILE_FOR_SM90 = """
 import json, sys
 from pathlib import Path
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
+from kernelpro.harness import tritonwarm
 from kernelpro.harness.modelio import import_file
 from kernelpro.launch.static import for_kernel, of_triton_module
+problem = import_file("kernelpro_problem", Path(sys.argv[1]))
 found = {}
 for number, path in enumerate(sys.argv[2:]):
     module = import_file(f"kernelpro_candidate_{number}", Path(path))
-    kernel = module.attention_0_kernel
-    text = Path(path).read_text()
-    constexprs = {name: int(value) if value.isdigit() else value == "True"
-                  for name, value in __import__("re").findall(r"\\b(BLOCK_[MNDE]|MASKED)=(\\w+)", text)}
-    signature = {name: "*fp32" for name in ("q_ptr", "k_ptr", "v_ptr", "out_ptr")}
-    signature.update({"keep_ptr": "*i8", "live_ptr": "*i8"})
-    signature.update({f"s{t}{d}": "i32" for t in "qkv" for d in "bhtd"})
-    signature.update({name: "constexpr" for name in constexprs})
-    warps = int(__import__("re").search(r"num_warps=(\\d+)", text).group(1))
-    compiled = triton.compile(ASTSource(kernel, signature, constexprs=constexprs),
-                              target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
-    kernel.device_caches = {0: ({"key": compiled}, {}, None, None, None)}
+    result = tritonwarm.precompile(module, problem, ("cuda", 90, 32), "fp32", "train", 42)
+    assert result == {"kernels": 1, "stopped": ""}, result
     found[path] = for_kernel(of_triton_module(module), "attention_0")
 print(json.dumps(found))
 """
 
 
 def test_the_kernel_compiles_for_sm90_at_every_configuration_and_the_first_does_not_spill(tmp_path):
-    """Triton compiles for a Hopper GPU without one (in a child process: the tests otherwise interpret Triton), which
-    the interpreter does not: its type checks and register allocation are the real ones. cuobjdump reads each
-    kernel's registers and local memory."""
+    """Triton compiles for a Hopper GPU without one (in a child process: the tests otherwise interpret Triton), as the
+    build worker does (harness/tritonwarm.py), with the real type checks and register allocation that the interpreter
+    skips. cuobjdump reads each kernel's registers and local memory."""
     import json
     import subprocess
     import sys
@@ -183,7 +172,7 @@ def test_the_kernel_compiles_for_sm90_at_every_configuration_and_the_first_does_
     script = tmp_path / "compile_here.py"
     script.write_text(COMPILE_FOR_SM90)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, str(script), "sm_90", *candidates], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, str(script), str(path), *candidates], capture_output=True, text=True,
                           timeout=900, env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.strip().splitlines()[-1])
