@@ -35,6 +35,6 @@ def test_kernels_compiled_ahead_are_found_by_the_first_call(ahead, tmp_path, mon
         precompiled = evaluator.cache.entry(source).precompiled
     assert result.verdict is Verdict.CORRECT, result.reason
     if ahead:
-        assert precompiled == {"kernels": source.count("@triton.jit"), "stopped": ""}
+        assert precompiled["stopped"] == "" and precompiled["kernels"] >= len(kernels), precompiled
     print(f"{KEY}: compiled {'ahead' if ahead else 'at the first call'}: build {result.build_s or 0:.1f} s, "
           f"correctness steps {result.correctness_s}")
