@@ -8,7 +8,9 @@ as the build worker does). A kernel that Triton cannot compile for the GPU fails
     python scripts/compile_for_gpu.py --suite benchmarks/suite
 
 Prints one line per build (compiled kernels of the candidate's, or why its forward stopped) and a summary; exit 1
-where any build stopped. KernelBench's problems are read from --kernelbench (default ../shared/kernelbench).
+where any build stopped. `--static` also reads each compiled kernel's registers and local-memory (spill)
+instructions through cuobjdump (`kernelpro.launch.static`), at the launch configuration each move ranks first.
+KernelBench's problems are read from --kernelbench (default ../shared/kernelbench).
 """
 
 from __future__ import annotations
@@ -33,9 +35,14 @@ from kernelpro.harness import tritonwarm
 from kernelpro.harness.modelio import import_file
 arch, problem_path = int(sys.argv[1]), Path(sys.argv[2])
 problem = import_file("kernelpro_problem", problem_path)
+static = sys.argv[4] == "1"
 for number, (name, path, precision) in enumerate(json.loads(sys.argv[3])):
     candidate = import_file(f"kernelpro_candidate_{number}", Path(path))
     result = tritonwarm.precompile(candidate, problem, ("cuda", arch, 32), precision, "train", 42)
+    if static:
+        from kernelpro.launch.static import of_triton_module
+        result["static"] = {kernel: {key: found.get(key, 0.0) for key in ("registers", "local_memory")}
+                            for kernel, found in of_triton_module(candidate).items()}
     print(json.dumps({"move": name, **result}), flush=True)
 """
 
@@ -52,7 +59,7 @@ def problem_files(args) -> dict[str, Path]:
     return found
 
 
-def check(key: str, path: Path, arch: int, scratch: Path) -> list[dict]:
+def check(key: str, path: Path, arch: int, scratch: Path, static: bool = False) -> list[dict]:
     from kernelpro.offline.compiler import Compiler
     compiler = Compiler(path, 42, "train")
     builds, rows = [], []
@@ -73,8 +80,8 @@ def check(key: str, path: Path, arch: int, scratch: Path) -> list[dict]:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(scratch / "triton")
     listed = json.dumps([(move, candidate, precision) for move, candidate, precision, _ in builds])
-    done = subprocess.run([sys.executable, "-c", CHILD, str(arch), str(path), listed], capture_output=True,
-                          text=True, env=env, timeout=1800)
+    done = subprocess.run([sys.executable, "-c", CHILD, str(arch), str(path), listed, "1" if static else "0"],
+                          capture_output=True, text=True, env=env, timeout=1800)
     answers = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     for (move, _, _, expected), answer in zip(builds, answers + [None] * len(builds)):
         if answer is None:
@@ -82,7 +89,7 @@ def check(key: str, path: Path, arch: int, scratch: Path) -> list[dict]:
                          "stopped": f"the child process ended ({done.stderr.strip().splitlines()[-1:]})"})
         else:
             rows.append({"problem": key, "move": move, "kernels": answer["kernels"], "expected": expected,
-                         "stopped": answer["stopped"]})
+                         "stopped": answer["stopped"], **({"static": answer["static"]} if "static" in answer else {})})
     return rows
 
 
@@ -92,6 +99,7 @@ def main() -> int:
     parser.add_argument("--suite", default="", help="a folder of level*/ problems (benchmarks/suite)")
     parser.add_argument("--kernelbench", default=str(ROOT.parent / "shared" / "kernelbench"))
     parser.add_argument("--arch", type=int, default=90, help="compute capability x 10 (90: H100, H200)")
+    parser.add_argument("--static", action="store_true", help="registers and spills of each kernel (cuobjdump)")
     parser.add_argument("--json-file", default="", help="write every row as JSON here")
     args = parser.parse_args()
     files = problem_files(args)
@@ -100,16 +108,23 @@ def main() -> int:
     rows = []
     with tempfile.TemporaryDirectory(prefix="kernelpro-compile-") as scratch:
         for number, (key, path) in enumerate(files.items(), 1):
-            for row in check(key, path, args.arch, Path(scratch)):
+            for row in check(key, path, args.arch, Path(scratch), args.static):
                 rows.append(row)
                 state = row.get("skipped") and f"not built ({row['skipped']})" or \
                     f"{row['kernels']}/{row['expected']} compiled" + (f"; stopped: {row['stopped']}" if row["stopped"]
                                                                         else "")
+                spilling = sorted(k for k, v in row.get("static", {}).items() if v["local_memory"])
+                state += f"; spilling: {', '.join(spilling)}" if spilling else ""
                 print(f"[{number}/{len(files)}] {key} {row['move']}: {state}", flush=True)
     built = [r for r in rows if "skipped" not in r]
     stopped = [r for r in built if r["stopped"]]
     print(f"{len(built)} builds with Triton kernels, {sum(r['kernels'] for r in built)} kernels compiled for "
           f"sm_{args.arch}; {len(stopped)} stopped early")
+    if args.static:
+        kernels = [v for r in built for v in r.get("static", {}).values()]
+        registers = [v["registers"] for v in kernels] or [0]
+        print(f"static: {len(kernels)} kernel functions read; {sum(1 for v in kernels if v['local_memory'])} with "
+              f"local-memory instructions (spills); {min(registers):g} to {max(registers):g} registers a thread")
     if args.json_file:
         Path(args.json_file).write_text(json.dumps(rows, indent=1))
     return 1 if stopped else 0
