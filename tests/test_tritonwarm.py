@@ -122,3 +122,27 @@ def test_nothing_is_compiled_ahead_off_a_gpu_or_when_switched_off(candidate, mon
         assert evaluator._precompile(source, EvalOptions(), load_problem(problem))["target"] == ["cuda", 90, 32]
         monkeypatch.setenv("KERNELPRO_TRITON_PRECOMPILE", "0")
         assert evaluator._precompile(source, EvalOptions(), load_problem(problem)) is None
+
+
+def test_the_compile_script_compiles_a_problems_kernels_and_reads_their_registers(tmp_path):
+    """scripts/compile_for_gpu.py on a one-problem suite: every move's kernels compile for sm_90, and --static
+    reads each one's registers."""
+    from kernelpro.tools.api import find_binary
+    if find_binary("cuobjdump") is None:
+        pytest.skip("needs cuobjdump")
+    root = Path(__file__).resolve().parent.parent
+    suite = tmp_path / "suite" / "level2"
+    suite.mkdir(parents=True)
+    (suite / "gemm_groupnorm.py").write_text(PROBLEM)
+    rows_file = tmp_path / "rows.json"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, str(root / "scripts" / "compile_for_gpu.py"), "--suite",
+                           str(tmp_path / "suite"), "--static", "--json-file", str(rows_file)], capture_output=True,
+                          text=True, timeout=900, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    rows = json.loads(rows_file.read_text())
+    built = [row for row in rows if "skipped" not in row]
+    assert {row["move"] for row in built} >= {"fuse_pointwise", "fuse_reductions", "triton_gemm"}
+    assert all(row["stopped"] == "" and row["kernels"] >= 1 for row in built)
+    assert all(found["registers"] > 0 for row in built for found in row["static"].values())
+    assert "0 stopped early" in done.stdout
