@@ -113,13 +113,15 @@ def test_the_build_worker_compiles_them_when_the_evaluator_asks(candidate, tmp_p
         assert evaluator.prebuild(plain, EvalOptions(), load_problem(problem)).result(timeout=60) == (False, 0.0, None)
 
 
-def test_nothing_is_compiled_ahead_off_a_gpu_or_when_switched_off(candidate, monkeypatch):
+def test_nothing_is_compiled_ahead_off_a_gpu_beside_a_native_build_or_when_switched_off(candidate, monkeypatch):
     problem, _, source = candidate
     with Evaluator("cpu") as evaluator:
         assert evaluator.triton_target is None
         assert evaluator._precompile(source, EvalOptions(), load_problem(problem)) is None
         evaluator.triton_target = ("cuda", 90, 32)
         assert evaluator._precompile(source, EvalOptions(), load_problem(problem))["target"] == ["cuda", 90, 32]
+        native = source + "\nfrom torch.utils.cpp_extension import load_inline\n"
+        assert evaluator._precompile(native, EvalOptions(), load_problem(problem)) is None
         monkeypatch.setenv("KERNELPRO_TRITON_PRECOMPILE", "0")
         assert evaluator._precompile(source, EvalOptions(), load_problem(problem)) is None
 
