@@ -67,17 +67,17 @@ def compile_only(backend: str, arch: int, warp_size: int) -> None:
         lambda *args, **kwargs: self.run(*args, grid=grid, warmup=True, **kwargs))
 
 
-def compiled_kernels(module: types.ModuleType) -> int:
-    """How many kernels the module's Triton functions hold compiled (per device, Triton keeps a tuple whose first
-    element maps keys to compiled kernels)."""
-    count = 0
-    for value in vars(module).values():
+def compiled(module: types.ModuleType) -> list[tuple[str, object]]:
+    """(function name, compiled kernel) for every kernel the module's Triton functions hold compiled, in name order
+    (per device, Triton keeps a tuple whose first element maps keys to compiled kernels)."""
+    found = []
+    for name, value in sorted(vars(module).items()):
         caches = getattr(value, "device_caches", None)
         if isinstance(caches, dict):
-            for entry in caches.values():
+            for entry in list(caches.values()):
                 if isinstance(entry, tuple) and entry and isinstance(entry[0], dict):
-                    count += len(entry[0])
-    return count
+                    found += [(name, kernel) for kernel in entry[0].values()]
+    return found
 
 
 def meta_inputs(get_inputs, seed: int) -> list:
@@ -103,4 +103,4 @@ def precompile(candidate: types.ModuleType, problem: types.ModuleType, target: t
             model(*inputs)
     except Exception as error:  # noqa: BLE001 - best effort: the GPU worker compiles what is left
         stopped = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0]}"[:300]
-    return {"kernels": compiled_kernels(candidate), "stopped": stopped}
+    return {"kernels": len(compiled(candidate)), "stopped": stopped}

@@ -63,7 +63,7 @@ else:
     model = build_model(candidate.ModelNew, 42, list(problem.get_init_inputs()), torch.device("cpu"), torch.float32)
     with torch.no_grad():
         model(*problem.get_inputs())
-    result = {"kernels": tritonwarm.compiled_kernels(candidate)}
+    result = {"kernels": len(tritonwarm.compiled(candidate))}
 result["files"] = sorted(str(p) for p in Path(os.environ["TRITON_CACHE_DIR"]).rglob("*") if p.is_file())
 print(json.dumps(result))
 """

@@ -45,25 +45,20 @@ def of_binary(path: Path) -> dict[str, dict[str, float]]:
 def of_triton_module(module, folder: Path | None = None) -> dict[str, dict[str, float]]:
     """The static features of every Triton kernel a candidate module compiled (its JIT functions' caches, after the
     candidate ran), by the kernel's function name. Triton's own count of spilled registers joins cuobjdump's."""
+    from kernelpro.harness import tritonwarm  # torch with it, only when a module is read
     out: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="kernelpro-static-", dir=folder) as scratch:
-        for name, function in sorted(vars(module).items()):
-            caches = getattr(function, "device_caches", None)
-            if not isinstance(caches, dict):
+        for name, compiled in tritonwarm.compiled(module):
+            cubin = (getattr(compiled, "asm", None) or {}).get("cubin")
+            if not cubin:
                 continue
-            for entry in list(caches.values()):
-                kernels = entry[0] if isinstance(entry, tuple) and entry and isinstance(entry[0], dict) else {}
-                for compiled in kernels.values():
-                    cubin = (getattr(compiled, "asm", None) or {}).get("cubin")
-                    if not cubin:
-                        continue
-                    path = Path(scratch) / f"{name}_{len(out)}.cubin"
-                    path.write_bytes(cubin)
-                    for found in of_binary(path).values():  # one kernel per Triton cubin
-                        spills = getattr(compiled, "n_spills", None)
-                        if isinstance(spills, int):
-                            found["spills"] = float(spills)
-                        out[name] = found
+            path = Path(scratch) / f"{name}_{len(out)}.cubin"
+            path.write_bytes(cubin)
+            for found in of_binary(path).values():  # one kernel per Triton cubin
+                spills = getattr(compiled, "n_spills", None)
+                if isinstance(spills, int):
+                    found["spills"] = float(spills)
+                out[name] = found
     return out
 
 
