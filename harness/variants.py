@@ -13,10 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import get_args
 
 import torch
 
-VARIANTS = ("tf32", "channels_last", "cudnn_benchmark")
+from kernelpro.harness.records import Variant
+
+VARIANTS: tuple[str, ...] = get_args(Variant)  # the names EvalOptions.variants accepts
 
 
 def _layout(tensor: torch.Tensor) -> torch.memory_format:
