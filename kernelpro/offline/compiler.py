@@ -184,10 +184,11 @@ def fuse(compiler: Compiler, build: Build) -> None:
     bare = gemm.expose_bare_products(gm) if "triton_gemm" in graph_moves else []
     if "triton_conv" in graph_moves:  # a convolution the model returns gets an epilogue too
         bare += gemm.expose_bare_products(gm, lambda node: conv_gemm.is_conv(gm, node))
-    # scans (cumsum/cumprod with the flips, slices and pointwise ops around them) with the row kernels
-    # and attention without softmax, its scores never written out
-    found = scans.find(gm, set(build.folds), build.device) if "row" in kinds and not build.cuda else []
+    # with the row kernels: scans (cumsum/cumprod with the flips, slices and pointwise ops around them) and attention
+    # without softmax, its scores never written out
+    found = []
     if "row" in kinds and not build.cuda:
+        found = scans.find(gm, set(build.folds), build.device)
         found += attention.find(gm, set(build.folds).union(*(g.nodes for g in found)), "tf32_matmul" in build.moves)
     excluded = set(build.folds).union(*(g.nodes for g in found))
     groups = found + fusion.partition(gm, kinds, exclude=excluded)
