@@ -228,10 +228,10 @@ def products_taken(groups: list[Group]) -> set[fx.Node]:
 
 
 def attach(gm: fx.GraphModule, groups: list[Group], tf32: bool) -> int:
-    """Mark the epilogue groups whose product a Triton GEMM can compute (where no other kernel computes it, as an
+    """Mark the epilogue groups whose product a Triton GEMM can compute (where no group computes it already, as an
     attention kernel does its products); how many."""
     count = 0
-    taken = {node for group in groups if group.kind == "attention" for node in group.nodes}
+    taken = set().union(*(group.nodes for group in groups))  # an epilogue group never holds its own product
     for group in groups:
         if group.kind == "pointwise" and group.after_anchor:
             group.gemm = gemm_for(gm, group, tf32)
