@@ -79,7 +79,8 @@ MOVES: dict[str, Move] = {m.name: m for m in (
          "(a triu(1) mask as is_causal); call an nn.MultiheadAttention whose weights go unused with "
          "need_weights=False, so it runs scaled_dot_product_attention", needs_matmul=True),
     Move("transposed_matmuls", "library_call", True,
-         "call linear / reorder the product instead of materialising transposes around matmuls",
+         "call linear / reorder the product instead of materialising transposes around matmuls; contract an einsum "
+         "of three or more operands pair by pair in the order of fewest products",
          needs_matmul=True),
     Move("batch_step_products", "reduce_launches", True,
          "batch the products a loop repeats at every step: a linear layer over cat(x[t], h) takes x's share for "

@@ -5,7 +5,8 @@ filled with -inf, becomes `scaled_dot_product_attention` (a causal mask built as
 `ones(L, S).triu(1)` becomes `is_causal=True`, any other mask its complement as
 `attn_mask`). An nn.MultiheadAttention whose averaged weights nobody reads is called with
 `need_weights=False`, so it runs scaled_dot_product_attention instead of writing out every head's
-weights. `x @ W.t()` becomes `linear`, and transposes around a matmul are dropped. A
+weights. `x @ W.t()` becomes `linear`, transposes around a matmul are dropped, and an einsum of three or more
+operands contracts them pairwise in the cheapest order (`einsum`). A
 product with a diagonal matrix built from a vector, `diag(v) @ B` or `A @ diag(v)`, becomes the
 broadcast multiply it is (the same sums without the zeros: n^2 work instead of n^3).
 Each pass returns how many rewrites it made.
@@ -21,6 +22,7 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
+from kernelpro.offline.rewrite.einsum import ordered_einsum
 from kernelpro.offline.rewrite.rules import Move, Pattern, Rule
 from kernelpro.offline.rewrite.passes import (MATMUL, SOFTMAX, scaled_by, substitute, transpose_dims, arg,
                                         is_identity_dropout, is_op, meta)
@@ -180,6 +182,8 @@ _MATRIX_PRODUCT = Pattern((operator.matmul, torch.matmul, torch.mm), frozenset({
 transposed_matmuls = Move("transposed_matmuls", (
     Rule("x @ W.t() -> linear(x, W) for a 2-D W", _MATRIX_PRODUCT, _transposed_weight),
     Rule("(a^T @ b^T)^T -> b @ a", Pattern(), _transposed_product),
+    Rule("einsum(a, b, c, ...) -> pairwise einsums in the order of fewest products", Pattern((torch.einsum,)),
+         ordered_einsum),
 ))
 
 
