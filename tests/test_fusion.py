@@ -139,6 +139,20 @@ def test_softmax_statistics_take_one_pass_in_the_looped_variant(tmp_path, monkey
     assert our_error <= max(4 * torch_error, 1e-5), (our_error, torch_error)
 
 
+def test_a_segment_sum_is_one_kernel_from_its_differences_to_the_exponential(tmp_path):
+    """exp(segsum(x)) as state-space models write it: the differences of a cumulative sum, masked with -inf
+    above the diagonal by a boolean mask built in forward with `dtype=bool` (a Python type, which fx cannot
+    record: the tracer records torch.bool). The T x T difference, the masked fill and the exponential are one
+    kernel that writes the T x T result once, where eager writes it three times."""
+    path = write_problem(tmp_path, [
+        "c = torch.cumsum(x, dim=-1)", "t = x.size(-1)", "s = c[..., :, None] - c[..., None, :]",
+        "keep = torch.tril(torch.ones(t, t, device=x.device, dtype=bool), diagonal=0)",
+        "return torch.exp(s.masked_fill(~keep, -torch.inf))"], [(2, 3, 37)])
+    kernels = check(path)
+    chains = [k for k in kernels if k["kind"] == "pointwise"]
+    assert len(chains) == 1 and "masked_fill" in chains[0]["name"] and "exp" in chains[0]["name"], kernels
+
+
 # -- property-based: random shapes and op chains --------------------------------------------------
 UNARY = ["torch.relu(h)", "F.gelu(h)", "F.gelu(h, approximate='tanh')", "torch.sigmoid(h)", "torch.tanh(h)",
          "F.silu(h)", "F.leaky_relu(h, 0.2)", "F.hardtanh(h, -0.5, 0.5)", "F.hardswish(h)", "F.mish(h)",

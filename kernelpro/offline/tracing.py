@@ -38,7 +38,25 @@ class _SizedProxy(MetaProxy):
         return self.tracer.create_proxy("call_method", "size", (self,) if dim is None else (self, dim), {})
 
 
-class _Tracer(MetaTracer):
+#: the dtype torch makes of a Python type given as one (`torch.ones(n, dtype=bool)`, `x.to(float)`)
+_PYTHON_DTYPES = {bool: torch.bool, int: torch.int64, float: torch.float64, complex: torch.complex128}
+
+
+class _PythonDtypes:
+    """Records a Python type given where torch takes a dtype as that dtype: fx cannot record a class as an
+    argument (Mamba's `torch.tril(torch.ones(T, T, dtype=bool))` stopped both tracers)."""
+
+    def create_arg(self, a):
+        if isinstance(a, type) and a in _PYTHON_DTYPES:
+            return _PYTHON_DTYPES[a]
+        return super().create_arg(a)
+
+
+class _PlainTracer(_PythonDtypes, fx.Tracer):
+    pass
+
+
+class _Tracer(_PythonDtypes, MetaTracer):
     # a buffer read in forward is a graph input (get_attr), not a value: else an expression of it with
     # concrete sizes (`self.bias[:, :, :T, :T] == 0`, a relative-position index lookup) runs on the meta
     # copy while tracing and is kept as a `_tensor_constant` without data
@@ -50,7 +68,7 @@ class _Tracer(MetaTracer):
 
 def trace(model: torch.nn.Module, inputs: list) -> fx.GraphModule:
     try:
-        return fx.symbolic_trace(model)
+        return fx.GraphModule(model, _PlainTracer().trace(model), model.__class__.__name__)
     except Exception as first:  # noqa: BLE001 - the second tracer's error is the one that tells
         names = list(inspect.signature(model.forward).parameters)
         tensors = {n: v.to("meta") for n, v in zip(names, inputs) if isinstance(v, torch.Tensor)}

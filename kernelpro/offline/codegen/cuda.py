@@ -28,6 +28,8 @@ import hashlib
 import math
 import re
 
+import torch
+
 from kernelpro.offline.codegen import triton as triton_gen
 from kernelpro.offline.codegen.c_expr import c_expr
 from kernelpro.offline.ir import windows
@@ -556,6 +558,9 @@ def render(groups: list[Group], chosen: list[dict]) -> str:
             doc=f'{group.fused_ops}: {"CUDA kernels" if config.get("variant") == "split" else "one CUDA kernel"} '
                 f'(launch: {describe_config(config)}).',
             dtype="torch.float32", message="float32 inputs of the traced shapes",
+            # a boolean mask or a float64 value read by the chain: as float32, as the Triton kernels read it
+            ready_args={i.var: "{}.float().contiguous()" for i in group.inputs
+                        if i.dtype is not None and i.dtype != torch.float32},
             workspaces=(["    # partial results per (row, chunk) of the split variant"] if spaces else []) +
                        [f"    {ws} = torch.empty({shape!r}, device={args[0]}.device, dtype=torch.float32)"
                         for ws, shape in spaces],

@@ -35,6 +35,7 @@ from kernelpro.offline.codegen.triton_configs import configs  # noqa: F401
 from kernelpro.offline.codegen.wrapper import Wrapper, output_names, python_wrapper
 from kernelpro.offline.fuse.groups import Group, Step
 from kernelpro.offline.ir import windows
+from kernelpro.offline.rewrite.passes import meta
 
 TANH_HELPER = '''@triton.jit
 def _kp_tanh(x):
@@ -375,6 +376,17 @@ def features(group: Group) -> dict:
 
 
 # -- the wrapper ----------------------------------------------------------------------------------
+def _dtype_of(group: Group, node) -> str:
+    """An output's dtype as the wrapper writes it: that of the first input traced with the output's dtype (the
+    model's precision, whatever a harness casts it to), else the traced dtype itself. Not simply the first input's:
+    that may be a boolean mask (`masked_fill`) or a float64 tensor cast down inside the chain."""
+    wanted = meta(node).dtype if meta(node) is not None else None
+    for item in group.inputs:
+        if wanted is None or item.dtype == wanted:
+            return f"{item.var}.dtype"
+    return str(wanted)
+
+
 def render(group: Group, config: dict) -> str:
     """The Triton kernel(s) and the Python wrapper that launches them, as source."""
     lay = layout(group)
@@ -386,7 +398,6 @@ def render(group: Group, config: dict) -> str:
     else:
         kernel = _row_kernel(group, lay, variant == "looped")
     args = [i.var for i in group.inputs]
-    first_float = args[0]
     outs = output_names(len(group.outputs))
     launch = ", ".join(args + outs)
     warps = config["num_warps"]
@@ -405,8 +416,8 @@ def render(group: Group, config: dict) -> str:
         name=group.name, args=args, shapes=[i.shape for i in group.inputs],
         doc=f'{group.fused_ops}: {"one Triton kernel" if variant != "split" else "Triton kernels"} '
             f'(launch: {describe_config(config)}).',
-        outputs=[(out.shape, "torch.int64" if out.integer else f"{first_float}.dtype") for out in group.outputs],
-        device=f"{first_float}.device", launch=launches)
+        outputs=[(out.shape, "torch.int64" if out.integer else _dtype_of(group, out.node)) for out in group.outputs],
+        device=f"{args[0]}.device", launch=launches)
     return "\n".join(kernel + ["", ""] + python_wrapper(wrapper)) + "\n"
 
 

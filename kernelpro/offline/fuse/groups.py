@@ -54,6 +54,12 @@ class Input:
     label: str = ""
     window: Window | None = None  # a pool of this tensor, read in place (`view` is then the pooled shape)
 
+    @property
+    def dtype(self) -> torch.dtype | None:
+        """The traced dtype of a graph value (None for a parameter or buffer: the model's own precision)."""
+        traced = meta(self.source) if isinstance(self.source, fx.Node) else None
+        return traced.dtype if traced is not None else None
+
 
 @dataclass
 class Output:

@@ -172,6 +172,7 @@ POINTWISE: dict[str, Pointwise] = {
     "maximum": _pw("input other", lambda a, b: _extreme(a, b, True)),
     "minimum": _pw("input other", lambda a, b: _extreme(a, b, False)),
     "where": _pw("condition input other", lambda c, a, b: f"tl.where({lit(c)} != 0, {lit(a)}, {lit(b)})"),
+    "masked_fill": _pw("input mask value", lambda a, m, v: f"tl.where({lit(m)} != 0, {lit(v)}, {lit(a)})"),
     "gt": _pw("input other", lambda a, b: f"({lit(a)} > {lit(b)}).to(tl.float32)"),
     "lt": _pw("input other", lambda a, b: f"({lit(a)} < {lit(b)}).to(tl.float32)"),
     "ge": _pw("input other", lambda a, b: f"({lit(a)} >= {lit(b)}).to(tl.float32)"),
@@ -194,7 +195,7 @@ _FUNCTIONS = {
     F.hardtanh: "hardtanh", F.hardswish: "hardswish", F.hardsigmoid: "hardsigmoid", F.elu: "elu", F.selu: "selu",
     torch.selu: "selu", F.celu: "celu", F.softsign: "softsign", torch.clamp: "clamp", torch.clip: "clamp",
     torch.clamp_min: "clamp_min", torch.clamp_max: "clamp_max", torch.maximum: "maximum",
-    torch.minimum: "minimum", torch.where: "where", torch.gt: "gt", operator.gt: "gt", torch.lt: "lt",
+    torch.minimum: "minimum", torch.where: "where", torch.masked_fill: "masked_fill", torch.gt: "gt", operator.gt: "gt", torch.lt: "lt",
     operator.lt: "lt", torch.ge: "ge", operator.ge: "ge", torch.le: "le", operator.le: "le", torch.eq: "eq",
     torch.ne: "ne", torch.clone: "identity", torch.detach: "identity",
 }
