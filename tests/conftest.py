@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import re
 import sys
 import uuid
 import shutil
@@ -116,11 +115,11 @@ def run_script(script: Path, args: list, monkeypatch, capsys) -> "subprocess.Com
 
 
 def shrink(text: str) -> str:
-    """A problem at test size: large size constants divided (64x above 512, 4x from 64)."""
-    def smaller(match: re.Match) -> str:
-        value = int(match.group(2))
-        return f"{match.group(1)} = {value // 64 if value >= 512 else value // 4 if value >= 64 else value}"
-    return re.sub(r"^(\w+) = (\d+)$", smaller, text, flags=re.M)
+    """A problem at test size (`kernelpro.bench.suite.shrunk_source`)."""
+    from kernelpro.bench.suite import shrunk_source
+    return shrunk_source(text)
+
+
 REPO = Path(__file__).parent.parent
 
 

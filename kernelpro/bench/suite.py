@@ -108,3 +108,22 @@ def select(entries: list[Entry], levels: str = "", problems: str = "") -> list[E
         raise SuiteError("the selection names no problem of the suite"
                          + (f" (levels {levels})" if levels else "") + (f" (problems {problems})" if problems else ""))
     return chosen
+
+
+def shrunk_source(text: str) -> str:
+    """A problem's source at test size: its module-level integer constants (`batch_size = 128`, `input_shape =
+    (32768,)`) divided, 64x from 512 and 4x from 64, so its candidates run on a CPU (the tests,
+    `scripts/check_values.py`)."""
+    def smaller(value: int) -> int:
+        return value // 64 if value >= 512 else value // 4 if value >= 64 else value
+
+    def constant(match: re.Match) -> str:
+        value = match.group(2)
+        if value.startswith("("):
+            numbers = [smaller(int(part)) for part in value.strip("()").split(",") if part.strip()]
+            listed = ", ".join(map(str, numbers)) + ("," if len(numbers) == 1 else "")
+            return f"{match.group(1)} = ({listed}){match.group(3)}"
+        return f"{match.group(1)} = {smaller(int(value))}{match.group(3)}"
+    # `name = 128`, `height = width = 256  # comment`, `name   = (32768,)`
+    return re.sub(r"^(\w+(?:\s*=\s*\w+)*)\s*=\s*(\d+|\((?:\s*\d+\s*,)*\s*\d*\s*\))([ \t]*)(?=#|$)", constant, text,
+                  flags=re.M)

@@ -1,0 +1,164 @@
+"""Run every candidate the offline coder writes for a set of problems against the reference, on a machine without a
+GPU, at reduced sizes: a candidate that computes wrong values fails here, not in a GPU evaluation.
+
+Each problem's size constants are divided (`kernelpro.bench.suite.shrunk_source`: 64x from 512, 4x from 64), every
+move whose candidate the CPU can run is built (graph moves, and the Triton moves at fp32 run by Triton's
+interpreter; CUDA C++, CUTLASS and CUDA graphs need the GPU), and Model and ModelNew run from the same seed in
+training mode (KernelBench's) on the same inputs, in a child process per problem. An output, or a buffer the call
+updates (running statistics), outside the fp32 tolerance, a different shape or dtype, or an error is a failure:
+
+    python scripts/check_values.py --problems @benchmarks/kernelbench_subset30.txt [--moves fuse_pointwise,...]
+    python scripts/check_values.py --suite benchmarks/suite
+
+Prints one line per problem and a summary; exit 1 where any candidate failed. A problem whose reference fails at the
+reduced sizes (a shape constraint the division broke) is listed as skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compile_for_gpu import problem_files  # noqa: E402
+
+#: moves whose candidates need a GPU to run (native code, graphs) or run at half precision only
+NEEDS_GPU = {"cuda_kernels", "cute_gemm", "cuda_graphs", "triton_conv", "tf32_matmul", "cudnn_benchmark"}
+
+CHILD = """
+import json, sys, traceback
+from pathlib import Path
+import torch
+from kernelpro.harness.modelio import import_file
+from kernelpro.harness.compare import compare_outputs
+from kernelpro.harness.records import DEFAULT_TOLERANCE
+
+def flat(value):
+    return list(value) if isinstance(value, (tuple, list)) else [value]
+
+problem = import_file("kernelpro_problem", Path(sys.argv[1]))
+tolerance = DEFAULT_TOLERANCE["fp32"]
+for number, (move, path) in enumerate(json.loads(sys.argv[2])):
+    try:
+        candidate = import_file(f"kernelpro_candidate_{number}", Path(path))
+        init = problem.get_init_inputs()
+        torch.manual_seed(42)
+        reference = problem.Model(*init).train()
+        torch.manual_seed(42)
+        new = candidate.ModelNew(*init).train()
+        torch.manual_seed(7)
+        inputs = problem.get_inputs()
+        with torch.no_grad():
+            expected = flat(reference(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]))
+            got = flat(new(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]))
+        expected += [buffer for _, buffer in sorted(reference.named_buffers())]
+        got += [buffer for name, buffer in sorted(new.named_buffers()) if not name.startswith("_kp_")]
+        mismatch = compare_outputs(expected, got, str(len(expected)), str(len(got)), tolerance)
+        print(json.dumps({"move": move, "failure": mismatch.reason if mismatch else None}), flush=True)
+    except Exception as error:
+        line = traceback.format_exception_only(type(error), error)[-1].strip()
+        print(json.dumps({"move": move, "failure": line[:300]}), flush=True)
+"""
+
+
+def reference_fails(small: Path) -> str:
+    """Why the problem's reference fails at the reduced sizes (a shape constraint the division broke), or ""."""
+    import torch
+    from kernelpro.harness.modelio import import_file
+    try:
+        problem = import_file(f"kernelpro_reduced_{small.stem}", small)
+        with torch.no_grad():
+            problem.Model(*problem.get_init_inputs())(*problem.get_inputs())
+    except Exception as error:  # noqa: BLE001 - any failure of the reduced problem skips it
+        return f"the reference fails at these sizes: {type(error).__name__}: {error}"[:300]
+    return ""
+
+
+def check(key: str, path: Path, scratch: Path, moves: list[str], timeout_s: float) -> list[dict]:
+    from kernelpro.bench.suite import shrunk_source
+    from kernelpro.offline.compiler import Compiler
+    small = scratch / f"{key.replace('/', '_')}.py"
+    small.write_text(shrunk_source(path.read_text()))
+    failing = reference_fails(small)
+    if failing:
+        return [{"problem": key, "skipped": failing}]
+    compiler = Compiler(small, 42, "train")
+    builds = []
+    for move in moves:
+        try:
+            source, counts, _ = compiler.build(["fuse_pointwise", move] if move == "persistent_kernels" else [move])
+        except Exception:  # noqa: BLE001 - a move that does not build here is not offered either
+            continue
+        if counts.get(move, 1) == 0:
+            continue  # nothing rewritten: the candidate is the reference's own code
+        candidate = scratch / f"{small.stem}_{move}.py"
+        candidate.write_text(source)
+        builds.append((move, str(candidate)))
+    return [{"problem": key, "move": move, "failure": failure}
+            for move, failure in run_candidates(small, builds, timeout_s).items()]
+
+
+def run_candidates(problem: Path, builds: list[tuple[str, str]], timeout_s: float) -> dict[str, str | None]:
+    """Each (move, candidate file) of `builds` run against `problem` in a child process: move -> why it failed, or
+    None where its outputs and buffers match the reference's."""
+    if not builds:
+        return {}
+    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    try:
+        done = subprocess.run([sys.executable, "-c", CHILD, str(problem), json.dumps(builds)], capture_output=True,
+                              text=True, env=env, timeout=timeout_s)
+        output, error = done.stdout, done.stderr
+    except subprocess.TimeoutExpired as expired:
+        output, error = expired.stdout or "", f"over {timeout_s:g} s"
+        output = output.decode(errors="replace") if isinstance(output, bytes) else output
+    answers = {row["move"]: row for row in map(json.loads, (line for line in output.splitlines()
+                                                            if line.startswith("{")))}
+    last = (error.strip().splitlines() or ["no output"])[-1]
+    return {move: answers[move]["failure"] if move in answers else f"not run: {last[:200]}" for move, _ in builds}
+
+
+def main() -> int:
+    from kernelpro.offline.moves import MOVES
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--problems", default="", help="KernelBench keys, comma-separated, or @FILE")
+    parser.add_argument("--suite", default="", help="a folder of level*/ problems (benchmarks/suite)")
+    parser.add_argument("--kernelbench", default=str(Path(__file__).resolve().parent.parent.parent / "shared" /
+                                                     "kernelbench"))
+    parser.add_argument("--moves", default="", help="comma-separated moves (default: every one the CPU can run)")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds for one problem's candidates")
+    parser.add_argument("--json-file", default="", help="write every row as JSON here")
+    args = parser.parse_args()
+    files = problem_files(args)
+    if not files:
+        parser.error("give --problems or --suite")
+    runnable = [name for name, move in MOVES.items()
+                if name not in NEEDS_GPU and not move.half_only and not move.eval_only]
+    moves = args.moves.split(",") if args.moves else runnable
+    unknown = sorted(set(moves) - set(MOVES))
+    if unknown:
+        parser.error(f"unknown moves: {', '.join(unknown)}")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="kernelpro-values-") as scratch:
+        for number, (key, path) in enumerate(files.items(), 1):
+            found = check(key, path, Path(scratch), moves, args.timeout)
+            if found and "skipped" in found[0]:
+                print(f"[{number}/{len(files)}] {key}: skipped, {found[0]['skipped']}", flush=True)
+                continue
+            rows += found
+            failed = [f"{row['move']} ({row['failure']})" for row in found if row["failure"]]
+            print(f"[{number}/{len(files)}] {key}: {len(found) - len(failed)}/{len(found)} correct"
+                  + (f"; failed: {'; '.join(failed)}" if failed else ""), flush=True)
+    failures = [row for row in rows if row["failure"]]
+    print(f"{len(rows)} candidates run, {len(failures)} failed")
+    if args.json_file:
+        Path(args.json_file).write_text(json.dumps(rows, indent=1))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

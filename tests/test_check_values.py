@@ -1,0 +1,78 @@
+"""scripts/check_values.py: every candidate the offline coder writes, run against the reference at reduced sizes on
+the CPU. It must report a candidate that computes wrong values, one that raises, and one that leaves a buffer behind,
+and pass the ones that match."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from conftest import run_script
+
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "check_values.py"
+
+PROBLEM = """import torch
+import torch.nn as nn
+
+batch = 256
+
+
+class Model(nn.Module):
+    def __init__(self, features):
+        super().__init__()
+        self.norm = nn.BatchNorm1d(features)
+
+    def forward(self, x):
+        return torch.relu(self.norm(x)) * 2.0 + 1.0
+
+
+def get_inputs():
+    return [torch.randn(batch, 64)]
+
+
+def get_init_inputs():
+    return [64]
+"""
+
+CANDIDATES = {
+    "same": "class ModelNew(Model):\n    pass\n",
+    "off": "class ModelNew(Model):\n    def forward(self, x):\n        return super().forward(x) + 1e-2\n",
+    "raises": "class ModelNew(Model):\n    def forward(self, x):\n        raise ValueError('no kernel')\n",
+    # the right output, but the batch norm's running statistics never move
+    "frozen": "class ModelNew(Model):\n    def forward(self, x):\n"
+              "        y = torch.nn.functional.batch_norm(x, None, None, self.norm.weight, self.norm.bias, True)\n"
+              "        return torch.relu(y) * 2.0 + 1.0\n",
+}
+
+
+def script():
+    spec = importlib.util.spec_from_file_location("check_values", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_wrong_values_errors_and_stale_buffers_are_failures(tmp_path):
+    problem = tmp_path / "problem.py"
+    problem.write_text(PROBLEM)
+    builds = []
+    for name, body in CANDIDATES.items():
+        path = tmp_path / f"{name}.py"
+        path.write_text(PROBLEM + "\n\n" + body)
+        builds.append((name, str(path)))
+    found = script().run_candidates(problem, builds, timeout_s=300)
+    assert found["same"] is None
+    assert "outside tolerance" in found["off"]
+    assert "ValueError: no kernel" in found["raises"]
+    assert found["frozen"] and found["frozen"].startswith("output 1")  # the first buffer, after the output
+
+
+def test_the_script_runs_the_coder_candidates_of_a_suite(tmp_path, monkeypatch, capsys):
+    (tmp_path / "level2").mkdir()
+    (tmp_path / "level2" / "1_Norm_Relu.py").write_text(PROBLEM)
+    done = run_script(SCRIPT, ["--suite", tmp_path, "--moves", "fuse_pointwise,fuse_reductions"], monkeypatch,
+                      capsys)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "level2/1_Norm_Relu: 2/2 correct" in done.stdout and "2 candidates run, 0 failed" in done.stdout
+    done = run_script(SCRIPT, ["--suite", tmp_path, "--moves", "no_such_move"], monkeypatch, capsys)
+    assert done.returncode == 2 and "unknown moves: no_such_move" in done.stderr
