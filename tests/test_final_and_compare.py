@@ -59,12 +59,13 @@ def test_a_failed_re_measurement_is_recorded_with_its_reason(tmp_path):
     jsonschema.validate(json.loads(json.dumps(dict(board, format="kernelpro-leaderboard"))), schema())
 
 
-def _bench(folder: Path, rows: list[tuple[str, float, str, list]]) -> Path:
-    """A bench folder: its leaderboard rows (key, speedup, how measured) and each problem's tree history."""
+def _bench(folder: Path, rows: list[tuple[str, float, str, list]], minutes: dict | None = None) -> Path:
+    """A bench folder: its leaderboard rows (key, speedup, how measured; GPU-minutes by key) and each problem's tree
+    history."""
     problems = []
     for key, speedup, measured, history in rows:
         problems.append({"key": key, "speedup": speedup, "status": "done", "evaluations": len(history),
-                         "measured": measured})
+                         "measured": measured, "gpu_minutes": (minutes or {}).get(key, 0.0)})
         tree = folder / "problems" / key / "tree.json"
         tree.parent.mkdir(parents=True)
         tree.write_text(json.dumps({"search": {"history": history}}))
@@ -135,3 +136,24 @@ def test_a_setting_an_older_part_lacks_reads_as_empty_not_as_a_difference(tmp_pa
     assert same["settings_differ"] == {"strategy": ["greedy", "mcts"]}
     mixed = compare([parts["old"], parts["set"]], [parts["m1"], parts["m2"]])
     assert mixed["settings_differ"]["search"] == ["- + follow_gain=2", "-"]
+
+
+def test_compare_sets_the_gpu_time_of_both_sides_side_by_side(tmp_path):
+    """Issue 80's measure: each side's GPU-minutes over the paired problems, B's over A's, and the median of the
+    problems' evaluations per GPU-minute by level."""
+    history = [[1, 1.0], [2, 1.5], [3, 2.0], [4, 2.0]]
+    keys = ("level1/1_A", "level2/2_B", "level2/3_C", "level2/4_D")
+    before = _bench(tmp_path / "before", [(key, 2.0, "final", history) for key in keys],
+                    {"level1/1_A": 2.0, "level2/2_B": 1.0, "level2/3_C": 0.5, "level2/4_D": 0.8})
+    after = _bench(tmp_path / "after", [(key, 2.0, "final", history) for key in keys],
+                   {"level1/1_A": 0.5, "level2/2_B": 0.25, "level2/3_C": 0.2, "level2/4_D": 0.4})
+    time = compare(before, after)["gpu_time"]
+    assert (time["problems"], time["gpu_minutes_a"], time["gpu_minutes_b"]) == (4, 4.3, 1.35)
+    assert time["b_over_a"] == pytest.approx(1.35 / 4.3)
+    # level 2's rates: A 4, 8, 5 (median 5); B 16, 20, 10 (median 16)
+    assert time["median_per_gpu_minute"] == {"level1": {"a": 2.0, "b": 8.0}, "level2": {"a": 5.0, "b": 16.0}}
+    text = compare_markdown(compare(before, after))
+    assert "A 4.3 min, B 1.4 min (B/A 0.314)" in text and "level2 A 5.00, B 16.00" in text
+    untimed = _bench(tmp_path / "untimed", [(key, 2.0, "final", history) for key in keys])
+    assert compare(before, untimed)["gpu_time"] is None and "GPU time" not in compare_markdown(compare(before, untimed))
+

@@ -7,7 +7,9 @@ side is an error.
 The problems both benches finished are paired by key; the test is Wilcoxon's signed-rank
 test on the per-problem log speedups over eager (scipy), two-sided, so an ablation (MCTS
 against greedy, a knowledge base against none) says whether its difference is more than
-noise. The geometric mean of B's speedup over A's speedup is the effect size.
+noise. The geometric mean of B's speedup over A's speedup is the effect size. What the paired problems cost on
+the GPU is set side by side too: each side's GPU-minutes, B's over A's, and per level the median of the problems'
+evaluations per GPU-minute.
 
 Where both benches measured energy (`--objective energy` against `--objective time`, say), each
 paired problem also gets both bests' J/call and their energy saved over their own reference,
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from pathlib import Path
 
 from kernelpro.bench.leaderboard import cell, geomean
@@ -164,6 +167,11 @@ def compare(folder_a, folder_b) -> dict:
                            "measured_a": ra.get("measured"), "measured_b": rb.get("measured"),
                            "to95_a": to_own_best(steps_a), "to95_b": to_own_best(steps_b),
                            **to_better_best(steps_a, steps_b)})
+    for pair in paired:
+        for side, row in (("a", rows_a[pair["key"]]), ("b", rows_b[pair["key"]])):
+            minutes = row.get("gpu_minutes") or None
+            pair[f"gpu_minutes_{side}"] = minutes
+            pair[f"per_gpu_minute_{side}"] = row["evaluations"] / minutes if minutes and row["evaluations"] else None
     energy = energy_pairs(rows_a, rows_b, [p["key"] for p in paired])
     logs = [math.log(p["ratio"]) for p in paired]
     test = {"test": "wilcoxon signed-rank (two-sided) on log(speedup B / speedup A)", "n": len(paired),
@@ -175,8 +183,29 @@ def compare(folder_a, folder_b) -> dict:
             "geomean_b_over_a": geomean(p["ratio"] for p in paired),
             "b_better": sum(1 for v in logs if v > 0), "a_better": sum(1 for v in logs if v < 0), **test,
             "mixed_measurements": [p["key"] for p in paired if p["measured_a"] != p["measured_b"]],
-            **_to95_means(paired),
+            **_to95_means(paired), "gpu_time": gpu_time(paired),
             "energy": energy, "energy_at_matched_speed": matched_summary(energy) if energy else None}
+
+
+def gpu_time(paired: list[dict]) -> dict | None:
+    """What the paired problems cost on the GPU: each side's GPU-minutes (the problems' rows: each search's time on
+    its device, from taking it to its record), B's over A's, and per level the median of the problems' evaluations
+    per GPU-minute. None where a side recorded no time."""
+    timed = [p for p in paired if p["gpu_minutes_a"] and p["gpu_minutes_b"]]
+    if not timed:
+        return None
+    levels: dict[str, dict[str, list[float]]] = {}
+    for pair in timed:
+        level = pair["key"].split("/")[0] if "/" in pair["key"] else "all"
+        for side in ("a", "b"):
+            if pair[f"per_gpu_minute_{side}"]:
+                levels.setdefault(level, {"a": [], "b": []})[side].append(pair[f"per_gpu_minute_{side}"])
+    minutes_a, minutes_b = (sum(p[f"gpu_minutes_{side}"] for p in timed) for side in ("a", "b"))
+    return {"problems": len(timed), "gpu_minutes_a": round(minutes_a, 3), "gpu_minutes_b": round(minutes_b, 3),
+            "b_over_a": minutes_b / minutes_a,
+            "median_per_gpu_minute": {level: {side: statistics.median(rates) if rates else None
+                                              for side, rates in sides.items()}
+                                      for level, sides in sorted(levels.items())}}
 
 
 def _to95_means(paired: list[dict]) -> dict:
@@ -239,6 +268,13 @@ def markdown(document: dict) -> str:
                          "its search instead (no re-measurement: the reference stayed best, or it did not end correct), so these "
                          "pairs mix the two: "
                          + ", ".join(f"`{k}`" for k in document["mixed_measurements"]) + ".")
+    if document.get("gpu_time"):
+        time = document["gpu_time"]
+        rates = "; ".join(f"{level} A {cell(sides['a'], '{:.2f}')}, B {cell(sides['b'], '{:.2f}')}"
+                          for level, sides in time["median_per_gpu_minute"].items())
+        lines.append(f"GPU time of the {time['problems']} paired problems: A {time['gpu_minutes_a']:.1f} min, "
+                     f"B {time['gpu_minutes_b']:.1f} min (B/A {time['b_over_a']:.3f}). Evaluations per GPU-minute, "
+                     f"median over each level's problems: {rates}.")
     p_value = document["p_value"]
     lines.append(f"{document['test']}: " + (f"p = {p_value:.3g}" if p_value is not None
                                              else "not enough differing pairs for a test"))
