@@ -72,8 +72,6 @@ def order_cost(terms: tuple[str, ...], output: str, sizes: dict[str, int], steps
 
 def best_order(terms: tuple[str, ...], output: str, sizes: dict[str, int]) -> tuple[int, tuple]:
     """(multiply-adds, steps) of the cheapest order of pairwise contractions, every order tried."""
-    frozen = tuple(sorted(sizes.items()))
-
     @cache
     def search(left: tuple[str, ...]) -> tuple[int, tuple]:
         if len(left) == 1:
@@ -81,7 +79,7 @@ def best_order(terms: tuple[str, ...], output: str, sizes: dict[str, int]) -> tu
         best = None
         for i in range(len(left)):
             for j in range(i + 1, len(left)):
-                kept, cost = _pair(left, i, j, output, dict(frozen))
+                kept, cost = _pair(left, i, j, output, sizes)
                 rest = tuple(term for k, term in enumerate(left) if k not in (i, j)) + (kept,)
                 below, steps = search(rest)
                 if best is None or cost + below < best[0]:
