@@ -11,7 +11,8 @@ updates (running statistics), outside the fp32 tolerance, a different shape or d
     python scripts/check_values.py --suite benchmarks/suite
 
 Prints one line per problem and a summary; exit 1 where any candidate failed. A problem whose reference fails at the
-reduced sizes (a shape constraint the division broke) is listed as skipped.
+reduced sizes (a shape constraint the division broke) is listed as skipped, and the candidates a problem's time
+(--timeout) did not reach as not checked.
 """
 
 from __future__ import annotations
@@ -99,27 +100,31 @@ def check(key: str, path: Path, scratch: Path, moves: list[str], timeout_s: floa
         candidate = scratch / f"{small.stem}_{move}.py"
         candidate.write_text(source)
         builds.append((move, str(candidate)))
-    return [{"problem": key, "move": move, "failure": failure}
-            for move, failure in run_candidates(small, builds, timeout_s).items()]
+    return [{"problem": key, "move": move, **found} for move, found in run_candidates(small, builds, timeout_s).items()]
 
 
-def run_candidates(problem: Path, builds: list[tuple[str, str]], timeout_s: float) -> dict[str, str | None]:
-    """Each (move, candidate file) of `builds` run against `problem` in a child process: move -> why it failed, or
-    None where its outputs and buffers match the reference's."""
+def run_candidates(problem: Path, builds: list[tuple[str, str]], timeout_s: float) -> dict[str, dict]:
+    """Each (move, candidate file) of `builds` run against `problem` in a child process: move -> {"failure": why it
+    failed, or None where its outputs and buffers match the reference's; "unchecked": why it was not run to the end
+    (the problem's time ran out: the interpreter is slow), or None}. A child that dies fails the moves it had left."""
     if not builds:
         return {}
     env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    unchecked = None
     try:
         done = subprocess.run([sys.executable, "-c", CHILD, str(problem), json.dumps(builds)], capture_output=True,
                               text=True, env=env, timeout=timeout_s)
         output, error = done.stdout, done.stderr
     except subprocess.TimeoutExpired as expired:
-        output, error = expired.stdout or "", f"over {timeout_s:g} s"
+        output, error = expired.stdout or "", ""
         output = output.decode(errors="replace") if isinstance(output, bytes) else output
+        unchecked = f"not run within the problem's {timeout_s:g} s"
     answers = {row["move"]: row for row in map(json.loads, (line for line in output.splitlines()
                                                             if line.startswith("{")))}
     last = (error.strip().splitlines() or ["no output"])[-1]
-    return {move: answers[move]["failure"] if move in answers else f"not run: {last[:200]}" for move, _ in builds}
+    return {move: {"failure": answers[move]["failure"], "unchecked": None} if move in answers else
+            {"failure": None if unchecked else f"the child process ended: {last[:200]}", "unchecked": unchecked}
+            for move, _ in builds}
 
 
 def main() -> int:
@@ -151,10 +156,14 @@ def main() -> int:
                 continue
             rows += found
             failed = [f"{row['move']} ({row['failure']})" for row in found if row["failure"]]
-            print(f"[{number}/{len(files)}] {key}: {len(found) - len(failed)}/{len(found)} correct"
-                  + (f"; failed: {'; '.join(failed)}" if failed else ""), flush=True)
+            unchecked = [row["move"] for row in found if row["unchecked"]]
+            print(f"[{number}/{len(files)}] {key}: {len(found) - len(failed) - len(unchecked)}/{len(found)} correct"
+                  + (f"; failed: {'; '.join(failed)}" if failed else "")
+                  + (f"; not checked in {args.timeout:g} s: {', '.join(unchecked)}" if unchecked else ""), flush=True)
     failures = [row for row in rows if row["failure"]]
-    print(f"{len(rows)} candidates run, {len(failures)} failed")
+    unchecked = [row for row in rows if row["unchecked"]]
+    print(f"{len(rows)} candidates, {len(rows) - len(failures) - len(unchecked)} correct, {len(failures)} failed, "
+          f"{len(unchecked)} not checked in time")
     if args.json_file:
         Path(args.json_file).write_text(json.dumps(rows, indent=1))
     return 1 if failures else 0

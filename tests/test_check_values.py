@@ -60,7 +60,7 @@ def test_wrong_values_errors_and_stale_buffers_are_failures(tmp_path):
         path = tmp_path / f"{name}.py"
         path.write_text(PROBLEM + "\n\n" + body)
         builds.append((name, str(path)))
-    found = script().run_candidates(problem, builds, timeout_s=300)
+    found = {move: row["failure"] for move, row in script().run_candidates(problem, builds, timeout_s=300).items()}
     assert found["same"] is None
     assert "outside tolerance" in found["off"]
     assert "ValueError: no kernel" in found["raises"]
@@ -73,6 +73,16 @@ def test_the_script_runs_the_coder_candidates_of_a_suite(tmp_path, monkeypatch, 
     done = run_script(SCRIPT, ["--suite", tmp_path, "--moves", "fuse_pointwise,fuse_reductions"], monkeypatch,
                       capsys)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "level2/1_Norm_Relu: 2/2 correct" in done.stdout and "2 candidates run, 0 failed" in done.stdout
+    assert "level2/1_Norm_Relu: 2/2 correct" in done.stdout and "2 candidates, 2 correct, 0 failed" in done.stdout
     done = run_script(SCRIPT, ["--suite", tmp_path, "--moves", "no_such_move"], monkeypatch, capsys)
     assert done.returncode == 2 and "unknown moves: no_such_move" in done.stderr
+
+
+def test_a_candidate_the_time_does_not_reach_is_not_checked_rather_than_failed(tmp_path):
+    problem = tmp_path / "problem.py"
+    problem.write_text(PROBLEM)
+    slow = tmp_path / "slow.py"
+    slow.write_text(PROBLEM + "\n\nimport time\n\n\nclass ModelNew(Model):\n    def forward(self, x):\n"
+                              "        time.sleep(60)\n        return super().forward(x)\n")
+    found = script().run_candidates(problem, [("slow", str(slow))], timeout_s=8)
+    assert found["slow"]["failure"] is None and "8 s" in found["slow"]["unchecked"]
