@@ -131,6 +131,47 @@ def test_products_with_diagonal_matrices_become_broadcast_multiplies(tmp_path):
     assert body.count("torch.diag(") == 1  # the off-diagonal one, still multiplied
 
 
+DEVICE_CHECK = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(8, 6))
+
+    def forward(self, x):
+        rows = x.size()[1]
+        x = x.view(-1, 8)
+        if x.device != self.w.device:
+            raise ValueError("x and the weights are on different devices")
+        y = torch.softmax(x @ self.w * 1.0, dim=1)
+        return y.view(-1, rows, 6).sum(dim=1)
+
+
+def get_inputs():
+    return [torch.randn(4, 5, 8)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_forward_that_compares_devices_is_traced(tmp_path):
+    """NetVLAD checks that its input and its weights share a device before it computes: a comparison fx cannot
+    decide, so both tracers stopped and every move was skipped. The meta tracer takes it as true to the check
+    (a model and its inputs share a device in every run) and records no branch."""
+    path = tmp_path / "device_check.py"
+    path.write_text(DEVICE_CHECK)
+    answer = expand(spec(path))
+    assert answer["traced"], answer["skipped"]
+    option = {o["move"]: o for o in answer["options"]}["simplify_identities"]
+    assert "ValueError" not in option["source"].split("def _kp_body", 1)[1]
+    assert_equivalent(option["source"], tmp_path)
+
+
 def test_near_misses_are_left_alone():
     answer = expand(spec(DATA / "near_misses.py"))
     assert answer["traced"]

@@ -19,6 +19,7 @@ import copy
 import functools
 import inspect
 import itertools
+import operator
 import warnings
 
 import torch
@@ -28,14 +29,28 @@ from torch.fx.experimental.meta_tracer import MetaProxy, MetaTracer
 from torch.fx.passes.shape_prop import ShapeProp
 
 
+def _device_of(value) -> bool:
+    return isinstance(value, fx.Node) and value.op == "call_function" and value.target is getattr and \
+        value.args[1:] == ("device",)
+
+
 class _SizedProxy(MetaProxy):
-    """MetaProxy whose size(dim) gives that dimension for dim 0 too (torch's treats 0 as no dim)."""
+    """MetaProxy whose size(dim) gives that dimension for dim 0 too (torch's treats 0 as no dim), and whose truth is
+    known where forward compares two of its tensors' devices (`if x.device != self.w.device: raise ...`, a check
+    NetVLAD makes): a model and its inputs share a device in every run, as the meta copy's share `meta`."""
 
     def size(self, dim: int | None = None):
         meta = getattr(self, "_tensor_meta", None)
         if meta is not None:
             return meta.size() if dim is None else meta.size(dim)
         return self.tracer.create_proxy("call_method", "size", (self,) if dim is None else (self, dim), {})
+
+    def __bool__(self) -> bool:
+        node = self.node
+        if node.op == "call_function" and node.target in (operator.eq, operator.ne) and len(node.args) == 2 \
+                and all(_device_of(a) for a in node.args):
+            return node.target is operator.eq
+        return super().__bool__()
 
 
 #: the dtype torch makes of a Python type given as one (`torch.ones(n, dtype=bool)`, `x.to(float)`)
