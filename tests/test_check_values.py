@@ -86,3 +86,35 @@ def test_a_candidate_the_time_does_not_reach_is_not_checked_rather_than_failed(t
                               "        time.sleep(60)\n        return super().forward(x)\n")
     found = script().run_candidates(problem, [("slow", str(slow))], timeout_s=8)
     assert found["slow"]["failure"] is None and "8 s" in found["slow"]["unchecked"]
+
+
+SENSITIVE = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.frac(x * 1e7)  # the fraction of a large number: each ulp of x moves it by about 0.5
+
+
+def get_inputs():
+    return [torch.rand(64, 64)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_failure_the_reference_predicts_is_set_apart(tmp_path):
+    """On a reference that one ulp moves outside the tolerance the search offers bit-exact moves only: a failure of
+    any other move is what it predicts, not a bug; the same failure of a bit-exact move is one."""
+    problem = tmp_path / "problem.py"
+    problem.write_text(SENSITIVE)
+    wrong = tmp_path / "wrong.py"
+    wrong.write_text(SENSITIVE + "\n\nclass ModelNew(Model):\n    def forward(self, x):\n"
+                                 "        return torch.frac(x * 1e7) + 1.0\n")
+    found = script().run_candidates(problem, [("fuse_pointwise", str(wrong)), ("simplify_identities", str(wrong))],
+                                    timeout_s=120)
+    assert found["fuse_pointwise"]["failure"] and "rounding-sensitive" in found["fuse_pointwise"]["predicted"]
+    assert found["simplify_identities"]["failure"] and found["simplify_identities"]["predicted"] is None
