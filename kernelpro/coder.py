@@ -66,8 +66,9 @@ class CoderProposal:
 
 
 class Coder(Protocol):
-    """What the search asks for candidates. A coder may also have `start()` (called once before the
-    reference is evaluated, to boot whatever it needs meanwhile) and `close()` (called at the end)."""
+    """What the search asks for candidates. A coder may also have `start(root)` (called once before the
+    reference is evaluated, to boot whatever it needs meanwhile; `root` is the root's request without what that
+    evaluation measures, to begin on, or None) and `close()` (called at the end)."""
 
     name: str
 

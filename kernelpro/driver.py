@@ -25,7 +25,7 @@ import shlex
 import shutil
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from collections.abc import Callable
 
@@ -248,6 +248,14 @@ class SearchRun:
         return make_search({"state": {}, "file": None, "move": "reference", "techniques": []}, config,
                            root_key=source_key(reference_candidate(self.problem)), prior_hook=hook)
 
+    def root_request(self) -> CoderRequest:
+        """The root's request as far as it is known before the reference is evaluated (no facts, no profile)."""
+        return CoderRequest(problem_path=str(Path(self.settings.problem).resolve()), problem_source=self.problem.source,
+                            parent_source=self.problem.source, parent_state={}, parent_verdict="reference",
+                            parent_ms=None, parent_speedup=None, kind="new_strategy", device=self.settings.device,
+                            precision=self.settings.precision, policy=self.settings.policy,
+                            model_mode=self.settings.model_mode)
+
     def request(self, search: Search, expansion) -> CoderRequest:
         parent = search.nodes[expansion.node_id]
         payload = parent.payload or {}
@@ -255,16 +263,13 @@ class SearchRun:
         profile = self.guidance_for(search, parent.id)
         tried = tuple((search.nodes[c].payload.get("move", ""), search.nodes[c].failure or
                        f"{search.nodes[c].ratio or 0:.3f}x") for c in parent.children if search.nodes[c].payload)
-        return CoderRequest(
-            problem_path=str(Path(self.settings.problem).resolve()), problem_source=self.problem.source,
-            parent_source=source, parent_state=payload.get("state", {}),
+        return replace(
+            self.root_request(), parent_source=source, parent_state=payload.get("state", {}),
             parent_verdict="reference" if parent.parent is None else parent.status.value,
             parent_ms=payload.get("ms"), parent_speedup=parent.ratio, kind=expansion.kind.value,
             failure=expansion.failure, guidance=profile.get("guidance", ""),
             techniques=tuple((t["technique"], t["score"]) for t in profile.get("techniques", [])),
-            tried=tried, avoid=expansion.avoid, promising=expansion.promising,
-            losing=expansion.losing, device=self.settings.device,
-            precision=self.settings.precision, policy=self.settings.policy, model_mode=self.settings.model_mode,
+            tried=tried, avoid=expansion.avoid, promising=expansion.promising, losing=expansion.losing,
             **self.knowledge_for(profile), **self.facts_for(search, parent))
 
     def facts_for(self, search: Search, parent) -> dict:
@@ -328,7 +333,9 @@ class SearchRun:
                                                  ceilings=DeviceCache() if s.device == "cuda" else None)
         try:
             if callable(getattr(self.coder, "start", None)) and self.finished_as is None:
-                self.coder.start()  # e.g. the offline coder's graph worker boots while the reference is evaluated
+                # e.g. the offline coder's graph worker boots while the reference is evaluated, and on CUDA (where
+                # it takes no core from the reference's timing) begins on the root's answer
+                self.coder.start(self.root_request() if s.device == "cuda" else None)
             # A bench's next search on this GPU waits here, its workers booting, while the one before it finishes
             # (kernelpro.devicegate); its time on the device starts once it goes on.
             gated = gate_named()

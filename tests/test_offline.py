@@ -382,6 +382,31 @@ def test_a_finished_search_hands_its_graph_worker_to_the_next_search_of_the_proc
     third.close()
 
 
+def test_the_root_answer_asked_at_start_is_the_one_the_first_proposal_reads():
+    """start(root) sends the root's question while the reference is evaluated; the first proposal reads that answer
+    (no second question), the same one a coder asked at its first proposal gives. Asked for another node first, it
+    reads the root's answer out of the way and asks its own; a worker that died with the root's answer unread is
+    replaced and asked again."""
+    problem = DATA / "redundant.py"
+    plain, ahead, other, dying = OfflineCoder(), OfflineCoder(), OfflineCoder(), OfflineCoder()
+    try:
+        expected = plain.propose(request(problem))
+        ahead.start(request(problem))
+        assert ahead.worker_calls == 1  # asked already
+        assert ahead.propose(request(problem)) == expected and ahead.worker_calls == 1
+        other.start(request(problem))
+        child = request(problem, parent_state={"applied": ["transposed_matmuls"]}, kind="refine")
+        assert other.propose(child) == plain.propose(child) and other.worker_calls == 2
+        assert other.propose(request(problem)) == expected and other.worker_calls == 2  # the root's, kept
+        dying.start(request(problem))
+        dying._worker.kill()
+        dying._worker.wait()
+        assert dying.propose(request(problem)) == expected and dying.worker_starts == 2
+    finally:
+        for coder in (plain, ahead, other, dying):
+            coder.close()
+
+
 def test_the_graph_worker_is_restarted_after_it_dies_and_reports_a_bad_problem(tmp_path):
     coder = OfflineCoder()
     problem = DATA / "redundant.py"

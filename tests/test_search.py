@@ -192,6 +192,27 @@ def test_failed_candidates_get_repair_requests_with_the_reason(tmp_path):
     assert refine and all(r.parent_state.get("n") for r in refine)
 
 
+class StartedCoder(ScriptedCoder):
+    def start(self, root=None):
+        self.root = root
+
+
+def test_the_root_request_a_coder_starts_on_is_the_root_it_is_then_asked_for(tmp_path):
+    """On CUDA the search hands the coder the root's request before the reference is evaluated (the offline coder
+    begins its answer then); it must name the same node as the root's request proper, or the answer asked ahead is
+    not the one read. On the CPU nothing is asked ahead: the worker would take a core from the reference's timing."""
+    problem = DATA / "redundant.py"
+    coder = StartedCoder(problem.read_text() + "\nModelNew = Model\n")
+    settings = SearchSettings(problem=str(problem), out=str(tmp_path / "run"), budget=2, profile=False)
+    run = SearchRun(settings, evaluator=FakeHarness(), coder=coder)
+    run.run()
+    assert coder.root is None
+    ahead, asked = run.root_request(), coder.requests[0]
+    for name in ("problem_path", "problem_source", "parent_source", "parent_state", "parent_verdict", "kind",
+                 "device", "precision", "policy", "model_mode"):
+        assert getattr(ahead, name) == getattr(asked, name), name
+
+
 # -- end to end on the CPU, with the real harness ------------------------------------------------------
 def run_cli(*args, cwd=ROOT, env=None, timeout=900) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "kernelpro", *args], cwd=cwd, capture_output=True, text=True,

@@ -82,6 +82,10 @@ def _stop(worker: subprocess.Popen, folder: tempfile.TemporaryDirectory | None) 
 IDLE_WORKER = _IdleWorker()
 
 
+class WorkerDied(OfflineCoderError):
+    """The graph worker ended before it answered."""
+
+
 class OfflineCoder:
     name = "offline"
 
@@ -97,6 +101,7 @@ class OfflineCoder:
         self._worker: subprocess.Popen | None = None
         self._folder: tempfile.TemporaryDirectory | None = None
         self._asking = False
+        self._pending: tuple | None = None  # the key of an answer asked ahead (start's root) and not yet read
         self._root_skipped: dict[str, str] = {}  # the root answer's moves that do not apply, and why
         self._offered_once = False
         # (problem, tune: move) -> the launch configurations it proposed (kernel and configuration as JSON)
@@ -117,27 +122,45 @@ class OfflineCoder:
         more = f"; {len(reasons) - 3} other reason{'s' if len(reasons) > 4 else ''}" if len(reasons) > 3 else ""
         return f"none of the offline coder's {len(self._root_skipped)} moves applies here: {listed}{more}"
 
-    def options(self, request: CoderRequest) -> dict:
-        """The worker's answer for the parent's applied moves (cached)."""
+    def _spec(self, request: CoderRequest) -> tuple[tuple, dict]:
+        """The cache key and the worker's question for the parent's applied moves."""
         applied = tuple(canonical(request.parent_state.get("applied", [])))
         tune = dict(request.parent_state.get("tune", {}))
         key = (request.problem_path, applied, tuple(sorted(tune.items())), request.device, request.precision,
                request.policy, request.model_mode, self.launch_ranking)
+        return key, {"problem_path": request.problem_path, "applied": list(applied), "tune": tune,
+                     "device": request.device, "precision": request.precision, "policy": request.policy,
+                     "model_mode": request.model_mode, "seed": self.seed, "launch_ranking": self.launch_ranking}
+
+    def options(self, request: CoderRequest) -> dict:
+        """The worker's answer for the parent's applied moves (cached; the root's asked ahead by `start`)."""
+        key, spec = self._spec(request)
+        if self._pending is not None:  # the answer asked ahead is read first: the worker answers in order
+            pending, self._pending = self._pending, None
+            try:
+                self._cache[pending] = self._receive()
+            except WorkerDied:
+                pass  # asked again below of a fresh worker, where it is the answer needed
         if key not in self._cache:
-            self._cache[key] = self._run_worker({
-                "problem_path": request.problem_path, "applied": list(applied), "tune": tune,
-                "device": request.device, "precision": request.precision, "policy": request.policy,
-                "model_mode": request.model_mode, "seed": self.seed, "launch_ranking": self.launch_ranking})
+            self._send(spec)
+            self._cache[key] = self._receive()
         return self._cache[key]
 
-    def start(self) -> None:
+    def start(self, root: CoderRequest | None = None) -> None:
         """Boot the graph worker now (the search calls this before it evaluates the reference, so that
-        the worker's `import torch` overlaps that evaluation instead of following it)."""
+        the worker's `import torch` overlaps that evaluation instead of following it). With the search's `root`
+        request, the worker also starts on the root's answer (every move on the reference), which needs nothing the
+        reference's evaluation measures: the first proposal then reads it instead of waiting for it."""
         if self._worker is None or self._worker.poll() is not None:
             if self._worker is not None:
                 self._kill()
             self.worker_starts += 1
             self._worker, self._folder = IDLE_WORKER.take() or self._start_worker()
+        if root is not None and self._pending is None:
+            key, spec = self._spec(root)
+            if key not in self._cache:
+                self._send(spec)
+                self._pending = key
 
     @staticmethod
     def _start_worker() -> tuple[subprocess.Popen, tempfile.TemporaryDirectory]:
@@ -154,7 +177,7 @@ class OfflineCoder:
         log = Path(self._folder.name) / "stderr.log" if self._folder else None
         return "\n".join(log.read_text(errors="replace").strip().splitlines()[-5:]) if log and log.exists() else ""
 
-    def _run_worker(self, spec: dict) -> dict:
+    def _send(self, spec: dict) -> None:
         self.worker_calls += 1
         self.start()
         worker = self._worker
@@ -163,7 +186,10 @@ class OfflineCoder:
             worker.stdin.write(json.dumps(spec) + "\n")
             worker.stdin.flush()
         except (BrokenPipeError, OSError):
-            pass  # it died: reported below
+            pass  # it died: reported when its answer is read
+
+    def _receive(self) -> dict:
+        worker = self._worker
         with selectors.DefaultSelector() as selector:
             selector.register(worker.stdout, selectors.EVENT_READ)
             ready = selector.select(timeout=self.time_limit_s)
@@ -173,7 +199,7 @@ class OfflineCoder:
             self._kill()
             if line is None:
                 raise OfflineCoderError(f"the offline coder's graph worker ran past {self.time_limit_s:g} s")
-            raise OfflineCoderError(f"the offline coder's graph worker failed: {tail}")
+            raise WorkerDied(f"the offline coder's graph worker failed: {tail}")
         self._asking = False
         result = json.loads(line)
         if "error" in result:
@@ -190,6 +216,7 @@ class OfflineCoder:
 
     def _kill(self) -> None:
         self._asking = False
+        self._pending = None
         if self._worker is not None:
             _stop(self._worker, self._folder)
         elif self._folder is not None:
