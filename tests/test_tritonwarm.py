@@ -102,6 +102,7 @@ def test_kernels_compiled_on_the_meta_device_are_those_a_call_with_real_tensors_
 def test_the_build_worker_compiles_them_when_the_evaluator_asks(candidate, tmp_path, monkeypatch):
     problem, _, source = candidate
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # for the build worker, which gets this environment
+    monkeypatch.setenv("KERNELPRO_TRITON_PRECOMPILE", "1")
     with Evaluator("cpu", cache=BuildCache(tmp_path / "builds")) as evaluator:
         evaluator.triton_target = ("cuda", 90, 32)  # as on an H100 or H200
         cached, seconds, failure = evaluator.prebuild(source, EvalOptions(), load_problem(problem)).result(timeout=600)
@@ -113,8 +114,9 @@ def test_the_build_worker_compiles_them_when_the_evaluator_asks(candidate, tmp_p
         assert evaluator.prebuild(plain, EvalOptions(), load_problem(problem)).result(timeout=60) == (False, 0.0, None)
 
 
-def test_nothing_is_compiled_ahead_off_a_gpu_beside_a_native_build_or_when_switched_off(candidate, monkeypatch):
+def test_nothing_is_compiled_ahead_off_a_gpu_beside_a_native_build_or_unless_switched_on(candidate, monkeypatch):
     problem, _, source = candidate
+    monkeypatch.setenv("KERNELPRO_TRITON_PRECOMPILE", "1")
     with Evaluator("cpu") as evaluator:
         assert evaluator.triton_target is None
         assert evaluator._precompile(source, EvalOptions(), load_problem(problem)) is None
@@ -122,7 +124,7 @@ def test_nothing_is_compiled_ahead_off_a_gpu_beside_a_native_build_or_when_switc
         assert evaluator._precompile(source, EvalOptions(), load_problem(problem))["target"] == ["cuda", 90, 32]
         native = source + "\nfrom torch.utils.cpp_extension import load_inline\n"
         assert evaluator._precompile(native, EvalOptions(), load_problem(problem)) is None
-        monkeypatch.setenv("KERNELPRO_TRITON_PRECOMPILE", "0")
+        monkeypatch.delenv("KERNELPRO_TRITON_PRECOMPILE")  # off by default: it cost more than it saved on the H200
         assert evaluator._precompile(source, EvalOptions(), load_problem(problem)) is None
 
 

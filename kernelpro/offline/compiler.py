@@ -141,7 +141,9 @@ class Compiler:
 
 
 def rewrite(compiler: Compiler, build: Build) -> None:
-    """Stage 1: each graph move that rewrites, in order, the shapes propagated again after each."""
+    """Stage 1: each graph move that rewrites, in order, the shapes propagated again after each. A rule whose
+    exactness depends on the precision the candidate runs at reads it from the graph's `kp_precision`."""
+    build.gm.meta["kp_precision"] = build.precision
     for move in build.graph_moves:
         if move == "fold_constants" or move in FUSION_KINDS or move in ("cuda_kernels", "persistent_kernels"):
             continue

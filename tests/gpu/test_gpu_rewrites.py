@@ -19,7 +19,9 @@ from kernelpro.offline.compiler import Compiler  # noqa: E402
 
 CASES = {  # KernelBench problem: the move whose rule rewrites it
     "level3/31_VisionAttention": "attention_to_sdpa",  # nn.MultiheadAttention without its weights
-    "level3/13_DenseNet121TransitionLayer": "pool_before_product",  # the 2x2 average pool before the 1x1 conv
+    # (level3/13_DenseNet121TransitionLayer with pool_before_product, the 2x2 average pool before the 1x1 conv, was
+    # 8.97% outside 1e-4 on an H200, 2026-12-05: cuDNN rounds the convolution's operands to TF32; the rule now
+    # leaves fp32 convolutions alone)
     "level3/34_VanillaRNNHidden": "batch_step_products",  # 256 unrolled steps: the input's products in one
     "level3/50_ReLUSelfAttention": "fuse_reductions",  # ReLU attention as one kernel, the scores never written
     # its batch norms as row kernels: incorrect in the budget-8 bench of 2026-11-26 (H100), correct in Triton's

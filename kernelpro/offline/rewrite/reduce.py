@@ -256,7 +256,11 @@ def _pool_before_pointwise_conv(gm: fx.GraphModule, node: fx.Node, state) -> boo
     W @ (the window's mean of x) + b, which is the window's mean of W @ x + b. The convolution runs on the pooled
     positions (a 2 x 2 pool: a quarter of the products), and the pool on the convolution's input channels
     (DenseNet's transition layers: batch norm, ReLU, a 1 x 1 convolution halving the channels, a 2 x 2 average
-    pool). Exact in real arithmetic; in floating point the sums are taken in another order."""
+    pool). Exact in real arithmetic; in floating point the sums are taken in another order. Not at fp32: there
+    cuDNN's convolutions round their operands to TF32 (PyTorch's default), so the pooled inputs are rounded
+    differently, and KernelBench's level3/13 on an H200 had 8.97% of its output outside fp32's 1e-4."""
+    if gm.meta.get("kp_precision", "fp32") == "fp32":
+        return False
     found = pool_args(gm, node)
     if found is None or found[0] != "avg":
         return False
