@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compile_for_gpu import problem_files  # noqa: E402
+from compile_for_gpu import problem_arguments, problem_files  # noqa: E402
 
 #: moves whose candidates need a GPU to run (native code, graphs) or run at half precision only
 NEEDS_GPU = {"cuda_kernels", "cute_gemm", "cuda_graphs", "triton_conv", "tf32_matmul", "cudnn_benchmark"}
@@ -47,44 +47,36 @@ def flat(value):
 problem = import_file("kernelpro_problem", Path(sys.argv[1]))
 tolerance = DEFAULT_TOLERANCE["fp32"]
 
-def reference_outputs(change=None):
+# Model (or ModelNew) built from seed 42, called once on inputs drawn from seed 7 (inside `change`, a context that
+# yields the model and inputs to run, where given): its outputs, and its buffers after the call
+def run(model_class, change=None):
     torch.manual_seed(42)
-    model = problem.Model(*problem.get_init_inputs()).train()
+    model = model_class(*problem.get_init_inputs()).train()
     torch.manual_seed(7)
     inputs = problem.get_inputs()
     with (change(model, inputs) if change else contextlib.nullcontext((model, inputs))) as (model, inputs):
         with torch.no_grad():
-            return flat(model(*inputs))
+            outputs = flat(model(*inputs))
+    return outputs, [buffer for name, buffer in sorted(model.named_buffers()) if not name.startswith("_kp_")]
 
 # what the search measures in the reference's evaluation and skips moves by: its sensitivity to one ulp, and
 # eager's own output under each setting a move changes alone
 from kernelpro.harness import variants
 from kernelpro.harness.compare import deviation
-outputs = reference_outputs()
+outputs, buffers = run(problem.Model)
 changes = {"sensitive": functools.partial(variants.one_ulp_apart, 7, torch.device("cpu")),
            "channels_last": functools.partial(variants.applied, "channels_last")}
 facts = {}
 for name, change in changes.items():
     try:
-        facts[name] = deviation(outputs, reference_outputs(change), tolerance)["outside_fraction"]
+        facts[name] = deviation(outputs, run(problem.Model, change)[0], tolerance)["outside_fraction"]
     except Exception:  # eager raises under the setting: a move that changes only it fails too
         facts[name] = 1.0
 print(json.dumps({"reference": facts}), flush=True)
+expected = outputs + buffers
 for number, (move, path) in enumerate(json.loads(sys.argv[2])):
     try:
-        candidate = import_file(f"kernelpro_candidate_{number}", Path(path))
-        init = problem.get_init_inputs()
-        torch.manual_seed(42)
-        reference = problem.Model(*init).train()
-        torch.manual_seed(42)
-        new = candidate.ModelNew(*init).train()
-        torch.manual_seed(7)
-        inputs = problem.get_inputs()
-        with torch.no_grad():
-            expected = flat(reference(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]))
-            got = flat(new(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]))
-        expected += [buffer for _, buffer in sorted(reference.named_buffers())]
-        got += [buffer for name, buffer in sorted(new.named_buffers()) if not name.startswith("_kp_")]
+        got = sum(run(import_file(f"kernelpro_candidate_{number}", Path(path)).ModelNew), [])
         mismatch = compare_outputs(expected, got, str(len(expected)), str(len(got)), tolerance)
         print(json.dumps({"move": move, "failure": mismatch.reason if mismatch else None}), flush=True)
     except Exception as error:
@@ -170,16 +162,19 @@ def predicted_failure(move: str, facts: dict) -> str | None:
     return None
 
 
+def outcomes(rows: list[dict]) -> tuple[list[dict], list[dict], list[dict]]:
+    """The rows that failed where a search would have evaluated them, that failed as the reference predicts, and that
+    the problem's time did not reach."""
+    return ([row for row in rows if row["failure"] and not row["predicted"]],
+            [row for row in rows if row["predicted"]], [row for row in rows if row["unchecked"]])
+
+
 def main() -> int:
     from kernelpro.offline.moves import MOVES
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--problems", default="", help="KernelBench keys, comma-separated, or @FILE")
-    parser.add_argument("--suite", default="", help="a folder of level*/ problems (benchmarks/suite)")
-    parser.add_argument("--kernelbench", default=str(Path(__file__).resolve().parent.parent.parent / "shared" /
-                                                     "kernelbench"))
+    problem_arguments(parser)
     parser.add_argument("--moves", default="", help="comma-separated moves (default: every one the CPU can run)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds for one problem's candidates")
-    parser.add_argument("--json-file", default="", help="write every row as JSON here")
     args = parser.parse_args()
     files = problem_files(args)
     if not files:
@@ -198,17 +193,16 @@ def main() -> int:
                 print(f"[{number}/{len(files)}] {key}: skipped, {found[0]['skipped']}", flush=True)
                 continue
             rows += found
-            failed = [f"{row['move']} ({row['failure']})" for row in found if row["failure"] and not row["predicted"]]
-            predicted = [f"{row['move']} ({row['predicted']})" for row in found if row["predicted"]]
-            unchecked = [row["move"] for row in found if row["unchecked"]]
+            failed, predicted, unchecked = outcomes(found)
             correct = len(found) - len(failed) - len(predicted) - len(unchecked)
+            why_failed = "; ".join(f"{row['move']} ({row['failure']})" for row in failed)
+            why_predicted = "; ".join(f"{row['move']} ({row['predicted']})" for row in predicted)
             print(f"[{number}/{len(files)}] {key}: {correct}/{len(found)} correct"
-                  + (f"; failed: {'; '.join(failed)}" if failed else "")
-                  + (f"; failed as predicted, not evaluated by a search: {'; '.join(predicted)}" if predicted else "")
-                  + (f"; not checked in {args.timeout:g} s: {', '.join(unchecked)}" if unchecked else ""), flush=True)
-    failures = [row for row in rows if row["failure"] and not row["predicted"]]
-    predicted = [row for row in rows if row["predicted"]]
-    unchecked = [row for row in rows if row["unchecked"]]
+                  + (f"; failed: {why_failed}" if failed else "")
+                  + (f"; failed as predicted, not evaluated by a search: {why_predicted}" if predicted else "")
+                  + (f"; not checked in {args.timeout:g} s: {', '.join(row['move'] for row in unchecked)}"
+                     if unchecked else ""), flush=True)
+    failures, predicted, unchecked = outcomes(rows)
     print(f"{len(rows)} candidates, {len(rows) - len(failures) - len(predicted) - len(unchecked)} correct, "
           f"{len(failures)} failed, {len(predicted)} failed as predicted, {len(unchecked)} not checked in time")
     if args.json_file:

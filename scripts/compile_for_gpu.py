@@ -47,6 +47,14 @@ for number, (name, path, precision) in enumerate(json.loads(sys.argv[3])):
 """
 
 
+def problem_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options that choose the problems (`problem_files` reads them), and --json-file for the rows."""
+    parser.add_argument("--problems", default="", help="KernelBench keys, comma-separated, or @FILE")
+    parser.add_argument("--suite", default="", help="a folder of level*/ problems (benchmarks/suite)")
+    parser.add_argument("--kernelbench", default=str(ROOT.parent / "shared" / "kernelbench"))
+    parser.add_argument("--json-file", default="", help="write every row as JSON here")
+
+
 def problem_files(args) -> dict[str, Path]:
     found: dict[str, Path] = {}
     if args.suite:
@@ -95,12 +103,9 @@ def check(key: str, path: Path, arch: int, scratch: Path, static: bool = False) 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--problems", default="", help="KernelBench keys, comma-separated, or @FILE")
-    parser.add_argument("--suite", default="", help="a folder of level*/ problems (benchmarks/suite)")
-    parser.add_argument("--kernelbench", default=str(ROOT.parent / "shared" / "kernelbench"))
+    problem_arguments(parser)
     parser.add_argument("--arch", type=int, default=90, help="compute capability x 10 (90: H100, H200)")
     parser.add_argument("--static", action="store_true", help="registers and spills of each kernel (cuobjdump)")
-    parser.add_argument("--json-file", default="", help="write every row as JSON here")
     args = parser.parse_args()
     files = problem_files(args)
     if not files:
