@@ -237,3 +237,19 @@ def conv_problem(tmp_path: Path, nd: int, batch: int, c_in: int, c_out: int, siz
     path = tmp_path / f"conv{uuid.uuid4().hex[:8]}.py"
     path.write_text(text)
     return path
+
+
+def traced(forward, *inputs):
+    """`forward` over the inputs as a traced module with shapes (a forward of as many named arguments), as the
+    offline coder's rewrites see a problem's graph."""
+    import torch
+    import torch.fx as fx
+    from kernelpro.offline.tracing import propagate_shapes
+    names = ", ".join(f"x{i}" for i in range(len(inputs)))
+    namespace = {"call": forward}
+    exec(f"def forward(self, {names}):\n    return call({names})", namespace)
+    model = type("Model", (torch.nn.Module,), {"forward": namespace["forward"]})()
+    graph = fx.symbolic_trace(model)
+    propagate_shapes(graph, list(inputs))
+    return graph
+

@@ -6,23 +6,12 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
+from conftest import traced
 from kernelpro.offline.expand import expand
 from kernelpro.offline.rewrite.einsum import best_order, left_to_right, order_cost
 from kernelpro.offline.rewrite.library import transposed_matmuls
-from kernelpro.offline.tracing import propagate_shapes
 
 from test_offline import assert_equivalent, spec
-
-
-def traced(forward, *inputs) -> fx.GraphModule:
-    """`forward` over the inputs as a traced module with shapes (a forward of as many named arguments)."""
-    names = ", ".join(f"x{i}" for i in range(len(inputs)))
-    namespace = {"call": forward}
-    exec(f"def forward(self, {names}):\n    return call({names})", namespace)
-    model = type("Model", (torch.nn.Module,), {"forward": namespace["forward"]})()
-    graph = fx.symbolic_trace(model)
-    propagate_shapes(graph, list(inputs))
-    return graph
 
 
 def einsums(graph: fx.GraphModule) -> list[str]:

@@ -5,19 +5,10 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
+from conftest import traced
 from kernelpro.offline.compiler import PASSES
 from kernelpro.offline.rewrite.passes import simplify_double_ops
 from kernelpro.offline.rewrite.rules import Move, Pattern, Rule
-from kernelpro.offline.tracing import propagate_shapes
-
-
-def traced(forward, *inputs) -> fx.GraphModule:
-    class Model(torch.nn.Module):
-        def forward(self, x):
-            return forward(x)
-    graph = fx.symbolic_trace(Model())
-    propagate_shapes(graph, list(inputs))
-    return graph
 
 
 def test_every_graph_move_is_a_table_of_named_rules():

@@ -59,6 +59,11 @@ def _pair(terms: tuple[str, ...], i: int, j: int, output: str, sizes: dict[str, 
     return "".join(index for index in both if index in needed), math.prod(sizes[index] for index in both)
 
 
+def _after(items: tuple, i: int, j: int, result) -> tuple:
+    """What is left once items i and j are contracted: the others in order, the result last (a step's convention)."""
+    return tuple(item for k, item in enumerate(items) if k not in (i, j)) + (result,)
+
+
 def order_cost(terms: tuple[str, ...], output: str, sizes: dict[str, int], steps) -> int:
     """The multiply-adds of contracting `terms` pair by pair as `steps` say ((i, j) of the terms left then;
     the result goes last)."""
@@ -66,7 +71,7 @@ def order_cost(terms: tuple[str, ...], output: str, sizes: dict[str, int], steps
     for i, j in steps:
         kept, cost = _pair(terms, i, j, output, sizes)
         total += cost
-        terms = tuple(term for k, term in enumerate(terms) if k not in (i, j)) + (kept,)
+        terms = _after(terms, i, j, kept)
     return total
 
 
@@ -80,8 +85,7 @@ def best_order(terms: tuple[str, ...], output: str, sizes: dict[str, int]) -> tu
         for i in range(len(left)):
             for j in range(i + 1, len(left)):
                 kept, cost = _pair(left, i, j, output, sizes)
-                rest = tuple(term for k, term in enumerate(left) if k not in (i, j)) + (kept,)
-                below, steps = search(rest)
+                below, steps = search(_after(left, i, j, kept))
                 if best is None or cost + below < best[0]:
                     best = (cost + below, ((i, j),) + steps)
         return best
@@ -102,16 +106,15 @@ def ordered_einsum(gm: fx.GraphModule, node: fx.Node, state) -> bool:
     cost, steps = best_order(tuple(terms), output, sizes)
     if cost > WORTH * order_cost(tuple(terms), output, sizes, left_to_right(len(terms))):
         return False
-    left, values = list(terms), list(operands)
+    left, values = tuple(terms), tuple(operands)
     for number, (i, j) in enumerate(steps):
         last = number == len(steps) - 1
-        kept = output if last else _pair(tuple(left), i, j, output, sizes)[0]
+        kept = output if last else _pair(left, i, j, output, sizes)[0]
         equation = f"{left[i]},{left[j]}->{kept}"
         if last:
             substitute(gm, node, torch.einsum, (equation, values[i], values[j]))
             break
         with gm.graph.inserting_before(node):
             value = gm.graph.call_function(torch.einsum, (equation, values[i], values[j]))
-        left = [term for k, term in enumerate(left) if k not in (i, j)] + [kept]
-        values = [v for k, v in enumerate(values) if k not in (i, j)] + [value]
+        left, values = _after(left, i, j, kept), _after(values, i, j, value)
     return True
