@@ -166,12 +166,7 @@ def compare(folder_a, folder_b) -> dict:
                            # re-measurement, or one that failed); pairs of different kinds are flagged
                            "measured_a": ra.get("measured"), "measured_b": rb.get("measured"),
                            "to95_a": to_own_best(steps_a), "to95_b": to_own_best(steps_b),
-                           **to_better_best(steps_a, steps_b)})
-    for pair in paired:
-        for side, row in (("a", rows_a[pair["key"]]), ("b", rows_b[pair["key"]])):
-            minutes = row.get("gpu_minutes") or None
-            pair[f"gpu_minutes_{side}"] = minutes
-            pair[f"per_gpu_minute_{side}"] = row["evaluations"] / minutes if minutes and row["evaluations"] else None
+                           **to_better_best(steps_a, steps_b), **_device_time(ra, "a"), **_device_time(rb, "b")})
     energy = energy_pairs(rows_a, rows_b, [p["key"] for p in paired])
     logs = [math.log(p["ratio"]) for p in paired]
     test = {"test": "wilcoxon signed-rank (two-sided) on log(speedup B / speedup A)", "n": len(paired),
@@ -185,6 +180,13 @@ def compare(folder_a, folder_b) -> dict:
             "mixed_measurements": [p["key"] for p in paired if p["measured_a"] != p["measured_b"]],
             **_to95_means(paired), "gpu_time": gpu_time(paired),
             "energy": energy, "energy_at_matched_speed": matched_summary(energy) if energy else None}
+
+
+def _device_time(row: dict, side: str) -> dict:
+    """A row's GPU-minutes and evaluations per GPU-minute, as a pair's fields of that side (None where untimed)."""
+    minutes = row.get("gpu_minutes") or None
+    return {f"gpu_minutes_{side}": minutes,
+            f"per_gpu_minute_{side}": row["evaluations"] / minutes if minutes and row["evaluations"] else None}
 
 
 def gpu_time(paired: list[dict]) -> dict | None:
