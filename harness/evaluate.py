@@ -9,6 +9,7 @@ candidate but never imports it; it compares the outputs itself.
 
 from __future__ import annotations
 
+import functools
 import logging
 import importlib.metadata
 import os
@@ -123,8 +124,6 @@ class Evaluator:
         # the device's ceilings (harness/ceilings.py), by its name: given (a search hands over the profiler's cache),
         # else measured in the reference's own evaluation on CUDA and kept, so a device is measured once
         self.ceilings: CeilingsStore = ceilings if ceilings is not None else KeptCeilings()
-        # the GPU the build workers compile candidates' Triton kernels for (harness/tritonwarm.py)
-        self.triton_target = tritonwarm.target_for(device)
         self.build_pool = ThreadPoolExecutor(max_workers=build_workers, thread_name_prefix="kernelpro-build")
         self._builds: dict[str, Future] = {}
         self._builds_lock = threading.Lock()
@@ -153,13 +152,19 @@ class Evaluator:
                                                            self._precompile(source, options, problem))
             return self._builds[key]
 
+    @functools.cached_property
+    def triton_target(self) -> tuple[str, int, int] | None:
+        """The GPU the build workers compile candidates' Triton kernels for (harness/tritonwarm.py), asked of the
+        device only where a precompile is asked for."""
+        return tritonwarm.target_for(self.device)
+
     def _precompile(self, source: str, options: EvalOptions, problem: Problem | None) -> dict | None:
         """What the build worker needs to compile the source's Triton kernels ahead of the GPU worker, or None: off
         unless KERNELPRO_TRITON_PRECOMPILE=1 (on an H200 a level-2 GEMM candidate's build worker took 6.1 s to save
         0.5 s of its first call), not on a GPU, no Triton kernel in the source, or a native build in it (whose calls
         on the meta device would hand null pointers to code we did not write)."""
-        if problem is None or self.triton_target is None or "@triton.jit" not in source \
-                or needs_native_build(source) or os.environ.get("KERNELPRO_TRITON_PRECOMPILE", "0") != "1":
+        if os.environ.get("KERNELPRO_TRITON_PRECOMPILE", "0") != "1" or problem is None \
+                or "@triton.jit" not in source or needs_native_build(source) or self.triton_target is None:
             return None
         return {"target": list(self.triton_target), "problem_source": problem.source, "precision": options.precision,
                 "model_mode": options.model_mode, "seed": options.seed}
