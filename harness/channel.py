@@ -10,6 +10,9 @@ the receiver maps it after checking the seals and the size. At KernelBench's siz
 output is GBs, and pushing it through the socket cost seconds per GB on both ends
 (plus a copy to disk for the reference's); the seals keep what the trusted side
 compares exactly what was sent, whatever the untrusted sender does afterwards.
+
+A frame may instead carry one descriptor for the receiver to keep (the trusted side handing
+a worker its output slot, `outputslots`); only a receiver that asks for descriptors takes one.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ MAX_PAYLOAD_BYTES = 1 << 36
 #: payloads from this size on go as a sealed memfd (where the platform has them)
 SEALED_MIN_BYTES = 1 << 20
 _IN_SEALED_FILE = 1
+_WITH_DESCRIPTOR = 2
 _SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
 _SEALED = hasattr(os, "memfd_create") and hasattr(socket, "send_fds")
 
@@ -41,9 +45,16 @@ class ChannelTimeout(Exception):
     """No frame arrived before the deadline."""
 
 
-def send(sock: socket.socket, header: dict, payload: bytes | list = b"") -> None:
-    """One frame; `payload` is bytes or a list of buffers sent in order (no copy joins them)."""
+def send(sock: socket.socket, header: dict, payload: bytes | list = b"", descriptor: int | None = None) -> None:
+    """One frame; `payload` is bytes or a list of buffers sent in order (no copy joins them), or, instead of
+    a payload, a `descriptor` that goes with it (the caller keeps its own and closes it)."""
     encoded = json.dumps(header).encode()
+    if descriptor is not None:
+        lengths = _LENGTHS.pack(len(encoded), 0, _WITH_DESCRIPTOR)
+        if socket.send_fds(sock, [lengths], [descriptor]) != len(lengths):
+            raise ChannelClosed("a frame's lengths went out in part")
+        sock.sendall(encoded)
+        return
     parts = [part if hasattr(part, "write_into") else memoryview(part).cast("B")
              for part in (payload if isinstance(payload, list) else [payload])]
     size = sum(part.nbytes for part in parts)
@@ -163,19 +174,37 @@ def _receive_exactly(sock: socket.socket, size: int, deadline: float | None) -> 
     return buffer
 
 
-def receive(sock: socket.socket, deadline: float | None = None) -> tuple[dict, bytearray | bytes | mmap.mmap]:
+def receive(sock: socket.socket, deadline: float | None = None,
+            descriptors: bool = False) -> tuple[dict, bytearray | bytes | mmap.mmap | int]:
     """Receive one frame; `deadline` is a `time.monotonic()` value or None. A payload that came as a
-    sealed file is a private mapping of it."""
+    sealed file is a private mapping of it. With `descriptors`, a frame that carries a descriptor
+    gives it as its payload (an int, the receiver's to close); without, such a frame is refused.
+    ChannelClosed when the other end is gone, also one that closed with a message to it unread (a reset)."""
+    try:
+        return _receive_frame(sock, deadline, descriptors)
+    except ConnectionResetError:
+        raise ChannelClosed("the other end reset the channel") from None
+
+
+def _receive_frame(sock: socket.socket, deadline: float | None, descriptors: bool):
     lengths, fds = _receive_lengths(sock, deadline)
     header_size, payload_size, flags = _LENGTHS.unpack(lengths)
-    sealed = fds[0] if fds and flags == _IN_SEALED_FILE else None
-    for fd in fds if sealed is None else fds[1:]:
+    taken = fds[0] if fds and (flags == _IN_SEALED_FILE or (flags == _WITH_DESCRIPTOR and descriptors)) else None
+    for fd in fds if taken is None else fds[1:]:
         os.close(fd)  # descriptors nobody announced are not kept
-    if header_size > MAX_HEADER_BYTES or payload_size > MAX_PAYLOAD_BYTES or flags not in (0, _IN_SEALED_FILE) \
-            or (flags == _IN_SEALED_FILE and sealed is None):
-        if sealed is not None:
-            os.close(sealed)
+    allowed = (0, _IN_SEALED_FILE, _WITH_DESCRIPTOR) if descriptors else (0, _IN_SEALED_FILE)
+    if header_size > MAX_HEADER_BYTES or payload_size > MAX_PAYLOAD_BYTES or flags not in allowed \
+            or (flags != 0 and taken is None) or (flags == _WITH_DESCRIPTOR and payload_size):
+        if taken is not None:
+            os.close(taken)
         raise ChannelClosed(f"oversized or malformed frame ({header_size}, {payload_size}, {flags})")
+    if flags == _WITH_DESCRIPTOR:
+        try:
+            return json.loads(_receive_exactly(sock, header_size, deadline)), taken
+        except BaseException:
+            os.close(taken)
+            raise
+    sealed = taken
     if sealed is not None:
         payload = _open_sealed(sealed, payload_size)
         return json.loads(_receive_exactly(sock, header_size, deadline)), payload

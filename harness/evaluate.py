@@ -9,29 +9,28 @@ candidate but never imports it; it compares the outputs itself.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
-import importlib.metadata
 import os
 import signal
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 
-from kernelpro.harness import channel, compare, compilecache, policy, readings, sandbox, tritonwarm
+from kernelpro.harness import channel, compare, compilecache, outputslots, policy, readings, sandbox, tritonwarm
 from kernelpro.harness.cache import BuildCache, BuildEntry, needs_native_build, source_hash
 from kernelpro.harness.ceilings import CeilingsStore, KeptCeilings, settle
 from kernelpro.harness.errors import DeviceError, ProblemError
 from kernelpro.harness.lane import Lane, LaneClosed, Ticket
 from kernelpro.harness.memory import MemoryPlan, Reservation
+from kernelpro.harness.outcome import Finished, Outcome, final_checks, make_result
 from kernelpro.harness.payload import available_memory_bytes, spill
 from kernelpro.harness.problem import Problem, reference_candidate
 from kernelpro.harness.refcache import ReferenceCache, References, reference_key
 from kernelpro.harness.pool import WorkerPool
 from kernelpro.harness.process import ChannelWorker
-from kernelpro.harness.records import (CappedLog, EnergyWindow, EvalOptions, EvalResult, ErrorStats, MemorySizes,
-                                       Phase, Sensitivity, Signature, TimingStats, Verdict)
+from kernelpro.harness.records import EnergyWindow, EvalOptions, EvalResult, MemorySizes, Phase, TimingStats, Verdict
 from kernelpro.harness.timing import summarize
 from kernelpro.harness.toolchain import (ARCH_SPECIFIC, arch_for, build_environment, cuda_arch_list,  # noqa: F401
                                          cuda_available)
@@ -52,51 +51,6 @@ def check_device(device: str) -> None:
     if device == "cuda" and not cuda_available():
         raise DeviceError("--device cuda was asked for, but torch sees no CUDA device "
                           f"(torch {torch.__version__}); use --device cpu")
-
-
-@dataclass
-class _Outcome:
-    """What the trusted side has learned so far about one evaluation."""
-
-    phase: Phase = Phase.STATIC
-    phase_began: float = field(default_factory=time.monotonic)
-    phase_s: dict = field(default_factory=dict)
-    references: list = field(default_factory=list)
-    structures: list = field(default_factory=list)
-    info: dict = field(default_factory=dict)
-    trials_passed: int = 0
-    timing: dict | None = None
-    final_payload: bytes = b""
-    idle_power_w: float | None = None
-    energy_reading: object = None
-    energy: dict = field(default_factory=dict)  # "eager" / "candidate" -> [EnergyWindow, ...] in window order
-    held_bytes: int = 0  # the reference outputs kept in this process's memory (the rest spilled to files)
-    first_outputs: list = field(default_factory=list)  # trial 0's candidate outputs, for the repeat check
-    sizes: dict = field(default_factory=dict)  # the reference's input/output/parameter/peak bytes
-    degenerate: bool | None = None  # every trial's reference outputs equal so far (fresh inputs and weights)
-    itself: bool = False  # the candidate is the reference itself (a baseline): timed, not compared with itself
-    steps: dict = field(default_factory=dict)  # the correctness phase's seconds by step (EvalResult.correctness_s)
-
-    def step(self, name: str, seconds: float) -> None:
-        self.steps[name] = self.steps.get(name, 0.0) + max(0.0, seconds)
-
-    def queued(self, seconds: float) -> None:
-        """`seconds` spent waiting for the device's lane: counted as `queue`, not in the phase it fell in."""
-        if seconds > 0:
-            self.phase_s["queue"] = round(self.phase_s.get("queue", 0.0) + seconds, 3)
-            self.phase_began += seconds
-
-    def enter(self, phase: Phase) -> None:
-        now = time.monotonic()
-        self.phase_s[self.phase.value] = round(self.phase_s.get(self.phase.value, 0.0)
-                                               + now - self.phase_began, 3)
-        self.phase, self.phase_began = phase, now
-
-
-class _Finished(Exception):
-    def __init__(self, verdict: Verdict, reason: str, phase: Phase, errors: list[ErrorStats] | None = None):
-        super().__init__(reason)
-        self.verdict, self.reason, self.phase, self.errors = verdict, reason, phase, errors or []
 
 
 class Evaluator:
@@ -249,7 +203,7 @@ class Evaluator:
                 "source_sha256": source_hash(source)}
         finding = policy.check_candidate(source, problem.source, options.policy)
         if finding:
-            return _result(Verdict(finding.verdict), Phase.STATIC, finding.reason, base, began)
+            return make_result(Verdict(finding.verdict), Phase.STATIC, finding.reason, base, began)
         entry = self.cache.entry(source)
         already_built = entry.built or entry.failure() is not None
         cached, build_s, failure = self.prebuild(source, options, problem).result()
@@ -258,22 +212,22 @@ class Evaluator:
         base.update(build_cached=cached if needs_native_build(source) else None, build_s=build_s)
         if failure:
             phase = Phase(failure.get("phase", "build"))
-            return _result(Verdict(failure["verdict"]), phase, failure["reason"], base, began,
+            return make_result(Verdict(failure["verdict"]), phase, failure["reason"], base, began,
                            stderr_text=failure.get("log", ""))
         reservation = self.memory.reserve(problem)  # waits while other evaluations fill the GPU
-        outcome, ticket = _Outcome(), self.lane.ticket()
+        outcome, ticket = Outcome(), self.lane.ticket()
         try:
             ticket.share()  # waits while another evaluation is timed
         except LaneClosed as closed:
             reservation.release()
-            return _result(Verdict.CRASH, Phase.STATIC, str(closed), base, began)
+            return make_result(Verdict.CRASH, Phase.STATIC, str(closed), base, began)
         outcome.queued(ticket.waited_s)
         worker = self.pool.acquire()
         try:
             self._drive(worker, problem, source, options, entry, outcome, reservation, ticket)
             return self._success(outcome, problem, source, options, base, began, worker)
-        except _Finished as finished:
-            return _result(finished.verdict, finished.phase, finished.reason, base, began,
+        except Finished as finished:
+            return make_result(finished.verdict, finished.phase, finished.reason, base, began,
                            errors=finished.errors, worker=worker, outcome=outcome)
         finally:
             self.pool.release(worker)
@@ -281,7 +235,7 @@ class Evaluator:
             reservation.release()
 
     def _drive(self, worker: ChannelWorker, problem: Problem, source: str, options: EvalOptions,
-               entry: BuildEntry, outcome: _Outcome, reservation: Reservation | None = None,
+               entry: BuildEntry, outcome: Outcome, reservation: Reservation | None = None,
                ticket: Ticket | None = None) -> None:
         ready, _ = self._receive(worker, _STARTUP_LIMIT_S, outcome)
         outcome.info.update(device_name=ready.get("device_name", ""), torch_version=ready.get("torch", ""))
@@ -315,6 +269,7 @@ class Evaluator:
             "compile_cache": str(compilecache.folder(self.cache.root, problem.source))
             if "compile" in options.baselines and options.measure_time else "",
             "keep_compile_cache": outcome.itself,
+            "output_slot": True,  # the worker reads the slot's offer (made on the reference's sizes) first
         })
         outcome.enter(Phase.REFERENCE)
         tolerance = options.effective_tolerance
@@ -326,7 +281,7 @@ class Evaluator:
                     try:
                         ticket.alone()
                     except LaneClosed as closed:
-                        raise _Finished(Verdict.CRASH, str(closed), outcome.phase) from None
+                        raise Finished(Verdict.CRASH, str(closed), outcome.phase) from None
                     outcome.queued(ticket.waited_s - waited)
                 if self.pool.refill_on_acquire:  # no GPU context starts while this times
                     self.pool.settle(_STARTUP_LIMIT_S, timing=worker)
@@ -379,8 +334,10 @@ class Evaluator:
                                     variants={name: found for name, found in (header.get("variants") or {}).items()
                                               if name in options.variants})
                 outcome.sizes = {k: int(header.get(k) or 0) for k in MemorySizes.model_fields}
+                self._offer_slot(worker, outcome, header, self.memory.room(reservation, outcome.sizes))
                 if reservation is not None:
-                    reservation.resize(self.memory.estimate(problem, outcome.sizes))
+                    reservation.resize(self.memory.estimate(problem, outcome.sizes,
+                                                            outcome.slot.nbytes if outcome.slot else 0))
             elif kind == "candidate_output":
                 reported = header.get("steps") if isinstance(header.get("steps"), dict) else {}
                 worked = 0.0
@@ -391,12 +348,21 @@ class Evaluator:
                         worked += seconds
                 outcome.step("transfer", waited - worked)  # the rest of the wait: the outputs coming over
                 checked = time.monotonic()
-                self._check_trial(header, payload, outcome, tolerance)
+                outputs = self._outputs(header, payload, outcome, 1 if header.get("repeat") else 0)
+                with worker.paused() if "slot" in header else contextlib.nullcontext():
+                    self._check_trial(header, outputs, outcome, tolerance)
+                if "slot" in header:
+                    self._tell(worker, outputslots.COMPARED)
                 outcome.step("compare", time.monotonic() - checked)
                 if outcome.trials_passed == options.correct_trials:
                     go_on()
             elif kind == "timing":
-                outcome.timing, outcome.final_payload = header, payload
+                final = self._outputs(header, payload, outcome, None)
+                with worker.paused() if "slot" in header else contextlib.nullcontext():
+                    outcome.timing, outcome.final = header, final_checks(final, header, tolerance)
+                del final
+                if "slot" in header:
+                    self._tell(worker, outputslots.COMPARED)
             elif kind == "compile_cache":
                 if outcome.itself:  # never from a worker that ran candidate code
                     compilecache.keep(self.cache.root, problem.source, payload)
@@ -413,87 +379,115 @@ class Evaluator:
                     j_per_call=joules / calls, power_w=joules / seconds if seconds else 0.0, calls=calls,
                     j_per_call_above_idle=(joules - outcome.idle_power_w * seconds) / calls, window_s=seconds))
             elif kind == "verdict":
-                raise _Finished(Verdict(header["verdict"]), header["reason"], outcome.phase)
+                raise Finished(Verdict(header["verdict"]), header["reason"], outcome.phase)
             elif kind == "done":
                 outcome.enter(Phase.DONE)
                 return
 
-    def _receive(self, worker: ChannelWorker, limit_s: float, outcome: _Outcome) -> tuple[dict, bytes]:
+    def _receive(self, worker: ChannelWorker, limit_s: float, outcome: Outcome) -> tuple[dict, bytes]:
         try:
             return worker.receive(limit_s)
         except channel.ChannelTimeout:
-            raise _Finished(Verdict.TIMEOUT, f"the {outcome.phase.value} phase ran past {limit_s:g} s",
+            raise Finished(Verdict.TIMEOUT, f"the {outcome.phase.value} phase ran past {limit_s:g} s",
                             outcome.phase) from None
         except channel.ChannelClosed:
             raise self._death(worker, outcome) from None
 
-    def _death(self, worker: ChannelWorker, outcome: _Outcome) -> _Finished:
+    def _death(self, worker: ChannelWorker, outcome: Outcome) -> Finished:
         status = worker.exit_status()
         if worker.killed_for:
-            return _Finished(Verdict.CRASH, f"in the {outcome.phase.value} phase, {worker.killed_for}", outcome.phase)
+            return Finished(Verdict.CRASH, f"in the {outcome.phase.value} phase, {worker.killed_for}", outcome.phase)
         if status is not None and status < 0:
             name = signal.Signals(-status).name
-            return _Finished(Verdict.CRASH, f"the worker died of {name} in the {outcome.phase.value} phase",
+            return Finished(Verdict.CRASH, f"the worker died of {name} in the {outcome.phase.value} phase",
                              outcome.phase)
-        return _Finished(Verdict.RUNTIME_ERROR,
+        return Finished(Verdict.RUNTIME_ERROR,
                          f"the worker exited with status {status} in the {outcome.phase.value} phase "
                          "without reporting", outcome.phase)
 
-    def _load(self, payload: bytes, outcome: _Outcome) -> list:
+    def _load(self, payload: bytes, outcome: Outcome) -> list:
         try:
             return compare.load_tensors(payload)
         except compare.PayloadRejected as error:
-            raise _Finished(Verdict.REJECTED, str(error), outcome.phase) from None
+            raise Finished(Verdict.REJECTED, str(error), outcome.phase) from None
 
-    def _check_trial(self, header: dict, payload: bytes, outcome: _Outcome, tolerance: float) -> None:
+    def _offer_slot(self, worker: ChannelWorker, outcome: Outcome, info: dict, room: int | None) -> None:
+        """Offer the worker an output slot sized on the reference's outputs (`outputslots`) where `room` (bytes)
+        holds one, or say why not."""
+        outputs = len((info.get("signature") or {}).get("outputs") or [None])
+        outcome.slot, fd, command = outputslots.offer(outcome.sizes.get("output_bytes", 0), outputs, self.device,
+                                                      room)
+        try:
+            self._tell(worker, command, fd)
+        finally:
+            if fd is not None:
+                os.close(fd)
+        outcome.info["output_slot"] = command.get("why") or f"{command['bytes'] / 2**20:.0f} MiB on {self.device}"
+
+    @staticmethod
+    def _tell(worker: ChannelWorker, command: dict, fd: int | None = None) -> None:
+        """A command (with a descriptor) for a worker that waits for it: one that is gone meanwhile (it failed to
+        load the candidate, or was killed) is left to the next receive, which says how it ended."""
+        try:
+            worker.send(command) if fd is None else channel.send(worker.channel_socket, command, descriptor=fd)
+        except (OSError, channel.ChannelClosed):
+            pass
+
+    def _outputs(self, header: dict, payload, outcome: Outcome, region: int | None) -> list:
+        """A message's outputs: views of their region of the output slot (None: the whole slot) where the worker
+        wrote them there, else its payload's."""
+        if "slot" not in header:
+            return self._load(payload, outcome)
+        if outcome.slot is None:
+            raise Finished(Verdict.REJECTED, "outputs said to be in an output slot that was never given",
+                            outcome.phase)
+        try:
+            return outcome.slot.outputs(header["slot"], region)
+        except compare.PayloadRejected as error:
+            raise Finished(Verdict.REJECTED, str(error), outcome.phase) from None
+
+    def _check_trial(self, header: dict, outputs: list, outcome: Outcome, tolerance: float) -> None:
         """One trial's outputs against the reference's; trial 0 comes twice, the second time from a second
         call on the same inputs, compared with the first (determinism)."""
         trial = header["trial"]
-        outputs = self._load(payload, outcome)
         if header.get("repeat"):
             again = compare.compare_outputs(outcome.first_outputs, outputs, header["structure"],
                                             header["structure"], tolerance, trial)
             outcome.first_outputs = []
             if again:
-                raise _Finished(Verdict.INCORRECT, f"a second call on the same inputs disagreed: {again.reason}",
+                raise Finished(Verdict.INCORRECT, f"a second call on the same inputs disagreed: {again.reason}",
                                 Phase.CORRECTNESS, [again.stats])
             return
         if trial >= len(outcome.references):
-            raise _Finished(Verdict.REJECTED, f"outputs for trial {trial}, which the reference never ran",
+            raise Finished(Verdict.REJECTED, f"outputs for trial {trial}, which the reference never ran",
                             Phase.CORRECTNESS)
         mismatch = compare.compare_outputs(outcome.references[trial], outputs, outcome.structures[trial],
                                            header["structure"], tolerance, trial)
         outcome.references[trial] = None  # done with: its memory (or its file's pages) can go
         if mismatch:
-            raise _Finished(Verdict.INCORRECT, f"trial {trial}: {mismatch.reason}", Phase.CORRECTNESS,
+            raise Finished(Verdict.INCORRECT, f"trial {trial}: {mismatch.reason}", Phase.CORRECTNESS,
                             [mismatch.stats])
-        if trial == 0:
+        if trial == 0:  # kept for the repeat (in the output slot, region 0, which the worker writes next after it)
             outcome.first_outputs = outputs
         outcome.trials_passed += 1
 
-    def _success(self, outcome: _Outcome, problem: Problem, source: str, options: EvalOptions,
+    def _success(self, outcome: Outcome, problem: Problem, source: str, options: EvalOptions,
                  base: dict, began: float, worker: ChannelWorker) -> EvalResult:
         flags = []
-        tolerance = options.effective_tolerance
         if outcome.degenerate:
             flags.append("degenerate_problem")
         timing = outcome.timing
         if not options.measure_time or timing is None:
-            return _result(Verdict.CORRECT, Phase.CORRECTNESS,
+            return make_result(Verdict.CORRECT, Phase.CORRECTNESS,
                            "the reference itself (not timed)" if outcome.itself else "correct (not timed)", base, began,
                            worker=worker, outcome=outcome, flags=flags)
-        final = compare.load_tensors(outcome.final_payload)
-        half = timing["final_count"]
-        mismatch = compare.compare_outputs(final[:half], final[half:2 * half], "x", "x", tolerance)
-        compiled = final[2 * half:] if timing.get("compile_count") else None
-        compile_mismatch = compare.compare_outputs(final[:half], compiled, "x", "x", tolerance) \
-            if compiled is not None else None  # the baseline judged as a candidate would be
+        mismatch, compiled, compile_mismatch = outcome.final
         if mismatch:
-            raise _Finished(Verdict.REJECTED, "results changed during timing (caching across calls?): "
+            raise Finished(Verdict.REJECTED, "results changed during timing (caching across calls?): "
                             + mismatch.reason, Phase.TIMING)
         if options.policy == "strict" and self.device == "cuda" and not policy.launched_custom_kernel(
                 timing["kernels"], source):
-            raise _Finished(Verdict.REJECTED, "strict policy: no custom kernel ran on the GPU", Phase.TIMING)
+            raise Finished(Verdict.REJECTED, "strict policy: no custom kernel ran on the GPU", Phase.TIMING)
         stats = {name: summarize(timing["device_ms"][name], timing["host_ms"][name])
                  for name in timing["device_ms"]}
         candidate, eager = stats["candidate"], stats["eager"]
@@ -511,14 +505,14 @@ class Evaluator:
         kernelbench = readings.kernelbench_timing(timing.get("kernelbench"))
         if timing.get("kernelbench") and kernelbench is None:
             flags.append("kernelbench_timing_failed")
-        return _result(
+        return make_result(
             Verdict.CORRECT, Phase.DONE,
             ("the reference itself, timed (no correctness trials: the same code on the same seeds), "
              if outcome.itself else "correct, ") + f"{eager.median_ms / candidate.median_ms:.3f}x vs eager",
             base, began, worker=worker, outcome=outcome, flags=flags,
             speedup=eager.median_ms / candidate.median_ms, candidate=candidate, reference=eager,
             reference_compile=compiled_stats, energy=energy, kernelbench=kernelbench,
-            compile_correct=None if compiled is None else compile_mismatch is None,
+            compile_correct=compile_mismatch is None if compiled else None,
             compile_mismatch=compile_mismatch.reason if compile_mismatch else "",
             speedup_vs_compile=compiled_stats.median_ms / candidate.median_ms if compiled_stats else None,
             floor=readings.floor(outcome.info, settle(self.ceilings, outcome.info.get("device_name", ""),
@@ -527,51 +521,6 @@ class Evaluator:
             launch_profile=readings.launch_profile(timing.get("launch_profile"), candidate.median_ms)
             if options.launch_profile else None,
         )
-
-
-def _version() -> str:
-    try:
-        return importlib.metadata.version("kernelpro")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
-
-
-def _result(verdict: Verdict, phase: Phase, reason: str, base: dict, began: float, *,
-            errors: list[ErrorStats] | None = None, worker: ChannelWorker | None = None,
-            outcome: _Outcome | None = None, flags: list[str] | None = None, stderr_text: str = "",
-            **fields) -> EvalResult:
-    logs = {}
-    if worker is not None:
-        worker.kill()
-        stdout, stderr = worker.logs()
-        logs = {"stdout": stdout, "stderr": stderr}
-    elif stderr_text:
-        logs = {"stderr": CappedLog(head=stderr_text[:16384], tail=stderr_text[16384:][-16384:],
-                                    total_bytes=len(stderr_text))}
-    info = outcome.info if outcome else {}
-    if outcome is not None and outcome.sizes:
-        fields.setdefault("memory", MemorySizes(**outcome.sizes))
-    if info.get("signature"):
-        fields.setdefault("signature", Signature(**info["signature"]))
-    if info.get("sensitivity"):
-        fields.setdefault("sensitivity", Sensitivity(**info["sensitivity"]))
-    if info.get("variants"):
-        fields.setdefault("variants", {name: Sensitivity(**found) for name, found in info["variants"].items()})
-    if outcome is not None and "phase_s" not in fields:
-        if outcome.phase is not Phase.DONE:
-            outcome.enter(outcome.phase)
-        fields["phase_s"] = dict(outcome.phase_s)
-    if outcome is not None and outcome.steps and "correctness_s" not in fields:
-        fields["correctness_s"] = {name: round(seconds, 3) for name, seconds in outcome.steps.items()}
-    if outcome is not None and outcome.degenerate and verdict is not Verdict.CORRECT:
-        flags = (flags or []) + ["degenerate_problem"]
-    return EvalResult(
-        verdict=verdict, phase=phase, reason=" ".join(reason.split())[:500], errors=errors or [],
-        flags=flags or [], wall_s=time.monotonic() - began,
-        correct_trials=outcome.trials_passed if outcome else 0,
-        device_name=info.get("device_name", ""), torch_version=info.get("torch_version", ""),
-        kernelpro_version=_version(), **base, **logs, **fields,
-    )
 
 
 def evaluate(problem: Problem, source: str, options: EvalOptions | None = None,

@@ -65,10 +65,21 @@ class MemoryPlan:
             return None if free is None else max(0, free - spares * CONTEXT_BYTES - COMPARISON_BYTES)
         return cls(None, measure)
 
-    def estimate(self, problem, sizes: dict) -> int:
-        need = needed_bytes(sizes)
+    def estimate(self, problem, sizes: dict, extra: int = 0) -> int:
+        """What an evaluation of the problem needs (kept for its next reservations): `needed_bytes` and `extra`
+        (its output slot, which the trusted process holds)."""
+        need = needed_bytes(sizes) + extra
         self.known[_key(problem)] = need
         return need
+
+    def room(self, reservation: "Reservation | None", sizes: dict) -> int | None:
+        """Bytes left for an evaluation holding `reservation` besides what its problem needs (`needed_bytes`) and
+        what the others hold; None where the budget is unknown (the CPU)."""
+        with self._changed:
+            if self.budget is None:
+                return None
+            others = self.used - (reservation.size if reservation is not None else 0)
+            return self.budget - others - needed_bytes(sizes)
 
     def reserve(self, problem) -> Reservation:
         """Waits until this problem's needs fit beside the evaluations running now; one evaluation may

@@ -50,11 +50,10 @@ class DeviceBytes:
         return self.flat.cpu().numpy().tobytes()
 
 
-def pack_values(values: list) -> list:
-    """The payload for a list of outputs (the worker's side): buffers to send one after another.
-    Tensors go as their contiguous bytes (a CPU tensor's memory itself, a device tensor's as a
-    DeviceBytes the channel copies out); other values must be JSON scalars."""
-    meta, buffers = [], []
+def flat_values(values: list) -> tuple[list[dict], list[torch.Tensor]]:
+    """(each value described, the tensors' bytes): a tensor as its dtype, shape and byte count with its contiguous
+    bytes as a flat uint8 tensor on its own device; a JSON scalar as its value; anything else as unsupported."""
+    meta, flats = [], []
     for value in values:
         if isinstance(value, torch.Tensor):
             tensor = value.detach()
@@ -62,13 +61,41 @@ def pack_values(values: list) -> list:
             raw = tensor.reshape(-1).view(torch.uint8) if tensor.numel() else torch.empty(0, dtype=torch.uint8)
             meta.append({"dtype": str(tensor.dtype).removeprefix("torch."), "shape": list(tensor.shape),
                          "nbytes": raw.numel()})
-            buffers.append(memoryview(raw.numpy()) if raw.device.type == "cpu" else DeviceBytes(raw))
+            flats.append(raw)
         elif isinstance(value, _SCALARS):
             meta.append({"value": value})
         else:
             meta.append({"unsupported": type(value).__name__})
+    return meta, flats
+
+
+def pack_values(values: list) -> list:
+    """The payload for a list of outputs (the worker's side): buffers to send one after another.
+    Tensors go as their contiguous bytes (a CPU tensor's memory itself, a device tensor's as a
+    DeviceBytes the channel copies out); other values must be JSON scalars."""
+    meta, flats = flat_values(values)
     encoded = json.dumps(meta).encode()
-    return [_META_LENGTH.pack(len(encoded)) + encoded] + buffers
+    return [_META_LENGTH.pack(len(encoded)) + encoded] + [
+        memoryview(raw.numpy()) if raw.device.type == "cpu" else DeviceBytes(raw) for raw in flats]
+
+
+def tensor_entry(entry: dict) -> tuple[torch.dtype, list[int], int] | None:
+    """A described value's (dtype, shape, byte count) when it is a tensor, None when it is a plain scalar;
+    PayloadRejected when it is neither, or its fields do not agree."""
+    if not isinstance(entry, dict) or "unsupported" in entry:
+        kind = entry.get("unsupported") if isinstance(entry, dict) else type(entry).__name__
+        raise PayloadRejected(f"an output is a {kind}, not a tensor or a plain scalar")
+    if "value" in entry:
+        if not isinstance(entry["value"], _SCALARS):
+            raise PayloadRejected("malformed output payload")
+        return None
+    dtype, shape, nbytes = DTYPES[entry["dtype"]], [int(n) for n in entry["shape"]], int(entry["nbytes"])
+    count = 1
+    for n in shape:
+        count *= n
+    if min(shape, default=0) < 0 or nbytes != count * dtype.itemsize:
+        raise PayloadRejected("malformed output payload")
+    return dtype, shape, nbytes
 
 
 def load_tensors(payload: bytes | bytearray) -> list:
@@ -79,18 +106,12 @@ def load_tensors(payload: bytes | bytearray) -> list:
         offset = _META_LENGTH.size + size
         values = []
         for entry in meta:
-            if "unsupported" in entry:
-                raise PayloadRejected(f"an output is a {entry['unsupported']}, not a tensor or a plain scalar")
-            if "value" in entry:
-                if not isinstance(entry["value"], _SCALARS):
-                    raise PayloadRejected("malformed output payload")
+            spec = tensor_entry(entry)
+            if spec is None:
                 values.append(entry["value"])
                 continue
-            dtype, shape, nbytes = DTYPES[entry["dtype"]], [int(n) for n in entry["shape"]], int(entry["nbytes"])
-            count = 1
-            for n in shape:
-                count *= n
-            if min(shape, default=0) < 0 or nbytes != count * dtype.itemsize or offset + nbytes > len(payload):
+            dtype, shape, nbytes = spec
+            if offset + nbytes > len(payload):
                 raise PayloadRejected("malformed output payload")
             raw = (torch.frombuffer(payload, dtype=torch.uint8, count=nbytes, offset=offset) if nbytes
                    else torch.empty(0, dtype=torch.uint8))

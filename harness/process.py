@@ -12,6 +12,7 @@ behind for the next one.
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import select
 import signal
@@ -108,7 +109,7 @@ def kill_tree(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    sigkill(stragglers)
+    send_signal(stragglers)
 
 
 def signal_of(code: int | None, sandboxed: bool = True) -> int | None:
@@ -133,13 +134,28 @@ def exit_description(code: int | None) -> str:
         return f"exit {code}"
 
 
-def sigkill(pids: list[int]) -> None:
-    """SIGKILL to each, skipping those gone meanwhile or out of reach."""
+def send_signal(pids: list[int], number: int = signal.SIGKILL) -> None:
+    """The signal (SIGKILL unless told) to each, skipping those gone meanwhile or out of reach."""
     for pid in pids:
         try:
-            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, number)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def _stopped(pid: int) -> bool:
+    """Whether every thread of the process is stopped, or gone (nothing of it runs either way)."""
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return True
+    for task in tasks:
+        try:
+            if (task / "stat").read_text().rsplit(")", 1)[1].split()[0] not in "TtXZ":
+                return False
+        except (OSError, IndexError):
+            pass  # the thread ended meanwhile
+    return True
 
 
 class ChannelWorker:
@@ -212,6 +228,21 @@ class ChannelWorker:
     def exit_status(self, wait_s: float = 2.0) -> int | None:
         """The worker's return code (negative: killed by that signal), or None if alive."""
         raise NotImplementedError
+
+    @contextlib.contextmanager
+    def paused(self, settle_s: float = 0.5):
+        """Every process of the worker's tree stopped (SIGSTOP) for the block, and continued after: while the
+        trusted side reads memory the worker can write (its output slot, `outputslots`), none of its threads
+        runs. It waits, up to `settle_s`, until each is seen stopped."""
+        pids = memguard.tree(self._root) if self._root is not None and not self._killed else []
+        send_signal(pids, signal.SIGSTOP)
+        deadline = time.monotonic() + settle_s
+        while pids and not all(_stopped(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.001)
+        try:
+            yield
+        finally:
+            send_signal(pids, signal.SIGCONT)
 
     def kill(self) -> None:
         """Kill the whole process group and any descendant that left it."""

@@ -299,6 +299,9 @@ class EvalResult(_Record):
         "the correctness phase's seconds by step: inputs (drawing each trial's inputs), model (building the "
         "candidate), call (its calls and the checks after them), as the worker reports them; transfer (the "
         "rest of the judge's wait for the outputs) and compare (the judge's comparison), timed by the judge"))
+    output_slot: str = Field("", description=(
+        "how the worker's outputs reached the judge: the output slot it wrote them into (its size and device; "
+        "they were compared in place), or why it had none (they came through the channel)"))
     custom_kernels: list[str] = Field([], description="custom kernels seen at run time (CUDA profiler)")
     launch_profile: LaunchProfile | None = Field(None, description="asked for with EvalOptions.launch_profile, on CUDA")
     sensitivity: Sensitivity | None = Field(None, description="asked for with EvalOptions.sensitivity (the reference's "

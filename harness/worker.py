@@ -13,8 +13,8 @@ The order of events is what makes the verdict trustworthy:
    trial's seed, calls it on clones of the inputs, snapshots the outputs on the
    current stream at once, synchronizes (on CPU, waits), and checks that nothing
    changed after the return, that inputs are untouched and that outputs are plain
-   tensors that alias no input. The snapshot goes to the trusted process, which
-   compares it with the reference.
+   tensors that alias no input. The snapshot goes to the trusted process (into its
+   output slot where it gave one, `outputslots`), which compares it with the reference.
 4. Timing, when the trusted process asks for it.
 
 Nothing here decides a verdict about correctness: this process only reports.
@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from kernelpro.harness import channel, compilecache, flags, sandbox, variants
+from kernelpro.harness import channel, compilecache, flags, outputslots, sandbox, variants
 from kernelpro.harness.ceilings import measured_if_room
 from kernelpro.harness.compare import deviation
 from kernelpro.harness.errors import missing_packages_line
@@ -100,6 +100,13 @@ class Job:
         self.output_templates: list[torch.Tensor] = []
         self.output_devices: list[torch.device] = []
         self.reference_aliases: list[bool] = []  # per output: does the reference's alias an input?
+        self.slot = outputslots.SlotWriter(sock)  # where outputs go, when the trusted side gives one
+
+    def send_outputs(self, header: dict, values: list, region: int | None) -> None:
+        """`values` into their region of the output slot (then waits while they are compared), else as a payload."""
+        meta = self.slot.write(values, self.sync, region)
+        self.send(header, pack_values(values)) if meta is None else self.send({**header, "slot": meta})
+        self.slot.wait()
 
     # -- helpers ---------------------------------------------------------------
     def send(self, header: dict, payload: bytes | list = b"") -> None:
@@ -369,6 +376,8 @@ class Job:
 
     def correctness_phase(self):
         self.phase("correctness")
+        if self.spec.get("output_slot"):
+            self.slot.receive()
         for index in range(self.spec["correct_trials"]):
             seed = self.spec["seed"] + index
             # the trial's seconds by step, sent with its outputs: where a correctness phase's time goes (the
@@ -384,8 +393,9 @@ class Job:
                 structure, snapshots = self.trial_call(index, lambda: self.run_candidate(model, inputs, seed))
                 self.check_tampering()
                 steps["call"] = time.perf_counter() - began
-                self.send({"type": "candidate_output", "trial": index, "structure": structure,
-                           "count": len(snapshots), "repeat": repeat, "steps": steps}, pack_values(snapshots))
+                self.send_outputs({"type": "candidate_output", "trial": index, "structure": structure,
+                                   "count": len(snapshots), "repeat": repeat, "steps": steps},
+                                  snapshots, 1 if repeat else 0)
                 del snapshots
                 steps = {}
             del model, inputs, init_inputs
@@ -454,12 +464,12 @@ class Job:
         _, candidate_out = flatten_outputs(last.pop("candidate"))
         _, compile_out = flatten_outputs(compiled_last) if compiled_last is not None else (None, [])
         count, compiled = len(eager_out), len(compile_out)
-        payload = pack_values(list(eager_out) + list(candidate_out) + list(compile_out))
+        self.send_outputs({"type": "timing", "device_ms": device_ms, "host_ms": host_ms, "kernels": kernels,
+                           "ceilings": ceilings, "final_count": count, "compile_count": compiled,
+                           "kernelbench": kernelbench_ms, "stopped_early": timer.stopped_early,
+                           "launch_profile": {k: v for k, v in profiled.items() if k != "names"} or None},
+                          list(eager_out) + list(candidate_out) + list(compile_out), None)
         del eager_out, candidate_out, compile_out, compiled_last
-        self.send({"type": "timing", "device_ms": device_ms, "host_ms": host_ms, "kernels": kernels,
-                   "ceilings": ceilings, "final_count": count, "compile_count": compiled,
-                   "kernelbench": kernelbench_ms, "stopped_early": timer.stopped_early,
-                   "launch_profile": {k: v for k, v in profiled.items() if k != "names"} or None}, payload)
         self.timed = {"eager": functions["eager"], "candidate": functions["candidate"]}, pool
 
     def kernelbench_timing(self, functions: dict, timer: InterleavedTimer) -> dict:

@@ -38,7 +38,7 @@ import traceback
 import torch  # the point: imported once, before any fork (and never touching the GPU)
 
 from kernelpro.harness import sandbox, worker
-from kernelpro.harness.process import sigkill
+from kernelpro.harness.process import send_signal
 
 _PR_SET_DUMPABLE = 4
 MAX_REQUEST = 1 << 16
@@ -124,7 +124,7 @@ class Zygote:
                       if pid not in (1, me) and pid not in self.live and _session(pid) not in self.live]
             if not strays:
                 break
-            sigkill(strays)
+            send_signal(strays)
             self.reap()
             time.sleep(0.005)
         if self.live:

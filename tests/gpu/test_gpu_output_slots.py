@@ -1,0 +1,72 @@
+"""GPU: the output slot as device memory (harness/cudavmm.py): allocated here, exported as a file descriptor, mapped
+by another process that writes into it, read here in place; and evaluations whose outputs the judge compares in the
+slot, with the same verdicts as through the channel: `python3 -m pytest -m gpu tests/gpu/test_gpu_output_slots.py -s`."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+from kernelpro.harness import EvalOptions, Evaluator, Verdict, cudavmm, load_problem  # noqa: E402
+from kernelpro.harness.cache import BuildCache  # noqa: E402
+
+WRITER = """
+import sys, torch
+from kernelpro.harness import cudavmm
+torch.empty(1, device="cuda")
+memory = cudavmm.import_descriptor(int(sys.argv[1]), int(sys.argv[2]), 0)
+memory[: 1 << 20].copy_(torch.arange(1 << 18, dtype=torch.float32, device="cuda").view(torch.uint8))
+torch.cuda.synchronize()
+"""
+
+
+def test_memory_exported_here_is_written_by_another_process():
+    assert cudavmm.unsupported(0) == ""
+    memory, export = cudavmm.allocate(3 << 20, 0)
+    memory.zero_()
+    torch.cuda.synchronize()
+    fd = export()
+    os.set_inheritable(fd, True)
+    subprocess.run([sys.executable, "-c", WRITER, str(fd), str(memory.numel())], check=True, pass_fds=(fd,))
+    os.close(fd)
+    assert torch.equal(memory[: 1 << 20].view(torch.float32).cpu(), torch.arange(1 << 18, dtype=torch.float32))
+    assert int(memory[1 << 20:].count_nonzero()) == 0  # the writer's exit left the memory as it was
+
+
+PROBLEM = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x) * 2
+
+def get_inputs():
+    return [torch.randn(8192, 8192)]
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.parametrize("factor, verdict", [("2", Verdict.CORRECT), ("2.01", Verdict.INCORRECT)])
+def test_verdicts_in_the_slot_and_through_the_channel_agree(tmp_path, monkeypatch, factor, verdict):
+    (tmp_path / "p.py").write_text(PROBLEM)
+    problem = load_problem(tmp_path / "p.py")
+    candidate = PROBLEM.replace("class Model(", "class ModelNew(").replace("* 2", f"* {factor}")
+    results = {}
+    with Evaluator("cuda", cache=BuildCache(tmp_path / "builds")) as evaluator:
+        for slots in ("1", "0"):
+            monkeypatch.setenv("KERNELPRO_OUTPUT_SLOTS", slots)
+            results[slots] = evaluator.evaluate(problem, candidate + f"\n# {slots}\n", EvalOptions(device="cuda"))
+    for slots, result in results.items():
+        print(f"slots {slots}: {result.verdict.value}, {result.output_slot}; correctness {result.correctness_s}")
+    assert results["1"].verdict is results["0"].verdict is verdict, (results["1"].reason, results["0"].reason)
+    assert "on cuda" in results["1"].output_slot and "turned off" in results["0"].output_slot
