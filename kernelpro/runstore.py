@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 import sqlite3
+import threading
 import time
 from pathlib import Path
 
@@ -36,6 +37,64 @@ CREATE TABLE IF NOT EXISTS search (id INTEGER PRIMARY KEY CHECK (id = 1), state 
 """
 
 
+class _Rows(list):
+    """A statement's rows, read in full while the connection's lock was held, with its cursor's counts."""
+
+    rowcount, lastrowid = -1, None
+
+    def fetchone(self):
+        return self[0] if self else None
+
+    def fetchall(self) -> list:
+        return list(self)
+
+
+class SerializedConnection:
+    """A SQLite connection that threads share: each statement, and each transaction (`with`), holds one lock, and a
+    statement's rows are read before it is let go. Python's connection is not safe to use from two threads at once:
+    a bench's two lanes of one GPU starting problems together failed with "bad parameter or other API misuse"."""
+
+    def __init__(self, connection: sqlite3.Connection):
+        self._connection, self._lock = connection, threading.RLock()
+
+    def execute(self, sql: str, parameters=()) -> _Rows:
+        with self._lock:
+            cursor = self._connection.execute(sql, parameters)
+            rows = _Rows(cursor.fetchall())
+            rows.rowcount, rows.lastrowid = cursor.rowcount, cursor.lastrowid
+            return rows
+
+    def executemany(self, sql: str, rows) -> _Rows:
+        with self._lock:
+            cursor = self._connection.executemany(sql, rows)
+            done = _Rows()
+            done.rowcount = cursor.rowcount
+            return done
+
+    def executescript(self, script: str) -> None:
+        with self._lock:
+            self._connection.executescript(script)
+
+    def close(self) -> None:
+        with self._lock:
+            self._connection.close()
+
+    def __enter__(self) -> "SerializedConnection":
+        self._lock.acquire()
+        try:
+            self._connection.__enter__()
+        except BaseException:
+            self._lock.release()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        try:
+            return bool(self._connection.__exit__(*exc))
+        finally:
+            self._lock.release()
+
+
 class DurableStore:
     """One SQLite file in a folder (WAL, fsync on commit) with a JSON key-value `meta` table:
     what the run's store and the bench's store (kernelpro.bench.store) are built on."""
@@ -47,7 +106,8 @@ class DurableStore:
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.path = self.folder / self.filename
-        self.db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
+        self.db = SerializedConnection(sqlite3.connect(self.path, check_same_thread=False, isolation_level=None,
+                                                       timeout=30))
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")
         self.db.executescript(self.schema)

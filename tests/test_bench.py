@@ -825,3 +825,21 @@ def test_resume_goes_on_with_the_benchs_own_settings_and_names_a_conflicting_fla
     assert "--adaptive-timing off (the bench has on)" in capsys.readouterr().err
     assert sqlite3.connect(out / "bench.db").execute("SELECT COUNT(*) FROM problems WHERE status != 'pending'"
                                                      ).fetchone()[0] == 0
+
+
+class _BrokenLaneBench(Bench):
+    """A bench whose own code fails on one problem (as a store error once did): the lane records it, goes on."""
+
+    def baseline(self, entry, slot):
+        if entry.number == 1:
+            raise RuntimeError("injected")
+        return super().baseline(entry, slot)
+
+
+def test_a_fault_of_the_bench_itself_is_recorded_as_the_problem_s_failure(tmp_path):
+    settings = BenchSettings(suite=str(SUITE), out=str(tmp_path / "a"), levels="1", baselines_only=True, **FAST)
+    rows = {row["key"]: row for row in _BrokenLaneBench(settings).run()["problems"]}
+    broken = [row for key, row in rows.items() if key.startswith("level1/1_")]
+    assert broken and all(row["status"] == "failed" for row in broken)
+    assert "injected" in json.dumps(broken)
+    assert any(row["status"] == "done" for key, row in rows.items() if not key.startswith("level1/1_"))

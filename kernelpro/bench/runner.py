@@ -15,6 +15,7 @@ so none of its evaluations is repeated. On a machine without a GPU there is one 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import queue
 import shutil
@@ -34,6 +35,8 @@ from kernelpro.bench.store import FINISHED, BenchStore, source_sha256
 from kernelpro.bench.suite import Entry, discover, select
 from kernelpro.harness.process import exit_description
 from kernelpro.settings import BenchSettings
+
+log = logging.getLogger("kernelpro.bench")
 
 
 def saved_settings(saved: dict) -> BenchSettings:
@@ -305,14 +308,17 @@ class Bench:
                 self.status.workers[name] = entry.key
                 self.status.started[name] = time.monotonic()
                 self.on_change(self.status)
-            self.store.start(entry.key, slot)
             try:
+                self.store.start(entry.key, slot)
                 if self.settings.baselines_only:
                     result, error = self.baseline(entry, slot)
                 else:
                     result, error = self.search(entry, slot)
             except ChildInterrupted:
                 return  # Ctrl-C reached the child first: the bench is stopping, the problem stays unfinished
+            except Exception as failure:  # the bench's own fault: the problem is recorded as failed, never lost
+                log.exception("bench lane %s failed on %s", name, entry.key)
+                result, error = None, f"the bench failed running it: {type(failure).__name__}: {failure}"
             self.record(entry, result, error)
 
     def record(self, entry: Entry, result: dict | None, error: str) -> None:
