@@ -203,7 +203,7 @@ def _remove(path: str) -> None:
 
 def main() -> None:
     sandbox.limit_self()
-    worker.preload()
+    worker.preload(sys.argv[2])
     _not_dumpable()
     control = socket.socket(fileno=int(sys.argv[1]))
     Zygote(control, sys.argv[2]).serve()
