@@ -34,6 +34,7 @@ def test_the_cost_model_counts_each_order_of_a_matrix_chain():
 
 
 def test_a_chain_is_rewritten_in_the_cheap_order_with_the_same_values():
+    torch.manual_seed(0)
     a, b, c = torch.randn(512, 8), torch.randn(8, 512), torch.randn(512, 8)
     graph = traced(lambda x, y, z: torch.einsum("ij,jk,kl->il", x, y, z), a, b, c)
     assert transposed_matmuls(graph) == 1
@@ -42,11 +43,14 @@ def test_a_chain_is_rewritten_in_the_cheap_order_with_the_same_values():
 
 
 def test_operands_in_a_list_and_an_index_summed_alone():
+    torch.manual_seed(0)
     x, w, u, v = torch.randn(16, 300), torch.randn(300, 300), torch.randn(300, 5), torch.randn(5, 7)
     graph = traced(lambda p, q, r, s: torch.einsum("bi,ij,jk,kn->b", [p, q, r, s]), x, w, u, v)
     assert transposed_matmuls(graph) == 1
     assert len(einsums(graph)) == 3 and all(eq.count(",") == 1 for eq in einsums(graph))
-    torch.testing.assert_close(graph(x, w, u, v), torch.einsum("bi,ij,jk,kn->b", x, w, u, v), rtol=1e-4, atol=1e-3)
+    # against float64: the two float32 orders differ by a few ulps of outputs in the thousands
+    exact = torch.einsum("bi,ij,jk,kn->b", *(t.double() for t in (x, w, u, v)))
+    torch.testing.assert_close(graph(x, w, u, v).double(), exact, rtol=0, atol=1e-5 * float(exact.abs().max()))
 
 
 def test_calls_it_leaves_alone():
