@@ -213,7 +213,7 @@ class Evaluator:
         if failure:
             phase = Phase(failure.get("phase", "build"))
             return make_result(Verdict(failure["verdict"]), phase, failure["reason"], base, began,
-                           stderr_text=failure.get("log", ""))
+                               stderr_text=failure.get("log", ""))
         reservation = self.memory.reserve(problem)  # waits while other evaluations fill the GPU
         outcome, ticket = Outcome(), self.lane.ticket()
         try:
@@ -228,7 +228,7 @@ class Evaluator:
             return self._success(outcome, problem, source, options, base, began, worker)
         except Finished as finished:
             return make_result(finished.verdict, finished.phase, finished.reason, base, began,
-                           errors=finished.errors, worker=worker, outcome=outcome)
+                               errors=finished.errors, worker=worker, outcome=outcome)
         finally:
             self.pool.release(worker)
             ticket.release()
@@ -479,8 +479,8 @@ class Evaluator:
         timing = outcome.timing
         if not options.measure_time or timing is None:
             return make_result(Verdict.CORRECT, Phase.CORRECTNESS,
-                           "the reference itself (not timed)" if outcome.itself else "correct (not timed)", base, began,
-                           worker=worker, outcome=outcome, flags=flags)
+                               "the reference itself (not timed)" if outcome.itself else "correct (not timed)",
+                               base, began, worker=worker, outcome=outcome, flags=flags)
         mismatch, compiled, compile_mismatch = outcome.final
         if mismatch:
             raise Finished(Verdict.REJECTED, "results changed during timing (caching across calls?): "

@@ -94,10 +94,6 @@ class Slot:
         except Exception as error:
             raise PayloadRejected(f"malformed output description ({type(error).__name__})") from None
 
-    def close(self) -> None:
-        """Drop the slot's memory (views handed out keep it until they go)."""
-        self.memory = torch.empty(0, dtype=torch.uint8)
-
 
 def offer(reference_bytes: int, outputs: int, device: str, room: int | None) -> tuple[Slot | None, int | None, dict]:
     """A slot for outputs of `reference_bytes` in all (`outputs` of them), in two regions where `room` (bytes, None:

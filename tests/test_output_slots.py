@@ -243,7 +243,8 @@ import torch.nn as nn
 def scribble():
     from kernelpro.harness.outputslots import SlotWriter
     while True:
-        slots = [found.memory for found in gc.get_objects() if isinstance(found, SlotWriter) and found.memory is not None]
+        slots = [found.memory for found in gc.get_objects()
+                 if isinstance(found, SlotWriter) and found.memory is not None]
         for _ in range(100000):
             for memory in slots:
                 memory.fill_(0)
