@@ -14,7 +14,10 @@
 # half's GPUs, judgements already made on this machine kept (JUDGED_A / JUDGED_B: an earlier machine's), packed as
 # $OUT/<TAG>_judge_<NAME>.tgz. TOTAL: seconds this call may take (default 570). A TAG holds one pair: a call with other
 # problems or arguments under a TAG already used on the machine is refused (exit 2). ENV_A / ENV_B: environment
-# assignments for one arm's bench only (e.g. ENV_B="KERNELPRO_WORKER_START=spawn"). Afterwards, anywhere:
+# assignments for one arm's bench only (e.g. ENV_B="KERNELPRO_WORKER_START=spawn"). SOURCE_A / SOURCE_B: an arm's
+# kernelpro from another source tree, a folder with its pyproject.toml and packages (an earlier commit's, made with
+# `mkdir -p .kb/code-REV && git archive REV | tar x -C .kb/code-REV` and carried in .kb): one card times today's
+# search against an earlier one's. Afterwards, anywhere:
 #   kernelpro bench compare A_FOLDER B_FOLDER
 # Example (issue 34, level 1):
 #   SUITE=.kb/kernelbench KEYS=@benchmarks/kernelbench_subset30_level1.txt BUDGET=8 ARGS="--no-profile --no-kb" \
@@ -38,15 +41,18 @@ mkdir -p "$work" "$benches"
 # pair, called without LABEL after KernelBench's, found lr0_moves finished and ran nothing), so it is refused. The
 # budget may change: with --resume a larger one extends the searches.
 keys_text=$KEYS; [[ $KEYS == @* ]] && keys_text=$(cat "${KEYS#@}")
-pair_args=$(printf 'suite: %s\nproblems: %s\nboth: %s\n%s: %s %s\n%s: %s %s\n' "$suite" "$keys_text" "${ARGS:-}" \
-  "$name_a" "${ENV_A:-}" "$ARGS_A" "$name_b" "${ENV_B:-}" "$ARGS_B")
+pair_args=$(printf 'suite: %s\nproblems: %s\nboth: %s\n%s: %s %s %s\n%s: %s %s %s\n' "$suite" "$keys_text" \
+  "${ARGS:-}" "$name_a" "${SOURCE_A:-}" "${ENV_A:-}" "$ARGS_A" "$name_b" "${SOURCE_B:-}" "${ENV_B:-}" "$ARGS_B")
 if [ -f "$work/pair.args" ] && [ "$(cat "$work/pair.args")" != "$pair_args" ]; then
   echo "$work (TAG=$tag) holds a pair of other problems or arguments; give this one another TAG (scripts/launch_rank_pair.sh: LABEL):"
   diff <(cat "$work/pair.args") <(echo "$pair_args") | sed 's/^/  /'
   exit 2
 fi
 echo "$pair_args" >"$work/pair.args"
-code=$(bash scripts/freeze_code.sh "$pair_root") || { echo "could not install a copy of the package"; exit 1; }
+here=$PWD
+code_for() { (cd "${1:-.}" && bash "$here/scripts/freeze_code.sh" "$pair_root"); }
+code_a=$(code_for "${SOURCE_A:-}") || { echo "could not install a copy of arm A's package"; exit 1; }
+code_b=$(code_for "${SOURCE_B:-}") || { echo "could not install a copy of arm B's package"; exit 1; }
 suite=$(realpath "$suite")
 [[ $KEYS == @* ]] && KEYS="@$(realpath "${KEYS#@}")"
 all=$(python3 -c "import torch; print(','.join(map(str, range(torch.cuda.device_count()))))")
@@ -60,9 +66,9 @@ fi
 folder() { echo "$benches/${tag}_$1"; }
 running() { [ -f "$work/$1.pid" ] && kill -0 "$(cat "$work/$1.pid")" 2>/dev/null; }
 finished() { [ -f "$work/$1.rc" ]; }
-# start NAME GPUS ARGS: the arm's bench in its own process session, resuming its folder
+# start NAME GPUS ARGS ENVS CODE: the arm's bench in its own process session, resuming its folder
 start() {
-  local name=$1 gpus=$2 args=$3 envs=${4:-} dir resume=""
+  local name=$1 gpus=$2 args=$3 envs=${4:-} code=$5 dir resume=""
   dir=$(folder "$name")
   [ -f "$dir/bench.db" ] && resume="--resume"
   setsid nohup bash -c "cd $work && $envs PYTHONPATH=$code\${PYTHONPATH:+:\$PYTHONPATH} python3 -m kernelpro bench $suite \
@@ -79,11 +85,11 @@ for arm in A B; do
 done
 next() {
   if [ "$half" -ge 1 ]; then
-    running "$name_a" || finished "$name_a" || start "$name_a" "$gpus_a" "$ARGS_A" "${ENV_A:-}"
-    running "$name_b" || finished "$name_b" || start "$name_b" "$gpus_b" "$ARGS_B" "${ENV_B:-}"
+    running "$name_a" || finished "$name_a" || start "$name_a" "$gpus_a" "$ARGS_A" "${ENV_A:-}" "$code_a"
+    running "$name_b" || finished "$name_b" || start "$name_b" "$gpus_b" "$ARGS_B" "${ENV_B:-}" "$code_b"
   elif ! running "$name_a" && ! running "$name_b"; then
-    if ! finished "$name_a"; then start "$name_a" "$gpus_a" "$ARGS_A" "${ENV_A:-}"
-    elif ! finished "$name_b"; then start "$name_b" "$gpus_b" "$ARGS_B" "${ENV_B:-}"; fi
+    if ! finished "$name_a"; then start "$name_a" "$gpus_a" "$ARGS_A" "${ENV_A:-}" "$code_a"
+    elif ! finished "$name_b"; then start "$name_b" "$gpus_b" "$ARGS_B" "${ENV_B:-}" "$code_b"; fi
   fi
 }
 snap() {

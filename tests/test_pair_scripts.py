@@ -4,7 +4,9 @@ nothing that is done; `kernelpro bench compare` reads the two folders."""
 
 from __future__ import annotations
 
+import json
 import os
+import sqlite3
 import subprocess
 import sys
 import tarfile
@@ -62,3 +64,25 @@ def test_two_benches_run_side_by_side_and_resume(tmp_path):
     benches = tmp_path / "benches"
     result = compare(benches / "t_greedy", benches / "t_mcts")
     assert result["n"] == 1 and not result["only_a"] and not result["only_b"]
+
+
+def test_an_arm_runs_from_another_source_tree(tmp_path):
+    """SOURCE_B: arm B's kernelpro from another checkout (an earlier commit's, on the GPU machine), installed apart;
+    each arm's searches record the version of the code that ran them."""
+    other = tmp_path / "other"
+    other.mkdir()
+    archive = subprocess.run(["git", "archive", "HEAD"], cwd=ROOT, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "x", "-C", str(other)], input=archive, check=True)
+    init = other / "kernelpro" / "__init__.py"
+    init.write_text(init.read_text().replace('__version__ = "', '__version__ = "0.0.0+other.', 1))
+    out = run_pair(tmp_path, SOURCE_B=str(other), TAG="src")
+    assert out.count("finished (exit 0)") == 2
+    assert len([p for p in (tmp_path / "pair" / "code").iterdir() if p.is_dir()]) == 2
+    versions = {}
+    for name in ("greedy", "mcts"):
+        for state in (tmp_path / "benches" / f"src_{name}").rglob("state.db"):
+            with sqlite3.connect(state) as db:
+                versions[name] = {json.loads(result)["kernelpro_version"]
+                                  for (result,) in db.execute("SELECT result FROM evaluations")}
+    assert all(not v.startswith("0.0.0+other") for v in versions["greedy"]), versions
+    assert versions["mcts"] and all(v.startswith("0.0.0+other") for v in versions["mcts"]), versions
