@@ -163,12 +163,17 @@ class SlotWriter:
             return
         try:
             size, regions, region_bytes = int(command["bytes"]), int(command["regions"]), int(command["region_bytes"])
+        except (KeyError, TypeError, ValueError):
+            os.close(fd)
+            self.why = "a malformed offer"
+            return
+        try:
             memory = (cudavmm.import_descriptor(fd, size, 0) if command.get("backend") == "cuda"
                       else _map_shared_file(fd, size))  # either closes the descriptor
             if regions * region_bytes > size:
                 raise ValueError("regions past the end of the slot")
             self.memory, self.regions, self.region_bytes = memory, regions, region_bytes
-        except (cudavmm.VmmError, OSError, ValueError, KeyError, RuntimeError) as error:
+        except (cudavmm.VmmError, OSError, ValueError, RuntimeError) as error:
             self.why = f"could not map it ({error})"
 
     def write(self, values: list, sync, region: int | None) -> list | None:
