@@ -299,3 +299,24 @@ def summarize(device_ms: list[float], host_ms: list[float]) -> TimingStats:
         min_ms=ordered[0], max_ms=ordered[-1], trials=len(ordered),
         host_median_ms=statistics.median(host_ms) if host_ms else statistics.median(ordered),
     )
+
+
+def launch_profile(model, inputs: list, sync: Callable[[], None], calls: int = 3) -> dict:
+    """One profiler pass over `calls` calls of a model (after one outside it, which builds and JIT-compiles): the
+    names of the GPU kernels it launches (for the strict policy), its launches per call and their summed time per
+    call in ms (the launch profile). `sync` waits for the device."""
+    import warnings
+    from torch.profiler import ProfilerActivity, profile
+    warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
+    own = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+    with torch.no_grad():
+        model(*own)
+        sync()
+        with profile(activities=[ProfilerActivity.CUDA]) as profiler:
+            for _ in range(calls):
+                model(*own)
+            sync()
+    kernels = [event for event in profiler.events()
+               if getattr(event, "device_type", None) == torch.autograd.DeviceType.CUDA]
+    return {"names": sorted({event.name for event in kernels}), "launches_per_call": len(kernels) / calls,
+            "busy_ms_per_call": sum(e.time_range.end - e.time_range.start for e in kernels) / calls / 1e3}

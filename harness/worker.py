@@ -44,7 +44,7 @@ from kernelpro.harness.errors import missing_packages_line
 from kernelpro.harness.modelio import (DTYPES, build_model, cast_to, describe_values,  # noqa: F401
                                       flatten_outputs, import_file, parameter_bytes, set_seed, tensor_bytes)
 from kernelpro.harness.payload import pack_values
-from kernelpro.harness.timing import InterleavedTimer, cannot_reach, kernelbench_times
+from kernelpro.harness.timing import InterleavedTimer, cannot_reach, kernelbench_times, launch_profile
 
 TIMING_POOL_SIZE = 3
 
@@ -456,7 +456,7 @@ class Job:
         self.check_tampering()
         ceilings = self.measure_ceilings() if ceilings and self.device.type == "cuda" else {}
         # after every timing: a profiler's pass may leave its callbacks on, and each later launch would pay for them
-        profiled = (self.profile_kernels(functions["candidate"], pool[0])
+        profiled = (launch_profile(functions["candidate"], pool[0], self.sync)
                     if profile_kernels and self.device.type == "cuda" else {})
         kernels = profiled.get("names", [])
         self.check_tampering()
@@ -505,26 +505,6 @@ class Job:
             self.sync()
             self.send({"type": "energy_done", "name": name, "calls": calls,
                        "seconds": time.perf_counter() - began})
-
-    def profile_kernels(self, model, inputs, calls: int = 3) -> dict:
-        """One profiler pass over `calls` calls of a candidate (after one outside it, which builds and JIT-compiles):
-        the names of the GPU kernels it launches (for the strict policy), its launches per call and their summed
-        time per call in ms (the launch profile)."""
-        import warnings
-        from torch.profiler import ProfilerActivity, profile
-        warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
-        own = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
-        with torch.no_grad():
-            model(*own)
-            self.sync()
-            with profile(activities=[ProfilerActivity.CUDA]) as profiler:
-                for _ in range(calls):
-                    model(*own)
-                self.sync()
-        kernels = [event for event in profiler.events()
-                   if getattr(event, "device_type", None) == torch.autograd.DeviceType.CUDA]
-        return {"names": sorted({event.name for event in kernels}), "launches_per_call": len(kernels) / calls,
-                "busy_ms_per_call": sum(e.time_range.end - e.time_range.start for e in kernels) / calls / 1e3}
 
     def measure_ceilings(self) -> dict:
         found = measured_if_room(self.device.type)
