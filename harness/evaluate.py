@@ -422,7 +422,8 @@ class Evaluator:
         finally:
             if fd is not None:
                 os.close(fd)
-        outcome.info["output_slot"] = command.get("why") or f"{command['bytes'] / 2**20:.0f} MiB on {self.device}"
+        outcome.info["output_slot"] = command.get("why") or (
+            f"{command['regions']} x {command['region_bytes'] / 2**20:.1f} MiB on {self.device}")
 
     @staticmethod
     def _tell(worker: ChannelWorker, command: dict, fd: int | None = None) -> None:

@@ -214,6 +214,10 @@ time.sleep(60)
         process.wait()
 
 
+SECOND_CALL_DIFFERS = ("self.calls = getattr(self, 'calls', 0) + 1\n"
+                       "        return torch.relu(x) * 2 + (0.01 if self.calls == 2 else 0.0), x.sum()")
+
+
 def _candidate(body: str) -> str:
     return PROBLEM.replace("class Model(", "class ModelNew(").replace("return torch.relu(x) * 2, x.sum()", body)
 
@@ -222,6 +226,7 @@ def _candidate(body: str) -> str:
     ("return torch.relu(x) * 2, x.sum()", Verdict.CORRECT),
     ("return torch.relu(x) * 2.01, x.sum()", Verdict.INCORRECT),
     ("return torch.relu(x) * 2 + torch.rand(1) * 1e-2, x.sum()", Verdict.INCORRECT),  # differs call to call
+    (SECOND_CALL_DIFFERS, Verdict.INCORRECT),  # trial 0's repeat (region 1) differs from its first call
     ("return torch.relu(x) * 2, x.sum().item()", Verdict.INCORRECT),  # a float where a tensor is expected
 ])
 def test_verdicts_are_the_same_with_and_without_the_slot(tmp_path, cpu_evaluator, monkeypatch, body, verdict):
@@ -232,7 +237,8 @@ def test_verdicts_are_the_same_with_and_without_the_slot(tmp_path, cpu_evaluator
     without = cpu_evaluator.evaluate(problem, _candidate(body) + "\n# without\n", FAST)
     assert with_slot.verdict is without.verdict is verdict, (with_slot.reason, without.reason)
     assert with_slot.reason == without.reason or verdict is Verdict.CORRECT  # a correct one's has its speed
-    assert "MiB on cpu" in with_slot.output_slot and "turned off" in without.output_slot
+    assert with_slot.output_slot.startswith("2 x ") and "MiB on cpu" in with_slot.output_slot
+    assert "turned off" in without.output_slot
 
 
 SCRIBBLER = '''
@@ -267,3 +273,20 @@ def test_a_candidate_that_writes_into_the_slot_is_judged_on_what_it_wrote(tmp_pa
     result = cpu_evaluator.evaluate(load_problem(tmp_path / "p.py"), SCRIBBLER, FAST)
     assert result.verdict is Verdict.INCORRECT, result.reason
     assert "MiB on cpu" in result.output_slot
+
+
+def test_with_room_for_one_region_the_repeat_and_the_timing_outputs_come_through_the_channel(tmp_path, cpu_evaluator,
+                                                                                           monkeypatch):
+    """One region: trial 0's outputs stay in it for the comparison with the repeat, which comes as a payload, as do
+    the timing phase's eager and candidate outputs; the verdicts are the same."""
+    (tmp_path / "p.py").write_text(PROBLEM)
+    problem = load_problem(tmp_path / "p.py")
+    region = 256 * 512 * 4 + 4 + 2 * outputslots.ALIGN  # the outputs' bytes and an alignment's slack for each
+    monkeypatch.setattr(outputslots, "available_memory_bytes", lambda: 3 * region // 2)  # the judge's room
+    monkeypatch.setattr(outputslots, "SHARE", 1.0)
+    for body, verdict in [("return torch.relu(x) * 2, x.sum()", Verdict.CORRECT),
+                          (SECOND_CALL_DIFFERS, Verdict.INCORRECT)]:
+        result = cpu_evaluator.evaluate(problem, _candidate(body), FAST)
+        assert result.verdict is verdict, result.reason
+        assert result.output_slot.startswith("1 x "), result.output_slot
+        assert verdict is Verdict.CORRECT or "a second call on the same inputs disagreed" in result.reason
