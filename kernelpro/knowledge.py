@@ -31,6 +31,7 @@ from pathlib import Path
 from kernelpro.errors import KernelproError
 from kernelpro.harness.policy import reference_ops
 from kernelpro.mcts.memory import prior_factor
+from kernelpro.runstore import SerializedConnection
 from kernelpro.tools.records import ROOFLINE_CLASSES
 
 FORMAT = "kernelpro-kb"
@@ -150,13 +151,16 @@ class KnowledgeBase:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             if read_only:
-                self.db = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True,
-                                          check_same_thread=False, isolation_level=None, timeout=30)
+                self.db = SerializedConnection(sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True,
+                                                               check_same_thread=False, isolation_level=None,
+                                                               timeout=30))
                 if self.version != len(MIGRATIONS):
                     raise KnowledgeError(f"{self.path} has schema version {self.version}, not this kernelpro's "
                                          f"{len(MIGRATIONS)}: a search with it brings it up to date")
                 return
-            self.db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
+            # one connection for whichever thread uses the base, one statement at a time (runstore.SerializedConnection)
+            self.db = SerializedConnection(sqlite3.connect(self.path, check_same_thread=False, isolation_level=None,
+                                                           timeout=30))
             self.db.execute("PRAGMA journal_mode=WAL")
             self.migrate()
         except sqlite3.DatabaseError as error:
