@@ -349,20 +349,16 @@ class Evaluator:
                 outcome.step("transfer", waited - worked)  # the rest of the wait: the outputs coming over
                 checked = time.monotonic()
                 outputs = self._outputs(header, payload, outcome, 1 if header.get("repeat") else 0)
-                with worker.paused() if "slot" in header else contextlib.nullcontext():
+                with self._judging(worker, header):
                     self._check_trial(header, outputs, outcome, tolerance)
-                if "slot" in header:
-                    self._tell(worker, outputslots.COMPARED)
                 outcome.step("compare", time.monotonic() - checked)
                 if outcome.trials_passed == options.correct_trials:
                     go_on()
             elif kind == "timing":
                 final = self._outputs(header, payload, outcome, None)
-                with worker.paused() if "slot" in header else contextlib.nullcontext():
+                with self._judging(worker, header):
                     outcome.timing, outcome.final = header, final_checks(final, header, tolerance)
                 del final
-                if "slot" in header:
-                    self._tell(worker, outputslots.COMPARED)
             elif kind == "compile_cache":
                 if outcome.itself:  # never from a worker that ran candidate code
                     compilecache.keep(self.cache.root, problem.source, payload)
@@ -389,7 +385,7 @@ class Evaluator:
             return worker.receive(limit_s)
         except channel.ChannelTimeout:
             raise Finished(Verdict.TIMEOUT, f"the {outcome.phase.value} phase ran past {limit_s:g} s",
-                            outcome.phase) from None
+                           outcome.phase) from None
         except channel.ChannelClosed:
             raise self._death(worker, outcome) from None
 
@@ -400,10 +396,10 @@ class Evaluator:
         if status is not None and status < 0:
             name = signal.Signals(-status).name
             return Finished(Verdict.CRASH, f"the worker died of {name} in the {outcome.phase.value} phase",
-                             outcome.phase)
+                            outcome.phase)
         return Finished(Verdict.RUNTIME_ERROR,
-                         f"the worker exited with status {status} in the {outcome.phase.value} phase "
-                         "without reporting", outcome.phase)
+                        f"the worker exited with status {status} in the {outcome.phase.value} phase "
+                        "without reporting", outcome.phase)
 
     def _load(self, payload: bytes, outcome: Outcome) -> list:
         try:
@@ -434,6 +430,17 @@ class Evaluator:
         except (OSError, channel.ChannelClosed):
             pass
 
+    @contextlib.contextmanager
+    def _judging(self, worker: ChannelWorker, header: dict):
+        """The block that judges a message's outputs: where they lie in the worker's output slot, with the worker
+        stopped throughout and told to go on after; else (a payload, which the worker cannot change) as it is."""
+        if "slot" not in header:
+            yield
+            return
+        with worker.paused():
+            yield
+        self._tell(worker, outputslots.COMPARED)
+
     def _outputs(self, header: dict, payload, outcome: Outcome, region: int | None) -> list:
         """A message's outputs: views of their region of the output slot (None: the whole slot) where the worker
         wrote them there, else its payload's."""
@@ -441,7 +448,7 @@ class Evaluator:
             return self._load(payload, outcome)
         if outcome.slot is None:
             raise Finished(Verdict.REJECTED, "outputs said to be in an output slot that was never given",
-                            outcome.phase)
+                           outcome.phase)
         try:
             return outcome.slot.outputs(header["slot"], region)
         except compare.PayloadRejected as error:
@@ -457,17 +464,17 @@ class Evaluator:
             outcome.first_outputs = []
             if again:
                 raise Finished(Verdict.INCORRECT, f"a second call on the same inputs disagreed: {again.reason}",
-                                Phase.CORRECTNESS, [again.stats])
+                               Phase.CORRECTNESS, [again.stats])
             return
         if trial >= len(outcome.references):
             raise Finished(Verdict.REJECTED, f"outputs for trial {trial}, which the reference never ran",
-                            Phase.CORRECTNESS)
+                           Phase.CORRECTNESS)
         mismatch = compare.compare_outputs(outcome.references[trial], outputs, outcome.structures[trial],
                                            header["structure"], tolerance, trial)
         outcome.references[trial] = None  # done with: its memory (or its file's pages) can go
         if mismatch:
             raise Finished(Verdict.INCORRECT, f"trial {trial}: {mismatch.reason}", Phase.CORRECTNESS,
-                            [mismatch.stats])
+                           [mismatch.stats])
         if trial == 0:  # kept for the repeat (in the output slot, region 0, which the worker writes next after it)
             outcome.first_outputs = outputs
         outcome.trials_passed += 1
@@ -485,7 +492,7 @@ class Evaluator:
         mismatch, compiled, compile_mismatch = outcome.final
         if mismatch:
             raise Finished(Verdict.REJECTED, "results changed during timing (caching across calls?): "
-                            + mismatch.reason, Phase.TIMING)
+                           + mismatch.reason, Phase.TIMING)
         if options.policy == "strict" and self.device == "cuda" and not policy.launched_custom_kernel(
                 timing["kernels"], source):
             raise Finished(Verdict.REJECTED, "strict policy: no custom kernel ran on the GPU", Phase.TIMING)

@@ -79,9 +79,9 @@ def _version() -> str:
 
 
 def make_result(verdict: Verdict, phase: Phase, reason: str, base: dict, began: float, *,
-            errors: list[ErrorStats] | None = None, worker: ChannelWorker | None = None,
-            outcome: Outcome | None = None, flags: list[str] | None = None, stderr_text: str = "",
-            **fields) -> EvalResult:
+                errors: list[ErrorStats] | None = None, worker: ChannelWorker | None = None,
+                outcome: Outcome | None = None, flags: list[str] | None = None, stderr_text: str = "",
+                **fields) -> EvalResult:
     logs = {}
     if worker is not None:
         worker.kill()
