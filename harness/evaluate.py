@@ -214,39 +214,48 @@ class Evaluator:
             phase = Phase(failure.get("phase", "build"))
             return make_result(Verdict(failure["verdict"]), phase, failure["reason"], base, began,
                                stderr_text=failure.get("log", ""))
+        outcome = Outcome()
+        # The reference as its own candidate (a search's root, a bench's baseline) runs the same code on the
+        # same seeds: comparing its outputs with themselves proves nothing and, at KernelBench's sizes, cost
+        # most of a baseline (level1/36_RMSNorm_: 103 s of 147). Its first trial runs for the sizes and the
+        # signature, then it is timed (with the timing phase's own check that its results do not change).
+        outcome.itself = source == reference_candidate(problem)
+        key = reference_key(problem.source, options.seed, options.correct_trials, options.precision,
+                            options.model_mode)
+        waited = time.monotonic()  # for the reference outputs, where another evaluation is computing them
+        kept, claimed = (None, False) if outcome.itself else self.references.claim(key)
+        outcome.queued(time.monotonic() - waited)
         reservation = self.memory.reserve(problem)  # waits while other evaluations fill the GPU
-        outcome, ticket = Outcome(), self.lane.ticket()
+        ticket = self.lane.ticket()
         try:
             ticket.share()  # waits while another evaluation is timed
         except LaneClosed as closed:
             reservation.release()
+            if claimed:
+                self.references.release(key)
             return make_result(Verdict.CRASH, Phase.STATIC, str(closed), base, began)
         outcome.queued(ticket.waited_s)
         worker = self.pool.acquire()
         try:
-            self._drive(worker, problem, source, options, entry, outcome, reservation, ticket)
+            self._drive(worker, problem, source, options, entry, outcome, reservation, ticket, (key, kept))
             return self._success(outcome, problem, source, options, base, began, worker)
         except Finished as finished:
             return make_result(finished.verdict, finished.phase, finished.reason, base, began,
                                errors=finished.errors, worker=worker, outcome=outcome)
         finally:
+            if claimed:
+                self.references.release(key)
             self.pool.release(worker)
             ticket.release()
             reservation.release()
 
     def _drive(self, worker: ChannelWorker, problem: Problem, source: str, options: EvalOptions,
                entry: BuildEntry, outcome: Outcome, reservation: Reservation | None = None,
-               ticket: Ticket | None = None) -> None:
+               ticket: Ticket | None = None, references: tuple = ((), None)) -> None:
+        """Run the evaluation on the worker; `references`: (their key, the reference outputs kept for it or None)."""
         ready, _ = self._receive(worker, _STARTUP_LIMIT_S, outcome)
         outcome.info.update(device_name=ready.get("device_name", ""), torch_version=ready.get("torch", ""))
-        key = reference_key(problem.source, options.seed, options.correct_trials, options.precision,
-                            options.model_mode)
-        # The reference as its own candidate (a search's root, a bench's baseline) runs the same code on the
-        # same seeds: comparing its outputs with themselves proves nothing and, at KernelBench's sizes, cost
-        # most of a baseline (level1/36_RMSNorm_: 103 s of 147). Its first trial runs for the sizes and the
-        # signature, then it is timed (with the timing phase's own check that its results do not change).
-        outcome.itself = source == reference_candidate(problem)
-        kept = None if outcome.itself else self.references.get(key)
+        key, kept = references
         fresh = References() if kept is None and not outcome.itself else None
         if kept is not None:
             log.debug("%s: reference outputs kept from an earlier evaluation (%d trials)", problem.name,
@@ -322,12 +331,16 @@ class Evaluator:
                         details=False) is None
             elif kind == "reference_info":
                 if kept is not None:  # this worker ran trial 0 only; the outputs are the earlier evaluation's
-                    outcome.references = [self._load(payload, outcome) for payload in kept.payloads]
+                    outcome.references, outcome.info["reference_outputs"] = kept.outputs(
+                        functools.partial(self._load, outcome=outcome), self.device,
+                        lambda size: self.memory.keep(size, beside=self.memory.need(problem)))
                     outcome.structures, outcome.degenerate = list(kept.structures), kept.degenerate
                 elif fresh is not None and len(fresh.payloads) == options.correct_trials:
                     fresh.degenerate = outcome.degenerate
                     fresh.flops = header["flops"]
                     self.references.put(key, fresh)
+                if fresh is not None:
+                    self.references.release(key)  # complete (kept or not): an evaluation waiting for them goes on
                 outcome.info.update(flops=kept.flops if kept is not None else header["flops"],  # kept: not counted again
                                     bytes_moved=header["bytes_moved"], signature=header.get("signature"),
                                     sensitivity=header.get("sensitivity") if options.sensitivity else None,

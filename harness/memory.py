@@ -32,8 +32,9 @@ def needed_bytes(sizes: dict, timed_models: int = 3) -> int:
 
 
 class Reservation:
-    def __init__(self, plan: "MemoryPlan", size: int):
+    def __init__(self, plan: "MemoryPlan", size: int, evaluation: bool = True):
         self.plan, self.size = plan, size
+        self.evaluation = evaluation  # an evaluation's (counted among the holders), or memory kept between them
 
     def resize(self, size: int) -> None:
         """Now that the problem's needs are known: shrink (or grow) to them; never waits."""
@@ -72,6 +73,11 @@ class MemoryPlan:
         self.known[_key(problem)] = need
         return need
 
+    def need(self, problem) -> int:
+        """What an evaluation of the problem reserves: its estimate, or the whole budget until there is one."""
+        with self._changed:
+            return self.known.get(_key(problem), self.budget or 0)
+
     def room(self, reservation: "Reservation | None", sizes: dict) -> int | None:
         """Bytes left for an evaluation holding `reservation` besides what its problem needs (`needed_bytes`) and
         what the others hold; None where the budget is unknown (the CPU)."""
@@ -94,12 +100,27 @@ class MemoryPlan:
             self.holders += 1
         return Reservation(self, need)
 
+    def keep(self, size: int, beside: int) -> Reservation | None:
+        """Hold `size` bytes for as long as the trusted process keeps something on the device between evaluations
+        (a problem's reference outputs), if they fit beside what is held now, and beside `beside` more (another
+        evaluation's need) where that would fit now: keeping them never stops two evaluations from running side by
+        side, but where one fills the device anyway (level 1's sizes) it may. Never waits; None where they do not fit
+        or the budget is unknown."""
+        with self._changed:
+            if self.budget is None:
+                return None
+            room = self.budget - self.used - size
+            if room < 0 or (self.used + beside <= self.budget and room < beside):
+                return None
+            self.used += size
+            return Reservation(self, size, evaluation=False)
+
     def _resize(self, reservation: Reservation, size: int) -> None:
         with self._changed:
             if reservation.size == 0 and size == 0:
                 return
             self.used += size - reservation.size
-            if size == 0:
+            if size == 0 and reservation.evaluation:
                 self.holders -= 1
             reservation.size = size
             self._changed.notify_all()

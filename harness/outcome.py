@@ -93,8 +93,9 @@ def make_result(verdict: Verdict, phase: Phase, reason: str, base: dict, began: 
     info = outcome.info if outcome else {}
     if outcome is not None and outcome.sizes:
         fields.setdefault("memory", MemorySizes(**outcome.sizes))
-    if info.get("output_slot"):
-        fields.setdefault("output_slot", info["output_slot"])
+    for name in ("output_slot", "reference_outputs"):
+        if info.get(name):
+            fields.setdefault(name, info[name])
     if info.get("signature"):
         fields.setdefault("signature", Signature(**info["signature"]))
     if info.get("sensitivity"):

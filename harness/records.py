@@ -302,6 +302,9 @@ class EvalResult(_Record):
     output_slot: str = Field("", description=(
         "how the worker's outputs reached the judge: the output slot it wrote them into (its size and device; "
         "they were compared in place), or why it had none (they came through the channel)"))
+    reference_outputs: str = Field("", description=(
+        "where the reference outputs this evaluation compared against came from: kept from an earlier evaluation, "
+        "in host memory or on the GPU (compared in place); empty where its worker computed them"))
     custom_kernels: list[str] = Field([], description="custom kernels seen at run time (CUDA profiler)")
     launch_profile: LaunchProfile | None = Field(None, description="asked for with EvalOptions.launch_profile, on CUDA")
     sensitivity: Sensitivity | None = Field(None, description="asked for with EvalOptions.sensitivity (the reference's "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from conftest import candidate_source
 from kernelpro.harness import EvalOptions, Evaluator, PhaseLimits, Verdict
 from kernelpro.harness.cache import BuildCache
@@ -65,3 +66,110 @@ def test_what_is_kept_stays_within_its_share_and_the_least_recently_used_goes_fi
     assert cache.put(("d",), _entry(10))
     assert [cache.get((key,)) is not None for key in "abcd"] == [True, False, True, True]
     assert not ReferenceCache(enabled=False).put(("a",), _entry(1))
+
+
+def _outputs_entry(trials: int = 2) -> References:
+    """An entry of `trials` trials, each one 1000-float output (and a scalar), in the payload format."""
+    import torch
+
+    from kernelpro.harness.payload import pack_values
+    entry = References()
+    for trial in range(trials):
+        entry.add(bytearray(b"".join(bytes(part) for part in pack_values([torch.full((1000,), float(trial)), 7]))),
+                  "sequence:2", False)
+    return entry
+
+
+def test_kept_outputs_go_to_the_device_once_within_the_plan_and_come_back_with_the_entry():
+    """Where the judge compares on a device (the meta device stands in for a GPU here: the bookkeeping, not the
+    values), the first evaluation to use an entry moves its outputs there if the memory plan grants the bytes
+    beside the next evaluation's need; the others share them; evicting the entry gives the bytes back."""
+    import torch
+
+    from kernelpro.harness.memory import MemoryPlan
+    from kernelpro.harness.payload import load_tensors
+    plan = MemoryPlan(100_000)
+    entry = _outputs_entry()
+    loads = []
+
+    def load(payload):
+        loads.append(1)
+        return load_tensors(payload)
+
+    first, where = entry.outputs(load, "meta", lambda size: plan.keep(size, beside=95_000))
+    assert where == "kept in host memory" and plan.used == 0  # 8 kB beside 95 kB does not fit in 100 kB
+    assert [values[0][0].item() for values in first] == [0.0, 1.0] and len(loads) == 2
+    assert entry.outputs(load, "meta", lambda size: plan.keep(size, beside=0))[1] == "kept in host memory"  # decided
+
+    entry = _outputs_entry()
+    moved, where = entry.outputs(load, "meta", lambda size: plan.keep(size, beside=50_000))
+    assert where == "kept on meta" and 8_000 < plan.used < 9_000 and plan.holders == 0
+    assert all(values[0].device.type == "meta" and values[1] == 7 for values in moved)
+    before = len(loads)
+    shared, where = entry.outputs(load, "meta", lambda size: pytest.fail("asked again"))
+    assert where == "kept on meta" and len(loads) == before and shared[0][0] is moved[0][0]
+    shared[0] = None  # an evaluation drops a compared trial: the entry keeps it
+    assert entry.on_device[0] is not None
+    cache = ReferenceCache(available=lambda: 1 << 30)
+    assert cache.put(("k",), entry)
+    cache.clear()
+    assert plan.used == 0 and entry.on_device is None and entry.device_hold is None
+    on_cpu = _outputs_entry()
+    assert on_cpu.outputs(load, "cpu", lambda size: pytest.fail("no device"))[1] == "kept in host memory"
+    assert torch.equal(on_cpu.outputs(load, "cpu", None)[0][1][0], torch.full((1000,), 1.0))
+
+
+def test_the_memory_plan_keeps_bytes_beside_its_evaluations_without_counting_them_as_one():
+    import types
+
+    from kernelpro.harness.memory import MemoryPlan
+    assert MemoryPlan(None).keep(1, beside=0) is None  # unknown budget (the CPU): nothing is kept
+    plan = MemoryPlan(1000)
+    held = plan.keep(600, beside=400)
+    assert held is not None and plan.used == 600 and plan.holders == 0
+    assert plan.keep(1, beside=400) is None
+    held.release()
+    assert plan.used == 0 and plan.holders == 0
+    # where one evaluation fills the device anyway, the kept bytes need only fit beside it
+    evaluation = plan.reserve(types.SimpleNamespace(source="a problem"))
+    evaluation.resize(700)
+    assert plan.keep(400, beside=700) is None and plan.keep(300, beside=700) is not None
+    assert plan.used == 1000 and plan.holders == 1
+
+
+def test_one_evaluation_computes_a_keys_outputs_while_the_others_wait_for_them():
+    import threading
+    cache = ReferenceCache(available=lambda: 1 << 30)
+    assert cache.claim(("k",)) == (None, True)
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(cache.claim(("k",))))
+    waiter.start()
+    waiter.join(0.2)
+    assert waiter.is_alive()  # waits for the claimer's outputs
+    entry = _entry(10)
+    cache.put(("k",), entry)
+    cache.release(("k",))
+    waiter.join(5)
+    assert got == [(entry, False)]
+    # a claimer that ends without keeping them hands the computation on; a waiter that runs out of time computes
+    # them unclaimed
+    assert cache.claim(("j",)) == (None, True)
+    waiter = threading.Thread(target=lambda: got.append(cache.claim(("j",))))
+    waiter.start()
+    cache.release(("j",))
+    waiter.join(5)
+    assert got[-1] == (None, True)
+    assert cache.claim(("j",), wait_s=0.05) == (None, False)
+    assert ReferenceCache(enabled=False).claim(("k",)) == (None, False)
+
+
+def test_evaluations_of_a_problem_started_together_compute_its_reference_outputs_once(tmp_path, linear_problem):
+    from concurrent.futures import ThreadPoolExecutor
+    with Evaluator("cpu", cache=BuildCache(tmp_path), spares=1) as evaluator:
+        sources = [candidate_source("good") + f"\n# {n}\n" for n in range(2)]
+        with ThreadPoolExecutor(2) as pool:
+            results = list(pool.map(lambda source: evaluator.evaluate(linear_problem, source, FAST), sources))
+        assert [r.verdict for r in results] == [Verdict.CORRECT] * 2, [r.reason for r in results]
+        if not reverified(*results):
+            assert (evaluator.references.misses, evaluator.references.hits) == (1, 1)
+            assert sorted(r.reference_outputs for r in results) == ["", "kept in host memory"]

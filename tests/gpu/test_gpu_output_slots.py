@@ -70,3 +70,19 @@ def test_verdicts_in_the_slot_and_through_the_channel_agree(tmp_path, monkeypatc
         print(f"slots {slots}: {result.verdict.value}, {result.output_slot}; correctness {result.correctness_s}")
     assert results["1"].verdict is results["0"].verdict is verdict, (results["1"].reason, results["0"].reason)
     assert "on cuda" in results["1"].output_slot and "turned off" in results["0"].output_slot
+
+
+def test_kept_reference_outputs_are_compared_on_the_gpu_with_the_same_verdicts(tmp_path):
+    """The second and later evaluations of a problem compare against the first's reference outputs, moved to the GPU
+    once (harness/refcache.py): a wrong candidate among them is still caught."""
+    (tmp_path / "p.py").write_text(PROBLEM)
+    problem = load_problem(tmp_path / "p.py")
+    good = PROBLEM.replace("class Model(", "class ModelNew(")
+    with Evaluator("cuda", cache=BuildCache(tmp_path / "builds")) as evaluator:
+        results = [evaluator.evaluate(problem, source, EvalOptions(device="cuda"))
+                   for source in (good, good.replace("* 2", "* 2.01"), good + "\n# again\n")]
+    for result in results:
+        print(f"{result.verdict.value}: reference outputs {result.reference_outputs or 'computed'}; "
+              f"correctness {result.correctness_s}")
+    assert [r.verdict for r in results] == [Verdict.CORRECT, Verdict.INCORRECT, Verdict.CORRECT]
+    assert [r.reference_outputs for r in results] == ["", "kept on cuda", "kept on cuda"]
