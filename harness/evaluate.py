@@ -79,6 +79,8 @@ class Evaluator:
         # else measured in the reference's own evaluation on CUDA and kept, so a device is measured once
         self.ceilings: CeilingsStore = ceilings if ceilings is not None else KeptCeilings()
         self.build_pool = ThreadPoolExecutor(max_workers=build_workers, thread_name_prefix="kernelpro-build")
+        # Triton's CUDA driver helper, built once for every candidate's Triton cache (harness/tritonwarm.py)
+        self.triton_driver = tritonwarm.DriverHelper.for_device(device, self.cache.root.parent)
         self._builds: dict[str, Future] = {}
         self._builds_lock = threading.Lock()
 
@@ -260,6 +262,8 @@ class Evaluator:
         if kept is not None:
             log.debug("%s: reference outputs kept from an earlier evaluation (%d trials)", problem.name,
                       len(kept.payloads))
+        if self.triton_driver is not None:
+            self.triton_driver.seed(entry.triton_cache_dir)  # before the worker copies the cache in
         worker.send({
             "problem_source": problem.source, "problem_path": str(problem.path),
             "candidate_source": source, "precision": options.precision, "seed": options.seed,

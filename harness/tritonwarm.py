@@ -13,11 +13,25 @@ tensor's address is its offset from an aligned base, as a GPU allocation's is.
 Best effort: what the forward cannot do on the meta device (a CUDA graph, a native extension, data-dependent
 control flow) ends the warm-up there, and the GPU worker compiles the rest at its first call, as before. Nothing here
 decides a verdict.
+
+Triton's CUDA driver helper (`DriverHelper`) is built once per installation instead of once per candidate: the first
+time a process uses Triton's driver, Triton compiles a small C module of its own (`cuda_utils`) with gcc into that
+process's cache, and since every candidate has its own cache, every Triton candidate's GPU worker compiled it again
+in its correctness phase. A process of the trusted side that runs Triton's code and no candidate's builds it into
+kernelpro's cache; each candidate's cache starts with a copy (a candidate that spoils its copy spoils only its own).
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
 import types
+from pathlib import Path
 
 import torch
 
@@ -104,3 +118,70 @@ def precompile(candidate: types.ModuleType, problem: types.ModuleType, target: t
     except Exception as error:  # noqa: BLE001 - best effort: the GPU worker compiles what is left
         stopped = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0]}"[:300]
     return {"kernels": len(compiled(candidate)), "stopped": stopped}
+
+
+log = logging.getLogger("kernelpro.harness")
+
+#: what builds the helper: Triton's own code (it compiles and loads `cuda_utils` into TRITON_CACHE_DIR; no GPU call)
+_BUILD_HELPER = "from triton.backends.nvidia.driver import CudaUtils\nCudaUtils()\n"
+
+
+class DriverHelper:
+    """Triton's CUDA driver helper, built in the background into `folder` (a Triton cache holding only it) and copied
+    into candidates' Triton caches once it is there."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def for_device(cls, device: str, root: Path) -> "DriverHelper | None":
+        """The helper for this Python and Triton under `root`, building unless built before; None off CUDA or
+        without Triton."""
+        from importlib.metadata import PackageNotFoundError, version
+        if device != "cuda":
+            return None
+        try:
+            installed = version("triton")
+        except PackageNotFoundError:
+            return None
+        helper = cls(Path(root) / f"triton-driver-{installed}-{sys.implementation.cache_tag}")
+        helper.start()
+        return helper
+
+    def start(self) -> None:
+        if not self.ready and self._thread is None:
+            self._thread = threading.Thread(target=self.build, name="kernelpro-triton-driver", daemon=True)
+            self._thread.start()
+
+    @property
+    def ready(self) -> bool:
+        return self.folder.is_dir()
+
+    def build(self) -> bool:
+        """Build it in a fresh Triton cache and move that into place whole (two processes building at once: the first
+        to finish wins); whether it is there now. Its load failing does not matter where the module was made (the GPU
+        worker loads it where the driver is)."""
+        self.folder.parent.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix=".building-", dir=self.folder.parent))
+        try:
+            done = subprocess.run([sys.executable, "-c", _BUILD_HELPER], capture_output=True, text=True, timeout=600,
+                                  env={**os.environ, "TRITON_CACHE_DIR": str(scratch)})
+            if not any(scratch.rglob("cuda_utils*")):
+                log.info("Triton's driver helper was not built (each candidate builds its own): %s",
+                         (done.stderr.strip().splitlines() or ["no message"])[-1][:300])
+                return False
+            os.rename(scratch, self.folder)
+        except (OSError, subprocess.SubprocessError) as error:
+            if not self.ready:
+                log.info("Triton's driver helper was not built (each candidate builds its own): %s", error)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        return self.ready
+
+    def seed(self, triton_cache_dir: Path) -> bool:
+        """Copy the helper into a candidate's Triton cache where it is built by now; whether it was."""
+        if not self.ready:
+            return False
+        shutil.copytree(self.folder, triton_cache_dir, dirs_exist_ok=True)
+        return True

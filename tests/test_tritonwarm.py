@@ -150,3 +150,40 @@ def test_the_compile_script_compiles_a_problems_kernels_and_reads_their_register
     assert all(row["stopped"] == "" and row["kernels"] >= 1 for row in built)
     assert all(found["registers"] > 0 for row in built for found in row["static"].values())
     assert "0 stopped early" in done.stdout
+
+
+def _fake_libcuda(folder: Path) -> Path:
+    """A shared library named as the CUDA driver, with none of its symbols: enough for gcc to link Triton's helper
+    against (this machine has no driver); loading the helper then fails, as it may where no GPU is."""
+    folder.mkdir()
+    (folder / "empty.c").write_text("")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(folder / "libcuda.so.1"),
+                    str(folder / "empty.c")], check=True)
+    return folder
+
+
+def test_tritons_driver_helper_is_built_once_and_copied_into_each_candidates_cache(tmp_path, monkeypatch):
+    from kernelpro.harness.tritonwarm import DriverHelper
+    monkeypatch.setenv("TRITON_LIBCUDA_PATH", str(_fake_libcuda(tmp_path / "driver")))
+    helper = DriverHelper(tmp_path / "helpers" / "triton-driver")
+    assert not helper.ready and not helper.seed(tmp_path / "early")
+    assert helper.build() and helper.ready
+    built = sorted(p.relative_to(helper.folder) for p in helper.folder.rglob("cuda_utils*"))
+    assert len(built) == 1 and not list((tmp_path / "helpers").glob(".building-*"))
+    for candidate in ("a", "b"):
+        assert helper.seed(tmp_path / candidate / "triton")
+        assert sorted(p.relative_to(tmp_path / candidate / "triton")
+                      for p in (tmp_path / candidate / "triton").rglob("cuda_utils*")) == built
+    again = DriverHelper(helper.folder)
+    again.start()  # built before: nothing to do
+    assert again.ready and again._thread is None
+
+
+def test_a_helper_that_cannot_be_built_leaves_candidates_to_build_their_own(tmp_path, monkeypatch):
+    from kernelpro.harness.tritonwarm import DriverHelper
+    (tmp_path / "no-driver").mkdir()
+    monkeypatch.setenv("TRITON_LIBCUDA_PATH", str(tmp_path / "no-driver"))  # gcc finds no libcuda.so.1 to link
+    helper = DriverHelper(tmp_path / "helpers" / "triton-driver")
+    assert not helper.build() and not helper.ready and not helper.seed(tmp_path / "candidate")
+    assert not list((tmp_path / "helpers").iterdir())
+    assert DriverHelper.for_device("cpu", tmp_path) is None
