@@ -844,3 +844,14 @@ def test_a_fault_of_the_bench_itself_is_recorded_as_the_problem_s_failure(tmp_pa
     with sqlite3.connect(tmp_path / "a" / "bench.db") as db:
         assert db.execute("SELECT status, error FROM problems").fetchall() == [
             ("failed", "the bench failed running it: RuntimeError: injected")]
+
+
+def test_a_problems_gpu_minutes_count_its_closing_re_measurement():
+    """What a user pays for a problem on the GPU: its search over every segment (the reference's evaluation
+    included) and the re-measurement of its best after it; the bench's own clock where the search recorded none."""
+    from kernelpro.bench.leaderboard import problem_row
+    base = {"key": "level2/1_P", "level": 2, "number": 1, "name": "P", "status": "done", "error": "", "seconds": 99.0}
+    searched = {"evaluations": 8, "verdicts": {"correct": 8}, "wall_s": 48.0, "time_split_s": {"final": 12.0}}
+    assert problem_row(dict(base, result=searched))["gpu_minutes"] == 1.0
+    assert problem_row(dict(base, result=dict(searched, time_split_s={})))["gpu_minutes"] == 0.8
+    assert problem_row(dict(base, result={"evaluations": 0, "verdicts": {}}))["gpu_minutes"] == 1.65

@@ -191,8 +191,8 @@ def _device_time(row: dict, side: str) -> dict:
 
 def gpu_time(paired: list[dict]) -> dict | None:
     """What the paired problems cost on the GPU: each side's GPU-minutes (the problems' rows: each search's time on
-    its device, from taking it to its record), B's over A's, and per level the median of the problems' evaluations
-    per GPU-minute. None where a side recorded no time."""
+    its device and its closing re-measurement, `leaderboard.device_seconds`), B's over A's, and per level the median
+    of the problems' evaluations per GPU-minute. None where a side recorded no time."""
     timed = [p for p in paired if p["gpu_minutes_a"] and p["gpu_minutes_b"]]
     if not timed:
         return None

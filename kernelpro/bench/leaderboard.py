@@ -79,7 +79,7 @@ def problem_row(row: dict) -> dict:
         "why_not_searched": (result.get("stopped") or "no candidate was evaluated")
         if row["status"] == "done" and not result.get("evaluations") else None,
         "evaluations": result.get("evaluations"), "verdicts": verdicts,
-        "gpu_minutes": round((result.get("wall_s") or row.get("seconds") or 0.0) / 60, 3),
+        "gpu_minutes": round(device_seconds(result, row) / 60, 3),
         # where the problem's time went, from its search's start to its record (TIME_COLUMNS)
         "time_s": time_columns(result.get("time_split_s"), row.get("seconds")),
         "tokens": result.get("tokens"), "cost_usd": result.get("cost_usd"),
@@ -97,6 +97,14 @@ def problem_row(row: dict) -> dict:
 #: and the rest of the problem's time (process start-up, the search's bookkeeping, writing the results).
 TIME_COLUMNS = ("reference", "profile", "coder", "queue", "build", "correctness", "timing", "worker", "re-measure",
                 "rest")
+
+
+def device_seconds(result: dict, row: dict) -> float:
+    """A problem's time on its device: its search's wall time over every segment (the reference's evaluation
+    included) and its closing re-measurement; the bench's own clock for the problem where the search recorded none."""
+    if not result.get("wall_s"):
+        return row.get("seconds") or 0.0
+    return result["wall_s"] + ((result.get("time_split_s") or {}).get("final") or 0.0)
 
 
 def time_columns(split: dict | None, total: float | None) -> dict | None:
