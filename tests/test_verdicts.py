@@ -317,3 +317,21 @@ def test_the_correctness_phase_is_split_into_its_steps(cpu_evaluator, linear_pro
     assert set(steps) == {"inputs", "model", "call", "transfer", "compare"}
     assert 0.25 <= steps["model"] < 1.0 and 0.6 <= steps["call"] < 2.0
     assert sum(steps.values()) <= result.phase_s["correctness"] + 0.05
+
+
+def test_a_timing_is_checked_again_when_too_fast_or_clearly_under_the_roofline_floor():
+    """A speedup over 10x, or a time more than 5% under the floor, is re-verified on other seeds; a time at the floor
+    within its margin (a kernel streaming the same bytes as the copy that measured the bandwidth) is not."""
+    from kernelpro.harness.evaluate import suspicion
+    from kernelpro.harness.records import EvalResult, Floor, Phase, TimingStats
+
+    def result(ms: float, speedup: float, verdict=Verdict.CORRECT) -> EvalResult:
+        stats = TimingStats(median_ms=ms, iqr_ms=0.0, cv=0.0, mean_ms=ms, min_ms=ms, max_ms=ms, trials=9,
+                            host_median_ms=ms)
+        return EvalResult(verdict=verdict, phase=Phase.DONE, reason="", tolerance=1e-4, device="cuda",
+                          precision="fp32", policy="relaxed", speedup=speedup, candidate=stats,
+                          floor=Floor(bytes_moved=1, flops=0, floor_ms=10.0))
+    assert suspicion(result(10.0, 1.0)) == suspicion(result(9.6, 1.0)) == ""
+    assert "under the floor" in suspicion(result(9.4, 1.0))
+    assert "over 10x" in suspicion(result(20.0, 11.0))
+    assert suspicion(result(1.0, 50.0, Verdict.INCORRECT)) == ""
