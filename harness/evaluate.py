@@ -107,8 +107,13 @@ class Evaluator:
         key = source_hash(source)
         with self._builds_lock:
             if key not in self._builds:
-                self._builds[key] = self.build_pool.submit(self._build, source, options.limits.build_s,
-                                                           self._precompile(source, options, problem))
+                precompile = self._precompile(source, options, problem)
+                if needs_native_build(source) or precompile:
+                    self._builds[key] = self.build_pool.submit(self._build, source, options.limits.build_s,
+                                                               precompile)
+                else:  # nothing to build: answered here, not queued behind other candidates' nvcc runs
+                    self._builds[key] = Future()
+                    self._builds[key].set_result(self._build(source, options.limits.build_s))
             return self._builds[key]
 
     @functools.cached_property

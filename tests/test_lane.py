@@ -122,7 +122,9 @@ def test_a_search_with_two_in_flight_times_each_candidate_alone(tmp_path):
         document = SearchRun(settings, evaluator=evaluator).run()
         history = list(evaluator.lane.history)
     assert document["evaluations"] == 4 and document["verdicts"] == {"correct": 4}
-    assert sum(h.how == ALONE for h in history) == 6  # the reference, 4 candidates, the best re-measured
+    # the reference, 4 candidates and the best re-measured; more where a timing on a loaded box looked suspicious
+    # (a speedup over 10x) and was re-verified on another seed
+    assert sum(h.how == ALONE for h in history) >= 6
     assert not alone_overlaps(history)
 
 
@@ -145,3 +147,19 @@ def test_closing_the_lane_turns_its_waiters_away():
     timing.release()
     with pytest.raises(LaneClosed):
         lane.ticket().alone()
+
+
+def test_a_source_with_nothing_to_build_is_not_queued_behind_other_builds(tmp_path):
+    """The build pool's threads may all be in nvcc runs of seconds; a candidate with no native build (and no Triton
+    precompile) has nothing to wait for there."""
+    from kernelpro.harness import Evaluator
+    from kernelpro.harness.cache import BuildCache
+    with Evaluator("cpu", cache=BuildCache(tmp_path), spares=0, build_workers=2) as evaluator:
+        busy = threading.Event()
+        blockers = [evaluator.build_pool.submit(busy.wait, 30) for _ in range(2)]
+        try:
+            future = evaluator.prebuild(candidate_source("good"))
+            assert future.done() and future.result() == (False, 0.0, None)
+        finally:
+            busy.set()
+        assert all(b.result(5) for b in blockers)
