@@ -109,13 +109,11 @@ class ReferenceCache:
                 if left <= 0:
                     break
                 self._settled.wait(left)
-            waited_out = key in self._computing
-        entry = self.get(key)
-        if entry is not None or not self.enabled or waited_out:
-            return entry, False
-        with self._settled:
+            entry = self._lookup(key)
+            if entry is not None or not self.enabled or key in self._computing:
+                return entry, False
             self._computing.add(key)
-        return None, True
+            return None, True
 
     def release(self, key: tuple) -> None:
         """The claimer is done computing `key`'s outputs (kept by `put`, or not): whoever waits for them goes on."""
@@ -125,13 +123,17 @@ class ReferenceCache:
 
     def get(self, key: tuple) -> References | None:
         with self._lock:
-            entry = self._entries.get(key) if self.enabled else None
-            if entry is None:
-                self.misses += 1
-                return None
-            self._entries.move_to_end(key)
-            self.hits += 1
-            return entry
+            return self._lookup(key)
+
+    def _lookup(self, key: tuple) -> References | None:
+        """The entry, counted as a hit or a miss (the lock held)."""
+        entry = self._entries.get(key) if self.enabled else None
+        if entry is None:
+            self.misses += 1
+            return None
+        self._entries.move_to_end(key)
+        self.hits += 1
+        return entry
 
     def fits(self, memory_bytes: int, file_bytes: int) -> bool:
         """Whether outputs of these sizes, already held (so no longer counted as available memory or
