@@ -855,3 +855,19 @@ def test_a_problems_gpu_minutes_count_its_closing_re_measurement():
     assert problem_row(dict(base, result=searched))["gpu_minutes"] == 1.0
     assert problem_row(dict(base, result=dict(searched, time_split_s={})))["gpu_minutes"] == 0.8
     assert problem_row(dict(base, result={"evaluations": 0, "verdicts": {}}))["gpu_minutes"] == 1.65
+
+
+def test_native_builds_count_as_build_time_not_as_the_workers():
+    """An evaluation waits for its candidate's native build before its phases begin; the leaderboard's `build`
+    column holds that wait, and `worker` only what is left outside any phase (level2/57 on an H100 showed 21 s of
+    nvcc builds as `worker`)."""
+    from kernelpro.bench.leaderboard import time_columns
+    split = {"reference": 2.0, "profile": 0.0, "coder": 0.5, "evaluations": 40.0, "builds": 21.0,
+             "phases": {"queue": 1.0, "static": 1.0, "reference": 2.0, "load": 1.5, "correctness": 2.0,
+                        "timing": 2.5},
+             "harness": 30.0, "final": 7.0, "other": 0.0}
+    columns = time_columns(split, 60.0)
+    assert columns["build"] == 22.5 and columns["worker"] == 9.0
+    assert sum(columns.values()) == pytest.approx(60.0)
+    # a build's seconds beyond the time left outside the phases (it began before the evaluation waited) cap there
+    assert time_columns(dict(split, builds=40.0), 60.0)["worker"] == 0.0

@@ -113,12 +113,15 @@ def time_columns(split: dict | None, total: float | None) -> dict | None:
     if not split or "phases" not in split:
         return None
     phases = split["phases"]
+    # the native builds an evaluation waited for happen before its phases begin, so they are in `harness` (the
+    # evaluations' time outside any phase) until taken out here
+    builds = min(split.get("builds") or 0.0, split["harness"])
     parts = {"reference": split["reference"], "profile": split["profile"], "coder": split["coder"],
              "queue": phases.get("queue", 0.0),  # waiting for the device's lane (--parallel > 1)
-             "build": phases.get("build", 0.0) + phases.get("load", 0.0),
+             "build": builds + phases.get("build", 0.0) + phases.get("load", 0.0),
              "correctness": phases.get("static", 0.0) + phases.get("reference", 0.0) + phases.get("correctness", 0.0),
              "timing": phases.get("timing", 0.0) + phases.get("energy", 0.0),
-             "worker": split["harness"], "re-measure": split["final"]}
+             "worker": split["harness"] - builds, "re-measure": split["final"]}
     parts["rest"] = max(0.0, (total or 0.0) - sum(parts.values()))
     return {name: round(seconds, 2) for name, seconds in parts.items()}
 
