@@ -72,9 +72,11 @@ class References:
                     try:
                         self.on_device = [[value.to(device) if isinstance(value, torch.Tensor) else value
                                            for value in load(payload)] for payload in self.payloads]
-                    except torch.OutOfMemoryError:
+                    except BaseException as error:  # out of memory: from host memory, as before; else it goes on
                         self.device_hold.release()
                         self.device_hold = None
+                        if not isinstance(error, torch.OutOfMemoryError):
+                            raise
             if self.on_device is not None:
                 return list(self.on_device), f"kept on {device}"
         return [load(payload) for payload in self.payloads], "kept in host memory"

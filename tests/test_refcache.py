@@ -114,6 +114,12 @@ def test_kept_outputs_go_to_the_device_once_within_the_plan_and_come_back_with_t
     assert cache.put(("k",), entry)
     cache.clear()
     assert plan.used == 0 and entry.on_device is None and entry.device_hold is None
+    def rejected(payload):
+        raise ValueError("a malformed payload")
+
+    with pytest.raises(ValueError):  # a failure while moving them gives the bytes back and is the caller's
+        _outputs_entry().outputs(rejected, "meta", lambda size: plan.keep(size, beside=0))
+    assert plan.used == 0
     on_cpu = _outputs_entry()
     assert on_cpu.outputs(load, "cpu", lambda size: pytest.fail("no device"))[1] == "kept in host memory"
     assert torch.equal(on_cpu.outputs(load, "cpu", None)[0][1][0], torch.full((1000,), 1.0))
