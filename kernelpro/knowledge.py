@@ -151,16 +151,13 @@ class KnowledgeBase:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             if read_only:
-                self.db = SerializedConnection(sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True,
-                                                               check_same_thread=False, isolation_level=None,
-                                                               timeout=30))
+                self.db = SerializedConnection.open(f"{self.path.resolve().as_uri()}?mode=ro", uri=True)
                 if self.version != len(MIGRATIONS):
                     raise KnowledgeError(f"{self.path} has schema version {self.version}, not this kernelpro's "
                                          f"{len(MIGRATIONS)}: a search with it brings it up to date")
                 return
             # one connection for whichever thread uses the base, one statement at a time (runstore.SerializedConnection)
-            self.db = SerializedConnection(sqlite3.connect(self.path, check_same_thread=False, isolation_level=None,
-                                                           timeout=30))
+            self.db = SerializedConnection.open(self.path)
             self.db.execute("PRAGMA journal_mode=WAL")
             self.migrate()
         except sqlite3.DatabaseError as error:

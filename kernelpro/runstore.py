@@ -57,6 +57,12 @@ class SerializedConnection:
     def __init__(self, connection: sqlite3.Connection):
         self._connection, self._lock = connection, threading.RLock()
 
+    @classmethod
+    def open(cls, database: str | Path, uri: bool = False) -> "SerializedConnection":
+        """A connection to `database` for any thread, in autocommit mode (transactions are explicit: `BEGIN` or
+        `with`), waiting up to 30 s for another process's lock."""
+        return cls(sqlite3.connect(database, uri=uri, check_same_thread=False, isolation_level=None, timeout=30))
+
     def execute(self, sql: str, parameters=()) -> _Rows:
         with self._lock:
             cursor = self._connection.execute(sql, parameters)
@@ -106,8 +112,7 @@ class DurableStore:
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.path = self.folder / self.filename
-        self.db = SerializedConnection(sqlite3.connect(self.path, check_same_thread=False, isolation_level=None,
-                                                       timeout=30))
+        self.db = SerializedConnection.open(self.path)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")
         self.db.executescript(self.schema)
