@@ -46,12 +46,18 @@ def limit_bytes() -> int | None:
     return int(DEFAULT_SHARE * _PAGE * os.sysconf("SC_PHYS_PAGES"))
 
 
+def stat_fields(stat: Path) -> list[str]:
+    """A /proc stat file's fields after the command's name (which may hold spaces and parentheses): the state
+    first, then the parent's PID. OSError where the process or thread is gone."""
+    return stat.read_text().rsplit(")", 1)[1].split()
+
+
 def _children() -> dict[int, list[int]]:
     children: dict[int, list[int]] = collections.defaultdict(list)
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                parent = int(stat_fields(entry / "stat")[1])
             except (OSError, IndexError, ValueError):
                 continue
             children[parent].append(int(entry.name))

@@ -151,7 +151,7 @@ def _stopped(pid: int) -> bool:
         return True
     for task in tasks:
         try:
-            if (task / "stat").read_text().rsplit(")", 1)[1].split()[0] not in "TtXZ":
+            if memguard.stat_fields(task / "stat")[0] not in "TtXZ":
                 return False
         except (OSError, IndexError):
             pass  # the thread ended meanwhile
