@@ -241,7 +241,7 @@ class Evaluator:
         outcome.queued(ticket.waited_s)
         worker = self.pool.acquire()
         try:
-            self._drive(worker, problem, source, options, entry, outcome, reservation, ticket, (key, kept))
+            self._drive(worker, problem, source, options, entry, outcome, (key, kept), reservation, ticket)
             return self._success(outcome, problem, source, options, base, began, worker)
         except Finished as finished:
             return make_result(finished.verdict, finished.phase, finished.reason, base, began,
@@ -254,8 +254,8 @@ class Evaluator:
             reservation.release()
 
     def _drive(self, worker: ChannelWorker, problem: Problem, source: str, options: EvalOptions,
-               entry: BuildEntry, outcome: Outcome, reservation: Reservation | None = None,
-               ticket: Ticket | None = None, references: tuple = ((), None)) -> None:
+               entry: BuildEntry, outcome: Outcome, references: tuple[tuple, References | None],
+               reservation: Reservation | None = None, ticket: Ticket | None = None) -> None:
         """Run the evaluation on the worker; `references`: (their key, the reference outputs kept for it or None)."""
         ready, _ = self._receive(worker, _STARTUP_LIMIT_S, outcome)
         outcome.info.update(device_name=ready.get("device_name", ""), torch_version=ready.get("torch", ""))
@@ -445,7 +445,10 @@ class Evaluator:
         """A command (with a descriptor) for a worker that waits for it: one that is gone meanwhile (it failed to
         load the candidate, or was killed) is left to the next receive, which says how it ended."""
         try:
-            worker.send(command) if fd is None else channel.send(worker.channel_socket, command, descriptor=fd)
+            if fd is None:
+                worker.send(command)
+            else:
+                channel.send(worker.channel_socket, command, descriptor=fd)
         except (OSError, channel.ChannelClosed):
             pass
 

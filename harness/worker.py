@@ -105,7 +105,10 @@ class Job:
     def send_outputs(self, header: dict, values: list, region: int | None) -> None:
         """`values` into their region of the output slot (then waits while they are compared), else as a payload."""
         meta = self.slot.write(values, self.sync, region)
-        self.send(header, pack_values(values)) if meta is None else self.send({**header, "slot": meta})
+        if meta is None:
+            self.send(header, pack_values(values))
+        else:
+            self.send({**header, "slot": meta})
         self.slot.wait()
 
     # -- helpers ---------------------------------------------------------------
