@@ -25,7 +25,7 @@ from kernelpro.harness.errors import DeviceError, ProblemError
 from kernelpro.harness.lane import Lane, LaneClosed, Ticket
 from kernelpro.harness.memory import MemoryPlan, Reservation
 from kernelpro.harness.outcome import Finished, Outcome, final_checks, make_result
-from kernelpro.harness.payload import available_memory_bytes, spill
+from kernelpro.harness.payload import available_memory_bytes, host_payload, spill
 from kernelpro.harness.problem import Problem, reference_candidate
 from kernelpro.harness.refcache import ReferenceCache, References, reference_key
 from kernelpro.harness.pool import WorkerPool
@@ -319,14 +319,15 @@ class Evaluator:
                     go_on()
             elif kind == "problem_error":
                 raise ProblemError(problem.path, header["cause"])
+            elif kind == "reference_sizes":  # the reference's first trial ran: its sizes, before its outputs
+                outcome.sizes = {k: int(header.get(k) or 0) for k in MemorySizes.model_fields}
+                self._offer_slot(worker, outcome, int(header.get("outputs") or 1),
+                                 self.memory.room(reservation, outcome.sizes))
+                if reservation is not None:
+                    reservation.resize(self.memory.estimate(problem, outcome.sizes,
+                                                            outcome.slot.nbytes if outcome.slot else 0))
             elif kind == "reference_output":
-                spilled = outcome.held_bytes + len(payload) > available_memory_bytes() // 4
-                if spilled:
-                    log.debug("reference output of trial %d (%d bytes) spilled to a file", header["trial"],
-                              len(payload))
-                    payload = spill(payload)  # every trial's reference outputs at once would not fit
-                else:
-                    outcome.held_bytes += len(payload)
+                payload, spilled = self._reference_payload(worker, header, payload, outcome)
                 if fresh is not None:
                     fresh.add(payload, header["structure"], spilled)
                 outcome.references.append(self._load(payload, outcome))
@@ -352,11 +353,6 @@ class Evaluator:
                                     sensitivity=header.get("sensitivity") if options.sensitivity else None,
                                     variants={name: found for name, found in (header.get("variants") or {}).items()
                                               if name in options.variants})
-                outcome.sizes = {k: int(header.get(k) or 0) for k in MemorySizes.model_fields}
-                self._offer_slot(worker, outcome, header, self.memory.room(reservation, outcome.sizes))
-                if reservation is not None:
-                    reservation.resize(self.memory.estimate(problem, outcome.sizes,
-                                                            outcome.slot.nbytes if outcome.slot else 0))
             elif kind == "candidate_output":
                 reported = header.get("steps") if isinstance(header.get("steps"), dict) else {}
                 worked = 0.0
@@ -426,10 +422,31 @@ class Evaluator:
         except compare.PayloadRejected as error:
             raise Finished(Verdict.REJECTED, str(error), outcome.phase) from None
 
-    def _offer_slot(self, worker: ChannelWorker, outcome: Outcome, info: dict, room: int | None) -> None:
-        """Offer the worker an output slot sized on the reference's outputs (`outputslots`) where `room` (bytes)
-        holds one, or say why not."""
-        outputs = len((info.get("signature") or {}).get("outputs") or [None])
+    def _reference_payload(self, worker: ChannelWorker, header: dict, payload, outcome: Outcome) -> tuple:
+        """(a trial's reference outputs as a payload this process holds, whether it went to a file): the payload that
+        came, or a copy of what the worker wrote into the output slot (it waits for the copy); in a file where
+        memory is short."""
+        size = len(payload)
+        if "slot" in header:
+            values = self._outputs(header, payload, outcome, 0)
+            size = sum(v.nbytes for v in values if hasattr(v, "nbytes"))
+        spilled = outcome.held_bytes + size > available_memory_bytes() // 4
+        outcome.info["reference_outputs"] = "computed, through the " + (
+            "output slot" if "slot" in header else "channel")
+        if "slot" in header:  # page-locked where it stays in memory: every evaluation moves it to the GPU again
+            payload = host_payload(header["slot"], values, lock=not spilled and self.device == "cuda")
+            del values
+            outcome.slot.clear(0)  # no candidate reads the reference's outputs there
+            self._tell(worker, outputslots.COMPARED)
+        if spilled:
+            log.debug("reference output of trial %d (%d bytes) spilled to a file", header["trial"], len(payload))
+            return spill(payload), True  # every trial's reference outputs at once would not fit
+        outcome.held_bytes += len(payload)
+        return payload, False
+
+    def _offer_slot(self, worker: ChannelWorker, outcome: Outcome, outputs: int, room: int | None) -> None:
+        """Offer the worker an output slot for `outputs` outputs sized on the reference's (`outputslots`) where
+        `room` (bytes) holds one, or say why not."""
         outcome.slot, fd, command = outputslots.offer(outcome.sizes.get("output_bytes", 0), outputs, self.device,
                                                       room)
         try:

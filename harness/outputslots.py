@@ -8,9 +8,13 @@ KernelBench's level-1 sizes (6.4 GB an output) seconds per trial. On the CPU the
 memfd, sealed against shrinking and growing (so the worker cannot pull pages from under a reader).
 
 The protocol, one evaluation:
-- after the reference phase the trusted side offers a slot (`offer`) of one or two regions, each the
-  size of the reference's outputs, as the room beside what the problem needs allows (`MemoryPlan.room`);
-  or none, with why (no room, no support), and the worker sends its outputs through the channel as before;
+- once the reference's first trial has run (its sizes known) the trusted side offers a slot (`offer`) of one
+  or two regions, each the size of the reference's outputs, as the room beside what the problem needs allows
+  (`MemoryPlan.room`); or none, with why (no room, no support), and the worker sends its outputs through the
+  channel as before;
+- before the worker loads any candidate code, the reference's outputs of each trial go through region 0: the
+  trusted side copies them out (to host memory, `payload.host_payload`) and zeroes the region (`Slot.clear`)
+  before it lets the worker go on;
 - the worker (`SlotWriter`) copies a call's outputs into their region, synchronizes and says so with their
   description (`payload.flat_values`'s) instead of a payload; outputs that do not fit go as a payload.
   A trial's outputs go to region 0, the repeat of trial 0 to region 1 (trial 0's stay in region 0 for
@@ -18,8 +22,9 @@ The protocol, one evaluation:
 - the trusted side stops the worker's processes (`ChannelWorker.paused`), reads the outputs in place
   (`Slot.outputs`, which checks the description against the region) and compares them, and only then
   lets it go on (`COMPARED`).
-Nothing in the slot was ever the reference's: a worker that writes into it at any time can change only
-what is compared as its own outputs.
+Nothing the reference wrote into the slot is there once candidate code can run, and what the trusted side
+compares against is its own copy: a worker that writes into the slot at any time can change only what is
+compared as its own outputs.
 """
 
 from __future__ import annotations
@@ -69,6 +74,13 @@ class Slot:
     @property
     def nbytes(self) -> int:
         return self.memory.numel()
+
+    def clear(self, region: int) -> None:
+        """Zero a region and wait until it is zero: what the reference wrote there is gone before a candidate can
+        read the slot."""
+        self.memory[region * self.region_bytes:(region + 1) * self.region_bytes].zero_()
+        if self.memory.device.type == "cuda":
+            torch.cuda.synchronize(self.memory.device)
 
     def outputs(self, meta, region: int | None) -> list:
         """The outputs a worker says it wrote into `region` (None: across the whole slot), as views of it;

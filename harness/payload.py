@@ -79,6 +79,23 @@ def pack_values(values: list) -> list:
         memoryview(raw.numpy()) if raw.device.type == "cpu" else DeviceBytes(raw) for raw in flats]
 
 
+def host_payload(meta: list[dict], values: list, lock: bool = False):
+    """The payload (`load_tensors`' format) of outputs described by `meta` and held as `values` (views of an output
+    slot), copied into host memory: a uint8 array, page-locked where `lock` (`hostmem`)."""
+    from kernelpro.harness import hostmem
+    encoded = json.dumps(meta).encode()
+    head = _META_LENGTH.pack(len(encoded)) + encoded
+    tensors = [value.reshape(-1).view(torch.uint8) for value in values if isinstance(value, torch.Tensor)]
+    buffer = hostmem.host_bytes(len(head) + sum(t.numel() for t in tensors), lock)
+    buffer[:len(head)] = memoryview(head)
+    offset = len(head)
+    for flat in tensors:
+        if flat.numel():
+            torch.frombuffer(buffer, dtype=torch.uint8, count=flat.numel(), offset=offset).copy_(flat)
+            offset += flat.numel()
+    return buffer
+
+
 def tensor_entry(entry: dict) -> tuple[torch.dtype, list[int], int] | None:
     """A described value's (dtype, shape, byte count) when it is a tensor, None when it is a plain scalar;
     PayloadRejected when it is neither, or its fields do not agree."""

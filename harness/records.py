@@ -304,7 +304,8 @@ class EvalResult(_Record):
         "they were compared in place), or why it had none (they came through the channel)"))
     reference_outputs: str = Field("", description=(
         "where the reference outputs this evaluation compared against came from: kept from an earlier evaluation, "
-        "in host memory or on the GPU (compared in place); empty where its worker computed them"))
+        "in host memory or on the GPU (compared in place); or computed by its worker, through the output slot or the "
+        "channel; empty where none were compared (the reference itself)"))
     custom_kernels: list[str] = Field([], description="custom kernels seen at run time (CUDA profiler)")
     launch_profile: LaunchProfile | None = Field(None, description="asked for with EvalOptions.launch_profile, on CUDA")
     sensitivity: Sensitivity | None = Field(None, description="asked for with EvalOptions.sensitivity (the reference's "

@@ -195,6 +195,11 @@ class Job:
                          "parameter_bytes": parameter_bytes(model),
                          "peak_bytes": torch.cuda.max_memory_allocated(self.device) if cuda else 0}
                 self.sizes = sizes
+                # the sizes first: the trusted side offers the output slot on them, which the reference's own
+                # outputs use too (no candidate code has run in this process yet)
+                self.send({"type": "reference_sizes", **sizes, "outputs": len(signature["outputs"])})
+                if self.spec.get("output_slot"):
+                    self.slot.receive()
                 if self.spec.get("sensitivity"):
                     sensitivity = self.measure_sensitivity(problem, seed, outputs)
                 probed = {name: self.measure_variant(problem, seed, outputs, name)
@@ -203,10 +208,9 @@ class Job:
             if not send_outputs:
                 del model, outputs, inputs, init_inputs
                 break
-            payload = pack_values(outputs)
-            del model, outputs, inputs, init_inputs  # the host copy goes out; nothing of this trial stays here
-            self.send({"type": "reference_output", "trial": trial, "structure": structure}, payload)
-            del payload
+            del model, inputs, init_inputs
+            self.send_outputs({"type": "reference_output", "trial": trial, "structure": structure}, outputs, 0)
+            del outputs  # nothing of this trial stays here
         if cuda:
             torch.cuda.empty_cache()
         self.send({"type": "reference_info", "flops": flops, "bytes_moved": bytes_moved, **sizes,
@@ -379,8 +383,6 @@ class Job:
 
     def correctness_phase(self):
         self.phase("correctness")
-        if self.spec.get("output_slot"):
-            self.slot.receive()
         for index in range(self.spec["correct_trials"]):
             seed = self.spec["seed"] + index
             # the trial's seconds by step, sent with its outputs: where a correctness phase's time goes (the

@@ -5,6 +5,7 @@ evaluations."""
 
 from __future__ import annotations
 
+import hashlib
 import mmap
 import os
 import socket
@@ -232,15 +233,20 @@ def _candidate(body: str) -> str:
     ("return torch.relu(x) * 2, x.sum().item()", Verdict.INCORRECT),  # a float where a tensor is expected
 ])
 def test_verdicts_are_the_same_with_and_without_the_slot(tmp_path, cpu_evaluator, monkeypatch, body, verdict):
-    (tmp_path / "p.py").write_text(PROBLEM)
+    case = f"# {hashlib.sha256(body.encode()).hexdigest()}\n"  # each case's reference outputs computed for it
+    (tmp_path / "p.py").write_text(PROBLEM + case)
     problem = load_problem(tmp_path / "p.py")
     with_slot = cpu_evaluator.evaluate(problem, _candidate(body), FAST)
     monkeypatch.setenv("KERNELPRO_OUTPUT_SLOTS", "0")
-    without = cpu_evaluator.evaluate(problem, _candidate(body) + "\n# without\n", FAST)
+    (tmp_path / "q.py").write_text(PROBLEM + case + "# without\n")
+    without = cpu_evaluator.evaluate(load_problem(tmp_path / "q.py"), _candidate(body) + "\n# without\n", FAST)
     assert with_slot.verdict is without.verdict is verdict, (with_slot.reason, without.reason)
     assert with_slot.reason == without.reason or verdict is Verdict.CORRECT  # a correct one's has its speed
     assert with_slot.output_slot.startswith("2 x ") and "MiB on cpu" in with_slot.output_slot
     assert "turned off" in without.output_slot
+    # the reference's own outputs take the same way as the candidate's
+    assert with_slot.reference_outputs == "computed, through the output slot"
+    assert without.reference_outputs == "computed, through the channel"
 
 
 SCRIBBLER = '''
@@ -275,6 +281,28 @@ def test_a_candidate_that_writes_into_the_slot_is_judged_on_what_it_wrote(tmp_pa
     result = cpu_evaluator.evaluate(load_problem(tmp_path / "p.py"), SCRIBBLER, FAST)
     assert result.verdict is Verdict.INCORRECT, result.reason
     assert "MiB on cpu" in result.output_slot
+
+
+PEEKER = '''
+import gc
+import torch
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        from kernelpro.harness.outputslots import SlotWriter
+        slots = [found.memory for found in gc.get_objects() if isinstance(found, SlotWriter) and found.memory is not None]
+        raise RuntimeError(f"slots {len(slots)}, nonzero bytes {sum(int(m.count_nonzero()) for m in slots)}")
+'''
+
+
+def test_a_candidate_finds_none_of_the_references_outputs_in_the_slot(tmp_path, cpu_evaluator):
+    """The reference's outputs go through the slot before any candidate code loads; a candidate that reads the slot
+    when it is first called finds it zeroed."""
+    (tmp_path / "p.py").write_text(PROBLEM + "# peeked at\n")
+    result = cpu_evaluator.evaluate(load_problem(tmp_path / "p.py"), PEEKER, FAST)
+    assert result.reference_outputs == "computed, through the output slot"
+    assert result.verdict is Verdict.RUNTIME_ERROR and "slots 1, nonzero bytes 0" in result.reason, result.reason
 
 
 def test_with_room_for_one_region_the_repeat_and_the_timing_outputs_come_through_the_channel(tmp_path, cpu_evaluator,

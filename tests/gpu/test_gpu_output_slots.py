@@ -82,7 +82,22 @@ def test_kept_reference_outputs_are_compared_on_the_gpu_with_the_same_verdicts(t
         results = [evaluator.evaluate(problem, source, EvalOptions(device="cuda"))
                    for source in (good, good.replace("* 2", "* 2.01"), good + "\n# again\n")]
     for result in results:
-        print(f"{result.verdict.value}: reference outputs {result.reference_outputs or 'computed'}; "
+        print(f"{result.verdict.value}: reference outputs {result.reference_outputs}; "
               f"correctness {result.correctness_s}")
     assert [r.verdict for r in results] == [Verdict.CORRECT, Verdict.INCORRECT, Verdict.CORRECT]
-    assert [r.reference_outputs for r in results] == ["", "kept on cuda", "kept on cuda"]
+    assert [r.reference_outputs for r in results] == ["computed, through the output slot", "kept on cuda", "kept on cuda"]
+
+
+def test_locked_host_memory_round_trips_while_any_view_of_it_lives():
+    """A page-locked host buffer (harness/hostmem.py): the GPU's copies to and from it are exact, and a view of it
+    keeps it (and its lock) after the array itself is dropped, as a reference output's tensors do their payload."""
+    from kernelpro.harness import hostmem
+    values = torch.rand(1 << 25, device="cuda")  # 128 MB, over LOCK_MIN_BYTES
+    buffer = hostmem.host_bytes(values.nbytes, lock=True)
+    view = torch.frombuffer(buffer, dtype=torch.float32)
+    view.copy_(values)
+    assert torch.equal(view.cuda(), values)
+    del buffer
+    import gc
+    gc.collect()
+    assert torch.equal(view.to("cuda"), values)
