@@ -3,7 +3,8 @@
 1. Evaluate and profile the reference (the baseline time, energy and guidance).
 2. MCTS (or a baseline strategy) asks for expansions; the coder proposes a child
    from the parent's source, guidance and the moves already tried there; the
-   harness evaluates every child, up to `parallel` at a time.
+   harness evaluates every child, up to `parallel` at a time; meanwhile the coder
+   writes the next `ahead` children and the build pool builds them.
 3. The objective's ratio (time, energy at matched speed, or EDP) is told back as a
    calibrated log reward.
 4. A child that becomes the best is profiled; its guidance goes to the coder for
@@ -54,6 +55,19 @@ log = logging.getLogger("kernelpro.search")
 FLOOR_MARGIN = 0.05
 INTERRUPTED = "interrupted"  # why a run stopped on Ctrl-C
 PROFILE_GAIN = 1.10  # profile a new best only when it beats the last profiled one by this much
+
+
+@dataclass
+class Written:
+    """A child the coder wrote for an expansion, not yet proposed to the search (written ahead of the evaluations
+    in flight, or about to be proposed)."""
+
+    expansion: object
+    proposal: CoderProposal
+
+    @property
+    def move(self) -> str:
+        return self.proposal.move or "+".join(self.proposal.techniques)
 
 
 class SearchInterrupted(KernelproError):
@@ -256,13 +270,15 @@ class SearchRun:
                             precision=self.settings.precision, policy=self.settings.policy,
                             model_mode=self.settings.model_mode)
 
-    def request(self, search: Search, expansion) -> CoderRequest:
+    def request(self, search: Search, expansion, ready: list["Written"] = ()) -> CoderRequest:
         parent = search.nodes[expansion.node_id]
         payload = parent.payload or {}
         source = (self.out / payload["file"]).read_text() if payload.get("file") else self.problem.source
         profile = self.guidance_for(search, parent.id)
         tried = tuple((search.nodes[c].payload.get("move", ""), search.nodes[c].failure or
                        f"{search.nodes[c].ratio or 0:.3f}x") for c in parent.children if search.nodes[c].payload)
+        tried += tuple((written.move, "written ahead, not yet evaluated") for written in ready
+                       if written.expansion.node_id == parent.id)
         return replace(
             self.root_request(), parent_source=source, parent_state=payload.get("state", {}),
             parent_verdict="reference" if parent.parent is None else parent.status.value,
@@ -419,13 +435,28 @@ class SearchRun:
               pool: ThreadPoolExecutor, pending: dict) -> str:
         s = self.settings
         idle = 0
+        ready: list[Written] = []  # written and building ahead: evaluated first, in the order written
         while True:
             why = self.stop_reason(search, began, limit_s)
-            if not why:
-                room = min(s.parallel - len(pending), s.budget - search.evaluations - len(pending))
+            if why:  # what was written ahead is not evaluated: its expansions are given back
+                for written in ready:
+                    search.abandon(written.expansion)
+                ready.clear()
+            else:
+                while ready and len(pending) < s.parallel:
+                    self.submit(search, ready.pop(0), evaluator, pool, pending)
+                room = min(s.parallel - len(pending), s.budget - search.evaluations - len(pending) - len(ready))
                 for expansion in (search.ask(room) if room > 0 else []):
-                    self.expand(search, expansion, evaluator, pool, pending)
-            if not pending:
+                    written = self.write(search, expansion, ready)
+                    if written is not None:
+                        self.submit(search, written, evaluator, pool, pending)
+                ahead = min(s.ahead - len(ready), s.budget - search.evaluations - len(pending) - len(ready))
+                for expansion in (search.ask(ahead) if pending and ahead > 0 else []):
+                    written = self.write(search, expansion, ready)
+                    if written is not None:  # its build starts now, beside the evaluations in flight
+                        evaluator.prebuild(written.proposal.source, self.options(), self.problem)
+                        ready.append(written)
+            if not pending:  # (what is written ahead waits only while something is in flight)
                 if why:
                     return why
                 idle += 1
@@ -460,24 +491,32 @@ class SearchRun:
             return "within 5% of the roofline floor"
         return ""
 
-    def expand(self, search: Search, expansion, evaluator: Evaluator, pool, pending: dict) -> None:
+    def write(self, search: Search, expansion, ready: list["Written"]) -> "Written | None":
+        """The coder's child for an expansion, not yet proposed to the search; None where it wrote none (the node
+        is then exhausted, or, where the coder failed, left open). `ready`: the children written ahead and not yet
+        proposed, which the coder is told of as tried where they share the expansion's node."""
         self._changed(phase="asking the coder")
         asked = time.monotonic()
         try:
-            proposal: CoderProposal | None = self.coder.propose(self.request(search, expansion))
+            proposal: CoderProposal | None = self.coder.propose(self.request(search, expansion, ready))
         except CoderFailed as error:  # this expansion yields nothing; the node stays open, the search goes on
             self.status.coder_failures += 1
             self.status.coder_failures_in_row += 1
             self.status.last_coder_failure = str(error)
             search.abandon(expansion)
-            return
+            return None
         finally:
             self._coder_s += time.monotonic() - asked
             self.store.put("coder_s", self._coder_s)
         self.status.coder_failures_in_row = 0
         if proposal is None:
             search.propose(expansion, None)
-            return
+            return None
+        return Written(expansion, proposal)
+
+    def submit(self, search: Search, written: "Written", evaluator: Evaluator, pool, pending: dict) -> None:
+        """Propose a written child to the search and, unless it refuses it or knows its outcome already, evaluate it."""
+        expansion, proposal = written.expansion, written.proposal
         key = source_key(proposal.source)
         mcts_proposal = Proposal(payload=None, moves=tuple(proposal.techniques) + ((proposal.move,) if proposal.move
                                                                                   else ()),

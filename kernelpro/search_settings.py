@@ -82,6 +82,8 @@ def validate(settings: SearchSettings, resume: bool) -> Problem:
         raise SearchInputError(f"--budget must be at least 1 (got {settings.budget})")
     if settings.parallel < 1:
         raise SearchInputError(f"--parallel must be at least 1 (got {settings.parallel})")
+    if settings.ahead < 0:
+        raise SearchInputError(f"--ahead must be at least 0 (got {settings.ahead})")
     if settings.time_limit_min is not None and settings.time_limit_min <= 0:
         raise SearchInputError("--time-limit must be a positive number of minutes")
     objectives.needs_energy(settings.objective)  # unknown objective -> ValueError

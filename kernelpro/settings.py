@@ -33,6 +33,7 @@ class SearchSettings(BaseModel):
     policy: str = "relaxed"
     model_mode: str = "train"  # train: as KernelBench runs models; eval: .eval() (inference)
     parallel: int = 1
+    ahead: int = 0  # candidates the coder writes and the build pool builds ahead of those in flight
     seed: int = 0
     profile: bool = True
     compile_baseline: bool = False
@@ -58,6 +59,12 @@ def default_parallel(device: str) -> int:
     return 2 if device == "cuda" else 1
 
 
+def default_ahead(device: str) -> int:
+    """Candidates written and built ahead when --ahead is left out: one on CUDA, where the coder and the build
+    pool use CPU cores the GPU's evaluations leave idle; none on the CPU, whose cores the timing needs."""
+    return 1 if device == "cuda" else 0
+
+
 #: how long a run may go on: what --resume may change (a larger --budget extends the run)
 EXTENDABLE = ("budget", "time_limit_min", "max_cost_usd", "max_tokens")
 #: what a resumed run always takes from the command that resumes it: the safety choice is never inherited
@@ -66,7 +73,7 @@ PER_COMMAND = ("unsafe_no_sandbox",)
 #: the option that sets each setting, as `kernelpro search` spells it
 FLAGS = {"objective": "--objective", "budget": "--budget", "time_limit_min": "--time-limit", "coder": "--coder",
          "strategy": "--strategy", "device": "--device", "precision": "--precision", "policy": "--policy",
-         "model_mode": "--model-mode", "parallel": "--parallel", "seed": "--seed", "profile": "--profile",
+         "model_mode": "--model-mode", "parallel": "--parallel", "ahead": "--ahead", "seed": "--seed", "profile": "--profile",
          "compile_baseline": "--compile-baseline", "adaptive_timing": "--adaptive-timing",
          "model": "--model", "planner_model": "--planner-model",
          "max_cost_usd": "--max-cost", "max_tokens": "--max-tokens", "unsafe_no_sandbox": "--unsafe-no-sandbox",

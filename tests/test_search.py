@@ -417,6 +417,55 @@ def test_parallel_keeps_several_candidates_in_flight(tmp_path):
     assert harness.most == 3
 
 
+class PipelinedFakeHarness(FakeHarness):
+    """The fake harness, recording the builds asked for and the evaluations in order. Each candidate's evaluation
+    waits (up to 10 s) until a build is asked for while a candidate is being evaluated: a child written ahead (with
+    one in flight, nothing else asks for a build then)."""
+
+    def __init__(self):
+        super().__init__()
+        import threading
+        self.lock, self.built, self.started, self.running = threading.Lock(), [], [], 0
+        self.written_ahead = threading.Event()
+
+    def prebuild(self, source, options=None, problem=None):
+        with self.lock:
+            if source not in self.built:
+                self.built.append(source)
+                if self.running:
+                    self.written_ahead.set()
+        return None
+
+    def evaluate(self, problem, source, options):
+        candidate = "The reference itself" not in source and not options.measure_energy
+        with self.lock:
+            self.started.append(source)
+            self.running += candidate
+        if candidate:
+            self.written_ahead.wait(timeout=10)
+        try:
+            return super().evaluate(problem, source, options)
+        finally:
+            with self.lock:
+                self.running -= candidate
+
+
+@pytest.mark.parametrize("parallel, ahead", [(1, 1), (2, 2)])
+def test_children_written_ahead_are_built_during_the_evaluations_and_evaluated_in_order(tmp_path, parallel, ahead):
+    """--ahead: the coder writes the next children while the evaluations run, their builds start at once, and they
+    are evaluated in the order written; none is lost or evaluated twice, and the budget holds."""
+    harness = PipelinedFakeHarness()
+    settings = SearchSettings(problem=str(DATA / "redundant.py"), out=str(tmp_path / "run"), budget=5,
+                              parallel=parallel, ahead=ahead, profile=False)
+    document = SearchRun(settings, evaluator=harness).run()
+    assert harness.written_ahead.is_set()
+    candidates = [source for source in harness.started if "The reference itself" not in source][:5]
+    assert document["evaluations"] == 5 and len(set(candidates)) == 5
+    assert candidates == harness.built[:5]  # evaluated in the order their builds were asked for
+    rows = sqlite3.connect(tmp_path / "run" / "state.db").execute("SELECT COUNT(*) FROM evaluations").fetchone()[0]
+    assert rows == 5
+
+
 def test_energy_objective_end_to_end_with_a_fake_meter(tmp_path):
     from test_energy import FakeMeter
     settings = SearchSettings(problem=str(DATA / "redundant.py"), out=str(tmp_path / "run"), budget=2,

@@ -17,7 +17,7 @@ from kernelpro.cli.options import (Device, KbPath, LaunchRankingChoice, LaunchRa
                                    PrecisionChoice, PrecisionOpt, knowledge_base, quiet)
 from kernelpro.cli.options import (AdaptiveTiming, CoderOpt, JsonFile, ObjectiveChoice, ObjectiveOpt, StrategyChoice,
                                    StrategyOpt, given_fields, write_json)
-from kernelpro.cli.options import Parallel, make_console
+from kernelpro.cli.options import Ahead, Parallel, make_console
 
 
 def render_status(status) -> Group:
@@ -85,6 +85,7 @@ def register(app: typer.Typer) -> None:
             "without it the leaderboard has no torch.compile column and a bench costs less GPU time")] = True,
         adaptive_timing: AdaptiveTiming = True,
         parallel: Parallel = None,
+        ahead: Ahead = None,
         device: Device = None,
         gpus: Annotated[str, typer.Option("--gpus", help="all, or GPU indices such as 0,1 (one worker each)")] = "all",
         backend: Annotated[str, typer.Option("--backend", help="local (a worker per local GPU) or ray (a task per "
@@ -148,7 +149,7 @@ def register(app: typer.Typer) -> None:
         from kernelpro.bench import Bench
         from kernelpro.coder import default_coder
         from kernelpro.harness import default_device
-        from kernelpro.settings import BenchSettings, SearchSettings, default_parallel
+        from kernelpro.settings import BenchSettings, SearchSettings, default_ahead, default_parallel
         chosen_device = device.value if device else default_device()
         searches = SearchSettings(
             budget=budget or 16, coder=coder.value if coder else default_coder(), objective=objective.value,
@@ -156,7 +157,8 @@ def register(app: typer.Typer) -> None:
             device=chosen_device, profile=profile, time_limit_min=time_limit,
             **knowledge, unsafe_no_sandbox=unsafe_no_sandbox, launch_ranking=launch_ranking.value, moves=moves,
             seed=seed, compile_baseline=compile_baseline, adaptive_timing=adaptive_timing, search=search,
-            parallel=parallel or default_parallel(chosen_device))
+            parallel=parallel or default_parallel(chosen_device),
+            ahead=default_ahead(chosen_device) if ahead is None else ahead)
         settings = BenchSettings(
             suite=str(suite), out=str(out or Path("bench") / suite.resolve().name), levels=level, problems=problems,
             gpus=gpus, baselines_only=baselines_only, backend=backend, ray_address=ray_address, searches=searches)

@@ -98,6 +98,10 @@ Parallel = Annotated[int | None, typer.Option(
     "--parallel", min=1, show_default=False, help="candidates of a search in flight at once: the coder, native builds "
     "and the next ones' checks overlap the current one's timing, which has the device to itself (default: 2 on "
     "CUDA, 1 on the CPU)")]
+Ahead = Annotated[int | None, typer.Option(
+    "--ahead", min=0, show_default=False, help="candidates of a search the coder writes and the build pool builds "
+    "while those in flight are evaluated, each evaluated when a place in flight frees, in the order written "
+    "(default: 1 on CUDA, 0 on the CPU)")]
 # the same --json for commands whose JSON replaces their table (listings), where JsonFlag's stderr does not apply
 JsonOutput = Annotated[bool, typer.Option("--json", help="print the result as JSON")]
 JsonFile = Annotated[Path | None, typer.Option("--json-file", metavar="PATH", help="also write the JSON result here")]

@@ -12,7 +12,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from kernelpro.cli.options import (AdaptiveTiming, CoderOpt, Device, JsonFile, KbPath, LaunchRankingChoice,
+from kernelpro.cli.options import (AdaptiveTiming, Ahead, CoderOpt, Device, JsonFile, KbPath, LaunchRankingChoice,
                                    LaunchRankingOpt, ModelModeChoice, ModelModeOpt, MovesOpt, NoKb, ObjectiveChoice,
                                    ObjectiveOpt, Parallel, PolicyChoice, PolicyOpt, PrecisionChoice, PrecisionOpt,
                                    SearchOpt, Seed, StrategyChoice, StrategyOpt, given_fields, knowledge_base,
@@ -100,6 +100,7 @@ def register(app: typer.Typer) -> None:
         moves: MovesOpt = "",
         search: SearchOpt = "",
         parallel: Parallel = None,
+        ahead: Ahead = None,
         seed: Seed = 0,
         out: Annotated[Path | None, typer.Option("--out", help="output folder (default: runs/<problem name>)")] = None,
         resume: Annotated[bool, typer.Option("--resume", help="continue the run in --out")] = False,
@@ -150,7 +151,7 @@ def register(app: typer.Typer) -> None:
                 open_meter("cpu")  # raises the refusal that says what can be done on a machine without a GPU
         from kernelpro.coder import default_coder
         from kernelpro.driver import SearchRun
-        from kernelpro.settings import SearchSettings, default_parallel
+        from kernelpro.settings import SearchSettings, default_ahead, default_parallel
         from kernelpro.harness import default_device
 
         chosen_device = device.value if device else default_device()
@@ -165,6 +166,7 @@ def register(app: typer.Typer) -> None:
                 time_limit_min=time_limit, coder=chosen_coder, strategy=strategy.value, device=chosen_device,
                 precision=precision.value, policy=policy.value, model_mode=model_mode.value,
                 parallel=parallel or default_parallel(chosen_device),
+                ahead=default_ahead(chosen_device) if ahead is None else ahead,
                 seed=seed, profile=profile,
                 compile_baseline=compile_baseline if compile_baseline is not None else chosen_device == "cuda",
                 adaptive_timing=adaptive_timing,
