@@ -430,7 +430,8 @@ class Evaluator:
         if "slot" in header:
             values = self._outputs(header, payload, outcome, 0)
             size = sum(v.nbytes for v in values if hasattr(v, "nbytes"))
-        spilled = outcome.held_bytes + size > available_memory_bytes() // 4
+        # a quarter of the memory there would be without them, as the cache bounds what it keeps (refcache.fits)
+        spilled = outcome.held_bytes + size > (available_memory_bytes() + outcome.held_bytes) // 4
         outcome.info["reference_outputs"] = "computed, through the " + (
             "output slot" if "slot" in header else "channel")
         if "slot" in header:  # page-locked where it stays in memory: every evaluation moves it to the GPU again
