@@ -26,15 +26,15 @@ import shlex
 import shutil
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Callable
 
-from kernelpro.coder import Coder, CoderFailed, CoderProposal, CoderRequest
+from kernelpro.coder import Coder, CoderFailed, CoderProposal
 from kernelpro.coders import make_coder
 from kernelpro.energy import objectives
 from kernelpro.errors import KernelproError
-from kernelpro import facts
+from kernelpro.briefing import Briefing
 from kernelpro.devicegate import gate_named, wait_for_device
 from kernelpro.harness import EvalOptions
 from kernelpro.harness.evaluate import Evaluator
@@ -168,9 +168,9 @@ class SearchRun:
         (self.out / "candidates").mkdir(exist_ok=True)
         self.profiles: dict[int, dict] = self.store.profiles()
         self._fastest_ms: float | None = None
-        self._run_facts: dict | None = None  # the device's and the problem's facts, the same for every expansion
         self.resumed = resume
         self.kb = KnowledgeBase(settings.kb or None) if settings.use_kb else None
+        self.briefing = Briefing(settings, self.problem, self.out, self.profiles, self.kb, self.store.get)
         self.kb_recorded = 0
 
     # -- options ---------------------------------------------------------------------------
@@ -241,15 +241,6 @@ class SearchRun:
         self.store.put_profile(node_id, document)
         self.store.put("profile_s", self.store.get("profile_s", 0.0) + time.monotonic() - began)
 
-    def guidance_for(self, search: Search, node_id: int) -> dict:
-        """The profile of the node, or of its nearest profiled ancestor."""
-        current = node_id
-        while current is not None:
-            if current in self.profiles and not self.profiles[current].get("error"):
-                return self.profiles[current]
-            current = search.nodes[current].parent
-        return {}
-
     # -- the loop ---------------------------------------------------------------------------------
     def new_search(self) -> Search:
         saved = self.store.search_state()
@@ -261,60 +252,6 @@ class SearchRun:
                                          budget=self.settings.budget), self.settings.search)
         return make_search({"state": {}, "file": None, "move": "reference", "techniques": []}, config,
                            root_key=source_key(reference_candidate(self.problem)), prior_hook=hook)
-
-    def root_request(self) -> CoderRequest:
-        """The root's request as far as it is known before the reference is evaluated (no facts, no profile)."""
-        return CoderRequest(problem_path=str(Path(self.settings.problem).resolve()), problem_source=self.problem.source,
-                            parent_source=self.problem.source, parent_state={}, parent_verdict="reference",
-                            parent_ms=None, parent_speedup=None, kind="new_strategy", device=self.settings.device,
-                            precision=self.settings.precision, policy=self.settings.policy,
-                            model_mode=self.settings.model_mode)
-
-    def request(self, search: Search, expansion, ready: list["Written"] = ()) -> CoderRequest:
-        parent = search.nodes[expansion.node_id]
-        payload = parent.payload or {}
-        source = (self.out / payload["file"]).read_text() if payload.get("file") else self.problem.source
-        profile = self.guidance_for(search, parent.id)
-        tried = tuple((search.nodes[c].payload.get("move", ""), search.nodes[c].failure or
-                       f"{search.nodes[c].ratio or 0:.3f}x") for c in parent.children if search.nodes[c].payload)
-        tried += tuple((written.move, "written ahead, not yet evaluated") for written in ready
-                       if written.expansion.node_id == parent.id)
-        return replace(
-            self.root_request(), parent_source=source, parent_state=payload.get("state", {}),
-            parent_verdict="reference" if parent.parent is None else parent.status.value,
-            parent_ms=payload.get("ms"), parent_speedup=parent.ratio, kind=expansion.kind.value,
-            failure=expansion.failure, guidance=profile.get("guidance", ""),
-            techniques=tuple((t["technique"], t["score"]) for t in profile.get("techniques", [])),
-            tried=tried, avoid=expansion.avoid, promising=expansion.promising, losing=expansion.losing,
-            **self.knowledge_for(profile), **self.facts_for(search, parent))
-
-    def facts_for(self, search: Search, parent) -> dict:
-        """The prompt's facts: the device's and the problem's (from the reference's evaluation and the
-        profiler's ceilings), the failed parent's verdict record, the run's best where it is not the parent."""
-        if self._run_facts is None:  # the reference's evaluation and profile are done before any expansion
-            reference = (self.store.get("baseline") or {}).get("result") or {}
-            self._run_facts = {"device_facts": facts.device_facts(self.settings.device, reference,
-                                                                  self.profiles.get(0, {}).get("ceilings")),
-                               "problem_facts": facts.problem_facts(reference)}
-        found = dict(self._run_facts)
-        payload = parent.payload or {}
-        if parent.parent is not None and parent.failure and payload.get("file"):
-            result = facts.read_result(self.out / f"candidates/node_{parent.id:04d}.json")
-            found["failure_facts"] = facts.failure_facts(result) if result else None
-        best = search.best()
-        if best.id not in (parent.id, search.root.id) and (best.payload or {}).get("file"):
-            found.update(best_source=(self.out / best.payload["file"]).read_text(), best_ms=best.payload.get("ms"),
-                         best_speedup=best.payload.get("speedup"))
-        return found
-
-    def knowledge_for(self, profile: dict) -> dict:
-        """The knowledge base's word on the node's state: a summary for an LLM, factors for the offline coder."""
-        if self.kb is None:
-            return {}
-        state = state_for(self.problem.source, profile)
-        stats = self.kb.stats(state, self.settings.objective)
-        return {"knowledge": self.kb.summary(state, stats),
-                "kb_factors": tuple((s.technique, round(s.factor(self.settings.objective), 4)) for s in stats)}
 
     def hold(self) -> None:
         """Take the run folder for this process until the run ends: two processes on one folder would each count
@@ -351,7 +288,7 @@ class SearchRun:
             if callable(getattr(self.coder, "start", None)) and self.finished_as is None:
                 # e.g. the offline coder's graph worker boots while the reference is evaluated, and on CUDA (where
                 # it takes no core from the reference's timing) begins on the root's answer
-                self.coder.start(self.root_request() if s.device == "cuda" else None)
+                self.coder.start(self.briefing.root_request() if s.device == "cuda" else None)
             # A bench's next search on this GPU waits here, its workers booting, while the one before it finishes
             # (kernelpro.devicegate); its time on the device starts once it goes on.
             gated = gate_named()
@@ -498,7 +435,8 @@ class SearchRun:
         self._changed(phase="asking the coder")
         asked = time.monotonic()
         try:
-            proposal: CoderProposal | None = self.coder.propose(self.request(search, expansion, ready))
+            proposal: CoderProposal | None = self.coder.propose(self.briefing.request(
+                search, expansion, tuple((written.expansion.node_id, written.move) for written in ready)))
         except CoderFailed as error:  # this expansion yields nothing; the node stays open, the search goes on
             self.status.coder_failures += 1
             self.status.coder_failures_in_row += 1
@@ -598,7 +536,7 @@ class SearchRun:
         if self.kb is None or not proposal.techniques:
             return
         parent = search.nodes[child.parent]
-        state = state_for(self.problem.source, self.guidance_for(search, parent.id))
+        state = state_for(self.problem.source, self.briefing.guidance_for(search, parent.id))
         self.kb_recorded += self.kb.record(
             state, proposal.techniques, ok=outcome.ok, log_gain=_log_gain(child, parent, "speedup"),
             failure=failure_kind(outcome.failure), problem=self.problem.name, move=proposal.move,

@@ -207,7 +207,7 @@ def test_the_root_request_a_coder_starts_on_is_the_root_it_is_then_asked_for(tmp
     run = SearchRun(settings, evaluator=FakeHarness(), coder=coder)
     run.run()
     assert coder.root is None
-    ahead, asked = run.root_request(), coder.requests[0]
+    ahead, asked = run.briefing.root_request(), coder.requests[0]
     for name in ("problem_path", "problem_source", "parent_source", "parent_state", "parent_verdict", "kind",
                  "device", "precision", "policy", "model_mode"):
         assert getattr(ahead, name) == getattr(asked, name), name
