@@ -229,7 +229,9 @@ class Evaluator:
         waited = time.monotonic()  # for the reference outputs, where another evaluation is computing them
         kept, claimed = (None, False) if outcome.itself else self.references.claim(key)
         outcome.queued(time.monotonic() - waited)
+        waited = time.monotonic()
         reservation = self.memory.reserve(problem)  # waits while other evaluations fill the GPU
+        outcome.queued(time.monotonic() - waited)
         ticket = self.lane.ticket()
         try:
             ticket.share()  # waits while another evaluation is timed

@@ -163,3 +163,24 @@ def test_a_source_with_nothing_to_build_is_not_queued_behind_other_builds(tmp_pa
         finally:
             busy.set()
         assert all(b.result(5) for b in blockers)
+
+
+def test_an_evaluation_that_waits_for_device_memory_counts_the_wait_as_queue(linear_problem, tmp_path):
+    """Two evaluations whose needs do not fit together (a plan of one byte: the first's estimate fills it): the second
+    waits for the first to end, and its time split says so (`queue`), not as checks of its own."""
+    from kernelpro.harness import EvalOptions, Evaluator, Verdict
+    from kernelpro.harness.cache import BuildCache
+    from kernelpro.harness.memory import MemoryPlan
+    options = EvalOptions(device="cpu", timing_trials=20, timing_budget_s=1.0)
+    # each computes the reference's outputs (no wait for the other's), so the memory plan is all they wait for
+    with Evaluator("cpu", cache=BuildCache(tmp_path / "builds"), spares=1, reuse_references=False) as evaluator:
+        evaluator.memory = MemoryPlan(1)
+        with ThreadPoolExecutor(2) as pool:
+            futures = [pool.submit(evaluator.evaluate, linear_problem, candidate_source("good") + f"\n# {n}\n",
+                                   options) for n in range(2)]
+            results = [future.result(timeout=600) for future in futures]
+    assert all(r.verdict is Verdict.CORRECT for r in results), [r.reason for r in results]
+    first, second = sorted(results, key=lambda r: r.phase_s.get("queue", 0.0))
+    assert second.phase_s["queue"] >= 0.5 * first.wall_s, (first.phase_s, first.wall_s, second.phase_s)
+    assert second.phase_s["static"] < second.phase_s["queue"], (first.phase_s, second.phase_s)
+
