@@ -428,15 +428,13 @@ class Evaluator:
         """(a trial's reference outputs as a payload this process holds, whether it went to a file): the payload that
         came, or a copy of what the worker wrote into the output slot (it waits for the copy); in a file where
         memory is short."""
-        size = len(payload)
-        if "slot" in header:
-            values = self._outputs(header, payload, outcome, 0)
-            size = sum(v.nbytes for v in values if hasattr(v, "nbytes"))
+        slotted = "slot" in header
+        values = self._outputs(header, payload, outcome, 0) if slotted else None
+        size = sum(v.nbytes for v in values if hasattr(v, "nbytes")) if slotted else len(payload)
         # a quarter of the memory there would be without them, as the cache bounds what it keeps (refcache.fits)
         spilled = outcome.held_bytes + size > (available_memory_bytes() + outcome.held_bytes) // 4
-        outcome.info["reference_outputs"] = "computed, through the " + (
-            "output slot" if "slot" in header else "channel")
-        if "slot" in header:  # page-locked where it stays in memory: every evaluation moves it to the GPU again
+        outcome.info["reference_outputs"] = f"computed, through the {'output slot' if slotted else 'channel'}"
+        if slotted:  # page-locked where it stays in memory: every evaluation moves it to the GPU again
             payload = host_payload(header["slot"], values, lock=not spilled and self.device == "cuda")
             del values
             outcome.slot.clear(0)  # no candidate reads the reference's outputs there

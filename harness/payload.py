@@ -15,6 +15,8 @@ import struct
 
 import torch
 
+from kernelpro.harness import hostmem
+
 
 class PayloadRejected(Exception):
     """A payload that is not plain tensors and scalars."""
@@ -82,7 +84,6 @@ def pack_values(values: list) -> list:
 def host_payload(meta: list[dict], values: list, lock: bool = False):
     """The payload (`load_tensors`' format) of outputs described by `meta` and held as `values` (views of an output
     slot), copied into host memory: a uint8 array, page-locked where `lock` (`hostmem`)."""
-    from kernelpro.harness import hostmem
     encoded = json.dumps(meta).encode()
     head = _META_LENGTH.pack(len(encoded)) + encoded
     tensors = [value.reshape(-1).view(torch.uint8) for value in values if isinstance(value, torch.Tensor)]
