@@ -428,7 +428,7 @@ class SearchRun:
             return "within 5% of the roofline floor"
         return ""
 
-    def write(self, search: Search, expansion, ready: list["Written"]) -> "Written | None":
+    def write(self, search: Search, expansion, ready: list[Written]) -> Written | None:
         """The coder's child for an expansion, not yet proposed to the search; None where it wrote none (the node
         is then exhausted, or, where the coder failed, left open). `ready`: the children written ahead and not yet
         proposed, which the coder is told of as tried where they share the expansion's node."""
@@ -452,7 +452,7 @@ class SearchRun:
             return None
         return Written(expansion, proposal)
 
-    def submit(self, search: Search, written: "Written", evaluator: Evaluator, pool, pending: dict) -> None:
+    def submit(self, search: Search, written: Written, evaluator: Evaluator, pool, pending: dict) -> None:
         """Propose a written child to the search and, unless it refuses it or knows its outcome already, evaluate it."""
         expansion, proposal = written.expansion, written.proposal
         key = source_key(proposal.source)
