@@ -12,6 +12,7 @@ more for 6 GB); a large buffer is filled first, which torch spreads over its thr
 
 from __future__ import annotations
 
+import ctypes
 import weakref
 
 import numpy as np
@@ -30,10 +31,23 @@ def host_bytes(nbytes: int, lock: bool) -> np.ndarray:
         return array
     tensor.fill_(0)  # its pages faulted in on torch's threads, not in the driver's copy or lock on one
     if lock:
-        cudart = torch.cuda.cudart()
-        if int(cudart.cudaHostRegister(tensor.data_ptr(), nbytes, 0)) == 0:
+        if int(torch.cuda.cudart().cudaHostRegister(tensor.data_ptr(), nbytes, 0)) == 0:
             weakref.finalize(array, _unlock, tensor)
+        else:
+            _clear_last_error()  # the buffer stays pageable; no later kernel launch check may find this error
     return array
+
+
+def _clear_last_error() -> None:
+    """Reset this thread's last CUDA runtime error (a failed call leaves it there, and torch checks every kernel
+    launch against it) through the runtime library this process loaded; torch binds no cudaGetLastError."""
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "libcudart.so" in line}
+        for path in paths:
+            ctypes.CDLL(path).cudaGetLastError()  # loaded already: the same library, not a second copy
+    except (OSError, AttributeError):
+        pass  # no shared runtime library (a static one) or no /proc: nothing to reset through
 
 
 def _unlock(tensor: torch.Tensor) -> None:

@@ -101,3 +101,18 @@ def test_locked_host_memory_round_trips_while_any_view_of_it_lives():
     import gc
     gc.collect()
     assert torch.equal(view.to("cuda"), values)
+
+
+def test_a_failed_lock_leaves_no_error_for_the_next_kernel():
+    """cudaHostRegister on memory already locked fails; hostmem resets the thread's last runtime error after such a
+    failure, so the next kernel launch (whose check reads that error) goes through."""
+    from kernelpro.harness import hostmem
+    memory = torch.empty(1 << 26, dtype=torch.uint8)
+    cudart = torch.cuda.cudart()
+    assert int(cudart.cudaHostRegister(memory.data_ptr(), memory.numel(), 0)) == 0
+    try:
+        assert int(cudart.cudaHostRegister(memory.data_ptr(), memory.numel(), 0)) != 0  # already locked
+        hostmem._clear_last_error()
+        assert float((torch.ones(4, device="cuda") * 2).sum()) == 8.0
+    finally:
+        cudart.cudaHostUnregister(memory.data_ptr())
