@@ -226,10 +226,8 @@ class Evaluator:
         outcome.itself = source == reference_candidate(problem)
         key = reference_key(problem.source, options.seed, options.correct_trials, options.precision,
                             options.model_mode)
-        waited = time.monotonic()  # for the reference outputs, where another evaluation is computing them
+        waited = time.monotonic()  # for the reference outputs (another evaluation computing them), then for memory
         kept, claimed = (None, False) if outcome.itself else self.references.claim(key)
-        outcome.queued(time.monotonic() - waited)
-        waited = time.monotonic()
         reservation = self.memory.reserve(problem)  # waits while other evaluations fill the GPU
         outcome.queued(time.monotonic() - waited)
         ticket = self.lane.ticket()
@@ -431,11 +429,12 @@ class Evaluator:
         slotted = "slot" in header
         values = self._outputs(header, payload, outcome, 0) if slotted else None
         size = sum(v.nbytes for v in values if hasattr(v, "nbytes")) if slotted else len(payload)
-        # a quarter of the memory there would be without them, as the cache bounds what it keeps (refcache.fits)
-        spilled = outcome.held_bytes + size > (available_memory_bytes() + outcome.held_bytes) // 4
+        # the cache's share of the memory there would be without them, as it bounds what it keeps (refcache.fits)
+        without = available_memory_bytes() + outcome.held_bytes
+        spilled = outcome.held_bytes + size > without * self.references.memory_share
         outcome.info["reference_outputs"] = f"computed, through the {'output slot' if slotted else 'channel'}"
         if slotted:  # page-locked where it stays in memory: every evaluation moves it to the GPU again
-            payload = host_payload(header["slot"], values, lock=not spilled and self.device == "cuda")
+            payload = host_payload(values, lock=not spilled and self.device == "cuda")
             del values
             outcome.slot.clear(0)  # no candidate reads the reference's outputs there
             self._tell(worker, outputslots.COMPARED)

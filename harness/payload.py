@@ -76,25 +76,29 @@ def pack_values(values: list) -> list:
     Tensors go as their contiguous bytes (a CPU tensor's memory itself, a device tensor's as a
     DeviceBytes the channel copies out); other values must be JSON scalars."""
     meta, flats = flat_values(values)
-    encoded = json.dumps(meta).encode()
-    return [_META_LENGTH.pack(len(encoded)) + encoded] + [
+    return [_head(meta)] + [
         memoryview(raw.numpy()) if raw.device.type == "cpu" else DeviceBytes(raw) for raw in flats]
 
 
-def host_payload(meta: list[dict], values: list, lock: bool = False):
-    """The payload (`load_tensors`' format) of outputs described by `meta` and held as `values` (views of an output
-    slot), copied into host memory: a uint8 array, page-locked where `lock` (`hostmem`)."""
-    encoded = json.dumps(meta).encode()
-    head = _META_LENGTH.pack(len(encoded)) + encoded
-    tensors = [value.reshape(-1).view(torch.uint8) for value in values if isinstance(value, torch.Tensor)]
-    buffer = hostmem.host_bytes(len(head) + sum(t.numel() for t in tensors), lock)
+def host_payload(values: list, lock: bool = False):
+    """The payload (`load_tensors`' format) of outputs held on a device or in shared memory (views of an output slot),
+    copied into host memory: a uint8 array, page-locked where `lock` (`hostmem`)."""
+    meta, flats = flat_values(values)
+    head = _head(meta)
+    buffer = hostmem.host_bytes(len(head) + sum(flat.numel() for flat in flats), lock)
     buffer[:len(head)] = memoryview(head)
     offset = len(head)
-    for flat in tensors:
+    for flat in flats:
         if flat.numel():
             torch.frombuffer(buffer, dtype=torch.uint8, count=flat.numel(), offset=offset).copy_(flat)
             offset += flat.numel()
     return buffer
+
+
+def _head(meta: list[dict]) -> bytes:
+    """A payload's start: the length of its JSON description, then the description."""
+    encoded = json.dumps(meta).encode()
+    return _META_LENGTH.pack(len(encoded)) + encoded
 
 
 def tensor_entry(entry: dict) -> tuple[torch.dtype, list[int], int] | None:

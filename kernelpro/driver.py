@@ -466,7 +466,7 @@ class SearchRun:
             return  # refused (a move that failed at an equivalent node)
         child = search.nodes[-1]
         name = f"candidates/node_{child.id:04d}.py"
-        child.payload = {"state": proposal.state, "file": name, "move": proposal.move or "+".join(proposal.techniques),
+        child.payload = {"state": proposal.state, "file": name, "move": written.move,
                          "techniques": list(proposal.techniques), "rationale": proposal.rationale}
         if not evaluate:  # a transposition: the known outcome was told without evaluating
             child.payload["file"] = search.nodes[child.transposition_of].payload.get("file")
