@@ -257,6 +257,39 @@ def test_average_pools_read_in_place_compile_without_warnings(tmp_path, layout):
                    cwd=tmp_path, check=True, capture_output=True, text=True)
 
 
+MERGED_POOLS = """import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(F.max_pool3d(x, 6)) + 1.0, F.avg_pool3d(x, 4, 3, 1, count_include_pad=False) * 2.0
+
+
+def get_inputs():
+    return [torch.randn(2, 4, 13, 14, 15)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.skipif(NVCC is None, reason="needs nvcc")
+def test_windows_of_many_taps_are_loops_that_compile_without_warnings(tmp_path):
+    """A 6x6x6 max-pool (216 taps; level2/78's two pools once merged) and a padded 4x4x4 average are each one
+    loop over their taps, bounds-checked where a tap can leave the input, not 216 loads written out."""
+    problem = tmp_path / "merged.py"
+    problem.write_text(MERGED_POOLS)
+    cu, kernels = _cuda_of(problem, ())
+    assert sorted(k["ops"][0] for k in kernels) == ["avg_pool3d", "max_pool3d"]
+    assert "x0_n < 216;" in cu and "x0_t0" not in cu and "x0_s0 + x0_k0 >= 0" in cu
+    (tmp_path / "k.cu").write_text(cu)
+    subprocess.run([NVCC, "-arch=sm_90", "-O3", "-cubin", "-Werror", "all-warnings", "-o", "k.cubin", "k.cu"],
+                   cwd=tmp_path, check=True, capture_output=True, text=True)
+
+
 def _loads_between_branches(sass: str, load: str = r"\bLDG\.") -> list[int]:
     """How many global loads each stretch of SASS between two branches issues."""
     runs, run = [], 0

@@ -28,6 +28,7 @@ from kernelpro.offline.codegen import triton_configs  # noqa: E402
 from kernelpro.offline.codegen.common import next_pow2  # noqa: E402
 from kernelpro.offline.compiler import Compiler  # noqa: E402
 from kernelpro.offline.expand import expand  # noqa: E402
+from kernelpro.offline.ir import windows  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples" / "fusion").glob("*.py"))
@@ -490,14 +491,15 @@ def test_channels_last_rows_along_the_channels_run_over_nhwc_and_others_stay(tmp
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(kind=st.sampled_from(["max", "avg"]), rank=st.sampled_from([1, 2]), data=st.data(),
        channels_last=st.booleans(), after=st.sampled_from(["pointwise", "mean", "softmax"]),
-       variant=st.sampled_from([None, "looped", "split"]))
+       variant=st.sampled_from([None, "looped", "split"]), tap_loop=st.booleans())
 def test_pools_are_read_in_place_by_the_kernel_after_them(tmp_path, kind, rank, data, channels_last, after,
-                                                          variant):
+                                                          variant, tap_loop):
     """A max- or average-pool that feeds only pointwise ops, or the prologue of a row operation, joins
     their kernel, which reads each window itself: random windows, strides, padding, ceil_mode, and
     dilation (max) or count_include_pad and divisor_override (average), in NCHW and channels_last
     order; rows over the pooled spatial dims (a mean) or along the channels (a softmax), in the
-    ranking's first variant, or looped or split over chunks of 16 columns."""
+    ranking's first variant, or looped or split over chunks of 16 columns; each window's loads written
+    out, or (`tap_loop`) one loop over its taps, as a window of more than `windows.UNROLLED_TAPS` has."""
     ints = lambda low, high: tuple(data.draw(st.integers(low, high)) for _ in range(rank))  # noqa: E731
     kernel, stride = ints(1, 3), ints(1, 3)
     padding = tuple(data.draw(st.integers(0, k // 2)) for k in kernel)
@@ -521,6 +523,8 @@ def test_pools_are_read_in_place_by_the_kernel_after_them(tmp_path, kind, rank, 
     with pytest.MonkeyPatch.context() as patch:
         if forced and after != "pointwise":
             patch.setattr(triton_gen, "configs", lambda group, device=None: [forced])
+        if tap_loop:
+            patch.setattr(windows, "UNROLLED_TAPS", 0)
         kernels = check(path, ["channels_last"] + fuse if channels_last else fuse)
     assert [(k["kind"], k["ops"][0]) for k in kernels] == [("pointwise" if after == "pointwise" else "row",
                                                             f"{kind}_pool{rank}d")]

@@ -50,7 +50,8 @@ WINDOWS = windows.Syntax(  # how a CUDA kernel reads a pool's window (`kernelpro
     plain="const float {tap} = __ldg({ptr} + {offset});",
     take_max="{acc} = ({tap} > {acc} || {tap} != {tap}) ? {tap} : {acc};", take_sum="{acc} = {acc} + {tap};",
     both="({a}) && ({b})", lowest="(-INFINITY)", zero="0.0f", minimum="min({a}, {b})", maximum="max({a}, {b})",
-    divide="{acc} = {acc} / (float)({count});", divide_number="{acc} = {acc} / {number}f;")
+    divide="{acc} = {acc} / (float)({count});", divide_number="{acc} = {acc} / {number}f;",
+    loop="for (long long {i} = 0; {i} < {n}; ++{i}) {{", end="}")
 
 
 def _unravel(lay: Layout, reduced: bool, source: str, prefix: str) -> tuple[list[str], dict[int, str]]:

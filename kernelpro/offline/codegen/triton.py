@@ -54,7 +54,7 @@ WINDOWS = windows.Syntax(
     take_max="{acc} = tl.where(({tap} > {acc}) | ({tap} != {tap}), {tap}, {acc})", take_sum="{acc} = {acc} + {tap}",
     both="({a}) & ({b})", lowest='float("-inf")', zero="0.0", minimum="tl.minimum({a}, {b})",
     maximum="tl.maximum({a}, {b})", divide="{acc} = {acc} / ({count}).to(tl.float32)",
-    divide_number="{acc} = {acc} / {number}")
+    divide_number="{acc} = {acc} / {number}", loop="for {i} in range({n}):", end="")
 #: The same in a row kernel, whose values are blocks of rows by columns.
 ROW_WINDOWS = replace(WINDOWS, start="{acc} = tl.full(mask.shape, {value}, tl.float32)")
 

@@ -8,7 +8,10 @@ of its own. Windows follow torch's semantics: a max-pool pads with -inf and lets
 a window win, with dilation; an average divides by the window's size within the padded
 input (`count_include_pad`, the default) or within the input, or by `divisor_override`;
 both honour ceil_mode. Partial windows are bounds-checked, taps that can never leave the
-input are not, and taps known to lie outside are dropped.
+input are not, and taps known to lie outside are dropped. A window of up to `UNROLLED_TAPS`
+taps is written out tap by tap; a larger one (two 3-D max-pools merged into one 6x6x6
+window: 216 taps) is a loop over its taps, since Triton's compile time grows with every
+load written out (15 s for that kernel unrolled on a 2-core box).
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ _FUNCTIONS = {F.max_pool1d: ("max", 1), F.max_pool2d: ("max", 2), F.max_pool3d: 
 _PARAMS = {"max": ("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices"),
            "avg": ("input", "kernel_size", "stride", "padding", "ceil_mode", "count_include_pad",
                    "divisor_override")}
+#: the most taps a window's loads are written out for; a larger window is a loop over its taps
+UNROLLED_TAPS = 32
 _DEFAULTS = {"stride": None, "padding": 0, "dilation": 1, "ceil_mode": False, "return_indices": False,
              "count_include_pad": True, "divisor_override": None}
 
@@ -166,6 +171,8 @@ class Syntax:
     maximum: str
     divide: str  # {acc} by an integer count computed per element
     divide_number: str  # {acc} by a count that every window has: {number}, a float literal
+    loop: str  # a loop's first line: {i} from 0 up to {n}; its body is indented by four spaces
+    end: str  # the line that closes a loop ("" where indentation alone does)
 
 
 def _divisor(var: str, window: Window, fixed: dict[int, int], syntax: Syntax) -> tuple[list[str], set[int]]:
@@ -198,38 +205,11 @@ def load_lines(var: str, window: Window, corner: str, index: dict[int, str | Non
     """Lines that leave the window's maximum or average in `var`: `corner` is the offset of the unpadded
     first tap, `index` names the pooled index along each spatial dim (None where that dim has one
     element), `mask` says which lanes are live ("" where all are)."""
-    taps_lines, used = [], set()
-    other = syntax.zero if window.average else syntax.lowest
-    shift = sum(window.padding[k] * window.strides[d] for k, d in enumerate(window.spatial))
     # along a dim of one pooled element, the first tap's row is known: taps outside the input are dropped
     fixed = {k: -window.padding[k] for k, d in enumerate(window.spatial) if index.get(d) is None}
-    for number, taps in enumerate(itertools.product(*(range(k) for k in window.kernel))):
-        if any(not 0 <= fixed[k] + tap * window.dilation[k] < window.extent[k] for k, tap in enumerate(taps)
-               if k in fixed):
-            continue
-        checks = [mask] if mask else []
-        for k, tap in enumerate(taps):
-            at = tap * window.dilation[k]
-            if k in fixed:
-                continue
-            if at < window.padding[k]:  # may start in the padding before the input
-                checks.append(f"{var}_s{k} + {at} >= 0" if at else f"{var}_s{k} >= 0")
-                used.add(k)
-            if (window.pooled[k] - 1) * window.stride[k] - window.padding[k] + at >= window.extent[k]:
-                # may run past the input's end (padding, ceil_mode)
-                checks.append(f"{var}_s{k} + {at} < {window.extent[k]}" if at else f"{var}_s{k} < {window.extent[k]}")
-                used.add(k)
-        condition = checks[0] if checks else ""
-        for check in checks[1:]:
-            condition = syntax.both.format(a=condition, b=check)
-        offset = sum(tap * window.dilation[k] * window.strides[d] for k, (tap, d) in
-                     enumerate(zip(taps, window.spatial))) - shift
-        at = f"{corner} + {offset}{syntax.dialect.integer}" if offset > 0 else \
-            f"{corner} - {-offset}{syntax.dialect.integer}" if offset < 0 else corner
-        tap_var = f"{var}_t{number}"
-        taps_lines.append((syntax.load if condition else syntax.plain).format(
-            tap=tap_var, ptr=f"{var}_ptr", mask=condition, offset=at, other=other))
-        taps_lines.append((syntax.take_sum if window.average else syntax.take_max).format(acc=var, tap=tap_var))
+    shift = sum(window.padding[k] * window.strides[d] for k, d in enumerate(window.spatial))
+    write = _tap_loop if window.taps > UNROLLED_TAPS else _taps_written_out
+    taps_lines, used = write(var, window, corner, fixed, shift, mask, syntax)
     if window.average:
         factors, counted = _divisor(var, window, fixed, syntax)
         used |= counted
@@ -246,4 +226,105 @@ def load_lines(var: str, window: Window, corner: str, index: dict[int, str | Non
         if window.padding[k]:
             origin = f"{origin} - {window.padding[k]}{syntax.dialect.integer}"
         lines.append(syntax.dialect.declare.format(name=f"{var}_s{k}", expr=origin))
+    other = syntax.zero if window.average else syntax.lowest
     return lines + [syntax.start.format(acc=var, value=other)] + taps_lines
+
+
+def _may_start_before(window: Window, k: int, at: int) -> bool:
+    """Whether a tap `at` rows into the window along spatial dim `k` may lie in the padding before the input."""
+    return at < window.padding[k]
+
+
+def _may_run_past(window: Window, k: int, at: int) -> bool:
+    """Whether a tap `at` rows into the window along `k` may lie past the input's end (padding, ceil_mode)."""
+    return (window.pooled[k] - 1) * window.stride[k] - window.padding[k] + at >= window.extent[k]
+
+
+def _all_of(checks: list[str], syntax: Syntax) -> str:
+    condition = checks[0] if checks else ""
+    for check in checks[1:]:
+        condition = syntax.both.format(a=condition, b=check)
+    return condition
+
+
+def _at(corner: str, offset: str | int, syntax: Syntax) -> str:
+    if isinstance(offset, str):
+        return f"{corner} + {offset}"
+    n = syntax.dialect.integer
+    return f"{corner} + {offset}{n}" if offset > 0 else f"{corner} - {-offset}{n}" if offset < 0 else corner
+
+
+def _taps_written_out(var: str, window: Window, corner: str, fixed: dict[int, int], shift: int, mask: str,
+                      syntax: Syntax) -> tuple[list[str], set[int]]:
+    """One load per tap, each with only the bounds checks its position can need."""
+    lines, used = [], set()
+    other = syntax.zero if window.average else syntax.lowest
+    for number, taps in enumerate(itertools.product(*(range(k) for k in window.kernel))):
+        if any(not 0 <= fixed[k] + tap * window.dilation[k] < window.extent[k] for k, tap in enumerate(taps)
+               if k in fixed):
+            continue
+        checks = [mask] if mask else []
+        for k, tap in enumerate(taps):
+            at = tap * window.dilation[k]
+            if k in fixed:
+                continue
+            if _may_start_before(window, k, at):
+                checks.append(f"{var}_s{k} + {at} >= 0" if at else f"{var}_s{k} >= 0")
+                used.add(k)
+            if _may_run_past(window, k, at):
+                checks.append(f"{var}_s{k} + {at} < {window.extent[k]}" if at else f"{var}_s{k} < {window.extent[k]}")
+                used.add(k)
+        condition = _all_of(checks, syntax)
+        offset = sum(tap * window.dilation[k] * window.strides[d] for k, (tap, d) in
+                     enumerate(zip(taps, window.spatial))) - shift
+        tap_var = f"{var}_t{number}"
+        lines.append((syntax.load if condition else syntax.plain).format(
+            tap=tap_var, ptr=f"{var}_ptr", mask=condition, offset=_at(corner, offset, syntax), other=other))
+        lines.append((syntax.take_sum if window.average else syntax.take_max).format(acc=var, tap=tap_var))
+    return lines, used
+
+
+def _tap_loop(var: str, window: Window, corner: str, fixed: dict[int, int], shift: int, mask: str,
+              syntax: Syntax) -> tuple[list[str], set[int]]:
+    """One loop over the window's taps (along a dim of one pooled element, only over those inside the input),
+    each tap's row along every spatial dim unravelled from the loop's counter, bounds-checked along the dims
+    where some tap can leave the input."""
+    n, divide, declare = syntax.dialect.integer, syntax.dialect.divide, syntax.dialect.declare
+    spans = []  # per spatial dim: (first tap, taps looped over)
+    for k, size in enumerate(window.kernel):
+        inside = [tap for tap in range(size) if k not in fixed
+                  or 0 <= fixed[k] + tap * window.dilation[k] < window.extent[k]]
+        spans.append((inside[0], inside[-1] - inside[0] + 1) if inside else (0, 0))
+    count = math.prod(span for _, span in spans)
+    other = syntax.zero if window.average else syntax.lowest
+    if count == 0:  # every tap outside the input: the window's value is where it starts
+        return [], set()
+    counter, body, used, checks, offsets = f"{var}_n", [], set(), [mask] if mask else [], []
+    for k, (first, span) in enumerate(spans):
+        inner = math.prod(s for _, s in spans[k + 1:])
+        row = counter if inner == 1 else f"({counter} {divide} {inner}{n})"
+        if k:
+            row = f"{row} % {span}{n}"
+        if first:
+            row = f"{first}{n} + {row}"
+        body.append(declare.format(name=f"{var}_k{k}", expr=row if span > 1 else f"{first}{n}"))
+        at = f"{var}_k{k} * {window.dilation[k]}{n}" if window.dilation[k] != 1 else f"{var}_k{k}"
+        stride = window.strides[window.spatial[k]]
+        offsets.append(at if stride == 1 else f"{at} * {stride}{n}")
+        if k in fixed:
+            continue
+        last = (first + span - 1) * window.dilation[k]
+        if _may_start_before(window, k, first * window.dilation[k]):
+            checks.append(f"{var}_s{k} + {at} >= 0")
+            used.add(k)
+        if _may_run_past(window, k, last):
+            checks.append(f"{var}_s{k} + {at} < {window.extent[k]}{n}")
+            used.add(k)
+    condition = _all_of(checks, syntax)
+    offset = " + ".join(offsets) + (f" - {shift}{n}" if shift else "")
+    tap_var = f"{var}_t"
+    body.append((syntax.load if condition else syntax.plain).format(
+        tap=tap_var, ptr=f"{var}_ptr", mask=condition, offset=_at(corner, offset, syntax), other=other))
+    body.append((syntax.take_sum if window.average else syntax.take_max).format(acc=var, tap=tap_var))
+    lines = [syntax.loop.format(i=counter, n=count)] + ["    " + line for line in body]
+    return lines + ([syntax.end] if syntax.end else []), used
