@@ -553,18 +553,21 @@ class SearchRun:
         source = (self.out / search.nodes[node_id].payload["file"]).read_text()
         # on CUDA also by KernelBench's own method, for comparison with published numbers
         options = self.options(baselines, kernelbench=self.settings.device == "cuda")
-        # Under --objective time the J/call is a side reading (one window of each model, about 4 s on Hopper); where
-        # energy decides, the closing re-measurement keeps every window, whose spread judges the difference.
+        # Under --objective time with --final-energy the J/call is a side reading (one window of each model, about 4 s
+        # on Hopper); where energy decides, the closing re-measurement keeps every window, whose spread judges.
         update = {"measure_energy": self.final_meter(evaluator)}
         if self.settings.objective == "time":
             update["energy_windows"] = 1
         return evaluator.evaluate(self.problem, source, options.model_copy(update=update))
 
     def final_meter(self, evaluator: Evaluator) -> bool:
-        """Whether the closing re-measurement takes the best's and the reference's energy too: under any
-        objective where NVML reads the GPU, so a time search's best has a J/call to set against an energy
-        search's (`kernelpro bench compare`). A few seconds of windows, outside the budget."""
+        """Whether the closing re-measurement takes the best's and the reference's energy too: where NVML reads
+        the GPU, under --objective energy or edp, and under time with --final-energy, so a time search's best has a
+        J/call to set against an energy search's (`kernelpro bench compare`). About 5 s of windows and idle
+        power on Hopper, outside the budget: a third of a level-2 problem's closing re-measurement."""
         self.store.put("final_energy_note", None)  # a note from an earlier segment no longer holds
+        if self.settings.objective == "time" and not self.settings.final_energy:
+            return False
         if getattr(evaluator, "energy_meter", None) is not None:
             return True
         if self.settings.device != "cuda":

@@ -31,8 +31,8 @@ def resumed(saved: dict, asked: SearchSettings, given: frozenset[str] | None) ->
     given now (the problem's hash is checked against the record). `given` names the settings the user
     set: one that differs from the record is refused by its option, except how long the run may go on
     (`EXTENDABLE`), which replaces the record. None (a program's call): only `EXTENDABLE` counts as
-    given, and nothing is refused. Whether candidates may run unsandboxed (`PER_COMMAND`) is always this
-    command's choice, never the record's."""
+    given, and nothing is refused. Whether candidates may run unsandboxed, and whether the closing re-measurement
+    reads energy (`PER_COMMAND`), are always this command's choice, never the record's."""
     known = set(SearchSettings.model_fields)
     recorded = SearchSettings(**{**{k: v for k, v in saved.items() if k in known},
                                  "problem": asked.problem, "out": asked.out})

@@ -38,6 +38,7 @@ class SearchSettings(BaseModel):
     profile: bool = True
     compile_baseline: bool = False
     adaptive_timing: bool = True  # stop timing a candidate once it cannot beat the best so far (objective time)
+    final_energy: bool = False  # objective time: the closing re-measurement also reads J/call (energy, edp: always)
     timing_budget_s: float = 2.0
     epsilon: float = objectives.DEFAULT_EPSILON
     model: str = ""  # the LLM coder's model ("" = its default, or KERNELPRO_MODEL)
@@ -67,14 +68,16 @@ def default_ahead(device: str) -> int:
 
 #: how long a run may go on: what --resume may change (a larger --budget extends the run)
 EXTENDABLE = ("budget", "time_limit_min", "max_cost_usd", "max_tokens")
-#: what a resumed run always takes from the command that resumes it: the safety choice is never inherited
-PER_COMMAND = ("unsafe_no_sandbox",)
+#: what a resumed run always takes from the command that resumes it: the safety choice is never inherited, and the
+#: closing re-measurement, which the command that ends the run makes, reads energy as that command asks
+PER_COMMAND = ("unsafe_no_sandbox", "final_energy")
 
 #: the option that sets each setting, as `kernelpro search` spells it
 FLAGS = {"objective": "--objective", "budget": "--budget", "time_limit_min": "--time-limit", "coder": "--coder",
          "strategy": "--strategy", "device": "--device", "precision": "--precision", "policy": "--policy",
          "model_mode": "--model-mode", "parallel": "--parallel", "ahead": "--ahead", "seed": "--seed", "profile": "--profile",
          "compile_baseline": "--compile-baseline", "adaptive_timing": "--adaptive-timing",
+         "final_energy": "--final-energy",
          "model": "--model", "planner_model": "--planner-model",
          "max_cost_usd": "--max-cost", "max_tokens": "--max-tokens", "unsafe_no_sandbox": "--unsafe-no-sandbox",
          "use_kb": "--no-kb", "kb": "--kb", "launch_ranking": "--launch-ranking", "moves": "--moves",

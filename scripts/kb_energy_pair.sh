@@ -14,7 +14,7 @@ skip="SKIP_STANDARD=1"  # gpu_check.sh: only the set-up and the KB steps
 keys=$(grep -v '^#' benchmarks/kernelbench_subset30_level2.txt | paste -sd, -)
 if [ "${TIME_DONE:-0}" != 1 ]; then
   env $skip OUT="$OUT/time" KB=1 KB_NAME=kb8t KB_STATE="${TIME_STATE:-.kbstate/kb8_full.tgz}" UNTIL="$(left)" \
-    KB_ARGS="--problems @benchmarks/kernelbench_subset30.txt --budget 8 --no-profile --no-kb --remeasure-problems $keys" \
+    KB_ARGS="--problems @benchmarks/kernelbench_subset30.txt --budget 8 --no-profile --no-kb --final-energy --remeasure-problems $keys" \
     bash scripts/gpu_check.sh 2>&1 | tail -25
   if bg_alive kb; then echo "the bench in $(bg_what kb) is still running: call again"; exit 0; fi
 fi

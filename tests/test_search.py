@@ -503,11 +503,20 @@ class MeteredFakeHarness(FakeHarness):
             candidate=window(result.candidate.median_ms), windows=options.energy_windows)})
 
 
-def test_a_time_search_takes_energy_in_its_closing_re_measurement_only(tmp_path):
-    """Where the evaluator can read energy, the best's re-measurement after a time search takes it too (so
-    `bench compare` can set a time best's J/call against an energy best's); the search's own evaluations
-    do not spend windows on it."""
-    settings = SearchSettings(problem=str(DATA / "redundant.py"), out=str(tmp_path / "run"), budget=3, profile=False)
+def test_a_time_search_reads_energy_in_its_closing_re_measurement_only_when_asked(tmp_path):
+    """Where the evaluator can read energy, a time search spends no windows on it, unless --final-energy asks the
+    best's re-measurement to take it (so `bench compare` can set a time best's J/call against an energy best's);
+    the search's own evaluations never do."""
+    settings = SearchSettings(problem=str(DATA / "redundant.py"), out=str(tmp_path / "plain"), budget=3, profile=False)
+    harness = MeteredFakeHarness()
+    document = SearchRun(settings, evaluator=harness).run()
+    assert harness.asked == [False] * 5 and harness.windows == []
+    assert document["best_node"] and document["final"]["energy"] is None and document["final_energy_note"] is None
+    # a finished run re-measured with --final-energy (this command's choice, not the record's) reads it
+    remeasured = SearchRun(settings.model_copy(update={"final_energy": True}), evaluator=MeteredFakeHarness(),
+                           resume=True, remeasure_only=True).run()
+    assert remeasured["final"]["energy"]["method"] == "fake"
+    settings = settings.model_copy(update={"out": str(tmp_path / "run"), "final_energy": True})
     harness = MeteredFakeHarness()
     document = SearchRun(settings, evaluator=harness).run()
     assert document["objective"] == "time" and document["best_node"]

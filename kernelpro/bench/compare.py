@@ -45,7 +45,8 @@ def side_folders(folders) -> list[Path]:
 
 # what two benches may differ in, that a reader of their comparison must know (not where they ran or which problems)
 HOW = ("coder", "strategy", "search", "budget", "objective", "precision", "policy", "model_mode", "launch_ranking",
-       "moves", "seed", "profile", "use_kb", "compile_baseline", "adaptive_timing", "parallel", "ahead")
+       "moves", "seed", "profile", "use_kb", "compile_baseline", "adaptive_timing", "final_energy", "parallel",
+       "ahead")
 
 
 def load_side(folders: list[Path]) -> tuple[dict, dict, dict]:

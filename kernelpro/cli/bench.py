@@ -15,8 +15,8 @@ from rich.text import Text
 from kernelpro.cli.options import (Device, KbPath, LaunchRankingChoice, LaunchRankingOpt, ModelModeChoice, ModelModeOpt,
                                    MovesOpt, NoKb, PolicyChoice, PolicyOpt, SearchOpt,
                                    PrecisionChoice, PrecisionOpt, knowledge_base, quiet)
-from kernelpro.cli.options import (AdaptiveTiming, CoderOpt, JsonFile, ObjectiveChoice, ObjectiveOpt, StrategyChoice,
-                                   StrategyOpt, given_fields, write_json)
+from kernelpro.cli.options import (AdaptiveTiming, CoderOpt, FinalEnergy, JsonFile, ObjectiveChoice, ObjectiveOpt,
+                                   StrategyChoice, StrategyOpt, given_fields, write_json)
 from kernelpro.cli.options import Ahead, Parallel, make_console
 
 
@@ -84,6 +84,7 @@ def register(app: typer.Typer) -> None:
             "--compile-baseline/--no-compile-baseline", help="time torch.compile too in each search (on CUDA); "
             "without it the leaderboard has no torch.compile column and a bench costs less GPU time")] = True,
         adaptive_timing: AdaptiveTiming = True,
+        final_energy: FinalEnergy = False,
         parallel: Parallel = None,
         ahead: Ahead = None,
         device: Device = None,
@@ -156,7 +157,8 @@ def register(app: typer.Typer) -> None:
             strategy=strategy.value, precision=precision.value, policy=policy.value, model_mode=model_mode.value,
             device=chosen_device, profile=profile, time_limit_min=time_limit,
             **knowledge, unsafe_no_sandbox=unsafe_no_sandbox, launch_ranking=launch_ranking.value, moves=moves,
-            seed=seed, compile_baseline=compile_baseline, adaptive_timing=adaptive_timing, search=search,
+            seed=seed, compile_baseline=compile_baseline, adaptive_timing=adaptive_timing, final_energy=final_energy,
+            search=search,
             parallel=parallel or default_parallel(chosen_device),
             ahead=default_ahead(chosen_device) if ahead is None else ahead)
         settings = BenchSettings(

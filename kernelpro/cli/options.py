@@ -94,6 +94,10 @@ JsonFlag = Annotated[bool, typer.Option(
 AdaptiveTiming = Annotated[bool, typer.Option(
     "--adaptive-timing/--no-adaptive-timing", help="stop timing a candidate once its speedup's 95% upper bound is "
     "below the best so far (objective time); the best and the closing re-measurement always get every trial")]
+FinalEnergy = Annotated[bool, typer.Option(
+    "--final-energy", help="under --objective time, the closing re-measurement also reads the best's and eager's "
+    "J/call where NVML reads the GPU (one window each, about 5 s a problem on Hopper), so `bench compare` can set a "
+    "time search's best against an energy search's; energy and edp always read it")]
 Parallel = Annotated[int | None, typer.Option(
     "--parallel", min=1, show_default=False, help="candidates of a search in flight at once: the coder, native builds "
     "and the next ones' checks overlap the current one's timing, which has the device to itself (default: 2 on "

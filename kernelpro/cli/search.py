@@ -12,8 +12,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from kernelpro.cli.options import (AdaptiveTiming, Ahead, CoderOpt, Device, JsonFile, KbPath, LaunchRankingChoice,
-                                   LaunchRankingOpt, ModelModeChoice, ModelModeOpt, MovesOpt, NoKb, ObjectiveChoice,
+from kernelpro.cli.options import (AdaptiveTiming, Ahead, CoderOpt, Device, FinalEnergy, JsonFile, KbPath,
+                                   LaunchRankingChoice, LaunchRankingOpt, ModelModeChoice, ModelModeOpt, MovesOpt, NoKb, ObjectiveChoice,
                                    ObjectiveOpt, Parallel, PolicyChoice, PolicyOpt, PrecisionChoice, PrecisionOpt,
                                    SearchOpt, Seed, StrategyChoice, StrategyOpt, given_fields, knowledge_base,
                                    make_console, quiet, write_json)
@@ -114,6 +114,7 @@ def register(app: typer.Typer) -> None:
             "--compile-baseline/--no-compile-baseline",
             help="also time torch.compile (the reference and, at the end, the best); default: on with CUDA")] = None,
         adaptive_timing: AdaptiveTiming = True,
+        final_energy: FinalEnergy = False,
         model: Annotated[str, typer.Option("--model", help="the Anthropic coder's model (default: KERNELPRO_MODEL, "
                                                            "else the coder's default)")] = "",
         planner_model: Annotated[str, typer.Option("--planner-model", help="a separate model that picks the "
@@ -169,7 +170,7 @@ def register(app: typer.Typer) -> None:
                 ahead=default_ahead(chosen_device) if ahead is None else ahead,
                 seed=seed, profile=profile,
                 compile_baseline=compile_baseline if compile_baseline is not None else chosen_device == "cuda",
-                adaptive_timing=adaptive_timing,
+                adaptive_timing=adaptive_timing, final_energy=final_energy,
                 model=model, planner_model=planner_model, max_cost_usd=max_cost, max_tokens=max_tokens,
                 unsafe_no_sandbox=unsafe_no_sandbox, launch_ranking=launch_ranking.value, moves=moves,
                 search=search, **knowledge)
