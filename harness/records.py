@@ -104,8 +104,8 @@ class EvalOptions(_Record):
     energy_windows: int = Field(3, ge=1, le=20, description="energy windows per model, the reference's and the "
                                 "candidate's interleaved: their spread says which differences are real")
     sensitivity: bool = Field(False, description="in the reference phase, the reference once more on its trial-0 "
-                              "inputs, each element moved one ulp up or down at random: how much of its output then "
-                              "leaves the tolerance")
+                              "inputs, each element of the inputs and of every intermediate result moved one ulp up "
+                              "or down at random: how much of its output then leaves the tolerance")
     variants: tuple[Variant, ...] = Field((), description="in the reference phase, the reference once more on its "
                                           "trial-0 inputs under each of these settings (tf32: TF32 allowed in matrix "
                                           "products and convolutions, on CUDA; channels_last: the model and its 4-D "
@@ -227,8 +227,8 @@ class EnergyWindow(_Record):
 
 
 class Sensitivity(_Record):
-    """The reference against itself changed one way (the same weights and seeds): each floating input element moved
-    one ulp up or down at random (EvalResult.sensitivity; where that alone leaves the tolerance, only a candidate that
+    """The reference against itself changed one way (the same weights and seeds): each floating element of its
+    inputs and intermediate results moved one ulp up or down at random (EvalResult.sensitivity; where that alone leaves the tolerance, only a candidate that
     reproduces eager's rounding bit for bit can pass), or run under a setting a candidate may change
     (EvalResult.variants; where that leaves the tolerance, so does a candidate that changes only that)."""
 

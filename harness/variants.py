@@ -62,17 +62,66 @@ def _cudnn_benchmark(model, inputs: list) -> Iterator[tuple[object, list]]:
         torch.backends.cudnn.benchmark = saved
 
 
+class _Draws:
+    """A random generator per device, each seeded alike (a model may compute a value on the host too)."""
+
+    def __init__(self, seed: int):
+        self.seed = seed
+        self.generators: dict[torch.device, torch.Generator] = {}
+
+    def on(self, device: torch.device) -> torch.Generator:
+        if device not in self.generators:
+            self.generators[device] = torch.Generator(device=device).manual_seed(self.seed)
+        return self.generators[device]
+
+
+def _ulp_noise(x: torch.Tensor, draws: _Draws) -> torch.Tensor:
+    """`x` with each finite nonzero element one ulp up or down at random (a new tensor): rounding noise, which
+    leaves exact zeros (a ReLU's) and infinities (a mask's) as they are."""
+    up = torch.randint(0, 2, x.shape, generator=draws.on(x.device), device=x.device, dtype=torch.bool)
+    moved = torch.nextafter(x, torch.where(up, float("inf"), float("-inf")).to(x.dtype))
+    return torch.where(torch.isfinite(x) & (x != 0), moved, x)
+
+
+def _floating(value) -> bool:
+    return isinstance(value, torch.Tensor) and value.is_floating_point()
+
+
+class RoundingNoise(torch.overrides.TorchFunctionMode):
+    """Every result computed from floating tensors, one ulp up or down at random: what another order of a kernel's
+    sums, or another kernel, does to each intermediate value. A result that shares storage with an argument (a view,
+    an in-place op) is left as it is, as are results computed from no floating tensor (constants) and tuples."""
+
+    def __init__(self, draws: _Draws):
+        super().__init__()
+        self.draws = draws
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        if not _floating(result) or result.is_sparse or result.numel() == 0:
+            return result
+        arguments = [a for a in (*args, *(kwargs or {}).values()) if isinstance(a, torch.Tensor)]
+        arguments += [a for group in args if isinstance(group, (list, tuple)) for a in group if _floating(a)]
+        if not any(_floating(a) for a in arguments):
+            return result
+        storage = result.untyped_storage().data_ptr()
+        if any(a.untyped_storage().data_ptr() == storage for a in arguments if a.layout == torch.strided):
+            return result
+        return _ulp_noise(result, self.draws)
+
+
 @contextmanager
-def one_ulp_apart(seed: int, device: torch.device, model, inputs: list) -> Iterator[tuple[object, list]]:
-    """Not a setting but the sensitivity probe's change (EvalOptions.sensitivity): each floating input element moved
-    by one ulp up or down at random (as rounding noise does, not all one way), drawn from the trial's seed."""
-    draw = torch.Generator(device=device).manual_seed(seed)
+def one_ulp_apart(seed: int, model, inputs: list) -> Iterator[tuple[object, list]]:
+    """Not a setting but the sensitivity probe's change (EvalOptions.sensitivity): each floating input element, and
+    each intermediate result (`RoundingNoise`), moved by one ulp up or down at random (as rounding noise does, not
+    all one way), drawn from the trial's seed. Noise on the inputs alone misses a model whose amplifying layers
+    come after an average over the whole image (a batch norm over two pooled samples), which averages it away."""
+    draws = _Draws(seed)
     for x in inputs:
-        if isinstance(x, torch.Tensor) and x.is_floating_point():
-            up = torch.randint(0, 2, x.shape, generator=draw, device=x.device, dtype=torch.bool)
-            torch.nextafter(x, torch.where(up, float("inf"), float("-inf")).to(x.dtype), out=x)
-            del up
-    yield model, inputs
+        if _floating(x):
+            x.copy_(_ulp_noise(x, draws))
+    with RoundingNoise(draws):
+        yield model, inputs
 
 
 _SETTINGS: dict[str, Callable] = {"tf32": _tf32, "channels_last": _channels_last, "cudnn_benchmark": _cudnn_benchmark}

@@ -222,9 +222,17 @@ class Job:
 
     def measure_sensitivity(self, problem, seed: int, outputs: list) -> dict | None:
         """The reference on trial 0's inputs drawn again (a forward may have changed the first ones in place), each
-        floating element moved by one ulp up or down at random, against its outputs: the share of output elements
-        outside the tolerance and the largest difference. Runs before any candidate code exists in this process."""
-        return self.rerun(problem, seed, outputs, functools.partial(variants.one_ulp_apart, seed, self.device))
+        floating element of them and of every intermediate result moved by one ulp up or down at random
+        (`variants.one_ulp_apart`), against its outputs: the share of output elements
+        outside the tolerance and the largest difference. Runs before any candidate code exists in this process. None
+        where the device runs out of memory, or where the model fails under the probe's noise: no prediction."""
+        try:
+            return self.rerun(problem, seed, outputs, functools.partial(variants.one_ulp_apart, seed))
+        except torch.OutOfMemoryError:
+            torch.cuda.empty_cache()
+            return None
+        except Exception:  # noqa: BLE001 - the reference's own evaluation must not fail on a probe
+            return None
 
     def measure_variant(self, problem, seed: int, outputs: list, name: str) -> dict | None:
         """The reference under a setting a candidate may change (`harness/variants.py`), against its outputs. One that

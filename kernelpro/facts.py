@@ -42,7 +42,8 @@ class ProblemFacts:
     # the reference's launch profile (one profiler pass over three calls, on CUDA; harness.records.LaunchProfile)
     launches_per_call: float | None = None
     gpu_busy_fraction: float | None = None  # the kernels' time over a call's: launch-bound where idle > IDLE_ABOVE
-    # the share of eager's output that leaves the tolerance when every input moves by one ulp (harness Sensitivity)
+    # the share of eager's output that leaves the tolerance when every input and intermediate result moves by one ulp
+    # (harness Sensitivity)
     sensitive_fraction: float | None = None
     # the same share with eager run under a setting a candidate may change: "tf32", "channels_last" (harness/variants)
     variant_fractions: tuple[tuple[str, float], ...] = ()
@@ -215,8 +216,8 @@ def problem_text(facts: ProblemFacts) -> str:
                      f"{facts.gpu_busy_fraction:.0%} of it" + (": launch-bound (fewer launches, or a CUDA graph, pay)"
                                                               if facts.launch_bound else ""))
     if facts.rounding_sensitive:
-        lines.append(f"- one ulp more on every input moves {facts.sensitive_fraction:.1%} of eager's output outside the "
-                     "tolerance: only a candidate that repeats eager's arithmetic bit for bit can pass (no reordered "
+        lines.append(f"- one ulp of rounding noise on its inputs and every intermediate result moves "
+                     f"{facts.sensitive_fraction:.1%} of eager's output outside the tolerance: only a candidate that repeats eager's arithmetic bit for bit can pass (no reordered "
                      "reductions, fused kernels, TF32 or other algorithms)")
     errors = dict(facts.variant_errors)
     for variant, fraction in facts.variant_fractions:

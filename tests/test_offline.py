@@ -951,8 +951,8 @@ def test_a_launch_bound_reference_gets_a_cuda_graph_first():
 
 
 def test_a_reference_that_a_one_ulp_change_pushes_out_of_tolerance_gets_bit_exact_moves_only():
-    """Its sensitivity (measured in its evaluation): where one ulp more on every input already moves eager's output
-    outside the tolerance, a move that changes the arithmetic cannot pass, and none is offered."""
+    """Its sensitivity (measured in its evaluation): where one ulp of noise on every value already moves eager's
+    output outside the tolerance, a move that changes the arithmetic cannot pass, and none is offered."""
     from kernelpro.facts import problem_facts, problem_text
     from kernelpro.offline.moves import BIT_EXACT
     reference = {"signature": {"inputs": [], "outputs": []}, "reference": {"median_ms": 1.0},
@@ -960,7 +960,8 @@ def test_a_reference_that_a_one_ulp_change_pushes_out_of_tolerance_gets_bit_exac
     chaotic = problem_facts(reference)
     steady = problem_facts({**reference, "sensitivity": {**reference["sensitivity"], "outside_fraction": 0.0}})
     assert chaotic.rounding_sensitive and not steady.rounding_sensitive
-    assert "one ulp more on every input moves 99.9% of eager's output outside the tolerance" in problem_text(chaotic)
+    assert ("one ulp of rounding noise on its inputs and every intermediate result moves 99.9% of eager's output "
+            "outside the tolerance") in problem_text(chaotic)
     problem = DATA / "redundant.py"
     coder = OfflineCoder()
     try:

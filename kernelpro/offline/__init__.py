@@ -32,8 +32,8 @@ BASE_PRIOR = 0.3
 KB_WEIGHT = 0.25  # how much the knowledge base's factor (log) moves a move's score
 #: added to the CUDA graph's score where the reference is launch-bound: more than any guidance score (at most 1)
 LAUNCH_BOUND_BONUS = 1.5
-SENSITIVE_SKIP = ("predicted to fail: one ulp more on every input already moves eager's output outside the tolerance, "
-                  "and this move changes the arithmetic")
+SENSITIVE_SKIP = ("predicted to fail: one ulp of rounding noise on every value already moves eager's output outside "
+                  "the tolerance, and this move changes the arithmetic")
 WORKER_LIMIT_S = 600.0
 
 

@@ -133,7 +133,7 @@ MOVES: dict[str, Move] = {m.name: m for m in (
 )}
 
 #: The moves whose candidates compute every output element with eager's own arithmetic (the same operations on the
-#: same values): where the reference's output leaves the tolerance when its inputs move by one ulp (its
+#: same values): where the reference's output leaves the tolerance when its values move by one ulp (its
 #: `sensitivity`), only these can pass, and the offline coder offers no other.
 #: (bias_after_pool is not among them: a library may add a convolution's bias before it rounds the sum.)
 BIT_EXACT = frozenset({"simplify_identities", "simplify_size1_reductions", "simplify_double_ops",

@@ -33,3 +33,19 @@ def test_the_reference_fails_under_the_setting_its_failed_move_changed(key, tmp_
                                     EvalOptions(device="cuda", timing_trials=10, variants=VARIANTS))
     print(key, {name: found.model_dump() for name, found in result.variants.items()})
     assert result.ok and result.variants[CASES[key]].outside_fraction > 0
+
+
+def test_the_sensitivity_probe_finds_efficientnets_chaos_behind_its_tf32_convolutions(tmp_path):
+    """level3/24_EfficientNetB2 at its sizes: cuDNN's TF32 convolutions round its input's last bit away and a global
+    pool averages what is left, so noise on the inputs alone left its output unchanged on an H200, and 4 of its
+    search's 8 candidates failed; with noise on every intermediate result the probe finds it rounding-sensitive."""
+    path = kernelbench_file("level3/24_EfficientNetB2")
+    if path is None:
+        pytest.skip("no KernelBench folder here")
+    from kernelpro.harness.cache import BuildCache
+    problem = load_problem(path)
+    with Evaluator("cuda", cache=BuildCache(tmp_path / "builds"), spares=0) as evaluator:
+        result = evaluator.evaluate(problem, reference_candidate(problem),
+                                    EvalOptions(device="cuda", timing_trials=10, sensitivity=True))
+    print(result.sensitivity)
+    assert result.ok and result.sensitivity.outside_fraction > 0.5
