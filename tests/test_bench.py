@@ -200,7 +200,12 @@ def test_a_bench_writes_every_leaderboard_and_records_a_crash(finished_bench):
     assert level["problems"] == 3 and level["valid"] == 2 and level["valid_rate"] == pytest.approx(2 / 3)
     assert level["fast_p"]["0"] == pytest.approx(2 / 3)  # the crash counts as not fast
     assert level["fast_p"]["1"] == pytest.approx(sum(r["speedup"] > 1 for r in done) / 3)
+    # issue 80's measure per level: the median of the problems' evaluations per minute of device time
+    rates = sorted(r["evaluations"] / r["gpu_minutes"] for r in done)
+    assert level["evaluations"] == sum(r["evaluations"] for r in done) and len(rates) == 2
+    assert level["per_gpu_minute_median"] == pytest.approx((rates[0] + rates[1]) / 2)
     markdown = (out / "leaderboard.md").read_text()
+    assert f"| {level['per_gpu_minute_median']:.1f} |" in markdown and "evaluations per CPU-minute" in markdown
     assert "| `level1/1_DoubleNegation` |" in markdown and "Failed problems:" in markdown
     assert "| level | problems | finished | valid |" in markdown and "| 1 | 3 | 3 | 67% |" in markdown
     assert "CPU-min" in markdown and "GPU-min" not in markdown  # a CPU bench spends CPU minutes

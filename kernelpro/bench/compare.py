@@ -26,7 +26,7 @@ import math
 import statistics
 from pathlib import Path
 
-from kernelpro.bench.leaderboard import cell, geomean
+from kernelpro.bench.leaderboard import cell, geomean, per_gpu_minute
 from kernelpro.bench.runner import BenchError
 from kernelpro.energy.objectives import DEFAULT_EPSILON, within_matched_speed
 
@@ -185,9 +185,7 @@ def compare(folder_a, folder_b) -> dict:
 
 def _device_time(row: dict, side: str) -> dict:
     """A row's GPU-minutes and evaluations per GPU-minute, as a pair's fields of that side (None where untimed)."""
-    minutes = row.get("gpu_minutes") or None
-    return {f"gpu_minutes_{side}": minutes,
-            f"per_gpu_minute_{side}": row["evaluations"] / minutes if minutes and row["evaluations"] else None}
+    return {f"gpu_minutes_{side}": row.get("gpu_minutes") or None, f"per_gpu_minute_{side}": per_gpu_minute(row)}
 
 
 def gpu_time(paired: list[dict]) -> dict | None:

@@ -19,6 +19,7 @@ import datetime
 import html
 import json
 import math
+import statistics
 from importlib import resources
 from pathlib import Path
 
@@ -107,6 +108,13 @@ def device_seconds(result: dict, row: dict) -> float:
     return result["wall_s"] + ((result.get("time_split_s") or {}).get("final") or 0.0)
 
 
+def per_gpu_minute(row: dict) -> float | None:
+    """A row's evaluations per minute of its device time (`device_seconds`): issue 80's measure of a search's cost;
+    None where the problem recorded no time or made no evaluation."""
+    minutes = row.get("gpu_minutes")
+    return row["evaluations"] / minutes if minutes and row.get("evaluations") else None
+
+
 def time_columns(split: dict | None, total: float | None) -> dict | None:
     """A search's `time_split_s` in TIME_COLUMNS, in seconds; `rest` is what `total` (the problem's seconds in the
     bench) leaves. None for a search that recorded no split by phase."""
@@ -175,9 +183,17 @@ def level_summary(level, rows: list[dict]) -> dict:
         "geomean_vs_correct_compile": geomean([r["speedup_vs_compile"] for r in rows if r["status"] == "done"
                                                and r.get("compile_correct") is not False]),
         "gpu_minutes": round(sum(r["gpu_minutes"] for r in rows), 3),
+        "evaluations": sum(r["evaluations"] or 0 for r in rows),
+        # the median over the level's problems of each one's evaluations per GPU-minute
+        "per_gpu_minute_median": _median([per_gpu_minute(r) for r in rows]),
         # the level's problems' time_s added up (those that recorded one)
         "time_s": {name: round(sum(r["time_s"][name] for r in rows if r.get("time_s")), 2) for name in TIME_COLUMNS},
     }
+
+
+def _median(values: list) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
 
 
 def build(store, settings) -> dict:
@@ -219,15 +235,17 @@ def _minutes(document: dict) -> str:
 def markdown(document: dict) -> str:
     lines = [f"# {_title(document)}", "", _how(document), "",
              "| level | problems | finished | valid | " + " | ".join(f"fast_{p:g}" for p in FAST_P)
-             + f" | geomean vs eager | vs compile | vs best baseline | KernelBench's method | {_minutes(document)} |",
-             "|---|---|---|---|" + "---|" * len(FAST_P) + "---|---|---|---|---|"]
+             + f" | geomean vs eager | vs compile | vs best baseline | KernelBench's method | {_minutes(document)} | "
+             f"evaluations per {_minutes(document)[:3]}-minute, median |",
+             "|---|---|---|---|" + "---|" * len(FAST_P) + "---|---|---|---|---|---|"]
     for summary in document["levels"] + [document["overall"]]:
         lines.append(f"| {summary['level'] if summary['level'] is not None else '-'} | {summary['problems']} | "
                      f"{summary['finished']} | {summary['valid_rate']:.0%} | " + " | ".join(f"{v:.0%}" for v in summary["fast_p"].values())
                      + f" | {cell(summary['geomean_vs_eager'], suffix='x')} | "
                      f"{cell(summary['geomean_vs_compile'], suffix='x')} | "
                      f"{cell(summary['geomean_vs_best_baseline'], suffix='x')} | "
-                     f"{cell(summary.get('geomean_kernelbench_method'), suffix='x')} | {summary['gpu_minutes']:.1f} |")
+                     f"{cell(summary.get('geomean_kernelbench_method'), suffix='x')} | {summary['gpu_minutes']:.1f} | "
+                     f"{cell(summary.get('per_gpu_minute_median'), '{:.1f}')} |")
     wrong = document["overall"].get("compile_incorrect")
     if wrong:
         lines += ["", f"torch.compile's own output failed the tolerance against eager on {wrong} problem"
@@ -397,13 +415,16 @@ def render_html(document: dict) -> str:
                  f"{s['valid_rate']:.0%}"] + [
             f"{v:.0%}" for v in s["fast_p"].values()] + [cell(s["geomean_vs_eager"], suffix="x"),
                                                          cell(s["geomean_vs_compile"], suffix="x"),
-                                                         cell(s["geomean_vs_best_baseline"], suffix="x")]
+                                                         cell(s["geomean_vs_best_baseline"], suffix="x"),
+                                                         f"{s['gpu_minutes']:.1f}",
+                                                         cell(s.get("per_gpu_minute_median"), "{:.1f}")]
         summaries.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
     energy = [r["baseline_energy_j"] / r["energy_j"] for r in document["problems"]
               if r["energy_j"] and r["baseline_energy_j"]]
     speedups = [r["speedup"] for r in document["problems"] if r["status"] == "done" and r["speedup"]]
     header = "".join(f"<th>{h}</th>" for h in ["level", "problems", "finished", "valid"] + [f"fast_{p:g}" for p in FAST_P]
-                     + ["geomean vs eager", "vs compile", "vs best baseline"])
+                     + ["geomean vs eager", "vs compile", "vs best baseline", _minutes(document),
+                        f"evaluations per {_minutes(document)[:3]}-minute, median"])
     problem_header = "".join(f"<th>{h}</th>" for h in ("problem", "eager ms", "compile ms", "best ms", "vs eager",
                                                          "vs compile", "verdict", "techniques", "evaluations",
                                                          _minutes(document)))
