@@ -109,7 +109,7 @@ def device_seconds(result: dict, row: dict) -> float:
 
 
 def per_gpu_minute(row: dict) -> float | None:
-    """A row's evaluations per minute of its device time (`device_seconds`): issue 80's measure of a search's cost;
+    """A row's evaluations per minute of its device time (`device_seconds`): what a search costs on the device;
     None where the problem recorded no time or made no evaluation."""
     minutes = row.get("gpu_minutes")
     return row["evaluations"] / minutes if minutes and row.get("evaluations") else None
