@@ -86,3 +86,24 @@ def test_a_move_whose_setting_fails_eager_itself_is_not_offered_and_the_coder_sa
                "tolerance" in only.why_no_moves()
     finally:
         only.close()
+
+
+def test_the_sensitivity_probe_moves_every_value_one_ulp_and_leaves_exact_ones_and_views_alone():
+    """one_ulp_apart: each finite nonzero element of the inputs and of every result computed from them moves by
+    exactly one ulp, up or down about equally often, at every floating width; zeros, infinities and NaNs stay, and
+    a view of an input (which shares its storage) is not moved a second time."""
+    import torch
+    from kernelpro.harness.variants import one_ulp_apart
+    for dtype in (torch.float64, torch.float32, torch.float16, torch.bfloat16):
+        x = torch.randn(20000, dtype=torch.float64).to(dtype)
+        x[:4] = torch.tensor([0.0, float("inf"), float("-inf"), float("nan")], dtype=dtype)
+        pristine = x.clone()
+        with one_ulp_apart(7, None, [x]), torch.no_grad():
+            doubled, view = x * 2, x[4:]
+        exact = torch.isfinite(pristine) & (pristine != 0)
+        for moved, before in ((x, pristine), (doubled, x * 2)):  # x * 2 out of the probe: exact
+            up = torch.nextafter(before, torch.full_like(before, float("inf")))
+            down = torch.nextafter(before, torch.full_like(before, float("-inf")))
+            assert bool(((moved == up) | (moved == down))[exact].all()), dtype
+            assert 0.45 < float((moved > before)[exact].float().mean()) < 0.55
+        assert torch.equal(x[:3], pristine[:3]) and bool(x[3].isnan()) and torch.equal(view, x[4:])
