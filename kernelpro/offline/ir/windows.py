@@ -226,8 +226,18 @@ def load_lines(var: str, window: Window, corner: str, index: dict[int, str | Non
         if window.padding[k]:
             origin = f"{origin} - {window.padding[k]}{syntax.dialect.integer}"
         lines.append(syntax.dialect.declare.format(name=f"{var}_s{k}", expr=origin))
-    other = syntax.zero if window.average else syntax.lowest
-    return lines + [syntax.start.format(acc=var, value=other)] + taps_lines
+    return lines + [syntax.start.format(acc=var, value=_identity(window, syntax))] + taps_lines
+
+
+def _identity(window: Window, syntax: Syntax) -> str:
+    """The accumulator's first value, and a masked-off tap's: 0 for an average, -inf for a maximum."""
+    return syntax.zero if window.average else syntax.lowest
+
+
+def _inside(window: Window, fixed: dict[int, int], k: int, tap: int) -> bool:
+    """Whether tap `tap` along spatial dim `k` can lie inside the input: always, unless the dim has one pooled
+    element (`fixed`: its first row), whose taps are known."""
+    return k not in fixed or 0 <= fixed[k] + tap * window.dilation[k] < window.extent[k]
 
 
 def _may_start_before(window: Window, k: int, at: int) -> bool:
@@ -254,14 +264,19 @@ def _at(corner: str, offset: str | int, syntax: Syntax) -> str:
     return f"{corner} + {offset}{n}" if offset > 0 else f"{corner} - {-offset}{n}" if offset < 0 else corner
 
 
+def _take(var: str, tap: str, window: Window, at: str, condition: str, syntax: Syntax) -> list[str]:
+    """The lines that load one tap (at offset `at`, where `condition` holds, if any) and fold it into `var`."""
+    load = syntax.load if condition else syntax.plain
+    return [load.format(tap=tap, ptr=f"{var}_ptr", mask=condition, offset=at, other=_identity(window, syntax)),
+            (syntax.take_sum if window.average else syntax.take_max).format(acc=var, tap=tap)]
+
+
 def _taps_written_out(var: str, window: Window, corner: str, fixed: dict[int, int], shift: int, mask: str,
                       syntax: Syntax) -> tuple[list[str], set[int]]:
     """One load per tap, each with only the bounds checks its position can need."""
     lines, used = [], set()
-    other = syntax.zero if window.average else syntax.lowest
     for number, taps in enumerate(itertools.product(*(range(k) for k in window.kernel))):
-        if any(not 0 <= fixed[k] + tap * window.dilation[k] < window.extent[k] for k, tap in enumerate(taps)
-               if k in fixed):
+        if not all(_inside(window, fixed, k, tap) for k, tap in enumerate(taps)):
             continue
         checks = [mask] if mask else []
         for k, tap in enumerate(taps):
@@ -277,10 +292,7 @@ def _taps_written_out(var: str, window: Window, corner: str, fixed: dict[int, in
         condition = _all_of(checks, syntax)
         offset = sum(tap * window.dilation[k] * window.strides[d] for k, (tap, d) in
                      enumerate(zip(taps, window.spatial))) - shift
-        tap_var = f"{var}_t{number}"
-        lines.append((syntax.load if condition else syntax.plain).format(
-            tap=tap_var, ptr=f"{var}_ptr", mask=condition, offset=_at(corner, offset, syntax), other=other))
-        lines.append((syntax.take_sum if window.average else syntax.take_max).format(acc=var, tap=tap_var))
+        lines += _take(var, f"{var}_t{number}", window, _at(corner, offset, syntax), condition, syntax)
     return lines, used
 
 
@@ -292,11 +304,9 @@ def _tap_loop(var: str, window: Window, corner: str, fixed: dict[int, int], shif
     n, divide, declare = syntax.dialect.integer, syntax.dialect.divide, syntax.dialect.declare
     spans = []  # per spatial dim: (first tap, taps looped over)
     for k, size in enumerate(window.kernel):
-        inside = [tap for tap in range(size) if k not in fixed
-                  or 0 <= fixed[k] + tap * window.dilation[k] < window.extent[k]]
+        inside = [tap for tap in range(size) if _inside(window, fixed, k, tap)]
         spans.append((inside[0], inside[-1] - inside[0] + 1) if inside else (0, 0))
     count = math.prod(span for _, span in spans)
-    other = syntax.zero if window.average else syntax.lowest
     if count == 0:  # every tap outside the input: the window's value is where it starts
         return [], set()
     counter, body, used, checks, offsets = f"{var}_n", [], set(), [mask] if mask else [], []
@@ -322,9 +332,6 @@ def _tap_loop(var: str, window: Window, corner: str, fixed: dict[int, int], shif
             used.add(k)
     condition = _all_of(checks, syntax)
     offset = " + ".join(offsets) + (f" - {shift}{n}" if shift else "")
-    tap_var = f"{var}_t"
-    body.append((syntax.load if condition else syntax.plain).format(
-        tap=tap_var, ptr=f"{var}_ptr", mask=condition, offset=_at(corner, offset, syntax), other=other))
-    body.append((syntax.take_sum if window.average else syntax.take_max).format(acc=var, tap=tap_var))
+    body += _take(var, f"{var}_t", window, _at(corner, offset, syntax), condition, syntax)
     lines = [syntax.loop.format(i=counter, n=count)] + ["    " + line for line in body]
     return lines + ([syntax.end] if syntax.end else []), used
