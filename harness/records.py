@@ -228,8 +228,9 @@ class EnergyWindow(_Record):
 
 class Sensitivity(_Record):
     """The reference against itself changed one way (the same weights and seeds): each floating element of its
-    inputs and intermediate results moved one ulp up or down at random (EvalResult.sensitivity; where that alone leaves the tolerance, only a candidate that
-    reproduces eager's rounding bit for bit can pass), or run under a setting a candidate may change
+    inputs and intermediate results moved one ulp up or down at random (EvalResult.sensitivity; where that alone
+    leaves the tolerance, only a candidate that reproduces eager's rounding bit for bit can pass), or run under a
+    setting a candidate may change
     (EvalResult.variants; where that leaves the tolerance, so does a candidate that changes only that)."""
 
     outside_fraction: float = Field(description="the share of output elements outside the tolerance")

@@ -223,26 +223,20 @@ class Job:
     def measure_sensitivity(self, problem, seed: int, outputs: list) -> dict | None:
         """The reference on trial 0's inputs drawn again (a forward may have changed the first ones in place), each
         floating element of them and of every intermediate result moved by one ulp up or down at random
-        (`variants.one_ulp_apart`), against its outputs: the share of output elements
-        outside the tolerance and the largest difference. Runs before any candidate code exists in this process. None
-        where the device runs out of memory, or where the model fails under the probe's noise: no prediction."""
+        (`variants.one_ulp_apart`), against its outputs: the share of output elements outside the tolerance and the
+        largest difference. Runs before any candidate code exists in this process. None where the model fails under
+        the probe's noise, or as `rerun` says: no prediction."""
         try:
             return self.rerun(problem, seed, outputs, functools.partial(variants.one_ulp_apart, seed))
-        except torch.OutOfMemoryError:
-            torch.cuda.empty_cache()
-            return None
         except Exception:  # noqa: BLE001 - the reference's own evaluation must not fail on a probe
             return None
 
     def measure_variant(self, problem, seed: int, outputs: list, name: str) -> dict | None:
         """The reference under a setting a candidate may change (`harness/variants.py`), against its outputs. One that
-        raises is all outside, with its error; None where the device runs out of memory: a prediction, never a
-        verdict. Runs before any candidate code exists in this process."""
+        raises is all outside, with its error; None as `rerun` says: a prediction, never a verdict. Runs before any
+        candidate code exists in this process."""
         try:
             return self.rerun(problem, seed, outputs, functools.partial(variants.applied, name))
-        except torch.OutOfMemoryError:  # says nothing of a candidate's fate: no prediction
-            torch.cuda.empty_cache()
-            return None
         except Exception as error:  # noqa: BLE001 - the reference's own evaluation must not fail on a probe
             return {"outside_fraction": 1.0, "max_abs_error": 0.0, "tolerance": float(self.spec["tolerance"]),
                     "error": one_line(error)[:300]}
@@ -250,15 +244,20 @@ class Job:
     def rerun(self, problem, seed: int, outputs: list, change) -> dict | None:
         """The reference built and fed again from trial 0's seed, run inside `change(model, inputs)` (a context that
         yields the model and inputs to run), against its outputs (compare.deviation); None where the inputs and
-        outputs are too large to hold twice."""
+        outputs are too large to hold twice, or the device runs out of memory (which says nothing of a candidate's
+        fate)."""
         if tensor_bytes(outputs) + self.sizes["input_bytes"] > self.SENSITIVITY_BYTES:
             return None
-        init_inputs, inputs = self.trial_values(seed)
-        model = self.build_model(problem.Model, seed, init_inputs)
-        with change(model, inputs) as (model, inputs), torch.no_grad():
-            set_seed(seed)
-            _, moved = flatten_outputs(model(*inputs))
-        return deviation(outputs, moved, float(self.spec["tolerance"]))
+        try:
+            init_inputs, inputs = self.trial_values(seed)
+            model = self.build_model(problem.Model, seed, init_inputs)
+            with change(model, inputs) as (model, inputs), torch.no_grad():
+                set_seed(seed)
+                _, moved = flatten_outputs(model(*inputs))
+            return deviation(outputs, moved, float(self.spec["tolerance"]))
+        except torch.OutOfMemoryError:
+            torch.cuda.empty_cache()
+            return None
 
     def memory_line(self, inputs: list) -> str:
         """The sizes an out-of-memory verdict names."""

@@ -217,8 +217,9 @@ def problem_text(facts: ProblemFacts) -> str:
                                                               if facts.launch_bound else ""))
     if facts.rounding_sensitive:
         lines.append(f"- one ulp of rounding noise on its inputs and every intermediate result moves "
-                     f"{facts.sensitive_fraction:.1%} of eager's output outside the tolerance: only a candidate that repeats eager's arithmetic bit for bit can pass (no reordered "
-                     "reductions, fused kernels, TF32 or other algorithms)")
+                     f"{facts.sensitive_fraction:.1%} of eager's output outside the tolerance: only a candidate "
+                     "that repeats eager's arithmetic bit for bit can pass (no reordered reductions, fused kernels, "
+                     "TF32 or other algorithms)")
     errors = dict(facts.variant_errors)
     for variant, fraction in facts.variant_fractions:
         words = VARIANT_WORDS.get(variant, variant)

@@ -75,7 +75,8 @@ PER_COMMAND = ("unsafe_no_sandbox", "final_energy")
 #: the option that sets each setting, as `kernelpro search` spells it
 FLAGS = {"objective": "--objective", "budget": "--budget", "time_limit_min": "--time-limit", "coder": "--coder",
          "strategy": "--strategy", "device": "--device", "precision": "--precision", "policy": "--policy",
-         "model_mode": "--model-mode", "parallel": "--parallel", "ahead": "--ahead", "seed": "--seed", "profile": "--profile",
+         "model_mode": "--model-mode", "parallel": "--parallel", "ahead": "--ahead", "seed": "--seed",
+         "profile": "--profile",
          "compile_baseline": "--compile-baseline", "adaptive_timing": "--adaptive-timing",
          "final_energy": "--final-energy",
          "model": "--model", "planner_model": "--planner-model",

@@ -13,10 +13,10 @@ from rich.table import Table
 from rich.text import Text
 
 from kernelpro.cli.options import (AdaptiveTiming, Ahead, CoderOpt, Device, FinalEnergy, JsonFile, KbPath,
-                                   LaunchRankingChoice, LaunchRankingOpt, ModelModeChoice, ModelModeOpt, MovesOpt, NoKb, ObjectiveChoice,
-                                   ObjectiveOpt, Parallel, PolicyChoice, PolicyOpt, PrecisionChoice, PrecisionOpt,
-                                   SearchOpt, Seed, StrategyChoice, StrategyOpt, given_fields, knowledge_base,
-                                   make_console, quiet, write_json)
+                                   LaunchRankingChoice, LaunchRankingOpt, ModelModeChoice, ModelModeOpt, MovesOpt, NoKb,
+                                   ObjectiveChoice, ObjectiveOpt, Parallel, PolicyChoice, PolicyOpt, PrecisionChoice,
+                                   PrecisionOpt, SearchOpt, Seed, StrategyChoice, StrategyOpt, given_fields,
+                                   knowledge_base, make_console, quiet, write_json)
 
 
 def render_status(status) -> Group:
