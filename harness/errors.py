@@ -20,6 +20,10 @@ class ProblemError(KernelproError):
         super().__init__(f"{self.path}: {cause}")
 
 
+#: how a verdict for a candidate that ran out of device memory begins (the worker writes it, the evaluator reads it)
+OUT_OF_MEMORY = "out of device memory"
+
+
 def missing_packages_line(names: list[str]) -> str:
     """The cause of a problem that imports packages this Python lacks, in one line."""
     return (f"it needs the Python package{'s' if len(names) > 1 else ''} {', '.join(repr(n) for n in names)}, "

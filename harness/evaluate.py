@@ -21,7 +21,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from kernelpro.harness import channel, compare, compilecache, outputslots, policy, readings, sandbox, tritonwarm
 from kernelpro.harness.cache import BuildCache, BuildEntry, needs_native_build, source_hash
 from kernelpro.harness.ceilings import CeilingsStore, KeptCeilings, settle
-from kernelpro.harness.errors import DeviceError, ProblemError
+from kernelpro.harness.errors import OUT_OF_MEMORY, DeviceError, ProblemError
 from kernelpro.harness.lane import Lane, LaneClosed, Ticket
 from kernelpro.harness.memory import MemoryPlan, Reservation
 from kernelpro.harness.outcome import Finished, Outcome, final_checks, make_result
@@ -200,7 +200,9 @@ class Evaluator:
         return kept.model_copy(update={"flags": flags, "reason": f"{kept.reason} (re-verified after {why})",
                                        "build_cached": result.build_cached, "build_s": result.build_s})
 
-    def _evaluate_once(self, problem: Problem, source: str, options: EvalOptions) -> EvalResult:
+    def _evaluate_once(self, problem: Problem, source: str, options: EvalOptions, alone: bool = False) -> EvalResult:
+        """One evaluation. One that ran out of device memory while other evaluations held memory beside it runs
+        again with the device to itself (`alone`): the memory plan's estimates may fall short, a verdict must not."""
         began = time.monotonic()
         base = {"tolerance": options.effective_tolerance, "device": self.device,
                 "precision": options.precision, "policy": options.policy, "model_mode": options.model_mode,
@@ -228,7 +230,7 @@ class Evaluator:
                             options.model_mode)
         waited = time.monotonic()  # for the reference outputs (another evaluation computing them), then for memory
         kept, claimed = (None, False) if outcome.itself else self.references.claim(key)
-        reservation = self.memory.reserve(problem)  # waits while other evaluations fill the GPU
+        reservation = self.memory.reserve(problem, alone)  # waits while other evaluations fill the GPU
         outcome.queued(time.monotonic() - waited)
         ticket = self.lane.ticket()
         try:
@@ -244,14 +246,21 @@ class Evaluator:
             self._drive(worker, problem, source, options, entry, outcome, (key, kept), reservation, ticket)
             return self._success(outcome, problem, source, options, base, began, worker)
         except Finished as finished:
-            return make_result(finished.verdict, finished.phase, finished.reason, base, began,
-                               errors=finished.errors, worker=worker, outcome=outcome)
+            crowded_out = (finished.verdict is Verdict.RUNTIME_ERROR and finished.reason.startswith(OUT_OF_MEMORY)
+                           and reservation.crowded and not alone)
+            result = make_result(finished.verdict, finished.phase, finished.reason, base, began,
+                                 errors=finished.errors, worker=worker, outcome=outcome)
         finally:
             if claimed:
                 self.references.release(key)
             self.pool.release(worker)
             ticket.release()
             reservation.release()
+        if crowded_out:
+            log.info("%s ran out of device memory beside other evaluations: again, alone", problem.name)
+            again = self._evaluate_once(problem, source, options, alone=True)
+            return again.model_copy(update={"flags": again.flags + ["evaluated_alone_after_out_of_memory"]})
+        return result
 
     def _drive(self, worker: ChannelWorker, problem: Problem, source: str, options: EvalOptions,
                entry: BuildEntry, outcome: Outcome, references: tuple[tuple, References | None],
@@ -363,15 +372,19 @@ class Evaluator:
                         worked += seconds
                 outcome.step("transfer", waited - worked)  # the rest of the wait: the outputs coming over
                 checked = time.monotonic()
-                outputs = self._outputs(header, payload, outcome, 1 if header.get("repeat") else 0)
-                with self._judging(worker, header):
+                repeat = bool(header.get("repeat"))
+                outputs = self._outputs(header, payload, outcome, 1 if repeat else 0)
+                # a repeat that came as a payload is compared with trial 0's outputs, in the slot where they went
+                with self._judging(worker, "slot" in header or (repeat and outcome.first_in_slot)):
                     self._check_trial(header, outputs, outcome, tolerance)
+                if header.get("trial") == 0 and not repeat:
+                    outcome.first_in_slot = "slot" in header
                 outcome.step("compare", time.monotonic() - checked)
                 if outcome.trials_passed == options.correct_trials:
                     go_on()
             elif kind == "timing":
                 final = self._outputs(header, payload, outcome, None)
-                with self._judging(worker, header):
+                with self._judging(worker, "slot" in header):
                     outcome.timing, outcome.final = header, final_checks(final, header, tolerance)
                 del final
             elif kind == "compile_cache":
@@ -470,10 +483,10 @@ class Evaluator:
             pass
 
     @contextlib.contextmanager
-    def _judging(self, worker: ChannelWorker, header: dict):
-        """The block that judges a message's outputs: where they lie in the worker's output slot, with the worker
-        stopped throughout and told to go on after; else (a payload, which the worker cannot change) as it is."""
-        if "slot" not in header:
+    def _judging(self, worker: ChannelWorker, in_slot: bool):
+        """The block that judges a message's outputs: where it reads the worker's output slot (`in_slot`), with the
+        worker stopped throughout and told to go on after; else (payloads, which the worker cannot change) as it is."""
+        if not in_slot:
             yield
             return
         with worker.paused():

@@ -32,13 +32,17 @@ def needed_bytes(sizes: dict, timed_models: int = 3) -> int:
 
 
 class Reservation:
-    def __init__(self, plan: "MemoryPlan", size: int, evaluation: bool = True):
+    def __init__(self, plan: "MemoryPlan", size: int, evaluation: bool = True, alone: bool = False):
         self.plan, self.size = plan, size
         self.evaluation = evaluation  # an evaluation's (counted among the holders), or memory kept between them
+        self.alone = alone  # the whole budget, whatever the problem needs: no other evaluation beside it
+        self.crowded = False  # another evaluation held memory beside this one at some time
 
     def resize(self, size: int) -> None:
-        """Now that the problem's needs are known: shrink (or grow) to them; never waits."""
-        self.plan._resize(self, size)
+        """Now that the problem's needs are known: shrink (or grow) to them; never waits. One made `alone` keeps the
+        whole budget."""
+        if not self.alone:
+            self.plan._resize(self, size)
 
     def release(self) -> None:
         self.plan._resize(self, 0)
@@ -55,6 +59,8 @@ class MemoryPlan:
         self.used = 0
         self.holders = 0
         self.known: dict[str, int] = {}  # problem key -> bytes it needs
+        self.waiting_alone = 0  # evaluations waiting to have the device to themselves: no other starts meanwhile
+        self._live: list[Reservation] = []  # the evaluations' reservations held now
         self._changed = threading.Condition()
 
     @classmethod
@@ -87,18 +93,33 @@ class MemoryPlan:
             others = self.used - (reservation.size if reservation is not None else 0)
             return self.budget - others - needed_bytes(sizes)
 
-    def reserve(self, problem) -> Reservation:
+    def reserve(self, problem, alone: bool = False) -> Reservation:
         """Waits until this problem's needs fit beside the evaluations running now; one evaluation may
-        always run (it then meets the device's own limit, and an out-of-memory becomes its verdict)."""
+        always run (it then meets the device's own limit, and an out-of-memory becomes its verdict). `alone`: waits
+        until no other evaluation runs, and takes all that is left, so that none starts beside it; evaluations
+        that come meanwhile wait behind it."""
         with self._changed:
             if self._measure is not None:
                 self.budget, self._measure = self._measure(), None
             need = self.known.get(_key(problem), self.budget or 0)
-            if self.budget is not None:
-                self._changed.wait_for(lambda: self.holders == 0 or self.used + need <= self.budget)
+            if self.budget is not None and alone:
+                self.waiting_alone += 1
+                try:
+                    self._changed.wait_for(lambda: self.holders == 0)
+                finally:
+                    self.waiting_alone -= 1
+                need = max(0, self.budget - self.used)
+            elif self.budget is not None:
+                self._changed.wait_for(lambda: not self.waiting_alone and (
+                    self.holders == 0 or self.used + need <= self.budget))
             self.used += need
             self.holders += 1
-        return Reservation(self, need)
+            reservation = Reservation(self, need, alone=alone and self.budget is not None)
+            reservation.crowded = bool(self._live)
+            for other in self._live:
+                other.crowded = True
+            self._live.append(reservation)
+        return reservation
 
     def keep(self, size: int, beside: int) -> Reservation | None:
         """Hold `size` bytes for as long as the trusted process keeps something on the device between evaluations
@@ -122,6 +143,8 @@ class MemoryPlan:
             self.used += size - reservation.size
             if size == 0 and reservation.evaluation:
                 self.holders -= 1
+                if reservation in self._live:
+                    self._live.remove(reservation)
             reservation.size = size
             self._changed.notify_all()
 

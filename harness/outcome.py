@@ -33,6 +33,7 @@ class Outcome:
     energy: dict = field(default_factory=dict)  # "eager" / "candidate" -> [EnergyWindow, ...] in window order
     held_bytes: int = 0  # the reference outputs kept in this process's memory (the rest spilled to files)
     first_outputs: list = field(default_factory=list)  # trial 0's candidate outputs, for the repeat check
+    first_in_slot: bool = False  # trial 0's outputs lie in the output slot (region 0) until the repeat is compared
     sizes: dict = field(default_factory=dict)  # the reference's input/output/parameter/peak bytes
     degenerate: bool | None = None  # every trial's reference outputs equal so far (fresh inputs and weights)
     itself: bool = False  # the candidate is the reference itself (a baseline): timed, not compared with itself

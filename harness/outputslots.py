@@ -18,7 +18,9 @@ The protocol, one evaluation:
 - the worker (`SlotWriter`) copies a call's outputs into their region, synchronizes and says so with their
   description (`payload.flat_values`'s) instead of a payload; outputs that do not fit go as a payload.
   A trial's outputs go to region 0, the repeat of trial 0 to region 1 (trial 0's stay in region 0 for
-  the comparison of the two), the timing phase's eager and candidate outputs across both;
+  the comparison of the two), the timing phase's eager and candidate outputs across both. With one region
+  the repeat goes as a payload, and the trusted side answers it too (`SlotWriter.expect_answer`): trial 1's
+  outputs do not go into region 0 before trial 0's there have been compared with the repeat;
 - the trusted side stops the worker's processes (`ChannelWorker.paused`), reads the outputs in place
   (`Slot.outputs`, which checks the description against the region) and compares them, and only then
   lets it go on (`COMPARED`).
@@ -209,6 +211,11 @@ class SlotWriter:
         sync()
         self.unanswered += 1
         return meta
+
+    def expect_answer(self) -> None:
+        """The trusted side answers the message just sent (a payload it compares with outputs in the slot): `wait`
+        waits for that answer too, so nothing is written over those outputs before it."""
+        self.unanswered += 1
 
     def wait(self) -> None:
         """Until the trusted side has compared every output this wrote."""

@@ -40,7 +40,7 @@ import torch
 from kernelpro.harness import channel, compilecache, flags, outputslots, sandbox, variants
 from kernelpro.harness.ceilings import measured_if_room
 from kernelpro.harness.compare import deviation
-from kernelpro.harness.errors import missing_packages_line
+from kernelpro.harness.errors import OUT_OF_MEMORY, missing_packages_line
 from kernelpro.harness.modelio import (DTYPES, build_model, cast_to, describe_values,  # noqa: F401
                                       flatten_outputs, import_file, parameter_bytes, set_seed, tensor_bytes)
 from kernelpro.harness.payload import pack_values
@@ -102,14 +102,18 @@ class Job:
         self.reference_aliases: list[bool] = []  # per output: does the reference's alias an input?
         self.slot = outputslots.SlotWriter(sock)  # where outputs go, when the trusted side gives one
 
-    def send_outputs(self, header: dict, values: list, region: int | None) -> None:
-        """`values` into their region of the output slot (then waits while they are compared), else as a payload."""
+    def send_outputs(self, header: dict, values: list, region: int | None, answered: bool = False) -> bool:
+        """`values` into their region of the output slot, else as a payload; then waits while they are compared, a
+        payload too where `answered` (it is compared with outputs in the slot). Whether they went into the slot."""
         meta = self.slot.write(values, self.sync, region)
         if meta is None:
             self.send(header, pack_values(values))
+            if answered:
+                self.slot.expect_answer()
         else:
             self.send({**header, "slot": meta})
         self.slot.wait()
+        return meta is not None
 
     # -- helpers ---------------------------------------------------------------
     def send(self, header: dict, payload: bytes | list = b"") -> None:
@@ -400,14 +404,15 @@ class Job:
             model = self.trial_call(index, lambda: self.build_model(self.candidate.ModelNew, seed, init_inputs))
             steps["model"] = time.perf_counter() - began
             # each call's outputs go out before the next call: the device holds one call's tensors at a time
+            in_slot = False  # trial 0's outputs, compared with the repeat's where they lie
             for repeat in (False, True) if index == 0 else (False,):  # determinism: trial 0 twice, same inputs
                 began = time.perf_counter()
                 structure, snapshots = self.trial_call(index, lambda: self.run_candidate(model, inputs, seed))
                 self.check_tampering()
                 steps["call"] = time.perf_counter() - began
-                self.send_outputs({"type": "candidate_output", "trial": index, "structure": structure,
-                                   "count": len(snapshots), "repeat": repeat, "steps": steps},
-                                  snapshots, 1 if repeat else 0)
+                in_slot = self.send_outputs({"type": "candidate_output", "trial": index, "structure": structure,
+                                             "count": len(snapshots), "repeat": repeat, "steps": steps},
+                                            snapshots, 1 if repeat else 0, answered=repeat and in_slot)
                 del snapshots
                 steps = {}
             del model, inputs, init_inputs
@@ -556,7 +561,7 @@ def serve(sock: socket.socket, device_name: str) -> None:
         channel.send(sock, report.header)
     except torch.OutOfMemoryError as error:
         channel.send(sock, {"type": "verdict", "verdict": "runtime_error", "log": error_tail(error),
-                            "reason": f"out of device memory in the {job.current_phase} phase "
+                            "reason": f"{OUT_OF_MEMORY} in the {job.current_phase} phase "
                                       f"({job.memory_line([])}): {one_line(error)}"})
     except BaseException as error:
         verdict = "compile_error" if is_build_failure(error) else "runtime_error"

@@ -320,3 +320,25 @@ def test_with_room_for_one_region_the_repeat_and_the_timing_outputs_come_through
         assert result.verdict is verdict, result.reason
         assert result.output_slot.startswith("1 x "), result.output_slot
         assert verdict is Verdict.CORRECT or "a second call on the same inputs disagreed" in result.reason
+
+
+def test_with_one_region_trial_1_waits_until_the_repeat_is_compared_with_trial_0_in_the_slot(tmp_path, cpu_evaluator,
+                                                                                            monkeypatch):
+    """One region: trial 0's outputs stay in it while the repeat, a payload, is compared with them, and trial 1's
+    outputs go into the same region. A judge that takes its time over that comparison (an 8 GiB output on the
+    GPU) must still compare trial 0's outputs, not trial 1's: the worker waits for it before writing trial 1's."""
+    (tmp_path / "p.py").write_text(PROBLEM + "# slow repeat\n")
+    problem = load_problem(tmp_path / "p.py")
+    region = 256 * 512 * 4 + 4 + 2 * outputslots.ALIGN
+    monkeypatch.setattr(outputslots, "available_memory_bytes", lambda: 3 * region // 2)
+    monkeypatch.setattr(outputslots, "SHARE", 1.0)
+    from kernelpro.harness import compare
+    compare_outputs = compare.compare_outputs
+
+    def slow(expected, got, *args, **kwargs):
+        time.sleep(1.5)  # meanwhile a worker that did not wait writes trial 1's outputs over trial 0's
+        return compare_outputs(expected, got, *args, **kwargs)
+    monkeypatch.setattr(compare, "compare_outputs", slow)
+    result = cpu_evaluator.evaluate(problem, _candidate("return torch.relu(x) * 2, x.sum()"), FAST)
+    assert result.output_slot.startswith("1 x "), result.output_slot
+    assert result.verdict is Verdict.CORRECT, result.reason
