@@ -241,7 +241,7 @@ class Evaluator:
                 self.references.release(key)
             return make_result(Verdict.CRASH, Phase.STATIC, str(closed), base, began)
         outcome.queued(ticket.waited_s)
-        worker = self.pool.acquire()
+        worker, crowded_out = self.pool.acquire(), False
         try:
             self._drive(worker, problem, source, options, entry, outcome, (key, kept), reservation, ticket)
             return self._success(outcome, problem, source, options, base, began, worker)

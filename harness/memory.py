@@ -32,9 +32,11 @@ def needed_bytes(sizes: dict, timed_models: int = 3) -> int:
 
 
 class Reservation:
-    def __init__(self, plan: "MemoryPlan", size: int, evaluation: bool = True, alone: bool = False):
+    """Bytes of the plan held: by an evaluation (`MemoryPlan.reserve`, counted among the holders) or kept between
+    evaluations (`MemoryPlan.keep`)."""
+
+    def __init__(self, plan: "MemoryPlan", size: int, alone: bool = False):
         self.plan, self.size = plan, size
-        self.evaluation = evaluation  # an evaluation's (counted among the holders), or memory kept between them
         self.alone = alone  # the whole budget, whatever the problem needs: no other evaluation beside it
         self.crowded = False  # another evaluation held memory beside this one at some time
 
@@ -57,11 +59,15 @@ class MemoryPlan:
         # while the search before it still holds the GPU's memory (kernelpro.devicegate)
         self._measure = measure
         self.used = 0
-        self.holders = 0
         self.known: dict[str, int] = {}  # problem key -> bytes it needs
         self.waiting_alone = 0  # evaluations waiting to have the device to themselves: no other starts meanwhile
         self._live: list[Reservation] = []  # the evaluations' reservations held now
         self._changed = threading.Condition()
+
+    @property
+    def holders(self) -> int:
+        """The evaluations holding a reservation now."""
+        return len(self._live)
 
     @classmethod
     def for_device(cls, device: str, spares: int) -> "MemoryPlan":
@@ -113,7 +119,6 @@ class MemoryPlan:
                 self._changed.wait_for(lambda: not self.waiting_alone and (
                     self.holders == 0 or self.used + need <= self.budget))
             self.used += need
-            self.holders += 1
             reservation = Reservation(self, need, alone=alone and self.budget is not None)
             reservation.crowded = bool(self._live)
             for other in self._live:
@@ -134,17 +139,13 @@ class MemoryPlan:
             if room < 0 or (self.used + beside <= self.budget and room < beside):
                 return None
             self.used += size
-            return Reservation(self, size, evaluation=False)
+            return Reservation(self, size)
 
     def _resize(self, reservation: Reservation, size: int) -> None:
         with self._changed:
-            if reservation.size == 0 and size == 0:
-                return
+            if size == 0 and reservation in self._live:  # released (a second release changes nothing)
+                self._live.remove(reservation)
             self.used += size - reservation.size
-            if size == 0 and reservation.evaluation:
-                self.holders -= 1
-                if reservation in self._live:
-                    self._live.remove(reservation)
             reservation.size = size
             self._changed.notify_all()
 

@@ -70,6 +70,19 @@ def test_one_alone_waits_for_the_others_takes_what_is_left_and_keeps_later_ones_
     assert plan.used == 0 and plan.holders == 0
 
 
+def test_a_reservation_of_nothing_released_leaves_no_holder_behind():
+    """Without a budget (the CPU) an evaluation reserves 0 bytes; released (twice, even), it is no holder any more,
+    so the next one is not crowded."""
+    plan = MemoryPlan(None)
+    problem = _Problem("d")
+    first = plan.reserve(problem)
+    assert first.size == 0 and plan.holders == 1
+    first.release()
+    first.release()
+    assert plan.holders == 0 and plan.used == 0
+    assert not plan.reserve(problem).crowded
+
+
 def test_without_a_budget_alone_waits_for_nothing():
     plan = MemoryPlan(None)
     problem = _Problem("c")
