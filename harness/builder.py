@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 from kernelpro.harness import channel, sandbox
-from kernelpro.harness.worker import (build_failure_reason, error_tail, import_file, is_build_failure,
-                                      one_line)
+from kernelpro.harness.errors import one_line
+from kernelpro.harness.worker import build_failure_reason, error_tail, import_file, is_build_failure
 
 
 def main() -> None:

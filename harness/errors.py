@@ -24,6 +24,13 @@ class ProblemError(KernelproError):
 OUT_OF_MEMORY = "out of device memory"
 
 
+def one_line(error: BaseException) -> str:
+    """An exception as its type and the first line of its message, at most 300 characters."""
+    message = str(error).strip().splitlines()
+    first = message[0] if message else ""
+    return f"{type(error).__name__}: {first}"[:300]
+
+
 def missing_packages_line(names: list[str]) -> str:
     """The cause of a problem that imports packages this Python lacks, in one line."""
     return (f"it needs the Python package{'s' if len(names) > 1 else ''} {', '.join(repr(n) for n in names)}, "

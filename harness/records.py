@@ -111,7 +111,8 @@ class EvalOptions(_Record):
                                           "products and convolutions, on CUDA; channels_last: the model and its 4-D "
                                           "and 5-D inputs in channels-last memory format; cudnn_benchmark: cuDNN "
                                           "choosing convolution algorithms by timing them, on CUDA): how much of its "
-                                          "output then leaves the tolerance")
+                                          "output then leaves the tolerance, and how much faster or slower a few "
+                                          "calls of it run")
     launch_profile: bool = Field(False, description="after timing, one profiler pass over three calls of the "
                                  "candidate on CUDA: its kernel launches per call and the GPU's busy share of a call")
     stop_below_speedup: float | None = Field(
@@ -237,6 +238,10 @@ class Sensitivity(_Record):
     max_abs_error: float
     tolerance: float
     error: str = Field("", description="what the reference raised under the change (a variant only): all outside")
+    speedup: float | None = Field(None, description="a variant only: the median of a few calls of the reference as it "
+                                  "is over the median of as many under the setting, right after the comparison's "
+                                  "call (a rough, untimed-protocol measure of what the setting alone gains); above 1, "
+                                  "the setting makes the reference faster")
 
 
 class LaunchProfile(_Record):

@@ -131,6 +131,12 @@ def one_ulp_apart(seed: int, model, inputs: list) -> Iterator[tuple[object, list
         yield model, inputs
 
 
+@contextmanager
+def as_is(model, inputs: list) -> Iterator[tuple[object, list]]:
+    """No change: the reference as it is, for what a variant is set against."""
+    yield model, inputs
+
+
 _SETTINGS: dict[str, Callable] = {"tf32": _tf32, "channels_last": _channels_last, "cudnn_benchmark": _cudnn_benchmark}
 
 

@@ -26,7 +26,6 @@ import sys
 
 from kernelpro.harness import guards  # noqa: F401  (first: saves the genuine functions)
 
-import functools
 import os
 import socket
 import statistics
@@ -37,10 +36,9 @@ from pathlib import Path
 
 import torch
 
-from kernelpro.harness import channel, compilecache, flags, outputslots, sandbox, variants
+from kernelpro.harness import channel, compilecache, flags, outputslots, probes, sandbox, variants
 from kernelpro.harness.ceilings import measured_if_room
-from kernelpro.harness.compare import deviation
-from kernelpro.harness.errors import OUT_OF_MEMORY, missing_packages_line
+from kernelpro.harness.errors import OUT_OF_MEMORY, missing_packages_line, one_line
 from kernelpro.harness.modelio import (DTYPES, build_model, cast_to, describe_values,  # noqa: F401
                                       flatten_outputs, import_file, parameter_bytes, set_seed, tensor_bytes)
 from kernelpro.harness.payload import pack_values
@@ -60,12 +58,6 @@ class Report(Exception):
 def error_tail(error: BaseException, limit: int = 4000) -> str:
     text = "".join(traceback.format_exception(error))
     return text[-limit:]
-
-
-def one_line(error: BaseException) -> str:
-    message = str(error).strip().splitlines()
-    first = message[0] if message else ""
-    return f"{type(error).__name__}: {first}"[:300]
 
 
 def compiler_error_line(text: str) -> str | None:
@@ -205,10 +197,10 @@ class Job:
                 if self.spec.get("output_slot"):
                     self.slot.receive()
                 if self.spec.get("sensitivity"):
-                    sensitivity = self.measure_sensitivity(problem, seed, outputs)
-                probed = {name: self.measure_variant(problem, seed, outputs, name)
-                          for name in self.spec.get("variants", [])
-                          if variants.changes_anything(name, model, inputs, self.device)}
+                    sensitivity = probes.sensitivity(self, problem, seed, outputs)
+                probed = probes.settings(self, problem, seed, outputs, [
+                    name for name in self.spec.get("variants", [])
+                    if variants.changes_anything(name, model, inputs, self.device)])
             if not send_outputs:
                 del model, outputs, inputs, init_inputs
                 break
@@ -220,48 +212,6 @@ class Job:
         self.send({"type": "reference_info", "flops": flops, "bytes_moved": bytes_moved, **sizes,
                    "signature": signature, "sensitivity": sensitivity,
                    "variants": {name: found for name, found in probed.items() if found is not None}})
-
-    #: inputs and outputs larger than this (bytes) are not held twice for the sensitivity probe
-    SENSITIVITY_BYTES = 1 << 30
-
-    def measure_sensitivity(self, problem, seed: int, outputs: list) -> dict | None:
-        """The reference on trial 0's inputs drawn again (a forward may have changed the first ones in place), each
-        floating element of them and of every intermediate result moved by one ulp up or down at random
-        (`variants.one_ulp_apart`), against its outputs: the share of output elements outside the tolerance and the
-        largest difference. Runs before any candidate code exists in this process. None where the model fails under
-        the probe's noise, or as `rerun` says: no prediction."""
-        try:
-            return self.rerun(problem, seed, outputs, functools.partial(variants.one_ulp_apart, seed))
-        except Exception:  # noqa: BLE001 - the reference's own evaluation must not fail on a probe
-            return None
-
-    def measure_variant(self, problem, seed: int, outputs: list, name: str) -> dict | None:
-        """The reference under a setting a candidate may change (`harness/variants.py`), against its outputs. One that
-        raises is all outside, with its error; None as `rerun` says: a prediction, never a verdict. Runs before any
-        candidate code exists in this process."""
-        try:
-            return self.rerun(problem, seed, outputs, functools.partial(variants.applied, name))
-        except Exception as error:  # noqa: BLE001 - the reference's own evaluation must not fail on a probe
-            return {"outside_fraction": 1.0, "max_abs_error": 0.0, "tolerance": float(self.spec["tolerance"]),
-                    "error": one_line(error)[:300]}
-
-    def rerun(self, problem, seed: int, outputs: list, change) -> dict | None:
-        """The reference built and fed again from trial 0's seed, run inside `change(model, inputs)` (a context that
-        yields the model and inputs to run), against its outputs (compare.deviation); None where the inputs and
-        outputs are too large to hold twice, or the device runs out of memory (which says nothing of a candidate's
-        fate)."""
-        if tensor_bytes(outputs) + self.sizes["input_bytes"] > self.SENSITIVITY_BYTES:
-            return None
-        try:
-            init_inputs, inputs = self.trial_values(seed)
-            model = self.build_model(problem.Model, seed, init_inputs)
-            with change(model, inputs) as (model, inputs), torch.no_grad():
-                set_seed(seed)
-                _, moved = flatten_outputs(model(*inputs))
-            return deviation(outputs, moved, float(self.spec["tolerance"]))
-        except torch.OutOfMemoryError:
-            torch.cuda.empty_cache()
-            return None
 
     def memory_line(self, inputs: list) -> str:
         """The sizes an out-of-memory verdict names."""

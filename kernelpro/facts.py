@@ -48,10 +48,19 @@ class ProblemFacts:
     # the same share with eager run under a setting a candidate may change: "tf32", "channels_last" (harness/variants)
     variant_fractions: tuple[tuple[str, float], ...] = ()
     variant_errors: tuple[tuple[str, str], ...] = ()  # what eager raised under a variant, where it did
+    # eager's few calls as it is over as many under a variant (> 1: the setting alone makes it faster; a rough measure)
+    variant_speedups: tuple[tuple[str, float], ...] = ()
 
     def fails_under(self, variant: str) -> float:
         """The share of eager's own output outside the tolerance under this setting (0.0 where not measured)."""
         return dict(self.variant_fractions).get(variant, 0.0)
+
+    def gains_under(self, variant: str) -> float:
+        """How much faster eager's few calls ran under this setting (1.0 where not measured, or where eager fails the
+        tolerance or raises under it)."""
+        if self.fails_under(variant) or variant in dict(self.variant_errors):
+            return 1.0
+        return dict(self.variant_speedups).get(variant, 1.0)
 
     @property
     def rounding_sensitive(self) -> bool:
@@ -108,12 +117,18 @@ def problem_facts(reference: dict) -> ProblemFacts | None:
                         variant_fractions=tuple(sorted((name, float(found.get("outside_fraction") or 0.0))
                                                        for name, found in (reference.get("variants") or {}).items())),
                         variant_errors=tuple(sorted((name, found["error"]) for name, found in
-                                                    (reference.get("variants") or {}).items() if found.get("error"))))
+                                                    (reference.get("variants") or {}).items() if found.get("error"))),
+                        variant_speedups=tuple(sorted((name, float(found["speedup"])) for name, found in
+                                                      (reference.get("variants") or {}).items()
+                                                      if found.get("speedup"))))
 
 
 #: how the prompt names the reference's variants (harness/variants.py)
 VARIANT_WORDS = {"tf32": "TF32 allowed in matmuls and convolutions", "channels_last": "channels-last memory format",
                  "cudnn_benchmark": "cuDNN choosing its convolution algorithms by timing them"}
+#: eager under a variant at least this much faster (or this much slower) is worth a line of the prompt and, where
+#: faster and within the tolerance, the offline coder's first try of the move that makes that setting
+VARIANT_GAIN = 1.2
 #: the DeviceFacts field that a verdict floor's rate is, by the precision it was measured for
 RATE_FIELD = {"fp32": "tf32_tflops", "bf16": "bf16_tflops", "fp16": "fp16_tflops"}
 
@@ -228,6 +243,11 @@ def problem_text(facts: ProblemFacts) -> str:
         elif fraction:
             lines.append(f"- eager itself with {words} moves {fraction:.1%} of its output outside the tolerance: a "
                          "candidate that relies on that cannot pass")
+    for variant, speedup in facts.variant_speedups:
+        if facts.gains_under(variant) >= VARIANT_GAIN or (not facts.fails_under(variant) and variant not in errors
+                                                          and speedup <= 1 / VARIANT_GAIN):
+            lines.append(f"- eager itself with {VARIANT_WORDS.get(variant, variant)} ran {speedup:.2f}x as fast in a "
+                         "few untimed calls" + (": the setting alone pays" if speedup > 1 else ""))
     return "\n".join(lines)
 
 

@@ -27,6 +27,7 @@ def test_the_references_evaluation_measures_eager_under_each_setting_that_change
     assert result.ok and set(result.variants) == {"channels_last"}
     assert result.variants["channels_last"].outside_fraction > 0.9  # all but the elements near 0 (within atol)
     assert result.variants["channels_last"].tolerance == result.tolerance
+    assert result.variants["channels_last"].speedup > 0  # a few calls timed under it against as many as it is
     flat = load_problem(DATA / "problems" / "linear_relu_residual.py")
     assert cpu_evaluator.evaluate(flat, reference_candidate(flat), OPTIONS).variants == {}
     asked_for_nothing = cpu_evaluator.evaluate(shifted, reference_candidate(shifted),
@@ -41,7 +42,7 @@ def test_a_reference_that_raises_under_a_setting_still_evaluates_and_predicts_th
     result = cpu_evaluator.evaluate(problem, reference_candidate(problem), OPTIONS)
     assert result.ok and set(result.variants) == {"channels_last"}
     found = result.variants["channels_last"]
-    assert found.outside_fraction == 1.0 and "view" in found.error
+    assert found.outside_fraction == 1.0 and "view" in found.error and found.speedup is None
     facts = problem_facts(json.loads(result.model_dump_json()))
     assert f"eager itself with channels-last memory format raises {found.error}" in problem_text(facts)
     coder = OfflineCoder(moves="channels_last")
@@ -107,3 +108,28 @@ def test_the_sensitivity_probe_moves_every_value_one_ulp_and_leaves_exact_ones_a
             assert bool(((moved == up) | (moved == down))[exact].all()), dtype
             assert 0.45 < float((moved > before)[exact].float().mean()) < 0.55
         assert torch.equal(x[:3], pristine[:3]) and bool(x[3].isnan()) and torch.equal(view, x[4:])
+
+
+def test_a_setting_under_which_eager_itself_ran_faster_is_the_offline_coders_first_move_and_the_prompt_says_so():
+    """The reference's evaluation timed eager under each setting: one that made it 3x as fast within the tolerance is
+    tried first; one that made it as fast but fails the tolerance gains nothing, and is skipped as before."""
+    def facts_with(fraction: float):
+        return problem_facts({"signature": {"inputs": [], "outputs": []}, "reference": {"median_ms": 1.0},
+                              "variants": {"cudnn_benchmark": {"outside_fraction": fraction, "max_abs_error": 0.0,
+                                                               "tolerance": 1e-4, "speedup": 3.0},
+                                           "channels_last": {"outside_fraction": 0.0, "max_abs_error": 0.0,
+                                                             "tolerance": 1e-4, "speedup": 1.01}}})
+    gaining, failing = facts_with(0.0), facts_with(0.5)
+    assert gaining.gains_under("cudnn_benchmark") == 3.0 and failing.gains_under("cudnn_benchmark") == 1.0
+    assert "cuDNN choosing its convolution algorithms by timing them ran 3.00x as fast in a few untimed calls: the " \
+           "setting alone pays" in problem_text(gaining)
+    assert "channels-last" not in problem_text(gaining)  # 1.01x: within the noise of a few calls
+    coder = OfflineCoder()
+    try:
+        first = coder.propose(_request(gaining)).move
+        plain = coder.propose(_request(problem_facts({"signature": {"inputs": [], "outputs": []},
+                                                      "reference": {"median_ms": 1.0}}))).move
+        after_failing = coder.propose(_request(failing)).move
+    finally:
+        coder.close()
+    assert first == "cudnn_benchmark" and plain != "cudnn_benchmark" and after_failing == plain

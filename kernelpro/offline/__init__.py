@@ -26,12 +26,16 @@ from pathlib import Path
 from kernelpro.coder import CoderProposal, CoderRequest
 from kernelpro.errors import KernelproError
 from kernelpro.harness.process import scrubbed_environment
+from kernelpro.facts import VARIANT_GAIN
 from kernelpro.offline.moves import BIT_EXACT, MOVES, PREFERENCE, TUNE_PREFIX, canonical
 
 BASE_PRIOR = 0.3
 KB_WEIGHT = 0.25  # how much the knowledge base's factor (log) moves a move's score
 #: added to the CUDA graph's score where the reference is launch-bound: more than any guidance score (at most 1)
 LAUNCH_BOUND_BONUS = 1.5
+#: added to a setting move's score where eager itself ran faster under that setting (ProblemFacts.gains_under), within
+#: the tolerance: the reference's evaluation measured the move's gain before any candidate was written
+MEASURED_GAIN_BONUS = 1.5
 SENSITIVE_SKIP = ("predicted to fail: one ulp of rounding noise on every value already moves eager's output outside "
                   "the tolerance, and this move changes the arithmetic")
 WORKER_LIMIT_S = 600.0
@@ -249,6 +253,7 @@ class OfflineCoder:
         # a reference whose output leaves the tolerance under a one-ulp change of its inputs: bit-exact moves only
         exact_only = request.problem_facts is not None and request.problem_facts.rounding_sensitive
         failing = _failing_variants(request.problem_facts)  # move -> why the reference itself fails under its setting
+        gaining = _gaining_variants(request.problem_facts)  # the setting moves under which eager itself ran faster
         choices = [o for o in answer["options"] if o["move"] not in tried and o["move"] not in avoid
                    and self._allows(o["move"]) and not (o["move"] in losing_tunes and self._tuned_before(request, o))
                    and (not exact_only or o["move"] in BIT_EXACT) and o["move"] not in failing]
@@ -266,6 +271,7 @@ class OfflineCoder:
 
         def score(option: dict) -> tuple:
             bonus = 0.2 if option["move"] in promising else 0.0
+            bonus += MEASURED_GAIN_BONUS if option["move"] in gaining else 0.0
             bonus += KB_WEIGHT * math.log(learned.get(option["technique"], 1.0))
             order = PREFERENCE.index(option["move"]) if option["move"] in PREFERENCE else len(PREFERENCE)  # tuning last
             # a move that failed or lost wherever it was tried in this run comes after every other
@@ -303,6 +309,14 @@ def _failing_variants(facts) -> dict[str, str]:
         f"raises {errors[move.variant]}" if move.variant in errors else
         f"puts {facts.fails_under(move.variant):.1%} of its output outside the tolerance")
         for move in MOVES.values() if move.variant and facts.fails_under(move.variant)}
+
+
+def _gaining_variants(facts) -> set[str]:
+    """The moves that change one setting of the reference and nothing else (`Move.variant`) under which eager itself
+    ran at least VARIANT_GAIN times as fast, within the tolerance, in the reference's evaluation."""
+    if facts is None:
+        return set()
+    return {move.name for move in MOVES.values() if move.variant and facts.gains_under(move.variant) >= VARIANT_GAIN}
 
 
 def _tuned_kernel(option: dict) -> str:

@@ -1,0 +1,95 @@
+"""The reference's probes, in its own evaluation's worker before any candidate code exists there: the reference
+built and fed again from trial 0's seed and run under a change, against trial 0's outputs. Predictions for the coder
+(`sensitivity` and `variants` in the reference's record), never verdicts: a probe that fails or finds no room says
+nothing, and the reference's evaluation goes on.
+
+`job` is the worker's Job: its `sizes`, `spec`, `trial_values`, `build_model` and `sync`."""
+
+from __future__ import annotations
+
+import functools
+import statistics
+import time
+
+import torch
+
+from kernelpro.harness import variants
+from kernelpro.harness.compare import deviation
+from kernelpro.harness.errors import one_line
+from kernelpro.harness.modelio import flatten_outputs, set_seed, tensor_bytes
+
+#: inputs and outputs larger than this (bytes) are not held twice for a probe
+HELD_TWICE_BYTES = 1 << 30
+#: the calls of the reference a timed rerun times after its comparison's, under a setting and as it is
+TIMED_CALLS = 3
+
+
+def sensitivity(job, problem, seed: int, outputs: list) -> dict | None:
+    """The reference on trial 0's inputs drawn again (a forward may have changed the first ones in place), each
+    floating element of them and of every intermediate result moved by one ulp up or down at random
+    (`variants.one_ulp_apart`), against its outputs: the share of output elements outside the tolerance and the
+    largest difference. None where the model fails under the probe's noise, or as `rerun` says: no prediction."""
+    try:
+        return rerun(job, problem, seed, outputs, functools.partial(variants.one_ulp_apart, seed))
+    except Exception:  # noqa: BLE001 - the reference's own evaluation must not fail on a probe
+        return None
+
+
+def settings(job, problem, seed: int, outputs: list, names: list[str]) -> dict:
+    """The reference under each setting a candidate may change (`harness/variants.py`), against its outputs, and a
+    few of its calls timed under it against as many of the reference as it is (`speedup`). One that raises is all
+    outside, with its error; None as `rerun` says."""
+    if not names:
+        return {}
+    try:
+        as_is = rerun(job, problem, seed, outputs, variants.as_is, timed=True)
+    except Exception:  # noqa: BLE001 - nothing to time the settings against: they are compared, not timed
+        as_is = None
+    found = {}
+    for name in names:
+        try:
+            found[name] = rerun(job, problem, seed, outputs, functools.partial(variants.applied, name),
+                                timed=as_is is not None)
+        except Exception as error:  # noqa: BLE001 - the reference's own evaluation must not fail on a probe
+            found[name] = {"outside_fraction": 1.0, "max_abs_error": 0.0, "tolerance": float(job.spec["tolerance"]),
+                           "error": one_line(error)}
+            continue
+        if found[name] is not None:
+            call_ms = found[name].pop("call_ms", None)
+            if as_is is not None and call_ms:
+                found[name]["speedup"] = as_is["call_ms"] / call_ms
+    return found
+
+
+def rerun(job, problem, seed: int, outputs: list, change, timed: bool = False) -> dict | None:
+    """The reference built and fed again from trial 0's seed, run inside `change(model, inputs)` (a context that
+    yields the model and inputs to run), against its outputs (compare.deviation); `timed`: then TIMED_CALLS more
+    calls, each synchronized, their median as `call_ms`. None where the inputs and outputs are too large to hold
+    twice, or the device runs out of memory (which says nothing of a candidate's fate)."""
+    if tensor_bytes(outputs) + job.sizes["input_bytes"] > HELD_TWICE_BYTES:
+        return None
+    try:
+        init_inputs, inputs = job.trial_values(seed)
+        model = job.build_model(problem.Model, seed, init_inputs)
+        with change(model, inputs) as (model, inputs), torch.no_grad():
+            set_seed(seed)
+            _, moved = flatten_outputs(model(*inputs))
+            found = deviation(outputs, moved, float(job.spec["tolerance"]))
+            del moved
+            if timed:
+                found["call_ms"] = _call_ms(job, model, inputs)
+        return found
+    except torch.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        return None
+
+
+def _call_ms(job, model, inputs: list) -> float:
+    """The median of TIMED_CALLS calls of `model`, each synchronized (ms)."""
+    times = []
+    for _ in range(TIMED_CALLS):
+        began = time.perf_counter()
+        model(*inputs)
+        job.sync()
+        times.append((time.perf_counter() - began) * 1e3)
+    return statistics.median(times)
