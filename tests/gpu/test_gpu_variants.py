@@ -49,3 +49,24 @@ def test_the_sensitivity_probe_finds_efficientnets_chaos_behind_its_tf32_convolu
                                     EvalOptions(device="cuda", timing_trials=10, sensitivity=True))
     print(result.sensitivity)
     assert result.ok and result.sensitivity.outside_fraction > 0.5
+
+
+def test_the_settings_are_timed_and_a_slow_transposed_3d_convolution_gains_under_cudnns_timed_choice(tmp_path):
+    """level2/78 at its sizes: eager's ConvTranspose3d ran at about 6 TFLOPS on an H100, and a budget-12 search found
+    10.3x with cuDNN's timed algorithm choice and channels-last (H200, 2026-11-29). The reference's evaluation times a
+    few calls under each setting: cuDNN's timed choice must show a gain of at least VARIANT_GAIN there, within the
+    tolerance, so that the offline coder tries it first."""
+    key = "level2/78_ConvTranspose3d_Max_Max_Sum"
+    path = kernelbench_file(key)
+    if path is None:
+        pytest.skip(f"{key}: no KernelBench folder here")
+    from kernelpro.facts import VARIANT_GAIN, problem_facts
+    from kernelpro.harness.cache import BuildCache
+    problem = load_problem(path)
+    with Evaluator("cuda", cache=BuildCache(tmp_path / "builds"), spares=0) as evaluator:
+        result = evaluator.evaluate(problem, reference_candidate(problem),
+                                    EvalOptions(device="cuda", timing_trials=10, variants=VARIANTS))
+    print(key, {name: found.model_dump() for name, found in result.variants.items()})
+    assert result.ok and all(found.speedup for found in result.variants.values())
+    facts = problem_facts(result.model_dump(mode="json"))
+    assert facts.gains_under("cudnn_benchmark") >= VARIANT_GAIN, result.variants
