@@ -243,11 +243,11 @@ def problem_text(facts: ProblemFacts) -> str:
         elif fraction:
             lines.append(f"- eager itself with {words} moves {fraction:.1%} of its output outside the tolerance: a "
                          "candidate that relies on that cannot pass")
-    for variant, speedup in facts.variant_speedups:
-        if facts.gains_under(variant) >= VARIANT_GAIN or (not facts.fails_under(variant) and variant not in errors
-                                                          and speedup <= 1 / VARIANT_GAIN):
-            lines.append(f"- eager itself with {VARIANT_WORDS.get(variant, variant)} ran {speedup:.2f}x as fast in a "
-                         "few untimed calls" + (": the setting alone pays" if speedup > 1 else ""))
+    for variant, _ in facts.variant_speedups:  # a setting that fails the tolerance gains nothing (gains_under)
+        gain = facts.gains_under(variant)
+        if gain >= VARIANT_GAIN or gain <= 1 / VARIANT_GAIN:
+            lines.append(f"- eager itself with {VARIANT_WORDS.get(variant, variant)} ran {gain:.2f}x as fast in a "
+                         "few untimed calls" + (": the setting alone pays" if gain > 1 else ""))
     return "\n".join(lines)
 
 
