@@ -107,6 +107,7 @@ def problem_facts(reference: dict) -> ProblemFacts | None:
     compiled = reference.get("reference_compile") or {}
     launches = reference.get("launch_profile") or {}
     sensitivity = reference.get("sensitivity") or {}
+    found_variants = reference.get("variants") or {}
     return ProblemFacts(inputs=tuple(_value(s) for s in signature.get("inputs", [])),
                         outputs=tuple(_value(s) for s in signature.get("outputs", [])),
                         flops=int(floor.get("flops") or 0), bytes_moved=int(floor.get("bytes_moved") or 0),
@@ -115,12 +116,11 @@ def problem_facts(reference: dict) -> ProblemFacts | None:
                         gpu_busy_fraction=launches.get("busy_fraction"),
                         sensitive_fraction=sensitivity.get("outside_fraction"),
                         variant_fractions=tuple(sorted((name, float(found.get("outside_fraction") or 0.0))
-                                                       for name, found in (reference.get("variants") or {}).items())),
-                        variant_errors=tuple(sorted((name, found["error"]) for name, found in
-                                                    (reference.get("variants") or {}).items() if found.get("error"))),
+                                                       for name, found in found_variants.items())),
+                        variant_errors=tuple(sorted((name, found["error"]) for name, found in found_variants.items()
+                                                    if found.get("error"))),
                         variant_speedups=tuple(sorted((name, float(found["speedup"])) for name, found in
-                                                      (reference.get("variants") or {}).items()
-                                                      if found.get("speedup"))))
+                                                      found_variants.items() if found.get("speedup"))))
 
 
 #: how the prompt names the reference's variants (harness/variants.py)

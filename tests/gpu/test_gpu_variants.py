@@ -17,20 +17,26 @@ from kernelpro.harness import EvalOptions, Evaluator, load_problem  # noqa: E402
 from kernelpro.harness.problem import reference_candidate  # noqa: E402
 from kernelpro.harness.variants import VARIANTS  # noqa: E402
 
-CASES = {"level2/59_Matmul_Swish_Scaling": "tf32", "level2/30_Gemm_GroupNorm_Hardtanh": "tf32",
-         "level2/57_Conv2d_ReLU_HardSwish": "channels_last"}
-
-
-@pytest.mark.parametrize("key", list(CASES))
-def test_the_reference_fails_under_the_setting_its_failed_move_changed(key, tmp_path):
+def _reference_evaluated(key: str, tmp_path, **options):
+    """The reference of KernelBench's problem `key` at its sizes, evaluated as a search's root is, with `options`
+    (the probes asked for); skipped where no KernelBench folder is here."""
     path = kernelbench_file(key)
     if path is None:
         pytest.skip(f"{key}: no KernelBench folder here")
     from kernelpro.harness.cache import BuildCache
     problem = load_problem(path)
     with Evaluator("cuda", cache=BuildCache(tmp_path / "builds"), spares=0) as evaluator:
-        result = evaluator.evaluate(problem, reference_candidate(problem),
-                                    EvalOptions(device="cuda", timing_trials=10, variants=VARIANTS))
+        return evaluator.evaluate(problem, reference_candidate(problem),
+                                  EvalOptions(device="cuda", timing_trials=10, **options))
+
+
+CASES = {"level2/59_Matmul_Swish_Scaling": "tf32", "level2/30_Gemm_GroupNorm_Hardtanh": "tf32",
+         "level2/57_Conv2d_ReLU_HardSwish": "channels_last"}
+
+
+@pytest.mark.parametrize("key", list(CASES))
+def test_the_reference_fails_under_the_setting_its_failed_move_changed(key, tmp_path):
+    result = _reference_evaluated(key, tmp_path, variants=VARIANTS)
     print(key, {name: found.model_dump() for name, found in result.variants.items()})
     assert result.ok and result.variants[CASES[key]].outside_fraction > 0
 
@@ -39,14 +45,7 @@ def test_the_sensitivity_probe_finds_efficientnets_chaos_behind_its_tf32_convolu
     """level3/24_EfficientNetB2 at its sizes: cuDNN's TF32 convolutions round its input's last bit away and a global
     pool averages what is left, so noise on the inputs alone left its output unchanged on an H200, and 4 of its
     search's 8 candidates failed; with noise on every intermediate result the probe finds it rounding-sensitive."""
-    path = kernelbench_file("level3/24_EfficientNetB2")
-    if path is None:
-        pytest.skip("no KernelBench folder here")
-    from kernelpro.harness.cache import BuildCache
-    problem = load_problem(path)
-    with Evaluator("cuda", cache=BuildCache(tmp_path / "builds"), spares=0) as evaluator:
-        result = evaluator.evaluate(problem, reference_candidate(problem),
-                                    EvalOptions(device="cuda", timing_trials=10, sensitivity=True))
+    result = _reference_evaluated("level3/24_EfficientNetB2", tmp_path, sensitivity=True)
     print(result.sensitivity)
     assert result.ok and result.sensitivity.outside_fraction > 0.5
 
@@ -57,15 +56,8 @@ def test_the_settings_are_timed_and_a_slow_transposed_3d_convolution_gains_under
     few calls under each setting: cuDNN's timed choice must show a gain of at least VARIANT_GAIN there, within the
     tolerance, so that the offline coder tries it first."""
     key = "level2/78_ConvTranspose3d_Max_Max_Sum"
-    path = kernelbench_file(key)
-    if path is None:
-        pytest.skip(f"{key}: no KernelBench folder here")
     from kernelpro.facts import VARIANT_GAIN, problem_facts
-    from kernelpro.harness.cache import BuildCache
-    problem = load_problem(path)
-    with Evaluator("cuda", cache=BuildCache(tmp_path / "builds"), spares=0) as evaluator:
-        result = evaluator.evaluate(problem, reference_candidate(problem),
-                                    EvalOptions(device="cuda", timing_trials=10, variants=VARIANTS))
+    result = _reference_evaluated(key, tmp_path, variants=VARIANTS)
     print(key, {name: found.model_dump() for name, found in result.variants.items()})
     assert result.ok and all(found.speedup for found in result.variants.values())
     facts = problem_facts(result.model_dump(mode="json"))
