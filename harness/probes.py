@@ -42,7 +42,7 @@ def settings(job, problem, seed: int, outputs: list, names: list[str]) -> dict:
     if not names:
         return {}
     try:
-        as_is = rerun(job, problem, seed, outputs, variants.as_is, timed=True)
+        as_is = rerun(job, problem, seed, outputs, variants.as_is, timed=True, compared=False)
     except Exception:  # noqa: BLE001 - nothing to time the settings against: they are compared, not timed
         as_is = None
     found = {}
@@ -61,11 +61,12 @@ def settings(job, problem, seed: int, outputs: list, names: list[str]) -> dict:
     return found
 
 
-def rerun(job, problem, seed: int, outputs: list, change, timed: bool = False) -> dict | None:
+def rerun(job, problem, seed: int, outputs: list, change, timed: bool = False, compared: bool = True) -> dict | None:
     """The reference built and fed again from trial 0's seed, run inside `change(model, inputs)` (a context that
-    yields the model and inputs to run), against its outputs (compare.deviation); `timed`: then TIMED_CALLS more
-    calls, each synchronized, their median as `call_ms`. None where the inputs and outputs are too large to hold
-    twice, or the device runs out of memory (which says nothing of a candidate's fate)."""
+    yields the model and inputs to run), against its outputs (compare.deviation; not where `compared` is False: the
+    reference as it is, run only to be timed); `timed`: then TIMED_CALLS more calls, each synchronized, their median
+    as `call_ms`. None where the inputs and outputs are too large to hold twice, or the device runs out of memory
+    (which says nothing of a candidate's fate)."""
     if tensor_bytes(outputs) + job.sizes["input_bytes"] > HELD_TWICE_BYTES:
         return None
     try:
@@ -74,7 +75,7 @@ def rerun(job, problem, seed: int, outputs: list, change, timed: bool = False) -
         with change(model, inputs) as (model, inputs), torch.no_grad():
             set_seed(seed)
             _, moved = flatten_outputs(model(*inputs))
-            found = deviation(outputs, moved, float(job.spec["tolerance"]))
+            found = deviation(outputs, moved, float(job.spec["tolerance"])) if compared else {}
             del moved
             if timed:
                 found["call_ms"] = _call_ms(job, model, inputs)

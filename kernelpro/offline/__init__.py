@@ -25,8 +25,8 @@ from pathlib import Path
 
 from kernelpro.coder import CoderProposal, CoderRequest
 from kernelpro.errors import KernelproError
-from kernelpro.harness.process import scrubbed_environment
 from kernelpro.facts import VARIANT_GAIN
+from kernelpro.harness.process import scrubbed_environment
 from kernelpro.offline.moves import BIT_EXACT, MOVES, PREFERENCE, TUNE_PREFIX, canonical
 
 BASE_PRIOR = 0.3
