@@ -21,7 +21,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from kernelpro.harness import channel, compare, compilecache, outputslots, policy, readings, sandbox, tritonwarm
 from kernelpro.harness.cache import BuildCache, BuildEntry, needs_native_build, source_hash
 from kernelpro.harness.ceilings import CeilingsStore, KeptCeilings, settle
-from kernelpro.harness.errors import OUT_OF_MEMORY, DeviceError, ProblemError
+from kernelpro.harness.errors import DeviceError, ProblemError
 from kernelpro.harness.lane import Lane, LaneClosed, Ticket
 from kernelpro.harness.memory import MemoryPlan, Reservation
 from kernelpro.harness.outcome import Finished, Outcome, final_checks, make_result
@@ -246,8 +246,7 @@ class Evaluator:
             self._drive(worker, problem, source, options, entry, outcome, (key, kept), reservation, ticket)
             return self._success(outcome, problem, source, options, base, began, worker)
         except Finished as finished:
-            crowded_out = (finished.verdict is Verdict.RUNTIME_ERROR and finished.reason.startswith(OUT_OF_MEMORY)
-                           and reservation.crowded and not alone)
+            crowded_out = finished.out_of_memory and reservation.crowded and not alone
             result = make_result(finished.verdict, finished.phase, finished.reason, base, began,
                                  errors=finished.errors, worker=worker, outcome=outcome)
         finally:
@@ -403,7 +402,8 @@ class Evaluator:
                     j_per_call=joules / calls, power_w=joules / seconds if seconds else 0.0, calls=calls,
                     j_per_call_above_idle=(joules - outcome.idle_power_w * seconds) / calls, window_s=seconds))
             elif kind == "verdict":
-                raise Finished(Verdict(header["verdict"]), header["reason"], outcome.phase)
+                raise Finished(Verdict(header["verdict"]), header["reason"], outcome.phase,
+                               out_of_memory=bool(header.get("out_of_memory")))
             elif kind == "done":
                 outcome.enter(Phase.DONE)
                 return

@@ -56,9 +56,11 @@ class Outcome:
 
 
 class Finished(Exception):
-    def __init__(self, verdict: Verdict, reason: str, phase: Phase, errors: list[ErrorStats] | None = None):
+    def __init__(self, verdict: Verdict, reason: str, phase: Phase, errors: list[ErrorStats] | None = None,
+                 out_of_memory: bool = False):
         super().__init__(reason)
         self.verdict, self.reason, self.phase, self.errors = verdict, reason, phase, errors or []
+        self.out_of_memory = out_of_memory  # the worker ran out of device memory (it says so in its verdict)
 
 
 def final_checks(final: list, timing: dict, tolerance: float) -> tuple:

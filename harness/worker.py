@@ -510,7 +510,7 @@ def serve(sock: socket.socket, device_name: str) -> None:
     except Report as report:
         channel.send(sock, report.header)
     except torch.OutOfMemoryError as error:
-        channel.send(sock, {"type": "verdict", "verdict": "runtime_error", "log": error_tail(error),
+        channel.send(sock, {"type": "verdict", "verdict": "runtime_error", "log": error_tail(error), "out_of_memory": True,
                             "reason": f"{OUT_OF_MEMORY} in the {job.current_phase} phase "
                                       f"({job.memory_line([])}): {one_line(error)}"})
     except BaseException as error:
