@@ -329,11 +329,12 @@ class Evaluator:
                 raise ProblemError(problem.path, header["cause"])
             elif kind == "reference_sizes":  # the reference's first trial ran: its sizes, before its outputs
                 outcome.sizes = {k: int(header.get(k) or 0) for k in MemorySizes.model_fields}
+                timed = 1 + len(options.baselines)  # the candidate and each baseline: an output each in timing
                 self._offer_slot(worker, outcome, int(header.get("outputs") or 1),
-                                 self.memory.room(reservation, outcome.sizes))
+                                 self.memory.room(reservation, outcome.sizes, timed))
                 if reservation is not None:
                     reservation.resize(self.memory.estimate(problem, outcome.sizes,
-                                                            outcome.slot.nbytes if outcome.slot else 0))
+                                                            outcome.slot.nbytes if outcome.slot else 0, timed))
             elif kind == "reference_output":
                 payload, spilled = self._reference_payload(worker, header, payload, outcome)
                 if fresh is not None:

@@ -78,10 +78,10 @@ class MemoryPlan:
             return None if free is None else max(0, free - spares * CONTEXT_BYTES - COMPARISON_BYTES)
         return cls(None, measure)
 
-    def estimate(self, problem, sizes: dict, extra: int = 0) -> int:
+    def estimate(self, problem, sizes: dict, extra: int = 0, timed_models: int = 3) -> int:
         """What an evaluation of the problem needs (kept for its next reservations): `needed_bytes` and `extra`
         (its output slot, which the trusted process holds)."""
-        need = needed_bytes(sizes) + extra
+        need = needed_bytes(sizes, timed_models) + extra
         self.known[_key(problem)] = need
         return need
 
@@ -90,14 +90,14 @@ class MemoryPlan:
         with self._changed:
             return self.known.get(_key(problem), self.budget or 0)
 
-    def room(self, reservation: "Reservation | None", sizes: dict) -> int | None:
+    def room(self, reservation: "Reservation | None", sizes: dict, timed_models: int = 3) -> int | None:
         """Bytes left for an evaluation holding `reservation` besides what its problem needs (`needed_bytes`) and
         what the others hold; None where the budget is unknown (the CPU)."""
         with self._changed:
             if self.budget is None:
                 return None
             others = self.used - (reservation.size if reservation is not None else 0)
-            return self.budget - others - needed_bytes(sizes)
+            return self.budget - others - needed_bytes(sizes, timed_models)
 
     def reserve(self, problem, alone: bool = False) -> Reservation:
         """Waits until this problem's needs fit beside the evaluations running now; one evaluation may

@@ -12,7 +12,7 @@ the tolerance.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import get_args
 
 import torch
@@ -137,13 +137,25 @@ def as_is(model, inputs: list) -> Iterator[tuple[object, list]]:
     yield model, inputs
 
 
-_SETTINGS: dict[str, Callable] = {"tf32": _tf32, "channels_last": _channels_last, "cudnn_benchmark": _cudnn_benchmark}
+@contextmanager
+def _channels_last_cudnn_benchmark(model, inputs: list) -> Iterator[tuple[object, list]]:
+    """Both at once: cuDNN's timed choice among its channels-last kernels, which may be faster where neither setting
+    alone is (a 3-D transposed convolution)."""
+    with ExitStack() as stack:
+        model, inputs = stack.enter_context(_channels_last(model, inputs))
+        yield stack.enter_context(_cudnn_benchmark(model, inputs))
+
+
+_SETTINGS: dict[str, Callable] = {"tf32": _tf32, "channels_last": _channels_last, "cudnn_benchmark": _cudnn_benchmark,
+                                  "channels_last+cudnn_benchmark": _channels_last_cudnn_benchmark}
 
 
 def changes_anything(name: str, model, inputs: list, device: torch.device) -> bool:
     """Whether the variant can change this model's arithmetic here: TF32 only on CUDA; channels-last only where a
     parameter, buffer or input has 4 or 5 dimensions; cuDNN's algorithm choice only on CUDA where a parameter has 3
-    or more (a convolution's weight)."""
+    or more (a convolution's weight); settings together (`a+b`) where each does."""
+    if "+" in name:
+        return all(changes_anything(part, model, inputs, device) for part in name.split("+"))
     tensors = [*model.parameters(), *model.buffers()] if isinstance(model, torch.nn.Module) else []
     if name == "tf32":
         return device.type == "cuda"

@@ -107,3 +107,21 @@ def test_at_most_two_graphs_read_in_place_and_a_new_shape_captures_again(models)
     bigger = (torch.rand(6, 8), torch.rand(6, 8))
     assert torch.allclose(new(*bigger), eager(*bigger))
     assert len(captures) == 4 and captures[3][3] is True
+
+
+@pytest.mark.parametrize("change", ["to", "float", "eval", "train"])
+def test_moving_casting_or_switching_the_models_mode_drops_the_graphs(models, change):
+    """A graph reads the memory it was captured on, the parameters' too; `.to` may move them (an RNN flattens its
+    weights into new memory on every `.to`, and KernelBench calls `.to` before every call) and a mode runs other
+    kernels. After any of these the next call captures a new graph, warm, on copies of its inputs."""
+    eager, new, captures = models
+    x, y = torch.rand(4, 8), torch.rand(4, 8)
+    for _ in range(2):
+        new(x, y)
+    assert len(captures) == 2
+    {"to": lambda: new.to("cpu"), "float": new.float, "eval": new.eval, "train": new.train}[change]()
+    eager.train(new.training)
+    for _ in range(2):
+        assert torch.allclose(new(x, y), eager(x, y))
+    assert [warm for *_, warm in captures] == [True, False, True, False]
+    assert captures[2][1][0] is not x and captures[3][1][0] is x

@@ -156,6 +156,38 @@ def test_out_of_memory_in_a_phase_is_a_verdict(tmp_path, cpu_evaluator, after, p
     assert "inputs 0.00 GiB" in result.reason and "reference outputs" in result.reason
 
 
+STALE_AFTER_MOVE = """
+import torch
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    def _apply(self, fn, *args, **kwargs):
+        self.__dict__["moves"] = self.__dict__.get("moves", 0) + 1  # as an RNN re-flattening its weights
+        return super()._apply(fn, *args, **kwargs)
+
+    def forward(self, x):
+        first = self.__dict__.setdefault("moves_at_first_call", self.__dict__.get("moves", 0))
+        if {kept_across_a_move} and self.__dict__.get("moves", 0) != first:
+            return torch.relu(x) + 1  # what reading the freed weights' memory gives
+        return torch.relu(x)
+"""
+
+
+@pytest.mark.parametrize("kept, verdict", [(True, Verdict.INCORRECT), (False, Verdict.CORRECT)])
+def test_the_model_is_moved_before_the_repeat_as_kernelbench_moves_it_before_each_call(tmp_path, cpu_evaluator,
+                                                                                       kept, verdict):
+    """KernelBench calls `.to(device, dtype)` on the model before every correctness trial and before its timing;
+    a candidate whose results depend on memory that a move frees (a CUDA graph captured on an RNN's weights) failed
+    there with an illegal address. The harness moves the model between trial 0's call and its repeat: such a
+    candidate disagrees with itself. The first `.to` is the build's, before any call."""
+    problem = load_problem(write(tmp_path, "relu.py", RELU))
+    source = STALE_AFTER_MOVE.replace("{kept_across_a_move}", str(kept))
+    result = cpu_evaluator.evaluate(problem, source, FAST)
+    assert result.verdict is verdict, result.reason
+    if kept:
+        assert "a second call on the same inputs disagreed" in result.reason
+
+
 def test_a_reference_out_of_memory_is_one_line_about_the_problem(tmp_path, cpu_evaluator):
     source = RELU.replace("return torch.relu(x)", "raise torch.OutOfMemoryError('CUDA out of memory. Tried "
                                                  "to allocate 12.00 GiB')")

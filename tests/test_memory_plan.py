@@ -93,6 +93,19 @@ def test_without_a_budget_alone_waits_for_nothing():
     other.release()
 
 
+def test_an_untimed_baseline_holds_no_output_in_the_plan():
+    """The timing phase holds one output per timed model: without torch.compile's baseline (the candidate and eager)
+    an evaluation needs one output less, and that room goes to the output slot (level1/24 on an H100, 6 GiB outputs
+    beside another problem's evaluation: none before)."""
+    plan = MemoryPlan(100 * UNIT)
+    sizes = {"output_bytes": 10 * UNIT, "input_bytes": UNIT}
+    held = plan.reserve(_Problem("a"))
+    assert plan.room(held, sizes, timed_models=2) - plan.room(held, sizes, timed_models=3) == 10 * UNIT
+    assert plan.estimate(_Problem("b"), sizes, 0, timed_models=3) - plan.estimate(_Problem("b"), sizes, 0, 2) == \
+        10 * UNIT
+    held.release()
+
+
 def test_a_candidate_out_of_memory_beside_another_evaluation_is_evaluated_again_alone(linear_problem, tmp_path):
     """Out of device memory while another evaluation held memory beside it: the memory plan's estimates fell short,
     not the candidate, so it runs again with the device to itself and that run's verdict stands (flagged). Alone, an

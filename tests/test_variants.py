@@ -133,3 +133,48 @@ def test_a_setting_under_which_eager_itself_ran_faster_is_the_offline_coders_fir
     finally:
         coder.close()
     assert first == "cudnn_benchmark" and plain != "cudnn_benchmark" and after_failing == plain
+
+
+def test_settings_that_gain_only_together_are_offered_as_one_move_first():
+    """level2/78's 3-D transposed convolution: eager under channels-last alone and under cuDNN's timed choice alone ran
+    as fast as it is (H100, 2026-12-06); the 9.5x candidate of its searches needed both. The reference's evaluation
+    measures the pair too: where only the pair gains, the coder's first proposal applies both at once, and the pair is
+    not offered where it was not measured to gain."""
+    def facts_with(pair_speedup: float | None):
+        variants = {name: {"outside_fraction": 0.0, "max_abs_error": 0.0, "tolerance": 1e-4, "speedup": 1.0}
+                    for name in ("channels_last", "cudnn_benchmark")}
+        if pair_speedup is not None:
+            variants["channels_last+cudnn_benchmark"] = dict(variants["channels_last"], speedup=pair_speedup)
+        return problem_facts({"signature": {"inputs": [], "outputs": []}, "reference": {"median_ms": 1.0},
+                              "variants": variants})
+    together = facts_with(9.0)
+    assert "channels-last memory format and cuDNN choosing its convolution algorithms by timing them ran 9.00x as " \
+           "fast" in problem_text(together)
+    coder = OfflineCoder()
+    try:
+        first = coder.propose(_request(together))
+        options = {o["move"] for o in coder.options(_request(together))["options"]}
+        plain = [coder.propose(_request(facts)).move for facts in (facts_with(None), facts_with(1.05))]
+    finally:
+        coder.close()
+    assert "channels_last+cudnn_benchmark" in options
+    assert first.move == "channels_last+cudnn_benchmark" and first.state["applied"] == ["channels_last",
+                                                                                         "cudnn_benchmark"]
+    assert "torch.backends.cudnn.benchmark = True" in first.source and "_kp_channels_last" in first.source
+    assert all("+" not in move for move in plain), plain
+
+
+def test_the_pair_of_settings_applies_both_and_puts_the_flag_back():
+    import torch
+    from kernelpro.harness import variants
+    model, inputs = torch.nn.Conv3d(2, 2, 3), [torch.rand(1, 2, 4, 4, 4)]
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert variants.changes_anything("channels_last+cudnn_benchmark", model, inputs, cuda)
+    assert not variants.changes_anything("channels_last+cudnn_benchmark", model, inputs, cpu)  # no cuDNN choice
+    assert not variants.changes_anything("channels_last+cudnn_benchmark", torch.nn.Linear(2, 2), [torch.rand(2)], cuda)
+    saved = torch.backends.cudnn.benchmark
+    with variants.applied("channels_last+cudnn_benchmark", model, inputs) as (moved, moved_inputs):
+        assert torch.backends.cudnn.benchmark
+        assert moved.weight.is_contiguous(memory_format=torch.channels_last_3d)
+        assert moved_inputs[0].is_contiguous(memory_format=torch.channels_last_3d)
+    assert torch.backends.cudnn.benchmark == saved

@@ -50,15 +50,16 @@ def test_the_sensitivity_probe_finds_efficientnets_chaos_behind_its_tf32_convolu
     assert result.ok and result.sensitivity.outside_fraction > 0.5
 
 
-def test_the_settings_are_timed_and_a_slow_transposed_3d_convolution_gains_under_cudnns_timed_choice(tmp_path):
-    """level2/78 at its sizes: eager's ConvTranspose3d ran at about 6 TFLOPS on an H100, and a budget-12 search found
-    10.3x with cuDNN's timed algorithm choice and channels-last (H200, 2026-11-29). The reference's evaluation times a
-    few calls under each setting: cuDNN's timed choice must show a gain of at least VARIANT_GAIN there, within the
-    tolerance, so that the offline coder tries it first."""
+def test_the_settings_are_timed_and_a_slow_transposed_3d_convolution_gains_under_both_settings_at_once(tmp_path):
+    """level2/78 at its sizes: eager's ConvTranspose3d ran at about 6 TFLOPS on an H100; under channels-last alone
+    and under cuDNN's timed choice alone it ran as fast as it is (1.00x and 0.98x, H100, 2026-12-06), and its
+    searches' 9.5x to 10.3x candidates had both moves. The reference's evaluation times a few calls under each
+    setting and under the pair: the pair must show a gain of at least VARIANT_GAIN, within the tolerance, so that
+    the offline coder tries both at once first."""
     key = "level2/78_ConvTranspose3d_Max_Max_Sum"
     from kernelpro.facts import VARIANT_GAIN, problem_facts
     result = _reference_evaluated(key, tmp_path, variants=VARIANTS)
     print(key, {name: found.model_dump() for name, found in result.variants.items()})
     assert result.ok and all(found.speedup for found in result.variants.values())
     facts = problem_facts(result.model_dump(mode="json"))
-    assert facts.gains_under("cudnn_benchmark") >= VARIANT_GAIN, result.variants
+    assert facts.gains_under("channels_last+cudnn_benchmark") >= VARIANT_GAIN, result.variants

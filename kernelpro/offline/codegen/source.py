@@ -157,6 +157,21 @@ _CUDA_GRAPH = '''
             graph, out = self._kp_graph, self._kp_out
         graph.replay()
         return torch.utils._pytree.tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, out)
+
+    def _kp_drop_graphs(self):
+        self._kp_graph_key, self._kp_graph, self._kp_out, self._kp_static, self._kp_direct = None, None, None, [], {}
+
+    def _apply(self, fn, *args, **kwargs):
+        """A graph reads the memory it was captured on, parameters included, and moving or casting the model
+        (`.to`, `.cuda`, `.float`) may put them elsewhere: an RNN flattens its weights into a new buffer on every
+        `.to`, and frees the old one. The graphs are dropped; the next call captures new ones."""
+        self._kp_drop_graphs()
+        return super()._apply(fn, *args, **kwargs)
+
+    def train(self, mode=True):
+        """Training and eval mode run different kernels (a batch norm's statistics): the graphs are dropped."""
+        self._kp_drop_graphs()
+        return super().train(mode)
 '''
 
 
