@@ -137,17 +137,7 @@ def as_is(model, inputs: list) -> Iterator[tuple[object, list]]:
     yield model, inputs
 
 
-@contextmanager
-def _channels_last_cudnn_benchmark(model, inputs: list) -> Iterator[tuple[object, list]]:
-    """Both at once: cuDNN's timed choice among its channels-last kernels, which may be faster where neither setting
-    alone is (a 3-D transposed convolution)."""
-    with ExitStack() as stack:
-        model, inputs = stack.enter_context(_channels_last(model, inputs))
-        yield stack.enter_context(_cudnn_benchmark(model, inputs))
-
-
-_SETTINGS: dict[str, Callable] = {"tf32": _tf32, "channels_last": _channels_last, "cudnn_benchmark": _cudnn_benchmark,
-                                  "channels_last+cudnn_benchmark": _channels_last_cudnn_benchmark}
+_SETTINGS: dict[str, Callable] = {"tf32": _tf32, "channels_last": _channels_last, "cudnn_benchmark": _cudnn_benchmark}
 
 
 def changes_anything(name: str, model, inputs: list, device: torch.device) -> bool:
@@ -164,8 +154,13 @@ def changes_anything(name: str, model, inputs: list, device: torch.device) -> bo
     return any(t.dim() in (4, 5) for t in tensors + [x for x in inputs if isinstance(x, torch.Tensor)])
 
 
-def applied(name: str, model, inputs: list):
-    """The context in which `model` and the inputs it yields run under the variant."""
-    if name not in _SETTINGS:
+@contextmanager
+def applied(name: str, model, inputs: list) -> Iterator[tuple[object, list]]:
+    """The context in which `model` and the inputs it yields run under the variant; settings together (`a+b`, where
+    cuDNN's timed choice among its channels-last kernels may be faster than under either alone) each in turn."""
+    if name not in VARIANTS:
         raise ValueError(f"no reference variant named {name!r}: {', '.join(VARIANTS)}")
-    return _SETTINGS[name](model, inputs)
+    with ExitStack() as stack:
+        for part in name.split("+"):
+            model, inputs = stack.enter_context(_SETTINGS[part](model, inputs))
+        yield model, inputs

@@ -322,7 +322,7 @@ def _gaining_variants(facts) -> dict[str, float]:
     if facts is None:
         return {}
     gains = {move.name: facts.gains_under(move.variant) for move in MOVES.values() if move.variant}
-    gains |= {"+".join(pair): facts.gains_under("+".join(pair)) for pair in PAIRED_SETTINGS}
+    gains |= {pair: facts.gains_under(pair) for pair in PAIRED_SETTINGS}
     return {name: gain for name, gain in gains.items() if gain >= VARIANT_GAIN}
 
 

@@ -146,11 +146,11 @@ def expand(spec: dict) -> dict:
         options.append({"move": name, "technique": technique, "source": child, "rationale": move.summary + rewrites,
                         "tune": tune, "kernels": child_kernels})
     offered = {option["move"] for option in options}
-    for pair in PAIRED_SETTINGS:  # both settings at once, where each is offered alone
+    for name in PAIRED_SETTINGS:  # both settings at once, where each is offered alone
+        pair = name.split("+")
         if all(part in offered for part in pair):
-            name = "+".join(pair)
             try:
-                child, _, child_kernels = problem.build(applied + list(pair), tune, device, precision, launch_ranking)
+                child, _, child_kernels = problem.build(applied + pair, tune, device, precision, launch_ranking)
             except Exception as error:
                 skipped[name] = f"rewrite failed: {type(error).__name__}: {error}"[:300]
                 continue
