@@ -12,7 +12,7 @@ the tolerance.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from typing import get_args
 
 import torch
@@ -143,9 +143,7 @@ _SETTINGS: dict[str, Callable] = {"tf32": _tf32, "channels_last": _channels_last
 def changes_anything(name: str, model, inputs: list, device: torch.device) -> bool:
     """Whether the variant can change this model's arithmetic here: TF32 only on CUDA; channels-last only where a
     parameter, buffer or input has 4 or 5 dimensions; cuDNN's algorithm choice only on CUDA where a parameter has 3
-    or more (a convolution's weight); settings together (`a+b`) where each does."""
-    if "+" in name:
-        return all(changes_anything(part, model, inputs, device) for part in name.split("+"))
+    or more (a convolution's weight)."""
     tensors = [*model.parameters(), *model.buffers()] if isinstance(model, torch.nn.Module) else []
     if name == "tf32":
         return device.type == "cuda"
@@ -154,13 +152,8 @@ def changes_anything(name: str, model, inputs: list, device: torch.device) -> bo
     return any(t.dim() in (4, 5) for t in tensors + [x for x in inputs if isinstance(x, torch.Tensor)])
 
 
-@contextmanager
-def applied(name: str, model, inputs: list) -> Iterator[tuple[object, list]]:
-    """The context in which `model` and the inputs it yields run under the variant; settings together (`a+b`, where
-    cuDNN's timed choice among its channels-last kernels may be faster than under either alone) each in turn."""
-    if name not in VARIANTS:
+def applied(name: str, model, inputs: list):
+    """The context in which `model` and the inputs it yields run under the variant."""
+    if name not in _SETTINGS:
         raise ValueError(f"no reference variant named {name!r}: {', '.join(VARIANTS)}")
-    with ExitStack() as stack:
-        for part in name.split("+"):
-            model, inputs = stack.enter_context(_SETTINGS[part](model, inputs))
-        yield model, inputs
+    return _SETTINGS[name](model, inputs)

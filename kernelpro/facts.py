@@ -125,9 +125,7 @@ def problem_facts(reference: dict) -> ProblemFacts | None:
 
 #: how the prompt names the reference's variants (harness/variants.py)
 VARIANT_WORDS = {"tf32": "TF32 allowed in matmuls and convolutions", "channels_last": "channels-last memory format",
-                 "cudnn_benchmark": "cuDNN choosing its convolution algorithms by timing them",
-                 "channels_last+cudnn_benchmark": "channels-last memory format and cuDNN choosing its convolution "
-                                                  "algorithms by timing them"}
+                 "cudnn_benchmark": "cuDNN choosing its convolution algorithms by timing them"}
 #: eager under a variant at least this much faster (or this much slower) is worth a line of the prompt and, where
 #: faster and within the tolerance, the offline coder's first try of the move that makes that setting
 VARIANT_GAIN = 1.2

@@ -27,7 +27,7 @@ from kernelpro.coder import CoderProposal, CoderRequest
 from kernelpro.errors import KernelproError
 from kernelpro.facts import VARIANT_GAIN
 from kernelpro.harness.process import scrubbed_environment
-from kernelpro.offline.moves import BIT_EXACT, MOVES, PAIRED_SETTINGS, PREFERENCE, TUNE_PREFIX, canonical
+from kernelpro.offline.moves import BIT_EXACT, MOVES, PREFERENCE, TUNE_PREFIX, canonical
 
 BASE_PRIOR = 0.3
 KB_WEIGHT = 0.25  # how much the knowledge base's factor (log) moves a move's score
@@ -230,9 +230,7 @@ class OfflineCoder:
     def _allows(self, move: str) -> bool:
         if self.allowed is None:
             return True
-        if move.startswith(TUNE_PREFIX):
-            return "tune" in self.allowed
-        return all(part in self.allowed for part in move.split("+"))  # a pair of settings: both allowed
+        return ("tune" if move.startswith(TUNE_PREFIX) else move) in self.allowed
 
     def propose(self, request: CoderRequest) -> CoderProposal | None:
         if request.kind == "repair":
@@ -258,8 +256,7 @@ class OfflineCoder:
         gaining = _gaining_variants(request.problem_facts)  # the setting moves under which eager itself ran faster
         choices = [o for o in answer["options"] if o["move"] not in tried and o["move"] not in avoid
                    and self._allows(o["move"]) and not (o["move"] in losing_tunes and self._tuned_before(request, o))
-                   and (not exact_only or o["move"] in BIT_EXACT) and o["move"] not in failing
-                   and ("+" not in o["move"] or o["move"] in gaining)]  # a pair of settings: where it was measured
+                   and (not exact_only or o["move"] in BIT_EXACT) and o["move"] not in failing]
         if not request.parent_state.get("applied"):
             self._root_skipped = dict(answer.get("skipped", {}))
             if self.allowed is not None:  # the moves that apply but are not allowed are skipped too
@@ -288,7 +285,7 @@ class OfflineCoder:
             self._tuned.setdefault((request.problem_path, best["move"]), set()).add(_tuned_kernel(best))
         applied = list(request.parent_state.get("applied", []))
         if not best["move"].startswith(TUNE_PREFIX):
-            applied = canonical(applied + best["move"].split("+"))
+            applied = canonical(applied + [best["move"]])
         prior = min(1.0, BASE_PRIOR + scores.get(best["technique"], 0.0))
         state = {"applied": applied}
         if best.get("tune"):
@@ -316,13 +313,11 @@ def _failing_variants(facts) -> dict[str, str]:
 
 
 def _gaining_variants(facts) -> dict[str, float]:
-    """The moves that change one setting of the reference and nothing else (`Move.variant`), and the pairs of them
-    (`PAIRED_SETTINGS`, named `a+b` as their variant is), under which eager itself ran at least VARIANT_GAIN times as
-    fast, within the tolerance, in the reference's evaluation: each with that gain."""
+    """The moves that change one setting of the reference and nothing else (`Move.variant`) under which eager itself
+    ran at least VARIANT_GAIN times as fast, within the tolerance, in the reference's evaluation: each with that gain."""
     if facts is None:
         return {}
     gains = {move.name: facts.gains_under(move.variant) for move in MOVES.values() if move.variant}
-    gains |= {pair: facts.gains_under(pair) for pair in PAIRED_SETTINGS}
     return {name: gain for name, gain in gains.items() if gain >= VARIANT_GAIN}
 
 

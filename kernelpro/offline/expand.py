@@ -17,8 +17,7 @@ import torch.fx as fx
 
 from kernelpro.launch.device import target_device
 from kernelpro.offline.compiler import Compiler
-from kernelpro.offline.moves import (EXCLUSIVE, MOVES, PAIRED_SETTINGS, SIMPLIFY, TUNE_PREFIX, TUNE_TECHNIQUE, allowed,
-                                     canonical)
+from kernelpro.offline.moves import EXCLUSIVE, MOVES, SIMPLIFY, TUNE_PREFIX, TUNE_TECHNIQUE, allowed, canonical
 from kernelpro.offline.rewrite.passes import meta
 
 LAUNCH_RANKINGS = ("auto", "analytic")  # auto: a learned launch model where one exists; analytic: the generators' own
@@ -145,18 +144,6 @@ def expand(spec: dict) -> dict:
             technique = "warp_reduction"
         options.append({"move": name, "technique": technique, "source": child, "rationale": move.summary + rewrites,
                         "tune": tune, "kernels": child_kernels})
-    offered = {option["move"] for option in options}
-    for name in PAIRED_SETTINGS:  # both settings at once, where each is offered alone
-        pair = name.split("+")
-        if all(part in offered for part in pair):
-            try:
-                child, _, child_kernels = problem.build(applied + pair, tune, device, precision, launch_ranking)
-            except Exception as error:
-                skipped[name] = f"rewrite failed: {type(error).__name__}: {error}"[:300]
-                continue
-            options.append({"move": name, "technique": MOVES[pair[-1]].technique, "source": child,
-                            "rationale": "; ".join(MOVES[part].summary for part in pair) + " (both at once)",
-                            "tune": tune, "kernels": child_kernels})
     # Tuning: the next-ranked launch configuration of the kernels of most work. Identical kernels (the same code
     # for the same shapes: a transformer's layers) are one: a move tunes them together, and their work adds up.
     twins: dict[str, list[dict]] = {}

@@ -159,11 +159,6 @@ PREFERENCE = ["simplify_all"] + [name for name in ORDER if name != "simplify_all
 #: Walks one generated kernel down its ranked launch configurations: "tune:<kernel name>".
 TUNE_PREFIX = "tune:"
 TUNE_TECHNIQUE = "tune_launch_config"
-#: setting moves also offered together, as one option named `a+b` (the reference's variant of that name,
-#: harness/variants.py): eager under both settings at once may gain where under neither alone it does (cuDNN's timed
-#: choice among its channels-last kernels for a 3-D transposed convolution). The coder offers the pair only where the
-#: reference's evaluation measured that gain.
-PAIRED_SETTINGS: tuple[str, ...] = ("channels_last+cudnn_benchmark",)
 
 
 def allowed(move: Move, *, device: str, precision: str, policy: str, has_conv: bool, has_matmul: bool,
