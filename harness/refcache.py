@@ -9,8 +9,12 @@ reference once, for the sizes and output shapes their checks need.
 
 Only outputs a worker sent before it loaded any candidate code get here (the reference
 phase), and they stay in this process. What is kept is bounded: payloads held in memory up
-to a quarter of the available memory, payloads spilled to files up to a quarter of the
-temporary folder's free space; a problem over the bound is not kept, and evaluates as before.
+to a quarter of the available memory, payloads spilled to files up to half of the temporary
+folder's free space; a problem over the bound is not kept, and evaluates as before. An
+evaluation spills the trials past the memory share to files (`Evaluator._reference_payload`), so
+an entry is in both: KernelBench's level1/87 (five trials of one 8 GiB output) held three in
+memory and two in files on a GPU machine of 128 GiB and 64 GiB of disk, over a quarter of the
+disk's free space, and each of its evaluations computed the five again (10 s of 20 on an H200).
 
 One evaluation computes a key's outputs at a time (`claim`): a second evaluation of the problem that starts meanwhile
 waits for them rather than computing them beside it (at level 1's sizes the second computation ran twice as long as
@@ -90,10 +94,11 @@ def reference_key(problem_source: str, seed: int, trials: int, precision: str, m
 class ReferenceCache:
     """Reference outputs by key, the newest kept first when the bound evicts."""
 
-    def __init__(self, memory_share: float = 0.25, file_share: float = 0.25, enabled: bool = True,
-                 available=available_memory_bytes):
+    def __init__(self, memory_share: float = 0.25, file_share: float = 0.5, enabled: bool = True,
+                 available=available_memory_bytes, free_space=None):
         self.memory_share, self.file_share, self.enabled = memory_share, file_share, enabled
         self.available = available  # () -> bytes of memory available now
+        self.free_space = free_space or (lambda: shutil.disk_usage(tempfile.gettempdir()).free)  # () -> bytes
         self._entries: OrderedDict[tuple, References] = OrderedDict()
         self._lock = threading.Lock()
         self._settled = threading.Condition(self._lock)  # a key's computation ended (kept or not)
@@ -142,7 +147,7 @@ class ReferenceCache:
         free space), may stay: each within its share of what there would be without them."""
         if not self.enabled:
             return False
-        free_files = shutil.disk_usage(tempfile.gettempdir()).free if file_bytes else 0
+        free_files = self.free_space() if file_bytes else 0
         return memory_bytes <= (self.available() + memory_bytes) * self.memory_share and \
             file_bytes <= (free_files + file_bytes) * self.file_share
 

@@ -68,6 +68,21 @@ def test_what_is_kept_stays_within_its_share_and_the_least_recently_used_goes_fi
     assert not ReferenceCache(enabled=False).put(("a",), _entry(1))
 
 
+def test_an_entry_partly_spilled_to_files_is_kept_within_both_shares():
+    """level1/87's shape: 5 trials of 8 units, 3 held in memory (a quarter of 96 + 24 available) and 2 spilled to
+    files, beside 24 units of free space (half of 24 + 16 is 20): kept. A quarter of the free space would not hold
+    the files, nor half of less space."""
+    def entry():
+        kept = References()
+        for trial in range(5):
+            kept.add(bytearray(8), "x", spilled=trial >= 3)
+        return kept
+    assert (entry().memory_bytes, entry().file_bytes) == (24, 16)
+    assert ReferenceCache(available=lambda: 96, free_space=lambda: 24).put(("87",), entry())
+    assert not ReferenceCache(available=lambda: 96, free_space=lambda: 24, file_share=0.25).put(("87",), entry())
+    assert not ReferenceCache(available=lambda: 96, free_space=lambda: 10).put(("87",), entry())
+
+
 def _outputs_entry(trials: int = 2) -> References:
     """An entry of `trials` trials, each one 1000-float output (and a scalar), in the payload format."""
     import torch
