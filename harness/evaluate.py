@@ -14,11 +14,11 @@ import functools
 import logging
 import os
 import signal
-import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 
 from kernelpro.harness import channel, compare, compilecache, outputslots, policy, readings, sandbox, tritonwarm
+from kernelpro.harness.buildqueue import BuildQueue
 from kernelpro.harness.cache import BuildCache, BuildEntry, needs_native_build, source_hash
 from kernelpro.harness.ceilings import CeilingsStore, KeptCeilings, settle
 from kernelpro.harness.errors import DeviceError, ProblemError
@@ -28,7 +28,7 @@ from kernelpro.harness.outcome import Finished, Outcome, final_checks, make_resu
 from kernelpro.harness.payload import available_memory_bytes, host_payload, spill
 from kernelpro.harness.problem import Problem, reference_candidate
 from kernelpro.harness.refcache import ReferenceCache, References, reference_key
-from kernelpro.harness.pool import WorkerPool
+from kernelpro.harness.pool import STARTUP_LIMIT_S, WorkerPool
 from kernelpro.harness.process import ChannelWorker
 from kernelpro.harness.records import EnergyWindow, EvalOptions, EvalResult, MemorySizes, Phase, TimingStats, Verdict
 from kernelpro.harness.timing import summarize
@@ -42,7 +42,6 @@ SUSPICIOUS_SPEEDUP = 10.0
 #: and a kernel that streams the same bytes at that rate times within a few percent of it either way
 UNDER_FLOOR_MARGIN = 0.05
 REVERIFY_TRIALS = 10
-_STARTUP_LIMIT_S = 180.0
 
 
 def default_device() -> str:
@@ -81,11 +80,10 @@ class Evaluator:
         # the device's ceilings (harness/ceilings.py), by its name: given (a search hands over the profiler's cache),
         # else measured in the reference's own evaluation on CUDA and kept, so a device is measured once
         self.ceilings: CeilingsStore = ceilings if ceilings is not None else KeptCeilings()
-        self.build_pool = ThreadPoolExecutor(max_workers=build_workers, thread_name_prefix="kernelpro-build")
+        # native builds and Triton precompiles in the CPU pool, ahead of the GPU (harness/buildqueue.py)
+        self.builds = BuildQueue(device, self.cache, self.pool, build_workers)
         # Triton's CUDA driver helper, built once for every candidate's Triton cache (harness/tritonwarm.py)
         self.triton_driver = tritonwarm.DriverHelper.for_device(device, self.cache.root.parent)
-        self._builds: dict[str, Future] = {}
-        self._builds_lock = threading.Lock()
 
     def __enter__(self) -> "Evaluator":
         return self
@@ -96,78 +94,13 @@ class Evaluator:
     def close(self) -> None:
         self.lane.close()  # before the workers go: an evaluation waiting for the device does not start another
         self.pool.close()
-        self.build_pool.shutdown(wait=False, cancel_futures=True)
+        self.builds.close()
         self.references.clear()
 
     # -- builds ----------------------------------------------------------------
     def prebuild(self, source: str, options: EvalOptions | None = None, problem: Problem | None = None) -> Future:
-        """Start (or join) the build of a source in the CPU pool: its native extensions, and with the problem on a
-        GPU, its Triton kernels compiled for that GPU (`harness/tritonwarm.py`)."""
-        options = options or EvalOptions()
-        key = source_hash(source)
-        with self._builds_lock:
-            if key not in self._builds:
-                precompile = self._precompile(source, options, problem)
-                if needs_native_build(source) or precompile:
-                    self._builds[key] = self.build_pool.submit(self._build, source, options.limits.build_s,
-                                                               precompile)
-                else:  # nothing to build: answered here, not queued behind other candidates' nvcc runs
-                    self._builds[key] = Future()
-                    self._builds[key].set_result(self._build(source, options.limits.build_s))
-            return self._builds[key]
-
-    @functools.cached_property
-    def triton_target(self) -> tuple[str, int, int] | None:
-        """The GPU the build workers compile candidates' Triton kernels for (harness/tritonwarm.py), asked of the
-        device only where a precompile is asked for."""
-        return tritonwarm.target_for(self.device)
-
-    def _precompile(self, source: str, options: EvalOptions, problem: Problem | None) -> dict | None:
-        """What the build worker needs to compile the source's Triton kernels ahead of the GPU worker, or None: off
-        unless KERNELPRO_TRITON_PRECOMPILE=1 (on an H200 a level-2 GEMM candidate's build worker took 6.1 s to save
-        0.5 s of its first call), not on a GPU, no Triton kernel in the source, or a native build in it (whose calls
-        on the meta device would hand null pointers to code we did not write)."""
-        if os.environ.get("KERNELPRO_TRITON_PRECOMPILE", "0") != "1" or problem is None \
-                or "@triton.jit" not in source or needs_native_build(source) or self.triton_target is None:
-            return None
-        return {"target": list(self.triton_target), "problem_source": problem.source, "precision": options.precision,
-                "model_mode": options.model_mode, "seed": options.seed}
-
-    def _build(self, source: str, limit_s: float, precompile: dict | None = None) -> tuple[bool, float, dict | None]:
-        """(was cached, seconds, failure) — failure is a verdict header or None."""
-        entry = self.cache.entry(source)
-        failure = entry.failure()
-        if failure:
-            return True, 0.0, {"verdict": "compile_error", **failure}
-        if entry.built or not (needs_native_build(source) or precompile):
-            return entry.built, 0.0, None
-        began = time.monotonic()
-        builder = self.pool.builder(entry)
-        try:
-            builder.receive(_STARTUP_LIMIT_S)
-            builder.send({"candidate_source": source, "extensions_dir": str(entry.extensions_dir),
-                          "triton_cache_dir": str(entry.triton_cache_dir), "precompile": precompile})
-            reply, _ = builder.receive(limit_s)
-        except channel.ChannelTimeout:
-            return False, time.monotonic() - began, {"verdict": "timeout", "phase": "build",
-                                                     "reason": f"the build ran past {limit_s:g} s"}
-        except channel.ChannelClosed:
-            return False, time.monotonic() - began, None  # let the worker report it
-        finally:
-            builder.kill()
-        seconds = time.monotonic() - began
-        if reply["type"] == "built":
-            entry.mark_built(seconds, reply.get("precompiled"))
-            if reply.get("precompiled"):
-                log.info("%s: %d Triton kernels compiled ahead in %.1f s%s", entry.root.name,
-                         reply["precompiled"]["kernels"], seconds, f" (stopped: {reply['precompiled']['stopped']})"
-                         if reply["precompiled"]["stopped"] else "")
-        elif reply["type"] == "build_failed":
-            stdout, stderr = builder.logs()
-            text = (stderr.text() + stdout.text())[-8000:] + "\n" + reply.get("log", "")
-            entry.mark_failed(reply["reason"], text)
-            return False, seconds, {"verdict": "compile_error", "reason": reply["reason"], "log": text}
-        return False, seconds, None
+        """Start (or join) the build of a source in the CPU pool (`BuildQueue.submit`)."""
+        return self.builds.submit(source, options or EvalOptions(), problem)
 
     # -- evaluation ------------------------------------------------------------
     def evaluate(self, problem: Problem, source: str, options: EvalOptions | None = None) -> EvalResult:
@@ -265,7 +198,7 @@ class Evaluator:
                entry: BuildEntry, outcome: Outcome, references: tuple[tuple, References | None],
                reservation: Reservation | None = None, ticket: Ticket | None = None) -> None:
         """Run the evaluation on the worker; `references`: (their key, the reference outputs kept for it or None)."""
-        ready, _ = self._receive(worker, _STARTUP_LIMIT_S, outcome)
+        ready, _ = self._receive(worker, STARTUP_LIMIT_S, outcome)
         outcome.info.update(device_name=ready.get("device_name", ""), torch_version=ready.get("torch", ""))
         key, kept = references
         fresh = References() if kept is None and not outcome.itself else None
@@ -307,7 +240,7 @@ class Evaluator:
                         raise Finished(Verdict.CRASH, str(closed), outcome.phase) from None
                     outcome.queued(ticket.waited_s - waited)
                 if self.pool.refill_on_acquire:  # no GPU context starts while this times
-                    self.pool.settle(_STARTUP_LIMIT_S, timing=worker)
+                    self.pool.settle(STARTUP_LIMIT_S, timing=worker)
                 worker.send({"cmd": "time", "baselines": list(options.baselines),
                              "profile_kernels": options.policy == "strict" or options.launch_profile,
                              "kernelbench": options.kernelbench_timing,

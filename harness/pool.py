@@ -14,6 +14,9 @@ from kernelpro.harness.errors import KernelproError
 from kernelpro.harness.forkserver import ForkedWorker, Zygote, ZygoteGone
 from kernelpro.harness.process import ChannelWorker, WorkerProcess
 
+#: how long a worker may take to start and say it is ready (import torch, a CUDA context)
+STARTUP_LIMIT_S = 180.0
+
 
 def worker_start() -> str:
     """How workers start: "fork" (from a warm parent in the sandbox, the default) or "spawn" (a fresh

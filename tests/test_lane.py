@@ -156,7 +156,7 @@ def test_a_source_with_nothing_to_build_is_not_queued_behind_other_builds(tmp_pa
     from kernelpro.harness.cache import BuildCache
     with Evaluator("cpu", cache=BuildCache(tmp_path), spares=0, build_workers=2) as evaluator:
         busy = threading.Event()
-        blockers = [evaluator.build_pool.submit(busy.wait, 30) for _ in range(2)]
+        blockers = [evaluator.builds.executor.submit(busy.wait, 30) for _ in range(2)]
         try:
             future = evaluator.prebuild(candidate_source("good"))
             assert future.done() and future.result() == (False, 0.0, None)

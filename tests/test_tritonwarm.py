@@ -104,7 +104,7 @@ def test_the_build_worker_compiles_them_when_the_evaluator_asks(candidate, tmp_p
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # for the build worker, which gets this environment
     monkeypatch.setenv("KERNELPRO_TRITON_PRECOMPILE", "1")
     with Evaluator("cpu", cache=BuildCache(tmp_path / "builds")) as evaluator:
-        evaluator.triton_target = ("cuda", 90, 32)  # as on an H100 or H200
+        evaluator.builds.triton_target = ("cuda", 90, 32)  # as on an H100 or H200
         cached, seconds, failure = evaluator.prebuild(source, EvalOptions(), load_problem(problem)).result(timeout=600)
         entry = evaluator.cache.entry(source)
         assert failure is None and not cached and seconds > 0
@@ -118,14 +118,14 @@ def test_nothing_is_compiled_ahead_off_a_gpu_beside_a_native_build_or_unless_swi
     problem, _, source = candidate
     monkeypatch.setenv("KERNELPRO_TRITON_PRECOMPILE", "1")
     with Evaluator("cpu") as evaluator:
-        assert evaluator.triton_target is None
-        assert evaluator._precompile(source, EvalOptions(), load_problem(problem)) is None
-        evaluator.triton_target = ("cuda", 90, 32)
-        assert evaluator._precompile(source, EvalOptions(), load_problem(problem))["target"] == ["cuda", 90, 32]
+        assert evaluator.builds.triton_target is None
+        assert evaluator.builds.precompile(source, EvalOptions(), load_problem(problem)) is None
+        evaluator.builds.triton_target = ("cuda", 90, 32)
+        assert evaluator.builds.precompile(source, EvalOptions(), load_problem(problem))["target"] == ["cuda", 90, 32]
         native = source + "\nfrom torch.utils.cpp_extension import load_inline\n"
-        assert evaluator._precompile(native, EvalOptions(), load_problem(problem)) is None
+        assert evaluator.builds.precompile(native, EvalOptions(), load_problem(problem)) is None
         monkeypatch.delenv("KERNELPRO_TRITON_PRECOMPILE")  # off by default: it cost more than it saved on the H200
-        assert evaluator._precompile(source, EvalOptions(), load_problem(problem)) is None
+        assert evaluator.builds.precompile(source, EvalOptions(), load_problem(problem)) is None
 
 
 def test_the_compile_script_compiles_a_problems_kernels_and_reads_their_registers(tmp_path):
