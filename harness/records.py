@@ -47,7 +47,7 @@ class Phase(str, enum.Enum):
 Policy = Literal["relaxed", "strict"]
 ModelMode = Literal["train", "eval"]
 Precision = Literal["fp32", "bf16", "fp16"]
-Variant = Literal["tf32", "channels_last", "cudnn_benchmark"]  # harness/variants.py
+Variant = Literal["tf32", "channels_last", "cudnn_benchmark", "tf32_operands"]  # harness/variants.py
 HALF_PRECISIONS = ("bf16", "fp16")  # the half precisions a run may cast the problem to
 Baseline = Literal["eager", "compile"]
 

@@ -6,7 +6,8 @@ by timing them (other kernels, another order of the sums). Whether such a candid
 decided by the reference itself under the same setting, and one more forward of it costs far less than an evaluation
 of the candidate (a worker, five correctness trials, a timing). The reference's evaluation runs it
 (`EvalOptions.variants`) before any candidate code exists in its worker, and reports how much of the output leaves
-the tolerance.
+the tolerance. One variant is no setting but an arithmetic a kernel of ours can copy: the convolutions in float32 on
+operands rounded to TF32 (`tf32_operands`), which eager matches where cuDNN's TF32 convolutions round so.
 """
 
 from __future__ import annotations
@@ -60,6 +61,48 @@ def _cudnn_benchmark(model, inputs: list) -> Iterator[tuple[object, list]]:
         yield model, inputs
     finally:
         torch.backends.cudnn.benchmark = saved
+
+
+def tf32_nearest(x: torch.Tensor) -> torch.Tensor:
+    """A float32 tensor's values rounded to TF32 (10 mantissa bits), to nearest with ties away from zero, as
+    `cvt.rna.tf32.f32` rounds: add half of the 13 dropped bits' weight, then drop them."""
+    return ((x.contiguous().view(torch.int32) + 0x1000) & -0x2000).view(torch.float32)
+
+
+#: torch's convolution functions (torch.nn.functional's are these same objects), which nn.Conv*d and
+#: nn.ConvTranspose*d call; their `groups` is the seventh positional argument in both forms
+_CONVOLUTIONS = {torch.conv1d, torch.conv2d, torch.conv3d, torch.conv_transpose1d, torch.conv_transpose2d,
+                 torch.conv_transpose3d}
+
+
+class _TF32Operands(torch.overrides.TorchFunctionMode):
+    """Each float32 convolution with more than one input channel per group run on its input and weight rounded to
+    TF32 (`tf32_nearest`); a depthwise one (one input channel per group) as it is."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _CONVOLUTIONS and len(args) >= 2 and all(
+                isinstance(a, torch.Tensor) and a.dtype == torch.float32 for a in args[:2]):
+            groups = kwargs.get("groups", args[6] if len(args) > 6 else 1)
+            if args[0].shape[1] // groups > 1 or groups == 1:
+                args = (tf32_nearest(args[0]), tf32_nearest(args[1]), *args[2:])
+        return func(*args, **kwargs)
+
+
+@contextmanager
+def _tf32_operands(model, inputs: list) -> Iterator[tuple[object, list]]:
+    """cuDNN's TF32 off, and each convolution's operands rounded to TF32 to nearest first (`_TF32Operands`): the
+    products are then exact and only the order of their float32 sums differs from a TF32 convolution that rounds
+    its operands so. Where eager matches itself under this, cuDNN's convolutions round that way, and a
+    convolution kernel of our own that rounds them alike passes fp32's tolerance (the offline coder's triton_conv
+    at fp32)."""
+    saved = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        with _TF32Operands():
+            yield model, inputs
+    finally:
+        torch.backends.cudnn.allow_tf32 = saved
 
 
 class _Draws:
@@ -137,18 +180,21 @@ def as_is(model, inputs: list) -> Iterator[tuple[object, list]]:
     yield model, inputs
 
 
-_SETTINGS: dict[str, Callable] = {"tf32": _tf32, "channels_last": _channels_last, "cudnn_benchmark": _cudnn_benchmark}
+_SETTINGS: dict[str, Callable] = {"tf32": _tf32, "channels_last": _channels_last, "cudnn_benchmark": _cudnn_benchmark,
+                                  "tf32_operands": _tf32_operands}
 
 
 def changes_anything(name: str, model, inputs: list, device: torch.device) -> bool:
     """Whether the variant can change this model's arithmetic here: TF32 only on CUDA; channels-last only where a
     parameter, buffer or input has 4 or 5 dimensions; cuDNN's algorithm choice only on CUDA where a parameter has 3
-    or more (a convolution's weight)."""
+    or more (a convolution's weight); TF32-rounded operands only on CUDA where such a parameter is float32."""
     tensors = [*model.parameters(), *model.buffers()] if isinstance(model, torch.nn.Module) else []
     if name == "tf32":
         return device.type == "cuda"
     if name == "cudnn_benchmark":
         return device.type == "cuda" and any(t.dim() >= 3 for t in tensors)
+    if name == "tf32_operands":
+        return device.type == "cuda" and any(t.dim() >= 3 and t.dtype == torch.float32 for t in tensors)
     return any(t.dim() in (4, 5) for t in tensors + [x for x in inputs if isinstance(x, torch.Tensor)])
 
 

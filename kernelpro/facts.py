@@ -55,6 +55,11 @@ class ProblemFacts:
         """The share of eager's own output outside the tolerance under this setting (0.0 where not measured)."""
         return dict(self.variant_fractions).get(variant, 0.0)
 
+    def matches_under(self, variant: str) -> bool:
+        """Whether eager was measured under this variant and stayed within the tolerance everywhere."""
+        return variant in dict(self.variant_fractions) and not self.fails_under(variant) \
+            and variant not in dict(self.variant_errors)
+
     def gains_under(self, variant: str) -> float:
         """How much faster eager's few calls ran under this setting (1.0 where not measured, or where eager fails the
         tolerance or raises under it)."""
@@ -125,7 +130,12 @@ def problem_facts(reference: dict) -> ProblemFacts | None:
 
 #: how the prompt names the reference's variants (harness/variants.py)
 VARIANT_WORDS = {"tf32": "TF32 allowed in matmuls and convolutions", "channels_last": "channels-last memory format",
-                 "cudnn_benchmark": "cuDNN choosing its convolution algorithms by timing them"}
+                 "cudnn_benchmark": "cuDNN choosing its convolution algorithms by timing them",
+                 "tf32_operands": "its convolutions in float32 on operands rounded to TF32 (to nearest)"}
+#: what a candidate may do where eager matched itself under a variant that is an arithmetic rather than a setting
+VARIANT_MATCHES = {"tf32_operands": "a convolution kernel of your own that rounds both operands to TF32 to nearest "
+                                    "(then exact products, float32 sums) can pass where cuDNN's TF32 result is the "
+                                    "reference"}
 #: eager under a variant at least this much faster (or this much slower) is worth a line of the prompt and, where
 #: faster and within the tolerance, the offline coder's first try of the move that makes that setting
 VARIANT_GAIN = 1.2
@@ -243,6 +253,8 @@ def problem_text(facts: ProblemFacts) -> str:
         elif fraction:
             lines.append(f"- eager itself with {words} moves {fraction:.1%} of its output outside the tolerance: a "
                          "candidate that relies on that cannot pass")
+        elif variant in VARIANT_MATCHES:
+            lines.append(f"- eager itself with {words} stays within the tolerance: {VARIANT_MATCHES[variant]}")
     for variant, _ in facts.variant_speedups:  # a setting that fails the tolerance gains nothing (gains_under)
         gain = facts.gains_under(variant)
         if gain >= VARIANT_GAIN or gain <= 1 / VARIANT_GAIN:

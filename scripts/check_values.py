@@ -30,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compile_for_gpu import problem_arguments, problem_files  # noqa: E402
 
-#: moves whose candidates need a GPU to run (native code, graphs) or run at half precision only
+#: moves whose candidates need a GPU to run (native code, graphs) or copy its arithmetic (TF32, triton_conv at fp32)
 NEEDS_GPU = {"cuda_kernels", "cute_gemm", "cuda_graphs", "triton_conv", "tf32_matmul", "cudnn_benchmark"}
 
 CHILD = """

@@ -1,8 +1,9 @@
 """The Triton convolution (`triton_conv`: implicit GEMM, depthwise), run by Triton's interpreter on CPU.
 
-The move is offered at bf16/fp16 only; the kernels themselves follow their inputs' dtype, so the
-interpreter checks them at float32 (exact index arithmetic, tight tolerance) and at fp16 (the
-tolerance a half-precision run is judged at). Triton's interpreter does not compute bf16 loads
+Written for bf16/fp16, the kernels follow their inputs' dtype, so the interpreter checks their
+index arithmetic at float32 (tight tolerance) and fp16 at the tolerance a half-precision run is
+judged at; written for fp32, they round their operands to TF32, checked against eager under the
+same rounding. Triton's interpreter does not compute bf16 loads
 correctly on CPU, so bf16 is checked on the GPU (tests/gpu).
 """
 
@@ -115,16 +116,51 @@ def test_fp16_runs_within_the_half_precision_tolerance(tmp_path, case):
     torch.testing.assert_close(got, expected, atol=1e-2, rtol=1e-2)
 
 
-def test_the_move_is_offered_at_half_precision_only_and_says_why_not(tmp_path):
+def test_the_move_is_offered_at_every_precision_and_at_fp32_leaves_depthwise_convolutions_to_cudnn(tmp_path):
     path = conv_problem(tmp_path, 2, 1, 4, 16, (8, 8), (3, 3), (1, 1), (1, 1), (1, 1), 1, True, "torch.relu(h)")
     spec = {"problem_path": str(path), "applied": [], "device": "cuda", "precision": "fp32", "policy": "relaxed"}
-    fp32 = expand(spec)
+    for precision in ("fp32", "bf16"):
+        option = next(o for o in expand(dict(spec, precision=precision))["options"] if o["move"] == "triton_conv")
+        assert option["technique"] == "fuse_epilogue" and "1 kernel" in option["rationale"]
+        assert [k["kind"] for k in option["kernels"]] == ["conv"]
+        assert ('input_precision="tf32"' in option["source"]) == (precision == "fp32")
+    depthwise = conv_problem(tmp_path, 2, 1, 6, 6, (8, 8), (3, 3), (1, 1), (1, 1), (1, 1), 6, False, "h")
+    fp32 = expand(dict(spec, problem_path=str(depthwise)))
     assert "triton_conv" not in {o["move"] for o in fp32["options"]}
-    assert "bf16 or fp16" in fp32["skipped"]["triton_conv"]
-    half = expand(dict(spec, precision="bf16"))
-    option = next(o for o in half["options"] if o["move"] == "triton_conv")
-    assert option["technique"] == "fuse_epilogue" and "1 kernel" in option["rationale"]
-    assert [k["kind"] for k in option["kernels"]] == ["conv"]
+    assert "depthwise convolution stays cuDNN's" in fp32["skipped"]["triton_conv"]
+    assert "triton_conv" in {o["move"] for o in expand(dict(spec, problem_path=str(depthwise), precision="bf16"))["options"]}
+
+
+@pytest.mark.parametrize("case", [
+    dict(nd=2, batch=2, c_in=8, c_out=24, size=(10, 9), kernel=(3, 3), stride=(1, 1), padding=(1, 1),
+         dilation=(1, 1), groups=1, bias=True, epilogue="F.gelu(h) * y"),
+    dict(nd=1, batch=2, c_in=12, c_out=8, size=(33,), kernel=(3,), stride=(2,), padding=(1,), dilation=(3,),
+         groups=1, bias=False, epilogue="h", output_padding=(1,)),
+    dict(nd=3, batch=1, c_in=4, c_out=32, size=(4, 5, 6), kernel=(2, 3, 3), stride=(1, 2, 1), padding=(0, 1, 1),
+         dilation=(1, 1, 2), groups=2, bias=True, epilogue="h"),
+], ids=["conv2d-gelu", "transposed1d-strided-dilated", "conv3d-grouped-bare"])
+def test_at_fp32_the_kernel_computes_the_reference_on_operands_rounded_to_tf32(tmp_path, case):
+    """At fp32 the kernel rounds its operands to TF32 to nearest (exact products on TF32 tensor cores; the
+    interpreter multiplies in float32, exactly so on such operands): its values are eager's under the variant
+    `tf32_operands` to float32's summation error, and differ from eager's own by TF32's rounding."""
+    from kernelpro.harness import variants
+    candidate, _ = build(conv_problem(tmp_path, **case), precision="fp32")
+    assert 'input_precision="tf32"' in candidate.read_text()
+    module = load_module(candidate)
+    init = module.get_init_inputs()
+    torch.manual_seed(42)
+    reference = module.Model(*init)
+    torch.manual_seed(42)
+    new = module.ModelNew(*init)
+    torch.manual_seed(7)
+    inputs = module.get_inputs()
+    with torch.no_grad():
+        plain = reference(*inputs)
+        with variants.applied("tf32_operands", reference, inputs) as (model, same):
+            rounded = model(*same)
+        got = new(*inputs)
+    torch.testing.assert_close(got, rounded, atol=2e-6, rtol=2e-6)
+    assert float((got - plain).abs().max()) > 1e-5  # TF32's rounding is there
 
 
 def test_convolutions_the_kernel_does_not_take_stay_cudnn_calls_with_a_reason(tmp_path):

@@ -112,7 +112,9 @@ def test_every_move_carries_what_fx_lifts_out_of_forward(form, tmp_path):
             continue
         if form in ("scalar", "vector_and_index") and "_tensor_constant" in source:
             assert "lifted by torch.fx" in source, move.name
-        if runnable_on_cpu(move.name, source):
+        # a move that copies another arithmetic at fp32 (triton_conv's TF32 operands) is compared against eager under
+        # that arithmetic in its own tests (test_conv_gemm.py)
+        if runnable_on_cpu(move.name, source) and not move.fp32_matches:
             candidate = tmp_path / f"{form}_{move.name}.py"
             candidate.write_text(source)
             compare_models(load_module(candidate), atol=1e-5, training=True)

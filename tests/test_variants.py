@@ -134,3 +134,66 @@ def test_a_setting_under_which_eager_itself_ran_faster_is_the_offline_coders_fir
         coder.close()
     assert first == "cudnn_benchmark" and plain != "cudnn_benchmark" and after_failing == plain
 
+
+
+def test_tf32_operands_rounds_each_convolutions_operands_to_nearest_and_leaves_depthwise_ones():
+    """The variant behind triton_conv at fp32: to nearest with ties away (1 + 2^-11 is a tie, 1 + 2^-12 is not),
+    a convolution's input and weight rounded so and cuDNN's TF32 off inside, a depthwise convolution untouched."""
+    import torch
+    import torch.nn.functional as F
+    from kernelpro.harness import variants
+    one = torch.tensor([1 + 2**-11, 1 + 2**-12, -(1 + 3 * 2**-11), 1 + 2**-10, float("inf")])
+    assert variants.tf32_nearest(one).tolist() == [1 + 2**-10, 1.0, -(1 + 2 * 2**-10), 1 + 2**-10, float("inf")]
+    torch.manual_seed(0)
+    conv, depthwise = torch.nn.Conv2d(4, 8, 3), torch.nn.Conv2d(4, 4, 3, groups=4)
+    x = torch.randn(2, 4, 9, 9)
+    saved = torch.backends.cudnn.allow_tf32
+    with torch.no_grad(), variants.applied("tf32_operands", conv, [x]) as (model, (same,)):
+        assert not torch.backends.cudnn.allow_tf32
+        rounded = model(same)
+        transposed = F.conv_transpose1d(x[:, :, 0], conv.weight[:, :, 0].transpose(0, 1).contiguous())
+        untouched = depthwise(x)
+    assert torch.backends.cudnn.allow_tf32 == saved
+    with torch.no_grad():
+        assert torch.equal(rounded, F.conv2d(variants.tf32_nearest(x), variants.tf32_nearest(conv.weight), conv.bias))
+        assert not torch.equal(rounded, conv(x))
+        assert torch.equal(transposed, F.conv_transpose1d(
+            variants.tf32_nearest(x[:, :, 0]), variants.tf32_nearest(conv.weight[:, :, 0].transpose(0, 1).contiguous())))
+        assert torch.equal(untouched, depthwise(x))
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert variants.changes_anything("tf32_operands", conv, [x], cuda)
+    assert not variants.changes_anything("tf32_operands", conv, [x], cpu)
+    assert not variants.changes_anything("tf32_operands", conv.to(torch.bfloat16), [x], cuda)
+    assert not variants.changes_anything("tf32_operands", torch.nn.Linear(2, 2), [x], cuda)
+
+
+def test_the_triton_convolution_is_offered_at_fp32_only_where_eager_matched_its_rounding():
+    """triton_conv at fp32 copies the arithmetic of the variant tf32_operands: the coder offers it where eager
+    matched itself under that variant, and says why not where eager left the tolerance or was not measured."""
+    def facts_with(found: dict | None):
+        return problem_facts({"signature": {"inputs": [], "outputs": []}, "reference": {"median_ms": 1.0},
+                              "variants": {"tf32_operands": found} if found else {}})
+    matched = facts_with({"outside_fraction": 0.0, "max_abs_error": 3e-7, "tolerance": 1e-4})
+    missed = facts_with({"outside_fraction": 0.25, "max_abs_error": 4e-4, "tolerance": 1e-4})
+    assert matched.matches_under("tf32_operands") and not missed.matches_under("tf32_operands")
+    assert "eager itself with its convolutions in float32 on operands rounded to TF32 (to nearest) stays within the " \
+           "tolerance: a convolution kernel of your own" in problem_text(matched)
+    assert "25.0% of its output outside the tolerance" in problem_text(missed)
+    assert not facts_with(None).matches_under("tf32_operands")
+
+    def proposed(facts, precision="fp32") -> tuple[list, str]:
+        coder, moves = OfflineCoder(moves="triton_conv"), []
+        try:
+            while (proposal := coder.propose(replace(_request(facts), precision=precision,
+                                                     tried=tuple((m, "x") for m in moves)))):
+                moves.append(proposal.move)
+            return moves, coder.why_no_moves()
+        finally:
+            coder.close()
+    assert proposed(matched)[0] == ["triton_conv"]
+    moves, why = proposed(missed)
+    assert moves == [] and "triton_conv: predicted to fail: eager with its convolutions in float32 on operands " \
+                              "rounded to TF32 (to nearest) puts 25.0% of its output outside the tolerance" in why
+    moves, why = proposed(facts_with(None))
+    assert moves == [] and "eager was not measured with its convolutions" in why
+    assert proposed(facts_with(None), precision="bf16")[0] == ["triton_conv"]

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from kernelpro.coder import CoderProposal, CoderRequest
 from kernelpro.errors import KernelproError
-from kernelpro.facts import VARIANT_GAIN
+from kernelpro.facts import VARIANT_GAIN, VARIANT_WORDS
 from kernelpro.harness.process import scrubbed_environment
 from kernelpro.offline.moves import BIT_EXACT, MOVES, PREFERENCE, TUNE_PREFIX, canonical
 
@@ -253,6 +253,7 @@ class OfflineCoder:
         # a reference whose output leaves the tolerance under a one-ulp change of its inputs: bit-exact moves only
         exact_only = request.problem_facts is not None and request.problem_facts.rounding_sensitive
         failing = _failing_variants(request.problem_facts)  # move -> why the reference itself fails under its setting
+        failing |= _unmatched(request.problem_facts, request.precision)  # copies of an arithmetic eager does not do
         gaining = _gaining_variants(request.problem_facts)  # the setting moves under which eager itself ran faster
         choices = [o for o in answer["options"] if o["move"] not in tried and o["move"] not in avoid
                    and self._allows(o["move"]) and not (o["move"] in losing_tunes and self._tuned_before(request, o))
@@ -310,6 +311,26 @@ def _failing_variants(facts) -> dict[str, str]:
         f"raises {errors[move.variant]}" if move.variant in errors else
         f"puts {facts.fails_under(move.variant):.1%} of its output outside the tolerance")
         for move in MOVES.values() if move.variant and facts.fails_under(move.variant)}
+
+
+def _unmatched(facts, precision: str) -> dict[str, str]:
+    """At fp32, the moves that copy the arithmetic of a variant (`Move.fp32_matches`: triton_conv's TF32-rounded
+    operands) where eager was not measured under it or left the tolerance there: move -> why it is skipped."""
+    if precision != "fp32":
+        return {}
+    skipped = {}
+    for move in MOVES.values():
+        variant = move.fp32_matches
+        if not variant or (facts is not None and facts.matches_under(variant)):
+            continue
+        words = VARIANT_WORDS.get(variant, variant)
+        if facts is None or variant not in dict(facts.variant_fractions):
+            skipped[move.name] = f"predicted to fail: eager was not measured with {words}"
+        else:
+            skipped[move.name] = (f"predicted to fail: eager with {words} puts {facts.fails_under(variant):.1%} of its "
+                                  f"output outside the tolerance" if facts.fails_under(variant) else
+                                  f"predicted to fail: eager with {words} raises {dict(facts.variant_errors)[variant]}")
+    return skipped
 
 
 def _gaining_variants(facts) -> dict[str, float]:

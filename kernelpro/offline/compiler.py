@@ -185,7 +185,8 @@ def fuse(compiler: Compiler, build: Build) -> None:
         build.sources.append(batchnorm.UPDATE_SOURCE)  # the running statistics' update, in the file
     bare = gemm.expose_bare_products(gm) if "triton_gemm" in graph_moves else []
     if "triton_conv" in graph_moves:  # a convolution the model returns gets an epilogue too
-        bare += gemm.expose_bare_products(gm, lambda node: conv_gemm.is_conv(gm, node))
+        compiler.left_alone["triton_conv"] = conv_gemm.left_to_cudnn(gm, build.precision)
+        bare += gemm.expose_bare_products(gm, lambda node: conv_gemm.is_conv(gm, node, build.precision))
     # with the row kernels: scans (cumsum/cumprod with the flips, slices and pointwise ops around them) and attention
     # without softmax, its scores never written out
     found = []
@@ -200,7 +201,6 @@ def fuse(compiler: Compiler, build: Build) -> None:
         if "row" in kinds:
             groups, counts["triton_gemm"] = gemms_before_rows(gm, kinds, excluded, found, groups, tf32)
     if "triton_conv" in graph_moves:
-        compiler.left_alone["triton_conv"] = []
         counts["triton_conv"] = conv_gemm.attach(gm, groups, build.precision, compiler.left_alone["triton_conv"])
     if bare:
         groups = gemm.drop_unused(gm, groups, bare)

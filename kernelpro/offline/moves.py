@@ -27,6 +27,8 @@ class Move:
     cutlass: bool = False  # builds CUTLASS/CuTe kernels for Hopper (needs the nvidia-cutlass wheel and sm_90)
     eval_only: bool = False  # exact only when the model runs in eval mode (running statistics)
     variant: str = ""  # the setting it changes and nothing else: the reference measured under it (harness/variants.py)
+    # at fp32, the variant whose arithmetic it copies: offered only where eager matched itself under that variant
+    fp32_matches: str = ""
 
 
 MOVES: dict[str, Move] = {m.name: m for m in (
@@ -106,9 +108,10 @@ MOVES: dict[str, Move] = {m.name: m for m in (
     Move("triton_conv", "fuse_epilogue", True,
          "compute a convolution (1-D, 2-D or 3-D; any stride, padding, dilation and groups; depthwise as its own "
          "kernel) and the pointwise epilogue after it in one Triton kernel: an implicit GEMM on tensor cores, "
-         "float32 accumulate, the epilogue in registers before the single store. bf16/fp16 only: at fp32 the "
-         "reference's TF32 convolution is what KernelBench's tolerance passes",
-         cuda_only=True, needs_conv=True, kernels=True, half_only=True),
+         "float32 accumulate, the epilogue in registers before the single store. At fp32 its operands are rounded "
+         "to TF32 to nearest, as cuDNN's TF32 convolutions may round them, and depthwise ones stay cuDNN's: offered "
+         "there only where eager matched itself under that arithmetic (variant tf32_operands)",
+         cuda_only=True, needs_conv=True, kernels=True, fp32_matches="tf32_operands"),
     Move("cuda_kernels", "vectorize_memory", True,
          "generate the pointwise chains, reductions and normalizations as CUDA C++ through load_inline instead of "
          "Triton: 16-byte vector loads and stores, warp-shuffle row reductions",
