@@ -18,7 +18,10 @@ from kernelpro.harness.compare import deviation
 from kernelpro.harness.errors import one_line
 from kernelpro.harness.modelio import flatten_outputs, set_seed, tensor_bytes
 
-#: inputs and outputs larger than this (bytes) are not held twice for a probe
+#: inputs and outputs larger than this (bytes) are not held twice for a probe on the CPU. On a GPU there is no such
+#: bound: an evaluation's memory reservation (harness/memory.needed_bytes: four input sets and an output per timed
+#: model beside the reference's peak) holds a rerun beside trial 0's outputs, and level 1's problems (GBs of
+#: tensors) are where TF32 or a convolution of ours is most often tried
 HELD_TWICE_BYTES = 1 << 30
 #: the calls of the reference a timed rerun times after its comparison's, under a setting and as it is
 TIMED_CALLS = 3
@@ -65,9 +68,9 @@ def rerun(job, problem, seed: int, outputs: list, change, timed: bool = False, c
     """The reference built and fed again from trial 0's seed, run inside `change(model, inputs)` (a context that
     yields the model and inputs to run), against its outputs (compare.deviation; not where `compared` is False: the
     reference as it is, run only to be timed); `timed`: then TIMED_CALLS more calls, each synchronized, their median
-    as `call_ms`. None where the inputs and outputs are too large to hold twice, or the device runs out of memory
-    (which says nothing of a candidate's fate)."""
-    if tensor_bytes(outputs) + job.sizes["input_bytes"] > HELD_TWICE_BYTES:
+    as `call_ms`. None where the inputs and outputs are too large to hold twice on the CPU, or the device runs out of
+    memory (which says nothing of a candidate's fate)."""
+    if job.device.type == "cpu" and tensor_bytes(outputs) + job.sizes["input_bytes"] > HELD_TWICE_BYTES:
         return None
     try:
         init_inputs, inputs = job.trial_values(seed)

@@ -65,8 +65,10 @@ def _cudnn_benchmark(model, inputs: list) -> Iterator[tuple[object, list]]:
 
 def tf32_nearest(x: torch.Tensor) -> torch.Tensor:
     """A float32 tensor's values rounded to TF32 (10 mantissa bits), to nearest with ties away from zero, as
-    `cvt.rna.tf32.f32` rounds: add half of the 13 dropped bits' weight, then drop them."""
-    return ((x.contiguous().view(torch.int32) + 0x1000) & -0x2000).view(torch.float32)
+    `cvt.rna.tf32.f32` rounds: add half of the 13 dropped bits' weight, then drop them (one copy of `x`, rounded in
+    place: level 1's inputs are GBs)."""
+    bits = x.to(memory_format=torch.contiguous_format, copy=True).view(torch.int32)
+    return bits.add_(0x1000).bitwise_and_(-0x2000).view(torch.float32)
 
 
 #: torch's convolution functions (torch.nn.functional's are these same objects), which nn.Conv*d and
