@@ -25,8 +25,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 #: the moves whose candidates hold Triton kernels, and the precision each is built and compiled at
-MOVES = {"fuse_pointwise": "fp32", "fuse_reductions": "fp32", "triton_gemm": "fp32", "persistent_kernels": "fp32",
-         "triton_conv": "bf16"}
+#: the moves that write Triton kernels, each at the precisions it is offered at
+MOVES = (("fuse_pointwise", "fp32"), ("fuse_reductions", "fp32"), ("triton_gemm", "fp32"),
+         ("persistent_kernels", "fp32"), ("triton_conv", "bf16"), ("triton_conv", "fp32"))
 
 CHILD = """
 import json, sys
@@ -71,18 +72,18 @@ def check(key: str, path: Path, arch: int, scratch: Path, static: bool = False) 
     from kernelpro.offline.compiler import Compiler
     compiler = Compiler(path, 42, "train")
     builds, rows = [], []
-    for move, precision in MOVES.items():
+    for move, precision in MOVES:
         try:
             source, counts, _ = compiler.build([move] if move != "persistent_kernels" else ["fuse_pointwise", move],
                                                precision=precision)
         except Exception as error:  # noqa: BLE001 - a move that does not build here is not offered either
-            rows.append({"problem": key, "move": move, "skipped": f"{type(error).__name__}"})
+            rows.append({"problem": key, "move": f"{move} {precision}", "skipped": f"{type(error).__name__}"})
             continue
         if "@triton.jit" not in source:
             continue
-        candidate = scratch / f"{key.replace('/', '_')}_{move}.py"
+        candidate = scratch / f"{key.replace('/', '_')}_{move}_{precision}.py"
         candidate.write_text(source)
-        builds.append((move, str(candidate), precision, source.count("@triton.jit")))
+        builds.append((f"{move} {precision}", str(candidate), precision, source.count("@triton.jit")))
     if not builds:
         return rows
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}

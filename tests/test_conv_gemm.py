@@ -192,6 +192,19 @@ def test_configurations_are_ranked_and_fit_the_problem(tmp_path):
     assert all(c["BLOCK_N"] <= 32 and c["BLOCK_K"] <= 256 for c in ranks)
 
 
+def test_wide_fp32_tiles_run_on_eight_warps(tmp_path):
+    """At fp32 a tile's operands take twice the bytes and are rounded in registers: a 128 x 64 x 32 tile on 4 warps
+    spilled for sm_90, so from (BLOCK_M + BLOCK_N) x BLOCK_K = FP32_WIDE_TILE on a tile gets 8; bf16 keeps its own."""
+    path = conv_problem(tmp_path, 2, 2, 64, 512, (16, 16), (3, 3), (1, 1), (1, 1), (1, 1), 1, False, "h")
+    problem = Compiler(path, 42, "train")
+    for precision in ("fp32", "bf16"):
+        (kernel,) = problem.build(["triton_conv"], precision=precision)[2]
+        ranks = [problem.build(["triton_conv"], {kernel["name"]: r}, precision=precision)[2][0]["config"]
+                 for r in range(kernel["configs"])]
+        wide = [c for c in ranks if (c["BLOCK_M"] + c["BLOCK_N"]) * c["BLOCK_K"] >= conv_gemm.FP32_WIDE_TILE]
+        assert wide and all(c["num_warps"] == 8 for c in wide) == (precision == "fp32"), (precision, wide)
+
+
 def test_transposed_convolutions_are_offered_and_can_be_turned_off(tmp_path):
     path = conv_problem(tmp_path, 2, 1, 8, 16, (6, 6), (3, 3), (2, 2), (1, 1), (1, 1), 1, True, "torch.relu(h)",
                         output_padding=(1, 1))

@@ -60,6 +60,10 @@ HALF = HALF_PRECISIONS
 #: an fp32 tile's values rounded to TF32, to nearest with ties away from zero (`cvt.rna.tf32.f32`; the reference's
 #: variant rounds alike, harness/variants.tf32_nearest), as a Triton expression of `{v}`
 TF32_NEAREST = "(({v}.to(tl.int32, bitcast=True) + 4096) & -8192).to(tl.float32, bitcast=True)"
+#: operand elements of a tile (BLOCK_M + BLOCK_N) x BLOCK_K from which an fp32 implicit GEMM runs on 8 warps: with 4,
+#: a 128 x 64 x 32 tile spilled registers for sm_90 (VGG16's 512-channel layers, level2/78 and 100's transposed 3-D
+#: convolutions; `scripts/compile_for_gpu.py --static`), as the bf16 one does not
+FP32_WIDE_TILE = 6144
 #: Transposed convolutions are offered (at bf16/fp16, like the rest of the move) since the sub-pixel split:
 #: on the H100 its kernels were correct on 4 of 5 KernelBench shapes, where the gradient-form gather before
 #: it computed wrong values on level2/26; the fifth, level2/26, missed bf16's tolerance on a handful of
@@ -326,6 +330,8 @@ def configs(group: Group, device: Device = Device()) -> list[dict]:
                 continue
             tail = wave_fill(math.ceil(c.m / bm) * math.ceil(c.out_per_group / bn) * c.groups / device.sms)
             reuse = (bm * bn / (bm + bn)) / 64.0
+            if c.dtype not in HALF and (bm + bn) * bk >= FP32_WIDE_TILE:
+                warps = max(warps, 8)  # fp32 tiles, rounded in registers, twice the bytes: spread over more threads
             ranked.append((round(tail * math.sqrt(min(1.0, reuse)), 6),
                            {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": warps, "num_stages": stages}))
     ranked.sort(key=lambda item: (-item[0], sorted(item[1].items())))
