@@ -325,7 +325,7 @@ def _unmatched(facts, precision: str) -> dict[str, str]:
             continue
         words = VARIANT_WORDS.get(variant, variant)
         if facts is None or variant not in dict(facts.variant_fractions):
-            skipped[move.name] = f"predicted to fail: eager was not measured with {words}"
+            skipped[move.name] = f"not offered at fp32: eager was not measured with {words}"
         else:
             skipped[move.name] = (f"predicted to fail: eager with {words} puts {facts.fails_under(variant):.1%} of its "
                                   f"output outside the tolerance" if facts.fails_under(variant) else
