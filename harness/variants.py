@@ -77,9 +77,13 @@ _CONVOLUTIONS = {torch.conv1d, torch.conv2d, torch.conv3d, torch.conv_transpose1
                  torch.conv_transpose3d}
 
 
-class _TF32Operands(torch.overrides.TorchFunctionMode):
-    """Each float32 convolution with more than one input channel per group run on its input and weight rounded to
-    TF32 (`tf32_nearest`); a depthwise one (one input channel per group) as it is."""
+class _RoundedOperands(torch.overrides.TorchFunctionMode):
+    """Each float32 convolution with more than one input channel per group run on its input and weight rounded by
+    `rounding`; a depthwise one (one input channel per group) as it is."""
+
+    def __init__(self, rounding: Callable[[torch.Tensor], torch.Tensor]):
+        super().__init__()
+        self.rounding = rounding
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -87,24 +91,30 @@ class _TF32Operands(torch.overrides.TorchFunctionMode):
                 isinstance(a, torch.Tensor) and a.dtype == torch.float32 for a in args[:2]):
             groups = kwargs.get("groups", args[6] if len(args) > 6 else 1)
             if args[0].shape[1] // groups > 1 or groups == 1:
-                args = (tf32_nearest(args[0]), tf32_nearest(args[1]), *args[2:])
+                args = (self.rounding(args[0]), self.rounding(args[1]), *args[2:])
         return func(*args, **kwargs)
 
 
 @contextmanager
-def _tf32_operands(model, inputs: list) -> Iterator[tuple[object, list]]:
-    """cuDNN's TF32 off, and each convolution's operands rounded to TF32 to nearest first (`_TF32Operands`): the
+def rounded_operands(rounding: Callable[[torch.Tensor], torch.Tensor], model,
+                     inputs: list) -> Iterator[tuple[object, list]]:
+    """cuDNN's TF32 off, and each convolution's operands rounded by `rounding` first (`_RoundedOperands`)."""
+    saved = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        with _RoundedOperands(rounding):
+            yield model, inputs
+    finally:
+        torch.backends.cudnn.allow_tf32 = saved
+
+
+def _tf32_operands(model, inputs: list):
+    """The convolutions on operands rounded to TF32 to nearest (`rounded_operands` with `tf32_nearest`): the
     products are then exact and only the order of their float32 sums differs from a TF32 convolution that rounds
     its operands so. Where eager matches itself under this, cuDNN's convolutions round that way, and a
     convolution kernel of our own that rounds them alike passes fp32's tolerance (the offline coder's triton_conv
     at fp32)."""
-    saved = torch.backends.cudnn.allow_tf32
-    torch.backends.cudnn.allow_tf32 = False
-    try:
-        with _TF32Operands():
-            yield model, inputs
-    finally:
-        torch.backends.cudnn.allow_tf32 = saved
+    return rounded_operands(tf32_nearest, model, inputs)
 
 
 class _Draws:

@@ -160,6 +160,8 @@ def test_tf32_operands_rounds_each_convolutions_operands_to_nearest_and_leaves_d
         assert torch.equal(transposed, F.conv_transpose1d(
             variants.tf32_nearest(x[:, :, 0]), variants.tf32_nearest(conv.weight[:, :, 0].transpose(0, 1).contiguous())))
         assert torch.equal(untouched, depthwise(x))
+        with variants.rounded_operands(torch.zeros_like, conv, [x]) as (model, (same,)):  # any rounding: all to zero
+            assert torch.equal(model(same), conv.bias.view(1, -1, 1, 1).expand(2, 8, 7, 7))
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
     assert variants.changes_anything("tf32_operands", conv, [x], cuda)
     assert not variants.changes_anything("tf32_operands", conv, [x], cpu)
