@@ -77,6 +77,12 @@ _CONVOLUTIONS = {torch.conv1d, torch.conv2d, torch.conv3d, torch.conv_transpose1
                  torch.conv_transpose3d}
 
 
+def rounds_operands(in_channels: int, groups: int) -> bool:
+    """Whether `tf32_operands` rounds a convolution's operands: all but the depthwise ones (one input channel per
+    group), which the offline coder's fp32 convolution leaves to cuDNN by the same test (conv_gemm.is_conv)."""
+    return groups == 1 or in_channels // groups > 1
+
+
 class _RoundedOperands(torch.overrides.TorchFunctionMode):
     """Each float32 convolution with more than one input channel per group run on its input and weight rounded by
     `rounding`; a depthwise one (one input channel per group) as it is."""
@@ -89,8 +95,7 @@ class _RoundedOperands(torch.overrides.TorchFunctionMode):
         kwargs = kwargs or {}
         if func in _CONVOLUTIONS and len(args) >= 2 and all(
                 isinstance(a, torch.Tensor) and a.dtype == torch.float32 for a in args[:2]):
-            groups = kwargs.get("groups", args[6] if len(args) > 6 else 1)
-            if args[0].shape[1] // groups > 1 or groups == 1:
+            if rounds_operands(args[0].shape[1], kwargs.get("groups", args[6] if len(args) > 6 else 1)):
                 args = (self.rounding(args[0]), self.rounding(args[1]), *args[2:])
         return func(*args, **kwargs)
 

@@ -51,6 +51,7 @@ import torch.fx as fx
 from kernelpro.offline.codegen import gemm
 from kernelpro.offline.fuse.groups import Group, shape_of
 from kernelpro.offline.ir.ops import Attr, attr_shape
+from kernelpro.harness import variants
 from kernelpro.harness.records import HALF_PRECISIONS
 from kernelpro.launch.device import Device, wave_fill
 from kernelpro.offline.codegen.common import describe_config, inputs_doc, next_pow2
@@ -278,9 +279,9 @@ def is_conv(gm: fx.GraphModule, node: fx.Node, precision: str | None = None) -> 
     if found is None or isinstance(found, str):
         return False
     x_shape, groups = _shape(gm, found[1]), found[7]
-    return precision is None or precision in HALF or not (
-        isinstance(groups, int) and groups > 1 and x_shape is not None and len(x_shape) > 1
-        and x_shape[1] // groups == 1)
+    if precision is None or precision in HALF or not isinstance(groups, int) or x_shape is None or len(x_shape) < 2:
+        return True
+    return variants.rounds_operands(x_shape[1], groups)  # the convolutions the reference's variant rounds
 
 
 def left_to_cudnn(gm: fx.GraphModule, precision: str) -> list[str]:
