@@ -12,12 +12,15 @@ budget leaves room for those contexts and for the trusted process's chunked comp
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 
 from kernelpro.harness.cache import source_hash
 
 #: device memory a worker's CUDA context takes before it holds anything (H100, torch 2.11: ~0.5 GB)
 CONTEXT_BYTES = 600 << 20
+#: the free memory is read again, when no evaluation holds any, at most this often (s; an NVML reading takes ~0.1 s)
+REMEASURE_S = 2.0
 #: what the trusted process's chunked comparisons hold at most (compare.CHUNK_ELEMENTS, float64 temporaries)
 COMPARISON_BYTES = 1 << 30
 
@@ -56,8 +59,10 @@ class MemoryPlan:
     def __init__(self, budget_bytes: int | None, measure: Callable[[], int | None] | None = None):
         self.budget = budget_bytes  # None: no limit (the CPU, or a GPU whose memory is unknown)
         # `measure` reads the budget at the first reservation instead: a bench's next search builds its evaluator
-        # while the search before it still holds the GPU's memory (kernelpro.devicegate)
+        # while the search before it still holds the GPU's memory (kernelpro.devicegate); and again whenever no
+        # evaluation holds any, since the search before may still have been letting go of its memory at the first
         self._measure = measure
+        self._measured_at: float | None = None  # monotonic s of the last reading
         self.used = 0
         self.known: dict[str, int] = {}  # problem key -> bytes it needs
         self.waiting_alone = 0  # evaluations waiting to have the device to themselves: no other starts meanwhile
@@ -105,8 +110,9 @@ class MemoryPlan:
         until no other evaluation runs, and takes all that is left, so that none starts beside it; evaluations
         that come meanwhile wait behind it."""
         with self._changed:
-            if self._measure is not None:
-                self.budget, self._measure = self._measure(), None
+            if self._measure is not None and not self._live and (
+                    self._measured_at is None or time.monotonic() - self._measured_at >= REMEASURE_S):
+                self._remeasure()
             need = self.known.get(_key(problem), self.budget or 0)
             if self.budget is not None and alone:
                 self.waiting_alone += 1
@@ -125,6 +131,19 @@ class MemoryPlan:
                 other.crowded = True
             self._live.append(reservation)
         return reservation
+
+    def _remeasure(self) -> None:
+        """The budget from the device's free memory now, with no evaluation holding any: what this plan keeps
+        between evaluations counts as its own. It only grows after the first reading: memory that was still being
+        let go of then (a search before that had just ended, on level 1's sizes tens of GB) is free now, while
+        memory that looks taken now may be an evaluation's worker still exiting."""
+        free = self._measure()
+        budget = None if free is None else free + self.used
+        if self._measured_at is None:
+            self.budget = budget
+        elif budget is not None and (self.budget is None or budget > self.budget):
+            self.budget = budget
+        self._measured_at = time.monotonic()
 
     def keep(self, size: int, beside: int) -> Reservation | None:
         """Hold `size` bytes for as long as the trusted process keeps something on the device between evaluations

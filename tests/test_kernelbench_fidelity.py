@@ -267,6 +267,36 @@ def test_a_device_memory_budget_is_read_at_the_first_reservation_not_before():
     first.release()
 
 
+def test_a_budget_read_while_the_search_before_let_go_of_its_memory_grows_once_it_is_free(monkeypatch):
+    """The search before may still be letting go of its memory (its workers exiting) when the first evaluation
+    reads the free memory: the plan reads it again whenever no evaluation holds any. It grows to the new reading,
+    what the plan keeps between evaluations counted as its own, and never shrinks on a lower one (that may be an
+    evaluation's worker still exiting)."""
+    from kernelpro.harness import memory
+    monkeypatch.setattr(memory, "REMEASURE_S", 0.0)
+    free, readings = [30 << 30], []
+    plan = MemoryPlan(None, measure=lambda: readings.append(free[0]) or free[0])
+
+    class Problem:
+        source = "a problem"
+    problem = Problem()
+    plan.reserve(problem).release()
+    assert plan.budget == 30 << 30
+    kept = plan.keep(6 << 30, 0)  # a problem's reference outputs, kept on the device
+    free[0] = 74 << 30  # the search before is gone; the kept outputs are not free
+    plan.estimate(problem, {"input_bytes": 1 << 30})
+    first = plan.reserve(problem)
+    assert plan.budget == 80 << 30 and len(readings) == 2
+    plan.reserve(problem).release()  # beside one that holds memory: not read
+    assert len(readings) == 2
+    first.release()
+    free[0] = 1 << 30
+    plan.reserve(problem).release()  # read with none held, lower: the budget stays
+    assert len(readings) == 3 and plan.budget == 80 << 30
+    kept.release()
+    assert plan.used == 0
+
+
 def test_kernelbench_timing_is_reported_beside_our_own(tmp_path, cpu_evaluator):
     problem = load_problem(write(tmp_path, "relu.py", RELU))
     result = cpu_evaluator.evaluate(problem, reference_candidate(problem),
