@@ -151,10 +151,11 @@ def run_candidates(problem: Path, builds: list[tuple[str, str]], timeout_s: floa
 
 def predicted_failure(move: str, facts: dict) -> str | None:
     """Why the search would not evaluate `move` on this reference (the offline coder's skips), or None: a reference
-    that one ulp moves outside the tolerance gets bit-exact moves only; a move that changes one setting is skipped
-    where eager itself fails under it."""
+    that one ulp moves outside the tolerance (more than facts.SENSITIVE_ABOVE of it) gets bit-exact moves only; a
+    move that changes one setting is skipped where eager itself fails under it."""
+    from kernelpro.facts import SENSITIVE_ABOVE
     from kernelpro.offline.moves import BIT_EXACT, MOVES
-    if facts.get("sensitive") and move not in BIT_EXACT:
+    if (facts.get("sensitive") or 0.0) > SENSITIVE_ABOVE and move not in BIT_EXACT:
         return f"the reference is rounding-sensitive ({facts['sensitive']:.1%} moves out under one ulp)"
     variant = MOVES[move].variant if move in MOVES else None
     if variant and facts.get(variant):

@@ -199,3 +199,26 @@ def test_the_triton_convolution_is_offered_at_fp32_only_where_eager_matched_its_
     moves, why = proposed(facts_with(None))
     assert moves == [] and "eager was not measured with its convolutions" in why
     assert proposed(facts_with(None), precision="bf16")[0] == ["triton_conv"]
+
+
+def test_at_fp32_the_triton_convolution_is_not_offered_where_eager_already_runs_closer_to_its_floor():
+    """Its fp32 kernels have taken at least 6x the roofline floor where measured (Move.fp32_floor_multiple): where
+    eager runs within that, the move cannot win and is not offered, with the reason; where eager is far from its
+    floor (a slow transposed 3-D convolution), or where either time is unknown, it is."""
+    def facts_at(eager_ms, floor_ms):
+        return problem_facts({"signature": {"inputs": [], "outputs": []}, "reference": {"median_ms": eager_ms},
+                              "floor": {"floor_ms": floor_ms},
+                              "variants": {"tf32_operands": {"outside_fraction": 0.0, "tolerance": 1e-4}}})
+
+    def proposed(facts, precision="fp32") -> tuple[list, str]:
+        coder = OfflineCoder(moves="triton_conv")
+        try:
+            proposal = coder.propose(replace(_request(facts), precision=precision))
+            return ([proposal.move] if proposal else []), coder.why_no_moves()
+        finally:
+            coder.close()
+    moves, why = proposed(facts_at(2.54, 0.923))  # level1/62 on the H100: 2.8x its floor
+    assert moves == [] and "triton_conv: predicted to lose: eager runs at 2.8x its roofline floor" in why
+    assert proposed(facts_at(47.5, 0.656))[0] == ["triton_conv"]  # level2/78: 72x
+    assert proposed(facts_at(2.54, None))[0] == ["triton_conv"]
+    assert proposed(facts_at(2.54, 0.923), precision="bf16")[0] == ["triton_conv"]

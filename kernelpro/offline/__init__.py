@@ -6,7 +6,8 @@ distinct set of applied moves; the answers are cached. Among the moves that appl
 it proposes the one the guidance scores highest, adjusted by the memory's promising moves and by what the knowledge
 base learned in similar states (then a fixed order); where the reference's launch profile says it is launch-bound, a
 CUDA graph comes first. Where a one-ulp change of the reference's inputs alone leaves the tolerance, it offers the
-bit-exact moves only (`moves.BIT_EXACT`). It cannot repair a failed candidate: a failed move is dropped, and the
+bit-exact moves only (`moves.BIT_EXACT`), and the setting moves under which eager itself was measured within the
+tolerance everywhere (the reference's variants: channels-last on a depthwise convolution). It cannot repair a failed candidate: a failed move is dropped, and the
 search tries a sibling instead.
 """
 
@@ -252,20 +253,21 @@ class OfflineCoder:
         losing_tunes = lost - losing
         # a reference whose output leaves the tolerance under a one-ulp change of its inputs: bit-exact moves only
         exact_only = request.problem_facts is not None and request.problem_facts.rounding_sensitive
+        exact = BIT_EXACT | _matched_settings(request.problem_facts)  # and those whose setting eager itself passed
         failing = _failing_variants(request.problem_facts)  # move -> why the reference itself fails under its setting
         failing |= _unmatched(request.problem_facts, request.precision)  # copies of an arithmetic eager does not do
+        failing |= _outrun(request.problem_facts, request.precision)  # kernels slower than eager already is
         gaining = _gaining_variants(request.problem_facts)  # the setting moves under which eager itself ran faster
         choices = [o for o in answer["options"] if o["move"] not in tried and o["move"] not in avoid
                    and self._allows(o["move"]) and not (o["move"] in losing_tunes and self._tuned_before(request, o))
-                   and (not exact_only or o["move"] in BIT_EXACT) and o["move"] not in failing]
+                   and (not exact_only or o["move"] in exact) and o["move"] not in failing]
         if not request.parent_state.get("applied"):
             self._root_skipped = dict(answer.get("skipped", {}))
             if self.allowed is not None:  # the moves that apply but are not allowed are skipped too
                 self._root_skipped |= {o["move"]: "not allowed (--moves)" for o in answer["options"]
                                        if not self._allows(o["move"])}
             if exact_only:
-                self._root_skipped |= {o["move"]: SENSITIVE_SKIP for o in answer["options"]
-                                       if o["move"] not in BIT_EXACT}
+                self._root_skipped |= {o["move"]: SENSITIVE_SKIP for o in answer["options"] if o["move"] not in exact}
             self._root_skipped |= {o["move"]: failing[o["move"]] for o in answer["options"] if o["move"] in failing}
         if not choices:
             return None
@@ -313,6 +315,15 @@ def _failing_variants(facts) -> dict[str, str]:
         for move in MOVES.values() if move.variant and facts.fails_under(move.variant)}
 
 
+def _matched_settings(facts) -> set[str]:
+    """The moves that change one setting of the reference and nothing else (`Move.variant`) under which eager itself
+    was measured and stayed within the tolerance everywhere: the reference's evaluation ran exactly what they
+    change, so its rounding sensitivity predicts nothing for them."""
+    if facts is None:
+        return set()
+    return {move.name for move in MOVES.values() if move.variant and facts.matches_under(move.variant)}
+
+
 def _unmatched(facts, precision: str) -> dict[str, str]:
     """At fp32, the moves that copy the arithmetic of a variant (`Move.fp32_matches`: triton_conv's TF32-rounded
     operands) where eager was not measured under it or left the tolerance there: move -> why it is skipped."""
@@ -331,6 +342,18 @@ def _unmatched(facts, precision: str) -> dict[str, str]:
                                   f"output outside the tolerance" if facts.fails_under(variant) else
                                   f"predicted to fail: eager with {words} raises {dict(facts.variant_errors)[variant]}")
     return skipped
+
+
+def _outrun(facts, precision: str) -> dict[str, str]:
+    """At fp32, the moves whose kernels have never run within `Move.fp32_floor_multiple` of a problem's roofline floor,
+    where eager itself already runs within that: move -> why it is skipped. (Nothing where the floor or eager's time
+    was not measured.)"""
+    if precision != "fp32" or facts is None or not facts.floor_ms or not facts.eager_ms:
+        return {}
+    multiple = facts.eager_ms / facts.floor_ms
+    return {move.name: f"predicted to lose: eager runs at {multiple:.1f}x its roofline floor, and this move's fp32 "
+                       f"kernels have taken at least {move.fp32_floor_multiple:g}x where measured"
+            for move in MOVES.values() if move.fp32_floor_multiple and multiple < move.fp32_floor_multiple}
 
 
 def _gaining_variants(facts) -> dict[str, float]:

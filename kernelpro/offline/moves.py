@@ -29,6 +29,9 @@ class Move:
     variant: str = ""  # the setting it changes and nothing else: the reference measured under it (harness/variants.py)
     # at fp32, the variant whose arithmetic it copies: offered only where eager matched itself under that variant
     fp32_matches: str = ""
+    # at fp32, the fewest multiples of a problem's roofline floor its kernels have taken where measured: not offered
+    # where eager itself already runs within that many (it cannot win there)
+    fp32_floor_multiple: float = 0.0
 
 
 MOVES: dict[str, Move] = {m.name: m for m in (
@@ -111,7 +114,9 @@ MOVES: dict[str, Move] = {m.name: m for m in (
          "float32 accumulate, the epilogue in registers before the single store. At fp32 its operands are rounded "
          "to TF32 to nearest, as cuDNN's TF32 convolutions may round them, and depthwise ones stay cuDNN's: offered "
          "there only where eager matched itself under that arithmetic (variant tf32_operands)",
-         cuda_only=True, needs_conv=True, kernels=True, fp32_matches="tf32_operands"),
+         cuda_only=True, needs_conv=True, kernels=True, fp32_matches="tf32_operands",
+         # H100, KernelBench's sizes: 6.2x the floor on level1/62 (66 TFLOP/s), 9x to 26x on five other convolutions
+         fp32_floor_multiple=6.0),
     Move("cuda_kernels", "vectorize_memory", True,
          "generate the pointwise chains, reductions and normalizations as CUDA C++ through load_inline instead of "
          "Triton: 16-byte vector loads and stores, warp-shuffle row reductions",

@@ -62,7 +62,8 @@ def test_triton_conv_candidates_are_correct_on_the_gpu(name, precision, evaluato
 
 
 KERNELBENCH_CONVS = ["level1/64_conv_transposed_1D", "level1/74_conv_transposed_1D_dilated",
-                     "level1/62_conv_standard_2D__square_input__asymmetric_kernel", "level2/57_Conv2d_ReLU_HardSwish"]
+                     "level1/62_conv_standard_2D__square_input__asymmetric_kernel", "level2/57_Conv2d_ReLU_HardSwish",
+                     "level2/78_ConvTranspose3d_Max_Max_Sum"]
 
 
 @pytest.mark.parametrize("key", KERNELBENCH_CONVS)
