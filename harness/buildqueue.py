@@ -20,6 +20,11 @@ from kernelpro.harness.records import EvalOptions
 
 log = logging.getLogger("kernelpro.harness")
 
+#: with KERNELPRO_TRITON_PRECOMPILE unset, a source's Triton kernels are compiled ahead where it has at least this many:
+#: the build worker's fixed cost (6.1 s on an H200, off the GPU's clock) against about 0.5 s of the GPU worker's first
+#: call per kernel, on its clock (level3/3_DeepNarrowMLP's 17 GEMM kernels: 10.3 s of its correctness phase, H100)
+PRECOMPILE_FROM_KERNELS = 8
+
 
 class BuildQueue:
     """Builds for one evaluator: `submit(source, ...)` starts or joins a source's build; its future gives (was cached,
@@ -55,12 +60,15 @@ class BuildQueue:
         return tritonwarm.target_for(self.device)
 
     def precompile(self, source: str, options: EvalOptions, problem: Problem | None) -> dict | None:
-        """What the build worker needs to compile the source's Triton kernels ahead of the GPU worker, or None: off
-        unless KERNELPRO_TRITON_PRECOMPILE=1 (on an H200 a level-2 GEMM candidate's build worker took 6.1 s to save
-        0.5 s of its first call), not on a GPU, no Triton kernel in the source, or a native build in it (whose calls
-        on the meta device would hand null pointers to code we did not write)."""
-        if os.environ.get("KERNELPRO_TRITON_PRECOMPILE", "0") != "1" or problem is None \
-                or "@triton.jit" not in source or needs_native_build(source) or self.triton_target is None:
+        """What the build worker needs to compile the source's Triton kernels ahead of the GPU worker, or None: not
+        on a GPU, no Triton kernel in the source, or a native build in it (whose calls on the meta device would hand
+        null pointers to code we did not write); with KERNELPRO_TRITON_PRECOMPILE unset, fewer than
+        PRECOMPILE_FROM_KERNELS kernels (on an H200 a level-2 GEMM candidate's build worker took 6.1 s to save 0.5 s
+        of its first call); =1 always, =0 never."""
+        switch = os.environ.get("KERNELPRO_TRITON_PRECOMPILE", "")
+        if switch == "0" or (switch != "1" and source.count("@triton.jit") < PRECOMPILE_FROM_KERNELS) \
+                or problem is None or "@triton.jit" not in source or needs_native_build(source) \
+                or self.triton_target is None:
             return None
         return {"target": list(self.triton_target), "problem_source": problem.source, "precision": options.precision,
                 "model_mode": options.model_mode, "seed": options.seed}

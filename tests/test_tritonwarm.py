@@ -19,6 +19,7 @@ pytest.importorskip("triton")
 
 from kernelpro.harness import EvalOptions, Evaluator, load_problem  # noqa: E402
 from kernelpro.harness.cache import BuildCache  # noqa: E402
+from kernelpro.harness.buildqueue import PRECOMPILE_FROM_KERNELS  # noqa: E402
 from kernelpro.offline.compiler import Compiler  # noqa: E402
 
 PROBLEM = '''
@@ -114,7 +115,7 @@ def test_the_build_worker_compiles_them_when_the_evaluator_asks(candidate, tmp_p
         assert evaluator.prebuild(plain, EvalOptions(), load_problem(problem)).result(timeout=60) == (False, 0.0, None)
 
 
-def test_nothing_is_compiled_ahead_off_a_gpu_beside_a_native_build_or_unless_switched_on(candidate, monkeypatch):
+def test_nothing_is_compiled_ahead_off_a_gpu_beside_a_native_build_or_below_the_kernel_count(candidate, monkeypatch):
     problem, _, source = candidate
     monkeypatch.setenv("KERNELPRO_TRITON_PRECOMPILE", "1")
     with Evaluator("cpu") as evaluator:
@@ -124,8 +125,13 @@ def test_nothing_is_compiled_ahead_off_a_gpu_beside_a_native_build_or_unless_swi
         assert evaluator.builds.precompile(source, EvalOptions(), load_problem(problem))["target"] == ["cuda", 90, 32]
         native = source + "\nfrom torch.utils.cpp_extension import load_inline\n"
         assert evaluator.builds.precompile(native, EvalOptions(), load_problem(problem)) is None
-        monkeypatch.delenv("KERNELPRO_TRITON_PRECOMPILE")  # off by default: it cost more than it saved on the H200
+        monkeypatch.delenv("KERNELPRO_TRITON_PRECOMPILE")  # by default only from PRECOMPILE_FROM_KERNELS kernels on
+        assert source.count("@triton.jit") < PRECOMPILE_FROM_KERNELS
         assert evaluator.builds.precompile(source, EvalOptions(), load_problem(problem)) is None
+        many = source + "".join(f"\n@triton.jit\ndef spare_{i}(x):\n    pass\n" for i in range(PRECOMPILE_FROM_KERNELS))
+        assert evaluator.builds.precompile(many, EvalOptions(), load_problem(problem)) is not None
+        monkeypatch.setenv("KERNELPRO_TRITON_PRECOMPILE", "0")
+        assert evaluator.builds.precompile(many, EvalOptions(), load_problem(problem)) is None
 
 
 def test_the_compile_script_compiles_a_problems_kernels_and_reads_their_registers(tmp_path):
