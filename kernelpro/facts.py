@@ -17,9 +17,9 @@ from kernelpro.tools.roofline import IDLE_ABOVE
 
 #: the share of eager's output that one ulp of noise on every value may move outside the tolerance before the
 #: reference counts as rounding-sensitive (bit-exact candidates only). Noise on every value is the worst a candidate
-#: can do: a candidate with warp-shuffle batch-norm reductions passed KernelBench's evaluator on level3/25_ShuffleNetUnit,
-#: where it moves 0.2% (H100, KernelBench's sizes), while chaotic references sit far above (level3/10_ResNet101: 35%,
-#: level3/24_EfficientNetB2: 100%).
+#: can do: a candidate with warp-shuffle batch-norm reductions passed KernelBench's evaluator on
+#: level3/25_ShuffleNetUnit, where it moves 0.2% (H100, KernelBench's sizes), while chaotic references sit far above
+#: (level3/10_ResNet101: 35%, level3/24_EfficientNetB2: 100%).
 SENSITIVE_ABOVE = 0.01
 
 

@@ -5,10 +5,10 @@ It needs no API key. The graph work (importing the problem, tracing, rewriting) 
 distinct set of applied moves; the answers are cached. Among the moves that apply at a node and were not tried there,
 it proposes the one the guidance scores highest, adjusted by the memory's promising moves and by what the knowledge
 base learned in similar states (then a fixed order); where the reference's launch profile says it is launch-bound, a
-CUDA graph comes first. Where a one-ulp change of the reference's inputs alone leaves the tolerance, it offers the
-bit-exact moves only (`moves.BIT_EXACT`), and the setting moves under which eager itself was measured within the
-tolerance everywhere (the reference's variants: channels-last on a depthwise convolution). It cannot repair a failed candidate: a failed move is dropped, and the
-search tries a sibling instead.
+CUDA graph comes first. Where one ulp of noise on every value moves more than 1% of the reference's output outside the
+tolerance (`ProblemFacts.rounding_sensitive`), it offers the bit-exact moves only (`moves.BIT_EXACT`), and the setting
+moves under which eager itself was measured within the tolerance everywhere (the reference's variants). It cannot
+repair a failed candidate: a failed move is dropped, and the search tries a sibling instead.
 """
 
 from __future__ import annotations
@@ -251,7 +251,7 @@ class OfflineCoder:
         # a tune: move that lost wherever it was tried, proposing a configuration it proposed before: the same
         # kernel at the same launch configuration, which can only lose again (it is dropped, not offered last)
         losing_tunes = lost - losing
-        # a reference whose output leaves the tolerance under a one-ulp change of its inputs: bit-exact moves only
+        # a reference whose output leaves the tolerance under one ulp of noise on every value: bit-exact moves only
         exact_only = request.problem_facts is not None and request.problem_facts.rounding_sensitive
         exact = BIT_EXACT | _matched_settings(request.problem_facts)  # and those whose setting eager itself passed
         failing = _failing_variants(request.problem_facts)  # move -> why the reference itself fails under its setting

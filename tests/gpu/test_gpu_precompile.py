@@ -1,6 +1,6 @@
 """GPU: a candidate's Triton kernels compiled ahead by the build worker (harness/tritonwarm.py) are the ones the GPU
-worker's first call finds, on KernelBench's level2/30 and level3/3 at their sizes. The candidate's calls in the correctness phase are
-printed with and without (KERNELPRO_TRITON_PRECOMPILE=0), each from a cold build cache:
+worker's first call finds, on KernelBench's level2/30 and level3/3 at their sizes. The candidate's calls in the
+correctness phase are printed with and without (KERNELPRO_TRITON_PRECOMPILE=0), each from a cold build cache:
 `python3 -m pytest -m gpu tests/gpu/test_gpu_precompile.py -s`."""
 
 from __future__ import annotations
