@@ -1,6 +1,6 @@
-"""One search at a time on a GPU, with the next one started and waiting at the gate.
+"""One search at a time on a GPU, with the next ones started and waiting at the gate.
 
-A bench (`kernelpro.bench.runner`) starts each GPU's next search while the current one still runs, and names the
+A bench (`kernelpro.bench.runner`) starts each GPU's next searches while the current one still runs, and names the
 GPU's gate in `KERNELPRO_DEVICE_GATE` (a lock file). The waiting search boots what needs no GPU (its fork server:
 an interpreter and `import torch` in the sandbox, 7 to 12 s on an H200 machine; the offline coder's graph worker),
 then waits here before it touches the GPU, and holds the gate until it exits. So the worker start that cost every

@@ -74,8 +74,9 @@ def test_a_search_waits_at_its_gate_and_leaves_the_wait_out_of_its_time(tmp_path
     assert began + document["device_wait_s"] - 0.5 <= took <= began + elapsed
 
 
-def test_each_gpu_has_two_lanes_with_lookahead_and_one_without():
-    assert lanes(["0", "1"], lookahead=True) == [("0", "0#1"), ("0", "0#2"), ("1", "1#1"), ("1", "1#2")]
+def test_each_gpu_has_three_lanes_with_lookahead_and_one_without():
+    assert lanes(["0", "1"], lookahead=True) == [("0", "0#1"), ("0", "0#2"), ("0", "0#3"),
+                                                 ("1", "1#1"), ("1", "1#2"), ("1", "1#3")]
     assert lanes(["cpu"], lookahead=False) == [("cpu", "cpu")]
 
 

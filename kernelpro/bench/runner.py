@@ -1,6 +1,6 @@
 """The local backend: one search at a time per GPU (pinned with CUDA_VISIBLE_DEVICES), longest problems first.
-On CUDA each GPU's next search starts while the current one runs and waits at the GPU's gate with its workers booted
-(kernelpro.devicegate), so a problem's worker start is paid off the GPU's clock.
+On CUDA each GPU's next two searches start while the current one runs and wait at the GPU's gate with their workers
+booted (kernelpro.devicegate), so a problem's worker start is paid off the GPU's clock.
 
 Each problem is a full `kernelpro search` in a child process, into its own folder under
 `DIR/problems/<key>/`; the child dies with the bench (PR_SET_PDEATHSIG on Linux), and a
@@ -62,12 +62,18 @@ class BenchStatus:
         return geomean(self.speedups)
 
 
+#: with lookahead, the searches each GPU has booted and waiting at its gate while one runs: two, so that a problem
+#: shorter than a search's start-up (7 to 12 s on an H200 machine) does not leave the next one's start-up on the GPU's
+#: clock (on an H100, level3/27's reference evaluation began with 10.4 s of it after level3/25's 6 s)
+WAITING_SEARCHES = 2
+
+
 def lanes(slots: list[str], lookahead: bool) -> list[tuple[str, str]]:
-    """The bench's threads, as (slot, name): one per slot, or two per slot with lookahead, each running one search at
-    a time, the later one waiting at the slot's gate while the other runs."""
+    """The bench's threads, as (slot, name): one per slot, or 1 + WAITING_SEARCHES per slot with lookahead, each
+    running one search at a time, the others waiting at the slot's gate while one runs."""
     if not lookahead:
         return [(slot, slot) for slot in slots]
-    return [(slot, f"{slot}#{lane}") for slot in slots for lane in (1, 2)]
+    return [(slot, f"{slot}#{lane}") for slot in slots for lane in range(1, 2 + WAITING_SEARCHES)]
 
 
 def gpu_slots(device: str, gpus: str) -> list[str]:
