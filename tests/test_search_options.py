@@ -137,3 +137,18 @@ def test_parallel_left_out_is_two_on_cuda_and_one_on_the_cpu(capsys, monkeypatch
     monkeypatch.setenv("COLUMNS", "240")
     for command in ("search", "bench"):  # and the help says so (rich took a "[default: ...]" for markup once)
         assert "(default: 2 on CUDA, 1 on the CPU)" in in_process(capsys, command, "--help").stdout
+
+
+def test_the_search_stops_at_the_roofline_floor_eager_included():
+    """A best candidate within 5% of its floor stops the search; so does eager itself before any candidate, where the
+    objective is time (no candidate can gain more than 5% there: KernelBench's LeakyReLU at 1.015x its floor on an
+    H100 spent 8 evaluations and 7.2 GPU-minutes on nothing). Not where the floor is unknown (the CPU), nor for
+    energy, which a candidate at eager's speed may still save."""
+    from kernelpro.driver import at_floor
+    baseline = {"eager_ms": 4.365, "result": {"floor": {"floor_ms": 4.301}}}
+    assert "eager itself, at 1.015x" in at_floor(None, baseline, "time")
+    assert at_floor(None, baseline, "energy") == ""
+    assert at_floor(None, {"eager_ms": 4.365, "result": {"floor": None}}, "time") == ""
+    assert at_floor(None, {**baseline, "eager_ms": 4.8}, "time") == ""  # 1.116x: room left
+    assert at_floor({"ms": 4.4, "floor_ms": 4.301}, baseline, "energy") == "within 5% of the roofline floor"
+    assert at_floor({"ms": 5.0, "floor_ms": 4.301}, baseline, "time") == ""
