@@ -1049,3 +1049,25 @@ def test_multihead_attention_with_an_active_dropout_keeps_its_weights(tmp_path):
         "nn.MultiheadAttention(width, heads)", "nn.MultiheadAttention(width, heads, dropout=0.1)"))
     assert "attention_to_sdpa" not in moves_of(expand(spec(path, model_mode="train")))
     assert "attention_to_sdpa" in moves_of(expand(spec(path, model_mode="eval")))
+
+
+def test_a_setting_under_which_eager_itself_ran_much_slower_is_not_offered():
+    """The reference's variants time eager under each setting: where it ran at most 1/1.2 as fast within the
+    tolerance (level2/38's channels-last on an H100: 0.67x; the move then lost twice, 0.85x), a candidate that is
+    eager with that setting cannot win, and the move is skipped with the reason; a smaller slowdown is still tried."""
+    from kernelpro.facts import problem_facts
+
+    def facts(speedup):
+        return problem_facts({"signature": {"inputs": [], "outputs": []}, "reference": {"median_ms": 5.8},
+                              "variants": {"channels_last": {"outside_fraction": 0.0, "tolerance": 1e-4,
+                                                             "speedup": speedup}}})
+    for speedup, offered in ((0.67, False), (0.9, True)):
+        coder = OfflineCoder(moves="channels_last")
+        try:
+            proposal = coder.propose(request(EXAMPLES / "conv_block.py", device="cuda", problem_facts=facts(speedup)))
+            assert (proposal is not None and proposal.move == "channels_last") is offered
+            if not offered:
+                assert "channels_last: predicted to lose: eager itself ran 0.67x as fast with channels-last memory " \
+                       "format" in coder.why_no_moves()
+        finally:
+            coder.close()

@@ -257,6 +257,7 @@ class OfflineCoder:
         failing = _failing_variants(request.problem_facts)  # move -> why the reference itself fails under its setting
         failing |= _unmatched(request.problem_facts, request.precision)  # copies of an arithmetic eager does not do
         failing |= _outrun(request.problem_facts, request.precision)  # kernels slower than eager already is
+        failing |= _slower_settings(request.problem_facts)  # settings under which eager itself ran much slower
         gaining = _gaining_variants(request.problem_facts)  # the setting moves under which eager itself ran faster
         choices = [o for o in answer["options"] if o["move"] not in tried and o["move"] not in avoid
                    and self._allows(o["move"]) and not (o["move"] in losing_tunes and self._tuned_before(request, o))
@@ -354,6 +355,18 @@ def _outrun(facts, precision: str) -> dict[str, str]:
     return {move.name: f"predicted to lose: eager runs at {multiple:.1f}x its roofline floor, and this move's fp32 "
                        f"kernels have taken at least {move.fp32_floor_multiple:g}x where measured"
             for move in MOVES.values() if move.fp32_floor_multiple and multiple < move.fp32_floor_multiple}
+
+
+def _slower_settings(facts) -> dict[str, str]:
+    """The moves that change one setting of the reference and nothing else (`Move.variant`) under which eager itself
+    ran at most 1 / VARIANT_GAIN times as fast, within the tolerance: a candidate that is eager with that setting loses
+    (level2/38 on an H100: eager 0.67x in channels-last, the move 0.85x twice): move -> why it is skipped."""
+    if facts is None:
+        return {}
+    gains = {move: facts.gains_under(move.variant) for move in MOVES.values() if move.variant}
+    return {move.name: f"predicted to lose: eager itself ran {gain:.2f}x as fast with "
+                       f"{VARIANT_WORDS.get(move.variant, move.variant)}"
+            for move, gain in gains.items() if gain <= 1 / VARIANT_GAIN}
 
 
 def _gaining_variants(facts) -> dict[str, float]:
