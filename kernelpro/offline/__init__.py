@@ -26,9 +26,9 @@ from pathlib import Path
 
 from kernelpro.coder import CoderProposal, CoderRequest
 from kernelpro.errors import KernelproError
-from kernelpro.facts import VARIANT_GAIN, VARIANT_WORDS
 from kernelpro.harness.process import scrubbed_environment
-from kernelpro.offline.moves import BIT_EXACT, MOVES, PREFERENCE, TUNE_PREFIX, canonical
+from kernelpro.offline import predictions
+from kernelpro.offline.moves import MOVES, PREFERENCE, TUNE_PREFIX, canonical
 
 BASE_PRIOR = 0.3
 KB_WEIGHT = 0.25  # how much the knowledge base's factor (log) moves a move's score
@@ -37,8 +37,6 @@ LAUNCH_BOUND_BONUS = 1.5
 #: added to a setting move's score where eager itself ran faster under that setting (ProblemFacts.gains_under), within
 #: the tolerance: the reference's evaluation measured the move's gain before any candidate was written
 MEASURED_GAIN_BONUS = 1.5
-SENSITIVE_SKIP = ("predicted to fail: one ulp of rounding noise on every value already moves eager's output outside "
-                  "the tolerance, and this move changes the arithmetic")
 WORKER_LIMIT_S = 600.0
 
 
@@ -253,12 +251,10 @@ class OfflineCoder:
         losing_tunes = lost - losing
         # a reference whose output leaves the tolerance under one ulp of noise on every value: bit-exact moves only
         exact_only = request.problem_facts is not None and request.problem_facts.rounding_sensitive
-        exact = BIT_EXACT | _matched_settings(request.problem_facts)  # and those whose setting eager itself passed
-        failing = _failing_variants(request.problem_facts)  # move -> why the reference itself fails under its setting
-        failing |= _unmatched(request.problem_facts, request.precision)  # copies of an arithmetic eager does not do
-        failing |= _outrun(request.problem_facts, request.precision)  # kernels slower than eager already is
-        failing |= _slower_settings(request.problem_facts)  # settings under which eager itself ran much slower
-        gaining = _gaining_variants(request.problem_facts)  # the setting moves under which eager itself ran faster
+        exact = predictions.exact_moves(request.problem_facts)  # what may pass where it is rounding-sensitive
+        # move -> why the reference's own measurements predict that it fails or loses (predictions.RULES)
+        failing = predictions.skipped(request.problem_facts, request.precision)
+        gaining = predictions.gaining_settings(request.problem_facts)  # setting moves under which eager ran faster
         choices = [o for o in answer["options"] if o["move"] not in tried and o["move"] not in avoid
                    and self._allows(o["move"]) and not (o["move"] in losing_tunes and self._tuned_before(request, o))
                    and (not exact_only or o["move"] in exact) and o["move"] not in failing]
@@ -268,7 +264,8 @@ class OfflineCoder:
                 self._root_skipped |= {o["move"]: "not allowed (--moves)" for o in answer["options"]
                                        if not self._allows(o["move"])}
             if exact_only:
-                self._root_skipped |= {o["move"]: SENSITIVE_SKIP for o in answer["options"] if o["move"] not in exact}
+                self._root_skipped |= {o["move"]: predictions.SENSITIVE_SKIP for o in answer["options"]
+                                       if o["move"] not in exact}
             self._root_skipped |= {o["move"]: failing[o["move"]] for o in answer["options"] if o["move"] in failing}
         if not choices:
             return None
@@ -302,80 +299,6 @@ class OfflineCoder:
 
     def _tuned_before(self, request: CoderRequest, option: dict) -> bool:
         return _tuned_kernel(option) in self._tuned.get((request.problem_path, option["move"]), set())
-
-
-def _failing_variants(facts) -> dict[str, str]:
-    """The moves that change one setting of the reference and nothing else (`Move.variant`), where the reference's
-    evaluation found eager itself outside the tolerance under that setting: move -> why it is skipped."""
-    if facts is None:
-        return {}
-    errors = dict(facts.variant_errors)
-    return {move.name: f"predicted to fail: eager itself with {move.variant.replace('_', '-')} " + (
-        f"raises {errors[move.variant]}" if move.variant in errors else
-        f"puts {facts.fails_under(move.variant):.1%} of its output outside the tolerance")
-        for move in MOVES.values() if move.variant and facts.fails_under(move.variant)}
-
-
-def _matched_settings(facts) -> set[str]:
-    """The moves that change one setting of the reference and nothing else (`Move.variant`) under which eager itself
-    was measured and stayed within the tolerance everywhere: the reference's evaluation ran exactly what they
-    change, so its rounding sensitivity predicts nothing for them."""
-    if facts is None:
-        return set()
-    return {move.name for move in MOVES.values() if move.variant and facts.matches_under(move.variant)}
-
-
-def _unmatched(facts, precision: str) -> dict[str, str]:
-    """At fp32, the moves that copy the arithmetic of a variant (`Move.fp32_matches`: triton_conv's TF32-rounded
-    operands) where eager was not measured under it or left the tolerance there: move -> why it is skipped."""
-    if precision != "fp32":
-        return {}
-    skipped = {}
-    for move in MOVES.values():
-        variant = move.fp32_matches
-        if not variant or (facts is not None and facts.matches_under(variant)):
-            continue
-        words = VARIANT_WORDS.get(variant, variant)
-        if facts is None or variant not in dict(facts.variant_fractions):
-            skipped[move.name] = f"not offered at fp32: eager was not measured with {words}"
-        else:
-            skipped[move.name] = (f"predicted to fail: eager with {words} puts {facts.fails_under(variant):.1%} of its "
-                                  f"output outside the tolerance" if facts.fails_under(variant) else
-                                  f"predicted to fail: eager with {words} raises {dict(facts.variant_errors)[variant]}")
-    return skipped
-
-
-def _outrun(facts, precision: str) -> dict[str, str]:
-    """At fp32, the moves whose kernels have never run within `Move.fp32_floor_multiple` of a problem's roofline floor,
-    where eager itself already runs within that: move -> why it is skipped. (Nothing where the floor or eager's time
-    was not measured.)"""
-    if precision != "fp32" or facts is None or not facts.floor_ms or not facts.eager_ms:
-        return {}
-    multiple = facts.eager_ms / facts.floor_ms
-    return {move.name: f"predicted to lose: eager runs at {multiple:.1f}x its roofline floor, and this move's fp32 "
-                       f"kernels have taken at least {move.fp32_floor_multiple:g}x where measured"
-            for move in MOVES.values() if move.fp32_floor_multiple and multiple < move.fp32_floor_multiple}
-
-
-def _slower_settings(facts) -> dict[str, str]:
-    """The moves that change one setting of the reference and nothing else (`Move.variant`) under which eager itself
-    ran at most 1 / VARIANT_GAIN times as fast, within the tolerance: a candidate that is eager with that setting loses
-    (level2/38 on an H100: eager 0.67x in channels-last, the move 0.85x twice): move -> why it is skipped."""
-    if facts is None:
-        return {}
-    gains = {move: facts.gains_under(move.variant) for move in MOVES.values() if move.variant}
-    return {move.name: f"predicted to lose: eager itself ran {gain:.2f}x as fast with "
-                       f"{VARIANT_WORDS.get(move.variant, move.variant)}"
-            for move, gain in gains.items() if gain <= 1 / VARIANT_GAIN}
-
-
-def _gaining_variants(facts) -> dict[str, float]:
-    """The moves that change one setting of the reference and nothing else (`Move.variant`) under which eager itself
-    ran at least VARIANT_GAIN times as fast, within the tolerance, in the reference's evaluation: each with that gain."""
-    if facts is None:
-        return {}
-    gains = {move.name: facts.gains_under(move.variant) for move in MOVES.values() if move.variant}
-    return {name: gain for name, gain in gains.items() if gain >= VARIANT_GAIN}
 
 
 def _tuned_kernel(option: dict) -> str:

@@ -1,0 +1,105 @@
+"""What the reference's own measurements predict of each offline move, before any candidate is written.
+
+The reference's evaluation measures its roofline floor, its sensitivity to one ulp of noise and eager under each
+setting a move changes (`kernelpro.facts.ProblemFacts`). From these, each rule of `RULES` names the moves that cannot
+pass or cannot win, with why; the coder offers none of them and lists them in its summary. `exact_moves` is what may
+still pass on a rounding-sensitive reference, and `gaining_settings` the setting moves whose gain eager already
+showed. Each rule takes the facts (None: not measured, where a rule names nothing or says so) and the precision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from kernelpro.facts import VARIANT_GAIN, VARIANT_WORDS, ProblemFacts
+from kernelpro.offline.moves import BIT_EXACT, MOVES
+
+SENSITIVE_SKIP = ("predicted to fail: one ulp of rounding noise on every value already moves eager's output outside "
+                  "the tolerance, and this move changes the arithmetic")
+
+
+def failing_settings(facts: ProblemFacts | None, precision: str) -> dict[str, str]:
+    """The moves that change one setting of the reference and nothing else (`Move.variant`), where the reference's
+    evaluation found eager itself outside the tolerance under that setting, or raising."""
+    if facts is None:
+        return {}
+    errors = dict(facts.variant_errors)
+    return {move.name: f"predicted to fail: eager itself with {move.variant.replace('_', '-')} " + (
+        f"raises {errors[move.variant]}" if move.variant in errors else
+        f"puts {facts.fails_under(move.variant):.1%} of its output outside the tolerance")
+        for move in MOVES.values() if move.variant and facts.fails_under(move.variant)}
+
+
+def unmatched_arithmetic(facts: ProblemFacts | None, precision: str) -> dict[str, str]:
+    """At fp32, the moves that copy the arithmetic of a variant (`Move.fp32_matches`: triton_conv's TF32-rounded
+    operands) where eager was not measured under it or left the tolerance there."""
+    if precision != "fp32":
+        return {}
+    skipped = {}
+    for move in MOVES.values():
+        variant = move.fp32_matches
+        if not variant or (facts is not None and facts.matches_under(variant)):
+            continue
+        words = VARIANT_WORDS.get(variant, variant)
+        if facts is None or variant not in dict(facts.variant_fractions):
+            skipped[move.name] = f"not offered at fp32: eager was not measured with {words}"
+        elif facts.fails_under(variant):
+            skipped[move.name] = (f"predicted to fail: eager with {words} puts {facts.fails_under(variant):.1%} of "
+                                  "its output outside the tolerance")
+        else:
+            skipped[move.name] = f"predicted to fail: eager with {words} raises {dict(facts.variant_errors)[variant]}"
+    return skipped
+
+
+def outrun(facts: ProblemFacts | None, precision: str) -> dict[str, str]:
+    """At fp32, the moves whose kernels have never run within `Move.fp32_floor_multiple` of a problem's roofline floor,
+    where eager itself already runs within that (nothing where the floor or eager's time was not measured)."""
+    if precision != "fp32" or facts is None or not facts.floor_ms or not facts.eager_ms:
+        return {}
+    multiple = facts.eager_ms / facts.floor_ms
+    return {move.name: f"predicted to lose: eager runs at {multiple:.1f}x its roofline floor, and this move's fp32 "
+                       f"kernels have taken at least {move.fp32_floor_multiple:g}x where measured"
+            for move in MOVES.values() if move.fp32_floor_multiple and multiple < move.fp32_floor_multiple}
+
+
+def slower_settings(facts: ProblemFacts | None, precision: str) -> dict[str, str]:
+    """The setting moves (`Move.variant`) under whose setting eager itself ran at most 1 / VARIANT_GAIN times as fast,
+    within the tolerance: a candidate that is eager with that setting loses (level2/38 on an H100: eager 0.67x in
+    channels-last, the move 0.85x twice)."""
+    if facts is None:
+        return {}
+    gains = {move: facts.gains_under(move.variant) for move in MOVES.values() if move.variant}
+    return {move.name: f"predicted to lose: eager itself ran {gain:.2f}x as fast with "
+                       f"{VARIANT_WORDS.get(move.variant, move.variant)}"
+            for move, gain in gains.items() if gain <= 1 / VARIANT_GAIN}
+
+
+#: The rules, in the order their reasons win where several name one move (the later one's reason is kept).
+RULES: tuple[Callable[[ProblemFacts | None, str], dict[str, str]], ...] = (
+    failing_settings, unmatched_arithmetic, outrun, slower_settings)
+
+
+def skipped(facts: ProblemFacts | None, precision: str) -> dict[str, str]:
+    """Every move a rule of `RULES` names: move -> why it is not offered."""
+    found: dict[str, str] = {}
+    for rule in RULES:
+        found |= rule(facts, precision)
+    return found
+
+
+def exact_moves(facts: ProblemFacts | None) -> set[str]:
+    """What may pass on a rounding-sensitive reference: the bit-exact moves (`moves.BIT_EXACT`), and the setting moves
+    under whose setting eager itself was measured within the tolerance everywhere (the reference's evaluation ran
+    exactly what they change, so its sensitivity predicts nothing for them)."""
+    matched = set() if facts is None else {move.name for move in MOVES.values()
+                                           if move.variant and facts.matches_under(move.variant)}
+    return set(BIT_EXACT) | matched
+
+
+def gaining_settings(facts: ProblemFacts | None) -> dict[str, float]:
+    """The setting moves under whose setting eager itself ran at least VARIANT_GAIN times as fast, within the
+    tolerance, in the reference's evaluation: each with that gain."""
+    if facts is None:
+        return {}
+    gains = {move.name: facts.gains_under(move.variant) for move in MOVES.values() if move.variant}
+    return {name: gain for name, gain in gains.items() if gain >= VARIANT_GAIN}
