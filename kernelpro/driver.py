@@ -439,7 +439,7 @@ class SearchRun:
         if limit_s is not None and time.monotonic() - began >= limit_s:
             return "time limit"
         best = search.best()
-        return at_floor(best.payload or {} if best.id else None, baseline, self.settings.objective)
+        return at_floor((best.payload or {}) if best.id else None, baseline, self.settings.objective)
 
     def write(self, search: Search, expansion, ready: list[Written]) -> Written | None:
         """The coder's child for an expansion, not yet proposed to the search; None where it wrote none (the node
