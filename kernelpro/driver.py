@@ -423,7 +423,7 @@ class SearchRun:
             for future in done:
                 self.tell(search, pending.pop(future), future.result(), baseline)
 
-    def stop_reason(self, search: Search, began: float, limit_s: float | None, baseline: dict | None = None) -> str:
+    def stop_reason(self, search: Search, began: float, limit_s: float | None, baseline: dict) -> str:
         if search.evaluations >= self.settings.budget:
             return "budget"
         usage = getattr(self.coder, "usage", None)

@@ -150,17 +150,18 @@ def run_candidates(problem: Path, builds: list[tuple[str, str]], timeout_s: floa
 
 
 def predicted_failure(move: str, facts: dict) -> str | None:
-    """Why the search would not evaluate `move` on this reference (the offline coder's skips), or None: a reference
-    that one ulp moves outside the tolerance (more than facts.SENSITIVE_ABOVE of it) gets bit-exact moves only; a
-    move that changes one setting is skipped where eager itself fails under it."""
-    from kernelpro.facts import SENSITIVE_ABOVE
-    from kernelpro.offline.moves import BIT_EXACT, MOVES
-    if (facts.get("sensitive") or 0.0) > SENSITIVE_ABOVE and move not in BIT_EXACT:
+    """Why the search would not evaluate `move` on this reference (the offline coder's skips,
+    `kernelpro.offline.predictions`, on the facts measured here), or None: a rounding-sensitive reference
+    (`ProblemFacts.rounding_sensitive`) gets its exact moves only; a move that changes one setting is skipped where
+    eager itself fails under it."""
+    from kernelpro.facts import ProblemFacts
+    from kernelpro.offline import predictions
+    measured = ProblemFacts(inputs=(), outputs=(), sensitive_fraction=facts.get("sensitive"),
+                            variant_fractions=tuple(sorted((name, fraction) for name, fraction in facts.items()
+                                                           if name != "sensitive")))
+    if measured.rounding_sensitive and move not in predictions.exact_moves(measured):
         return f"the reference is rounding-sensitive ({facts['sensitive']:.1%} moves out under one ulp)"
-    variant = MOVES[move].variant if move in MOVES else None
-    if variant and facts.get(variant):
-        return f"eager with {variant} puts {facts[variant]:.1%} of its output outside the tolerance"
-    return None
+    return predictions.failing_settings(measured, "fp32").get(move)
 
 
 def outcomes(rows: list[dict]) -> tuple[list[dict], list[dict], list[dict]]:
