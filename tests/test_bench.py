@@ -876,3 +876,16 @@ def test_native_builds_count_as_build_time_not_as_the_workers():
     assert sum(columns.values()) == pytest.approx(60.0)
     # a build's seconds beyond the time left outside the phases (it began before the evaluation waited) cap there
     assert time_columns(dict(split, builds=40.0), 60.0)["worker"] == 0.0
+
+
+def test_the_time_split_says_when_overlapping_candidates_add_up_to_more_than_the_time_spent():
+    """With two candidates in flight, each level's phases add up to more than its GPU-minutes (a level-2 bench on an
+    H100: 6.4 against 4.1); the leaderboard says so beside the table, and says nothing where they match."""
+    from kernelpro.bench.leaderboard import TIME_COLUMNS, time_lines
+    split = dict.fromkeys(TIME_COLUMNS, 0.0) | {"correctness": 240.0, "timing": 144.0}
+    level = {"level": 2, "time_s": split, "gpu_minutes": 4.1}
+    document = {"settings": {"device": "cuda"}, "levels": [level], "overall": dict(level, level="all")}
+    text = "\n".join(time_lines(document))
+    assert "| 2 | 6.4 |" in text and "level 2, 6.4 against 4.1; all levels, 6.4 against 4.1." in text
+    level["gpu_minutes"] = document["overall"]["gpu_minutes"] = 6.4
+    assert "overlap" not in "\n".join(time_lines(document))
