@@ -50,27 +50,12 @@ from kernelpro.runstore import RunStore
 from kernelpro.tools.ceilings import DeviceCache
 from kernelpro.search_settings import SearchInputError, moves_refused, never_started, resumed, validate
 from kernelpro.settings import SearchSettings
+from kernelpro import stopping
 
 log = logging.getLogger("kernelpro.search")
 
-FLOOR_MARGIN = 0.05
 INTERRUPTED = "interrupted"  # why a run stopped on Ctrl-C
 PROFILE_GAIN = 1.10  # profile a new best only when it beats the last profiled one by this much
-
-
-def at_floor(best: dict | None, baseline: dict | None, objective: str) -> str:
-    """Why the search stops at the roofline floor, or "": the best candidate's payload (None: the reference is still
-    the best) within FLOOR_MARGIN of its floor; or, before any candidate beats it, eager itself there, when the
-    objective is time: then no candidate can gain more than the margin (level1/20_LeakyReLU on an H100: 1.015x)."""
-    if best is not None:
-        floor, ms = best.get("floor_ms"), best.get("ms")
-    else:
-        floor = (((baseline or {}).get("result") or {}).get("floor") or {}).get("floor_ms")
-        ms = (baseline or {}).get("eager_ms") if objective == "time" else None
-    if not (floor and ms and ms <= (1 + FLOOR_MARGIN) * floor):
-        return ""
-    return "within 5% of the roofline floor" + ("" if best is not None else
-                                                 f" (eager itself, at {ms / floor:.3f}x): no candidate can gain more")
 
 
 @dataclass
@@ -96,9 +81,6 @@ class SearchInterrupted(KernelproError):
     def __init__(self, message: str, document: dict | None = None):
         super().__init__(message)
         self.document = document
-
-
-MAX_CODER_FAILURES_IN_ROW = 4  # then the search stops and says why
 
 
 @dataclass
@@ -424,22 +406,16 @@ class SearchRun:
                 self.tell(search, pending.pop(future), future.result(), baseline)
 
     def stop_reason(self, search: Search, began: float, limit_s: float | None, baseline: dict) -> str:
-        if search.evaluations >= self.settings.budget:
-            return "budget"
         usage = getattr(self.coder, "usage", None)
-        if usage is not None and self.settings.max_cost_usd is not None and usage.cost_usd is not None \
-                and usage.cost_usd >= self.settings.max_cost_usd:
-            return f"cost budget (${usage.cost_usd:.2f} of ${self.settings.max_cost_usd:.2f})"
-        if usage is not None and self.settings.max_tokens is not None \
-                and usage.input_tokens + usage.output_tokens >= self.settings.max_tokens:
-            return f"token budget ({usage.input_tokens + usage.output_tokens} of {self.settings.max_tokens})"
-        if self.status.coder_failures_in_row >= MAX_CODER_FAILURES_IN_ROW:
-            return f"the coder failed {self.status.coder_failures_in_row} times in a row " \
-                   f"({self.status.last_coder_failure})"
-        if limit_s is not None and time.monotonic() - began >= limit_s:
-            return "time limit"
         best = search.best()
-        return at_floor((best.payload or {}) if best.id else None, baseline, self.settings.objective)
+        return stopping.stop_reason(stopping.Spent(
+            evaluations=search.evaluations, budget=self.settings.budget, objective=self.settings.objective,
+            began=began, limit_s=limit_s, cost_usd=usage.cost_usd if usage is not None else None,
+            max_cost_usd=self.settings.max_cost_usd,
+            tokens=usage.input_tokens + usage.output_tokens if usage is not None else None,
+            max_tokens=self.settings.max_tokens, coder_failures_in_row=self.status.coder_failures_in_row,
+            last_coder_failure=self.status.last_coder_failure, best=(best.payload or {}) if best.id else None,
+            baseline=baseline))
 
     def write(self, search: Search, expansion, ready: list[Written]) -> Written | None:
         """The coder's child for an expansion, not yet proposed to the search; None where it wrote none (the node

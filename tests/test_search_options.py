@@ -144,7 +144,7 @@ def test_the_search_stops_at_the_roofline_floor_eager_included():
     objective is time (no candidate can gain more than 5% there: KernelBench's LeakyReLU at 1.015x its floor on an
     H100 spent 8 evaluations and 7.2 GPU-minutes on nothing). Not where the floor is unknown (the CPU), nor for
     energy, which a candidate at eager's speed may still save."""
-    from kernelpro.driver import at_floor
+    from kernelpro.stopping import at_floor
     baseline = {"eager_ms": 4.365, "result": {"floor": {"floor_ms": 4.301}}}
     assert "eager itself, at 1.015x" in at_floor(None, baseline, "time")
     assert at_floor(None, baseline, "energy") == ""
@@ -152,3 +152,24 @@ def test_the_search_stops_at_the_roofline_floor_eager_included():
     assert at_floor(None, {**baseline, "eager_ms": 4.8}, "time") == ""  # 1.116x: room left
     assert at_floor({"ms": 4.4, "floor_ms": 4.301}, baseline, "energy") == "within 5% of the roofline floor"
     assert at_floor({"ms": 5.0, "floor_ms": 4.301}, baseline, "time") == ""
+
+
+def test_the_stop_rules_answer_in_order_and_only_at_their_limits():
+    """Each limit stops the search exactly when reached, the first rule of the table that answers names why, and a
+    search with no limit reached goes on."""
+    import time
+    from kernelpro.stopping import Spent, stop_reason
+    going = Spent(evaluations=3, budget=8, objective="time", began=time.monotonic(), limit_s=60.0, cost_usd=0.4,
+                  max_cost_usd=0.5, tokens=900, max_tokens=1000, coder_failures_in_row=3, last_coder_failure="HTTP 529")
+    assert stop_reason(going) == ""
+    assert stop_reason(Spent(**{**going.__dict__, "evaluations": 8})) == "budget"
+    assert stop_reason(Spent(**{**going.__dict__, "cost_usd": 0.5})) == "cost budget ($0.50 of $0.50)"
+    assert stop_reason(Spent(**{**going.__dict__, "tokens": 1000})) == "token budget (1000 of 1000)"
+    assert stop_reason(Spent(**{**going.__dict__, "coder_failures_in_row": 4})) == \
+        "the coder failed 4 times in a row (HTTP 529)"
+    assert stop_reason(Spent(**{**going.__dict__, "began": time.monotonic() - 61})) == "time limit"
+    assert stop_reason(Spent(**{**going.__dict__, "max_cost_usd": None, "max_tokens": None, "limit_s": None,
+                                "coder_failures_in_row": 0, "best": {"ms": 1.0, "floor_ms": 0.98}})) \
+        == "within 5% of the roofline floor"
+    both = Spent(**{**going.__dict__, "evaluations": 8, "cost_usd": 0.6})
+    assert stop_reason(both) == "budget"  # the first rule that answers

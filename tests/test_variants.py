@@ -50,7 +50,7 @@ def test_a_reference_that_raises_under_a_setting_still_evaluates_and_predicts_th
         request = replace(_request(facts), problem_path=str(problem.path), problem_source=problem.source,
                           parent_source=problem.source)
         assert coder.propose(request) is None
-        assert f"channels_last: predicted to fail: eager itself with channels-last raises {found.error}" in \
+        assert f"channels_last: predicted to fail: eager itself with channels-last memory format raises {found.error}" in \
             coder.why_no_moves()
     finally:
         coder.close()
@@ -83,7 +83,7 @@ def test_a_move_whose_setting_fails_eager_itself_is_not_offered_and_the_coder_sa
     only = OfflineCoder(moves="tf32_matmul")
     try:
         assert only.propose(_request(facts)) is None
-        assert "tf32_matmul: predicted to fail: eager itself with tf32 puts 53.2% of its output outside the " \
+        assert "tf32_matmul: predicted to fail: eager itself with TF32 allowed in matmuls and convolutions puts 53.2% of its output outside the " \
                "tolerance" in only.why_no_moves()
     finally:
         only.close()

@@ -24,7 +24,7 @@ def failing_settings(facts: ProblemFacts | None, precision: str) -> dict[str, st
     if facts is None:
         return {}
     errors = dict(facts.variant_errors)
-    return {move.name: f"predicted to fail: eager itself with {move.variant.replace('_', '-')} " + (
+    return {move.name: f"predicted to fail: eager itself with {VARIANT_WORDS.get(move.variant, move.variant)} " + (
         f"raises {errors[move.variant]}" if move.variant in errors else
         f"puts {facts.fails_under(move.variant):.1%} of its output outside the tolerance")
         for move in MOVES.values() if move.variant and facts.fails_under(move.variant)}
