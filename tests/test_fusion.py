@@ -268,6 +268,67 @@ def test_split_variant_on_few_long_rows(tmp_path, length, others, data):
     assert any(k["config"].get("variant") == "split" for k in kernels)
 
 
+def forced_lagged(lag: int, programs: int):
+    """The lagged variant (chunks of 16, `lag` rows of look-ahead, `programs` programs) for every row group with
+    one pass of statistics and full outputs; the split variant for other row groups."""
+    def ranked(group, device=None):
+        if group.kind == "row" and len(group.statistics_levels()) == 1 and \
+                any(o.kind == "full" for o in group.outputs) and \
+                not any(s.reduce in ("argmax", "argmin") for s in group.steps):
+            return [{"variant": "lagged", "CHUNK": 16, "BLOCK_C": 8, "LAG": lag, "PROGRAMS": programs,
+                     "num_warps": 2, "score": 1.0}]
+        return forced_split(group, device)
+    return ranked
+
+
+@PROPERTY_TIMEOUT
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(length=st.integers(2, 70), rows=st.integers(1, 9), lag=st.integers(1, 12), programs=st.integers(1, 4),
+       data=st.data())
+def test_lagged_variant_on_many_long_rows(tmp_path, length, rows, lag, programs, data):
+    """One persistent kernel: a ticket per chunk's statistics, then per chunk's outputs `lag` rows later, the
+    partials of every chunk folded (a softmax's maxima and sums of exponentials, a norm's Welford sums, a plain
+    sum); any row length, any look-ahead (more rows than there are, too), any number of programs."""
+    op = data.draw(st.sampled_from(["torch.softmax(x, dim=-1)", "F.log_softmax(x, dim=-1)",
+                                    f"F.layer_norm(x, ({length},))", "x - x.mean(dim=-1, keepdim=True)",
+                                    "x / x.sum(dim=-1, keepdim=True)", "F.normalize(x, dim=-1)"]))
+    epilogue = data.draw(st.sampled_from(["", "h = torch.relu(h) * 3.0"]))
+    body = ["x = torch.exp(x * 0.3)" if "sum(" in op else "x = x * 2.0", f"h = {op}"] + \
+        ([epilogue] if epilogue else []) + ["return h"]
+    path = write_problem(tmp_path, body, [(rows, length)])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(triton_gen, "configs", forced_lagged(lag, programs))
+        kernels = check(path, FUSE, atol=2e-4)
+    assert any(k["config"].get("variant") == "lagged" for k in kernels)
+
+
+def test_the_lagged_variant_is_offered_for_many_long_rows_past_the_l2_and_tried_second():
+    """Offered where a looped kernel would read each row twice from DRAM: many rows (at least two per SM), rows
+    too long for registers, one pass of statistics, more data than twice the L2 (KernelBench's LogSoftmax, 4096 x
+    393216); its best configuration second in the ranking, so that the first tuning step tries it."""
+    from kernelpro.offline.fuse.groups import Group, Input, Output, Step
+    steps = [Step("v1", "row", reduce="max", operand="x0", deps=("x0",), level=1),
+             Step("v2", "full", expr="x0 - v1", deps=("x0", "v1"), level=1),
+             Step("v3", "full", expr="tl.exp(v2)", deps=("v2",), level=1),
+             Step("v4", "row", reduce="sum", operand="v3", deps=("v3",), level=2, shifted="v1"),
+             Step("v5", "full", expr="v2 - tl.log(v4)", deps=("v2", "v4"), level=2)]
+
+    def ranked(rows, length, device=triton_configs.Device()):
+        group = Group(kind="row", logical=(rows, length), reduced=frozenset({1}), steps=steps,
+                      inputs=[Input("x0", None, (rows, length), (rows, length), "full")],
+                      outputs=[Output("v5", None, (rows, length), "full")])
+        return triton_gen.configs(group, device)
+    assert Group(kind="row", logical=(4, 8), reduced=frozenset({1}), steps=steps).statistics_levels() == [1]
+    big = ranked(4096, 393216)
+    assert big[0]["variant"] != "lagged" and big[1]["variant"] == "lagged", big[:3]
+    assert big[1]["LAG"] * 4 * 393216 <= triton_configs.Device().l2_bytes // 4 and big[1]["PROGRAMS"] >= 132
+    assert sum(c["variant"] == "lagged" for c in big) > 1 and all(c["variant"] == "lagged" for c in big[-2:])
+    assert all(c["variant"] != "lagged" for c in ranked(4096, 4096))  # short rows
+    assert all(c["variant"] != "lagged" for c in ranked(64, 393216))  # few rows: the split variant
+    assert all(c["variant"] != "lagged" for c in ranked(264, 32768))  # 35 MB: the looped kernel's rows stay in L2
+    assert all(c["variant"] != "lagged" for c in ranked(512, 4 << 20))  # 16 MB rows: two do not fit a quarter of L2
+
+
 def test_split_configurations_only_for_few_long_rows():
     from kernelpro.offline.fuse.groups import Group, Input, Step
     steps = [Step("v1", "row", reduce="sum", operand="x0", deps=("x0",), level=1)]

@@ -16,6 +16,7 @@ class Device:
     registers_per_sm: int = 65536
     blocks_per_sm: int = 32
     bytes_in_flight: int = 32768  # per SM to cover DRAM latency at full bandwidth (Little's law)
+    l2_bytes: int = 50 * 2**20  # the L2 cache
     name: str = ""  # the GPU's name (a learned launch model is per device); empty: none known
 
 
@@ -42,5 +43,5 @@ def target_device(spec: dict) -> tuple[Device, tuple[int, int] | None]:
         return Device(sms=props.multi_processor_count,
                       threads_per_sm=getattr(props, "max_threads_per_multi_processor", 2048),
                       registers_per_sm=getattr(props, "regs_per_multiprocessor", 65536),
-                      name=props.name), (props.major, props.minor)
+                      l2_bytes=getattr(props, "L2_cache_size", 0) or Device.l2_bytes, name=props.name), (props.major, props.minor)
     return Device(), None

@@ -58,6 +58,8 @@ def programs(features: dict, config: dict) -> float:
         per_program = config.get("BLOCK") or config.get("threads", 256) * config.get("vec", 1)
         return math.ceil(features.get("elements", 1) / per_program)
     rows = features.get("rows", 1)
+    if config.get("variant") == "lagged":  # persistent
+        return config["PROGRAMS"]
     if config.get("variant") == "split":
         return rows * math.ceil(features.get("row_length", 1) / (config.get("CHUNK") or config.get("chunk") or 1))
     return math.ceil(rows / (config.get("BLOCK_R") or config.get("rows_per_block") or 1))

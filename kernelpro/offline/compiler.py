@@ -251,6 +251,8 @@ def lower(compiler: Compiler, build: Build) -> None:
                                        device.name, device.sms, learned=build.launch_ranking != "analytic")
         if generator is gemm:
             ranked = gemm.spilling_last(ranked)
+        elif generator is triton_gen:  # whatever a learned model made of the order
+            ranked = triton_configs.lagged_second(ranked)
         grids = triton_configs.persistent(rendered, device) if "persistent_kernels" in moves and \
             generator is triton_gen else []
         if grids:  # persistent grids first, the others after them for tuning

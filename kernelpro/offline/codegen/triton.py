@@ -118,13 +118,16 @@ class _Rows(RowSpace):
         """The signature, the comment, the row index and the per-row inputs."""
         lines = ["@triton.jit", f"def {name}({', '.join(params)}):",
                  "    # " + kernel_header(self.group) + f"; rows of {self.length} reduced element(s), {what}"]
-        lines += inputs_doc(self.group)
-        lines += [f"    r = {program_rows}", "    row_mask = r < n_rows"]
-        lines += ["    " + line for line in self.row_index]
+        return lines + inputs_doc(self.group) + self.row_start(program_rows, "    ")
+
+    def row_start(self, program_rows: str, indent: str) -> list[str]:
+        """The row index `r` (a [rows, 1] block), its mask and the per-row inputs."""
+        lines = [f"{indent}r = {program_rows}", f"{indent}row_mask = r < n_rows"]
+        lines += [indent + line for line in self.row_index]
         for item in self.group.inputs:
             if item.kind == "row":
-                lines.append(masked_load(item, offset_expr(self.lay.strides[item.var], self.keep_names, self.keep), "row_mask",
-                                   "    "))
+                lines.append(masked_load(item, offset_expr(self.lay.strides[item.var], self.keep_names, self.keep),
+                                         "row_mask", indent))
         return lines
 
     def body(self, steps: list[Step], roots: list[str], indent: str) -> list[str]:
@@ -143,8 +146,8 @@ class _Rows(RowSpace):
                                  "mask", indent))
         return out + [f"{indent}{s.var} = {s.expr}" for s in steps if not s.reduce]
 
-    def row_lines(self, level: int) -> list[str]:
-        return [f"    {step.var} = {step.expr}" for step in self.row_steps if step.level == level]
+    def row_lines(self, level: int, indent: str = "    ") -> list[str]:
+        return [f"{indent}{step.var} = {step.expr}" for step in self.row_steps if step.level == level]
 
     def accumulate(self, reductions: list[Step], moments: dict[str, Step], indent: str,
                    online: dict[str, Step] | None = None) -> list[str]:
@@ -297,7 +300,6 @@ def _split_kernels(group: Group, lay: Layout) -> list[str]:
     rows = _Rows(group, lay)
     length, levels = rows.length, group.levels()
     moments = group.moments()
-    hoisted = {s.var for s in moments.values()}
     program_rows = "tl.program_id(0) + tl.arange(0, 1)[:, None]"
     chunk_loop = ["    for start in range(0, CHUNK, BLOCK_C):",
                   "        j = tl.program_id(1) * CHUNK + start + tl.arange(0, BLOCK_C)[None, :]",
@@ -310,36 +312,10 @@ def _split_kernels(group: Group, lay: Layout) -> list[str]:
         return f"tl.load(ws_{var}_ptr + r * NCHUNKS + k, mask=row_mask & (k < NCHUNKS), other={other})"
 
     def fold_partials(below: int) -> list[str]:
-        lines = ["    k = tl.arange(0, NCHUNKS_P2)[None, :]"] if below >= 1 else []
-        if any(s.var in moments for level in range(1, below + 1) for s in group.reductions(level)):
-            lines.append(f"    counts = tl.maximum(tl.minimum(CHUNK, {length} - k * CHUNK), 1).to(tl.float32)")
-        for level in range(1, below + 1):
-            for s in group.reductions(level):
-                if s.var in hoisted:
-                    continue  # folded with its sum
-                lines.append(f"    {s.var} = {_FOLD[s.reduce]}({partials(s.var, _IDENTITY[s.reduce])}, 1)[:, None]")
-                if s.var in moments:  # each chunk's mean against the row's, weighted by the chunk's count
-                    m2 = moments[s.var].var
-                    lines += [f"    spread = tl.where(k < NCHUNKS, {partials(s.var)} / counts - {s.var} / "
-                              f"{float(length)!r}, 0.0)",
-                              f"    {m2} = tl.sum({partials(m2)} + counts * spread * spread, 1)[:, None]"]
-            lines += rows.row_lines(level)
-        return lines
+        return _fold_lines(group, rows, below, partials, {}, "    ")
 
     def store_partials(reductions: list[Step]) -> list[str]:
-        lines = []
-        for s in reductions:
-            where = f"ws_{s.var}_ptr + r * NCHUNKS + tl.program_id(1)"
-            if s.var not in moments:
-                lines.append(f"    tl.store({where}, {_FOLD[s.reduce]}(acc_{s.var}, 1)[:, None], mask=row_mask)")
-                continue
-            m2 = moments[s.var].var  # the chunk's lanes merged: its sum, and squares about its own mean
-            lines += [f"    chunk_sum = tl.sum(n_{s.var} * mean_{s.var}, 1)[:, None]",
-                      f"    spread = mean_{s.var} - chunk_sum / tl.maximum(tl.sum(n_{s.var}, 1)[:, None], 1.0)",
-                      f"    tl.store({where}, chunk_sum, mask=row_mask)",
-                      f"    tl.store(ws_{m2}_ptr + r * NCHUNKS + tl.program_id(1), tl.sum(m2_{s.var} + n_{s.var} * "
-                      "spread * spread, 1)[:, None], mask=row_mask)"]
-        return lines
+        return _store_lines(reductions, moments, {}, "ws_{}_ptr + r * NCHUNKS + tl.program_id(1)", "    ")
 
     kernels, passes = [], split_passes(group)
     for number, (level, reductions, last) in enumerate(passes, 1):
@@ -363,6 +339,134 @@ def _split_kernels(group: Group, lay: Layout) -> list[str]:
         lines.append("    first = (r * 0 + tl.program_id(1)) == 0")
         lines += [f"    tl.store(out{k}_ptr + r, {o.var}, mask=row_mask & first)" for k, o in row_outputs]
     return kernels + lines
+
+
+LAGGED_PARAMS = ["ticket_ptr", "count_ptr"] + SPLIT_PARAMS + ["LAG: tl.constexpr"]
+
+
+def _lagged_kernel(group: Group, lay: Layout) -> list[str]:
+    """Many long rows, one pass of statistics: one persistent kernel that takes (pass, row, chunk) tickets in order
+    from a counter in global memory. A row's statistics ticket for a chunk stores its partial results and counts
+    itself on the row's counter; its output ticket for that chunk waits on that counter until all NCHUNKS chunks
+    are in, folds their partials and writes the chunk's outputs. Tickets run pass 1 of row r + LAG before the
+    outputs of row r, so each row is read a second time about LAG rows after the first, while it is still in L2:
+    the row is read once from DRAM where a looped kernel, which cannot keep it, reads it twice. An output ticket
+    only waits on statistics tickets handed out before it, to programs already running that never wait: no
+    program waits on one that cannot run (and in Triton's interpreter, where programs run one after another, the
+    first program takes every ticket in order)."""
+    inputs, outputs = _pointers(group)
+    rows = _Rows(group, lay)
+    length = rows.length
+    moments, online = group.moments(), group.online_sums()
+    (level,) = group.statistics_levels()
+    hoisted = {s.var for s in moments.values()} | {s.var for s in online.values()}
+    reductions = [s for s in group.reductions(level) if s.var not in hoisted]
+    riders = [moments[s.var].var for s in reductions if s.var in moments] + [
+        online[s.var].var for s in reductions if s.var in online]
+    lines = ["@triton.jit", f"def {group.name}_kernel({', '.join(inputs + [f'{ws}_ptr' for ws, _ in workspaces(group, 1)] + outputs + LAGGED_PARAMS)}):",
+             "    # " + kernel_header(group) + f"; rows of {length} reduced element(s) in chunks, persistent: "
+             "each ticket is one chunk's statistics or one chunk's outputs" + (
+                 f" ({', '.join(riders)} in the pass of the statistics they ride with)" if riders else "")]
+    lines += inputs_doc(group)
+    lines += ["    lead = tl.minimum(n_rows, LAG)  # rows whose statistics come first",
+              "    paired = 2 * (n_rows - lead)  # then statistics of row lead + i, outputs of row i, in turn",
+              "    t = tl.atomic_add(ticket_ptr, 1)",
+              "    while t < 2 * n_rows * NCHUNKS:",
+              "        slot = t // NCHUNKS",
+              "        c = t % NCHUNKS",
+              "        i = slot - lead",
+              "        statistics = (slot < lead) | ((i >= 0) & (i < paired) & (i % 2 == 0))",
+              "        row = tl.where(slot < lead, slot, tl.where(i < paired, tl.where(i % 2 == 0, lead + i // 2, "
+              "i // 2), n_rows - lead + i - paired))"]
+    lines += rows.row_start("row + tl.arange(0, 1)[:, None]", "        ")
+    lines += rows.row_lines(0, "        ")
+    chunk_loop = ["            for start in range(0, CHUNK, BLOCK_C):",
+                  "                j = c * CHUNK + start + tl.arange(0, BLOCK_C)[None, :]",
+                  f"                mask = row_mask & (j < {length})"]
+    lines.append("        if statistics:")
+    for s in reductions:
+        names = ["n_", "mean_", "m2_"] if s.var in moments else ["acc_"]
+        lines += [f"            {name}{s.var} = tl.full([1, BLOCK_C], {_IDENTITY[s.reduce]}, tl.float32)"
+                  for name in names]
+        if s.var in online:
+            lines.append(f"            acc_{online[s.var].var} = tl.full([1, BLOCK_C], 0.0, tl.float32)")
+    lines += chunk_loop + rows.accumulate(reductions, moments, "                ", online)
+    lines += _store_lines(reductions, moments, online, "ws_{}_ptr + r * NCHUNKS + c", "            ")
+    lines += ["            tl.atomic_add(count_ptr + row, 1)  # after the stores (release)",
+              "        else:",
+              "            while tl.atomic_add(count_ptr + row, 0) < NCHUNKS:  # the row's statistics, every chunk's",
+              "                pass"]
+
+    def partials(var: str, other: str = "0.0") -> str:  # past L1: other SMs wrote them
+        return (f"tl.load(ws_{var}_ptr + r * NCHUNKS + k, mask=row_mask & (k < NCHUNKS), other={other}, "
+                'cache_modifier=".cg")')
+    lines += _fold_lines(group, rows, group.levels(), partials, online, "            ")
+    if rows.full_outputs:
+        lines += chunk_loop + rows.outputs("                ")
+    row_outputs = [(k, o) for k, o in enumerate(group.outputs) if o.kind == "row"]
+    if row_outputs:  # by the first chunk's ticket
+        lines.append("            first = (r * 0 + c) == 0")
+        lines += [f"            tl.store(out{k}_ptr + r, {o.var}, mask=row_mask & first)" for k, o in row_outputs]
+    return lines + ["        t = tl.atomic_add(ticket_ptr, 1)"]
+
+
+def _fold_lines(group: Group, rows: _Rows, below: int, partials, online: dict[str, Step],
+                indent: str) -> list[str]:
+    """The row's statistics of the levels up to `below` from its chunks' partial results (`partials(var, other)`:
+    a [1, NCHUNKS_P2] load of them), then each level's row steps. A sum with a moment merges the chunks' sums and
+    sums of squares about their own means as Chan et al. do; a max with an online sum brings each chunk's sum of
+    exponentials to the row's max (a chunk whose max is the row's adds its own: no exp(-inf - -inf))."""
+    moments = group.moments()
+    hoisted = {s.var for s in moments.values()} | {s.var for s in online.values()}
+    length = rows.length
+    lines = [f"{indent}k = tl.arange(0, NCHUNKS_P2)[None, :]"] if below >= 1 else []
+    if any(s.var in moments for level in range(1, below + 1) for s in group.reductions(level)):
+        lines.append(f"{indent}counts = tl.maximum(tl.minimum(CHUNK, {length} - k * CHUNK), 1).to(tl.float32)")
+    for level in range(1, below + 1):
+        for s in group.reductions(level):
+            if s.var in hoisted:
+                continue  # folded with its sum, or with its max
+            if s.var in online:
+                total = online[s.var].var
+                lines += [f"{indent}part_{s.var} = {partials(s.var, _IDENTITY['max'])}",
+                          f"{indent}{s.var} = tl.max(part_{s.var}, 1)[:, None]",
+                          f"{indent}{total} = tl.sum(tl.where(part_{s.var} == {s.var}, {partials(total)}, "
+                          f"{partials(total)} * tl.exp(part_{s.var} - {s.var})), 1)[:, None]"]
+                continue
+            lines.append(f"{indent}{s.var} = {_FOLD[s.reduce]}({partials(s.var, _IDENTITY[s.reduce])}, 1)[:, None]")
+            if s.var in moments:  # each chunk's mean against the row's, weighted by the chunk's count
+                m2 = moments[s.var].var
+                lines += [f"{indent}spread = tl.where(k < NCHUNKS, {partials(s.var)} / counts - {s.var} / "
+                          f"{float(length)!r}, 0.0)",
+                          f"{indent}{m2} = tl.sum({partials(m2)} + counts * spread * spread, 1)[:, None]"]
+        lines += rows.row_lines(level, indent)
+    return lines
+
+
+def _store_lines(reductions: list[Step], moments: dict[str, Step], online: dict[str, Step], where: str,
+                 indent: str) -> list[str]:
+    """A chunk's partial results, each stored at `where` (a pointer expression with `{}` for the var): a
+    reduction's fold of its lanes; a sum with a moment, the chunk's sum and its squares about its own mean; a
+    max with an online sum, the chunk's max and its sum of exponentials relative to that max."""
+    lines = []
+    for s in reductions:
+        if s.var in online:
+            total = online[s.var].var
+            lines += [f"{indent}chunk_max = tl.max(acc_{s.var}, 1)[:, None]",
+                      f"{indent}tl.store({where.format(s.var)}, chunk_max, mask=row_mask)",
+                      f"{indent}tl.store({where.format(total)}, tl.sum(tl.where(acc_{s.var} == chunk_max, "
+                      f"acc_{total}, acc_{total} * tl.exp(acc_{s.var} - chunk_max)), 1)[:, None], mask=row_mask)"]
+        elif s.var not in moments:
+            lines.append(f"{indent}tl.store({where.format(s.var)}, {_FOLD[s.reduce]}(acc_{s.var}, 1)[:, None], "
+                         "mask=row_mask)")
+        else:
+            m2 = moments[s.var].var  # the chunk's lanes merged: its sum, and squares about its own mean
+            lines += [f"{indent}chunk_sum = tl.sum(n_{s.var} * mean_{s.var}, 1)[:, None]",
+                      f"{indent}spread = mean_{s.var} - chunk_sum / tl.maximum(tl.sum(n_{s.var}, 1)[:, None], 1.0)",
+                      f"{indent}tl.store({where.format(s.var)}, chunk_sum, mask=row_mask)",
+                      f"{indent}tl.store({where.format(m2)}, tl.sum(m2_{s.var} + n_{s.var} * spread * spread, "
+                      "1)[:, None], mask=row_mask)"]
+    return lines
 
 
 def features(group: Group) -> dict:
@@ -395,6 +499,8 @@ def render(group: Group, config: dict) -> str:
         kernel = _pointwise_kernel(group, lay, "PROGRAMS" in config)
     elif variant == "split":
         kernel = _split_kernels(group, lay)
+    elif variant == "lagged":
+        kernel = _lagged_kernel(group, lay)
     else:
         kernel = _row_kernel(group, lay, variant == "looped")
     args = [i.var for i in group.inputs]
@@ -408,13 +514,15 @@ def render(group: Group, config: dict) -> str:
         launches = [f"    {group.name}_kernel[({grid},)]({launch}, {n}, BLOCK={config['BLOCK']}{extra}, num_warps={warps})"]
     elif variant == "split":
         launches = _split_launches(group, config, args, outs)
+    elif variant == "lagged":
+        launches = _lagged_launches(group, config, args, outs)
     else:
         rows = group.row_count
         launches = [f"    {group.name}_kernel[(triton.cdiv({rows}, {config['BLOCK_R']}),)]({launch}, {rows}, "
                     f"BLOCK_R={config['BLOCK_R']}, BLOCK_C={config['BLOCK_C']}, num_warps={warps})"]
     wrapper = Wrapper(
         name=group.name, args=args, shapes=[i.shape for i in group.inputs],
-        doc=f'{group.fused_ops}: {"one Triton kernel" if variant != "split" else "Triton kernels"} '
+        doc=f'{group.fused_ops}: {"Triton kernels" if variant == "split" else "one Triton kernel"} '
             f'(launch: {describe_config(config)}).',
         outputs=[(out.shape, "torch.int64" if out.integer else _dtype_of(group, out.node)) for out in group.outputs],
         device=f"{args[0]}.device", launch=launches)
@@ -436,4 +544,21 @@ def _split_launches(group: Group, config: dict, args: list[str], outs: list[str]
     grid = chunks if any(o.kind == "full" for o in group.outputs) else 1
     spaces = [ws for ws, _ in workspaces(group, config["CHUNK"])]
     lines.append(f"    {group.name}_kernel[({rows}, {grid})]({', '.join(args + spaces + outs)}, {rows}, {constants})")
+    return lines
+
+
+def _lagged_launches(group: Group, config: dict, args: list[str], outs: list[str]) -> list[str]:
+    """Workspaces for the partial results, the ticket and the rows' counters (zeroed each call), one launch."""
+    rows, chunks = group.row_count, math.ceil(group.row_length / config["CHUNK"])
+    device = f"{args[0]}.device"
+    lines = [f"    # {chunks} chunks of {config['CHUNK']} per row; tickets: each chunk's statistics, then its outputs",
+             f"    # {config['LAG']} rows later"]
+    lines += [f"    {ws} = torch.empty({shape!r}, device={device}, dtype=torch.float32)"
+              for ws, shape in workspaces(group, config["CHUNK"])]
+    lines.append(f"    counters = torch.zeros({rows + 1}, device={device}, dtype=torch.int32)  # the ticket, then a "
+                 "count per row")
+    spaces = [ws for ws, _ in workspaces(group, config["CHUNK"])]
+    lines.append(f"    {group.name}_kernel[({config['PROGRAMS']},)]({', '.join(args + spaces + outs)}, counters, "
+                 f"counters[1:], {rows}, CHUNK={config['CHUNK']}, BLOCK_C={config['BLOCK_C']}, NCHUNKS={chunks}, "
+                 f"NCHUNKS_P2={next_pow2(chunks)}, LAG={config['LAG']}, num_warps={config['num_warps']})")
     return lines

@@ -33,6 +33,57 @@ def split_chunks(group: Group, device: Device) -> list[int]:
             if 2 <= math.ceil(group.row_length / chunk) <= MAX_CHUNKS]
 
 
+LAGGED_CHUNK = 16384  # elements of a row per ticket in the lagged variant (64 KiB of float32)
+
+
+def lagged_offered(group: Group, device: Device) -> bool:
+    """Whether the lagged variant may take this group: contiguous rows too long for one program's registers and
+    at least two per SM (fewer: the split variant), one pass of statistics (a softmax, a norm, a reduction with
+    an epilogue) and full outputs, so a looped kernel reads each row twice; and more data than twice the L2, so
+    that a looped kernel's second read misses it (its 132 or more rows in flight are read twice by then); and rows
+    short enough that two fit in a quarter of the L2, where the look-ahead keeps them."""
+    return (group.kind == "row" and group.row_stride == 1 and group.row_length >= SPLIT_FROM
+            and group.row_count >= 2 * device.sms and len(group.statistics_levels()) == 1
+            and any(o.kind == "full" for o in group.outputs)
+            and not any(s.reduce in ("argmax", "argmin") for s in group.steps)
+            and group.bytes_moved() > 2 * device.l2_bytes
+            and device.l2_bytes // 4 // _row_bytes(group) >= 2)
+
+
+def _row_bytes(group: Group) -> int:
+    """A row's bytes over the full-shaped inputs, in float32."""
+    return 4 * group.row_length * max(1, sum(1 for i in group.inputs if i.kind == "full"))
+
+
+def _lagged(group: Group, device: Device, loads: int) -> list[tuple[float, dict]]:
+    """The lagged variant's configurations: as many programs as the SMs hold, LAG rows of look-ahead within a
+    quarter of the L2 (between a row's two reads come LAG rows' first reads and LAG rows' outputs, which pass
+    through it too). Scored as the looped variant is, with one read of the row fewer; `configs` places the best of
+    them second (`lagged_second`)."""
+    lag = max(1, min(group.row_count // 2, device.l2_bytes // 4 // _row_bytes(group)))
+    ranked = []
+    for block_c in (1024, 2048, 4096):
+        for warps in (8, 16):
+            per_thread = block_c / (32 * warps)
+            if per_thread > 32 or block_c > LAGGED_CHUNK:
+                continue
+            blocks, _ = occupancy_of(32 * warps, min(255, int(24 + per_thread * (loads + 3))), device)
+            score = _score(device.sms * blocks, 32 * warps, per_thread, loads, device, per_thread)
+            ranked.append((score / max(1, group.passes() - 1) ** 0.5,
+                           {"variant": "lagged", "CHUNK": LAGGED_CHUNK, "BLOCK_C": block_c, "LAG": lag,
+                            "PROGRAMS": device.sms * blocks, "num_warps": warps}))
+    return ranked
+
+
+def lagged_second(ranked: list[dict]) -> list[dict]:
+    """The best lagged configuration second, the others after every other variant's: the first tuning step of the
+    kernel tries it against the ranking's first, and the ranking's first is never a kernel that waits on other
+    programs and that no GPU run of this generator has timed yet."""
+    lagged = [c for c in ranked if c.get("variant") == "lagged"]
+    others = [c for c in ranked if c.get("variant") != "lagged"]
+    return others[:1] + lagged[:1] + others[1:] + lagged[1:] if lagged and others else ranked
+
+
 # -- launch configurations ------------------------------------------------------------------------
 def _score(programs: int, threads: int, per_thread: float, loads: int, device: Device, vector: float) -> float:
     registers = min(255, int(24 + per_thread * (loads + 3)))
@@ -113,10 +164,10 @@ def configs(group: Group, device: Device = Device()) -> list[dict]:
                                        per_thread)
                         ranked.append((score / max(1, group.passes()) ** 0.5,
                                        {"variant": "split", "CHUNK": chunk, "BLOCK_C": block_c, "num_warps": warps}))
+        if lagged_offered(group, device):
+            ranked += _lagged(group, device, loads)
     ranked.sort(key=lambda item: (-item[0], sorted(item[1].items())))
-    return [dict(config, score=score) for score, config in ranked]
-
-
+    return lagged_second([dict(config, score=score) for score, config in ranked])
 
 
 def persistent(group: Group, device: Device = Device()) -> list[dict]:

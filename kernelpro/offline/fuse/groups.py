@@ -138,6 +138,12 @@ class Group:
         """max var -> the sum of exp(operand - max) over the same row (one pass with it: online softmax)."""
         return self._riders("shifted")
 
+    def statistics_levels(self) -> list[int]:
+        """The levels a looping kernel reads the row for, before its outputs: those with a reduction that rides
+        in no earlier pass (a moment with its sum, an online sum of exponentials with its max)."""
+        hoisted = {s.var for s in self.moments().values()} | {s.var for s in self.online_sums().values()}
+        return sorted({s.level for s in self.steps if s.reduce and s.var not in hoisted})
+
     def passes(self) -> int:
         """Reads of the row by a kernel that cannot keep it: one per reduction level, one for full outputs."""
         return self.levels() + any(o.kind == "full" for o in self.outputs)
