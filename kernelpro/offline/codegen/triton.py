@@ -224,12 +224,7 @@ def _row_kernel(group: Group, lay: Layout, looped: bool) -> list[str]:
             reductions = [s for s in group.reductions(level) if s.var not in hoisted]
             if reductions:
                 passes += 1
-                for s in reductions:
-                    names = (["n_", "mean_", "m2_"] if s.var in moments else ["acc_"])
-                    lines += [f"    {name}{s.var} = tl.full([BLOCK_R, BLOCK_C], "
-                              f"{_IDENTITY[s.reduce]}, tl.float32)" for name in names]
-                    if s.var in online:
-                        lines.append(f"    acc_{online[s.var].var} = tl.full([BLOCK_R, BLOCK_C], 0.0, tl.float32)")
+                lines += _accumulators(reductions, moments, online, "BLOCK_R, BLOCK_C", "    ")
                 welford = [moments[s.var].var for s in reductions if s.var in moments]
                 shifted = [online[s.var].var for s in reductions if s.var in online]
                 lines += [f"    for start in range(0, {length}, BLOCK_C):  # pass {passes}" + (
@@ -324,21 +319,13 @@ def _split_kernels(group: Group, lay: Layout) -> list[str]:
                            f"pass {number} of {len(passes)}: one chunk's partial results" + (
                                f", with {', '.join(welford)} (Welford per lane)" if welford else ""), program_rows)
         lines += rows.row_lines(0) + fold_partials(level - 1)
-        for s in reductions:
-            names = ["n_", "mean_", "m2_"] if s.var in moments else ["acc_"]
-            lines += [f"    {name}{s.var} = tl.full([1, BLOCK_C], {_IDENTITY[s.reduce]}, tl.float32)" for name in names]
+        lines += _accumulators(reductions, moments, {}, "1, BLOCK_C", "    ")
         lines += chunk_loop + rows.accumulate(reductions, moments, "        ")
         kernels += lines + store_partials(reductions) + ["", ""]
     lines = rows.start(f"{group.name}_kernel", inputs + pointers(levels) + outputs + SPLIT_PARAMS,
                        "the outputs of one chunk from the folded partials", program_rows)
     lines += rows.row_lines(0) + fold_partials(levels)
-    if rows.full_outputs:
-        lines += chunk_loop + rows.outputs("        ")
-    row_outputs = [(k, o) for k, o in enumerate(group.outputs) if o.kind == "row"]
-    if row_outputs:  # by the first chunk's program
-        lines.append("    first = (r * 0 + tl.program_id(1)) == 0")
-        lines += [f"    tl.store(out{k}_ptr + r, {o.var}, mask=row_mask & first)" for k, o in row_outputs]
-    return kernels + lines
+    return kernels + lines + _chunk_outputs(rows, chunk_loop, "tl.program_id(1)", "    ")
 
 
 LAGGED_PARAMS = ["ticket_ptr", "count_ptr"] + SPLIT_PARAMS + ["LAG: tl.constexpr"]
@@ -384,12 +371,7 @@ def _lagged_kernel(group: Group, lay: Layout) -> list[str]:
                   "                j = c * CHUNK + start + tl.arange(0, BLOCK_C)[None, :]",
                   f"                mask = row_mask & (j < {length})"]
     lines.append("        if statistics:")
-    for s in reductions:
-        names = ["n_", "mean_", "m2_"] if s.var in moments else ["acc_"]
-        lines += [f"            {name}{s.var} = tl.full([1, BLOCK_C], {_IDENTITY[s.reduce]}, tl.float32)"
-                  for name in names]
-        if s.var in online:
-            lines.append(f"            acc_{online[s.var].var} = tl.full([1, BLOCK_C], 0.0, tl.float32)")
+    lines += _accumulators(reductions, moments, online, "1, BLOCK_C", "            ")
     lines += chunk_loop + rows.accumulate(reductions, moments, "                ", online)
     lines += _store_lines(reductions, moments, online, "ws_{}_ptr + r * NCHUNKS + c", "            ")
     lines += ["            tl.atomic_add(count_ptr + row, 1)  # after the stores (release)",
@@ -401,13 +383,31 @@ def _lagged_kernel(group: Group, lay: Layout) -> list[str]:
         return (f"tl.load(ws_{var}_ptr + r * NCHUNKS + k, mask=row_mask & (k < NCHUNKS), other={other}, "
                 'cache_modifier=".cg")')
     lines += _fold_lines(group, rows, group.levels(), partials, online, "            ")
-    if rows.full_outputs:
-        lines += chunk_loop + rows.outputs("                ")
-    row_outputs = [(k, o) for k, o in enumerate(group.outputs) if o.kind == "row"]
-    if row_outputs:  # by the first chunk's ticket
-        lines.append("            first = (r * 0 + c) == 0")
-        lines += [f"            tl.store(out{k}_ptr + r, {o.var}, mask=row_mask & first)" for k, o in row_outputs]
-    return lines + ["        t = tl.atomic_add(ticket_ptr, 1)"]
+    return lines + _chunk_outputs(rows, chunk_loop, "c", "            ") + ["        t = tl.atomic_add(ticket_ptr, 1)"]
+
+
+def _chunk_outputs(rows: _Rows, chunk_loop: list[str], chunk: str, indent: str) -> list[str]:
+    """A chunk's full-shaped outputs (`chunk_loop`: the loop over its columns), and the row's own outputs written by
+    the first chunk's program (`chunk`: the chunk's index)."""
+    lines = chunk_loop + rows.outputs(indent + "    ") if rows.full_outputs else []
+    row_outputs = [(k, o) for k, o in enumerate(rows.group.outputs) if o.kind == "row"]
+    if row_outputs:
+        lines.append(f"{indent}first = (r * 0 + {chunk}) == 0")
+        lines += [f"{indent}tl.store(out{k}_ptr + r, {o.var}, mask=row_mask & first)" for k, o in row_outputs]
+    return lines
+
+
+def _accumulators(reductions: list[Step], moments: dict[str, Step], online: dict[str, Step], shape: str,
+                  indent: str) -> list[str]:
+    """A pass's accumulators per lane: a Welford count, mean and squares for a sum with a moment, the running
+    max and its sum of exponentials for a max with an online sum, else the reduction's identity."""
+    lines = []
+    for s in reductions:
+        names = ["n_", "mean_", "m2_"] if s.var in moments else ["acc_"]
+        lines += [f"{indent}{name}{s.var} = tl.full([{shape}], {_IDENTITY[s.reduce]}, tl.float32)" for name in names]
+        if s.var in online:
+            lines.append(f"{indent}acc_{online[s.var].var} = tl.full([{shape}], 0.0, tl.float32)")
+    return lines
 
 
 def _fold_lines(group: Group, rows: _Rows, below: int, partials, online: dict[str, Step],
