@@ -324,8 +324,9 @@ def time_lines(document: dict) -> list[str]:
         lines.append(f"| {summary['level'] if summary['level'] is not None else '-'} | {total / 60:.1f} | " + " | ".join(
             f"{summary['time_s'][name] / 60:.1f} ({summary['time_s'][name] / total:.0%})" for name in TIME_COLUMNS)
             + " |")
-    overlapping = [(summary, sum(summary["time_s"].values()) / 60) for summary in summaries
-                   if summary.get("gpu_minutes") and sum(summary["time_s"].values()) / 60 > 1.05 * summary["gpu_minutes"]]
+    totals = [(summary, sum(summary["time_s"].values()) / 60) for summary in summaries]
+    overlapping = [(summary, total) for summary, total in totals
+                   if summary.get("gpu_minutes") and total > 1.05 * summary["gpu_minutes"]]
     if overlapping:  # candidates in flight at once (--parallel): their phases run side by side
         named = ("all levels" if summary is document["overall"] else f"level {summary['level']}"
                  for summary, _ in overlapping)

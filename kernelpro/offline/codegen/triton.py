@@ -350,7 +350,8 @@ def _lagged_kernel(group: Group, lay: Layout) -> list[str]:
     reductions = [s for s in group.reductions(level) if s.var not in hoisted]
     riders = [moments[s.var].var for s in reductions if s.var in moments] + [
         online[s.var].var for s in reductions if s.var in online]
-    lines = ["@triton.jit", f"def {group.name}_kernel({', '.join(inputs + [f'{ws}_ptr' for ws, _ in workspaces(group, 1)] + outputs + LAGGED_PARAMS)}):",
+    params = inputs + [f"{ws}_ptr" for ws, _ in workspaces(group, 1)] + outputs + LAGGED_PARAMS
+    lines = ["@triton.jit", f"def {group.name}_kernel({', '.join(params)}):",
              "    # " + kernel_header(group) + f"; rows of {length} reduced element(s) in chunks, persistent: "
              "each ticket is one chunk's statistics or one chunk's outputs" + (
                  f" ({', '.join(riders)} in the pass of the statistics they ride with)" if riders else "")]
