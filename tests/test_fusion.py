@@ -935,3 +935,19 @@ def test_a_zero_dimensional_chain_is_left_to_torch_and_the_rest_still_fuses(tmp_
                          [(8, 33)], init)
     kernels = check(path, ["fuse_pointwise"])
     assert len(kernels) == 1 and all(k["features"]["elements"] > 1 for k in kernels)
+
+
+def test_a_learned_launch_order_leaves_the_lagged_kernel_second():
+    """KernelBench's level1/38 (an L1 norm over 32768 rows of 65535) on an H100, whose shipped row model ranks this
+    kernel: whatever the model makes of the order, the ranking's first is a kernel timed before (not the lagged
+    one), and the first tuning step (rank 1) tries the lagged kernel."""
+    from conftest import kernelbench_file
+    path = kernelbench_file("level1/38_L1Norm_")
+    if path is None:
+        pytest.skip("no KernelBench folder here")
+    device = Device(name="NVIDIA H100 80GB HBM3")
+    compiler = Compiler(path, 42, "train")
+    (first,) = compiler.build(["fuse_reductions"], {}, device, "fp32", "auto")[2]
+    assert first["ranking"] == "predictor" and first["config"]["variant"] != "lagged", first
+    (second,) = compiler.build(["fuse_reductions"], {first["name"]: 1}, device, "fp32", "auto")[2]
+    assert second["config"]["variant"] == "lagged", second
