@@ -951,3 +951,41 @@ def test_a_learned_launch_order_leaves_the_lagged_kernel_second():
     assert first["ranking"] == "predictor" and first["config"]["variant"] != "lagged", first
     (second,) = compiler.build(["fuse_reductions"], {first["name"]: 1}, device, "fp32", "auto")[2]
     assert second["config"]["variant"] == "lagged", second
+
+
+COMPILE_FOR_SM90 = """
+import json, sys
+from pathlib import Path
+from kernelpro.harness import tritonwarm
+from kernelpro.harness.modelio import import_file
+problem = import_file("kernelpro_problem", Path(sys.argv[1]))
+module = import_file("kernelpro_candidate", Path(sys.argv[2]))
+print(json.dumps(tritonwarm.precompile(module, problem, ("cuda", 90, 32), "fp32", "train", 42)))
+"""
+
+
+@pytest.mark.parametrize("body, init", [
+    (["return F.log_softmax(x * 2.0, dim=-1)"], ""),
+    (["h = x + self.bias", "return F.instance_norm(h) / 2.0"],
+     "\n        self.bias = nn.Parameter(torch.randn(4, 1, 1))"),
+], ids=["online-softmax", "welford-with-row-inputs"])
+def test_the_lagged_kernel_compiles_for_sm90(tmp_path, monkeypatch, body, init):
+    """Triton's compiler for a Hopper GPU (in a child process, as the build worker compiles; the interpreter checks
+    no types) takes the lagged kernel: its statistics and outputs branches must not share a name of two shapes
+    (a Welford chunk's lane spreads against the fold's chunk spreads failed so once)."""
+    import json
+    import subprocess
+    import sys
+    monkeypatch.setattr(triton_gen, "configs", forced_lagged(3, 4))
+    shape = (6, 300) if "softmax" in body[0] else (3, 4, 10, 30)
+    path = write_problem(tmp_path, body, [shape], init)
+    source, _, kernels = Compiler(path, 42, "train").build(FUSE)
+    assert [k["config"]["variant"] for k in kernels] == ["lagged"]
+    candidate = tmp_path / "candidate.py"
+    candidate.write_text(source)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton")
+    done = subprocess.run([sys.executable, "-c", COMPILE_FOR_SM90, str(path), str(candidate)], capture_output=True,
+                          text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"kernels": 1, "stopped": ""}

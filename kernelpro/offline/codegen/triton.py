@@ -374,7 +374,7 @@ def _lagged_kernel(group: Group, lay: Layout) -> list[str]:
     lines.append("        if statistics:")
     lines += _accumulators(reductions, moments, online, "1, BLOCK_C", "            ")
     lines += chunk_loop + rows.accumulate(reductions, moments, "                ", online)
-    lines += _store_lines(reductions, moments, online, "ws_{}_ptr + r * NCHUNKS + c", "            ")
+    lines += _store_lines(reductions, moments, online, "ws_{}_ptr + r * NCHUNKS + c", "            ", "lane_spread")
     lines += ["            tl.atomic_add(count_ptr + row, 1)  # after the stores (release)",
               "        else:",
               "            while tl.atomic_add(count_ptr + row, 0) < NCHUNKS:  # the row's statistics, every chunk's",
@@ -445,9 +445,10 @@ def _fold_lines(group: Group, rows: _Rows, below: int, partials, online: dict[st
 
 
 def _store_lines(reductions: list[Step], moments: dict[str, Step], online: dict[str, Step], where: str,
-                 indent: str) -> list[str]:
+                 indent: str, spread: str = "spread") -> list[str]:
     """A chunk's partial results, each stored at `where` (a pointer expression with `{}` for the var): a
-    reduction's fold of its lanes; a sum with a moment, the chunk's sum and its squares about its own mean; a
+    reduction's fold of its lanes; a sum with a moment, the chunk's sum and its squares about its own mean (`spread`
+    names the lanes' means less the chunk's: the lagged kernel's branches must not share a name of two shapes); a
     max with an online sum, the chunk's max and its sum of exponentials relative to that max."""
     lines = []
     for s in reductions:
@@ -463,9 +464,9 @@ def _store_lines(reductions: list[Step], moments: dict[str, Step], online: dict[
         else:
             m2 = moments[s.var].var  # the chunk's lanes merged: its sum, and squares about its own mean
             lines += [f"{indent}chunk_sum = tl.sum(n_{s.var} * mean_{s.var}, 1)[:, None]",
-                      f"{indent}spread = mean_{s.var} - chunk_sum / tl.maximum(tl.sum(n_{s.var}, 1)[:, None], 1.0)",
+                      f"{indent}{spread} = mean_{s.var} - chunk_sum / tl.maximum(tl.sum(n_{s.var}, 1)[:, None], 1.0)",
                       f"{indent}tl.store({where.format(s.var)}, chunk_sum, mask=row_mask)",
-                      f"{indent}tl.store({where.format(m2)}, tl.sum(m2_{s.var} + n_{s.var} * spread * spread, "
+                      f"{indent}tl.store({where.format(m2)}, tl.sum(m2_{s.var} + n_{s.var} * {spread} * {spread}, "
                       "1)[:, None], mask=row_mask)"]
     return lines
 
