@@ -234,10 +234,8 @@ def _row_kernel(group: Group, lay: Layout, looped: bool) -> list[str]:
                 lines += rows.accumulate(reductions, moments, "        ", online)
                 for s in reductions:
                     if s.var in online:  # each lane's sum brought to the row's max (a lane that saw none adds 0)
-                        total = online[s.var].var
-                        lines += [f"    {s.var} = tl.max(acc_{s.var}, 1)[:, None]",
-                                  f"    {total} = tl.sum(tl.where(acc_{s.var} == {s.var}, acc_{total}, acc_{total} * "
-                                  f"tl.exp(acc_{s.var} - {s.var})), 1)[:, None]"]
+                        lines += _online_merge(f"acc_{s.var}", f"acc_{online[s.var].var}", s.var,
+                                               online[s.var].var, "    ")
                         continue
                     if s.var not in moments:
                         lines.append(f"    {s.var} = {_FOLD[s.reduce]}(acc_{s.var}, 1)[:, None]")
@@ -430,9 +428,8 @@ def _fold_lines(group: Group, rows: _Rows, below: int, partials, online: dict[st
             if s.var in online:
                 total = online[s.var].var
                 lines += [f"{indent}part_{s.var} = {partials(s.var, _IDENTITY['max'])}",
-                          f"{indent}{s.var} = tl.max(part_{s.var}, 1)[:, None]",
-                          f"{indent}{total} = tl.sum(tl.where(part_{s.var} == {s.var}, {partials(total)}, "
-                          f"{partials(total)} * tl.exp(part_{s.var} - {s.var})), 1)[:, None]"]
+                          f"{indent}part_{total} = {partials(total)}"]
+                lines += _online_merge(f"part_{s.var}", f"part_{total}", s.var, total, indent)
                 continue
             lines.append(f"{indent}{s.var} = {_FOLD[s.reduce]}({partials(s.var, _IDENTITY[s.reduce])}, 1)[:, None]")
             if s.var in moments:  # each chunk's mean against the row's, weighted by the chunk's count
@@ -442,6 +439,15 @@ def _fold_lines(group: Group, rows: _Rows, below: int, partials, online: dict[st
                           f"{indent}{m2} = tl.sum({partials(m2)} + counts * spread * spread, 1)[:, None]"]
         lines += rows.row_lines(level, indent)
     return lines
+
+
+def _online_merge(maxes: str, totals: str, into_max: str, into_total: str, indent: str) -> list[str]:
+    """Running maxima and their sums of exponentials (each relative to its own max) merged along axis 1: the max of
+    the maxima, and each sum brought to it. A sum whose max is the merged one adds itself as it is, so one that saw
+    only -inf adds its 0 instead of 0 * exp(-inf - -inf) = NaN."""
+    return [f"{indent}{into_max} = tl.max({maxes}, 1)[:, None]",
+            f"{indent}{into_total} = tl.sum(tl.where({maxes} == {into_max}, {totals}, {totals} * "
+            f"tl.exp({maxes} - {into_max})), 1)[:, None]"]
 
 
 def _store_lines(reductions: list[Step], moments: dict[str, Step], online: dict[str, Step], where: str,
@@ -454,10 +460,9 @@ def _store_lines(reductions: list[Step], moments: dict[str, Step], online: dict[
     for s in reductions:
         if s.var in online:
             total = online[s.var].var
-            lines += [f"{indent}chunk_max = tl.max(acc_{s.var}, 1)[:, None]",
-                      f"{indent}tl.store({where.format(s.var)}, chunk_max, mask=row_mask)",
-                      f"{indent}tl.store({where.format(total)}, tl.sum(tl.where(acc_{s.var} == chunk_max, "
-                      f"acc_{total}, acc_{total} * tl.exp(acc_{s.var} - chunk_max)), 1)[:, None], mask=row_mask)"]
+            lines += _online_merge(f"acc_{s.var}", f"acc_{total}", "chunk_max", "chunk_total", indent)
+            lines += [f"{indent}tl.store({where.format(s.var)}, chunk_max, mask=row_mask)",
+                      f"{indent}tl.store({where.format(total)}, chunk_total, mask=row_mask)"]
         elif s.var not in moments:
             lines.append(f"{indent}tl.store({where.format(s.var)}, {_FOLD[s.reduce]}(acc_{s.var}, 1)[:, None], "
                          "mask=row_mask)")
