@@ -72,6 +72,8 @@ def test_the_lagged_variant_is_offered_for_many_long_rows_past_the_l2_and_tried_
     big = ranked(4096, 393216)
     assert big[0]["variant"] != "lagged" and big[1]["variant"] == "lagged", big[:3]
     assert big[1]["LAG"] * 4 * 393216 <= triton_configs.Device().l2_bytes // 4 and big[1]["PROGRAMS"] >= 132
+    # the tickets held at once span at most LAG rows: the outputs of a row never wait on its statistics' tickets
+    assert all(c["PROGRAMS"] * c["CHUNK"] <= c["LAG"] * 393216 for c in big if c["variant"] == "lagged")
     assert sum(c["variant"] == "lagged" for c in big) > 1 and all(c["variant"] == "lagged" for c in big[-2:])
     assert all(c["variant"] != "lagged" for c in ranked(4096, 4096))  # short rows
     assert all(c["variant"] != "lagged" for c in ranked(64, 393216))  # few rows: the split variant
@@ -123,6 +125,7 @@ def test_the_lagged_kernel_compiles_for_sm90(tmp_path, monkeypatch, body, init):
     path = write_problem(tmp_path, body, [shape], init)
     source, _, kernels = Compiler(path, 42, "train").build(FUSE)
     assert [k["config"]["variant"] for k in kernels] == ["lagged"]
+    assert "eviction_policy='evict_first'" in source  # the second read and the outputs leave the L2 first
     candidate = tmp_path / "candidate.py"
     candidate.write_text(source)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}

@@ -130,8 +130,9 @@ class _Rows(RowSpace):
                                          "row_mask", indent))
         return lines
 
-    def body(self, steps: list[Step], roots: list[str], indent: str) -> list[str]:
-        """Column indices, the full-shaped loads these steps (and roots) read, then the steps."""
+    def body(self, steps: list[Step], roots: list[str], indent: str, evict: str = "") -> list[str]:
+        """Column indices, the full-shaped loads these steps (and roots) read (`evict`: their eviction policy, as
+        `masked_load` takes it), then the steps."""
         used = {d for s in steps for d in s.deps} | set(roots)
         out = [indent + line for line in self.col_index]
         for item in self.full_inputs:
@@ -143,7 +144,7 @@ class _Rows(RowSpace):
                     item, self.lay, self.names, block_index(offset, self.row_set, self.col_set), "mask", ROW_WINDOWS)]
             else:
                 out.append(masked_load(item, offset if offset == "0" else block_index(offset, self.row_set, self.col_set),
-                                 "mask", indent))
+                                 "mask", indent, evict))
         return out + [f"{indent}{s.var} = {s.expr}" for s in steps if not s.reduce]
 
     def row_lines(self, level: int, indent: str = "    ") -> list[str]:
@@ -179,10 +180,13 @@ class _Rows(RowSpace):
             lines.append(f"{indent}acc_{s.var} = {update}")
         return lines
 
-    def outputs(self, indent: str) -> list[str]:
+    def outputs(self, indent: str, evict: str = "") -> list[str]:
+        """The full-shaped outputs: their loads and steps, then the stores (`evict`: the eviction policy of both,
+        for a pass that reads its inputs for the last time and writes outputs no one reads back)."""
         roots = [o.var for _, o in self.full_outputs]
-        lines = self.body(needed_steps(self.group, roots, "full"), roots, indent)
-        return lines + [f"{indent}tl.store(out{k}_ptr + {self.full_offset}, {o.var}, mask=mask)"
+        lines = self.body(needed_steps(self.group, roots, "full"), roots, indent, evict)
+        hint = f", eviction_policy={evict!r}" if evict else ""
+        return lines + [f"{indent}tl.store(out{k}_ptr + {self.full_offset}, {o.var}, mask=mask{hint})"
                         for k, o in self.full_outputs]
 
 
@@ -382,13 +386,16 @@ def _lagged_kernel(group: Group, lay: Layout) -> list[str]:
         return (f"tl.load(ws_{var}_ptr + r * NCHUNKS + k, mask=row_mask & (k < NCHUNKS), other={other}, "
                 'cache_modifier=".cg")')
     lines += _fold_lines(group, rows, group.levels(), partials, online, "            ")
-    return lines + _chunk_outputs(rows, chunk_loop, "c", "            ") + ["        t = tl.atomic_add(ticket_ptr, 1)"]
+    # the row's second read and the outputs go first from the L2, so the rows read ahead stay in it
+    return lines + _chunk_outputs(rows, chunk_loop, "c", "            ", "evict_first") + [
+        "        t = tl.atomic_add(ticket_ptr, 1)"]
 
 
-def _chunk_outputs(rows: _Rows, chunk_loop: list[str], chunk: str, indent: str) -> list[str]:
-    """A chunk's full-shaped outputs (`chunk_loop`: the loop over its columns), and the row's own outputs written by
-    the first chunk's program (`chunk`: the chunk's index)."""
-    lines = chunk_loop + rows.outputs(indent + "    ") if rows.full_outputs else []
+def _chunk_outputs(rows: _Rows, chunk_loop: list[str], chunk: str, indent: str, evict: str = "") -> list[str]:
+    """A chunk's full-shaped outputs (`chunk_loop`: the loop over its columns; `evict`: the eviction policy of their
+    loads and stores), and the row's own outputs written by the first chunk's program (`chunk`: the chunk's
+    index)."""
+    lines = chunk_loop + rows.outputs(indent + "    ", evict) if rows.full_outputs else []
     row_outputs = [(k, o) for k, o in enumerate(rows.group.outputs) if o.kind == "row"]
     if row_outputs:
         lines.append(f"{indent}first = (r * 0 + {chunk}) == 0")

@@ -33,8 +33,7 @@ def split_chunks(group: Group, device: Device) -> list[int]:
             if 2 <= math.ceil(group.row_length / chunk) <= MAX_CHUNKS]
 
 
-LAGGED_CHUNK = 16384  # elements of a row per ticket in the lagged variant (64 KiB of float32)
-
+LAGGED_CHUNKS = (4096, 8192, 16384)  # elements of a row per ticket in the lagged variant (16 to 64 KiB)
 
 def lagged_offered(group: Group, device: Device) -> bool:
     """Whether the lagged variant may take this group: contiguous rows too long for one program's registers and
@@ -56,22 +55,31 @@ def _row_bytes(group: Group) -> int:
 
 
 def _lagged(group: Group, device: Device, loads: int) -> list[tuple[float, dict]]:
-    """The lagged variant's configurations: as many programs as the SMs hold, LAG rows of look-ahead within a
-    quarter of the L2 (between a row's two reads come LAG rows' first reads and LAG rows' outputs, which pass
-    through it too). Scored as the looped variant is, with one read of the row fewer; `configs` places the best of
-    them second (`lagged_second`)."""
+    """The lagged variant's configurations: LAG rows of look-ahead within a quarter of the L2 (between a row's two
+    reads come LAG rows' first reads and LAG rows' outputs, which pass through it too), and at most LAG rows of
+    tickets held by programs at once, so that the outputs of row r, handed out 2 LAG + 1 rows of tickets after its
+    statistics, find them finished (no program spins) and the rows in flight take no more than another quarter of
+    the L2. Scored by bytes in flight per SM against DRAM's latency (Little's law) and, per ticket, the two atomics'
+    latencies against the chunk's loads (one latency per BLOCK_C step); over the looped variant's passes, one read
+    of the row fewer. `configs` places the best of them second (`lagged_second`)."""
     lag = max(1, min(group.row_count // 2, device.l2_bytes // 4 // _row_bytes(group)))
     ranked = []
-    for block_c in (1024, 2048, 4096):
-        for warps in (8, 16):
-            per_thread = block_c / (32 * warps)
-            if per_thread > 32 or block_c > LAGGED_CHUNK:
-                continue
-            blocks, _ = occupancy_of(32 * warps, min(255, int(24 + per_thread * (loads + 3))), device)
-            score = _score(device.sms * blocks, 32 * warps, per_thread, loads, device, per_thread)
-            ranked.append((score / max(1, group.passes() - 1) ** 0.5,
-                           {"variant": "lagged", "CHUNK": LAGGED_CHUNK, "BLOCK_C": block_c, "LAG": lag,
-                            "PROGRAMS": device.sms * blocks, "num_warps": warps}))
+    for chunk in LAGGED_CHUNKS:
+        chunks = math.ceil(group.row_length / chunk)
+        window = lag * chunks // device.sms  # programs per SM that the look-ahead allows
+        for block_c in (1024, 2048, 4096):
+            for warps in (8, 16):
+                per_thread = block_c / (32 * warps)
+                if per_thread > 32 or block_c > chunk or chunks < 2 or window < 1:
+                    continue
+                blocks, _ = occupancy_of(32 * warps, min(255, int(24 + per_thread * (loads + 3))), device)
+                per_sm = min(blocks, window)
+                in_flight = min(1.0, per_sm * block_c * 4 * loads / device.bytes_in_flight)
+                steps = chunk // block_c
+                score = in_flight * math.sqrt(min(1.0, per_thread / 4)) * steps / (steps + 2)
+                ranked.append((round(score / max(1, group.passes() - 1) ** 0.5, 6),
+                               {"variant": "lagged", "CHUNK": chunk, "BLOCK_C": block_c, "LAG": lag,
+                                "PROGRAMS": device.sms * per_sm, "num_warps": warps}))
     return ranked
 
 
