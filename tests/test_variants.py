@@ -198,6 +198,10 @@ def test_the_triton_convolution_is_offered_at_fp32_only_where_eager_matched_its_
                               "rounded to TF32 (to nearest) puts 25.0% of its output outside the tolerance" in why
     moves, why = proposed(facts_with(None))
     assert moves == [] and "eager was not measured with its convolutions" in why
+    raised = facts_with({"outside_fraction": 1.0, "error": "RuntimeError: no TF32 rounding here", "tolerance": 1e-4})
+    moves, why = proposed(raised)  # a variant that raised counts its whole output as outside: the error is the why
+    assert moves == [] and why.count("triton_conv: predicted to fail: eager with its convolutions in float32 on "
+                                     "operands rounded to TF32 (to nearest) raises RuntimeError: no TF32") == 1
     assert proposed(facts_with(None), precision="bf16")[0] == ["triton_conv"]
 
 
