@@ -74,6 +74,8 @@ def test_the_lagged_variant_is_offered_for_many_long_rows_past_the_l2_and_tried_
     assert big[1]["LAG"] * 4 * 393216 <= triton_configs.Device().l2_bytes // 4 and big[1]["PROGRAMS"] >= 132
     # the tickets held at once span at most LAG rows: the outputs of a row never wait on its statistics' tickets
     assert all(c["PROGRAMS"] * c["CHUNK"] <= c["LAG"] * 393216 for c in big if c["variant"] == "lagged")
+    # look-aheads within a quarter and an eighth of the L2 (50 MiB: 8 and 4 rows of 1.5 MiB), the quarter's first
+    assert {c["LAG"] for c in big if c["variant"] == "lagged"} == {8, 4} and big[1]["LAG"] == 8
     assert sum(c["variant"] == "lagged" for c in big) > 1 and all(c["variant"] == "lagged" for c in big[-2:])
     assert all(c["variant"] != "lagged" for c in ranked(4096, 4096))  # short rows
     assert all(c["variant"] != "lagged" for c in ranked(64, 393216))  # few rows: the split variant

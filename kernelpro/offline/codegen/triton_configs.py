@@ -61,8 +61,20 @@ def _lagged(group: Group, device: Device, loads: int) -> list[tuple[float, dict]
     statistics, find them finished (no program spins) and the rows in flight take no more than another quarter of
     the L2. Scored by bytes in flight per SM against DRAM's latency (Little's law) and, per ticket, the two atomics'
     latencies against the chunk's loads (one latency per BLOCK_C step); over the looped variant's passes, one read
-    of the row fewer. `configs` places the best of them second (`lagged_second`)."""
-    lag = max(1, min(group.row_count // 2, device.l2_bytes // 4 // _row_bytes(group)))
+    of the row fewer. The same with half that look-ahead (an eighth of the L2) follows each at a hair's lower score,
+    for a sweep to tell whether the shorter one keeps more of the rows in L2. `configs` places the best of them
+    second (`lagged_second`)."""
+    def rows_within(share: int) -> int:  # the look-ahead in rows within this share of the L2
+        return max(1, min(group.row_count // 2, device.l2_bytes // share // _row_bytes(group)))
+    ranked = _lagged_at(group, device, loads, rows_within(4))
+    if rows_within(8) < rows_within(4):
+        ranked += [(round(score * 0.99, 6), config) for score, config in
+                   _lagged_at(group, device, loads, rows_within(8))]
+    return ranked
+
+
+def _lagged_at(group: Group, device: Device, loads: int, lag: int) -> list[tuple[float, dict]]:
+    """`_lagged`'s configurations at one look-ahead of LAG rows."""
     ranked = []
     for chunk in LAGGED_CHUNKS:
         chunks = math.ceil(group.row_length / chunk)
