@@ -122,13 +122,19 @@ def block_index(offset: str, row_names: set[str], col_names: set[str]) -> str:
     return offset
 
 
+def eviction(evict: str) -> str:
+    """The keyword argument of a Triton load or store for an eviction policy ("evict_first": the L2 may drop these
+    lines first, as a cache hint in the PTX), or nothing for the default ("")."""
+    return f", eviction_policy={evict!r}" if evict else ""
+
+
 def masked_load(item, offset: str, mask: str, indent: str, evict: str = "") -> str:
-    """An input's values as float32; one element broadcast to every lane is a scalar load. `evict`: Triton's
-    eviction policy for the load ("evict_first": the L2 may drop these lines first; a scalar load keeps none)."""
+    """An input's values as float32; one element broadcast to every lane is a scalar load. `evict`: the load's
+    eviction policy (`eviction`; a scalar load keeps the default)."""
     if offset == "0":
         return f"{indent}{item.var} = tl.load({item.var}_ptr).to(tl.float32)"
-    hint = f", eviction_policy={evict!r}" if evict else ""
-    return f"{indent}{item.var} = tl.load({item.var}_ptr + {offset}, mask={mask}, other=0.0{hint}).to(tl.float32)"
+    return (f"{indent}{item.var} = tl.load({item.var}_ptr + {offset}, mask={mask}, other=0.0{eviction(evict)})"
+            ".to(tl.float32)")
 
 
 def offset_expr(strides: list[int], names: dict[int, str], dims: list[int], dialect: Dialect = TRITON) -> str:

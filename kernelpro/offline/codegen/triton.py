@@ -27,9 +27,9 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from kernelpro.offline.codegen.common import (TRITON, Layout, RowSpace, block_index, describe_config, index_lines,
-                                              inputs_doc, kernel_header, layout, masked_load, needed_steps, next_pow2,
-                                              offset_expr)
+from kernelpro.offline.codegen.common import (TRITON, Layout, RowSpace, block_index, describe_config, eviction,
+                                              index_lines, inputs_doc, kernel_header, layout, masked_load,
+                                              needed_steps, next_pow2, offset_expr)
 # every backend offers configs, render and features; the Triton backend's ranking is its own module
 from kernelpro.offline.codegen.triton_configs import configs  # noqa: F401
 from kernelpro.offline.codegen.wrapper import Wrapper, output_names, python_wrapper
@@ -185,8 +185,7 @@ class _Rows(RowSpace):
         for a pass that reads its inputs for the last time and writes outputs no one reads back)."""
         roots = [o.var for _, o in self.full_outputs]
         lines = self.body(needed_steps(self.group, roots, "full"), roots, indent, evict)
-        hint = f", eviction_policy={evict!r}" if evict else ""
-        return lines + [f"{indent}tl.store(out{k}_ptr + {self.full_offset}, {o.var}, mask=mask{hint})"
+        return lines + [f"{indent}tl.store(out{k}_ptr + {self.full_offset}, {o.var}, mask=mask{eviction(evict)})"
                         for k, o in self.full_outputs]
 
 

@@ -35,6 +35,7 @@ def split_chunks(group: Group, device: Device) -> list[int]:
 
 LAGGED_CHUNKS = (4096, 8192, 16384)  # elements of a row per ticket in the lagged variant (16 to 64 KiB)
 
+
 def lagged_offered(group: Group, device: Device) -> bool:
     """Whether the lagged variant may take this group: contiguous rows too long for one program's registers and
     at least two per SM (fewer: the split variant), one pass of statistics (a softmax, a norm, a reduction with
