@@ -72,6 +72,7 @@ class _Tally:
     nan_mismatch: bool = False
     inf_mismatch: bool = False
     worst_excess: float | None = None  # the largest |difference| - (atol + rtol * |expected|) seen
+    most_used: float | None = None  # the largest |difference| / (atol + rtol * |expected|) seen (1: at the tolerance)
     worst_flat: int | None = None  # its flat index in the output
     worst_expected: float | None = None
     worst_got: float | None = None
@@ -106,8 +107,9 @@ def _chunk_details(reference: torch.Tensor, candidate: torch.Tensor, tolerance: 
         tally.max_abs = tally.most(tally.max_abs, finite_difference.max().item())
         tally.max_rel = tally.most(tally.max_rel, (finite_difference / reference.abs()[finite].clamp_min(1e-12))
                                    .max().item())
-        excess = torch.where(finite, difference - (tolerance + tolerance * reference.abs()),
-                             torch.full_like(difference, -float("inf")))
+        allowed = tolerance + tolerance * reference.abs()
+        tally.most_used = tally.most(tally.most_used, (difference[finite] / allowed[finite]).max().item())
+        excess = torch.where(finite, difference - allowed, torch.full_like(difference, -float("inf")))
         where = int(excess.argmax().item())
         value = float(excess[where].item())
         if value > 0 and (tally.worst_excess is None or value > tally.worst_excess):
@@ -149,24 +151,31 @@ def _chunk_close(a: torch.Tensor, b: torch.Tensor, tolerance: float) -> bool:
         return bool(torch.isclose(b.cpu(), a.cpu(), rtol=tolerance, atol=tolerance, equal_nan=True).all())
 
 
-def outside_tolerance(expected: torch.Tensor, got: torch.Tensor, tolerance: float) -> tuple[int, int, float]:
-    """(elements outside the tolerance, elements, largest finite |difference|) of two floating tensors of one shape,
-    chunk by chunk in float64, counted as `compare_tensor` counts them (NaN against NaN and equal infinities pass)."""
+def _tally_of(expected: torch.Tensor, got: torch.Tensor, tolerance: float) -> _Tally:
+    """Every chunk's details of two floating tensors of one shape, in float64."""
     tally = _Tally()
     for a, b in _chunks(expected, got):
         _chunk_details(a, b, tolerance, tally)
+    return tally
+
+
+def outside_tolerance(expected: torch.Tensor, got: torch.Tensor, tolerance: float) -> tuple[int, int, float]:
+    """(elements outside the tolerance, elements, largest finite |difference|) of two floating tensors of one shape,
+    chunk by chunk in float64, counted as `compare_tensor` counts them (NaN against NaN and equal infinities pass)."""
+    tally = _tally_of(expected, got, tolerance)
     return tally.bad, tally.total, tally.max_abs or 0.0
 
 
 def deviation(outputs: list, moved: list, tolerance: float) -> dict:
     """How far `moved` (the reference's outputs after a change: its inputs moved one ulp, a setting) is from
-    `outputs`: the share of floating elements outside the tolerance and the largest difference, as a Sensitivity
-    record's fields."""
-    counts = [outside_tolerance(before, after, tolerance) for before, after in zip(outputs, moved)
-              if isinstance(before, torch.Tensor) and before.is_floating_point()]
-    elements = sum(total for _, total, _ in counts)
-    return {"outside_fraction": sum(bad for bad, _, _ in counts) / elements if elements else 0.0,
-            "max_abs_error": max((largest for _, _, largest in counts), default=0.0), "tolerance": tolerance}
+    `outputs`: the share of floating elements outside the tolerance, the largest difference and the largest share
+    of its element's allowance (atol + rtol x |expected|) a difference takes, as a Sensitivity record's fields."""
+    tallies = [_tally_of(before, after, tolerance) for before, after in zip(outputs, moved)
+               if isinstance(before, torch.Tensor) and before.is_floating_point()]
+    elements = sum(t.total for t in tallies)
+    return {"outside_fraction": sum(t.bad for t in tallies) / elements if elements else 0.0,
+            "max_abs_error": max((t.max_abs or 0.0 for t in tallies), default=0.0), "tolerance": tolerance,
+            "tolerance_used": max((t.most_used or 0.0 for t in tallies), default=0.0)}
 
 
 @dataclass(frozen=True)

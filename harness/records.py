@@ -238,6 +238,9 @@ class Sensitivity(_Record):
     max_abs_error: float
     tolerance: float
     error: str = Field("", description="what the reference raised under the change (a variant only): all outside")
+    tolerance_used: float | None = Field(None, description="the largest share of its element's allowance (atol + "
+                                         "rtol x |expected|) that a finite difference takes: 1 at the tolerance, "
+                                         "0.5 halfway; None where not measured")
     speedup: float | None = Field(None, description="a variant only: the median of a few calls of the reference as it "
                                   "is over the median of as many under the setting, right after the comparison's "
                                   "call (a rough, untimed-protocol measure of what the setting alone gains); above 1, "

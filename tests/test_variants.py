@@ -26,6 +26,7 @@ def test_the_references_evaluation_measures_eager_under_each_setting_that_change
     result = cpu_evaluator.evaluate(shifted, reference_candidate(shifted), OPTIONS)
     assert result.ok and set(result.variants) == {"channels_last"}
     assert result.variants["channels_last"].outside_fraction > 0.9  # all but the elements near 0 (within atol)
+    assert result.variants["channels_last"].tolerance_used > 1  # its worst element is past its allowance
     assert result.variants["channels_last"].tolerance == result.tolerance
     assert result.variants["channels_last"].speedup > 0  # a few calls timed under it against as many as it is
     flat = load_problem(DATA / "problems" / "linear_relu_residual.py")
@@ -113,10 +114,11 @@ def test_the_sensitivity_probe_moves_every_value_one_ulp_and_leaves_exact_ones_a
 def test_a_setting_under_which_eager_itself_ran_faster_is_the_offline_coders_first_move_and_the_prompt_says_so():
     """The reference's evaluation timed eager under each setting: one that made it 3x as fast within the tolerance is
     tried first; one that made it as fast but fails the tolerance gains nothing, and is skipped as before."""
-    def facts_with(fraction: float):
+    def facts_with(fraction: float, used: float | None = None):
         return problem_facts({"signature": {"inputs": [], "outputs": []}, "reference": {"median_ms": 1.0},
                               "variants": {"cudnn_benchmark": {"outside_fraction": fraction, "max_abs_error": 0.0,
-                                                               "tolerance": 1e-4, "speedup": 3.0},
+                                                               "tolerance": 1e-4, "speedup": 3.0,
+                                                               "tolerance_used": used},
                                            "channels_last": {"outside_fraction": 0.0, "max_abs_error": 0.0,
                                                              "tolerance": 1e-4, "speedup": 1.01}}})
     gaining, failing = facts_with(0.0), facts_with(0.5)
@@ -130,9 +132,28 @@ def test_a_setting_under_which_eager_itself_ran_faster_is_the_offline_coders_fir
         plain = coder.propose(_request(problem_facts({"signature": {"inputs": [], "outputs": []},
                                                       "reference": {"median_ms": 1.0}}))).move
         after_failing = coder.propose(_request(failing)).move
+        roomy = coder.propose(_request(facts_with(0.0, used=0.4))).move
+        tight = facts_with(0.0, used=0.9)  # within the tolerance on its one trial, with an element at 90% of it
+        after_tight = coder.propose(_request(tight)).move
     finally:
         coder.close()
     assert first == "cudnn_benchmark" and plain != "cudnn_benchmark" and after_failing == plain
+    assert roomy == "cudnn_benchmark" and after_tight == plain
+    assert "stays within the tolerance, but one element's difference takes 90% of it" in problem_text(tight)
+    assert "the setting alone pays" not in problem_text(tight)
+
+
+def test_the_probe_records_how_much_of_an_elements_allowance_its_largest_difference_takes():
+    """compare.deviation, as the reference's evaluation measures eager under a setting: each difference over
+    atol + rtol x |expected| at its element; the largest is `tolerance_used` (1 at the tolerance)."""
+    import torch
+    from kernelpro.harness.compare import deviation
+    expected = [torch.tensor([0.0, 1.0, 3.0], dtype=torch.float64), torch.tensor([7, 8])]
+    moved = [torch.tensor([2e-5, 1.0 + 1.5e-4, 3.0], dtype=torch.float64), torch.tensor([7, 9])]
+    found = deviation(expected, moved, 1e-4)
+    assert found["outside_fraction"] == 0.0 and abs(found["max_abs_error"] - 1.5e-4) < 1e-12
+    assert abs(found["tolerance_used"] - 0.75) < 1e-9  # 1.5e-4 of 2e-4 at the 1.0; 2e-5 of 1e-4 at the 0.0
+    assert deviation(expected, expected, 1e-4)["tolerance_used"] == 0.0
 
 
 

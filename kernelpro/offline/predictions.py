@@ -98,8 +98,9 @@ def exact_moves(facts: ProblemFacts | None) -> set[str]:
 
 def gaining_settings(facts: ProblemFacts | None) -> dict[str, float]:
     """The setting moves under whose setting eager itself ran at least VARIANT_GAIN times as fast, within the
-    tolerance, in the reference's evaluation: each with that gain."""
+    tolerance with room to spare (`ProblemFacts.tight_under`), in the reference's evaluation: each with that gain."""
     if facts is None:
         return {}
-    gains = {move.name: facts.gains_under(move.variant) for move in MOVES.values() if move.variant}
+    gains = {move.name: facts.gains_under(move.variant) for move in MOVES.values()
+             if move.variant and not facts.tight_under(move.variant)}
     return {name: gain for name, gain in gains.items() if gain >= VARIANT_GAIN}
