@@ -17,6 +17,7 @@ import torch
 
 from kernelpro.offline import OfflineCoder
 from kernelpro.offline.expand import expand
+from kernelpro.offline.moves import SIMPLIFY
 from test_offline import DATA, assert_equivalent, load, moves_of, request, rewritten, spec
 
 
@@ -86,9 +87,17 @@ def test_simplify_all_makes_in_one_move_the_rewrites_that_open_up_only_after_oth
         "only bias_after_pool applies here: the same candidate as that move"
     # at equal promise the coder tries it before the single rewrites it sweeps
     coder = OfflineCoder()
-    first = coder.propose(request(conv, techniques=(("algebraic_simplify", 0.5),)))
-    coder.close()
+    try:
+        first = coder.propose(request(conv, techniques=(("algebraic_simplify", 0.5),)))
+        # beside it, at the same node, the rewrites it sweeps come after every other move, however promising
+        # their technique, until it has lost in this run
+        promising = dict(device="cuda", techniques=(("algebraic_simplify", 0.5),), tried=(("simplify_all", "x"),))
+        second = coder.propose(request(conv, **promising))
+        after_loss = coder.propose(request(conv, **promising, losing=("simplify_all",)))
+    finally:
+        coder.close()
     assert first.move == "simplify_all" and first.state["applied"] == ["simplify_all"]
+    assert second.move not in SIMPLIFY and after_loss.move in SIMPLIFY, (second.move, after_loss.move)
 
 
 def test_chain_candidates_writes_the_candidate_of_any_set_of_moves_and_names_the_ones_that_do_not_apply(

@@ -28,7 +28,7 @@ from kernelpro.coder import CoderProposal, CoderRequest
 from kernelpro.errors import KernelproError
 from kernelpro.harness.process import scrubbed_environment
 from kernelpro.offline import predictions
-from kernelpro.offline.moves import MOVES, PREFERENCE, TUNE_PREFIX, canonical
+from kernelpro.offline.moves import MOVES, PREFERENCE, SIMPLIFY, TUNE_PREFIX, canonical
 
 BASE_PRIOR = 0.3
 KB_WEIGHT = 0.25  # how much the knowledge base's factor (log) moves a move's score
@@ -269,6 +269,10 @@ class OfflineCoder:
             self._root_skipped |= {o["move"]: failing[o["move"]] for o in answer["options"] if o["move"] in failing}
         if not choices:
             return None
+        # simplify_all offered here and not lost: the single rewrites it sweeps make a subset of its candidate, and
+        # come after every other move (level3/11_VGG16 on an H100: simplify_identities at 1.002x beside it)
+        subsumed = set(SIMPLIFY) if any(o["move"] == "simplify_all" for o in answer["options"]) \
+            and "simplify_all" not in losing else set()
 
         def score(option: dict) -> tuple:
             bonus = 0.2 if option["move"] in promising else 0.0
@@ -278,7 +282,8 @@ class OfflineCoder:
             order = PREFERENCE.index(option["move"]) if option["move"] in PREFERENCE else len(PREFERENCE)  # tuning last
             # a move that failed or lost wherever it was tried in this run comes after every other
             # (a tune: move is the next configuration each time, so its record says nothing of the next)
-            return (option["move"] in losing, -(scores.get(option["technique"], 0.0) + bonus), order, option["move"])
+            gain = scores.get(option["technique"], 0.0) + bonus
+            return option["move"] in losing, option["move"] in subsumed, -gain, order, option["move"]
 
         best = min(choices, key=score)
         self._offered_once = True
