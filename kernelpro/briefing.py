@@ -61,6 +61,7 @@ class Briefing:
             failure=expansion.failure, guidance=profile.get("guidance", ""),
             techniques=tuple((t["technique"], t["score"]) for t in profile.get("techniques", [])),
             tried=tried, avoid=expansion.avoid, promising=expansion.promising, losing=expansion.losing,
+            pending=expansion.pending + tuple(move for _, move in written_ahead),
             **self.knowledge_for(profile), **self.facts_for(search, parent))
 
     def facts_for(self, search: Search, parent) -> dict:

@@ -41,6 +41,7 @@ class CoderRequest:
     avoid: tuple[str, ...] = ()  # moves that failed at an equivalent node
     promising: tuple[str, ...] = ()  # moves that worked elsewhere in this run
     losing: tuple[str, ...] = ()  # moves that only failed or lost (a clearly slower child) wherever tried in this run
+    pending: tuple[str, ...] = ()  # moves of children being evaluated elsewhere in the tree (outcome not yet known)
     device: str = "cpu"
     precision: str = "fp32"
     policy: str = "relaxed"

@@ -125,6 +125,9 @@ def _turn_parts(request: CoderRequest) -> dict[str, str]:
     if request.losing:
         parts["losing"] = ("Failed or made the candidate clearly slower wherever tried in this run (try these last): "
                            + ", ".join(request.losing))
+    if request.pending:
+        parts["pending"] = ("Being evaluated elsewhere in this run, outcome not yet known (prefer something else): "
+                            + ", ".join(request.pending))
     if request.knowledge:
         parts["knowledge"] = request.knowledge
     parts["ask"] = {"new_strategy": "Propose a different strategy from what was tried.",

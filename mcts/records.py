@@ -64,6 +64,9 @@ class Expansion:
     avoid: tuple[str, ...] = ()  # moves that failed at an equivalent node
     promising: tuple[str, ...] = ()  # moves that worked elsewhere, best first
     losing: tuple[str, ...] = ()  # moves that only failed or lost wherever they were tried: offer them last
+    # moves of the children being evaluated anywhere in the tree: their outcome is not known yet, so a coder offers
+    # other moves first (as virtual loss spreads the nodes a batch expands, this spreads the moves)
+    pending: tuple[str, ...] = ()
 
 
 @dataclass

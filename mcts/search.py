@@ -194,11 +194,14 @@ class Search:
         else:
             kind = ExpansionKind.REFINE
         tried = tuple(("+".join(self.nodes[c].moves), self._outcome_label(self.nodes[c])) for c in node.children)
+        pending = tuple(sorted({move for other in self.nodes if other.status is Status.PENDING
+                                and other.parent is not None for move in other.moves}))
         use_memory = self.config.use_memory
         return Expansion(ticket=ticket, node_id=node.id, kind=kind, payload=node.payload, failure=node.failure,
                          tried=tried, avoid=self.memory.avoid(node.signature) if use_memory else (),
                          promising=self.memory.promising() if use_memory else (),
-                         losing=self.memory.losing() if use_memory and self.config.losing_below > 0 else ())
+                         losing=self.memory.losing() if use_memory and self.config.losing_below > 0 else (),
+                         pending=pending)
 
     @staticmethod
     def _outcome_label(node: Node) -> str:

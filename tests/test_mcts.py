@@ -333,6 +333,24 @@ def test_ask_uses_virtual_loss_to_spread_a_batch():
     assert all(n.virtual == 0 and n.pending_children == 0 for n in search.nodes)
 
 
+def test_an_expansion_names_the_moves_of_children_still_being_evaluated():
+    """While a child is evaluated, every expansion asked for is told its moves (`Expansion.pending`), so that a coder
+    can offer other moves first; once its outcome is told, they are no longer pending."""
+    search, landscape = run("noisy", 4, 6, greedy_head=0, head_gain=0)
+    search.config = dataclasses.replace(search.config, budget=None)
+    coder = LandscapeCoder(landscape, seed=4)
+    first = search.ask(1)[0]
+    proposal = coder(first)
+    while not search.propose(first, proposal):  # a transposition is told at once: ask again
+        first = search.ask(1)[0]
+        proposal = coder(first)
+    second = search.ask(1)[0]
+    assert proposal.moves and set(proposal.moves) <= set(second.pending)
+    search.tell(first, landscape.evaluate(proposal))
+    search.propose(second, None)  # given back unexpanded
+    assert not set(proposal.moves) & set(search.ask(1)[0].pending)
+
+
 def test_budgets_wall_time_and_stop_predicate():
     landscape = FailureProne()
     search = Search([], SearchConfig(seed=0), root_key="")

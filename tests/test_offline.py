@@ -337,6 +337,20 @@ def test_a_problem_with_no_move_on_the_device_is_told_why():
         other.close()
 
 
+def test_a_move_being_evaluated_elsewhere_comes_after_the_others():
+    """`CoderRequest.pending` (children in flight or written ahead anywhere in the tree): their moves wait behind the
+    node's other moves until their outcome is known; where every move is pending, the usual order holds."""
+    conv = DATA / "conv_bn_pool.py"
+    coder = OfflineCoder()
+    try:
+        alone = coder.propose(request(conv, device="cuda"))
+        aside = coder.propose(request(conv, device="cuda", pending=(f"algebraic_simplify+{alone.move}",)))
+        all_pending = coder.propose(request(conv, device="cuda", pending=tuple(MOVES)))
+    finally:
+        coder.close()
+    assert aside.move != alone.move and all_pending.move == alone.move, (alone.move, aside.move)
+
+
 def test_offline_coder_follows_guidance_skips_tried_moves_and_caches():
     coder = OfflineCoder()
     problem = DATA / "redundant.py"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,9 @@ def test_a_repair_prompt_carries_the_structured_failure(rmsnorm):
     assert "training mode" in prefix and "A cuda candidate" in prefix
     assert "verdict incorrect in phase correctness" in turn
     assert "of elements outside atol = rtol = 0.0001" in turn
+    assert "Being evaluated elsewhere" not in turn
+    assert "Being evaluated elsewhere in this run, outcome not yet known (prefer something else): fuse_pointwise" in \
+        user_turn(replace(request, pending=("fuse_pointwise",)))
     worst = re.search(r"worst element at index \[(\d+), (\d+)\]: expected (\S+), got (\S+)", turn)
     assert worst, turn
     expected, got = float(worst.group(3)), float(worst.group(4))

@@ -466,6 +466,18 @@ def test_children_written_ahead_are_built_during_the_evaluations_and_evaluated_i
     assert rows == 5
 
 
+def test_the_coder_is_told_the_moves_of_children_in_flight_or_written_ahead(tmp_path):
+    """With two in flight and one written ahead, the coder is asked for children while others are evaluated or
+    written: each such request names their moves (`CoderRequest.pending`)."""
+    problem = DATA / "redundant.py"
+    coder = ScriptedCoder(problem.read_text() + "\nModelNew = Model\n")
+    settings = SearchSettings(problem=str(problem), out=str(tmp_path / "run"), budget=6, parallel=2, ahead=1,
+                              profile=False)
+    SearchRun(settings, evaluator=PipelinedFakeHarness(), coder=coder).run()
+    told = [set(r.pending) for r in coder.requests]
+    assert any(moves & {f"move{n}" for n in range(2, 12)} for moves in told), told
+
+
 class InterruptingCoder:
     """The offline coder, until Ctrl-C arrives while it is asked for its third candidate."""
 

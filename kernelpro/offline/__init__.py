@@ -273,6 +273,10 @@ class OfflineCoder:
         # come after every other move (level3/11_VGG16 on an H100: simplify_identities at 1.002x beside it)
         subsumed = set(SIMPLIFY) if any(o["move"] == "simplify_all" for o in answer["options"]) \
             and "simplify_all" not in losing else set()
+        # a move being evaluated elsewhere (in flight, or written ahead) waits for its outcome behind the others: with
+        # two in flight and one ahead, level2/100's triton_conv was chosen under fuse_pointwise while it was still
+        # being timed at the root, and lost both times (0.56x, H100)
+        pending = {part for entry in request.pending for part in entry.split("+")}
 
         def score(option: dict) -> tuple:
             bonus = 0.2 if option["move"] in promising else 0.0
@@ -283,7 +287,8 @@ class OfflineCoder:
             # a move that failed or lost wherever it was tried in this run comes after every other
             # (a tune: move is the next configuration each time, so its record says nothing of the next)
             gain = scores.get(option["technique"], 0.0) + bonus
-            return option["move"] in losing, option["move"] in subsumed, -gain, order, option["move"]
+            return (option["move"] in losing, option["move"] in subsumed, option["move"] in pending, -gain, order,
+                    option["move"])
 
         best = min(choices, key=score)
         self._offered_once = True
