@@ -143,6 +143,29 @@ def test_a_setting_under_which_eager_itself_ran_faster_is_the_offline_coders_fir
     assert "the setting alone pays" not in problem_text(tight)
 
 
+def test_a_setting_under_which_eager_ran_as_fast_as_it_is_comes_after_the_coders_other_moves():
+    """Eager's few calls under cuDNN's timed algorithm choice at 1.01x its own speed (within FLAT_WITHIN): the move
+    that sets it comes after the others, however the guidance scores its technique; at 1.30x it comes first, and
+    where nothing was measured the guidance decides."""
+    from kernelpro.offline import predictions
+
+    def facts_with(speedup: float | None):
+        found = {"outside_fraction": 0.0, "max_abs_error": 0.0, "tolerance": 1e-4, "speedup": speedup}
+        return problem_facts({"signature": {"inputs": [], "outputs": []}, "reference": {"median_ms": 1.0},
+                              "variants": {"cudnn_benchmark": found} if speedup else {}})
+    assert predictions.flat_settings(facts_with(1.01)) == {"cudnn_benchmark"}
+    assert not predictions.flat_settings(facts_with(1.3)) and not predictions.flat_settings(facts_with(0.9))
+    assert not predictions.flat_settings(facts_with(None)) and not predictions.flat_settings(None)
+    coder = OfflineCoder()
+    try:
+        first = {speedup: coder.propose(replace(_request(facts_with(speedup)), techniques=(("library_call", 0.9),)))
+                 .move for speedup in (1.01, 1.3, None)}
+    finally:
+        coder.close()
+    assert first[1.01] != "cudnn_benchmark" and first[1.3] == "cudnn_benchmark" and first[None] == "cudnn_benchmark", \
+        first
+
+
 def test_the_probe_records_how_much_of_an_elements_allowance_its_largest_difference_takes():
     """compare.deviation, as the reference's evaluation measures eager under a setting: each difference over
     atol + rtol x |expected| at its element; the largest is `tolerance_used` (1 at the tolerance)."""

@@ -277,6 +277,7 @@ class OfflineCoder:
         # two in flight and one ahead, level2/100's triton_conv was chosen under fuse_pointwise while it was still
         # being timed at the root, and lost both times (0.56x, H100)
         pending = {part for entry in request.pending for part in entry.split("+")}
+        flat = predictions.flat_settings(request.problem_facts)  # settings under which eager ran as fast as it is
 
         def score(option: dict) -> tuple:
             bonus = 0.2 if option["move"] in promising else 0.0
@@ -287,8 +288,8 @@ class OfflineCoder:
             # a move that failed or lost wherever it was tried in this run comes after every other
             # (a tune: move is the next configuration each time, so its record says nothing of the next)
             gain = scores.get(option["technique"], 0.0) + bonus
-            return (option["move"] in losing, option["move"] in subsumed, option["move"] in pending, -gain, order,
-                    option["move"])
+            move = option["move"]
+            return move in losing, move in subsumed, move in flat, move in pending, -gain, order, move
 
         best = min(choices, key=score)
         self._offered_once = True

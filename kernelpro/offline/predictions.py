@@ -96,6 +96,23 @@ def exact_moves(facts: ProblemFacts | None) -> set[str]:
     return set(BIT_EXACT) | matched
 
 
+#: a setting under which eager's few calls ran within this factor of its own speed changes nothing measurable: in
+#: the level-2 and level-3 benches of 2026-12-06 (H100, budget 8, 20 problems) 26 evaluations of such setting moves
+#: (eager at 0.97x to 1.01x under them) left their parent at 0.75x to 1.04x
+FLAT_WITHIN = 1.05
+
+
+def flat_settings(facts: ProblemFacts | None) -> set[str]:
+    """The setting moves under whose setting eager, within the tolerance, ran within FLAT_WITHIN of its own speed:
+    the coder offers them after its other moves (not never: with other moves applied a setting may still pay)."""
+    if facts is None:
+        return set()
+    measured = dict(facts.variant_speedups)
+    return {move.name for move in MOVES.values() if move.variant in measured and not facts.fails_under(move.variant)
+            and move.variant not in dict(facts.variant_errors)
+            and 1 / FLAT_WITHIN <= measured[move.variant] <= FLAT_WITHIN}
+
+
 def gaining_settings(facts: ProblemFacts | None) -> dict[str, float]:
     """The setting moves under whose setting eager itself ran at least VARIANT_GAIN times as fast, within the
     tolerance with room to spare (`ProblemFacts.tight_under`), in the reference's evaluation: each with that gain."""
