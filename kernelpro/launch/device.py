@@ -43,5 +43,6 @@ def target_device(spec: dict) -> tuple[Device, tuple[int, int] | None]:
         return Device(sms=props.multi_processor_count,
                       threads_per_sm=getattr(props, "max_threads_per_multi_processor", 2048),
                       registers_per_sm=getattr(props, "regs_per_multiprocessor", 65536),
-                      l2_bytes=getattr(props, "L2_cache_size", 0) or Device.l2_bytes, name=props.name), (props.major, props.minor)
+                      l2_bytes=getattr(props, "L2_cache_size", 0) or Device.l2_bytes, name=props.name), \
+            (props.major, props.minor)
     return Device(), None

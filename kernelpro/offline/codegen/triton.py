@@ -566,12 +566,12 @@ def _lagged_launches(group: Group, config: dict, args: list[str], outs: list[str
     device = f"{args[0]}.device"
     lines = [f"    # {chunks} chunks of {config['CHUNK']} per row; tickets: each chunk's statistics, then its outputs",
              f"    # {config['LAG']} rows later"]
-    lines += [f"    {ws} = torch.empty({shape!r}, device={device}, dtype=torch.float32)"
-              for ws, shape in workspaces(group, config["CHUNK"])]
+    spaces = workspaces(group, config["CHUNK"])
+    lines += [f"    {ws} = torch.empty({shape!r}, device={device}, dtype=torch.float32)" for ws, shape in spaces]
     lines.append(f"    counters = torch.zeros({rows + 1}, device={device}, dtype=torch.int32)  # the ticket, then a "
                  "count per row")
-    spaces = [ws for ws, _ in workspaces(group, config["CHUNK"])]
-    lines.append(f"    {group.name}_kernel[({config['PROGRAMS']},)]({', '.join(args + spaces + outs)}, counters, "
+    pointers = ", ".join(args + [ws for ws, _ in spaces] + outs)
+    lines.append(f"    {group.name}_kernel[({config['PROGRAMS']},)]({pointers}, counters, "
                  f"counters[1:], {rows}, CHUNK={config['CHUNK']}, BLOCK_C={config['BLOCK_C']}, NCHUNKS={chunks}, "
                  f"NCHUNKS_P2={next_pow2(chunks)}, LAG={config['LAG']}, num_warps={config['num_warps']})")
     return lines

@@ -47,12 +47,14 @@ def lagged_offered(group: Group, device: Device) -> bool:
             and any(o.kind == "full" for o in group.outputs)
             and not any(s.reduce in ("argmax", "argmin") for s in group.steps)
             and group.bytes_moved() > 2 * device.l2_bytes
-            and device.l2_bytes // 4 // _row_bytes(group) >= 2)
+            and _rows_within(group, device, 4) >= 2)
 
 
-def _row_bytes(group: Group) -> int:
-    """A row's bytes over the full-shaped inputs, in float32."""
-    return 4 * group.row_length * max(1, sum(1 for i in group.inputs if i.kind == "full"))
+def _rows_within(group: Group, device: Device, share: int) -> int:
+    """How many of the group's rows fit in 1/`share` of the L2 (a row's bytes over its full-shaped inputs, in
+    float32)."""
+    row_bytes = 4 * group.row_length * max(1, sum(1 for i in group.inputs if i.kind == "full"))
+    return device.l2_bytes // share // row_bytes
 
 
 def _lagged(group: Group, device: Device, loads: int) -> list[tuple[float, dict]]:
@@ -65,12 +67,10 @@ def _lagged(group: Group, device: Device, loads: int) -> list[tuple[float, dict]
     of the row fewer. The same with half that look-ahead (an eighth of the L2) follows each at a hair's lower score,
     for a sweep to tell whether the shorter one keeps more of the rows in L2. `configs` places the best of them
     second (`lagged_second`)."""
-    def rows_within(share: int) -> int:  # the look-ahead in rows within this share of the L2
-        return max(1, min(group.row_count // 2, device.l2_bytes // share // _row_bytes(group)))
-    ranked = _lagged_at(group, device, loads, rows_within(4))
-    if rows_within(8) < rows_within(4):
-        ranked += [(round(score * 0.99, 6), config) for score, config in
-                   _lagged_at(group, device, loads, rows_within(8))]
+    quarter, eighth = (max(1, min(group.row_count // 2, _rows_within(group, device, share))) for share in (4, 8))
+    ranked = _lagged_at(group, device, loads, quarter)
+    if eighth < quarter:
+        ranked += [(round(score * 0.99, 6), config) for score, config in _lagged_at(group, device, loads, eighth)]
     return ranked
 
 
