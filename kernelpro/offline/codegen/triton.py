@@ -548,15 +548,15 @@ def _split_launches(group: Group, config: dict, args: list[str], outs: list[str]
     constants = (f"CHUNK={config['CHUNK']}, BLOCK_C={config['BLOCK_C']}, NCHUNKS={chunks}, "
                  f"NCHUNKS_P2={next_pow2(chunks)}, num_warps={config['num_warps']}")
     lines = [f"    # {chunks} chunks of {config['CHUNK']} per row; a partial result per (row, chunk) and reduction"]
-    lines += [f"    {ws} = torch.empty({shape!r}, device={args[0]}.device, dtype=torch.float32)"
-              for ws, shape in workspaces(group, config["CHUNK"])]
+    spaces = workspaces(group, config["CHUNK"])
+    lines += [f"    {ws} = torch.empty({shape!r}, device={args[0]}.device, dtype=torch.float32)" for ws, shape in spaces]
     for level, _, last in split_passes(group):
-        spaces = [ws for ws, _ in workspaces(group, config["CHUNK"], last)]
-        lines.append(f"    {group.name}_pass{level}_kernel[({rows}, {chunks})]({', '.join(args + spaces)}, {rows}, "
+        upto = [ws for ws, _ in workspaces(group, config["CHUNK"], last)]
+        lines.append(f"    {group.name}_pass{level}_kernel[({rows}, {chunks})]({', '.join(args + upto)}, {rows}, "
                      f"{constants})")
     grid = chunks if any(o.kind == "full" for o in group.outputs) else 1
-    spaces = [ws for ws, _ in workspaces(group, config["CHUNK"])]
-    lines.append(f"    {group.name}_kernel[({rows}, {grid})]({', '.join(args + spaces + outs)}, {rows}, {constants})")
+    names = [ws for ws, _ in spaces]
+    lines.append(f"    {group.name}_kernel[({rows}, {grid})]({', '.join(args + names + outs)}, {rows}, {constants})")
     return lines
 
 
