@@ -45,7 +45,8 @@ FUSION_KINDS = {"fuse_reductions": "row", "fuse_pointwise": "pointwise", "triton
 CUDA_KINDS = {"row", "pointwise"}  # the cuda_kernels move generates both kinds
 #: The graph moves that rewrite, by name; the other graph moves are read by the later stages.
 PASSES = {**passes.ALGEBRAIC, **weights.WEIGHTS, **library.LIBRARY, **reduce.REWRITES, **steps.STEPS}
-_CONV = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.ConvTranspose2d)
+_CONV = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d,
+         torch.nn.ConvTranspose3d)
 
 
 @dataclass

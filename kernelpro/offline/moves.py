@@ -87,6 +87,12 @@ MOVES: dict[str, Move] = {m.name: m for m in (
          "call linear / reorder the product instead of materialising transposes around matmuls; contract an einsum "
          "of three or more operands pair by pair in the order of fewest products",
          needs_matmul=True),
+    Move("transposed_as_conv", "library_call", True,
+         "run a transposed convolution with stride 1 and no output padding as the convolution it is (the weight "
+         "flipped and its channels swapped per group, at init): cuDNN's forward algorithms instead of its data-"
+         "gradient ones. At fp32 offered only where eager matched itself on operands rounded to TF32 to nearest "
+         "(variant tf32_operands), so that another cuDNN algorithm changes only the order of the sums",
+         needs_conv=True, fp32_matches="tf32_operands"),
     Move("batch_step_products", "reduce_launches", True,
          "batch the products a loop repeats at every step: a linear layer over cat(x[t], h) takes x's share for "
          "every step in one product (each step adds h's share with addmm), and linear layers applied to each step's "

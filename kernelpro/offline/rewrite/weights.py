@@ -1,6 +1,7 @@
 """Graph moves that fold work into a linear layer's or a convolution's weights and bias (computed once, at init):
-a scalar multiply after it, a batch norm on running statistics after a convolution, and a convolution's bias moved
-after a max pool (which commutes with adding a per-channel constant). `move_bias` also serves the fusion stage,
+a scalar multiply after it, a batch norm on running statistics after a convolution, a convolution's bias moved
+after a max pool (which commutes with adding a per-channel constant), and a transposed convolution with stride 1 as
+the convolution it is (its weight flipped and its channels swapped, once). `move_bias` also serves the fusion stage,
 which moves a bias into the kernel after the convolution."""
 
 from __future__ import annotations
@@ -185,6 +186,41 @@ bias_after_pool = Move("bias_after_pool", (
 ))
 
 
+def _transposed_as_conv(gm: fx.GraphModule, node: fx.Node, state) -> bool:
+    """An nn.ConvTranspose*d with stride 1 and no output padding -> the convolution it is: the weight's channel
+    dims swapped within each group and its kernel flipped (computed once, at init), padding dilation x (kernel -
+    1) - padding on each side. Each output sums the same products; the float sums may come in another order.
+    cuDNN runs a transposed convolution as a convolution's data gradient, with its own algorithms; this runs the
+    forward ones (and `cudnn_benchmark` then times the forward ones)."""
+    module = module_of(gm, node)
+    if not isinstance(module, _TRANSPOSED_MODULES) or len(node.args) != 1 or node.kwargs \
+            or not isinstance(module.padding, tuple):
+        return False
+    rank = len(module.kernel_size)
+    padding = tuple(d * (k - 1) - p for k, p, d in zip(module.kernel_size, module.padding, module.dilation))
+    if tuple(module.stride) != (1,) * rank or any(module.output_padding) or min(padding) < 0:
+        return False
+    groups, graph = module.groups, gm.graph
+    with graph.inserting_before(node):
+        made = [graph.get_attr(f"{node.target}.weight")]  # [C_in, C_out / groups, *kernel]
+        made.append(graph.call_method("unflatten", (made[-1], 0, (groups, module.in_channels // groups))))
+        made.append(graph.call_method("transpose", (made[-1], 1, 2)))  # [groups, C_out / groups, C_in / groups, ...]
+        made.append(graph.call_method("flatten", (made[-1], 0, 1)))
+        made.append(graph.call_method("flip", (made[-1], tuple(range(2, 2 + rank)))))
+        bias = graph.get_attr(f"{node.target}.bias") if module.bias is not None else None
+    for created in made[1:]:
+        created.meta["kp_fold"] = True
+    substitute(gm, node, _CONV_BY_DIMS[rank], (node.args[0], made[-1], bias, (1,) * rank, padding, module.dilation,
+                                                groups))
+    return True
+
+
+transposed_as_conv = Move("transposed_as_conv", (
+    Rule("conv_transpose(x, W) with stride 1, no output padding -> conv(x, flip(W per group, channels swapped)), "
+         "padding d(k - 1) - p; the weight made at init", Pattern(modules=_TRANSPOSED_MODULES), _transposed_as_conv),
+))
+
+
 # the weight folds by move name
 WEIGHTS = {"fold_scalar_into_weights": fold_scalar_into_weights, "fold_batch_norm": fold_batch_norm,
-           "bias_after_pool": bias_after_pool}
+           "bias_after_pool": bias_after_pool, "transposed_as_conv": transposed_as_conv}
