@@ -36,6 +36,7 @@ from kernelpro.offline.codegen import attention, conv_gemm, cute_gemm, gemm, lay
 from kernelpro.offline.codegen import cuda as cuda_gen
 from kernelpro.offline.codegen import triton as triton_gen
 from kernelpro.offline.fuse import partition as fusion
+from kernelpro.offline.ir.ops import CONV_MODULES, TRANSPOSED_CONV_MODULES
 from kernelpro.offline.moves import MOVES, SIMPLIFY, canonical
 from kernelpro.offline.rewrite import batchnorm, composites, library, passes, reduce, steps, weights
 from kernelpro.offline.tracing import fake_inputs, model_device, propagate_shapes, size_only_inputs, trace
@@ -45,8 +46,7 @@ FUSION_KINDS = {"fuse_reductions": "row", "fuse_pointwise": "pointwise", "triton
 CUDA_KINDS = {"row", "pointwise"}  # the cuda_kernels move generates both kinds
 #: The graph moves that rewrite, by name; the other graph moves are read by the later stages.
 PASSES = {**passes.ALGEBRAIC, **weights.WEIGHTS, **library.LIBRARY, **reduce.REWRITES, **steps.STEPS}
-_CONV = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d,
-         torch.nn.ConvTranspose3d)
+_CONV = (*CONV_MODULES, *TRANSPOSED_CONV_MODULES)
 
 
 @dataclass

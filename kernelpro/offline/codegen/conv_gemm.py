@@ -50,7 +50,7 @@ import torch.fx as fx
 
 from kernelpro.offline.codegen import gemm
 from kernelpro.offline.fuse.groups import Group, shape_of
-from kernelpro.offline.ir.ops import Attr, attr_shape
+from kernelpro.offline.ir.ops import CONV_MODULES, TRANSPOSED_CONV_MODULES, Attr, attr_shape
 from kernelpro.harness import variants
 from kernelpro.harness.records import HALF_PRECISIONS
 from kernelpro.launch.device import Device, wave_fill
@@ -72,10 +72,8 @@ FP32_WIDE_TILE = 6144
 #: (0.20x-0.93x; 1.03x on level2/100; docs/kernelbench.md). False leaves them cuDNN calls.
 TRANSPOSED = True
 ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
-_MODULES = {torch.nn.Conv1d: 1, torch.nn.Conv2d: 2, torch.nn.Conv3d: 3}
 _FUNCTIONS = {torch.nn.functional.conv1d: 1, torch.nn.functional.conv2d: 2, torch.nn.functional.conv3d: 3,
               torch.conv1d: 1, torch.conv2d: 2, torch.conv3d: 3}
-_TRANSPOSED_MODULES = {torch.nn.ConvTranspose1d: 1, torch.nn.ConvTranspose2d: 2, torch.nn.ConvTranspose3d: 3}
 _TRANSPOSED_FUNCTIONS = {torch.nn.functional.conv_transpose1d: 1, torch.nn.functional.conv_transpose2d: 2,
                          torch.nn.functional.conv_transpose3d: 3}
 
@@ -186,9 +184,9 @@ def _operands(gm: fx.GraphModule, node: fx.Node):
     """(nd, x, weight, bias, stride, padding, dilation, groups) of a zero-padded convolution; or why not."""
     if node.op == "call_module":
         module = gm.get_submodule(node.target)
-        nd, transposed = _MODULES.get(type(module)), False
+        nd, transposed = CONV_MODULES.get(type(module)), False
         if nd is None:
-            nd, transposed = _TRANSPOSED_MODULES.get(type(module)), True
+            nd, transposed = TRANSPOSED_CONV_MODULES.get(type(module)), True
         if nd is None or len(node.args) != 1 or node.kwargs:
             return None
         if module.padding_mode != "zeros":

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.fx as fx
 
-from kernelpro.offline.ir.ops import (INPLACE_METHODS, Resolved, Unsupported, Attr, attr_shape, emit_pointwise,
-                                          lit)
+from kernelpro.offline.ir.ops import (CONV_MODULES, TRANSPOSED_CONV_MODULES, INPLACE_METHODS, Resolved, Unsupported,
+                                      Attr, attr_shape, emit_pointwise, lit)
 from kernelpro.offline.rewrite.passes import meta
 from kernelpro.offline.ir.windows import Window, pool_args, window_of
 
@@ -158,8 +158,7 @@ _ANCHOR_FUNCTIONS = (operator.matmul, torch.matmul, torch.bmm, torch.mm, torch.a
                      torch.nn.functional.conv3d, torch.nn.functional.conv_transpose1d,
                      torch.nn.functional.conv_transpose2d, torch.nn.functional.conv_transpose3d,
                      torch.nn.functional.scaled_dot_product_attention)
-_ANCHOR_MODULES = (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.ConvTranspose1d,
-                   torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d, torch.nn.Bilinear)
+_ANCHOR_MODULES = (torch.nn.Linear, *CONV_MODULES, *TRANSPOSED_CONV_MODULES, torch.nn.Bilinear)
 
 
 def is_anchor(gm: fx.GraphModule, node) -> bool:

@@ -30,6 +30,7 @@ from kernelpro.offline.rewrite.rules import Move, Pattern, Rule
 from kernelpro.offline.rewrite.passes import (ADD, DIV, MUL, SUB, reduced_dims, run_before, scalar_binary,
                                               transpose_dims, arg, is_op, meta, module_of)
 from kernelpro.offline.ir.windows import as_tuple, pool_args
+from kernelpro.offline.ir.ops import CONV_MODULES
 
 _REDUCE = {"sum": (torch.sum, "sum"), "mean": (torch.mean, "mean")}
 
@@ -225,7 +226,6 @@ def _pool_before_product(gm: fx.GraphModule, node: fx.Node, state) -> bool:
     return True
 
 
-_CONVS = {torch.nn.Conv1d: 1, torch.nn.Conv2d: 2, torch.nn.Conv3d: 3}
 _CONV_FNS = {F.conv1d: 1, F.conv2d: 2, F.conv3d: 3}
 _AVG_POOLS = (torch.nn.AvgPool1d, torch.nn.AvgPool2d, torch.nn.AvgPool3d)
 
@@ -234,10 +234,10 @@ def _pointwise_conv_rank(gm: fx.GraphModule, node) -> int | None:
     """The spatial rank of a convolution with a 1 x ... x 1 kernel, stride 1 and no padding (a product of each
     position's channels with the weights, plus the bias), or None."""
     module = module_of(gm, node)
-    if type(module) in _CONVS:
+    if type(module) in CONV_MODULES:
         if len(node.args) != 1 or node.kwargs or getattr(module, "padding_mode", "zeros") != "zeros":
             return None
-        rank = _CONVS[type(module)]
+        rank = CONV_MODULES[type(module)]
         ones, zeros = (1,) * rank, (0,) * rank
         padding = module.padding if module.padding != "valid" else zeros
         return rank if (tuple(module.kernel_size), tuple(module.stride), tuple(padding)) == (ones, ones, zeros) \

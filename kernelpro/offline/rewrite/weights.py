@@ -13,14 +13,15 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
+from kernelpro.offline.ir.ops import CONV_MODULES, TRANSPOSED_CONV_MODULES
 from kernelpro.offline.rewrite.passes import (DIV, MAX_POOL, MUL, arg, is_op, max_pool_of_values, module_of, scaled_by,
                                               substitute)
 from kernelpro.offline.rewrite.rules import Move, Pattern, Rule
 
 
-_CONV_MODULES = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
+_CONV_MODULES = tuple(CONV_MODULES)
 _CONV_BY_DIMS = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}  # spatial dims -> functional convolution
-_TRANSPOSED_MODULES = (torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d)
+_TRANSPOSED_MODULES = tuple(TRANSPOSED_CONV_MODULES)
 _TRANSPOSED_BY_DIMS = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
 
 
