@@ -23,6 +23,9 @@ CASES = {  # KernelBench problem: the move whose rule rewrites it
     # 8.97% outside 1e-4 on an H200, 2026-12-05: cuDNN rounds the convolution's operands to TF32; the rule now
     # leaves fp32 convolutions alone)
     "level3/34_VanillaRNNHidden": "batch_step_products",  # 256 unrolled steps: the input's products in one
+    # stride-1 transposed convolutions as convolutions: 1.29x and 1.16x on an H100, 2026-12-06 (`kernelpro eval`)
+    "level1/64_conv_transposed_1D": "transposed_as_conv",
+    "level1/74_conv_transposed_1D_dilated": "transposed_as_conv",
     "level3/50_ReLUSelfAttention": "fuse_reductions",  # ReLU attention as one kernel, the scores never written
     # its batch norms as row kernels: incorrect in the budget-8 bench of 2026-11-26 (H100) and here on an H200
     # (2026-12-05), correct in Triton's interpreter on the CPU (two layers at full size)
