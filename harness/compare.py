@@ -99,7 +99,8 @@ def _chunk_details(reference: torch.Tensor, candidate: torch.Tensor, tolerance: 
     tally.inf_mismatch |= not torch.equal(reference.isinf() * reference.sign(), candidate.isinf() * candidate.sign())
     finite = reference.isfinite() & candidate.isfinite()
     difference = (reference - candidate).abs()
-    within = difference <= tolerance + tolerance * reference.abs()
+    allowed = tolerance + tolerance * reference.abs()
+    within = difference <= allowed
     good = (within & finite) | (reference.isnan() & candidate.isnan()) | (reference.isinf() & (reference == candidate))
     tally.bad += int((~good).sum().item())
     finite_difference = difference[finite]
@@ -107,8 +108,7 @@ def _chunk_details(reference: torch.Tensor, candidate: torch.Tensor, tolerance: 
         tally.max_abs = tally.most(tally.max_abs, finite_difference.max().item())
         tally.max_rel = tally.most(tally.max_rel, (finite_difference / reference.abs()[finite].clamp_min(1e-12))
                                    .max().item())
-        allowed = tolerance + tolerance * reference.abs()
-        tally.most_used = tally.most(tally.most_used, (difference[finite] / allowed[finite]).max().item())
+        tally.most_used = tally.most(tally.most_used, (finite_difference / allowed[finite]).max().item())
         excess = torch.where(finite, difference - allowed, torch.full_like(difference, -float("inf")))
         where = int(excess.argmax().item())
         value = float(excess[where].item())

@@ -108,8 +108,7 @@ def flat_settings(facts: ProblemFacts | None) -> set[str]:
     if facts is None:
         return set()
     measured = dict(facts.variant_speedups)
-    return {move.name for move in MOVES.values() if move.variant in measured and not facts.fails_under(move.variant)
-            and move.variant not in dict(facts.variant_errors)
+    return {move.name for move in MOVES.values() if move.variant in measured and facts.matches_under(move.variant)
             and 1 / FLAT_WITHIN <= measured[move.variant] <= FLAT_WITHIN}
 
 
