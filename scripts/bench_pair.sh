@@ -9,11 +9,12 @@
 # then B on it, never together. Each bench runs in its own process session, so it outlives the call; a later call
 # on the same warm machine finds it running, waits and snapshots. Snapshots: $OUT/<TAG>_<NAME>_state.tgz (the whole
 # folder, with the problems' code: keep KernelBench's out of git) and $OUT/<TAG>_<NAME>_results.tgz (--results-only,
-# which may be committed); STATE_A / STATE_B restore a whole-folder snapshot on a fresh machine. JUDGE=1, once both
-# are finished: KernelBench's evaluator (.kb/oracle, a copy of ../shared/oracle) on both benches' bests, each on its
-# half's GPUs, judgements already made on this machine kept (JUDGED_A / JUDGED_B: an earlier machine's), packed as
-# $OUT/<TAG>_judge_<NAME>.tgz. TOTAL: seconds this call may take (default 570). A TAG holds one pair: a call with other
-# problems or arguments under a TAG already used on the machine is refused (exit 2). ENV_A / ENV_B: environment
+# which may be committed); STATE_A / STATE_B restore a whole-folder snapshot on a fresh machine. JUDGE=1 (or A, or B:
+# that arm only), once both are finished: KernelBench's evaluator (.kb/oracle, a copy of ../shared/oracle) on the
+# benches' bests, each on its half's GPUs, judgements already made on this machine kept (JUDGED_A / JUDGED_B: an
+# earlier machine's), packed as $OUT/<TAG>_judge_<NAME>.tgz. TOTAL: seconds this call may take (default 570). A TAG
+# holds one pair: a call with other problems or arguments under a TAG already used on the machine is refused (exit
+# 2). ENV_A / ENV_B: environment
 # assignments for one arm's bench only (e.g. ENV_B="KERNELPRO_WORKER_START=spawn"). SOURCE_A / SOURCE_B: an arm's
 # kernelpro from another source tree, a folder with its pyproject.toml and packages (an earlier commit's, made with
 # `mkdir -p .kb/code-REV && git archive REV | tar x -C .kb/code-REV` and carried in .kb): one card times today's
@@ -117,12 +118,12 @@ for name in "$name_a" "$name_b"; do
   tail -3 "$work/$name.log" 2>/dev/null
 done
 if ! { finished "$name_a" && finished "$name_b"; }; then echo "a bench is still running: call again"; exit 0; fi
-[ "${JUDGE:-0}" = 1 ] || exit 0
+case ${JUDGE:-0} in 1) judged="A B" ;; A|B) judged=$JUDGE ;; *) exit 0 ;; esac
 [ -d .kb/oracle ] || { echo "no .kb/oracle: copy ../shared/oracle into .kb and carry it"; exit 1; }
 if [ "$(left)" -lt 150 ]; then echo "too little time left to judge: call again with JUDGE=1"; exit 0; fi
 # both at once on their halves' GPUs (one GPU: one after the other), into $work/judge_<NAME>/ (judgements already
 # made kept), packed as $OUT/<TAG>_judge_<NAME>.tgz
-for arm in A B; do
+for arm in $judged; do
   name_var=name_${arm,,} judged_var=JUDGED_$arm
   name=${!name_var} gpus=$gpus_a; [ "$arm" = B ] && gpus=$gpus_b
   mkdir -p "$work/judge_$name"
@@ -134,7 +135,8 @@ for arm in A B; do
   [ "$half" -ge 1 ] || wait
 done
 wait
-for name in "$name_a" "$name_b"; do
+for arm in $judged; do
+  name_var=name_${arm,,}; name=${!name_var}
   echo "== judge $name"; tail -16 "$work/judge_$name/judge.log"
   (cd "$work/judge_$name" && tar czf "$OUT/${tag}_judge_$name.tgz" .)
 done
