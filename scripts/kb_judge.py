@@ -24,6 +24,15 @@ import time
 from pathlib import Path
 
 SPEEDUP_AGREEMENT = 0.15  # the issue's "within 15%"
+ORACLE_NEEDS = ("torch", "numpy", "pydantic", "tqdm", "requests")  # what judge.py's docstring says it imports
+
+
+def missing_needs(python: str = sys.executable) -> str:
+    """The evaluator's Python packages that `python` cannot import, as its error; '' when all import. Checked once
+    before judging: without them each judgement ends in an import error, which reads as the evaluator calling every
+    best incorrect."""
+    done = subprocess.run([python, "-c", "import " + ", ".join(ORACLE_NEEDS)], capture_output=True, text=True)
+    return "" if done.returncode == 0 else (done.stderr.strip().splitlines() or ["exit %d" % done.returncode])[-1]
 
 
 def bests(bench: Path) -> dict[str, Path]:
@@ -124,6 +133,9 @@ def main() -> None:
     parser.add_argument("--gpus", default="0")
     parser.add_argument("--until", type=float, default=1e9, help="start no judgement after this many seconds")
     args = parser.parse_args()
+    if missing := missing_needs():
+        sys.exit(f"KernelBench's evaluator cannot run under {sys.executable}: {missing} (on a lent GPU machine, "
+                 "`source scripts/gpu_env.sh` first)")
     judge_all(args.bench, args.suite.resolve(), args.oracle, args.out, args.gpus.split(","),
               time.monotonic() + args.until)
     document = agreement(args.bench, args.out)

@@ -337,15 +337,20 @@ def test_reference_outputs_spill_to_a_file_when_memory_is_short(tmp_path, monkey
         assert evaluator.references.hits == 1 and len(spilled) == FAST.correct_trials
 
 
-def test_kb_judge_sets_the_two_verdicts_side_by_side(tmp_path):
-    """scripts/kb_judge.py's agreement over a bench folder and the oracle's judgements (made up here: the
-    oracle itself runs only on a GPU)."""
+def load_kb_judge():
     import importlib.util
-    import json
     from pathlib import Path
     spec = importlib.util.spec_from_file_location("kb_judge", Path(__file__).parents[1] / "scripts" / "kb_judge.py")
     kb_judge = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(kb_judge)
+    return kb_judge
+
+
+def test_kb_judge_sets_the_two_verdicts_side_by_side(tmp_path):
+    """scripts/kb_judge.py's agreement over a bench folder and the oracle's judgements (made up here: the
+    oracle itself runs only on a GPU)."""
+    import json
+    kb_judge = load_kb_judge()
     bench, out = tmp_path / "bench", tmp_path / "out"
     for key, ours, theirs, correct in (("level1/1_A", 1.50, 1.40, True), ("level2/2_B", 2.0, 1.5, True),
                                        ("level3/3_C", 1.1, 1.1, False)):
@@ -367,3 +372,17 @@ def test_kb_judge_sets_the_two_verdicts_side_by_side(tmp_path):
     assert document["judged"] == 2 and document["stale"] == ["level2/2_B"]
     assert kb_judge.current_judgement(out, "level1/1_A", bench / "problems" / "level1/1_A" / "best.py")
     assert kb_judge.current_judgement(out, "level2/2_B", bench / "problems" / "level2/2_B" / "best.py") is None
+
+
+def test_kb_judge_refuses_an_interpreter_without_the_evaluators_packages(tmp_path):
+    """Without pydantic (a lent machine's python before scripts/gpu_env.sh) every judgement would end in an import
+    error, which the agreement table reads as the evaluator calling each best incorrect: the script stops first."""
+    import importlib.util
+    import sys
+    kb_judge = load_kb_judge()
+    lacking = tmp_path / "python"
+    lacking.write_text("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'pydantic'\" >&2\nexit 1\n")
+    lacking.chmod(0o755)
+    assert kb_judge.missing_needs(str(lacking)) == "ModuleNotFoundError: No module named 'pydantic'"
+    has_all = all(importlib.util.find_spec(name) for name in kb_judge.ORACLE_NEEDS)
+    assert (kb_judge.missing_needs(sys.executable) == "") == has_all
