@@ -42,6 +42,8 @@ SUSPICIOUS_SPEEDUP = 10.0
 #: and a kernel that streams the same bytes at that rate times within a few percent of it either way
 UNDER_FLOOR_MARGIN = 0.05
 REVERIFY_TRIALS = 10
+#: an evaluation that ran out of device memory beside others or its output slot runs again so (the slot's reason)
+RUN_AGAIN_ALONE = "none: run again alone after running out of device memory, outputs through the channel"
 
 
 def default_device() -> str:
@@ -134,8 +136,9 @@ class Evaluator:
                                        "build_cached": result.build_cached, "build_s": result.build_s})
 
     def _evaluate_once(self, problem: Problem, source: str, options: EvalOptions, alone: bool = False) -> EvalResult:
-        """One evaluation. One that ran out of device memory while other evaluations held memory beside it runs
-        again with the device to itself (`alone`): the memory plan's estimates may fall short, a verdict must not."""
+        """One evaluation. One that ran out of device memory while other evaluations, or its own output slot, held
+        memory beside it runs again with the device to itself and no output slot (`alone`): the memory plan's
+        estimates may fall short, and the slot is the harness's memory, not the candidate's; a verdict must not."""
         began = time.monotonic()
         base = {"tolerance": options.effective_tolerance, "device": self.device,
                 "precision": options.precision, "policy": options.policy, "model_mode": options.model_mode,
@@ -153,7 +156,7 @@ class Evaluator:
             phase = Phase(failure.get("phase", "build"))
             return make_result(Verdict(failure["verdict"]), phase, failure["reason"], base, began,
                                stderr_text=failure.get("log", ""))
-        outcome = Outcome()
+        outcome = Outcome(slot_withheld=RUN_AGAIN_ALONE if alone else "")
         # The reference as its own candidate (a search's root, a bench's baseline) runs the same code on the
         # same seeds: comparing its outputs with themselves proves nothing and, at KernelBench's sizes, cost
         # most of a baseline (level1/36_RMSNorm_: 103 s of 147). Its first trial runs for the sizes and the
@@ -179,7 +182,7 @@ class Evaluator:
             self._drive(worker, problem, source, options, entry, outcome, (key, kept), reservation, ticket)
             return self._success(outcome, problem, source, options, base, began, worker)
         except Finished as finished:
-            crowded_out = finished.out_of_memory and reservation.crowded and not alone
+            crowded_out = finished.out_of_memory and not alone and (reservation.crowded or outcome.slot is not None)
             result = make_result(finished.verdict, finished.phase, finished.reason, base, began,
                                  errors=finished.errors, worker=worker, outcome=outcome)
         finally:
@@ -188,8 +191,10 @@ class Evaluator:
             self.pool.release(worker)
             ticket.release()
             reservation.release()
+            outcome.slot, outcome.first_outputs = None, []  # the slot's memory goes with its last view
         if crowded_out:
-            log.info("%s ran out of device memory beside other evaluations: again, alone", problem.name)
+            log.info("%s ran out of device memory beside other evaluations or its output slot: %s", problem.name,
+                     RUN_AGAIN_ALONE)
             again = self._evaluate_once(problem, source, options, alone=True)
             return again.model_copy(update={"flags": again.flags + ["evaluated_alone_after_out_of_memory"]})
         return result
@@ -395,7 +400,7 @@ class Evaluator:
         """Offer the worker an output slot for `outputs` outputs sized on the reference's (`outputslots`) where
         `room` (bytes) holds one, or say why not."""
         outcome.slot, fd, command = outputslots.offer(outcome.sizes.get("output_bytes", 0), outputs, self.device,
-                                                      room)
+                                                      room, outcome.slot_withheld)
         try:
             self._tell(worker, command, fd)
         finally:

@@ -28,6 +28,7 @@ class Outcome:
     timing: dict | None = None
     final: tuple = ()  # the timing phase's outputs judged: (eager against candidate, compile's outputs, theirs)
     slot: outputslots.Slot | None = None  # where the worker writes its outputs, when it has one
+    slot_withheld: str = ""  # why this evaluation gets no output slot whatever the room ('' : it may get one)
     idle_power_w: float | None = None
     energy_reading: object = None
     energy: dict = field(default_factory=dict)  # "eager" / "candidate" -> [EnergyWindow, ...] in window order

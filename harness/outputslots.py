@@ -109,13 +109,14 @@ class Slot:
             raise PayloadRejected(f"malformed output description ({type(error).__name__})") from None
 
 
-def offer(reference_bytes: int, outputs: int, device: str, room: int | None) -> tuple[Slot | None, int | None, dict]:
+def offer(reference_bytes: int, outputs: int, device: str, room: int | None,
+          withheld: str = "") -> tuple[Slot | None, int | None, dict]:
     """A slot for outputs of `reference_bytes` in all (`outputs` of them), in two regions where `room` (bytes, None:
     unknown) holds them, else one: (the slot, a descriptor for the worker, the command that offers it); or (None,
-    None, the command that says there is none, and why)."""
+    None, the command that says there is none, and why). `withheld`: why none is offered whatever the room."""
     region = reference_bytes + ALIGN * max(1, outputs)
-    if os.environ.get("KERNELPRO_OUTPUT_SLOTS", "1") == "0":
-        return None, None, {"cmd": "slot", "bytes": 0, "why": "turned off (KERNELPRO_OUTPUT_SLOTS=0)"}
+    if withheld or os.environ.get("KERNELPRO_OUTPUT_SLOTS", "1") == "0":
+        return None, None, {"cmd": "slot", "bytes": 0, "why": withheld or "turned off (KERNELPRO_OUTPUT_SLOTS=0)"}
     try:
         why = cudavmm.unsupported(0) if device == "cuda" else ""
         if room is None and not why:

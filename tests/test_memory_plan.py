@@ -11,6 +11,7 @@ from conftest import candidate_source
 
 from kernelpro.harness import EvalOptions, Evaluator, Verdict
 from kernelpro.harness.cache import BuildCache
+from kernelpro.harness.evaluate import RUN_AGAIN_ALONE
 from kernelpro.harness.memory import CONTEXT_BYTES, MemoryPlan
 
 UNIT = CONTEXT_BYTES  # what a problem of no tensors needs (`needed_bytes`)
@@ -106,15 +107,20 @@ def test_an_untimed_baseline_holds_no_output_in_the_plan():
     held.release()
 
 
-def test_a_candidate_out_of_memory_beside_another_evaluation_is_evaluated_again_alone(linear_problem, tmp_path):
+def test_a_candidate_out_of_memory_beside_another_evaluation_is_evaluated_again_alone(linear_problem, tmp_path,
+                                                                                     monkeypatch):
     """Out of device memory while another evaluation held memory beside it: the memory plan's estimates fell short,
-    not the candidate, so it runs again with the device to itself and that run's verdict stands (flagged). Alone, an
-    out-of-memory is the verdict at once."""
+    not the candidate, so it runs again with the device to itself and that run's verdict stands (flagged). So does
+    one beside its own output slot, which the trusted process holds (level1/87 on an H100: 2 x 8 GiB, and a
+    candidate with cuDNN's benchmark mode ran out of memory in its second trial), again without the slot. Alone and
+    with no slot, an out-of-memory is the verdict at once."""
     out_of_memory = candidate_source("good").replace(
         "    def forward(self, x):\n", "    def forward(self, x):\n        raise torch.OutOfMemoryError('no room')\n")
     slow = EvalOptions(device="cpu", timing_trials=50, timing_budget_s=3.0)
     with Evaluator("cpu", cache=BuildCache(tmp_path / "builds"), spares=2, reuse_references=False) as evaluator:
         evaluator.memory = MemoryPlan(1 << 50)
+        slotted = evaluator.evaluate(linear_problem, out_of_memory + "\n# slotted\n", EvalOptions(device="cpu"))
+        monkeypatch.setenv("KERNELPRO_OUTPUT_SLOTS", "0")
         alone = evaluator.evaluate(linear_problem, out_of_memory, EvalOptions(device="cpu"))
         with ThreadPoolExecutor(2) as pool:
             running = pool.submit(evaluator.evaluate, linear_problem, candidate_source("good"), slow)
@@ -123,6 +129,8 @@ def test_a_candidate_out_of_memory_beside_another_evaluation_is_evaluated_again_
             beside = pool.submit(evaluator.evaluate, linear_problem, out_of_memory + "\n# beside\n",
                                  EvalOptions(device="cpu")).result(timeout=600)
             assert running.result(timeout=600).verdict is Verdict.CORRECT
+    assert slotted.verdict is Verdict.RUNTIME_ERROR and "out of device memory" in slotted.reason, slotted.reason
+    assert "evaluated_alone_after_out_of_memory" in slotted.flags and slotted.output_slot == RUN_AGAIN_ALONE
     assert alone.verdict is Verdict.RUNTIME_ERROR and "out of device memory" in alone.reason, alone.reason
     assert "evaluated_alone_after_out_of_memory" not in alone.flags
     assert beside.verdict is Verdict.RUNTIME_ERROR and "out of device memory" in beside.reason, beside.reason
