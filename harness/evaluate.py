@@ -42,7 +42,7 @@ SUSPICIOUS_SPEEDUP = 10.0
 #: and a kernel that streams the same bytes at that rate times within a few percent of it either way
 UNDER_FLOOR_MARGIN = 0.05
 REVERIFY_TRIALS = 10
-#: an evaluation that ran out of device memory beside others or its output slot runs again so (the slot's reason)
+#: why an evaluation run again alone, after it ran out of device memory beside others or its slot, has no output slot
 RUN_AGAIN_ALONE = "none: run again alone after running out of device memory, outputs through the channel"
 
 

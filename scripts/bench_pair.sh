@@ -14,11 +14,10 @@
 # benches' bests, each on its half's GPUs, judgements already made on this machine kept (JUDGED_A / JUDGED_B: an
 # earlier machine's), packed as $OUT/<TAG>_judge_<NAME>.tgz. TOTAL: seconds this call may take (default 570). A TAG
 # holds one pair: a call with other problems or arguments under a TAG already used on the machine is refused (exit
-# 2). ENV_A / ENV_B: environment
-# assignments for one arm's bench only (e.g. ENV_B="KERNELPRO_WORKER_START=spawn"). SOURCE_A / SOURCE_B: an arm's
-# kernelpro from another source tree, a folder with its pyproject.toml and packages (an earlier commit's, made with
-# `mkdir -p .kb/code-REV && git archive REV | tar x -C .kb/code-REV` and carried in .kb): one card times today's
-# search against an earlier one's. Afterwards, anywhere:
+# 2). ENV_A / ENV_B: environment assignments for one arm's bench only (e.g. ENV_B="KERNELPRO_WORKER_START=spawn").
+# SOURCE_A / SOURCE_B: an arm's kernelpro from another source tree, a folder with its pyproject.toml and packages
+# (an earlier commit's, made with `mkdir -p .kb/code-REV && git archive REV | tar x -C .kb/code-REV` and carried in
+# .kb): one card times today's search against an earlier one's. Afterwards, anywhere:
 #   kernelpro bench compare A_FOLDER B_FOLDER
 # Example (issue 34, level 1):
 #   SUITE=.kb/kernelbench KEYS=@benchmarks/kernelbench_subset30_level1.txt BUDGET=8 ARGS="--no-profile --no-kb" \
@@ -120,7 +119,7 @@ done
 if ! { finished "$name_a" && finished "$name_b"; }; then echo "a bench is still running: call again"; exit 0; fi
 case ${JUDGE:-0} in 1) judged="A B" ;; A|B) judged=$JUDGE ;; *) exit 0 ;; esac
 [ -d .kb/oracle ] || { echo "no .kb/oracle: copy ../shared/oracle into .kb and carry it"; exit 1; }
-if [ "$(left)" -lt 150 ]; then echo "too little time left to judge: call again with JUDGE=1"; exit 0; fi
+if [ "$(left)" -lt 150 ]; then echo "too little time left to judge: call again with JUDGE=$JUDGE"; exit 0; fi
 # both at once on their halves' GPUs (one GPU: one after the other), into $work/judge_<NAME>/ (judgements already
 # made kept), packed as $OUT/<TAG>_judge_<NAME>.tgz
 for arm in $judged; do
