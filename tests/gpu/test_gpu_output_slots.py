@@ -160,3 +160,25 @@ def test_a_level1_sized_output_of_the_reference_itself_is_correct_in_one_region_
     print(f"{result.verdict.value}: {result.reason}; slot {result.output_slot}; correctness {result.correctness_s}")
     assert result.output_slot.startswith(f"{regions} x "), result.output_slot
     assert result.verdict is Verdict.CORRECT, result.reason
+
+
+def test_out_of_memory_beside_the_slot_is_evaluated_again_without_it(tmp_path):
+    """A candidate that runs out of device memory while its output slot (the trusted process's device memory) is
+    mapped runs again alone with no slot, its outputs through the channel, and that verdict stands, flagged; the
+    first run's slot is let go of before the second starts."""
+    from kernelpro.harness.evaluate import RUN_AGAIN_ALONE
+    (tmp_path / "p.py").write_text(PROBLEM)
+    problem = load_problem(tmp_path / "p.py")
+    candidate = PROBLEM.replace("class Model(", "class ModelNew(").replace(
+        "    def forward(self, x):\n", "    def forward(self, x):\n        raise torch.OutOfMemoryError('no room')\n")
+    with Evaluator("cuda", cache=BuildCache(tmp_path / "builds")) as evaluator:
+        evaluator.evaluate(problem, PROBLEM.replace("class Model(", "class ModelNew("), EvalOptions(device="cuda"))
+        free_before = torch.cuda.mem_get_info()[0]
+        result = evaluator.evaluate(problem, candidate, EvalOptions(device="cuda"))
+        free_after = torch.cuda.mem_get_info()[0]
+    print(f"{result.verdict.value}: {result.reason}; slot: {result.output_slot}; free {free_before} -> {free_after}")
+    assert result.verdict is Verdict.RUNTIME_ERROR and "out of device memory" in result.reason
+    assert "evaluated_alone_after_out_of_memory" in result.flags and result.output_slot == RUN_AGAIN_ALONE
+    # neither run's slot (two regions of the 256 MiB output) outlived it; the kept reference outputs (256 MiB) may
+    # have moved to the GPU meanwhile
+    assert free_before - free_after < 2 * (256 << 20)
