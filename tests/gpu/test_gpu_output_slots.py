@@ -148,9 +148,9 @@ def test_a_level1_sized_output_of_the_reference_itself_is_correct_in_one_region_
     from kernelpro.harness import outputslots
     offer = outputslots.offer
 
-    def sized(reference_bytes, outputs, device, room):
+    def sized(reference_bytes, outputs, device, room, withheld=""):
         region = reference_bytes + outputslots.ALIGN * max(1, outputs)
-        return offer(reference_bytes, outputs, device, regions * region + region // 2)
+        return offer(reference_bytes, outputs, device, regions * region + region // 2, withheld)
     monkeypatch.setattr(outputslots, "offer", sized)
     (tmp_path / "p.py").write_text(LARGE)
     problem = load_problem(tmp_path / "p.py")
