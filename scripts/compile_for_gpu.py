@@ -24,10 +24,12 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-#: the moves whose candidates hold Triton kernels, and the precision each is built and compiled at
-#: the moves that write Triton kernels, each at the precisions it is offered at
-MOVES = (("fuse_pointwise", "fp32"), ("fuse_reductions", "fp32"), ("triton_gemm", "fp32"),
-         ("persistent_kernels", "fp32"), ("triton_conv", "bf16"), ("triton_conv", "fp32"))
+#: the moves that write Triton kernels, each at the precisions it is offered at, with the moves it is built on top of
+#: where they change its kernels (persistent grids launch fuse_pointwise's; under tf32_matmul the GEMM multiplies in
+#: plain TF32 on operands it rounds first)
+MOVES = ((("fuse_pointwise",), "fp32"), (("fuse_reductions",), "fp32"), (("triton_gemm",), "fp32"),
+         (("triton_gemm", "tf32_matmul"), "fp32"), (("fuse_pointwise", "persistent_kernels"), "fp32"),
+         (("triton_conv",), "bf16"), (("triton_conv",), "fp32"))
 
 CHILD = """
 import json, sys
@@ -72,10 +74,10 @@ def check(key: str, path: Path, arch: int, scratch: Path, static: bool = False) 
     from kernelpro.offline.compiler import Compiler
     compiler = Compiler(path, 42, "train")
     builds, rows = [], []
-    for move, precision in MOVES:
+    for moves, precision in MOVES:
+        move = "+".join(moves)
         try:
-            source, counts, _ = compiler.build([move] if move != "persistent_kernels" else ["fuse_pointwise", move],
-                                               precision=precision)
+            source, counts, _ = compiler.build(list(moves), precision=precision)
         except Exception as error:  # noqa: BLE001 - a move that does not build here is not offered either
             rows.append({"problem": key, "move": f"{move} {precision}", "skipped": f"{type(error).__name__}"})
             continue

@@ -178,3 +178,36 @@ def test_the_kernel_compiles_for_sm90_at_every_configuration_and_the_first_does_
     found = json.loads(done.stdout.strip().splitlines()[-1])
     assert all(static["registers"] > 0 for static in found.values())
     assert found[candidates[0]]["local_memory"] == 0, found[candidates[0]]
+
+
+def test_under_tf32_matmul_both_products_round_their_operands_to_nearest(tmp_path):
+    """Under `tf32_matmul` both products run in plain TF32 on operands the kernel rounded to TF32 to nearest (q and
+    k's blocks, then f's scores and v's block), as cuBLAS rounds eager's: the interpreter, which multiplies in
+    float32, gives eager's arithmetic on the rounded operands to float32's summation error."""
+    import math
+
+    import torch
+    from kernelpro.harness.variants import tf32_nearest
+    path = problem(tmp_path, RELU_ATTENTION)
+    source, counts, kernels = Compiler(path, 42, "train").build(["fuse_reductions", "tf32_matmul"])
+    assert [k["kind"] for k in kernels] == ["attention"] and 'input_precision="tf32"' in source
+    candidate = path.with_name(path.stem + "_tf32.py")
+    candidate.write_text(source)
+    module = load_module(candidate)
+    torch.manual_seed(42)
+    reference = module.Model(*module.get_init_inputs())
+    torch.manual_seed(42)
+    new = module.ModelNew(*module.get_init_inputs())
+    torch.manual_seed(5)
+    (x,) = module.get_inputs()
+    with torch.no_grad():
+        got = new(x)
+        B, T, C = x.shape
+        heads = [t.view(B, T, 2, C // 2).transpose(1, 2) for t in reference.c_attn(x).split(C, dim=2)]
+        q, k, v = (tf32_nearest(t) for t in heads)
+        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // 2))
+        scores = torch.relu(scores.masked_fill(reference.bias[:, :, :T, :T] == 0, float("-inf")))
+        expected = (tf32_nearest(scores) @ v).transpose(1, 2).contiguous().view(B, T, C)
+        plain = reference(x)
+    torch.testing.assert_close(got, expected, atol=2e-6, rtol=2e-6)
+    assert float((got - plain).abs().max()) > 1e-5  # TF32's rounding is there

@@ -68,6 +68,33 @@ def test_gemm_configs_fit_shared_memory_and_tf32_only_with_its_move(tmp_path):
                for c in gemm.configs(problem_group(problem)))
 
 
+def truncated_to_tf32(x: torch.Tensor) -> torch.Tensor:
+    """What Triton's plain-TF32 dot reads of a float32 operand: its top 19 bits (truncated towards zero)."""
+    return (x.contiguous().view(torch.int32) & -8192).view(torch.float32)
+
+
+def test_under_tf32_matmul_the_gemm_rounds_its_operands_to_nearest(tmp_path):
+    """Under `tf32_matmul` the GEMM multiplies in plain TF32 on operands it rounded to TF32 to nearest, as cuBLAS's
+    TF32 products round them, not truncated as Triton's dot alone reads them (the interpreter multiplies in float32,
+    exactly so on rounded operands): its values are the product of the rounded operands to float32's summation
+    error, and far from that of truncated ones."""
+    from kernelpro.harness.variants import tf32_nearest
+    path = write_problem(tmp_path, ["return F.linear(x, y) + z"], [(48, 160), (40, 160), (40,)])
+    source, counts, kernels = Compiler(path, 42).build(["triton_gemm", "tf32_matmul"])
+    assert counts["triton_gemm"] == 1 and kernels[0]["config"]["precision"] == "tf32"
+    candidate = path.with_name(path.stem + "_new.py")
+    candidate.write_text(source)
+    module = load_module(candidate)
+    torch.manual_seed(3)
+    x, y, z = (t.abs() for t in module.get_inputs())  # positive operands: truncation's bias adds up along K
+    with torch.no_grad():
+        got = module.ModelNew()(x, y, z)
+    rounded = torch.nn.functional.linear(tf32_nearest(x), tf32_nearest(y)) + z
+    truncated = torch.nn.functional.linear(truncated_to_tf32(x), truncated_to_tf32(y)) + z
+    torch.testing.assert_close(got, rounded, atol=2e-5, rtol=2e-6)
+    assert float((got - truncated).abs().max()) > 10 * float((got - rounded).abs().max())
+
+
 @pytest.mark.parametrize("capture, held_spill", [("gemm_registers_sm90_triton3.6_2026-11-29.json", 148),
                                                  ("gemm_registers_tf32_sm90_triton3.6_2026-11-29.json", 36)])
 def test_the_gemm_spill_rule_holds_on_the_ptxas_capture(capture, held_spill):

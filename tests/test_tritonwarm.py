@@ -135,8 +135,8 @@ def test_nothing_is_compiled_ahead_off_a_gpu_beside_a_native_build_or_below_the_
 
 
 def test_the_compile_script_compiles_a_problems_kernels_and_reads_their_registers(tmp_path):
-    """scripts/compile_for_gpu.py on a one-problem suite: every move's kernels compile for sm_90, and --static
-    reads each one's registers."""
+    """scripts/compile_for_gpu.py on a one-problem suite: every move's kernels compile for sm_90 (the GEMM's in plain
+    TF32 under tf32_matmul too), and --static reads each one's registers."""
     from kernelpro.tools.api import find_binary
     if find_binary("cuobjdump") is None:
         pytest.skip("needs cuobjdump")
@@ -152,7 +152,8 @@ def test_the_compile_script_compiles_a_problems_kernels_and_reads_their_register
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     rows = json.loads(rows_file.read_text())
     built = [row for row in rows if "skipped" not in row]
-    assert {row["move"] for row in built} >= {"fuse_pointwise fp32", "fuse_reductions fp32", "triton_gemm fp32"}
+    assert {row["move"] for row in built} >= {"fuse_pointwise fp32", "fuse_reductions fp32", "triton_gemm fp32",
+                                              "triton_gemm+tf32_matmul fp32"}  # its operands rounded to TF32 first
     assert all(row["stopped"] == "" and row["kernels"] >= 1 for row in built)
     assert all(found["registers"] > 0 for row in built for found in row["static"].values())
     assert "0 stopped early" in done.stdout

@@ -10,10 +10,10 @@ must be the same for every batch and head (an L x S boolean, as a causal mask is
 
 The kernel runs one program per (batch x head, block of BLOCK_M queries). It walks the keys in blocks of BLOCK_N:
 the block's scores with `tl.dot` (float32 operands multiplied as fp32, `input_precision="ieee"`, unless TF32 is
-allowed), f on them, and the product with v's block added to a float32 accumulator; the output is written once. A
-block of the mask with no score kept is skipped, one with every score kept is not read: the wrapper folds the mask
-into a map of its BLOCK_M x BLOCK_N tiles first (0 none kept, 1 some, 2 all), so a causal mask costs about half the
-products. The values differ from eager's only by the order of the sums over the keys.
+allowed: then on operands rounded to TF32 to nearest, as cuBLAS rounds them), f on them, and the product with v's
+block added to a float32 accumulator; the output is written once. A block of the mask with no score kept is skipped,
+one with every score kept is not read: the wrapper folds the mask into a map of its BLOCK_M x BLOCK_N tiles first (0
+none kept, 1 some, 2 all), so a causal mask costs about half the products. The values differ from eager's only by the order of the sums over the keys.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import torch
 import torch.fx as fx
 
 from kernelpro.launch.device import Device
-from kernelpro.offline.codegen.common import disjoint_groups, next_pow2
+from kernelpro.offline.codegen.common import disjoint_groups, next_pow2, tf32_rounded
 from kernelpro.offline.codegen.wrapper import Wrapper, python_wrapper
 from kernelpro.offline.fuse.groups import Group, Input, Output, shape_of
 from kernelpro.offline.ir.ops import Unsupported, emit_pointwise, resolve
@@ -199,6 +199,7 @@ def _kernel(group: AttentionGroup) -> list[str]:
              "    e = tl.arange(0, BLOCK_E)",
              f"    q = tl.load(q_ptr + b * sqb + h * sqh + rows[:, None] * sqt + d[None, :] * sqd, "
              f"mask=(rows[:, None] < {group.length}) & (d[None, :] < {group.depth}), other=0.0)",
+             *(tf32_rounded("q", indent="    ") if group.tf32 else []),  # TF32's operands as cuBLAS rounds them
              "    acc = tl.zeros([BLOCK_M, BLOCK_E], dtype=tl.float32)",
              f"    for nb in range(0, tl.cdiv({group.keys}, BLOCK_N)):",
              "        state = 2",
@@ -208,6 +209,7 @@ def _kernel(group: AttentionGroup) -> list[str]:
              "            cols = nb * BLOCK_N + tl.arange(0, BLOCK_N)",
              f"            kt = tl.load(k_ptr + b * skb + h * skh + cols[None, :] * skt + d[:, None] * skd, "
              f"mask=(cols[None, :] < {group.keys}) & (d[:, None] < {group.depth}), other=0.0)",
+             *(tf32_rounded("kt", indent=" " * 12) if group.tf32 else []),
              f"            s = tl.dot(q, kt, input_precision=\"{precision}\") * {group.scale!r}",
              f"            p = tl.where(cols[None, :] < {group.keys}, {group.expr}, 0.0)",
              "            if MASKED:",
@@ -217,6 +219,7 @@ def _kernel(group: AttentionGroup) -> list[str]:
              "                    p = tl.where(keep != 0, p, 0.0)",
              f"            vb = tl.load(v_ptr + b * svb + h * svh + cols[:, None] * svt + e[None, :] * svd, "
              f"mask=(cols[:, None] < {group.keys}) & (e[None, :] < {group.width}), other=0.0)",
+             *(tf32_rounded("p", "vb", indent=" " * 12) if group.tf32 else []),
              f"            acc += tl.dot(p, vb, input_precision=\"{precision}\")",
              f"    out = out_ptr + bh * {group.length * group.width} + rows[:, None] * {group.width} + e[None, :]",
              f"    tl.store(out, acc, mask=(rows[:, None] < {group.length}) & (e[None, :] < {group.width}))"]

@@ -14,6 +14,20 @@ from kernelpro.offline.fuse.groups import Group, Step
 from kernelpro.offline.ir.windows import Dialect
 
 
+#: an fp32 tile's values rounded to TF32, to nearest with ties away from zero (`cvt.rna.tf32.f32`; the reference's
+#: variant rounds alike, harness/variants.tf32_nearest), as a Triton expression of `{v}`. Triton's plain-TF32 dot
+#: does not round: the tensor cores read the top 19 bits of each float32 operand, which truncates towards zero, a
+#: bias that adds up along K, where cuBLAS's and cuDNN's TF32 products round to nearest (Triton's issue 4574). Under
+#: `tf32_matmul`, `triton_gemm` on level2/55 (positive inputs, 8,192-long rows) put all of its outputs outside 1e-4
+#: where eager under TF32 stayed within (H100, 2026-12-06). A kernel that multiplies in TF32 rounds its operands first.
+TF32_NEAREST = "(({v}.to(tl.int32, bitcast=True) + 4096) & -8192).to(tl.float32, bitcast=True)"
+
+
+def tf32_rounded(*names: str, indent: str = "        ") -> list[str]:
+    """Lines that round each named float32 tile to TF32 in place (`TF32_NEAREST`), before a plain-TF32 `tl.dot`."""
+    return [f"{indent}{name} = " + TF32_NEAREST.format(v=name) for name in names]
+
+
 def next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 

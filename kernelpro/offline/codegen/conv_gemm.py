@@ -54,13 +54,10 @@ from kernelpro.offline.ir.ops import CONV_MODULES, TRANSPOSED_CONV_MODULES, Attr
 from kernelpro.harness import variants
 from kernelpro.harness.records import HALF_PRECISIONS
 from kernelpro.launch.device import Device, wave_fill
-from kernelpro.offline.codegen.common import describe_config, inputs_doc, next_pow2
+from kernelpro.offline.codegen.common import describe_config, inputs_doc, next_pow2, tf32_rounded
 from kernelpro.offline.codegen.wrapper import Wrapper, output_names, python_wrapper
 
 HALF = HALF_PRECISIONS
-#: an fp32 tile's values rounded to TF32, to nearest with ties away from zero (`cvt.rna.tf32.f32`; the reference's
-#: variant rounds alike, harness/variants.tf32_nearest), as a Triton expression of `{v}`
-TF32_NEAREST = "(({v}.to(tl.int32, bitcast=True) + 4096) & -8192).to(tl.float32, bitcast=True)"
 #: operand elements of a tile (BLOCK_M + BLOCK_N) x BLOCK_K from which an fp32 implicit GEMM runs on 8 warps: with 4,
 #: a 128 x 64 x 32 tile spilled registers for sm_90 (VGG16's 512-channel layers, level2/78 and 100's transposed 3-D
 #: convolutions; `scripts/compile_for_gpu.py --static`), as the bf16 one does not
@@ -439,8 +436,7 @@ def _product(c: Conv) -> list[str]:
     cores), else on the bf16/fp16 operands as loaded."""
     if c.dtype in HALF:
         return ["        acc = tl.dot(a, b, acc)"]
-    return ["        a = " + TF32_NEAREST.format(v="a"), "        b = " + TF32_NEAREST.format(v="b"),
-            '        acc = tl.dot(a, b, acc, input_precision="tf32")']
+    return tf32_rounded("a", "b") + ['        acc = tl.dot(a, b, acc, input_precision="tf32")']
 
 
 def _group_lines(c: Conv) -> list[str]:

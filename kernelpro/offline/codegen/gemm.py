@@ -15,7 +15,8 @@ side over the batch (`[m, k] @ [b, k, n]`: that side's batch stride is 0).
 
 Precision: float32 operands are multiplied with `input_precision="ieee"` (plain
 FMA, like the reference) or "tf32x3" (three TF32 products, an error near
-float32's); plain "tf32" only where the `tf32_matmul` move allowed it.
+float32's); plain "tf32" only where the `tf32_matmul` move allowed it, on operands rounded to TF32 to nearest as
+they load (`common.TF32_NEAREST`), as cuBLAS's TF32 products round them: Triton's own plain TF32 truncates.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from kernelpro.offline.fuse.groups import Group, is_pointwise, shape_of
 from kernelpro.offline.ir.ops import Attr, attr_shape, resolve
 from kernelpro.launch.device import Device, wave_fill
 from kernelpro.offline.codegen.common import (block_index, describe_config, index_lines, inputs_doc, masked_load,
-                                          next_pow2, offset_expr, layout)
+                                          next_pow2, offset_expr, layout, tf32_rounded)
 from kernelpro.offline.codegen.wrapper import Wrapper, output_names, python_wrapper
 
 MIN_SIZE = 16  # tl.dot wants every tile dimension >= 16: a smaller dimension is masked within a tile of 32
@@ -367,6 +368,7 @@ def _kernel(group: Group, split: bool = False) -> list[str]:
               f"        a = tl.load(a_ptr + {rl} * stride_am + ka * stride_ak, mask=({rl} < {g.m}) & (ka < {g.k}), "
               "other=0.0)"]
     lines += [f"        b = tl.load(b_ptr + kb * stride_bk + j * stride_bn, mask=(kb < {g.k}) & (j < {g.n}), other=0.0)",
+              *(tf32_rounded("a", "b") if g.tf32 else []),  # plain TF32: rounded as cuBLAS's TF32 rounds
               "        acc = tl.dot(a, b, acc, input_precision=PRECISION)",
               f"    mask = ({rl} < {g.m}) & (j < {g.n})"]
     if split:
