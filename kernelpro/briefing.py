@@ -12,6 +12,7 @@ from kernelpro import facts
 from kernelpro.coder import CoderRequest
 from kernelpro.harness.problem import Problem
 from kernelpro.knowledge import KnowledgeBase, state_for
+from kernelpro.mcts.records import Status
 from kernelpro.mcts.search import Search
 from kernelpro.settings import SearchSettings
 
@@ -25,6 +26,7 @@ class Briefing:
         self.settings, self.problem, self.out, self.profiles, self.kb = settings, problem, out, profiles, kb
         self.stored = stored
         self._run_facts: dict | None = None  # the device's and the problem's facts, the same for every expansion
+        self._rounding: dict[int, bool] = {}  # failed node id -> whether it failed on rounding alone
 
     def guidance_for(self, search: Search, node_id: int) -> dict:
         """The profile of the node, or of its nearest profiled ancestor."""
@@ -62,7 +64,20 @@ class Briefing:
             techniques=tuple((t["technique"], t["score"]) for t in profile.get("techniques", [])),
             tried=tried, avoid=expansion.avoid, promising=expansion.promising, losing=expansion.losing,
             pending=expansion.pending + tuple(move for _, move in written_ahead),
+            rounding_failures=self.rounding_failures(search),
             **self.knowledge_for(profile), **self.facts_for(search, parent))
+
+    def rounding_failures(self, search: Search) -> tuple[str, ...]:
+        """The moves of the run's candidates that failed on rounding alone (`facts.FailureFacts.rounding_like`), each
+        verdict record read once it is there."""
+        for node in search.nodes:
+            file = (node.payload or {}).get("file")
+            if node.status is Status.FAILED and file and node.id not in self._rounding:
+                result = facts.read_result(self.out / f"candidates/node_{node.id:04d}.json")
+                if result:
+                    self._rounding[node.id] = facts.failure_facts(result).rounding_like
+        return tuple(sorted({search.nodes[i].payload.get("move", "") for i, like in self._rounding.items() if like}
+                            - {""}))
 
     def facts_for(self, search: Search, parent) -> dict:
         """The prompt's facts: the device's and the problem's (from the reference's evaluation and the

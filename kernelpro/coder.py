@@ -42,6 +42,8 @@ class CoderRequest:
     promising: tuple[str, ...] = ()  # moves that worked elsewhere in this run
     losing: tuple[str, ...] = ()  # moves that only failed or lost (a clearly slower child) wherever tried in this run
     pending: tuple[str, ...] = ()  # moves of children being evaluated elsewhere in the tree (outcome not yet known)
+    # moves whose candidates failed in this run on rounding alone (facts.FailureFacts.rounding_like)
+    rounding_failures: tuple[str, ...] = ()
     device: str = "cpu"
     precision: str = "fp32"
     policy: str = "relaxed"

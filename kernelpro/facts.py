@@ -10,6 +10,7 @@ expansion.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -26,6 +27,10 @@ SENSITIVE_ABOVE = 0.01
 #: inputs (and KernelBench's evaluator its own). level3/27_RegNet in channels-last (H100): within the tolerance on that
 #: trial with a largest difference of 1.23e-4 against atol 1e-4, 1.31x as fast; its move failed trial 3 (1.25% outside).
 ROOMY_BELOW = 0.5
+#: the largest share of an output's elements outside the tolerance that an incorrect verdict may have to count as a
+#: rounding failure (another order of the sums near the tolerance: 0.01% to 0.78% in the benches of 2026-12-06),
+#: rather than a wrong kernel (level2/55's truncated TF32 products: every element)
+ROUNDING_LIKE_BELOW = 0.05
 
 
 @dataclass(frozen=True)
@@ -114,6 +119,15 @@ class FailureFacts:
     worst_expected: float | None = None
     worst_got: float | None = None
     tolerance: float | None = None
+    nan_inf_mismatch: bool = False
+
+    @property
+    def rounding_like(self) -> bool:
+        """Incorrect on values alone, in a few elements (ROUNDING_LIKE_BELOW), finite and of the reference's shapes
+        and dtypes: what a candidate that sums in another order does to a reference near its tolerance."""
+        return (self.verdict == "incorrect" and not self.expected and not self.nan_inf_mismatch
+                and self.mismatch_fraction is not None and 0 < self.mismatch_fraction <= ROUNDING_LIKE_BELOW
+                and self.max_abs_error is not None and math.isfinite(self.max_abs_error))
 
 
 def _value(spec: dict) -> str:
@@ -216,7 +230,7 @@ def failure_facts(result: dict) -> FailureFacts:
                         mismatch_fraction=first.get("mismatch_fraction"),
                         worst_index=tuple(worst) if worst is not None else None,
                         worst_expected=first.get("worst_expected"), worst_got=first.get("worst_got"),
-                        tolerance=result.get("tolerance"))
+                        tolerance=result.get("tolerance"), nan_inf_mismatch=bool(first.get("nan_inf_mismatch")))
 
 
 def read_result(path: Path) -> dict:

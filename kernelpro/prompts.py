@@ -125,6 +125,9 @@ def _turn_parts(request: CoderRequest) -> dict[str, str]:
     if request.losing:
         parts["losing"] = ("Failed or made the candidate clearly slower wherever tried in this run (try these last): "
                            + ", ".join(request.losing))
+    if request.rounding_failures:
+        parts["rounding"] = ("Failed on rounding alone in this run (a few elements just outside the tolerance; keep "
+                             "eager's order of the sums): " + ", ".join(request.rounding_failures))
     if request.pending:
         parts["pending"] = ("Being evaluated elsewhere in this run, outcome not yet known (prefer something else): "
                             + ", ".join(request.pending))

@@ -253,6 +253,8 @@ class OfflineCoder:
         exact = predictions.exact_moves(request.problem_facts)  # what may pass where it is rounding-sensitive
         # move -> why the reference's own measurements predict that it fails or loses (predictions.RULES)
         failing = predictions.skipped(request.problem_facts, request.precision)
+        # and, near the tolerance, the moves that sum in another order once one of them failed on rounding here
+        failing |= predictions.after_rounding_failures(request.problem_facts, request.rounding_failures)
         gaining = predictions.gaining_settings(request.problem_facts)  # setting moves under which eager ran faster
         choices = [o for o in answer["options"] if o["move"] not in tried and o["move"] not in avoid
                    and self._allows(o["move"]) and not (o["move"] in losing_tunes and self._tuned_before(request, o))

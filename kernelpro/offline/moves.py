@@ -32,6 +32,10 @@ class Move:
     # at fp32, the fewest multiples of a problem's roofline floor its kernels have taken where measured: not offered
     # where eager itself already runs within that many (it cannot win there)
     fp32_floor_multiple: float = 0.0
+    # sums in another order than eager, or sums other values (weights scaled or reduced first, products in another
+    # association): where the reference sits near its tolerance and such a candidate failed on rounding, the rest are
+    # predicted to fail too (offline.predictions.after_rounding_failures)
+    reorders_sums: bool = False
 
 
 MOVES: dict[str, Move] = {m.name: m for m in (
@@ -43,10 +47,11 @@ MOVES: dict[str, Move] = {m.name: m for m in (
     Move("combine_scalar_ops", "algebraic_simplify", True,
          "combine consecutive scalar multiplies and adds into one pass"),
     Move("fold_scalar_into_weights", "algebraic_simplify", True,
-         "fold a scalar multiply into the preceding linear/conv weights and bias, precomputed at init"),
+         "fold a scalar multiply into the preceding linear/conv weights and bias, precomputed at init",
+         reorders_sums=True),
     Move("fold_batch_norm", "algebraic_simplify", True,
          "fold a batch norm on running statistics (eval mode) into the convolution before it: scaled weights "
-         "and bias, precomputed at init", needs_conv=True, eval_only=True),
+         "and bias, precomputed at init", needs_conv=True, eval_only=True, reorders_sums=True),
     Move("pool_before_activation", "algebraic_simplify", True,
          "max-pool before a non-decreasing activation (relu, relu6, hardtanh, leaky_relu, clamp) instead of "
          "after it, so the activation runs on the pooled tensor"),
@@ -67,40 +72,41 @@ MOVES: dict[str, Move] = {m.name: m for m in (
     Move("reduce_before_product", "algebraic_simplify", True,
          "a sum or mean over a linear layer's output features (after multiplying, dividing, adding numbers or a "
          "parameter vector) taken over its weights first: x @ W.sum(0) + b.sum(), a matrix-vector product "
-         "instead of a matrix product; the reduced weights are computed once, at init", needs_matmul=True),
+         "instead of a matrix product; the reduced weights are computed once, at init", needs_matmul=True,
+         reorders_sums=True),
     Move("pool_before_product", "algebraic_simplify", True,
          "an average pool over a linear layer's output features (non-overlapping windows) taken over its weight rows "
          "and bias first: a GEMM with window times fewer columns; the averaged weights are computed once, at init; "
          "an average pool after a 1x1 convolution taken before it: the products on the pooled positions",
-         needs_matmul=True),
+         needs_matmul=True, reorders_sums=True),
     Move("simplify_all", "algebraic_simplify", True,
          "every algebraic rewrite (simplify_identities to pool_before_product) that applies, swept in that order "
          "until none does: one move for rewrites that open up only after others (a convolution's bias reaches "
-         "its max-pool once the batch norm is folded and the pool moved before the activation)"),
+         "its max-pool once the batch norm is folded and the pool moved before the activation)", reorders_sums=True),
     Move("fold_constants", "constant_fold", True,
          "precompute subgraphs that depend only on parameters and buffers once, at init"),
     Move("attention_to_sdpa", "library_call", True,
          "replace softmax(q @ k^T * scale) @ v, with or without a -inf mask, by scaled_dot_product_attention "
          "(a triu(1) mask as is_causal); call an nn.MultiheadAttention whose weights go unused with "
-         "need_weights=False, so it runs scaled_dot_product_attention", needs_matmul=True),
+         "need_weights=False, so it runs scaled_dot_product_attention", needs_matmul=True, reorders_sums=True),
     Move("transposed_matmuls", "library_call", True,
          "call linear / reorder the product instead of materialising transposes around matmuls; contract an einsum "
          "of three or more operands pair by pair in the order of fewest products",
-         needs_matmul=True),
+         needs_matmul=True, reorders_sums=True),
     Move("transposed_as_conv", "library_call", True,
          "run a transposed convolution with stride 1 and no output padding as the convolution it is (the weight "
          "flipped and its channels swapped per group, at init): cuDNN's forward algorithms instead of its data-"
          "gradient ones. At fp32 offered only where eager matched itself on operands rounded to TF32 to nearest "
          "(variant tf32_operands), so that another cuDNN algorithm changes only the order of the sums",
-         needs_conv=True, fp32_matches="tf32_operands"),
+         needs_conv=True, fp32_matches="tf32_operands", reorders_sums=True),
     Move("batch_step_products", "reduce_launches", True,
          "batch the products a loop repeats at every step: a linear layer over cat(x[t], h) takes x's share for "
          "every step in one product (each step adds h's share with addmm), and linear layers applied to each step's "
-         "output and stacked become one product over the stack", needs_matmul=True),
+         "output and stacked become one product over the stack", needs_matmul=True, reorders_sums=True),
     Move("fuse_reductions", "fuse_reduction", True,
          "generate Triton kernels for reductions, softmax and normalizations, with the pointwise ops around them "
          "(and a max- or average-pool before them, read in place)",
-         cuda_only=True, kernels=True),
+         cuda_only=True, kernels=True, reorders_sums=True),
     Move("fuse_pointwise", "fuse_elementwise", True,
          "generate one Triton kernel per chain of pointwise ops (after a matmul or conv: its epilogue; a max- or "
          "average-pool that feeds only the chain is read in place, window by window)",
@@ -108,12 +114,12 @@ MOVES: dict[str, Move] = {m.name: m for m in (
     Move("triton_gemm", "fuse_epilogue", True,
          "compute a matmul/linear and the pointwise epilogue after it in one Triton GEMM (tiled, grouped tile "
          "order, float32 accumulate; the epilogue runs on the accumulator before the single store)",
-         cuda_only=True, needs_matmul=True, kernels=True),
+         cuda_only=True, needs_matmul=True, kernels=True, reorders_sums=True),
     Move("cute_gemm", "cute_gemm", True,
          "compute a matmul/linear and its epilogue (bias, activation, any pointwise steps on the product alone) in "
          "one CUTLASS 3.x Hopper GEMM: TMA loads, WGMMA tensor cores, warp-specialized persistent kernel, "
          "clusters; the epilogue runs on the accumulator before the single TMA store",
-         cuda_only=True, needs_matmul=True, half_only=True, cutlass=True),
+         cuda_only=True, needs_matmul=True, half_only=True, cutlass=True, reorders_sums=True),
     Move("triton_conv", "fuse_epilogue", True,
          "compute a convolution (1-D, 2-D or 3-D; any stride, padding, dilation and groups; depthwise as its own "
          "kernel) and the pointwise epilogue after it in one Triton kernel: an implicit GEMM on tensor cores, "
@@ -122,11 +128,11 @@ MOVES: dict[str, Move] = {m.name: m for m in (
          "there only where eager matched itself under that arithmetic (variant tf32_operands)",
          cuda_only=True, needs_conv=True, kernels=True, fp32_matches="tf32_operands",
          # H100, KernelBench's sizes: 6.2x the floor on level1/62 (66 TFLOP/s), 9x to 26x on five other convolutions
-         fp32_floor_multiple=6.0),
+         fp32_floor_multiple=6.0, reorders_sums=True),
     Move("cuda_kernels", "vectorize_memory", True,
          "generate the pointwise chains, reductions and normalizations as CUDA C++ through load_inline instead of "
          "Triton: 16-byte vector loads and stores, warp-shuffle row reductions",
-         cuda_only=True, fp32_only=True),
+         cuda_only=True, fp32_only=True, reorders_sums=True),
     Move("persistent_kernels", "persistent_kernel", True,
          "launch the generated pointwise kernels as persistent grids: the fewest programs that still keep enough "
          "bytes in flight to saturate DRAM, each striding over the blocks, so the SMs left over stay idle and each "

@@ -5,6 +5,8 @@ setting a move changes (`kernelpro.facts.ProblemFacts`). From these, each rule o
 pass or cannot win, with why; the coder offers none of them and lists them in its summary. `exact_moves` is what may
 still pass on a rounding-sensitive reference, and `gaining_settings` the setting moves whose gain eager already
 showed. Each rule takes the facts (None: not measured, where a rule names nothing or says so) and the precision.
+`after_rounding_failures` adds what the run's own failures show: near its tolerance, one candidate that summed in
+another order and failed on rounding predicts the same of the others.
 """
 
 from __future__ import annotations
@@ -85,6 +87,24 @@ def skipped(facts: ProblemFacts | None, precision: str) -> dict[str, str]:
     for rule in RULES:
         found |= rule(facts, precision)
     return found
+
+
+def after_rounding_failures(facts: ProblemFacts | None, failed: tuple[str, ...]) -> dict[str, str]:
+    """The moves that sum in another order (`Move.reorders_sums`), where one ulp of noise already put some of eager's
+    output outside the tolerance (under `facts.SENSITIVE_ABOVE`, so every move was offered) and a candidate of this
+    run that does so failed on rounding (`failed`: its moves; `FailureFacts.rounding_like`). The probe's noise is the
+    worst a candidate can do, so a share under 1% lets through candidates that pass (level3/25_ShuffleNetUnit's
+    warp-shuffle batch norms at 0.2%, 1.18x); a failure shows that this reference is not one of those. On the
+    second subset's level2/14 (0.2% under the probe) four more such moves failed after the first, and on level3/8
+    (0.05%) one more (H100, 2026-12-06)."""
+    reordering = sorted({part for entry in failed for part in entry.split("+")
+                         if part in MOVES and MOVES[part].reorders_sums})
+    if facts is None or not (facts.sensitive_fraction or 0.0) > 0.0 or not reordering:
+        return {}
+    why = (f"predicted to fail: one ulp of noise puts {facts.sensitive_fraction:.2%} of eager's output outside the "
+           f"tolerance, and a candidate that sums in another order ({', '.join(reordering)}) failed on rounding in "
+           "this run")
+    return {move.name: why for move in MOVES.values() if move.reorders_sums}
 
 
 def exact_moves(facts: ProblemFacts | None) -> set[str]:

@@ -1,0 +1,178 @@
+"""A search that stops spending evaluations on moves that cannot pass: near its tolerance (one ulp of noise puts some
+of eager's output outside, too little to offer bit-exact moves only), one candidate that summed in another order and
+failed on rounding predicts the same of every such move. What counts as a rounding failure, the rule, the offline
+coder's proposals under it, and the run telling its coder which of its candidates failed so."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from kernelpro import facts
+from kernelpro.coder import CoderProposal, CoderRequest
+from kernelpro.driver import SearchRun
+from kernelpro.harness.records import ErrorStats, EvalResult, Phase, TimingStats, Verdict
+from kernelpro.offline import OfflineCoder, predictions
+from kernelpro.offline.moves import MOVES
+from kernelpro.prompts import user_turn
+from kernelpro.settings import SearchSettings
+
+DATA = Path(__file__).parent / "data" / "search"
+#: level2/14_Gemm_Divide_Sum_Scaling's form at a small size: a product, a division, a sum over its features, a scale
+GEMM_SUM = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, input_size, hidden_size, scaling_factor):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(hidden_size, input_size))
+        self.scaling_factor = scaling_factor
+
+    def forward(self, x):
+        x = torch.matmul(x, self.weight.T)
+        x = x / 2
+        x = torch.sum(x, dim=1, keepdim=True)
+        return x * self.scaling_factor
+
+
+def get_inputs():
+    return [torch.rand(64, 256)]
+
+
+def get_init_inputs():
+    return [256, 256, 1.5]
+'''
+
+
+def incorrect(fraction: float, **error) -> dict:
+    stats = ErrorStats(**{"output_index": 0, "max_abs_error": 0.02, "max_rel_error": 8e-4,
+                          "mismatch_fraction": fraction, **error})
+    return EvalResult(verdict=Verdict.INCORRECT, phase=Phase.CORRECTNESS, reason="outside the tolerance",
+                      tolerance=1e-4, device="cpu", precision="fp32", policy="relaxed", errors=[stats]
+                      ).model_dump(mode="json")
+
+
+def test_a_few_elements_just_outside_are_a_rounding_failure_and_a_wrong_kernel_is_not():
+    assert facts.failure_facts(incorrect(0.0068)).rounding_like  # level2/14's simplify_all on an H100
+    assert facts.failure_facts(incorrect(facts.ROUNDING_LIKE_BELOW)).rounding_like
+    assert not facts.failure_facts(incorrect(1.0)).rounding_like  # level2/55's truncated TF32: every element
+    assert not facts.failure_facts(incorrect(0.001, nan_inf_mismatch=True)).rounding_like
+    assert not facts.failure_facts(incorrect(0.001, shape_mismatch=([4, 1], [4]))).rounding_like
+    assert not facts.failure_facts(incorrect(0.001, max_abs_error=float("nan"))).rounding_like
+    crashed = {**incorrect(0.001), "verdict": "runtime_error"}
+    assert not facts.failure_facts(crashed).rounding_like
+
+
+def sensitivity(fraction: float) -> facts.ProblemFacts:
+    return facts.problem_facts({"signature": {"inputs": [], "outputs": []}, "reference": {"median_ms": 1.0},
+                                "sensitivity": {"outside_fraction": fraction, "max_abs_error": 6e-3,
+                                                "tolerance": 1e-4}})
+
+
+def test_near_the_tolerance_a_rounding_failure_predicts_every_move_that_sums_in_another_order():
+    near, clear = sensitivity(0.002), sensitivity(0.0)
+    assert not near.rounding_sensitive  # under 1%: every move is offered until a failure says otherwise
+    reordering = {m.name for m in MOVES.values() if m.reorders_sums}
+    assert {"fuse_reductions", "triton_gemm", "cuda_kernels", "reduce_before_product"} <= reordering
+    assert not {"fuse_pointwise", "cuda_graphs", "fold_constants", "channels_last"} & reordering
+    skipped = predictions.after_rounding_failures(near, ("simplify_all",))
+    assert set(skipped) == reordering
+    assert "one ulp of noise puts 0.20% of eager's output outside the tolerance, and a candidate that sums in " \
+           "another order (simplify_all) failed on rounding in this run" in skipped["triton_gemm"]
+    assert set(predictions.after_rounding_failures(near, ("fuse_pointwise+cuda_kernels",))) == reordering
+    assert not predictions.after_rounding_failures(clear, ("simplify_all",))  # the reference had room: a bug
+    assert not predictions.after_rounding_failures(near, ("fuse_pointwise",))  # that one keeps eager's sums
+    assert not predictions.after_rounding_failures(near, ())
+    assert not predictions.after_rounding_failures(None, ("simplify_all",))
+
+
+def proposals(coder: OfflineCoder, request: CoderRequest) -> list[str]:
+    moves: list[str] = []
+    while (proposal := coder.propose(replace(request, tried=tuple((m, "x") for m in moves)))) is not None:
+        moves.append(proposal.move)
+    return moves
+
+
+def test_the_offline_coder_offers_only_moves_that_keep_eagers_sums_once_one_failed_on_rounding(tmp_path):
+    problem = tmp_path / "gemm_sum.py"
+    problem.write_text(GEMM_SUM)
+    request = CoderRequest(problem_path=str(problem), problem_source=GEMM_SUM, parent_source=GEMM_SUM,
+                           parent_state={}, parent_verdict="reference", parent_ms=1.0, parent_speedup=1.0,
+                           kind="new_strategy", device="cuda", problem_facts=sensitivity(0.002))
+    coder = OfflineCoder()
+    try:
+        before = proposals(coder, request)
+        assert {"reduce_before_product", "triton_gemm"} <= set(before), before
+        after = proposals(coder, replace(request, rounding_failures=("simplify_all",)))
+        assert after and not any(MOVES[m].reorders_sums for m in after if m in MOVES), after
+        assert proposals(coder, replace(request, rounding_failures=("simplify_all",),
+                                        problem_facts=sensitivity(0.0))) == before
+    finally:
+        coder.close()
+    only = OfflineCoder(moves="reduce_before_product")
+    try:
+        assert only.propose(replace(request, rounding_failures=("simplify_all",))) is None
+        assert "reduce_before_product: predicted to fail: one ulp of noise puts 0.20%" in only.why_no_moves()
+    finally:
+        only.close()
+
+
+def test_the_prompt_names_the_moves_that_failed_on_rounding():
+    source = (DATA / "redundant.py").read_text()
+    request = CoderRequest(problem_path="p.py", problem_source=source, parent_source=source, parent_state={},
+                           parent_verdict="reference", parent_ms=1.0, parent_speedup=1.0, kind="new_strategy",
+                           rounding_failures=("fuse_reductions",))
+    text = user_turn(request)
+    assert "Failed on rounding alone in this run" in text and "fuse_reductions" in text
+
+
+class RoundingHarness:
+    """Judges the reference correct, a candidate whose header names move2 incorrect in 0.5% of its elements (a
+    rounding failure), one naming move3 incorrect everywhere, and the rest correct and 10% faster."""
+
+    def prebuild(self, source, options=None, problem=None):
+        return None
+
+    def close(self):
+        pass
+
+    def evaluate(self, problem, source, options) -> EvalResult:
+        base = dict(tolerance=1e-4, device="cpu", precision="fp32", policy="relaxed", device_name="fake",
+                    torch_version="fake")
+        for move, fraction in (("move2", 0.005), ("move3", 1.0)):
+            if f"- {move} (" in source:
+                stats = ErrorStats(output_index=0, max_abs_error=1e-3, max_rel_error=1e-3, mismatch_fraction=fraction)
+                return EvalResult(verdict=Verdict.INCORRECT, phase=Phase.CORRECTNESS, reason="outside",
+                                  errors=[stats], **base)
+        stats = TimingStats(median_ms=0.9, iqr_ms=0.0, cv=0.0, mean_ms=0.9, min_ms=0.9, max_ms=0.9, trials=10,
+                            host_median_ms=0.9)
+        return EvalResult(verdict=Verdict.CORRECT, phase=Phase.DONE, reason="correct", speedup=1.1, candidate=stats,
+                          reference=replace_ms(stats, 1.0), **base)
+
+
+def replace_ms(stats: TimingStats, ms: float) -> TimingStats:
+    return stats.model_copy(update={"median_ms": ms, "mean_ms": ms, "min_ms": ms, "max_ms": ms, "host_median_ms": ms})
+
+
+class RecordingCoder:
+    name = "recording"
+
+    def __init__(self, source: str):
+        self.source, self.requests = source, []
+
+    def propose(self, request):
+        self.requests.append(request)
+        count = len(self.requests)
+        return CoderProposal(source=self.source + f"\n#   - move{count} (x): y\n", techniques=("library_call",),
+                             rationale="r", move=f"move{count}", prior=0.5)
+
+
+def test_the_run_tells_its_coder_which_candidates_failed_on_rounding(tmp_path):
+    """From the candidates' verdict records: move2's few elements outside count, move3's every element does not."""
+    problem = DATA / "redundant.py"
+    coder = RecordingCoder(problem.read_text() + "\nModelNew = Model\n")
+    settings = SearchSettings(problem=str(problem), out=str(tmp_path / "run"), budget=6, profile=False)
+    SearchRun(settings, evaluator=RoundingHarness(), coder=coder).run()
+    told = [request.rounding_failures for request in coder.requests]
+    assert told[0] == () and told[-1] == ("move2",), told
