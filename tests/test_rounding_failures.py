@@ -1,23 +1,30 @@
 """A search that stops spending evaluations on moves that cannot pass: near its tolerance (one ulp of noise puts some
 of eager's output outside, too little to offer bit-exact moves only), one candidate that summed in another order and
 failed on rounding predicts the same of every such move. What counts as a rounding failure, the rule, the offline
-coder's proposals under it, and the run telling its coder which of its candidates failed so."""
+coder's proposals under it, the run telling its coder which of its candidates failed so, and the replay of the rule on
+a recorded bench."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
+
+import pytest
 
 from kernelpro import facts
 from kernelpro.coder import CoderProposal, CoderRequest
 from kernelpro.driver import SearchRun
-from kernelpro.harness.records import ErrorStats, EvalResult, Phase, TimingStats, Verdict
+from kernelpro.harness.records import ErrorStats, EvalResult, Phase, Sensitivity, Signature, TimingStats, Verdict
 from kernelpro.offline import OfflineCoder, predictions
 from kernelpro.offline.moves import MOVES
 from kernelpro.prompts import user_turn
 from kernelpro.settings import SearchSettings
 
-DATA = Path(__file__).parent / "data" / "search"
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data" / "search"
 #: level2/14_Gemm_Divide_Sum_Scaling's form at a small size: a product, a division, a sum over its features, a scale
 GEMM_SUM = '''import torch
 import torch.nn as nn
@@ -127,9 +134,15 @@ def test_the_prompt_names_the_moves_that_failed_on_rounding():
     assert "Failed on rounding alone in this run" in text and "fuse_reductions" in text
 
 
+#: a recorded run's moves in the order its coder proposes them, and how the fake harness judges each: the share of
+#: elements outside the tolerance (None: correct)
+RUN = (("fuse_pointwise", None), ("triton_gemm", 0.005), ("cuda_graphs", None), ("fuse_reductions", 0.003),
+       ("cuda_kernels", 1.0), ("fold_constants", None), ("triton_conv", None))
+
+
 class RoundingHarness:
-    """Judges the reference correct, a candidate whose header names move2 incorrect in 0.5% of its elements (a
-    rounding failure), one naming move3 incorrect everywhere, and the rest correct and 10% faster."""
+    """Judges by the move a candidate's header names (RUN); the reference with one ulp of noise putting 0.2% of its
+    output outside the tolerance (near it, under the 1% of bit-exact moves only)."""
 
     def prebuild(self, source, options=None, problem=None):
         return None
@@ -140,22 +153,22 @@ class RoundingHarness:
     def evaluate(self, problem, source, options) -> EvalResult:
         base = dict(tolerance=1e-4, device="cpu", precision="fp32", policy="relaxed", device_name="fake",
                     torch_version="fake")
-        for move, fraction in (("move2", 0.005), ("move3", 1.0)):
-            if f"- {move} (" in source:
-                stats = ErrorStats(output_index=0, max_abs_error=1e-3, max_rel_error=1e-3, mismatch_fraction=fraction)
-                return EvalResult(verdict=Verdict.INCORRECT, phase=Phase.CORRECTNESS, reason="outside",
-                                  errors=[stats], **base)
-        stats = TimingStats(median_ms=0.9, iqr_ms=0.0, cv=0.0, mean_ms=0.9, min_ms=0.9, max_ms=0.9, trials=10,
-                            host_median_ms=0.9)
-        return EvalResult(verdict=Verdict.CORRECT, phase=Phase.DONE, reason="correct", speedup=1.1, candidate=stats,
-                          reference=replace_ms(stats, 1.0), **base)
-
-
-def replace_ms(stats: TimingStats, ms: float) -> TimingStats:
-    return stats.model_copy(update={"median_ms": ms, "mean_ms": ms, "min_ms": ms, "max_ms": ms, "host_median_ms": ms})
+        outside = next((fraction for move, fraction in RUN if f"- {move} (" in source), None)
+        if outside is not None:
+            stats = ErrorStats(output_index=0, max_abs_error=1e-3, max_rel_error=1e-3, mismatch_fraction=outside)
+            return EvalResult(verdict=Verdict.INCORRECT, phase=Phase.CORRECTNESS, reason="outside", errors=[stats],
+                              **base)
+        timing = TimingStats(median_ms=0.9, iqr_ms=0.0, cv=0.0, mean_ms=0.9, min_ms=0.9, max_ms=0.9, trials=10,
+                             host_median_ms=0.9)
+        return EvalResult(verdict=Verdict.CORRECT, phase=Phase.DONE, reason="correct", speedup=1.1, candidate=timing,
+                          reference=timing.model_copy(update={"median_ms": 1.0}), signature=Signature(),
+                          sensitivity=Sensitivity(outside_fraction=0.002, max_abs_error=6e-3, tolerance=1e-4),
+                          **base)
 
 
 class RecordingCoder:
+    """Proposes RUN's moves in order, and records what it is asked."""
+
     name = "recording"
 
     def __init__(self, source: str):
@@ -163,16 +176,39 @@ class RecordingCoder:
 
     def propose(self, request):
         self.requests.append(request)
-        count = len(self.requests)
-        return CoderProposal(source=self.source + f"\n#   - move{count} (x): y\n", techniques=("library_call",),
-                             rationale="r", move=f"move{count}", prior=0.5)
+        move = RUN[(len(self.requests) - 1) % len(RUN)][0]
+        return CoderProposal(source=self.source + f"\n#   - {move} (x): y\n", techniques=("library_call",),
+                             rationale="r", move=move, prior=0.5)
 
 
-def test_the_run_tells_its_coder_which_candidates_failed_on_rounding(tmp_path):
-    """From the candidates' verdict records: move2's few elements outside count, move3's every element does not."""
+@pytest.fixture
+def recorded(tmp_path) -> tuple[Path, RecordingCoder]:
+    """A search of seven evaluations on the fake harness, in a bench's layout (problems/level2/NAME)."""
     problem = DATA / "redundant.py"
     coder = RecordingCoder(problem.read_text() + "\nModelNew = Model\n")
-    settings = SearchSettings(problem=str(problem), out=str(tmp_path / "run"), budget=6, profile=False)
+    out = tmp_path / "bench" / "problems" / "level2" / "redundant"
+    settings = SearchSettings(problem=str(problem), out=str(out), budget=len(RUN), profile=False)
     SearchRun(settings, evaluator=RoundingHarness(), coder=coder).run()
+    return tmp_path / "bench", coder
+
+
+def test_the_run_tells_its_coder_which_candidates_failed_on_rounding(recorded):
+    """From the candidates' verdict records: the few elements outside of triton_gemm and fuse_reductions count,
+    cuda_kernels' every element does not."""
+    _, coder = recorded
     told = [request.rounding_failures for request in coder.requests]
-    assert told[0] == () and told[-1] == ("move2",), told
+    assert told[0] == () and ("triton_gemm",) in told and told[-1] == ("fuse_reductions", "triton_gemm"), told
+
+
+def test_the_replay_counts_what_the_rule_would_have_skipped_in_a_recorded_bench(recorded):
+    """benchmarks/rounding_rule_replay.py: after triton_gemm's rounding failure, fuse_reductions' and cuda_kernels'
+    failed evaluations are saved and triton_conv's correct one lost; the moves that keep eager's sums are not
+    touched."""
+    bench, _ = recorded
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "rounding_rule_replay.py"), str(bench), "--json"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert found["totals"] == {"evaluations": 7, "failed": 3, "saved": 2, "lost": 1, "lost_best": 0}
+    (problem,) = found["problems"].values()
+    assert problem["skipped"] == ["fuse_reductions: incorrect", "cuda_kernels: incorrect", "triton_conv: correct"]
