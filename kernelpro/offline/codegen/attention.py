@@ -13,7 +13,8 @@ the block's scores with `tl.dot` (float32 operands multiplied as fp32, `input_pr
 allowed: then on operands rounded to TF32 to nearest, as cuBLAS rounds them), f on them, and the product with v's
 block added to a float32 accumulator; the output is written once. A block of the mask with no score kept is skipped,
 one with every score kept is not read: the wrapper folds the mask into a map of its BLOCK_M x BLOCK_N tiles first (0
-none kept, 1 some, 2 all), so a causal mask costs about half the products. The values differ from eager's only by the order of the sums over the keys.
+none kept, 1 some, 2 all), so a causal mask costs about half the products. The values differ from eager's only by the
+order of the sums over the keys.
 """
 
 from __future__ import annotations
