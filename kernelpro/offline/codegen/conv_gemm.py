@@ -45,12 +45,12 @@ import math
 import re
 from dataclasses import dataclass
 
-import torch
 import torch.fx as fx
 
 from kernelpro.offline.codegen import gemm
 from kernelpro.offline.fuse.groups import Group, shape_of
-from kernelpro.offline.ir.ops import CONV_MODULES, TRANSPOSED_CONV_MODULES, Attr, attr_shape
+from kernelpro.offline.ir.ops import (CONV_FUNCTIONS, CONV_MODULES, TRANSPOSED_CONV_FUNCTIONS,
+                                      TRANSPOSED_CONV_MODULES, Attr, attr_shape)
 from kernelpro.harness import variants
 from kernelpro.harness.records import HALF_PRECISIONS
 from kernelpro.launch.device import Device, wave_fill
@@ -69,10 +69,6 @@ FP32_WIDE_TILE = 6144
 #: (0.20x-0.93x; 1.03x on level2/100; docs/kernelbench.md). False leaves them cuDNN calls.
 TRANSPOSED = True
 ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
-_FUNCTIONS = {torch.nn.functional.conv1d: 1, torch.nn.functional.conv2d: 2, torch.nn.functional.conv3d: 3,
-              torch.conv1d: 1, torch.conv2d: 2, torch.conv3d: 3}
-_TRANSPOSED_FUNCTIONS = {torch.nn.functional.conv_transpose1d: 1, torch.nn.functional.conv_transpose2d: 2,
-                         torch.nn.functional.conv_transpose3d: 3}
 
 
 @dataclass
@@ -192,8 +188,8 @@ def _operands(gm: fx.GraphModule, node: fx.Node):
         bias = Attr(f"{node.target}.bias") if module.bias is not None else None
         return (nd, node.args[0], Attr(f"{node.target}.weight"), bias, module.stride, padding, module.dilation,
                 module.groups, transposed)
-    if node.op == "call_function" and (node.target in _FUNCTIONS or node.target in _TRANSPOSED_FUNCTIONS):
-        transposed = node.target in _TRANSPOSED_FUNCTIONS
+    if node.op == "call_function" and (node.target in CONV_FUNCTIONS or node.target in TRANSPOSED_CONV_FUNCTIONS):
+        transposed = node.target in TRANSPOSED_CONV_FUNCTIONS
         names = ("input", "weight", "bias", "stride", "padding", "output_padding", "groups", "dilation") \
             if transposed else ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
         bound = {"bias": None, "stride": 1, "padding": 0, "dilation": 1, "groups": 1, "output_padding": 0} \
@@ -201,7 +197,7 @@ def _operands(gm: fx.GraphModule, node: fx.Node):
         if set(bound) - set(names) - {"output_padding"} or "weight" not in bound or "input" not in bound:
             return None
         padding = 0 if bound["padding"] == "valid" else bound["padding"]
-        nd = (_TRANSPOSED_FUNCTIONS if transposed else _FUNCTIONS)[node.target]
+        nd = (TRANSPOSED_CONV_FUNCTIONS if transposed else CONV_FUNCTIONS)[node.target]
         return (nd, bound["input"], bound["weight"], bound["bias"], bound["stride"], padding, bound["dilation"],
                 bound["groups"], transposed)
     return None

@@ -23,9 +23,12 @@ import torch.nn.functional as F
 #: torch.fx keeps such a call in the graph, and the candidate's source defines it rather than importing it.
 GENERATED_MODULE = "__kp_generated__"
 
-#: the convolution modules by their spatial rank, plain and transposed: every stage that recognises one reads these
+#: the convolution modules and functions by their spatial rank, plain and transposed: every stage that recognises
+#: or writes one reads these (torch.conv1d and F.conv1d are one object, as are the others)
 CONV_MODULES: dict[type, int] = {nn.Conv1d: 1, nn.Conv2d: 2, nn.Conv3d: 3}
 TRANSPOSED_CONV_MODULES: dict[type, int] = {nn.ConvTranspose1d: 1, nn.ConvTranspose2d: 2, nn.ConvTranspose3d: 3}
+CONV_FUNCTIONS: dict = {F.conv1d: 1, F.conv2d: 2, F.conv3d: 3}
+TRANSPOSED_CONV_FUNCTIONS: dict = {F.conv_transpose1d: 1, F.conv_transpose2d: 2, F.conv_transpose3d: 3}
 
 Operand = str | float | int | bool | None  # an expression (a value's name) or a Python constant
 

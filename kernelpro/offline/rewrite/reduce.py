@@ -30,7 +30,7 @@ from kernelpro.offline.rewrite.rules import Move, Pattern, Rule
 from kernelpro.offline.rewrite.passes import (ADD, DIV, MUL, SUB, reduced_dims, run_before, scalar_binary,
                                               transpose_dims, arg, is_op, meta, module_of)
 from kernelpro.offline.ir.windows import as_tuple, pool_args
-from kernelpro.offline.ir.ops import CONV_MODULES
+from kernelpro.offline.ir.ops import CONV_FUNCTIONS, CONV_MODULES
 
 _REDUCE = {"sum": (torch.sum, "sum"), "mean": (torch.mean, "mean")}
 
@@ -226,7 +226,6 @@ def _pool_before_product(gm: fx.GraphModule, node: fx.Node, state) -> bool:
     return True
 
 
-_CONV_FNS = {F.conv1d: 1, F.conv2d: 2, F.conv3d: 3}
 _AVG_POOLS = (torch.nn.AvgPool1d, torch.nn.AvgPool2d, torch.nn.AvgPool3d)
 
 
@@ -242,9 +241,9 @@ def _pointwise_conv_rank(gm: fx.GraphModule, node) -> int | None:
         padding = module.padding if module.padding != "valid" else zeros
         return rank if (tuple(module.kernel_size), tuple(module.stride), tuple(padding)) == (ones, ones, zeros) \
             else None
-    if not is_op(node, tuple(_CONV_FNS)) or not meta(node.args[1] if len(node.args) > 1 else None):
+    if not is_op(node, tuple(CONV_FUNCTIONS)) or not meta(node.args[1] if len(node.args) > 1 else None):
         return None
-    rank = _CONV_FNS[node.target]
+    rank = CONV_FUNCTIONS[node.target]
     stride, padding = as_tuple(arg(node, 3, "stride", 1), rank), arg(node, 4, "padding", 0)
     padding = (0,) * rank if padding == "valid" else as_tuple(padding, rank)
     kernel = tuple(meta(node.args[1]).shape[2:])

@@ -13,16 +13,16 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
-from kernelpro.offline.ir.ops import CONV_MODULES, TRANSPOSED_CONV_MODULES
+from kernelpro.offline.ir.ops import CONV_FUNCTIONS, CONV_MODULES, TRANSPOSED_CONV_FUNCTIONS, TRANSPOSED_CONV_MODULES
 from kernelpro.offline.rewrite.passes import (DIV, MAX_POOL, MUL, arg, is_op, max_pool_of_values, module_of, scaled_by,
                                               substitute)
 from kernelpro.offline.rewrite.rules import Move, Pattern, Rule
 
 
 _CONV_MODULES = tuple(CONV_MODULES)
-_CONV_BY_DIMS = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}  # spatial dims -> functional convolution
+_CONV_BY_DIMS = {rank: conv for conv, rank in CONV_FUNCTIONS.items()}  # spatial dims -> functional convolution
 _TRANSPOSED_MODULES = tuple(TRANSPOSED_CONV_MODULES)
-_TRANSPOSED_BY_DIMS = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
+_TRANSPOSED_BY_DIMS = {rank: conv for conv, rank in TRANSPOSED_CONV_FUNCTIONS.items()}
 
 
 def _with_folded_weights(gm: fx.GraphModule, node: fx.Node, producer: fx.Node, module: torch.nn.Module,
@@ -117,7 +117,7 @@ fold_batch_norm = Move("fold_batch_norm", (
 ))
 
 
-_CONV_FNS = {conv: dims for table in (_CONV_BY_DIMS, _TRANSPOSED_BY_DIMS) for dims, conv in table.items()}
+_CONV_FNS = CONV_FUNCTIONS | TRANSPOSED_CONV_FUNCTIONS
 
 
 def _conv_bias(gm: fx.GraphModule, conv) -> tuple[fx.Node, int] | None:
