@@ -21,6 +21,7 @@ from pathlib import Path
 
 from kernelpro import facts
 from kernelpro.offline import predictions
+from kernelpro.offline.moves import single_moves
 
 
 def replay_problem(state_db: Path) -> dict:
@@ -38,7 +39,7 @@ def replay_problem(state_db: Path) -> dict:
         record = json.loads(result) if result else {}
         found["failed"] += verdict != "correct"
         predicted = predictions.after_rounding_failures(known, tuple(failed))
-        if any(part in predicted for part in (move or "").split("+")):
+        if single_moves([move or ""]) & predicted.keys():
             found["saved" if verdict != "correct" else "lost"] += 1
             found["lost_best"] += verdict == "correct" and node == best
             found["skipped"].append(f"{move}: {verdict}")

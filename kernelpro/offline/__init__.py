@@ -28,7 +28,7 @@ from kernelpro.coder import CoderProposal, CoderRequest
 from kernelpro.errors import KernelproError
 from kernelpro.harness.process import scrubbed_environment
 from kernelpro.offline import predictions
-from kernelpro.offline.moves import MOVES, PREFERENCE, SIMPLIFY, TUNE_PREFIX, canonical
+from kernelpro.offline.moves import MOVES, PREFERENCE, SIMPLIFY, TUNE_PREFIX, canonical, single_moves
 
 BASE_PRIOR = 0.3
 KB_WEIGHT = 0.25  # how much the knowledge base's factor (log) moves a move's score
@@ -243,7 +243,7 @@ class OfflineCoder:
             graphs = MOVES["cuda_graphs"].technique
             scores[graphs] = scores.get(graphs, 0.0) + LAUNCH_BOUND_BONUS
         learned = dict(request.kb_factors)  # from earlier runs: > 1 worked in similar states, < 1 kept failing
-        promising, lost = _moves_of(request.promising), _moves_of(request.losing)
+        promising, lost = single_moves(request.promising), single_moves(request.losing)
         losing = {part for part in lost if not part.startswith(TUNE_PREFIX)}
         # a tune: move that lost wherever it was tried, proposing a configuration it proposed before: the same
         # kernel at the same launch configuration, which can only lose again (it is dropped, not offered last)
@@ -277,7 +277,7 @@ class OfflineCoder:
         # a move being evaluated elsewhere (in flight, or written ahead) waits for its outcome behind the others: with
         # two in flight and one ahead, level2/100's triton_conv was chosen under fuse_pointwise while it was still
         # being timed at the root, and lost both times (0.56x, H100)
-        pending = _moves_of(request.pending)
+        pending = single_moves(request.pending)
         flat = predictions.flat_settings(request.problem_facts)  # settings under which eager ran as fast as it is
 
         def score(option: dict) -> tuple:
@@ -311,11 +311,6 @@ class OfflineCoder:
 
     def _tuned_before(self, request: CoderRequest, option: dict) -> bool:
         return _tuned_kernel(option) in self._tuned.get((request.problem_path, option["move"]), set())
-
-
-def _moves_of(entries: tuple[str, ...]) -> set[str]:
-    """The single moves named by the search's entries, each one move or several joined by "+"."""
-    return {part for entry in entries for part in entry.split("+")}
 
 
 def _tuned_kernel(option: dict) -> str:

@@ -209,6 +209,12 @@ def allowed(move: Move, *, device: str, precision: str, policy: str, has_conv: b
     return ""
 
 
+def single_moves(entries) -> set[str]:
+    """The single moves that entries name, each one move or several joined by "+" (the search's records of a node's
+    moves)."""
+    return {part for entry in entries for part in entry.split("+")}
+
+
 def canonical(moves: list[str]) -> list[str]:
     """The set of moves in ORDER; simplify_all subsumes the rewrites it sweeps, so a set with it and
     some of them is the set without them (one candidate, which the search then sees as a transposition)."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kernelpro.facts import VARIANT_GAIN, VARIANT_WORDS, ProblemFacts
-from kernelpro.offline.moves import BIT_EXACT, MOVES
+from kernelpro.offline.moves import BIT_EXACT, MOVES, single_moves
 
 SENSITIVE_SKIP = ("predicted to fail: one ulp of rounding noise on every value already moves eager's output outside "
                   "the tolerance, and this move changes the arithmetic")
@@ -97,8 +97,7 @@ def after_rounding_failures(facts: ProblemFacts | None, failed: tuple[str, ...])
     warp-shuffle batch norms at 0.2%, 1.18x); a failure shows that this reference is not one of those. On the
     second subset's level2/14 (0.2% under the probe) four more such moves failed after the first, and on level3/8
     (0.05%) one more (H100, 2026-12-06)."""
-    reordering = sorted({part for entry in failed for part in entry.split("+")
-                         if part in MOVES and MOVES[part].reorders_sums})
+    reordering = sorted(move for move in single_moves(failed) if move in MOVES and MOVES[move].reorders_sums)
     if facts is None or not (facts.sensitive_fraction or 0.0) > 0.0 or not reordering:
         return {}
     why = (f"predicted to fail: one ulp of noise puts {facts.sensitive_fraction:.2%} of eager's output outside the "
