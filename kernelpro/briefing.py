@@ -26,7 +26,7 @@ class Briefing:
         self.settings, self.problem, self.out, self.profiles, self.kb = settings, problem, out, profiles, kb
         self.stored = stored
         self._run_facts: dict | None = None  # the device's and the problem's facts, the same for every expansion
-        self._rounding: dict[int, bool] = {}  # failed node id -> whether it failed on rounding alone
+        self._failures: dict[int, facts.FailureFacts] = {}  # failed node id -> its verdict record's facts
 
     def guidance_for(self, search: Search, node_id: int) -> dict:
         """The profile of the node, or of its nearest profiled ancestor."""
@@ -67,17 +67,18 @@ class Briefing:
             rounding_failures=self.rounding_failures(search),
             **self.knowledge_for(profile), **self.facts_for(search, parent))
 
+    def failure(self, node) -> facts.FailureFacts | None:
+        """A failed candidate's verdict record as facts, read once it is there (None before, or for no candidate)."""
+        if node.id not in self._failures and node.status is Status.FAILED and (node.payload or {}).get("file"):
+            result = facts.read_result(self.out / f"candidates/node_{node.id:04d}.json")
+            if result:
+                self._failures[node.id] = facts.failure_facts(result)
+        return self._failures.get(node.id)
+
     def rounding_failures(self, search: Search) -> tuple[str, ...]:
-        """The moves of the run's candidates that failed on rounding alone (`facts.FailureFacts.rounding_like`), each
-        verdict record read once it is there."""
-        for node in search.nodes:
-            file = (node.payload or {}).get("file")
-            if node.status is Status.FAILED and file and node.id not in self._rounding:
-                result = facts.read_result(self.out / f"candidates/node_{node.id:04d}.json")
-                if result:
-                    self._rounding[node.id] = facts.failure_facts(result).rounding_like
-        return tuple(sorted({search.nodes[i].payload.get("move", "") for i, like in self._rounding.items() if like}
-                            - {""}))
+        """The moves of the run's candidates that failed on rounding alone (`facts.FailureFacts.rounding_like`)."""
+        return tuple(sorted({node.payload.get("move", "") for node in search.nodes
+                             if (found := self.failure(node)) is not None and found.rounding_like} - {""}))
 
     def facts_for(self, search: Search, parent) -> dict:
         """The prompt's facts: the device's and the problem's (from the reference's evaluation and the
@@ -88,10 +89,8 @@ class Briefing:
                                                                   self.profiles.get(0, {}).get("ceilings")),
                                "problem_facts": facts.problem_facts(reference)}
         found = dict(self._run_facts)
-        payload = parent.payload or {}
-        if parent.parent is not None and parent.failure and payload.get("file"):
-            result = facts.read_result(self.out / f"candidates/node_{parent.id:04d}.json")
-            found["failure_facts"] = facts.failure_facts(result) if result else None
+        if parent.parent is not None and parent.failure and (parent.payload or {}).get("file"):
+            found["failure_facts"] = self.failure(parent)
         best = search.best()
         if best.id not in (parent.id, search.root.id) and (best.payload or {}).get("file"):
             found.update(best_source=(self.out / best.payload["file"]).read_text(), best_ms=best.payload.get("ms"),
