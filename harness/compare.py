@@ -166,6 +166,23 @@ def outside_tolerance(expected: torch.Tensor, got: torch.Tensor, tolerance: floa
     return tally.bad, tally.total, tally.max_abs or 0.0
 
 
+def tolerance_used(expected: list, got: list, tolerance: float) -> float:
+    """The largest share of its element's allowance (atol + rtol x |expected|, atol = rtol = tolerance) that any
+    finite difference between two passing output lists takes: 1 is at the tolerance. A candidate that uses most of
+    it on one set of inputs may miss it on another (KernelBench's evaluator draws its own)."""
+    share = 0.0
+    for reference, candidate in zip(expected, got):
+        if not (isinstance(reference, torch.Tensor) and isinstance(candidate, torch.Tensor)
+                and reference.is_floating_point() and reference.shape == candidate.shape and reference.numel()):
+            continue
+        for a, b in _chunks(reference, candidate):
+            if a.dtype not in (torch.float32, torch.float64):
+                a, b = a.float(), b.float()
+            used = torch.sub(a, b).abs_().div_(a.abs().mul_(tolerance).add_(tolerance))
+            share = max(share, float(torch.nan_to_num(used, nan=0.0, posinf=0.0).max().item()))
+    return share
+
+
 def deviation(outputs: list, moved: list, tolerance: float) -> dict:
     """How far `moved` (the reference's outputs after a change: its inputs moved one ulp, a setting) is from
     `outputs`: the share of floating elements outside the tolerance, the largest difference and the largest share

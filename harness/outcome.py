@@ -25,6 +25,7 @@ class Outcome:
     structures: list = field(default_factory=list)
     info: dict = field(default_factory=dict)
     trials_passed: int = 0
+    tolerance_used: float = 0.0  # the largest share of the tolerance a passing trial's outputs took (compare)
     timing: dict | None = None
     final: tuple = ()  # the timing phase's outputs judged: (eager against candidate, compile's outputs, theirs)
     slot: outputslots.Slot | None = None  # where the worker writes its outputs, when it has one
@@ -112,6 +113,8 @@ def make_result(verdict: Verdict, phase: Phase, reason: str, base: dict, began: 
         fields["phase_s"] = dict(outcome.phase_s)
     if outcome is not None and outcome.steps and "correctness_s" not in fields:
         fields["correctness_s"] = {name: round(seconds, 3) for name, seconds in outcome.steps.items()}
+    if outcome is not None and outcome.trials_passed and not outcome.itself:
+        fields.setdefault("tolerance_used", round(outcome.tolerance_used, 4))
     if outcome is not None and outcome.degenerate and verdict is not Verdict.CORRECT:
         flags = (flags or []) + ["degenerate_problem"]
     return EvalResult(

@@ -299,6 +299,9 @@ class EvalResult(_Record):
     precision: Precision
     policy: Policy
     correct_trials: int = 0
+    tolerance_used: float | None = Field(None, description=(
+        "the largest share of its element's allowance (atol + rtol x |expected|) that any difference took over "
+        "the correctness trials that passed (1: at the tolerance); None where no trial was compared"))
     source_sha256: str = ""
     build_cached: bool | None = None
     build_s: float | None = None

@@ -82,7 +82,9 @@ def verdict_table(result) -> Table:
     table.add_row("device", device)
     table.add_row("precision / tolerance", f"{result.precision} / {result.tolerance:g}")
     table.add_row("policy / model mode", f"{result.policy} / {result.model_mode}")
-    table.add_row("correctness trials", str(result.correct_trials))
+    table.add_row("correctness trials", str(result.correct_trials) + (
+        f" (largest difference: {result.tolerance_used:.0%} of the tolerance)"
+        if result.tolerance_used is not None else ""))
     if result.build_cached is not None:
         table.add_row("build", f"{'cached' if result.build_cached else 'built'} ({result.build_s or 0:.1f} s)")
     if result.flags:

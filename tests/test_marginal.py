@@ -1,0 +1,95 @@
+"""A correct candidate near the tolerance is checked on more inputs before its verdict stands
+(harness/evaluate.py: Evaluator._recheck_if_marginal; harness/compare.py: tolerance_used)."""
+
+from __future__ import annotations
+
+import torch
+
+from conftest import candidate_source
+from kernelpro.harness import EvalOptions, PhaseLimits, Verdict
+from kernelpro.harness import compare
+from kernelpro.harness.evaluate import MARGINAL_ROUNDS, MARGINAL_SHARE, Evaluator
+from kernelpro.harness.records import EvalResult
+
+FAST = EvalOptions(device="cpu", timing_trials=5, timing_budget_s=1.0,
+                   limits=PhaseLimits(correctness_s=15, load_s=60))
+
+
+def test_the_share_of_the_tolerance_is_the_largest_difference_over_its_allowance():
+    expected = [torch.tensor([1.0, 2.0, 0.0], dtype=torch.float64), torch.tensor([3, 4]), "a string"]
+    got = [torch.tensor([1.0 + 1e-4, 2.0, 0.0], dtype=torch.float64), torch.tensor([3, 4]), "a string"]
+    # 1e-4 against 1e-4 + 1e-4 x 1.0
+    assert abs(compare.tolerance_used(expected, got, 1e-4) - 0.5) < 1e-9
+    assert compare.tolerance_used(expected, expected, 1e-4) == 0.0
+    # NaN where NaN is expected, and equal infinities, use none of it
+    special = [torch.tensor([float("nan"), float("inf"), 1.0])]
+    assert compare.tolerance_used(special, [torch.tensor([float("nan"), float("inf"), 1.0])], 1e-4) == 0.0
+
+
+def _off_by(share: float) -> str:
+    """The good candidate, its outputs moved by `share` of their allowance (atol + rtol x |y|, both 1e-4)."""
+    source = candidate_source("good")
+    old = "        return F.relu(F.linear(x, self.linear.weight, self.linear.bias)).add_(x)\n"
+    assert old in source
+    return source.replace(old, "        y = F.relu(F.linear(x, self.linear.weight, self.linear.bias)).add_(x)\n"
+                                f"        return y + (y.abs() + 1.0) * {share * 1e-4!r}\n")
+
+
+def test_a_candidate_near_the_tolerance_runs_more_trials_and_keeps_its_verdict(cpu_evaluator, linear_problem):
+    result = cpu_evaluator.evaluate(linear_problem, _off_by(0.7), FAST)
+    assert result.verdict is Verdict.CORRECT, result.reason
+    assert 0.65 < result.tolerance_used < 0.75
+    assert "marginal_rechecked" in result.flags and "rechecked on" in result.reason
+    assert result.correct_trials == FAST.correct_trials * (1 + MARGINAL_ROUNDS)
+    assert result.speedup is not None  # the first evaluation's timing stands
+
+
+def test_a_candidate_well_within_the_tolerance_is_not_rechecked(cpu_evaluator, linear_problem):
+    result = cpu_evaluator.evaluate(linear_problem, _off_by(0.2), FAST)
+    assert result.verdict is Verdict.CORRECT, result.reason
+    assert 0.15 < result.tolerance_used < MARGINAL_SHARE
+    assert "marginal_rechecked" not in result.flags and result.correct_trials == FAST.correct_trials
+
+
+def test_a_candidate_over_the_tolerance_fails_as_before(cpu_evaluator, linear_problem):
+    result = cpu_evaluator.evaluate(linear_problem, _off_by(1.5), FAST)
+    assert result.verdict is Verdict.INCORRECT and "trial 0" in result.reason, result.reason
+    assert result.tolerance_used is None
+
+
+class _Rounds:
+    """A stand-in for the evaluator's single evaluations: answers the recheck's rounds from a script, and records
+    the options each round asked for."""
+
+    def __init__(self, answers: list[EvalResult]):
+        self.answers, self.asked = list(answers), []
+
+    def _evaluate_once(self, problem, source, options, alone=False, keep=True):
+        self.asked.append((options, keep))
+        return self.answers.pop(0)
+
+
+def _result(verdict: Verdict, used: float | None, reason: str = "correct") -> EvalResult:
+    return EvalResult(verdict=verdict, phase="done" if verdict is Verdict.CORRECT else "correctness", reason=reason,
+                      tolerance=1e-4, device="cpu", precision="fp32", policy="relaxed", correct_trials=5,
+                      tolerance_used=used, speedup=2.0 if verdict is Verdict.CORRECT else None)
+
+
+def test_the_first_round_that_fails_gives_the_verdict_and_no_round_keeps_its_references():
+    rounds = _Rounds([_result(Verdict.CORRECT, 0.8), _result(Verdict.INCORRECT, None, "trial 3: 0.01% outside"),
+                      _result(Verdict.CORRECT, 0.1)])
+    first = _result(Verdict.CORRECT, 0.9)
+    verdict = Evaluator._recheck_if_marginal(rounds, None, "source", FAST, first)
+    assert verdict.verdict is Verdict.INCORRECT and "marginal_failed" in verdict.flags
+    assert verdict.reason.startswith("on more inputs after its outputs used 90% of the tolerance: trial 3")
+    assert verdict.correct_trials == 5 + 5 + 5  # the first evaluation's, the passing round's, the failing one's
+    assert len(rounds.asked) == 2 and all(not keep for _, keep in rounds.asked)
+    seeds = {options.seed for options, _ in rounds.asked} | {FAST.seed}
+    assert len(seeds) == 3 and not any(options.measure_time for options, _ in rounds.asked)
+
+
+def test_only_correct_candidates_at_or_over_the_share_are_rechecked():
+    for first in (_result(Verdict.CORRECT, MARGINAL_SHARE - 0.01), _result(Verdict.CORRECT, None),
+                  _result(Verdict.INCORRECT, None)):
+        rounds = _Rounds([])
+        assert Evaluator._recheck_if_marginal(rounds, None, "source", FAST, first) is first and not rounds.asked
