@@ -46,8 +46,11 @@ REVERIFY_TRIALS = 10
 #: more inputs: level3/13_DenseNet121TransitionLayer's fused batch norm passed 5 trials and failed one of
 #: KernelBench's evaluator's 5 by 0.000115 against 1e-4
 MARGINAL_SHARE = 0.5
-#: the rounds of correctness trials (EvalOptions.correct_trials each, fresh seeds) such a candidate runs again
-MARGINAL_ROUNDS = 4
+#: the correctness trials (fresh seeds) such a candidate runs again, in rounds that hold at most MARGINAL_HELD_BYTES
+#: of reference outputs (and at least EvalOptions.correct_trials trials) each: one round for most problems, four of
+#: five trials at level 1's sizes
+MARGINAL_TRIALS = 20
+MARGINAL_HELD_BYTES = 4 << 30
 #: why an evaluation run again alone, after it ran out of device memory beside others or its slot, has no output slot
 RUN_AGAIN_ALONE = "none: run again alone after running out of device memory, outputs through the channel"
 
@@ -144,16 +147,18 @@ class Evaluator:
 
     def _recheck_if_marginal(self, problem, source, options, result: EvalResult) -> EvalResult:
         """A correct candidate whose outputs took MARGINAL_SHARE or more of the tolerance on some trial runs
-        MARGINAL_ROUNDS more rounds of correctness trials on fresh seeds (not timed; each round holds no more
-        memory than the first): near the tolerance, other inputs (KernelBench's evaluator draws its own) may
-        cross it. The first round that fails gives the verdict."""
+        MARGINAL_TRIALS more correctness trials on fresh seeds, not timed: near the tolerance, other inputs
+        (KernelBench's evaluator draws its own) may cross it. The first round that fails gives the verdict."""
         if not result.ok or result.tolerance_used is None or result.tolerance_used < MARGINAL_SHARE:
             return result
         why = f"its outputs used {result.tolerance_used:.0%} of the tolerance"
         used, trials = result.tolerance_used, result.correct_trials
-        for round_ in range(1, MARGINAL_ROUNDS + 1):
+        output_bytes = result.memory.output_bytes if result.memory else 0
+        per_round = max(options.correct_trials, min(MARGINAL_TRIALS, MARGINAL_HELD_BYTES // max(1, output_bytes)))
+        for round_ in range(1, -(-MARGINAL_TRIALS // per_round) + 1):
             again = self._evaluate_once(problem, source, options.model_copy(update={
-                "seed": options.seed + 104729 * round_, "measure_time": False}), keep=False)
+                "seed": options.seed + 104729 * round_, "correct_trials": per_round, "measure_time": False}),
+                keep=False)
             if not again.ok:
                 return again.model_copy(update={
                     "reason": f"on more inputs after {why}: {again.reason}", "correct_trials": trials

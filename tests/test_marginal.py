@@ -8,8 +8,8 @@ import torch
 from conftest import candidate_source
 from kernelpro.harness import EvalOptions, PhaseLimits, Verdict
 from kernelpro.harness import compare
-from kernelpro.harness.evaluate import MARGINAL_ROUNDS, MARGINAL_SHARE, Evaluator
-from kernelpro.harness.records import EvalResult
+from kernelpro.harness.evaluate import MARGINAL_HELD_BYTES, MARGINAL_SHARE, MARGINAL_TRIALS, Evaluator
+from kernelpro.harness.records import EvalResult, MemorySizes
 
 FAST = EvalOptions(device="cpu", timing_trials=5, timing_budget_s=1.0,
                    limits=PhaseLimits(correctness_s=15, load_s=60))
@@ -40,7 +40,8 @@ def test_a_candidate_near_the_tolerance_runs_more_trials_and_keeps_its_verdict(c
     assert result.verdict is Verdict.CORRECT, result.reason
     assert 0.65 < result.tolerance_used < 0.75
     assert "marginal_rechecked" in result.flags and "rechecked on" in result.reason
-    assert result.correct_trials == FAST.correct_trials * (1 + MARGINAL_ROUNDS)
+    # small outputs: the extra trials in one round
+    assert result.correct_trials == FAST.correct_trials + MARGINAL_TRIALS
     assert result.speedup is not None  # the first evaluation's timing stands
 
 
@@ -69,23 +70,34 @@ class _Rounds:
         return self.answers.pop(0)
 
 
-def _result(verdict: Verdict, used: float | None, reason: str = "correct") -> EvalResult:
+def _result(verdict: Verdict, used: float | None, reason: str = "correct", trials: int = 5,
+            output_bytes: int = 4096) -> EvalResult:
     return EvalResult(verdict=verdict, phase="done" if verdict is Verdict.CORRECT else "correctness", reason=reason,
-                      tolerance=1e-4, device="cpu", precision="fp32", policy="relaxed", correct_trials=5,
-                      tolerance_used=used, speedup=2.0 if verdict is Verdict.CORRECT else None)
+                      tolerance=1e-4, device="cpu", precision="fp32", policy="relaxed", correct_trials=trials,
+                      tolerance_used=used, speedup=2.0 if verdict is Verdict.CORRECT else None,
+                      memory=MemorySizes(output_bytes=output_bytes))
 
 
-def test_the_first_round_that_fails_gives_the_verdict_and_no_round_keeps_its_references():
+def test_large_outputs_recheck_in_rounds_and_the_first_that_fails_gives_the_verdict():
     rounds = _Rounds([_result(Verdict.CORRECT, 0.8), _result(Verdict.INCORRECT, None, "trial 3: 0.01% outside"),
                       _result(Verdict.CORRECT, 0.1)])
-    first = _result(Verdict.CORRECT, 0.9)
+    # outputs so large that a round holds only the usual five trials' worth
+    first = _result(Verdict.CORRECT, 0.9, output_bytes=MARGINAL_HELD_BYTES // 4)
     verdict = Evaluator._recheck_if_marginal(rounds, None, "source", FAST, first)
     assert verdict.verdict is Verdict.INCORRECT and "marginal_failed" in verdict.flags
     assert verdict.reason.startswith("on more inputs after its outputs used 90% of the tolerance: trial 3")
     assert verdict.correct_trials == 5 + 5 + 5  # the first evaluation's, the passing round's, the failing one's
-    assert len(rounds.asked) == 2 and all(not keep for _, keep in rounds.asked)
+    assert len(rounds.asked) == 2 and all(not keep and options.correct_trials == 5 for options, keep in rounds.asked)
     seeds = {options.seed for options, _ in rounds.asked} | {FAST.seed}
     assert len(seeds) == 3 and not any(options.measure_time for options, _ in rounds.asked)
+
+
+def test_small_outputs_recheck_in_one_round_and_the_largest_share_is_kept():
+    rounds = _Rounds([_result(Verdict.CORRECT, 0.95, trials=MARGINAL_TRIALS)])
+    verdict = Evaluator._recheck_if_marginal(rounds, None, "source", FAST, _result(Verdict.CORRECT, 0.6))
+    assert verdict.ok and "marginal_rechecked" in verdict.flags and verdict.tolerance_used == 0.95
+    assert verdict.correct_trials == 5 + MARGINAL_TRIALS and verdict.speedup == 2.0
+    assert [options.correct_trials for options, _ in rounds.asked] == [MARGINAL_TRIALS]
 
 
 def test_only_correct_candidates_at_or_over_the_share_are_rechecked():
