@@ -152,29 +152,34 @@ class Evaluator:
         if not result.ok or result.tolerance_used is None or result.tolerance_used < MARGINAL_SHARE:
             return result
         why = f"its outputs used {result.tolerance_used:.0%} of the tolerance"
-        used, trials = result.tolerance_used, result.correct_trials
+        used, trials, spent = result.tolerance_used, result.correct_trials, 0.0
         output_bytes = result.memory.output_bytes if result.memory else 0
         per_round = max(options.correct_trials, min(MARGINAL_TRIALS, MARGINAL_HELD_BYTES // max(1, output_bytes)))
         for round_ in range(1, -(-MARGINAL_TRIALS // per_round) + 1):
             again = self._evaluate_once(problem, source, options.model_copy(update={
                 "seed": options.seed + 104729 * round_, "correct_trials": per_round, "measure_time": False}),
                 keep=False)
+            spent += again.wall_s
+            # the record's time is the first evaluation's and the rounds', these under the phase `recheck`
+            timed = {"wall_s": result.wall_s + spent, "phase_s": {**result.phase_s, "recheck": round(spent, 3)}}
             if not again.ok:
                 return again.model_copy(update={
                     "reason": f"on more inputs after {why}: {again.reason}", "correct_trials": trials
                     + again.correct_trials, "flags": again.flags + ["marginal_failed"],
-                    "build_cached": result.build_cached, "build_s": result.build_s})
+                    "build_cached": result.build_cached, "build_s": result.build_s, **timed})
             used, trials = max(used, again.tolerance_used or 0.0), trials + again.correct_trials
         return result.model_copy(update={"tolerance_used": used, "correct_trials": trials,
                                          "flags": result.flags + ["marginal_rechecked"],
-                                         "reason": f"{result.reason} (rechecked on {trials} trials after {why})"})
+                                         "reason": f"{result.reason} (rechecked on {trials} trials after {why})",
+                                         **timed})
 
     def _evaluate_once(self, problem: Problem, source: str, options: EvalOptions, alone: bool = False,
                        keep: bool = True) -> EvalResult:
         """One evaluation; `keep=False`: its reference outputs are neither taken from nor kept in the reference
-        cache (a one-off seed's must not evict the search's). One that ran out of device memory while other evaluations, or its own output slot, held
-        memory beside it runs again with the device to itself and no output slot (`alone`): the memory plan's
-        estimates may fall short, and the slot is the harness's memory, not the candidate's; a verdict must not."""
+        cache (a one-off seed's must not evict the search's). One that ran out of device memory while other
+        evaluations, or its own output slot, held memory beside it runs again with the device to itself and no output
+        slot (`alone`): the memory plan's estimates may fall short, and the slot is the harness's memory, not the
+        candidate's; a verdict must not."""
         began = time.monotonic()
         base = {"tolerance": options.effective_tolerance, "device": self.device,
                 "precision": options.precision, "policy": options.policy, "model_mode": options.model_mode,

@@ -75,7 +75,7 @@ def _result(verdict: Verdict, used: float | None, reason: str = "correct", trial
     return EvalResult(verdict=verdict, phase="done" if verdict is Verdict.CORRECT else "correctness", reason=reason,
                       tolerance=1e-4, device="cpu", precision="fp32", policy="relaxed", correct_trials=trials,
                       tolerance_used=used, speedup=2.0 if verdict is Verdict.CORRECT else None,
-                      memory=MemorySizes(output_bytes=output_bytes))
+                      memory=MemorySizes(output_bytes=output_bytes), wall_s=3.0, phase_s={"correctness": 1.0})
 
 
 def test_large_outputs_recheck_in_rounds_and_the_first_that_fails_gives_the_verdict():
@@ -98,6 +98,8 @@ def test_small_outputs_recheck_in_one_round_and_the_largest_share_is_kept():
     assert verdict.ok and "marginal_rechecked" in verdict.flags and verdict.tolerance_used == 0.95
     assert verdict.correct_trials == 5 + MARGINAL_TRIALS and verdict.speedup == 2.0
     assert [options.correct_trials for options, _ in rounds.asked] == [MARGINAL_TRIALS]
+    # the record's time counts the extra round's, under its own phase
+    assert verdict.wall_s == 3.0 + 3.0 and verdict.phase_s == {"correctness": 1.0, "recheck": 3.0}
 
 
 def test_only_correct_candidates_at_or_over_the_share_are_rechecked():

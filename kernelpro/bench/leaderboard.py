@@ -127,7 +127,8 @@ def time_columns(split: dict | None, total: float | None) -> dict | None:
     parts = {"reference": split["reference"], "profile": split["profile"], "coder": split["coder"],
              "queue": phases.get("queue", 0.0),  # waiting for the device's lane (--parallel > 1)
              "build": builds + phases.get("build", 0.0) + phases.get("load", 0.0),
-             "correctness": phases.get("static", 0.0) + phases.get("reference", 0.0) + phases.get("correctness", 0.0),
+             "correctness": phases.get("static", 0.0) + phases.get("reference", 0.0) + phases.get("correctness", 0.0)
+             + phases.get("recheck", 0.0),  # a candidate near the tolerance: its extra trials (harness.evaluate)
              "timing": phases.get("timing", 0.0) + phases.get("energy", 0.0),
              "worker": split["harness"] - builds, "re-measure": split["final"]}
     parts["rest"] = max(0.0, (total or 0.0) - sum(parts.values()))
