@@ -7,6 +7,7 @@ worker use these without the evaluation worker's guards, which import torch._dyn
 from __future__ import annotations
 
 import importlib.util
+import math
 import random
 import sys
 from pathlib import Path
@@ -80,13 +81,38 @@ def parameter_bytes(model) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
-def describe_values(values: list) -> list[dict]:
-    """Each value as the prompt and the report show it: a tensor's shape and dtype, else its type and
-    a short repr (the records' `ValueSpec`)."""
+def largest_magnitude(value: torch.Tensor) -> float | None:
+    """The largest |element| of a floating tensor, from its minimum and maximum (one read, no temporary of its size);
+    None for other tensors, an empty one, or one with a NaN or an infinity at either end."""
+    if not value.is_floating_point() or value.numel() == 0:
+        return None
+    low, high = torch.aminmax(value.detach())
+    largest = max(abs(float(low)), abs(float(high)))
+    return largest if math.isfinite(largest) else None
+
+
+def describe_values(values: list, magnitude: bool = False) -> list[dict]:
+    """Each value as the prompt and the report show it: a tensor's shape and dtype (and with `magnitude`, a floating
+    one's largest |element|), else its type and a short repr (the records' `ValueSpec`)."""
     described = []
     for value in values:
         if isinstance(value, torch.Tensor):
             described.append({"kind": "tensor", "shape": list(value.shape), "dtype": str(value.dtype)})
+            if magnitude and largest_magnitude(value) is not None:
+                described[-1]["largest"] = largest_magnitude(value)
         else:
             described.append({"kind": type(value).__name__, "value": repr(value)[:80]})
     return described
+
+
+#: the normalisation modules `normalization_layers` counts
+NORMALIZATIONS = (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d, torch.nn.SyncBatchNorm,
+                  torch.nn.GroupNorm, torch.nn.InstanceNorm1d, torch.nn.InstanceNorm2d, torch.nn.InstanceNorm3d,
+                  torch.nn.LayerNorm, torch.nn.LocalResponseNorm) + ((torch.nn.RMSNorm,) if hasattr(torch.nn, "RMSNorm")
+                                                                     else ())
+
+
+def normalization_layers(model: torch.nn.Module) -> int:
+    """How many normalisation modules the model holds (NORMALIZATIONS): in a network that stacks them, each
+    renormalises what the ones before it computed."""
+    return sum(isinstance(module, NORMALIZATIONS) for module in model.modules())

@@ -199,6 +199,8 @@ class ValueSpec(_Record):
     shape: list[int] | None = None
     dtype: str | None = None
     value: str | None = Field(None, description="a non-tensor's repr, cut to 80 characters")
+    largest: float | None = Field(None, description="an output's: its largest finite |element| (a floating tensor "
+                                  "whose extremes are finite)")
 
 
 class Signature(_Record):
@@ -206,6 +208,8 @@ class Signature(_Record):
 
     inputs: list[ValueSpec] = []
     outputs: list[ValueSpec] = []
+    normalization_layers: int = Field(0, description="the normalisation modules (batch, group, instance, layer, RMS "
+                                      "and local response norms) the model holds")
 
 
 class MemorySizes(_Record):

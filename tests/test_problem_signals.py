@@ -1,0 +1,87 @@
+"""The reference's cheap signals beside its times: its outputs' largest magnitude, the normalisation layers it
+stacks and how close one ulp of noise takes it to the tolerance (harness/modelio.py, kernelpro/facts.py)."""
+
+from __future__ import annotations
+
+import torch
+
+from kernelpro import facts
+from kernelpro.harness import EvalOptions, PhaseLimits, load_problem
+from kernelpro.harness.modelio import largest_magnitude, normalization_layers
+from kernelpro.harness.problem import reference_candidate
+
+FAST = EvalOptions(device="cpu", timing_trials=3, timing_budget_s=1.0, sensitivity=True,
+                   limits=PhaseLimits(correctness_s=30, load_s=60))
+
+STACKED = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, channels):
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(channels, channels, 3, padding=1), nn.BatchNorm2d(channels), nn.ReLU(),
+            nn.Conv2d(channels, channels, 3, padding=1), nn.BatchNorm2d(channels), nn.ReLU(),
+            nn.Conv2d(channels, channels, 3, padding=1), nn.GroupNorm(2, channels), nn.ReLU())
+
+    def forward(self, x):
+        return self.body(x) * 1e5
+
+
+def get_inputs():
+    return [torch.randn(2, 4, 8, 8)]
+
+
+def get_init_inputs():
+    return [4]
+'''
+
+
+def test_the_largest_magnitude_reads_a_floating_tensors_extremes():
+    assert largest_magnitude(torch.tensor([0.5, -3.0, 2.0])) == 3.0
+    assert largest_magnitude(torch.tensor([1, -7])) is None  # not floating
+    assert largest_magnitude(torch.empty(0)) is None
+    assert largest_magnitude(torch.tensor([1.0, float("inf")])) is None
+    assert largest_magnitude(torch.tensor([1.0, float("nan")])) is None
+
+
+def test_normalisation_layers_are_counted_wherever_they_sit():
+    model = torch.nn.Sequential(torch.nn.BatchNorm1d(4), torch.nn.Sequential(torch.nn.LayerNorm(4), torch.nn.ReLU()),
+                                torch.nn.InstanceNorm2d(3), torch.nn.Linear(4, 4))
+    assert normalization_layers(model) == 3 and normalization_layers(torch.nn.Linear(2, 2)) == 0
+
+
+def test_the_references_record_carries_the_signals_and_the_prompt_names_them(cpu_evaluator, tmp_path):
+    (tmp_path / "stacked.py").write_text(STACKED)
+    problem = load_problem(tmp_path / "stacked.py")
+    result = cpu_evaluator.evaluate(problem, reference_candidate(problem), FAST)
+    assert result.ok, result.reason
+    assert result.signature.normalization_layers == 3
+    largest = result.signature.outputs[0].largest
+    assert largest is not None and 1e4 < largest < 1e7  # normalised values, times 1e5
+    assert result.signature.inputs[0].largest is None  # inputs are described without it
+    record = result.model_dump(mode="json")
+    found = facts.problem_facts(record)
+    assert found.normalization_layers == 3 and found.output_magnitude == largest
+    text = facts.problem_text(found)
+    assert "holds 3 normalisation layers" in text and f"reach {largest:.3g} in magnitude" in text
+
+
+def _facts(**sensitivity) -> facts.ProblemFacts:
+    record = {"signature": {"inputs": [{"kind": "tensor", "shape": [4], "dtype": "torch.float32"}],
+                            "outputs": [{"kind": "tensor", "shape": [4], "dtype": "torch.float32", "largest": 2.0}]},
+              "sensitivity": {"tolerance": 1e-4, "max_abs_error": 1e-5, **sensitivity}}
+    return facts.problem_facts(record)
+
+
+def test_a_reference_that_one_ulp_of_noise_takes_near_the_tolerance_is_named_so():
+    near = _facts(outside_fraction=0.0, tolerance_used=0.84)
+    assert near.near_tolerance and "takes 84% of it" in facts.problem_text(near)
+    roomy = _facts(outside_fraction=0.0, tolerance_used=0.3)
+    assert not roomy.near_tolerance and "takes" not in facts.problem_text(roomy)
+    # past the tolerance somewhere: the line about the share outside says more
+    outside = _facts(outside_fraction=0.002, tolerance_used=3.5)
+    assert not outside.near_tolerance and "0.002 of eager's output outside" in facts.problem_text(outside)
+    # small outputs, few normalisations: neither line
+    assert "magnitude" not in facts.problem_text(roomy) and "normalisation" not in facts.problem_text(roomy)
