@@ -149,3 +149,19 @@ def test_the_ceilings_are_measured_once_by_the_reference_and_kept(tmp_path, gelu
         assert [kept.bandwidth_gbps for kept in store.kept.values()] == [reference.bandwidth_gbps]
         later = evaluate(evaluator, gelu_problem, EXAMPLES / "gelu_bias_scale_triton.py").floor
         assert (later.bandwidth_gbps, later.flop_rate_tflops) == (reference.bandwidth_gbps, reference.flop_rate_tflops)
+
+
+def test_a_candidate_near_the_tolerance_is_rechecked_on_the_gpu_and_one_past_it_fails(gpu_evaluator, gelu_problem):
+    """The reference with its outputs moved by a share of their allowance (atol + rtol x |y|): at 70% it stays correct
+    after 20 more trials, untimed, whose time counts as `recheck`; at 150% it fails its first trial."""
+    def off_by(share: float) -> str:
+        return gelu_problem.source + (
+            "\n\nclass ModelNew(Model):\n    def forward(self, *args):\n"
+            "        y = super().forward(*args)\n"
+            f"        return y + (y.abs() + 1.0) * {share * 1e-4!r}\n")
+    near = gpu_evaluator.evaluate(gelu_problem, off_by(0.7), OPTIONS)
+    assert near.verdict is Verdict.CORRECT and "marginal_rechecked" in near.flags, near.reason
+    assert 0.65 < near.tolerance_used < 0.75 and near.correct_trials == OPTIONS.correct_trials + 20
+    assert near.phase_s["recheck"] > 0 and near.speedup is not None
+    past = gpu_evaluator.evaluate(gelu_problem, off_by(1.5), OPTIONS)
+    assert past.verdict is Verdict.INCORRECT and "trial 0" in past.reason, past.reason
