@@ -98,8 +98,9 @@ def describe_values(values: list, magnitude: bool = False) -> list[dict]:
     for value in values:
         if isinstance(value, torch.Tensor):
             described.append({"kind": "tensor", "shape": list(value.shape), "dtype": str(value.dtype)})
-            if magnitude and largest_magnitude(value) is not None:
-                described[-1]["largest"] = largest_magnitude(value)
+            largest = largest_magnitude(value) if magnitude else None
+            if largest is not None:
+                described[-1]["largest"] = largest
         else:
             described.append({"kind": type(value).__name__, "value": repr(value)[:80]})
     return described
