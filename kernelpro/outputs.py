@@ -92,6 +92,8 @@ def _final_record(final) -> dict | None:
             "kernelbench": kernelbench.model_dump(mode="json") if kernelbench else None,
             # the card that timed it (a search resumed on another machine is re-measured there)
             "device_name": final.device_name,
+            # how close its outputs came to the tolerance, over how many correctness trials
+            "tolerance_used": final.tolerance_used, "correct_trials": final.correct_trials,
             # the best's and the reference's J/call in the same evaluation, where NVML could read the GPU
             "energy": final.energy.model_dump(mode="json") if final.energy else None}
 
@@ -251,6 +253,13 @@ def write_all(run, search: Search, baseline: dict, stopped: str, final,
         "rejected_best": rejected,
         "objective_ratio": best["objective_ratio"] if best else 1.0,
         "best_node": best["node_id"] if best else 0, "best_moves": best["moves"] if best else [],
+        # the largest share of the tolerance the best's outputs took, in its search's evaluation or its re-measurement
+        "best_tolerance_used": max((used for used in ((result or {}).get("tolerance_used"),
+                                                       (remeasured or {}).get("tolerance_used")) if used is not None),
+                                   default=None),
+        # whether it used enough of it that the harness checked it on more inputs (flag marginal_rechecked)
+        "best_rechecked": "marginal_rechecked" in ((result or {}).get("flags") or []) + (
+            final.flags if final is not None and final.ok else []),
         "energy_j": energy["candidate"]["j_per_call"] if energy else None,
         "baseline_energy_j": baseline.get("energy_j"),
         "energy": energy, "stopped": stopped, "wall_s": wall_s,

@@ -194,3 +194,20 @@ def test_the_time_split_says_when_overlapping_candidates_add_up_to_more_than_the
     assert "| 2 | 6.4 |" in text and "level 2, 6.4 against 4.1; all levels, 6.4 against 4.1." in text
     level["gpu_minutes"] = document["overall"]["gpu_minutes"] = 6.4
     assert "overlap" not in "\n".join(time_lines(document))
+
+
+def test_a_best_near_the_tolerance_is_named_with_the_share_it_took():
+    """A best the harness checked on more inputs for being near the tolerance (flag marginal_rechecked, kept in
+    run.json as best_rechecked) is listed under the table with the largest share its outputs took."""
+    from kernelpro.bench.leaderboard import level_summary, markdown, problem_row
+    near = dict(_energy_result(1.9, 2.0, 1.0, "none"), best_tolerance_used=0.84, best_rechecked=True)
+    roomy = dict(_energy_result(1.2, 2.0, 1.0, "none"), best_tolerance_used=0.02, best_rechecked=False)
+    rows = [problem_row({"key": f"level3/{i}_P", "level": 3, "number": i, "name": "P", "status": "done",
+                         "result": result, "error": "", "seconds": 1.0}) for i, result in enumerate([near, roomy], 1)]
+    assert (rows[0]["tolerance_used"], rows[0]["rechecked"]) == (0.84, True) and not rows[1]["rechecked"]
+    document = one_level_document(level_summary(3, rows), rows, budget=8, objective="time", device="cuda",
+                                  card="H100")
+    text = markdown(document)
+    line = next(line for line in text.splitlines() if line.startswith("Bests near the tolerance"))
+    assert "`level3/1_P` (84%)" in line and "`level3/2_P`" not in line
+    jsonschema.validate(json.loads(json.dumps(dict(document, format="kernelpro-leaderboard"))), schema())

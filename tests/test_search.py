@@ -149,7 +149,9 @@ def test_offline_coder_through_the_loop_on_a_fake_harness(tmp_path):
                                  "compile_correct": None, "compile_mismatch": "",  # torch.compile was not timed
                                  "kernelbench": None,  # KernelBench's timing method: on CUDA only
                                  "device_name": "fake",  # the card that timed it
+                                 "tolerance_used": None, "correct_trials": 0,  # the fake compares nothing
                                  "energy": None}  # no meter: no energy windows
+    assert document["best_tolerance_used"] is None and document["best_rechecked"] is False
     tree = json.loads((out / "tree.json").read_text())
     evaluated = [n for n in tree["nodes"] if n["parent"] is not None and n["transposition_of"] is None]
     assert len(evaluated) == 6

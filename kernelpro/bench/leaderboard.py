@@ -80,6 +80,9 @@ def problem_row(row: dict) -> dict:
         "why_not_searched": (result.get("stopped") or "no candidate was evaluated")
         if row["status"] == "done" and not result.get("evaluations") else None,
         "evaluations": result.get("evaluations"), "verdicts": verdicts,
+        # the largest share of the tolerance the best's outputs took (1: at it); None where not recorded
+        "tolerance_used": result.get("best_tolerance_used"),
+        "rechecked": bool(result.get("best_rechecked")),  # checked on more inputs for being near the tolerance
         "gpu_minutes": round(device_seconds(result, row) / 60, 3),
         # where the problem's time went, from its search's start to its record (TIME_COLUMNS)
         "time_s": time_columns(result.get("time_split_s"), row.get("seconds")),
@@ -274,6 +277,12 @@ def markdown(document: dict) -> str:
     lines += ["", "Times and speedups: the best re-measured after its search, with eager (and torch.compile, where "
               "timed) in the same evaluation" + (f"; timed during the search for {', '.join(f'`{k}`' for k in searched)}"
                                    if searched else "") + "."]
+    near = [r for r in document["problems"] if r.get("rechecked")]
+    if near:
+        lines += ["", "Bests near the tolerance, which the harness checked on more inputs and which passed them (other "
+                  "inputs, such as KernelBench's evaluator's, may still cross it), with the largest share of the "
+                  "tolerance their outputs took: " + ", ".join(
+                      f"`{r['key']}` ({cell(r.get('tolerance_used'), '{:.0%}')})" for r in near) + "."]
     unconfirmed = [r for r in document["problems"] if r.get("final_failure")]
     if unconfirmed:
         lines += ["", "Re-measurements that did not end correct (these rows show the search's times):", ""] + [
