@@ -148,9 +148,12 @@ class Evaluator:
     def _recheck_if_marginal(self, problem, source, options, result: EvalResult) -> EvalResult:
         """A correct candidate whose outputs took MARGINAL_SHARE or more of the tolerance on some trial runs
         MARGINAL_TRIALS more correctness trials on fresh seeds, not timed: near the tolerance, other inputs
-        (KernelBench's evaluator draws its own) may cross it. The first round that fails gives the verdict."""
+        (KernelBench's evaluator draws its own) may cross it. The first round that fails gives the verdict. One slower
+        than `EvalOptions.recheck_from_speedup` is not (it cannot become a search's best): its record says so."""
         if not result.ok or result.tolerance_used is None or result.tolerance_used < MARGINAL_SHARE:
             return result
+        if options.recheck_from_speedup is not None and (result.speedup or 0.0) < options.recheck_from_speedup:
+            return result.model_copy(update={"flags": result.flags + ["near_tolerance_not_rechecked"]})
         why = f"its outputs used {result.tolerance_used:.0%} of the tolerance"
         used, trials, spent = result.tolerance_used, result.correct_trials, 0.0
         output_bytes = result.memory.output_bytes if result.memory else 0

@@ -119,6 +119,10 @@ class EvalOptions(_Record):
         None, gt=0, description="adaptive timing: after ADAPTIVE_MIN_TRIALS interleaved calls, timing stops once the "
         "95% upper bound of the candidate's speedup over eager is below this (it cannot reach it); None: every trial "
         "the budget allows")
+    recheck_from_speedup: float | None = Field(
+        None, gt=0, description="a correct candidate whose outputs came near the tolerance is checked on more inputs "
+        "only where its speedup over eager reaches this (a search: its best so far, less a margin for noise; one "
+        "slower cannot become the best); None: always")
 
     @property
     def effective_tolerance(self) -> float:

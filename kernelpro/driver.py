@@ -56,6 +56,9 @@ log = logging.getLogger("kernelpro.search")
 
 INTERRUPTED = "interrupted"  # why a run stopped on Ctrl-C
 PROFILE_GAIN = 1.10  # profile a new best only when it beats the last profiled one by this much
+#: how far under the best speedup so far a candidate near the tolerance is still checked on more inputs: the two were
+#: timed in different evaluations, and the closing re-measurement of a best moves by a few percent
+RECHECK_MARGIN = 0.05
 
 
 @dataclass
@@ -179,13 +182,17 @@ class SearchRun:
                            seed=SEED_BASE + s.seed, model_mode=s.model_mode, kernelbench_timing=kernelbench)
 
     def candidate_options(self) -> EvalOptions:
-        """A candidate's options in the search: with adaptive timing under the time objective, it stops being
-        timed once it cannot reach the best speedup found so far (the reference's 1.0 before any)."""
+        """A candidate's options in the search, under the time objective: with adaptive timing, it stops being
+        timed once it cannot reach the best speedup found so far (the reference's 1.0 before any); and only one
+        within RECHECK_MARGIN of that speedup or above is checked on more inputs where its outputs came near the
+        tolerance (the best is the result; the closing re-measurement checks it whatever its speedup)."""
         options = self.options()
         baseline = self.store.get("baseline")
-        if self.settings.adaptive_timing and self.settings.objective == "time" and baseline:
+        if self.settings.objective == "time" and baseline:
             best_speedup = baseline["eager_ms"] / self.fastest_ms(baseline)
-            options = options.model_copy(update={"stop_below_speedup": best_speedup})
+            options = options.model_copy(update={"recheck_from_speedup": best_speedup * (1 - RECHECK_MARGIN)})
+            if self.settings.adaptive_timing:
+                options = options.model_copy(update={"stop_below_speedup": best_speedup})
         return options
 
     def _show_best(self, search: Search) -> None:

@@ -107,3 +107,18 @@ def test_only_correct_candidates_at_or_over_the_share_are_rechecked():
                   _result(Verdict.INCORRECT, None)):
         rounds = _Rounds([])
         assert Evaluator._recheck_if_marginal(rounds, None, "source", FAST, first) is first and not rounds.asked
+
+
+def test_a_search_rechecks_only_a_candidate_that_may_become_its_best():
+    """With `recheck_from_speedup` (the search's best so far, less a margin), a slower candidate near the tolerance
+    keeps its verdict without more trials, and says so; one that reaches it is rechecked."""
+    slower = _result(Verdict.CORRECT, 0.9)  # 2.0x
+    rounds = _Rounds([])
+    options = FAST.model_copy(update={"recheck_from_speedup": 2.5})
+    kept = Evaluator._recheck_if_marginal(rounds, None, "source", options, slower)
+    assert kept.ok and kept.flags == ["near_tolerance_not_rechecked"] and not rounds.asked
+    assert kept.correct_trials == 5
+    rounds = _Rounds([_result(Verdict.CORRECT, 0.7, trials=MARGINAL_TRIALS)])
+    rechecked = Evaluator._recheck_if_marginal(rounds, None, "source", FAST.model_copy(
+        update={"recheck_from_speedup": 1.9}), slower)
+    assert "marginal_rechecked" in rechecked.flags and len(rounds.asked) == 1
