@@ -277,6 +277,10 @@ def device_text(facts: DeviceFacts) -> str:
     return "\n".join(lines)
 
 
+#: what the reference's sensitivity probe does to it, as the prompt says it (harness/probes.py)
+ULP_NOISE = "one ulp of rounding noise on its inputs and every intermediate result"
+
+
 def problem_text(facts: ProblemFacts) -> str:
     lines = ["Problem as evaluated:", "- inputs (get_inputs(), in order): " + "; ".join(facts.inputs),
              "- outputs: " + "; ".join(facts.outputs),
@@ -295,19 +299,17 @@ def problem_text(facts: ProblemFacts) -> str:
                      f"{facts.gpu_busy_fraction:.0%} of it" + (": launch-bound (fewer launches, or a CUDA graph, pay)"
                                                               if facts.launch_bound else ""))
     if facts.rounding_sensitive:
-        lines.append(f"- one ulp of rounding noise on its inputs and every intermediate result moves "
-                     f"{facts.sensitive_fraction:.1%} of eager's output outside the tolerance: only a candidate "
-                     "that repeats eager's arithmetic bit for bit can pass (no reordered reductions, fused kernels, "
-                     "TF32 or other algorithms)")
+        lines.append(f"- {ULP_NOISE} moves {facts.sensitive_fraction:.1%} of eager's output outside the tolerance: "
+                     "only a candidate that repeats eager's arithmetic bit for bit can pass (no reordered reductions, "
+                     "fused kernels, TF32 or other algorithms)")
     elif facts.sensitive_fraction:
-        lines.append(f"- one ulp of rounding noise on its inputs and every intermediate result moves "
-                     f"{facts.sensitive_fraction:.2g} of eager's output outside the tolerance: a candidate that rounds "
-                     "fewer values differently can pass, but keep every reduction in float32 or wider")
+        lines.append(f"- {ULP_NOISE} moves {facts.sensitive_fraction:.2g} of eager's output outside the tolerance: a "
+                     "candidate that rounds fewer values differently can pass, but keep every reduction in float32 or "
+                     "wider")
     elif facts.near_tolerance:
-        lines.append(f"- one ulp of rounding noise on its inputs and every intermediate result keeps eager's output "
-                     f"within the tolerance, but one element's difference takes {facts.sensitive_margin:.0%} of it: a "
-                     "candidate that sums in another order lands near the tolerance and is checked on more inputs, "
-                     "where it may miss it")
+        lines.append(f"- {ULP_NOISE} keeps eager's output within the tolerance, but one element's difference takes "
+                     f"{facts.sensitive_margin:.0%} of it: a candidate that sums in another order lands near the "
+                     "tolerance and is checked on more inputs, where it may miss it")
     if facts.normalization_layers >= STACKED_NORMALIZATIONS:
         lines.append(f"- the model holds {facts.normalization_layers} normalisation layers: each renormalises what "
                      "came before it, so a difference in one layer's sums reaches every later one")
