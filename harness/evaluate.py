@@ -17,7 +17,8 @@ import signal
 import time
 from concurrent.futures import Future
 
-from kernelpro.harness import channel, compare, compilecache, outputslots, policy, readings, sandbox, tritonwarm
+from kernelpro.harness import (channel, compare, compilecache, outputslots, policy, readings, recheck, sandbox,
+                               tritonwarm)
 from kernelpro.harness.buildqueue import BuildQueue
 from kernelpro.harness.cache import BuildCache, BuildEntry, needs_native_build, source_hash
 from kernelpro.harness.ceilings import CeilingsStore, KeptCeilings, settle
@@ -42,15 +43,6 @@ SUSPICIOUS_SPEEDUP = 10.0
 #: and a kernel that streams the same bytes at that rate times within a few percent of it either way
 UNDER_FLOOR_MARGIN = 0.05
 REVERIFY_TRIALS = 10
-#: a correct candidate whose outputs took this share of the tolerance (or more) on some trial is checked again on
-#: more inputs: level3/13_DenseNet121TransitionLayer's fused batch norm passed 5 trials and failed one of
-#: KernelBench's evaluator's 5 by 0.000115 against 1e-4
-MARGINAL_SHARE = 0.5
-#: the correctness trials (fresh seeds) such a candidate runs again, in rounds that hold at most MARGINAL_HELD_BYTES
-#: of reference outputs (and at least EvalOptions.correct_trials trials) each: one round for most problems, four of
-#: five trials at level 1's sizes
-MARGINAL_TRIALS = 20
-MARGINAL_HELD_BYTES = 4 << 30
 #: why an evaluation run again alone, after it ran out of device memory beside others or its slot, has no output slot
 RUN_AGAIN_ALONE = "none: run again alone after running out of device memory, outputs through the channel"
 
@@ -95,6 +87,9 @@ class Evaluator:
         self.builds = BuildQueue(device, self.cache, self.pool, build_workers)
         # Triton's CUDA driver helper, built once for every candidate's Triton cache (harness/tritonwarm.py)
         self.triton_driver = tritonwarm.DriverHelper.for_device(device, self.cache.root.parent)
+        # candidates near the tolerance that passed their extra trials (harness/recheck.py): a search's closing
+        # re-measurement of its best does not run them again
+        self.rechecked: dict[tuple, tuple[float, int]] = {}
 
     def __enter__(self) -> "Evaluator":
         return self
@@ -120,7 +115,8 @@ class Evaluator:
             raise DeviceError(f"this evaluator runs on {self.device}, not {options.device}")
         result = self._evaluate_once(problem, source, options)
         result = self._reverify_if_suspicious(problem, source, options, result)
-        result = self._recheck_if_marginal(problem, source, options, result)
+        result = recheck.if_marginal(functools.partial(self._evaluate_once, problem, source), self.rechecked,
+                                     problem, options, result)
         log.info("evaluated %s on %s: %s in %.1f s %s", result.source_sha256[:12], problem.name,
                  result.verdict.value, result.wall_s, result.phase_s)
         return result
@@ -144,37 +140,6 @@ class Evaluator:
         # The build is the first evaluation's (the second found it in the cache).
         return kept.model_copy(update={"flags": flags, "reason": f"{kept.reason} (re-verified after {why})",
                                        "build_cached": result.build_cached, "build_s": result.build_s})
-
-    def _recheck_if_marginal(self, problem, source, options, result: EvalResult) -> EvalResult:
-        """A correct candidate whose outputs took MARGINAL_SHARE or more of the tolerance on some trial runs
-        MARGINAL_TRIALS more correctness trials on fresh seeds, not timed: near the tolerance, other inputs
-        (KernelBench's evaluator draws its own) may cross it. The first round that fails gives the verdict. One slower
-        than `EvalOptions.recheck_from_speedup` is not (it cannot become a search's best): its record says so."""
-        if not result.ok or result.tolerance_used is None or result.tolerance_used < MARGINAL_SHARE:
-            return result
-        if options.recheck_from_speedup is not None and (result.speedup or 0.0) < options.recheck_from_speedup:
-            return result.model_copy(update={"flags": result.flags + ["near_tolerance_not_rechecked"]})
-        why = f"its outputs used {result.tolerance_used:.0%} of the tolerance"
-        used, trials, spent = result.tolerance_used, result.correct_trials, 0.0
-        output_bytes = result.memory.output_bytes if result.memory else 0
-        per_round = max(options.correct_trials, min(MARGINAL_TRIALS, MARGINAL_HELD_BYTES // max(1, output_bytes)))
-        for round_ in range(1, -(-MARGINAL_TRIALS // per_round) + 1):
-            again = self._evaluate_once(problem, source, options.model_copy(update={
-                "seed": options.seed + 104729 * round_, "correct_trials": per_round, "measure_time": False}),
-                keep=False)
-            spent += again.wall_s
-            # the record's time is the first evaluation's and the rounds', these under the phase `recheck`
-            timed = {"wall_s": result.wall_s + spent, "phase_s": {**result.phase_s, "recheck": round(spent, 3)}}
-            if not again.ok:
-                return again.model_copy(update={
-                    "reason": f"on more inputs after {why}: {again.reason}", "correct_trials": trials
-                    + again.correct_trials, "flags": again.flags + ["marginal_failed"],
-                    "build_cached": result.build_cached, "build_s": result.build_s, **timed})
-            used, trials = max(used, again.tolerance_used or 0.0), trials + again.correct_trials
-        return result.model_copy(update={"tolerance_used": used, "correct_trials": trials,
-                                         "flags": result.flags + ["marginal_rechecked"],
-                                         "reason": f"{result.reason} (rechecked on {trials} trials after {why})",
-                                         **timed})
 
     def _evaluate_once(self, problem: Problem, source: str, options: EvalOptions, alone: bool = False,
                        keep: bool = True) -> EvalResult:

@@ -108,7 +108,7 @@ class ProblemFacts:
     def near_tolerance(self) -> bool:
         """Whether one ulp of noise keeps eager within the tolerance but takes more than ROOMY_BELOW of it at some
         element: a candidate that sums in another order lands near the tolerance, where the harness checks it on
-        more inputs (harness.evaluate.MARGINAL_SHARE)."""
+        more inputs (harness.recheck.MARGINAL_SHARE)."""
         return not self.sensitive_fraction and (self.sensitive_margin or 0.0) > ROOMY_BELOW
 
     @property

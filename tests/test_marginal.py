@@ -1,5 +1,5 @@
 """A correct candidate near the tolerance is checked on more inputs before its verdict stands
-(harness/evaluate.py: Evaluator._recheck_if_marginal; harness/compare.py: tolerance_used)."""
+(harness/recheck.py; harness/compare.py: tolerance_used)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import torch
 from conftest import candidate_source
 from kernelpro.harness import EvalOptions, PhaseLimits, Verdict
 from kernelpro.harness import compare
-from kernelpro.harness.evaluate import MARGINAL_HELD_BYTES, MARGINAL_SHARE, MARGINAL_TRIALS, Evaluator
+from kernelpro.harness import recheck
+from kernelpro.harness.recheck import MARGINAL_HELD_BYTES, MARGINAL_SHARE, MARGINAL_TRIALS
 from kernelpro.harness.records import EvalResult, MemorySizes
 
 FAST = EvalOptions(device="cpu", timing_trials=5, timing_budget_s=1.0,
@@ -63,11 +64,14 @@ class _Rounds:
     the options each round asked for."""
 
     def __init__(self, answers: list[EvalResult]):
-        self.answers, self.asked = list(answers), []
+        self.answers, self.asked, self.rechecked = list(answers), [], {}
 
-    def _evaluate_once(self, problem, source, options, alone=False, keep=True):
+    def once(self, options, keep=True):
         self.asked.append((options, keep))
         return self.answers.pop(0)
+
+    def recheck(self, options, first: EvalResult) -> EvalResult:
+        return recheck.if_marginal(self.once, self.rechecked, None, options, first)
 
 
 def _result(verdict: Verdict, used: float | None, reason: str = "correct", trials: int = 5,
@@ -83,7 +87,7 @@ def test_large_outputs_recheck_in_rounds_and_the_first_that_fails_gives_the_verd
                       _result(Verdict.CORRECT, 0.1)])
     # outputs so large that a round holds only the usual five trials' worth
     first = _result(Verdict.CORRECT, 0.9, output_bytes=MARGINAL_HELD_BYTES // 4)
-    verdict = Evaluator._recheck_if_marginal(rounds, None, "source", FAST, first)
+    verdict = rounds.recheck(FAST, first)
     assert verdict.verdict is Verdict.INCORRECT and "marginal_failed" in verdict.flags
     assert verdict.reason.startswith("on more inputs after its outputs used 90% of the tolerance: trial 3")
     assert verdict.correct_trials == 5 + 5 + 5  # the first evaluation's, the passing round's, the failing one's
@@ -94,7 +98,7 @@ def test_large_outputs_recheck_in_rounds_and_the_first_that_fails_gives_the_verd
 
 def test_small_outputs_recheck_in_one_round_and_the_largest_share_is_kept():
     rounds = _Rounds([_result(Verdict.CORRECT, 0.95, trials=MARGINAL_TRIALS)])
-    verdict = Evaluator._recheck_if_marginal(rounds, None, "source", FAST, _result(Verdict.CORRECT, 0.6))
+    verdict = rounds.recheck(FAST, _result(Verdict.CORRECT, 0.6))
     assert verdict.ok and "marginal_rechecked" in verdict.flags and verdict.tolerance_used == 0.95
     assert verdict.correct_trials == 5 + MARGINAL_TRIALS and verdict.speedup == 2.0
     assert [options.correct_trials for options, _ in rounds.asked] == [MARGINAL_TRIALS]
@@ -106,7 +110,7 @@ def test_only_correct_candidates_at_or_over_the_share_are_rechecked():
     for first in (_result(Verdict.CORRECT, MARGINAL_SHARE - 0.01), _result(Verdict.CORRECT, None),
                   _result(Verdict.INCORRECT, None)):
         rounds = _Rounds([])
-        assert Evaluator._recheck_if_marginal(rounds, None, "source", FAST, first) is first and not rounds.asked
+        assert rounds.recheck(FAST, first) is first and not rounds.asked
 
 
 def test_a_search_rechecks_only_a_candidate_that_may_become_its_best():
@@ -115,10 +119,22 @@ def test_a_search_rechecks_only_a_candidate_that_may_become_its_best():
     slower = _result(Verdict.CORRECT, 0.9)  # 2.0x
     rounds = _Rounds([])
     options = FAST.model_copy(update={"recheck_from_speedup": 2.5})
-    kept = Evaluator._recheck_if_marginal(rounds, None, "source", options, slower)
+    kept = rounds.recheck(options, slower)
     assert kept.ok and kept.flags == ["near_tolerance_not_rechecked"] and not rounds.asked
     assert kept.correct_trials == 5
     rounds = _Rounds([_result(Verdict.CORRECT, 0.7, trials=MARGINAL_TRIALS)])
-    rechecked = Evaluator._recheck_if_marginal(rounds, None, "source", FAST.model_copy(
-        update={"recheck_from_speedup": 1.9}), slower)
+    rechecked = rounds.recheck(FAST.model_copy(update={"recheck_from_speedup": 1.9}), slower)
     assert "marginal_rechecked" in rechecked.flags and len(rounds.asked) == 1
+
+
+def test_the_same_candidate_is_not_rechecked_twice_on_the_same_seeds():
+    """A search's closing re-measurement of its best (the same source, problem and options) finds the extra trials
+    passed earlier in the run and does not run them again; another seed does."""
+    rounds = _Rounds([_result(Verdict.CORRECT, 0.7, trials=MARGINAL_TRIALS)])
+    first = rounds.recheck(FAST, _result(Verdict.CORRECT, 0.6))
+    again = rounds.recheck(FAST, _result(Verdict.CORRECT, 0.65))
+    assert len(rounds.asked) == 1 and "marginal_rechecked" in again.flags and "earlier" in again.reason
+    assert again.correct_trials == first.correct_trials == 5 + MARGINAL_TRIALS and again.tolerance_used == 0.7
+    rounds.answers.append(_result(Verdict.CORRECT, 0.6, trials=MARGINAL_TRIALS))
+    rounds.recheck(FAST.model_copy(update={"seed": 7}), _result(Verdict.CORRECT, 0.6))
+    assert len(rounds.asked) == 2
