@@ -107,6 +107,8 @@ def agreement(bench: Path, out: Path) -> dict:
                "kernelbench_compiled": judged.get("compiled"), "kernelbench_error": judged.get("error"),
                "moves": run.get("best_moves"), "speedup": final.get("speedup", run.get("speedup")),
                "kernelbench_method_speedup": ours.get("speedup"), "oracle_speedup": theirs,
+               # how close our best's outputs came to the tolerance on our trials, and whether it was rechecked
+               "tolerance_used": run.get("best_tolerance_used"), "rechecked": run.get("best_rechecked"),
                "oracle_metadata": {k: v for k, v in (judged.get("metadata") or {}).items()
                                    if k in ("correctness_issue", "max_difference", "runtime_error")}}
         if ours.get("speedup") and theirs:
@@ -140,12 +142,13 @@ def main() -> None:
               time.monotonic() + args.until)
     document = agreement(args.bench, args.out)
     (args.out / "agreement.json").write_text(json.dumps(document, indent=1))
-    print(f"{'problem':58s} {'kp':>4s} {'kb':>4s} {'ours':>7s} {'kb-meth':>7s} {'oracle':>7s}")
+    print(f"{'problem':58s} {'kp':>4s} {'kb':>4s} {'ours':>7s} {'kb-meth':>7s} {'oracle':>7s} {'tol':>5s}")
     for r in document["problems"]:
         cell = lambda v: f"{v:7.3f}" if isinstance(v, (int, float)) else f"{'-':>7s}"  # noqa: E731
         print(f"{r['key']:58s} {'ok' if r['kernelpro_correct'] else 'no':>4s} "
               f"{'ok' if r['kernelbench_correct'] else 'no':>4s} {cell(r['speedup'])} "
-              f"{cell(r['kernelbench_method_speedup'])} {cell(r['oracle_speedup'])}")
+              f"{cell(r['kernelbench_method_speedup'])} {cell(r['oracle_speedup'])} "
+              f"{format(r['tolerance_used'], '5.0%') if r.get('tolerance_used') is not None else '-':>5s}")
     print(f"judged {document['judged']}; correctness agrees on {document['correct_agree']}; speedup within "
           f"{SPEEDUP_AGREEMENT:.0%} on {document['speedup_agree']} of {document['speedup_compared']}; bench "
           f"failures {len(document['bench_failures'])}"

@@ -358,7 +358,8 @@ def test_kb_judge_sets_the_two_verdicts_side_by_side(tmp_path):
         folder.mkdir(parents=True)
         (folder / "best.py").write_text("class ModelNew: pass\n")
         (folder / "run.json").write_text(json.dumps({"best_moves": ["m"], "final": {
-            "speedup": ours, "kernelbench": {"speedup": ours}}}))
+            "speedup": ours, "kernelbench": {"speedup": ours}}, "best_tolerance_used": 0.9 if not correct else 0.01,
+            "best_rechecked": not correct}))
         judged = out / "judged" / f"{key}.json"
         judged.parent.mkdir(parents=True)
         judged.write_text(json.dumps({"correctness": correct, "compiled": True, "speedup_vs_eager": theirs,
@@ -366,6 +367,9 @@ def test_kb_judge_sets_the_two_verdicts_side_by_side(tmp_path):
     document = kb_judge.agreement(bench, out)
     assert document["judged"] == 3 and document["correct_agree"] == 2 and document["stale"] == []
     assert document["speedup_compared"] == 3 and document["speedup_agree"] == 2  # 2.0 vs 1.5 is 33% apart
+    # where the evaluator disagrees, how close our best came to the tolerance is beside it
+    disagreed = next(r for r in document["problems"] if not r["kernelbench_correct"])
+    assert (disagreed["tolerance_used"], disagreed["rechecked"]) == (0.9, True)
     # level2/2_B searched again (--rerun): its judgement was of the old best.py, so it is stale, not a verdict
     (bench / "problems" / "level2/2_B" / "best.py").write_text("class ModelNew: x = 1\n")
     document = kb_judge.agreement(bench, out)
