@@ -24,6 +24,10 @@ MARGINAL_HELD_BYTES = 4 << 30
 #: how the rounds' seeds step away from the evaluation's (a prime: no round repeats another's trials)
 SEED_STEP = 104729
 
+#: what a round leaves out: timing, energy, and the reference's probes (a round's reference runs only to compare)
+CORRECTNESS_ONLY = {"measure_time": False, "kernelbench_timing": False, "measure_energy": False, "sensitivity": False,
+                    "variants": (), "launch_profile": False}
+
 #: one evaluation of the candidate under the given options; `keep=False`: its reference outputs stay out of the
 #: evaluator's reference cache (a one-off seed's must not evict the search's)
 EvaluateOnce = Callable[..., EvalResult]
@@ -55,8 +59,7 @@ def if_marginal(evaluate_once: EvaluateOnce, rechecked: dict, problem, options: 
     per_round = max(options.correct_trials, min(MARGINAL_TRIALS, MARGINAL_HELD_BYTES // max(1, output_bytes)))
     for round_ in range(1, -(-MARGINAL_TRIALS // per_round) + 1):
         again = evaluate_once(options.model_copy(update={
-            "seed": options.seed + SEED_STEP * round_, "correct_trials": per_round, "measure_time": False}),
-            keep=False)
+            "seed": options.seed + SEED_STEP * round_, "correct_trials": per_round, **CORRECTNESS_ONLY}), keep=False)
         spent += again.wall_s
         # the record's time is the first evaluation's and the rounds', these under the phase `recheck`
         timed = {"wall_s": result.wall_s + spent, "phase_s": {**result.phase_s, "recheck": round(spent, 3)}}

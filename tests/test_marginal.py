@@ -96,6 +96,17 @@ def test_large_outputs_recheck_in_rounds_and_the_first_that_fails_gives_the_verd
     assert len(seeds) == 3 and not any(options.measure_time for options, _ in rounds.asked)
 
 
+def test_a_round_runs_no_timing_and_no_probe_of_the_reference():
+    """The options of a `kernelpro eval --sensitivity`-like evaluation: a round compares only."""
+    rounds = _Rounds([_result(Verdict.CORRECT, 0.7, trials=MARGINAL_TRIALS)])
+    asked = FAST.model_copy(update={"sensitivity": True, "variants": ("tf32",), "launch_profile": True,
+                                    "kernelbench_timing": True, "measure_energy": True})
+    rounds.recheck(asked, _result(Verdict.CORRECT, 0.6))
+    (options, _), = rounds.asked
+    assert not (options.measure_time or options.sensitivity or options.variants or options.launch_profile
+                or options.kernelbench_timing or options.measure_energy)
+
+
 def test_small_outputs_recheck_in_one_round_and_the_largest_share_is_kept():
     rounds = _Rounds([_result(Verdict.CORRECT, 0.95, trials=MARGINAL_TRIALS)])
     verdict = rounds.recheck(FAST, _result(Verdict.CORRECT, 0.6))
