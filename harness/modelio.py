@@ -117,3 +117,28 @@ def normalization_layers(model: torch.nn.Module) -> int:
     """How many normalisation modules the model holds (NORMALIZATIONS): in a network that stacks them, each
     renormalises what the ones before it computed."""
     return sum(isinstance(module, NORMALIZATIONS) for module in model.modules())
+
+
+def _normalizing_functions() -> frozenset:
+    """The functional normalisations a traced forward may call."""
+    functional = torch.nn.functional
+    names = ("batch_norm", "layer_norm", "group_norm", "instance_norm", "local_response_norm", "rms_norm")
+    return frozenset(getattr(space, name) for space in (functional, torch) for name in names if hasattr(space, name))
+
+
+def normalization_depth(model: torch.nn.Module) -> int | None:
+    """The most normalisations on one path from the inputs to an output of the model's forward (modules of
+    NORMALIZATIONS and their functional forms), from a symbolic trace: how deep they stack, where a difference in one
+    reaches every later one. None where the forward cannot be traced symbolically (data-dependent control flow)."""
+    try:
+        graph = torch.fx.symbolic_trace(model).graph
+    except Exception:
+        return None
+    modules, functions = dict(model.named_modules()), _normalizing_functions()
+    depth: dict = {}
+    for node in graph.nodes:  # in topological order
+        below = max((depth[arg] for arg in node.all_input_nodes), default=0)
+        normalizes = (node.op == "call_module" and isinstance(modules.get(node.target), NORMALIZATIONS)) or \
+            (node.op == "call_function" and node.target in functions)
+        depth[node] = below + normalizes
+    return max(depth.values(), default=0)

@@ -214,6 +214,9 @@ class Signature(_Record):
     outputs: list[ValueSpec] = []
     normalization_layers: int = Field(0, description="the normalisation modules (batch, group, instance, layer, RMS "
                                       "and local response norms) the model holds")
+    normalization_depth: int | None = Field(None, description="the most normalisations (modules or functional) on one "
+                                            "path from the inputs to an output, from a symbolic trace of forward; "
+                                            "None where it cannot be traced so")
 
 
 class MemorySizes(_Record):

@@ -40,7 +40,8 @@ from kernelpro.harness import channel, compilecache, flags, outputslots, probes,
 from kernelpro.harness.ceilings import measured_if_room
 from kernelpro.harness.errors import OUT_OF_MEMORY, missing_packages_line, one_line
 from kernelpro.harness.modelio import (DTYPES, build_model, cast_to, describe_values, flatten_outputs,  # noqa: F401
-                                      import_file, normalization_layers, parameter_bytes, set_seed, tensor_bytes)
+                                      import_file, normalization_depth, normalization_layers, parameter_bytes,
+                                      set_seed, tensor_bytes)
 from kernelpro.harness.payload import pack_values
 from kernelpro.harness.timing import InterleavedTimer, cannot_reach, kernelbench_times, launch_profile
 
@@ -186,7 +187,8 @@ class Job:
                 self.output_devices = [t.device for t in tensors]
                 self.output_templates = [torch.empty(t.shape, dtype=t.dtype, device="meta") for t in tensors]
                 signature = {"inputs": describe_values(inputs), "outputs": describe_values(outputs, magnitude=True),
-                             "normalization_layers": normalization_layers(model)}
+                             "normalization_layers": normalization_layers(model),
+                             "normalization_depth": normalization_depth(model)}
                 del tensors
                 sizes = {"input_bytes": tensor_bytes(inputs), "output_bytes": tensor_bytes(outputs),
                          "parameter_bytes": parameter_bytes(model),

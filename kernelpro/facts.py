@@ -27,7 +27,8 @@ SENSITIVE_ABOVE = 0.01
 #: inputs (and KernelBench's evaluator its own). level3/27_RegNet in channels-last (H100): within the tolerance on that
 #: trial with a largest difference of 1.23e-4 against atol 1e-4, 1.31x as fast; its move failed trial 3 (1.25% outside).
 ROOMY_BELOW = 0.5
-#: the normalisation layers from which the prompt says that they stack (a difference in one reaches every later one)
+#: how deep normalisations must stack on one path (or, untraced, how many the model must hold) for the prompt to say
+#: so (a difference in one reaches every later one)
 STACKED_NORMALIZATIONS = 3
 #: the largest |output| from which the prompt says the tolerance is relative there (1e-4 x |y| past 1e-4 x 1000)
 LARGE_OUTPUT = 1e3
@@ -70,6 +71,7 @@ class ProblemFacts:
     sensitive_margin: float | None = None
     output_magnitude: float | None = None  # the largest finite |element| of eager's outputs (trial 0)
     normalization_layers: int = 0  # the normalisation modules the model holds (harness Signature)
+    normalization_depth: int | None = None  # the most of them on one path through forward (None: not traced)
     # the same share with eager run under a setting a candidate may change: "tf32", "channels_last" (harness/variants)
     variant_fractions: tuple[tuple[str, float], ...] = ()
     variant_errors: tuple[tuple[str, str], ...] = ()  # what eager raised under a variant, where it did
@@ -172,6 +174,7 @@ def problem_facts(reference: dict) -> ProblemFacts | None:
                         output_magnitude=max((s["largest"] for s in signature.get("outputs", [])
                                               if s.get("largest") is not None), default=None),
                         normalization_layers=int(signature.get("normalization_layers") or 0),
+                        normalization_depth=signature.get("normalization_depth"),
                         variant_fractions=tuple(sorted((name, float(found.get("outside_fraction") or 0.0))
                                                        for name, found in found_variants.items())),
                         variant_errors=tuple(sorted((name, found["error"]) for name, found in found_variants.items()
@@ -310,9 +313,13 @@ def problem_text(facts: ProblemFacts) -> str:
         lines.append(f"- {ULP_NOISE} keeps eager's output within the tolerance, but one element's difference takes "
                      f"{facts.sensitive_margin:.0%} of it: a candidate that sums in another order lands near the "
                      "tolerance and is checked on more inputs, where it may miss it")
-    if facts.normalization_layers >= STACKED_NORMALIZATIONS:
-        lines.append(f"- the model holds {facts.normalization_layers} normalisation layers: each renormalises what "
-                     "came before it, so a difference in one layer's sums reaches every later one")
+    if facts.normalization_depth is not None and facts.normalization_depth >= STACKED_NORMALIZATIONS:
+        lines.append(f"- normalisations stack {facts.normalization_depth} deep on one path through the model "
+                     f"({facts.normalization_layers} normalisation layers in all): each renormalises what came before "
+                     "it, so a difference in one layer's sums reaches every later one")
+    elif facts.normalization_depth is None and facts.normalization_layers >= STACKED_NORMALIZATIONS:
+        lines.append(f"- the model holds {facts.normalization_layers} normalisation layers: where they stack, each "
+                     "renormalises what came before it, so a difference in one layer's sums reaches every later one")
     if facts.output_magnitude is not None and facts.output_magnitude >= LARGE_OUTPUT:
         lines.append(f"- eager's outputs reach {facts.output_magnitude:.3g} in magnitude: the tolerance, "
                      "1e-4 + 1e-4 x |expected| at fp32, is close to a relative 1e-4 at the largest elements, finer "

@@ -7,7 +7,7 @@ import torch
 
 from kernelpro import facts
 from kernelpro.harness import EvalOptions, PhaseLimits, load_problem
-from kernelpro.harness.modelio import largest_magnitude, normalization_layers
+from kernelpro.harness.modelio import largest_magnitude, normalization_depth, normalization_layers
 from kernelpro.harness.problem import reference_candidate
 
 FAST = EvalOptions(device="cpu", timing_trials=3, timing_budget_s=1.0, sensitivity=True,
@@ -52,20 +52,46 @@ def test_normalisation_layers_are_counted_wherever_they_sit():
     assert normalization_layers(model) == 3 and normalization_layers(torch.nn.Linear(2, 2)) == 0
 
 
+class _Branches(torch.nn.Module):
+    """Two batch norms on one path and one beside them, then a functional layer norm after both meet."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.side = torch.nn.BatchNorm1d(4), torch.nn.BatchNorm1d(4), torch.nn.BatchNorm1d(4)
+
+    def forward(self, x):
+        y = self.b(torch.relu(self.a(x))) + self.side(x)
+        return torch.nn.functional.layer_norm(y, (4,))
+
+
+class _DataDependent(torch.nn.Module):
+    def forward(self, x):
+        return x * 2 if x.sum() > 0 else x
+
+
+def test_the_depth_of_stacked_normalisations_is_the_longest_path_through_forward():
+    assert normalization_depth(_Branches()) == 3 and normalization_layers(_Branches()) == 3
+    assert normalization_depth(torch.nn.Linear(2, 2)) == 0
+    assert normalization_depth(_DataDependent()) is None  # not traceable symbolically
+
+
 def test_the_references_record_carries_the_signals_and_the_prompt_names_them(cpu_evaluator, tmp_path):
     (tmp_path / "stacked.py").write_text(STACKED)
     problem = load_problem(tmp_path / "stacked.py")
     result = cpu_evaluator.evaluate(problem, reference_candidate(problem), FAST)
     assert result.ok, result.reason
-    assert result.signature.normalization_layers == 3
+    assert result.signature.normalization_layers == 3 and result.signature.normalization_depth == 3
     largest = result.signature.outputs[0].largest
     assert largest is not None and 1e4 < largest < 1e7  # normalised values, times 1e5
     assert result.signature.inputs[0].largest is None  # inputs are described without it
     record = result.model_dump(mode="json")
     found = facts.problem_facts(record)
-    assert found.normalization_layers == 3 and found.output_magnitude == largest
+    assert found.normalization_layers == 3 and found.normalization_depth == 3 and found.output_magnitude == largest
     text = facts.problem_text(found)
-    assert "holds 3 normalisation layers" in text and f"reach {largest:.3g} in magnitude" in text
+    assert "normalisations stack 3 deep on one path" in text and f"reach {largest:.3g} in magnitude" in text
+    # a record from before the depth was traced (or an untraceable forward): the count stands in for it
+    untraced = facts.problem_facts({**record, "signature": {**record["signature"], "normalization_depth": None}})
+    assert "the model holds 3 normalisation layers" in facts.problem_text(untraced)
 
 
 def _facts(**sensitivity) -> facts.ProblemFacts:
