@@ -6,9 +6,7 @@ from __future__ import annotations
 import torch
 
 from conftest import candidate_source
-from kernelpro.harness import EvalOptions, PhaseLimits, Verdict
-from kernelpro.harness import compare
-from kernelpro.harness import recheck
+from kernelpro.harness import EvalOptions, PhaseLimits, Verdict, compare, recheck
 from kernelpro.harness.recheck import MARGINAL_HELD_BYTES, MARGINAL_SHARE, MARGINAL_TRIALS
 from kernelpro.harness.records import EvalResult, MemorySizes
 
