@@ -131,24 +131,48 @@ def _chunks(expected: torch.Tensor, got: torch.Tensor):
                 yield a, b
 
 
-def _within(a: torch.Tensor, b: torch.Tensor, tolerance: float) -> bool:
+def _difference_and_allowance(a: torch.Tensor, b: torch.Tensor, tolerance: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """|b - a| and atol + rtol * |a| (atol = rtol = tolerance), elementwise in a's float dtype."""
+    difference = torch.sub(a, b).abs_()
+    return difference, a.abs().mul_(tolerance).add_(tolerance).clamp_(max=torch.finfo(a.dtype).max)
+
+
+def _largest_share(difference: torch.Tensor, allowed: torch.Tensor) -> float:
+    """The largest difference over its allowance, a difference that is not finite counting none (equal infinities
+    and NaN against NaN pass; any other such difference fails before this is asked)."""
+    return float(torch.nan_to_num(difference.div_(allowed), nan=0.0, posinf=0.0).max().item())
+
+
+def _within(a: torch.Tensor, b: torch.Tensor, tolerance: float, used: list | None = None) -> bool:
     """isclose's finite test, |b - a| <= atol + rtol * |a| with atol = rtol = tolerance, in a's float dtype and in
     the same operations (so the same rounding), in five passes instead of isclose's dozen: true only where isclose
-    is (a difference that is not finite, NaN included, fails it, as do equal infinities, which isclose takes)."""
-    difference = torch.sub(a, b).abs_()
-    allowed = a.abs().mul_(tolerance).add_(tolerance).clamp_(max=torch.finfo(a.dtype).max)
-    return bool(torch.le(difference, allowed).all())
+    is (a difference that is not finite, NaN included, fails it, as do equal infinities, which isclose takes).
+    Where true and `used` is a list, the chunk's largest share of its allowance is appended to it."""
+    difference, allowed = _difference_and_allowance(a, b, tolerance)
+    if not bool(torch.le(difference, allowed).all()):
+        return False
+    if used is not None:
+        used.append(_largest_share(difference, allowed))
+    return True
 
 
-def _chunk_close(a: torch.Tensor, b: torch.Tensor, tolerance: float) -> bool:
+def _chunk_close(a: torch.Tensor, b: torch.Tensor, tolerance: float, used: list | None = None) -> bool:
+    """Whether a chunk passes; where it does and `used` is a list, the chunk's largest share of the tolerance goes
+    into it (integer chunks, compared exactly, give none)."""
     if not (a.is_floating_point() or a.is_complex()):
         return bool(torch.equal(a, b))
     try:
-        if a.dtype in (torch.float32, torch.float64) and _within(a, b, tolerance):
+        if a.dtype in (torch.float32, torch.float64) and _within(a, b, tolerance, used):
             return True
-        return bool(torch.isclose(b, a, rtol=tolerance, atol=tolerance, equal_nan=True).all())
+        close = bool(torch.isclose(b, a, rtol=tolerance, atol=tolerance, equal_nan=True).all())
     except torch.OutOfMemoryError:
-        return bool(torch.isclose(b.cpu(), a.cpu(), rtol=tolerance, atol=tolerance, equal_nan=True).all())
+        a, b = a.cpu(), b.cpu()
+        close = bool(torch.isclose(b, a, rtol=tolerance, atol=tolerance, equal_nan=True).all())
+    if close and used is not None and a.is_floating_point():  # half precisions, or non-finite values isclose takes
+        if a.dtype not in (torch.float32, torch.float64):
+            a, b = a.float(), b.float()
+        used.append(_largest_share(*_difference_and_allowance(a, b, tolerance)))
+    return close
 
 
 def _tally_of(expected: torch.Tensor, got: torch.Tensor, tolerance: float) -> _Tally:
@@ -164,23 +188,6 @@ def outside_tolerance(expected: torch.Tensor, got: torch.Tensor, tolerance: floa
     chunk by chunk in float64, counted as `compare_tensor` counts them (NaN against NaN and equal infinities pass)."""
     tally = _tally_of(expected, got, tolerance)
     return tally.bad, tally.total, tally.max_abs or 0.0
-
-
-def tolerance_used(expected: list, got: list, tolerance: float) -> float:
-    """The largest share of its element's allowance (atol + rtol x |expected|, atol = rtol = tolerance) that any
-    finite difference between two passing output lists takes: 1 is at the tolerance. A candidate that uses most of
-    it on one set of inputs may miss it on another (KernelBench's evaluator draws its own)."""
-    share = 0.0
-    for reference, candidate in zip(expected, got):
-        if not (isinstance(reference, torch.Tensor) and isinstance(candidate, torch.Tensor)
-                and reference.is_floating_point() and reference.shape == candidate.shape and reference.numel()):
-            continue
-        for a, b in _chunks(reference, candidate):
-            if a.dtype not in (torch.float32, torch.float64):
-                a, b = a.float(), b.float()
-            used = torch.sub(a, b).abs_().div_(a.abs().mul_(tolerance).add_(tolerance))
-            share = max(share, float(torch.nan_to_num(used, nan=0.0, posinf=0.0).max().item()))
-    return share
 
 
 def deviation(outputs: list, moved: list, tolerance: float) -> dict:
@@ -202,12 +209,13 @@ class Mismatch:
 
 
 def compare_tensor(expected: torch.Tensor, got: object, index: int, tolerance: float,
-                   trial: int = 0, details: bool = True) -> Mismatch | None:
+                   trial: int = 0, details: bool = True, used: list | None = None) -> Mismatch | None:
     """allclose with atol = rtol = tolerance, NaN/Inf positions matching, shape and dtype exact.
 
     Chunk by chunk: a fast pass in the native dtype, and float64 details only for chunks that fail
     (every chunk then, for the fraction and the largest errors). With details=False the first chunk
-    that fails ends it: a yes/no answer (a 6 GB output that differs everywhere costs one chunk)."""
+    that fails ends it: a yes/no answer (a 6 GB output that differs everywhere costs one chunk). `used`, a list:
+    each passing floating chunk's largest share of the tolerance is appended to it, from the same pass."""
     if not isinstance(got, torch.Tensor):
         return Mismatch(f"output {index} is a {type(got).__name__}, not a tensor",
                         ErrorStats(output_index=index, trial=trial))
@@ -223,7 +231,7 @@ def compare_tensor(expected: torch.Tensor, got: object, index: int, tolerance: f
         return None
     tally, failed = _Tally(), False
     for a, b in _chunks(expected, got):
-        if failed or not _chunk_close(a, b, tolerance):
+        if failed or not _chunk_close(a, b, tolerance, used):
             if not details:
                 return Mismatch(f"output {index} differs", ErrorStats(output_index=index, trial=trial))
             failed = True
@@ -253,13 +261,15 @@ def compare_tensor(expected: torch.Tensor, got: object, index: int, tolerance: f
 
 
 def compare_outputs(expected: list, got: list, expected_structure: str, got_structure: str,
-                    tolerance: float, trial: int = 0, details: bool = True) -> Mismatch | None:
+                    tolerance: float, trial: int = 0, details: bool = True, used: list | None = None
+                    ) -> Mismatch | None:
+    """The first output that differs (`compare_tensor`), or None; `used` as `compare_tensor` fills it."""
     if expected_structure != got_structure or len(expected) != len(got):
         return Mismatch(f"the candidate returned {got_structure}, the reference {expected_structure}",
                         ErrorStats(output_index=0, trial=trial))
     for index, (reference, candidate) in enumerate(zip(expected, got)):
         if isinstance(reference, torch.Tensor):
-            mismatch = compare_tensor(reference, candidate, index, tolerance, trial, details)
+            mismatch = compare_tensor(reference, candidate, index, tolerance, trial, details, used)
         elif reference != candidate:
             mismatch = Mismatch(f"output {index} is {candidate!r}, expected {reference!r}",
                                 ErrorStats(output_index=index, trial=trial))

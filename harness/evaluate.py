@@ -472,12 +472,13 @@ class Evaluator:
             raise Finished(Verdict.REJECTED, f"outputs for trial {trial}, which the reference never ran",
                            Phase.CORRECTNESS)
         expected, outcome.references[trial] = outcome.references[trial], None  # its memory can go after this
+        used: list[float] = []  # each passing chunk's largest share of the tolerance, from the comparison's own pass
         mismatch = compare.compare_outputs(expected, outputs, outcome.structures[trial], header["structure"],
-                                           tolerance, trial)
+                                           tolerance, trial, used=used)
         if mismatch:
             raise Finished(Verdict.INCORRECT, f"trial {trial}: {mismatch.reason}", Phase.CORRECTNESS,
                            [mismatch.stats])
-        outcome.tolerance_used = max(outcome.tolerance_used, compare.tolerance_used(expected, outputs, tolerance))
+        outcome.tolerance_used = max([outcome.tolerance_used, *used])
         if trial == 0:  # kept for the repeat (in the output slot, region 0, which the worker writes next after it)
             outcome.first_outputs = outputs
         outcome.trials_passed += 1

@@ -1,9 +1,9 @@
 """A correct candidate near the tolerance, checked on more inputs before its verdict stands.
 
-Each correct record says how close its outputs came to the tolerance (`EvalResult.tolerance_used`, from
-`compare.tolerance_used`). Near it, other inputs may cross it: KernelBench's evaluator found
-level3/13_DenseNet121TransitionLayer's fused batch norm incorrect on one of its five trials (0.000115 against 1e-4)
-after the harness had passed it on five of its own. `if_marginal` runs such a candidate's extra trials through the
+Each correct record says how close its outputs came to the tolerance (`EvalResult.tolerance_used`, from the
+comparison's own pass: `compare.compare_outputs(..., used=)`). Near it, other inputs may cross it: KernelBench's
+evaluator found level3/13_DenseNet121TransitionLayer's fused batch norm incorrect on one of its five trials
+(0.000115 against 1e-4) after the harness had passed it on five of its own. `if_marginal` runs such a candidate's extra trials through the
 evaluator's own single evaluations, untimed, and the first round that fails gives the verdict.
 """
 
