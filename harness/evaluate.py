@@ -234,6 +234,9 @@ class Evaluator:
             "triton_cache_dir": str(entry.triton_cache_dir),
             "reference_outputs": kept is None and not outcome.itself,
             "count_flops": kept is None,  # kept outputs come with their count: no FLOP counter (nor dynamo) here
+            # the reference's own evaluation describes it further (output magnitudes, normalisations: the problem's
+            # facts read them from that record only)
+            "describe": outcome.itself,
             "sensitivity": options.sensitivity, "variants": list(options.variants),
             "tolerance": options.effective_tolerance,
             # the torch.compile baseline's caches: read by any worker that compiles it, written back only from one

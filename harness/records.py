@@ -203,8 +203,8 @@ class ValueSpec(_Record):
     shape: list[int] | None = None
     dtype: str | None = None
     value: str | None = Field(None, description="a non-tensor's repr, cut to 80 characters")
-    largest: float | None = Field(None, description="an output's: its largest finite |element| (a floating tensor "
-                                  "whose extremes are finite)")
+    largest: float | None = Field(None, description="an output's, in the reference's own evaluation: its largest "
+                                  "finite |element| (a floating tensor whose extremes are finite)")
 
 
 class Signature(_Record):
@@ -212,11 +212,13 @@ class Signature(_Record):
 
     inputs: list[ValueSpec] = []
     outputs: list[ValueSpec] = []
-    normalization_layers: int = Field(0, description="the normalisation modules (batch, group, instance, layer, RMS "
-                                      "and local response norms) the model holds")
+    normalization_layers: int | None = Field(None, description="the normalisation modules (batch, group, instance, "
+                                             "layer, RMS and local response norms) the model holds; given by the "
+                                             "reference's own evaluation")
     normalization_depth: int | None = Field(None, description="the most normalisations (modules or functional) on one "
-                                            "path from the inputs to an output, from a symbolic trace of forward; "
-                                            "None where it cannot be traced so")
+                                            "path from the inputs to an output, from a symbolic trace of forward, in "
+                                            "the reference's own evaluation; None elsewhere, or where it cannot be "
+                                            "traced so")
 
 
 class MemorySizes(_Record):

@@ -186,9 +186,12 @@ class Job:
                 # shapes and devices only: the tensors themselves go as soon as they are sent
                 self.output_devices = [t.device for t in tensors]
                 self.output_templates = [torch.empty(t.shape, dtype=t.dtype, device="meta") for t in tensors]
-                signature = {"inputs": describe_values(inputs), "outputs": describe_values(outputs, magnitude=True),
-                             "normalization_layers": normalization_layers(model),
-                             "normalization_depth": normalization_depth(model)}
+                described = bool(self.spec.get("describe"))
+                signature = {"inputs": describe_values(inputs),
+                             "outputs": describe_values(outputs, magnitude=described)}
+                if described:
+                    signature.update(normalization_layers=normalization_layers(model),
+                                     normalization_depth=normalization_depth(model))
                 del tensors
                 sizes = {"input_bytes": tensor_bytes(inputs), "output_bytes": tensor_bytes(outputs),
                          "parameter_bytes": parameter_bytes(model),

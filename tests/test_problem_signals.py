@@ -111,3 +111,15 @@ def test_a_reference_that_one_ulp_of_noise_takes_near_the_tolerance_is_named_so(
     assert not outside.near_tolerance and "0.002 of eager's output outside" in facts.problem_text(outside)
     # small outputs, few normalisations: neither line
     assert "magnitude" not in facts.problem_text(roomy) and "normalisation" not in facts.problem_text(roomy)
+
+
+def test_a_candidates_evaluation_does_not_describe_the_reference_again(cpu_evaluator, tmp_path):
+    """Only the reference's own evaluation traces forward and reads the outputs' extremes: the problem's facts come
+    from that record, and a candidate's worker would spend the time on every evaluation."""
+    (tmp_path / "stacked.py").write_text(STACKED)
+    problem = load_problem(tmp_path / "stacked.py")
+    candidate = STACKED.replace("class Model(nn.Module)", "class ModelNew(nn.Module)")
+    result = cpu_evaluator.evaluate(problem, candidate, FAST.model_copy(update={"sensitivity": False}))
+    assert result.ok, result.reason
+    assert result.signature.normalization_depth is None and result.signature.normalization_layers is None
+    assert result.signature.outputs[0].largest is None
