@@ -211,3 +211,18 @@ def test_a_best_near_the_tolerance_is_named_with_the_share_it_took():
     line = next(line for line in text.splitlines() if line.startswith("Bests near the tolerance"))
     assert "`level3/1_P` (84%)" in line and "`level3/2_P`" not in line
     jsonschema.validate(json.loads(json.dumps(dict(document, format="kernelpro-leaderboard"))), schema())
+
+
+def test_a_problem_whose_best_is_the_reference_counts_against_torch_compile():
+    """Where no candidate beat eager there is no re-measurement: the row's ratio to torch.compile is eager's, as
+    its search's baseline timed both, and the level's geomean counts it rather than only the problems a candidate
+    won."""
+    from kernelpro.bench.leaderboard import level_summary, problem_row
+    won = {"evaluations": 4, "speedup": 3.0, "verdicts": {"correct": 4}, "best_ms": 1.0, "baseline_ms": 3.0,
+           "final": {"speedup": 3.0, "speedup_vs_compile": 2.0, "best_ms": 1.0, "eager_ms": 3.0, "compile_ms": 2.0}}
+    kept = {"evaluations": 4, "speedup": 1.0, "verdicts": {"correct": 4}, "best_ms": 4.0, "baseline_ms": 4.0,
+            "baseline_compile_ms": 2.0}
+    rows = [problem_row({"key": f"level1/{i}_P", "level": 1, "number": i, "name": "P", "status": "done",
+                         "result": result, "error": "", "seconds": 1.0}) for i, result in enumerate([won, kept], 1)]
+    assert rows[1]["speedup_vs_compile"] == pytest.approx(0.5)
+    assert level_summary(1, rows)["geomean_vs_compile"] == pytest.approx(1.0)
