@@ -35,8 +35,10 @@ _KNOWN_GLOBALS = {
 
 def _imports(src: str, globals_: dict) -> list[str]:
     lines = []
+    words = set(re.findall(r"\w+", src))  # the whole words of src, once (a graph's globals run to thousands)
     for name, value in sorted(globals_.items()):
-        if not re.search(rf"\b{re.escape(name)}\b", src) or getattr(value, "__module__", "") == GENERATED_MODULE:
+        used = name in words if re.fullmatch(r"\w+", name) else re.search(rf"\b{re.escape(name)}\b", src)
+        if not used or getattr(value, "__module__", "") == GENERATED_MODULE:
             continue  # generated kernels' wrappers are defined in the candidate file itself
         if name in _KNOWN_GLOBALS:
             if _KNOWN_GLOBALS[name]:
