@@ -170,13 +170,14 @@ def rewrite(compiler: Compiler, build: Build) -> None:
     moves = rewriting(build)
     done, start = 0, compiler.graph
     for length in range(len(moves), 0, -1):
-        kept = compiler.rewritten.get((tuple(moves[:length]), build.precision))
-        if kept is not None:
-            compiler.rewritten.move_to_end((tuple(moves[:length]), build.precision))
-            done, start = length, kept.gm
-            build.counts.update(kept.counts)
-            if kept.simplified is not None:
-                compiler.simplified = copy.deepcopy(kept.simplified)
+        key = (tuple(moves[:length]), build.precision)
+        found = compiler.rewritten.get(key)
+        if found is not None:
+            compiler.rewritten.move_to_end(key)
+            done, start = length, found.gm
+            build.counts.update(found.counts)
+            if found.simplified is not None:
+                compiler.simplified = copy.deepcopy(found.simplified)
             break
     build.gm = copy.deepcopy(start)
     build.gm.meta["kp_precision"] = build.precision

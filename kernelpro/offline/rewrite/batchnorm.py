@@ -116,8 +116,8 @@ def split_training_batch_norms(gm: fx.GraphModule) -> int:
     with graph.inserting_before(output):
         buffers = [[_attr(graph, module, f"{target}.{name}") for target, module, *_ in updates]
                    for name in ("running_mean", "running_var", "num_batches_tracked")]
-        update = graph.call_function(UPDATE, (*buffers, [u[2] for u in updates], [u[3] for u in updates],
-                                              [u[4] for u in updates], [u[5] for u in updates]))
+        _, _, means, variances, counts, momenta = (list(column) for column in zip(*updates))
+        update = graph.call_function(UPDATE, (*buffers, means, variances, counts, momenta))
         update._rename("running_statistics")  # not the function's own name
     graph.lint()
     gm.recompile()
