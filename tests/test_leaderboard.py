@@ -213,7 +213,7 @@ def test_a_best_near_the_tolerance_is_named_with_the_share_it_took():
     jsonschema.validate(json.loads(json.dumps(dict(document, format="kernelpro-leaderboard"))), schema())
 
 
-def test_a_problem_whose_best_is_the_reference_counts_against_torch_compile():
+def test_a_problem_whose_best_is_the_reference_counts_against_torch_compile_and_by_kernelbenchs_method():
     """Where no candidate beat eager there is no re-measurement: the row's ratio to torch.compile is eager's, as
     its search's baseline timed both, and the level's geomean counts it rather than only the problems a candidate
     won."""
@@ -226,3 +226,9 @@ def test_a_problem_whose_best_is_the_reference_counts_against_torch_compile():
                          "result": result, "error": "", "seconds": 1.0}) for i, result in enumerate([won, kept], 1)]
     assert rows[1]["speedup_vs_compile"] == pytest.approx(0.5)
     assert level_summary(1, rows)["geomean_vs_compile"] == pytest.approx(1.0)
+    # and by KernelBench's method the reference is timed against itself
+    won["final"]["kernelbench"], won["kernelbench_speedup"], won["best_moves"] = {"speedup": 4.0}, 4.0, ["fuse"]
+    rows = [problem_row({"key": f"level1/{i}_P", "level": 1, "number": i, "name": "P", "status": "done",
+                         "result": result, "error": "", "seconds": 1.0}) for i, result in enumerate([won, kept], 1)]
+    assert rows[1]["kernelbench_speedup"] == 1.0
+    assert level_summary(1, rows)["geomean_kernelbench_method"] == pytest.approx(2.0)
