@@ -17,7 +17,7 @@ import torch
 from kernelpro.coder import CoderRequest
 from kernelpro.offline import OfflineCoder, OfflineCoderError
 from kernelpro.offline.moves import MOVES
-from kernelpro.offline.expand import expand
+from kernelpro.offline.expand import PROBLEMS_KEPT, expand, loaded_problems
 from kernelpro.tools.records import TECHNIQUES
 
 DATA = Path(__file__).parent / "data" / "search"
@@ -636,3 +636,19 @@ def test_a_setting_under_which_eager_itself_ran_much_slower_is_not_offered():
                        "format" in coder.why_no_moves()
         finally:
             coder.close()
+
+
+def test_a_serving_worker_keeps_only_its_latest_problems_traced(tmp_path):
+    """Searches served one after another by one worker: the oldest problem's compiler (and its rewritten graphs) is
+    dropped once PROBLEMS_KEPT others are newer; one asked again becomes the latest."""
+    paths = []
+    for index in range(PROBLEMS_KEPT + 1):
+        paths.append(tmp_path / f"problem_{index}.py")
+        paths[-1].write_text((DATA / "redundant.py").read_text())
+    for path in paths:
+        expand(spec(path))
+    held = loaded_problems()
+    assert str(paths[0].resolve()) not in held and held[-PROBLEMS_KEPT:] == [str(p.resolve()) for p in paths[1:]]
+    expand(spec(paths[1]))
+    assert loaded_problems()[-1] == str(paths[1].resolve())
+    assert len(loaded_problems()) == PROBLEMS_KEPT

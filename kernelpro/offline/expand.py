@@ -71,6 +71,9 @@ def replay_outweighed(problem: Compiler) -> str:
             f"{REPLAY_LAUNCH_S * 1e6:g} us = {saved_s * 1e6:.0f} us)")
 
 
+#: problems a serving worker keeps traced, the latest: a worker that serves one search after another (several searches
+#: from one program) would otherwise hold every problem's compiler, each with its rewritten graphs
+PROBLEMS_KEPT = 2
 _PROBLEMS: dict[tuple, Compiler] = {}  # a serving worker loads and traces each problem once
 
 
@@ -78,8 +81,15 @@ def _problem(path: Path, seed: int, model_mode: str = "train") -> Compiler:
     stat = path.stat()
     key = (str(path.resolve()), seed, model_mode, stat.st_mtime_ns, stat.st_size)
     if key not in _PROBLEMS:
-        _PROBLEMS[key] = Compiler(path, seed, model_mode)
+        while len(_PROBLEMS) >= PROBLEMS_KEPT:
+            del _PROBLEMS[next(iter(_PROBLEMS))]
+    _PROBLEMS[key] = _PROBLEMS.pop(key, None) or Compiler(path, seed, model_mode)  # the latest used last
     return _PROBLEMS[key]
+
+
+def loaded_problems() -> list[str]:
+    """The problem files this process keeps traced, the least recently used first."""
+    return [key[0] for key in _PROBLEMS]
 
 
 def expand(spec: dict) -> dict:
