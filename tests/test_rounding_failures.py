@@ -138,6 +138,34 @@ def test_the_offline_coder_offers_only_moves_that_keep_eagers_sums_once_one_fail
         only.close()
 
 
+def test_while_one_move_that_sums_in_another_order_is_in_flight_near_the_tolerance_the_others_wait(tmp_path):
+    """Two candidates in flight: the second proposal is written before the first's verdict is known. Near the
+    tolerance it is a move that keeps eager's sums, where there is one; with room to spare, the usual order."""
+    problem = tmp_path / "gemm_sum.py"
+    problem.write_text(GEMM_SUM)
+    request = CoderRequest(problem_path=str(problem), problem_source=GEMM_SUM, parent_source=GEMM_SUM,
+                           parent_state={}, parent_verdict="reference", parent_ms=1.0, parent_speedup=1.0,
+                           kind="new_strategy", device="cuda", problem_facts=sensitivity(0.002))
+    assert predictions.reordering_waits(sensitivity(0.002), {"triton_gemm"}) >= {"fuse_reductions", "cuda_kernels"}
+    assert not predictions.reordering_waits(sensitivity(0.0), {"triton_gemm"})  # room to spare
+    assert not predictions.reordering_waits(sensitivity(0.002), {"fuse_pointwise"})  # keeps eager's sums
+    coder = OfflineCoder()
+    try:
+        order = proposals(coder, request)  # simplify_all, fold_constants, fuse_reductions, fuse_pointwise, ...
+        first = order[0]
+        assert MOVES[first].reorders_sums, order
+        done = next(m for m in order if not MOVES[m].reorders_sums)  # evaluated already
+        usual = next(m for m in order if m not in (first, done))
+        keeping = next(m for m in order if m not in (first, done) and not MOVES[m].reorders_sums)
+        assert MOVES[usual].reorders_sums and order.index(usual) < order.index(keeping), order
+        in_flight = replace(request, tried=((first, "pending"), (done, "1.0x")), pending=(first,))
+        assert coder.propose(in_flight).move == keeping
+        assert coder.propose(replace(in_flight, problem_facts=sensitivity(0.0))).move == usual
+        assert coder.propose(replace(in_flight, pending=())).move == usual  # its verdict is in: the usual order
+    finally:
+        coder.close()
+
+
 def test_the_prompt_names_the_moves_that_failed_on_rounding():
     source = (DATA / "redundant.py").read_text()
     request = CoderRequest(problem_path="p.py", problem_source=source, parent_source=source, parent_state={},

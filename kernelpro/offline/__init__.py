@@ -278,6 +278,7 @@ class OfflineCoder:
         # two in flight and one ahead, level2/100's triton_conv was chosen under fuse_pointwise while it was still
         # being timed at the root, and lost both times (0.56x, H100)
         pending = single_moves(request.pending)
+        waiting = predictions.reordering_waits(request.problem_facts, pending)  # until a pending one's verdict
         flat = predictions.flat_settings(request.problem_facts)  # settings under which eager ran as fast as it is
 
         def score(option: dict) -> tuple:
@@ -290,7 +291,8 @@ class OfflineCoder:
             # (a tune: move is the next configuration each time, so its record says nothing of the next)
             gain = scores.get(option["technique"], 0.0) + bonus
             move = option["move"]
-            return move in losing, move in subsumed, move in flat, move in pending, -gain, order, move
+            later = move in pending or move in waiting
+            return move in losing, move in subsumed, move in flat, later, -gain, order, move
 
         best = min(choices, key=score)
         self._offered_once = True

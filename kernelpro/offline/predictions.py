@@ -100,13 +100,28 @@ def after_rounding_failures(facts: ProblemFacts | None, failed: tuple[str, ...])
     half of it (`ProblemFacts.near_tolerance`): there a candidate that sums in another order lands near the
     tolerance (level3/13_DenseNet121TransitionLayer, 84%: its fused batch norm failed KernelBench's evaluator)."""
     reordering = sorted(move for move in single_moves(failed) if move in MOVES and MOVES[move].reorders_sums)
-    if facts is None or not ((facts.sensitive_fraction or 0.0) > 0.0 or facts.near_tolerance) or not reordering:
+    if not near_rounding(facts) or not reordering:
         return {}
     noise = (f"puts {facts.sensitive_fraction:.2%} of eager's output outside the tolerance" if facts.sensitive_fraction
              else f"takes {facts.sensitive_margin:.0%} of eager's tolerance")
     why = (f"predicted to fail: one ulp of noise {noise}, and a candidate that sums in another order "
            f"({', '.join(reordering)}) failed on rounding in this run")
     return {move.name: why for move in MOVES.values() if move.reorders_sums}
+
+
+def near_rounding(facts: ProblemFacts | None) -> bool:
+    """Whether one ulp of noise put some of eager's output outside the tolerance, or took more than half of it: where
+    one candidate that sums in another order failing on rounding predicts the same of the others."""
+    return facts is not None and ((facts.sensitive_fraction or 0.0) > 0.0 or facts.near_tolerance)
+
+
+def reordering_waits(facts: ProblemFacts | None, pending: set[str]) -> set[str]:
+    """The moves that sum in another order, where the reference is `near_rounding` and one of them is being evaluated
+    (`pending`): its verdict may rule them all out (`after_rounding_failures`), so the coder offers them after the
+    others meanwhile. With two candidates in flight, level3/8_ResNetBasicBlock's `cuda_kernels` was written while its
+    `fuse_reductions` was in flight; both failed on rounding (H200, 2026-12-06)."""
+    reordering = {move.name for move in MOVES.values() if move.reorders_sums}
+    return reordering if near_rounding(facts) and pending & reordering else set()
 
 
 def exact_moves(facts: ProblemFacts | None) -> set[str]:
