@@ -10,6 +10,11 @@ compiled kernel on its source, its arguments' types and specializations (a point
 divisibility by 16 or being 1), its constants, its options and the target: the same on the meta device, where a
 tensor's address is its offset from an aligned base, as a GPU allocation's is.
 
+The forward's launches only queue their compilations: Triton compiles them in a pool of threads
+(`triton.AsyncCompileMode`, where the installed Triton has it), `compile_threads()` at a time, since its compiler and
+`ptxas` run outside Python's lock (level3/3_DeepNarrowMLP's 17 GEMM kernels for sm_90 on a 2-core machine: 14.5 s in
+one thread, 7.6 s in two). Each candidate's kernels still compile into its own cache, in its own build worker.
+
 Best effort: what the forward cannot do on the meta device (a CUDA graph, a native extension, data-dependent
 control flow) ends the warm-up there, and the GPU worker compiles the rest at its first call, as before. Nothing here
 decides a verdict.
@@ -23,6 +28,8 @@ kernelpro's cache; each candidate's cache starts with a copy (a candidate that s
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import logging
 import os
 import shutil
@@ -31,6 +38,7 @@ import sys
 import tempfile
 import threading
 import types
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -102,19 +110,50 @@ def meta_inputs(get_inputs, seed: int) -> list:
         return list(get_inputs())
 
 
+#: at most this many threads compile one candidate's kernels: two candidates build at once beside the GPU worker
+#: that times a third, and a 16-core host keeps cores for that worker's launches
+COMPILE_THREADS_MAX = 6
+
+
+def compile_threads() -> int:
+    """How many of one candidate's kernels compile at once: half the cores this process may run on, at most
+    COMPILE_THREADS_MAX (1 on a 2-core machine: no pool)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(COMPILE_THREADS_MAX, cores // 2))
+
+
+@contextlib.contextmanager
+def compiling_in(threads: int):
+    """Within it, a Triton launch queues its compilation in a pool of `threads` threads; on leaving, every queued
+    compilation has finished (one that failed is left for the GPU worker's first call, which reports it). Plain
+    compilation at each launch where `threads` is 1 or the installed Triton has no `AsyncCompileMode`."""
+    import triton
+    mode = getattr(triton, "AsyncCompileMode", None)
+    if threads <= 1 or mode is None:
+        yield
+        return
+    quiet = {"ignore_errors": True} if "ignore_errors" in inspect.signature(mode).parameters else {}
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="kernelpro-triton") as pool, mode(pool, **quiet):
+        yield
+
+
 def precompile(candidate: types.ModuleType, problem: types.ModuleType, target: tuple[str, int, int],
-               precision: str, model_mode: str, seed: int) -> dict:
+               precision: str, model_mode: str, seed: int, threads: int | None = None) -> dict:
     """Compile the candidate's Triton kernels for `target` (backend, arch, warp size) by running its forward on the
-    meta device at the evaluated precision: {"kernels": how many were compiled, "stopped": why the forward
-    stopped early, or ""}."""
+    meta device at the evaluated precision, `threads` kernels at a time (default `compile_threads()`):
+    {"kernels": how many were compiled, "stopped": why the forward stopped early, or ""}."""
     compile_only(*target)
     dtype, meta = DTYPES[precision], torch.device("meta")
     stopped = ""
     try:
-        model = build_model(candidate.ModelNew, seed, list(problem.get_init_inputs()), meta, dtype, model_mode)
-        inputs = [cast_to(value, meta, dtype) for value in meta_inputs(problem.get_inputs, seed)]
-        with torch.no_grad():
-            model(*inputs)
+        with compiling_in(compile_threads() if threads is None else threads):
+            model = build_model(candidate.ModelNew, seed, list(problem.get_init_inputs()), meta, dtype, model_mode)
+            inputs = [cast_to(value, meta, dtype) for value in meta_inputs(problem.get_inputs, seed)]
+            with torch.no_grad():
+                model(*inputs)
     except Exception as error:  # noqa: BLE001 - best effort: the GPU worker compiles what is left
         stopped = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0]}"[:300]
     return {"kernels": len(compiled(candidate)), "stopped": stopped}

@@ -57,8 +57,9 @@ from kernelpro.harness.modelio import build_model, import_file
 mode, candidate_path, problem_path = sys.argv[1:4]
 candidate = import_file("kernelpro_candidate", Path(candidate_path))
 problem = import_file("kernelpro_problem", Path(problem_path))
-if mode == "meta":
-    result = tritonwarm.precompile(candidate, problem, ("cuda", 90, 32), "fp32", "train", 42)
+if mode.startswith("meta"):  # "meta" in this machine's default threads, "meta2" in two
+    threads = 2 if mode == "meta2" else None
+    result = tritonwarm.precompile(candidate, problem, ("cuda", 90, 32), "fp32", "train", 42, threads=threads)
 else:
     tritonwarm.compile_only("cuda", 90, 32)
     model = build_model(candidate.ModelNew, 42, list(problem.get_init_inputs()), torch.device("cpu"), torch.float32)
@@ -98,6 +99,18 @@ def test_kernels_compiled_on_the_meta_device_are_those_a_call_with_real_tensors_
     assert any(name.endswith(".cubin") for name in ahead["files"])
     later = child("real", path, problem, tmp_path / "triton")
     assert later["kernels"] == ahead["kernels"] and later["files"] == ahead["files"], "a kernel was compiled again"
+
+
+def test_kernels_compiled_in_a_pool_of_threads_are_those_compiled_one_at_a_time(candidate, tmp_path):
+    from kernelpro.harness.tritonwarm import COMPILE_THREADS_MAX, compile_threads
+    problem, path, source = candidate
+    pooled = child("meta2", path, problem, tmp_path / "pooled")
+    alone = child("meta", path, problem, tmp_path / "alone")  # one thread on a 2-core machine
+    assert pooled["stopped"] == "" and pooled["kernels"] == alone["kernels"] == source.count("@triton.jit")
+    relative = [[Path(name).relative_to(tmp_path / folder).as_posix() for name in found["files"]]
+                for folder, found in (("pooled", pooled), ("alone", alone))]
+    assert relative[0] == relative[1] and any(name.endswith(".cubin") for name in relative[0])
+    assert 1 <= compile_threads() <= COMPILE_THREADS_MAX
 
 
 def test_the_build_worker_compiles_them_when_the_evaluator_asks(candidate, tmp_path, monkeypatch):
