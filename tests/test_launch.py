@@ -638,3 +638,42 @@ def test_the_launch_predictor_refuses_a_path_that_is_no_dataset_in_one_line(tmp_
         done = run_script(path, [given, "--device", DEVICE.name], monkeypatch, capsys)
         assert done.returncode == 2, done.stderr
         assert f"{given}: {says}" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_kernel_is_ranked_once_and_its_scores_are_the_members_layers_in_plain_arithmetic(collected):
+    """The offline coder builds every child of a node again, so a kernel is ranked once per child: the model keeps
+    each ranking (the next asks score nothing), and hands out copies. The scores, taken over all rows at once, are
+    each member's layers applied row by row (ReLU between), averaged."""
+    store, *_ = collected
+    instances = store.instances("triton_pointwise", DEVICE.name)
+    model = M._fit(instances, "triton_pointwise", DEVICE.name, 20, seed=2, members=2)
+    rows = M._rows(instances[0])
+    by_hand = []
+    for named in rows:
+        inputs = [(v - m) / s for v, m, s in zip(M.vector(named, model.schema), model.mean, model.std)]
+        scores = []
+        for layers in model.members:
+            values = inputs
+            for index, (weights, bias) in enumerate(layers):
+                values = [b + math.fsum(w * v for w, v in zip(row, values)) for row, b in zip(weights, bias)]
+                values = [max(0.0, v) for v in values] if index < len(layers) - 1 else values
+            scores.append(values[0])
+        by_hand.append(sum(scores) / len(scores))
+    assert model.logits(rows) == pytest.approx(by_hand, rel=1e-9, abs=1e-9)
+
+    class Counting(M.LaunchModel):
+        scored = 0
+
+        def logits(self, rows):
+            Counting.scored += 1
+            return super().logits(rows)
+
+    counting = Counting(model.document)
+    item = instances[0]
+    first = counting.rank(item.features, item.configs, item.sms)
+    first.reverse()  # a caller's copy: the kept ranking is unchanged
+    again = counting.rank(item.features, item.configs, item.sms)
+    assert Counting.scored == 1 and again == M.LaunchModel(model.document).rank(item.features, item.configs, item.sms)
+    assert again == list(reversed(first))
+    counting.rank(item.features, item.configs, item.sms + 2)  # another GPU's SM count: scored again
+    assert Counting.scored == 2

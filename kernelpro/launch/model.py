@@ -36,6 +36,8 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from kernelpro.launch.features import aligned, pair, vector
 from kernelpro.launch.store import Instance
 
@@ -154,12 +156,21 @@ MEASURED = {"static_": "compiled-kernel (static) features, which the search does
 MEASURED_ONLY = tuple(MEASURED)
 
 
+#: the most kernel rankings a model keeps (`LaunchModel.rank`): more than a whole model's distinct kernels
+RANKED_KEPT = 4096
+
+
 class LaunchModel:
     def __init__(self, document: dict):
         self.document = document
         self.schema: list[str] = document["schema"]
         self.mean, self.std = document["mean"], document["std"]
         self.members = document["members"]  # per MLP: [(weights [out][in], bias [out]), ...]
+        self._arrays: tuple | None = None  # the same as float64 arrays, made at the first score
+        # a kernel's ranking by its features, configurations and SMs: the offline coder builds every child of a node
+        # again, so each kernel is ranked once per child (a 17-layer MLP's 17 GEMMs, 24 children: 408 rankings of
+        # 21 distinct kernels)
+        self._ranked: dict[str, list[int]] = {}
 
     @property
     def family(self) -> str:
@@ -208,23 +219,25 @@ class LaunchModel:
                         f"({round(2 ** low - 1)} to {round(2 ** high - 1)})")
         return ""
 
-    def _inputs(self, named: dict[str, float]) -> list[float]:
-        return [(v - m) / s for v, m, s in zip(vector(named, self.schema), self.mean, self.std)]
-
     def logits(self, rows: list[dict[str, float]]) -> list[float]:
-        """Each row's score: the mean of the members' outputs."""
-        out = []
-        for named in rows:
-            inputs, total = self._inputs(named), 0.0
-            for layers in self.members:
-                values = inputs
-                for index, (weights, bias) in enumerate(layers):
-                    values = [b + sum(w * v for w, v in zip(row, values)) for row, b in zip(weights, bias)]
-                    if index < len(layers) - 1:
-                        values = [max(0.0, v) for v in values]
-                total += values[0]
-            out.append(total / len(self.members))
-        return out
+        """Each row's score: the mean of the members' outputs (every row at once, in float64)."""
+        if not rows:
+            return []
+        if self._arrays is None:
+            self._arrays = (np.asarray(self.mean, dtype=np.float64), np.asarray(self.std, dtype=np.float64),
+                            [[(np.asarray(w, dtype=np.float64), np.asarray(b, dtype=np.float64)) for w, b in layers]
+                             for layers in self.members])
+        mean, std, members = self._arrays
+        inputs = (np.asarray([vector(named, self.schema) for named in rows], dtype=np.float64) - mean) / std
+        total = np.zeros(len(rows))
+        for layers in members:
+            values = inputs
+            for index, (weights, bias) in enumerate(layers):
+                values = values @ weights.T + bias
+                if index < len(layers) - 1:
+                    values = np.maximum(values, 0.0)
+            total += values[:, 0]
+        return (total / len(members)).tolist()
 
     def order(self, item: Instance) -> list[int]:
         """The instance's configurations, most probable first (only those listed: the mask)."""
@@ -233,9 +246,14 @@ class LaunchModel:
 
     def rank(self, kernel_features: dict, configs: list[dict], sms: int) -> list[int]:
         """For a kernel the generator is building: the indices of its ranked `configs`, most probable first."""
-        item = Instance("", self.family, self.device, sms, kernel_features, list(configs), list(range(len(configs))),
-                        [0.0] * len(configs), [{}] * len(configs))
-        return self.order(item)
+        key = json.dumps([kernel_features, configs, sms], sort_keys=True, default=str)
+        if key not in self._ranked:
+            if len(self._ranked) >= RANKED_KEPT:
+                self._ranked.clear()
+            item = Instance("", self.family, self.device, sms, kernel_features, list(configs),
+                            list(range(len(configs))), [0.0] * len(configs), [{}] * len(configs))
+            self._ranked[key] = self.order(item)
+        return list(self._ranked[key])
 
     def save(self, path: Path) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
