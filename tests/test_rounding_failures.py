@@ -105,6 +105,14 @@ def test_where_noise_takes_most_of_the_tolerance_a_rounding_failure_predicts_the
     skipped = predictions.after_rounding_failures(near, ("fuse_reductions",))
     assert set(skipped) == reordering and "one ulp of noise takes 84% of eager's tolerance" in skipped["cuda_kernels"]
     assert not predictions.after_rounding_failures(roomy, ("fuse_reductions",))
+    # a setting under which eager itself took most of the tolerance sums in another order too (level3/13: 93% in
+    # channels-last, whose move then failed); one with room (tf32_operands' 30%) stays offered
+    tight = replace(near, variant_fractions=(("channels_last", 0.0), ("tf32_operands", 0.0)),
+                    variant_margins=(("channels_last", 0.93), ("tf32_operands", 0.3)))
+    skipped = predictions.after_rounding_failures(tight, ("fuse_reductions",))
+    assert set(skipped) == reordering | {"channels_last"}
+    assert "eager itself with channels-last memory format took 93% of its tolerance" in skipped["channels_last"]
+    assert not predictions.after_rounding_failures(tight, ("channels_last",))  # a setting's failure says nothing of sums
 
 
 def proposals(coder: OfflineCoder, request: CoderRequest) -> list[str]:
