@@ -16,6 +16,9 @@ from collections.abc import Callable
 from kernelpro.facts import VARIANT_GAIN, VARIANT_WORDS, ProblemFacts
 from kernelpro.offline.moves import BIT_EXACT, MOVES, single_moves
 
+#: the moves that sum in another order than eager (`Move.reorders_sums`)
+REORDERING = frozenset(move.name for move in MOVES.values() if move.reorders_sums)
+
 SENSITIVE_SKIP = ("predicted to fail: one ulp of rounding noise on every value already moves eager's output outside "
                   "the tolerance, and this move changes the arithmetic")
 
@@ -102,14 +105,14 @@ def after_rounding_failures(facts: ProblemFacts | None, failed: tuple[str, ...])
     them, the setting moves under whose setting eager itself took more than half of the tolerance
     (`ProblemFacts.tight_under`). On the recorded benches of 2026-12-06 (`benchmarks/rounding_rule_replay.py`, 1,177
     evaluations) the settings add two failed evaluations skipped and no correct one."""
-    reordering = sorted(move for move in single_moves(failed) if move in MOVES and MOVES[move].reorders_sums)
+    reordering = sorted(single_moves(failed) & REORDERING)
     if not near_rounding(facts) or not reordering:
         return {}
     noise = (f"puts {facts.sensitive_fraction:.2%} of eager's output outside the tolerance" if facts.sensitive_fraction
              else f"takes {facts.sensitive_margin:.0%} of eager's tolerance")
     why = (f"predicted to fail: one ulp of noise {noise}, and a candidate that sums in another order "
            f"({', '.join(reordering)}) failed on rounding in this run")
-    found = {move.name: why for move in MOVES.values() if move.reorders_sums}
+    found = dict.fromkeys(sorted(REORDERING), why)
     # a setting under which eager itself took more than half of its tolerance changes its sums too (channels-last:
     # cuDNN's other algorithms): level3/13's channels_last, eager at 93% under it, failed after its fuse_reductions
     for move in MOVES.values():
@@ -130,8 +133,7 @@ def reordering_waits(facts: ProblemFacts | None, pending: set[str]) -> set[str]:
     (`pending`): its verdict may rule them all out (`after_rounding_failures`), so the coder offers them after the
     others meanwhile. With two candidates in flight, level3/8_ResNetBasicBlock's `cuda_kernels` was written while its
     `fuse_reductions` was in flight; both failed on rounding (H200, 2026-12-06)."""
-    reordering = {move.name for move in MOVES.values() if move.reorders_sums}
-    return reordering if near_rounding(facts) and pending & reordering else set()
+    return set(REORDERING) if near_rounding(facts) and pending & REORDERING else set()
 
 
 def exact_moves(facts: ProblemFacts | None) -> set[str]:
