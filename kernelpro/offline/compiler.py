@@ -121,14 +121,26 @@ class Compiler:
         Each distinct build is made once: a node's answer builds every child, and the child's own answer
         (or a sibling's, in another order) asks for the same build again; a launch model installed or changed
         since makes it anew."""
-        key = (tuple(canonical(moves)), tuple(sorted((tune or {}).items())), device, precision, launch_ranking,
-               launch.fingerprint() if launch_ranking != "analytic" else ())
+        key = self._key(moves, tune, device, precision, launch_ranking)
         if key not in self._built:
             built = self._build(Build(canonical(moves), dict(tune or {}), device, precision, launch_ranking))
             self._built[key] = built, copy.deepcopy((self.simplified, self.left_alone))
         built, (simplified, left_alone) = self._built[key]
         self.simplified, self.left_alone = copy.deepcopy(simplified), copy.deepcopy(left_alone)
         return copy.deepcopy(built)
+
+    @staticmethod
+    def _key(moves: list[str], tune: dict | None, device: Device, precision: str, launch_ranking: str) -> tuple:
+        return (tuple(canonical(moves)), tuple(sorted((tune or {}).items())), device, precision, launch_ranking,
+                launch.fingerprint() if launch_ranking != "analytic" else ())
+
+    def keep(self, moves: list[str], tune: dict | None, device: Device, precision: str, launch_ranking: str,
+             built: tuple[str, dict[str, int], list[dict]], simplified: dict[str, int],
+             left_alone: dict[str, list[str]]) -> None:
+        """Remember a build made by a copy of this compiler in another process (`kernelpro.offline.children`), with
+        what it left in `simplified` and `left_alone`, as `build` would have: a later build of it is answered here."""
+        self._built.setdefault(self._key(moves, tune, device, precision, launch_ranking),
+                               (built, copy.deepcopy((simplified, left_alone))))
 
     def _build(self, build: Build) -> tuple[str, dict[str, int], list[dict]]:
         if not build.graph_moves:

@@ -16,6 +16,7 @@ import torch
 import torch.fx as fx
 
 from kernelpro.launch.device import target_device
+from kernelpro.offline.children import build_children
 from kernelpro.offline.compiler import Compiler
 from kernelpro.offline.moves import EXCLUSIVE, MOVES, SIMPLIFY, TUNE_PREFIX, TUNE_TECHNIQUE, allowed, canonical
 from kernelpro.offline.rewrite.passes import meta
@@ -107,7 +108,7 @@ def expand(spec: dict) -> dict:
     has_triton = importlib.util.find_spec("triton") is not None
     has_cutlass = importlib.util.find_spec("cutlass_library") is not None
     options, skipped = [], {}
-    for name, move in MOVES.items():
+    for name, move in MOVES.items():  # what rules a move out before any build
         if name in applied:
             continue
         why = allowed(move, device=spec["device"], precision=spec["precision"], policy=spec["policy"],
@@ -124,18 +125,22 @@ def expand(spec: dict) -> dict:
             why = "simplify_all already made every algebraic rewrite that applies"
         if why:
             skipped[name] = why
+    built = build_children(problem, applied, [name for name in MOVES if name not in applied and name not in skipped],
+                           tune, device, precision, launch_ranking)
+    for name, move in MOVES.items():  # in MOVES' order, however the children were built
+        if name not in built:
             continue
-        try:
-            child, counts, child_kernels = problem.build(applied + [name], tune, device, precision, launch_ranking)
-        except Exception as error:  # a rewrite that fails here is a move that does not apply
-            skipped[name] = f"rewrite failed: {type(error).__name__}: {error}"[:300]
+        found = built[name]
+        if found.built is None:
+            skipped[name] = f"rewrite failed: {found.error}"[:300]
             continue
+        child, counts, child_kernels = found.built
         if move.graph and not counts.get(name):
-            why = "; ".join(problem.left_alone.get(name, []))
+            why = "; ".join(found.left_alone.get(name, []))
             skipped[name] = (f"nothing the generator takes ({why})"[:300] if why else "nothing to rewrite"
                              if not move.kernels else "nothing the generator can fuse")
             continue
-        new_kinds = canonical([kind for kind in problem.simplified if kind not in applied]) \
+        new_kinds = canonical([kind for kind in found.simplified if kind not in applied]) \
             if name == "simplify_all" else []
         if name == "simplify_all" and len(new_kinds) < 2:
             skipped[name] = f"only {', '.join(new_kinds)} applies here: the same candidate as that move"
@@ -143,7 +148,7 @@ def expand(spec: dict) -> dict:
         rewrites = f" ({counts[name]} {'kernel' if move.kernels else 'rewrite'}{'s' if counts[name] != 1 else ''})" \
             if move.graph else ""
         if name == "simplify_all":
-            rewrites = rewrites[:-1] + ": " + ", ".join(f"{k} {v}" for k, v in problem.simplified.items()) + ")"
+            rewrites = rewrites[:-1] + ": " + ", ".join(f"{k} {v}" for k, v in found.simplified.items()) + ")"
         nhwc = sum(k["features"]["layout"] == "nhwc" for k in child_kernels)
         if name == "channels_last" and nhwc:
             rewrites = f" ({nhwc} generated kernel{'s' if nhwc != 1 else ''} over NHWC order with it)"
@@ -154,6 +159,7 @@ def expand(spec: dict) -> dict:
             technique = "warp_reduction"
         options.append({"move": name, "technique": technique, "source": child, "rationale": move.summary + rewrites,
                         "tune": tune, "kernels": child_kernels})
+    skipped = {name: skipped[name] for name in MOVES if name in skipped}  # in MOVES' order, as the options
     # Tuning: the next-ranked launch configuration of the kernels of most work. Identical kernels (the same code
     # for the same shapes: a transformer's layers) are one: a move tunes them together, and their work adds up.
     twins: dict[str, list[dict]] = {}
