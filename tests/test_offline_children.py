@@ -99,4 +99,21 @@ def test_a_small_forward_or_one_copy_builds_here(tmp_path, monkeypatch):
     found = children.build_children(compiler, [], ["fuse_pointwise", "fuse_reductions"], {}, Device(), "fp32", "auto")
     assert found["fuse_pointwise"].built is not None
     monkeypatch.delenv("KERNELPRO_CODER_PROCESSES")
-    assert 1 <= children.processes() <= children.PROCESSES_MAX
+    default = children.processes()
+    assert 1 <= default <= children.PROCESSES_MAX
+    for wrong in ("two", "0", "-3"):
+        monkeypatch.setenv("KERNELPRO_CODER_PROCESSES", wrong)
+        assert children.processes() == default  # ignored, with a warning
+
+
+def _die(names):
+    os._exit(3)
+
+
+def test_a_copy_that_dies_leaves_the_builds_to_this_process(tmp_path, monkeypatch):
+    problem = tmp_path / "deep.py"
+    problem.write_text(DEEP)
+    names = ["fuse_reductions", "fuse_pointwise"]
+    here = children.build_children(Compiler(problem, 42), [], names, {}, Device(), "fp32", "auto", copies=1)
+    monkeypatch.setattr(children, "_build_share", _die)
+    assert children.build_children(Compiler(problem, 42), [], names, {}, Device(), "fp32", "auto", copies=2) == here

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 from kernelpro.launch.device import Device
@@ -43,9 +44,11 @@ class Child:
 def processes() -> int:
     """How many copies build an answer's children: `KERNELPRO_CODER_PROCESSES` where set, else a quarter of the cores
     this process may run on, at most PROCESSES_MAX (1, no copy, on a machine of 7 cores or fewer)."""
-    asked = os.environ.get("KERNELPRO_CODER_PROCESSES", "")
+    asked = os.environ.get("KERNELPRO_CODER_PROCESSES", "").strip()
     if asked:
-        return max(1, int(asked))
+        if asked.isdigit() and int(asked) >= 1:
+            return int(asked)
+        log.warning("KERNELPRO_CODER_PROCESSES=%r is not a whole number of at least 1: ignored", asked)
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
@@ -83,8 +86,8 @@ def build_children(compiler: Compiler, applied: list[str], names: list[str], tun
     if copies > 1 and len(names) > 1 and "fork" in multiprocessing.get_all_start_methods():
         shares = [names[i::copies] for i in range(min(copies, len(names)))]
         _FORKED = (compiler, list(applied), dict(tune), device, precision, launch_ranking)
-        try:
-            with multiprocessing.get_context("fork").Pool(len(shares)) as pool:
+        try:  # a copy that dies breaks the pool (an error here, not a wait)
+            with ProcessPoolExecutor(len(shares), mp_context=multiprocessing.get_context("fork")) as pool:
                 found = dict(item for share in pool.map(_build_share, shares) for item in share)
         except Exception as error:  # noqa: BLE001 - a pool that fails leaves the builds to this process
             log.warning("the offline coder's forked builds failed (%s: %s); building here", type(error).__name__,
