@@ -144,6 +144,14 @@ def limit_self() -> None:
         resource.setrlimit(resource.RLIMIT_NPROC, (wanted, hard))
 
 
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity where the system reports one, else every core)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 def describe() -> str:
     found = isolation()
     return f"sandbox: {found.kind} ({found.detail})"

@@ -43,6 +43,7 @@ from pathlib import Path
 
 import torch
 
+from kernelpro.harness import sandbox
 from kernelpro.harness.modelio import DTYPES, build_model, cast_to, set_seed
 
 
@@ -118,11 +119,7 @@ COMPILE_THREADS_MAX = 6
 def compile_threads() -> int:
     """How many of one candidate's kernels compile at once: half the cores this process may run on, at most
     COMPILE_THREADS_MAX (1 on a 2-core machine: no pool)."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(COMPILE_THREADS_MAX, cores // 2))
+    return max(1, min(COMPILE_THREADS_MAX, sandbox.usable_cores() // 2))
 
 
 @contextlib.contextmanager

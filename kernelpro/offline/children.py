@@ -18,6 +18,7 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
+from kernelpro.harness import sandbox
 from kernelpro.launch.device import Device
 from kernelpro.offline.compiler import Compiler
 
@@ -49,11 +50,7 @@ def processes() -> int:
         if asked.isdigit() and int(asked) >= 1:
             return int(asked)
         log.warning("KERNELPRO_CODER_PROCESSES=%r is not a whole number of at least 1: ignored", asked)
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(PROCESSES_MAX, cores // 4))
+    return max(1, min(PROCESSES_MAX, sandbox.usable_cores() // 4))
 
 
 def build_one(compiler: Compiler, moves: list[str], tune: dict, device: Device, precision: str,
