@@ -209,5 +209,10 @@ def test_under_tf32_matmul_both_products_round_their_operands_to_nearest(tmp_pat
         scores = torch.relu(scores.masked_fill(reference.bias[:, :, :T, :T] == 0, float("-inf")))
         expected = (tf32_nearest(scores) @ v).transpose(1, 2).contiguous().view(B, T, C)
         plain = reference(x)
-    torch.testing.assert_close(got, expected, atol=2e-6, rtol=2e-6)
+    # A score the kernel summed in another order than torch's matmul may land on the other side of a TF32 rounding
+    # midpoint, which moves its product with v by one TF32 ulp: a few elements (0.2% with triton 3.9's interpreter),
+    # each by under 1e-4. Rounding by truncation instead, as plain TF32 does, leaves under 1% of them this close.
+    close = (got - expected).abs() <= 2e-6 + 2e-6 * expected.abs()
+    assert float(close.float().mean()) >= 0.99, float(close.float().mean())
+    assert float((got - expected).abs().max()) < 1e-4
     assert float((got - plain).abs().max()) > 1e-5  # TF32's rounding is there
