@@ -77,3 +77,46 @@ def test_a_losing_launch_configuration_is_not_proposed_again_elsewhere(tmp_path)
         assert deeper.move == first.move and set(deeper.state["tune"].values()) == {2}
     finally:
         coder.close()
+
+
+def test_a_variant_that_lost_in_one_kernels_tune_is_not_switched_to_in_another(tmp_path):
+    """Two row kernels of other shapes, each with the lagged row kernel as its tune's next configuration. While one
+    switch to it is in flight (`CoderRequest.pending`), the other waits behind the node's other moves; once that
+    switch lost wherever it was tried (`Expansion.losing`), the other kernel's switch to the same variant is not
+    offered, while a tune to another variant still is."""
+    from test_offline import request
+
+    from kernelpro.offline import OfflineCoder
+
+    path = write_problem(tmp_path, ["return torch.softmax(x * 1.0, dim=1), torch.log_softmax(y, dim=1)"],
+                         [(300, 65536), (320, 65536)])  # x * 1.0: one more move (simplify_identities) at the node
+    node = {"applied": ["fuse_reductions"]}
+    coder = OfflineCoder()
+    try:
+        def ask(state=node, tune_only=True, tried=(), **fields):  # tune_only: the node's other moves tried
+            answer = coder.options(request(path, parent_state=state, device="cuda"))
+            others = tuple((o["move"], "1.000x") for o in answer["options"]
+                           if tune_only and not o["move"].startswith("tune:"))
+            return coder.propose(request(path, parent_state=state, device="cuda", kind="refine",
+                                         tried=others + tuple(tried), **fields))
+
+        first = ask()
+        kernels = {k["name"]: k["config"]["variant"] for k in first.state["kernels"]}
+        tuned = first.move.removeprefix("tune:")
+        assert kernels[tuned] == "lagged" and sorted(kernels.values()) == ["lagged", "looped"]
+        other = next(name for name in kernels if name != tuned)
+        # with the guidance scoring tuning highest, a tune comes before the node's other move; while the first
+        # switch is in flight, the other kernel's switch to the same variant waits behind that move
+        guided = {"tune_only": False, "techniques": (("tune_launch_config", 0.9),)}
+        assert ask(**guided, tried=((first.move, "1.000x"),)).move == "tune:" + other
+        assert ask(**guided, tried=((first.move, "1.000x"),), pending=(first.move,)).move == "simplify_identities"
+        assert ask(tried=((first.move, "1.000x"),), pending=(first.move,)).move == "tune:" + other  # alone: offered
+        # lost: the other kernel's switch is not offered at all
+        assert ask(tried=((first.move, "0.580x"),), losing=(first.move,)) is None
+        # from the tuned node, the same kernel's next configuration is a looped one again: that variant did not
+        # lose, so the tune is offered
+        deeper = ask(state=first.state, tried=(("tune:" + other, "1.000x"),), losing=(first.move,))
+        assert deeper is not None and deeper.move == first.move
+        assert {k["name"]: k["config"]["variant"] for k in deeper.state["kernels"]}[tuned] == "looped"
+    finally:
+        coder.close()

@@ -109,6 +109,8 @@ class OfflineCoder:
         self._offered_once = False
         # (problem, tune: move) -> the launch configurations it proposed (kernel and configuration as JSON)
         self._tuned: dict[tuple[str, str], set[str]] = {}
+        # (problem, tune: move) -> the generator variants it switched a kernel to (`_switch`: the lagged row kernel)
+        self._switches: dict[tuple[str, str], set[str]] = {}
 
     def why_no_moves(self) -> str:
         """Why the coder offered no move at all (its root answer's reasons, most common first), or ''
@@ -256,9 +258,18 @@ class OfflineCoder:
         # and, near the tolerance, the moves that sum in another order once one of them failed on rounding here
         failing |= predictions.after_rounding_failures(request.problem_facts, request.rounding_failures)
         gaining = predictions.gaining_settings(request.problem_facts)  # setting moves under which eager ran faster
+        # a generator variant that a tune: move switched a kernel to, where that move lost wherever it was tried: no
+        # other kernel is switched to it in this run; while such a move is in flight, the others wait for its verdict
+        # (level3/25_ShuffleNetUnit on an H100: its two batch-norm kernels' switches to the lagged row kernel were
+        # written one behind the other, and each ran the candidate at 0.58x)
+        pending = single_moves(request.pending)
+        switched = {key[1]: variants for key, variants in self._switches.items() if key[0] == request.problem_path}
+        lost_variants = {v for move in losing_tunes for v in switched.get(move, ())}
+        pending_variants = {v for move in pending for v in switched.get(move, ())}
         choices = [o for o in answer["options"] if o["move"] not in tried and o["move"] not in avoid
                    and self._allows(o["move"]) and not (o["move"] in losing_tunes and self._tuned_before(request, o))
-                   and (not exact_only or o["move"] in exact) and o["move"] not in failing]
+                   and (not exact_only or o["move"] in exact) and o["move"] not in failing
+                   and _switch(answer, o) not in lost_variants]
         if not request.parent_state.get("applied"):
             self._root_skipped = dict(answer.get("skipped", {}))
             if self.allowed is not None:  # the moves that apply but are not allowed are skipped too
@@ -277,7 +288,6 @@ class OfflineCoder:
         # a move being evaluated elsewhere (in flight, or written ahead) waits for its outcome behind the others: with
         # two in flight and one ahead, level2/100's triton_conv was chosen under fuse_pointwise while it was still
         # being timed at the root, and lost both times (0.56x, H100)
-        pending = single_moves(request.pending)
         waiting = predictions.reordering_waits(request.problem_facts, pending)  # until a pending one's verdict
         flat = predictions.flat_settings(request.problem_facts)  # settings under which eager ran as fast as it is
 
@@ -291,13 +301,15 @@ class OfflineCoder:
             # (a tune: move is the next configuration each time, so its record says nothing of the next)
             gain = scores.get(option["technique"], 0.0) + bonus
             move = option["move"]
-            later = move in pending or move in waiting
+            later = move in pending or move in waiting or _switch(answer, option) in pending_variants
             return move in losing, move in subsumed, move in flat, later, -gain, order, move
 
         best = min(choices, key=score)
         self._offered_once = True
         if best["move"].startswith(TUNE_PREFIX):
             self._tuned.setdefault((request.problem_path, best["move"]), set()).add(_tuned_kernel(best))
+            if (variant := _switch(answer, best)) is not None:
+                self._switches.setdefault((request.problem_path, best["move"]), set()).add(variant)
         applied = list(request.parent_state.get("applied", []))
         if not best["move"].startswith(TUNE_PREFIX):
             applied = canonical(applied + [best["move"]])
@@ -313,6 +325,20 @@ class OfflineCoder:
 
     def _tuned_before(self, request: CoderRequest, option: dict) -> bool:
         return _tuned_kernel(option) in self._tuned.get((request.problem_path, option["move"]), set())
+
+
+def _switch(answer: dict, option: dict) -> str | None:
+    """The generator variant (a row kernel's "looped", "lagged", ...) that a tune: option moves its kernel to, where
+    it is not the kernel's variant at the node the answer is for; None for other options and other steps."""
+    if not option["move"].startswith(TUNE_PREFIX):
+        return None
+    name = option["move"][len(TUNE_PREFIX):]
+
+    def variant(kernels: list[dict]) -> str | None:
+        return next((k.get("config", {}).get("variant") for k in kernels if k["name"] == name), None)
+
+    new = variant(option.get("kernels", []))
+    return new if new is not None and new != variant(answer.get("kernels", [])) else None
 
 
 def _tuned_kernel(option: dict) -> str:
