@@ -115,6 +115,21 @@ def test_where_noise_takes_most_of_the_tolerance_a_rounding_failure_predicts_the
     assert not predictions.after_rounding_failures(tight, ("channels_last",))  # a setting's failure says nothing of sums
 
 
+
+def test_with_room_under_the_noise_a_rounding_failure_predicts_only_the_tight_settings():
+    """level3/27_RegNet (H100): one ulp of noise took 27% of its tolerance, eager in channels-last 75%. Its
+    triton_conv failed trial 3 on rounding (3.75% outside), then its channels_last the same way, while its cuda_kernels,
+    which sums in another order too, passed and was the best: only the tight setting is predicted to fail."""
+    roomy = replace(sensitivity(0.0, used=0.27), variant_fractions=(("channels_last", 0.0), ("tf32", 0.41)),
+                    variant_margins=(("channels_last", 0.75), ("tf32", 4.0)))
+    skipped = predictions.after_rounding_failures(roomy, ("pool_before_activation+triton_conv",))
+    assert set(skipped) == {"channels_last"}  # tf32: eager failed under it, so the move is predicted apart
+    assert skipped["channels_last"] == ("predicted to fail: a candidate that sums in another order (triton_conv) "
+                                        "failed on rounding in this run, and eager itself with channels-last memory "
+                                        "format took 75% of its tolerance")
+    assert not predictions.after_rounding_failures(roomy, ("fuse_pointwise",))  # no failure of a reordering move
+    assert not predictions.after_rounding_failures(sensitivity(0.0, used=0.27), ("triton_conv",))  # no tight setting
+
 def proposals(coder: OfflineCoder, request: CoderRequest) -> list[str]:
     moves: list[str] = []
     while (proposal := coder.propose(replace(request, tried=tuple((m, "x") for m in moves)))) is not None:
