@@ -617,23 +617,24 @@ def test_multihead_attention_with_an_active_dropout_keeps_its_weights(tmp_path):
 
 
 def test_a_setting_under_which_eager_itself_ran_much_slower_is_not_offered():
-    """The reference's variants time eager under each setting: where it ran at most 1/1.2 as fast within the
-    tolerance (level2/38's channels-last on an H100: 0.67x; the move then lost twice, 0.85x), a candidate that is
-    eager with that setting cannot win, and the move is skipped with the reason; a smaller slowdown is still tried."""
+    """The reference's variants time eager under each setting: where it ran at most 1/1.1 as fast within the
+    tolerance (channels-last on an H100: level2/38 at 0.67x, the move then lost twice, 0.85x; level3/25 at 0.84x, the
+    move 0.77x and 0.65x of its parents), a candidate that is eager with that setting cannot win, and the move is
+    skipped with the reason; a smaller slowdown is still tried."""
     from kernelpro.facts import problem_facts
 
     def facts(speedup):
         return problem_facts({"signature": {"inputs": [], "outputs": []}, "reference": {"median_ms": 5.8},
                               "variants": {"channels_last": {"outside_fraction": 0.0, "tolerance": 1e-4,
                                                              "speedup": speedup}}})
-    for speedup, offered in ((0.67, False), (0.9, True)):
+    for speedup, offered in ((0.67, False), (0.84, False), (0.93, True)):
         coder = OfflineCoder(moves="channels_last")
         try:
             proposal = coder.propose(request(EXAMPLES / "conv_block.py", device="cuda", problem_facts=facts(speedup)))
             assert (proposal is not None and proposal.move == "channels_last") is offered
             if not offered:
-                assert "channels_last: predicted to lose: eager itself ran 0.67x as fast with channels-last memory " \
-                       "format" in coder.why_no_moves()
+                assert f"channels_last: predicted to lose: eager itself ran {speedup:.2f}x as fast with channels-last " \
+                       "memory format" in coder.why_no_moves()
         finally:
             coder.close()
 
