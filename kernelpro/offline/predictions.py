@@ -98,22 +98,22 @@ def skipped(facts: ProblemFacts | None, precision: str) -> dict[str, str]:
 
 
 def after_rounding_failures(facts: ProblemFacts | None, failed: tuple[str, ...]) -> dict[str, str]:
-    """The moves that sum in another order (`Move.reorders_sums`), where one ulp of noise already put some of eager's
-    output outside the tolerance (under `facts.SENSITIVE_ABOVE`, so every move was offered) and a candidate of this
-    run that does so failed on rounding (`failed`: its moves; `FailureFacts.rounding_like`). The probe's noise is the
-    worst a candidate can do, so a share under 1% lets through candidates that pass (level3/25_ShuffleNetUnit's
-    warp-shuffle batch norms at 0.2%, 1.18x); a failure shows that this reference is not one of those. On the
-    second subset's level2/14 (0.2% under the probe) four more such moves failed after the first, and on level3/8
-    (0.05%) one more (H100, 2026-12-06). So too where the noise keeps eager within the tolerance but takes more than
-    half of it (`ProblemFacts.near_tolerance`): there a candidate that sums in another order lands near the
-    tolerance (level3/13_DenseNet121TransitionLayer, 84%: its fused batch norm failed KernelBench's evaluator). With
-    them, the setting moves under whose setting eager itself took more than half of the tolerance
-    (`ProblemFacts.tight_under`). On the recorded benches of 2026-12-06 (`benchmarks/rounding_rule_replay.py`, 1,177
-    evaluations) the settings add two failed evaluations skipped and no correct one. The settings are predicted to fail
-    after such a failure wherever the reference sits, near its tolerance or not: the setting's own rerun is one trial
-    where a candidate faces five (level3/27_RegNet, one ulp of noise at 27% of its tolerance: channels_last, eager at
-    75% under it, failed trial 3 with 3.75% outside after its triton_conv had, H100, 2026-12-07), while the other
-    moves that sum in another order still pass there (its cuda_kernels, 1.275x, the best)."""
+    """What a rounding failure in this run predicts (`failed`: the moves of candidates that sum in another order than
+    eager, `Move.reorders_sums`, and failed on rounding alone, `FailureFacts.rounding_like`):
+
+    - near the tolerance (`near_rounding`: one ulp of noise put some of eager's output outside it, under
+      `facts.SENSITIVE_ABOVE`, or took more than half of it), every other move that sums in another order. The
+      probe's noise is the worst a candidate can do, so a share under 1% lets through candidates that pass
+      (level3/25_ShuffleNetUnit's warp-shuffle batch norms at 0.2%, 1.18x); a failure shows that this reference is
+      not one of those (H100, 2026-12-06: level2/14, 0.2% under the probe, four more such moves failed after the
+      first; level3/8, 0.05%, one more; level3/13_DenseNet121TransitionLayer, the noise at 84%, its fused batch norm
+      failed KernelBench's evaluator);
+    - wherever the reference sits, the setting moves under whose setting eager itself took more than half of the
+      tolerance (`ProblemFacts.tight_under`): the setting's rerun was one trial, and a candidate faces five
+      (level3/13's channels_last, eager at 93%, H200, 2026-12-06; level3/27_RegNet's, eager at 75%, where the noise
+      took 27% and its cuda_kernels, which sums in another order too, passed as the best, H100, 2026-12-07).
+
+    `benchmarks/rounding_rule_replay.py` replays the rule on recorded benches (docs/results.md)."""
     reordering = sorted(single_moves(failed) & REORDERING)
     if facts is None or not reordering:
         return {}
@@ -123,8 +123,7 @@ def after_rounding_failures(facts: ProblemFacts | None, failed: tuple[str, ...])
         noise = (f"puts {facts.sensitive_fraction:.2%} of eager's output outside the tolerance"
                  if facts.sensitive_fraction else f"takes {facts.sensitive_margin:.0%} of eager's tolerance")
         found = dict.fromkeys(sorted(REORDERING), f"predicted to fail: one ulp of noise {noise}, and {failure}")
-    # a setting under which eager itself took more than half of its tolerance changes its sums too (channels-last:
-    # cuDNN's other algorithms): level3/13's channels_last, eager at 93% under it, failed after its fuse_reductions
+    # a tight setting changes eager's sums too (channels-last: cuDNN's other algorithms)
     for move in MOVES.values():
         if move.variant and facts.tight_under(move.variant):
             found[move.name] = (f"predicted to fail: {failure}, and eager itself with "
