@@ -266,10 +266,11 @@ class OfflineCoder:
         switched = {key[1]: variants for key, variants in self._switches.items() if key[0] == request.problem_path}
         lost_variants = {v for move in losing_tunes for v in switched.get(move, ())}
         pending_variants = {v for move in pending for v in switched.get(move, ())}
+        switches = {o["move"]: _switch(answer, o) for o in answer["options"]}  # option -> the variant it switches to
         choices = [o for o in answer["options"] if o["move"] not in tried and o["move"] not in avoid
                    and self._allows(o["move"]) and not (o["move"] in losing_tunes and self._tuned_before(request, o))
                    and (not exact_only or o["move"] in exact) and o["move"] not in failing
-                   and _switch(answer, o) not in lost_variants]
+                   and switches[o["move"]] not in lost_variants]
         if not request.parent_state.get("applied"):
             self._root_skipped = dict(answer.get("skipped", {}))
             if self.allowed is not None:  # the moves that apply but are not allowed are skipped too
@@ -301,15 +302,15 @@ class OfflineCoder:
             # (a tune: move is the next configuration each time, so its record says nothing of the next)
             gain = scores.get(option["technique"], 0.0) + bonus
             move = option["move"]
-            later = move in pending or move in waiting or _switch(answer, option) in pending_variants
+            later = move in pending or move in waiting or switches[move] in pending_variants
             return move in losing, move in subsumed, move in flat, later, -gain, order, move
 
         best = min(choices, key=score)
         self._offered_once = True
         if best["move"].startswith(TUNE_PREFIX):
             self._tuned.setdefault((request.problem_path, best["move"]), set()).add(_tuned_kernel(best))
-            if (variant := _switch(answer, best)) is not None:
-                self._switches.setdefault((request.problem_path, best["move"]), set()).add(variant)
+            if switches[best["move"]] is not None:
+                self._switches.setdefault((request.problem_path, best["move"]), set()).add(switches[best["move"]])
         applied = list(request.parent_state.get("applied", []))
         if not best["move"].startswith(TUNE_PREFIX):
             applied = canonical(applied + [best["move"]])
@@ -327,25 +328,27 @@ class OfflineCoder:
         return _tuned_kernel(option) in self._tuned.get((request.problem_path, option["move"]), set())
 
 
+def _tuned_entry(kernels: list[dict], move: str) -> dict:
+    """The entry of `kernels` (an answer's or an option's) for the kernel a tune: move names; {} where none is."""
+    name = move[len(TUNE_PREFIX):]
+    return next((k for k in kernels if k["name"] == name), {})
+
+
 def _switch(answer: dict, option: dict) -> str | None:
     """The generator variant (a row kernel's "looped", "lagged", ...) that a tune: option moves its kernel to, where
     it is not the kernel's variant at the node the answer is for; None for other options and other steps."""
     if not option["move"].startswith(TUNE_PREFIX):
         return None
-    name = option["move"][len(TUNE_PREFIX):]
-
-    def variant(kernels: list[dict]) -> str | None:
-        return next((k.get("config", {}).get("variant") for k in kernels if k["name"] == name), None)
-
-    new = variant(option.get("kernels", []))
-    return new if new is not None and new != variant(answer.get("kernels", [])) else None
+    new, old = (_tuned_entry(found.get("kernels", []), option["move"]).get("config", {}).get("variant")
+                for found in (option, answer))
+    return new if new is not None and new != old else None
 
 
 def _tuned_kernel(option: dict) -> str:
     """A tune: option's kernel as it would run: its configuration and features (shapes, layout), as JSON."""
-    name = option["move"][len(TUNE_PREFIX):]
-    kernel = next((k for k in option.get("kernels", []) if k["name"] == name), {})
-    return json.dumps([name, kernel.get("config"), kernel.get("features")], sort_keys=True)
+    kernel = _tuned_entry(option.get("kernels", []), option["move"])
+    return json.dumps([option["move"][len(TUNE_PREFIX):], kernel.get("config"), kernel.get("features")],
+                      sort_keys=True)
 
 
 def allowed_moves(moves: str) -> set[str] | None:
