@@ -28,11 +28,11 @@ from collections.abc import Callable
 
 from kernelpro import devicegate
 from kernelpro.bench.child import (BenchError, BenchInterrupted, ChildInterrupted,  # noqa: F401
-                                    check_interrupted, extends, finished_search, one_line_error, resumed_settings,
-                                    run_child, run_search)
+                                    check_interrupted, extends, finished_search, one_line_error, recorded_selection,
+                                    resumed_settings, run_child, run_search)
 from kernelpro.bench.leaderboard import geomean, write_leaderboards
 from kernelpro.bench.store import FINISHED, BenchStore, source_sha256
-from kernelpro.bench.suite import Entry, discover, select
+from kernelpro.bench.suite import Entry, discover, pinned, select
 from kernelpro.harness.process import exit_description
 from kernelpro.settings import BenchSettings
 
@@ -132,8 +132,13 @@ class Bench:
         self.out = out
         if resume:
             saved = self.store.get("settings")
-            # the safety choice is this command's, never the saved one's
-            settings = resumed_settings(saved_settings(saved), settings, given) if saved else settings
+            if saved:
+                recorded, given = recorded_selection(saved_settings(saved), settings, given,
+                                                     {row["key"] for row in self.store.rows()})
+                # the safety choice is this command's, never the saved one's
+                settings = resumed_settings(recorded, settings, given)
+        else:
+            settings = settings.model_copy(update={"problems": pinned(settings.problems)})
         if extend_budget is not None and extend_budget != settings.searches.budget:
             settings = self._extend(settings, extend_budget)
         self.settings = settings

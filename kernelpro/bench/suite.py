@@ -85,6 +85,14 @@ def read_keys(spec: str) -> list[str] | None:
     return parts
 
 
+def pinned(spec: str) -> str:
+    """A --problems spec that names a file ('@FILE') as the keys the file names, sorted and joined by commas: what a
+    bench records, so that it resumes from another folder or machine without reading the file again (nor a file
+    edited since). Other specs, and a file that names no key (select refuses it), unchanged."""
+    keys = read_keys(spec) if spec.startswith("@") else None
+    return ",".join(sorted(set(keys))) if keys else spec
+
+
 def select(entries: list[Entry], levels: str = "", problems: str = "") -> list[Entry]:
     """The entries of these levels ('1,2') and problems: numbers ('1-20,35'), keys
     ('level1/19_ReLU,...') or a file of keys ('@subset.txt'); all when empty."""
