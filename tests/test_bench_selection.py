@@ -1,9 +1,11 @@
-"""A bench's selection of problems given as a file (`--problems @FILE`): recorded as the keys the file names, so
-that the bench resumes from another folder (or machine) and takes the same file by another path."""
+"""A bench resumed from another folder (or machine): its selection given as a file (`--problems @FILE`) is recorded
+as the keys the file names, the same file by another path is the same selection, and the suite folder is the one
+the resuming command names."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -72,3 +74,24 @@ def test_a_bench_that_recorded_the_file_path_resumes_with_the_keys_it_recorded(t
     resumed = Bench(BenchSettings(suite=str(SUITE), out=str(out), **FAST), resume=True, given=frozenset())
     assert [entry.key for entry in resumed.entries] == KEYS
     assert _recorded(out)["problems"] == ",".join(KEYS)
+
+
+def test_the_suite_is_the_one_the_resuming_command_names(tmp_path, monkeypatch):
+    """A suite given by a relative path is found again by the path the resuming command gives; a suite that lacks
+    some of the bench's problems is refused, naming them, before anything is recorded."""
+    started, elsewhere = tmp_path / "started", tmp_path / "elsewhere"
+    started.mkdir(), elsewhere.mkdir()
+    shutil.copytree(SUITE, started / "suite")
+    out = tmp_path / "bench"
+    monkeypatch.chdir(started)
+    Bench(BenchSettings(suite="suite", out=str(out), levels="1", **FAST))
+    monkeypatch.chdir(elsewhere)  # "suite" names nothing here
+    resumed = Bench(BenchSettings(suite=str(started / "suite"), out=str(out), **FAST), resume=True,
+                    given=frozenset())
+    assert [entry.key for entry in resumed.entries] == ["level1/1_DoubleNegation", "level1/2_ScaledSum"]
+    assert _recorded(out)["suite"] == str(started / "suite")
+    shutil.copytree(SUITE, elsewhere / "partial")
+    (elsewhere / "partial" / "level1" / "2_ScaledSum.py").unlink()
+    with pytest.raises(BenchError, match=r"partial lacks 1 of the bench's problems \(level1/2_ScaledSum\)"):
+        Bench(BenchSettings(suite="partial", out=str(out), **FAST), resume=True, given=frozenset())
+    assert _recorded(out)["suite"] == str(started / "suite")

@@ -46,9 +46,10 @@ class BenchError(KernelproError):
 
 def resumed_settings(saved: BenchSettings, asked: BenchSettings, given: frozenset[str] | None) -> BenchSettings:
     """The settings a resumed bench goes on with: the recorded ones, where it runs as `asked` where `given` (the
-    BenchSettings fields the command line set, flat), and this command's choice of what `PER_COMMAND` names
-    (--unsafe-no-sandbox). A recorded setting
-    given with another value is refused by its option. None (a program's call): nothing is refused."""
+    BenchSettings fields the command line set, flat), the suite folder as this command names it (a path from where it
+    runs now; the bench's problems are the keys it registered), and this command's choice of what `PER_COMMAND` names
+    (--unsafe-no-sandbox). A recorded setting given with another value is refused by its option. None (a program's
+    call): nothing is refused."""
     from kernelpro.search_settings import conflicting_options  # here: it imports torch, a bench's start need not
     conflicts = conflicting_options(BENCH_FLAGS, given or (), asked.flat(), saved.flat(), "the bench")
     if conflicts:
@@ -56,7 +57,7 @@ def resumed_settings(saved: BenchSettings, asked: BenchSettings, given: frozense
                          f"{'; '.join(conflicts)}. Leave {'them' if len(conflicts) > 1 else 'it'} out, or start a new "
                          "bench in another --out folder")
     searches = saved.searches.model_copy(update={name: getattr(asked.searches, name) for name in PER_COMMAND})
-    return saved.model_copy(update={"searches": searches,
+    return saved.model_copy(update={"searches": searches, "suite": asked.suite,
                                     **{name: getattr(asked, name) for name in WHERE if name in (given or ())}})
 
 
@@ -69,7 +70,7 @@ def recorded_selection(saved: BenchSettings, asked: BenchSettings, given: frozen
         saved = saved.model_copy(update={"problems": ",".join(sorted(recorded))})
     if given and "problems" in given and asked.problems != saved.problems:
         levels = asked.levels if "levels" in given else saved.levels
-        if {entry.key for entry in select(discover(Path(saved.suite)), levels, asked.problems)} == recorded:
+        if {entry.key for entry in select(discover(Path(asked.suite)), levels, asked.problems)} == recorded:
             given = given - {"problems"}
     return saved, given
 

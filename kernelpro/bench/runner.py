@@ -130,19 +130,24 @@ class Bench:
         # a new bench's folder is made only once nothing refuses it: a refused bench leaves nothing behind
         self.store = BenchStore(out) if resume else None
         self.out = out
+        registered = {row["key"] for row in self.store.rows()} if resume else set()
         if resume:
             saved = self.store.get("settings")
             if saved:
-                recorded, given = recorded_selection(saved_settings(saved), settings, given,
-                                                     {row["key"] for row in self.store.rows()})
+                recorded, given = recorded_selection(saved_settings(saved), settings, given, registered)
                 # the safety choice is this command's, never the saved one's
                 settings = resumed_settings(recorded, settings, given)
         else:
             settings = settings.model_copy(update={"problems": pinned(settings.problems)})
+        self.entries = select(discover(Path(settings.suite)), settings.levels, settings.problems)
+        missing = sorted(registered - {entry.key for entry in self.entries})
+        if missing:
+            raise BenchError(f"--resume: {settings.suite} lacks {len(missing)} of the bench's problems "
+                             f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}); give the suite "
+                             "folder the bench ran")
         if extend_budget is not None and extend_budget != settings.searches.budget:
             settings = self._extend(settings, extend_budget)
         self.settings = settings
-        self.entries = select(discover(Path(settings.suite)), settings.levels, settings.problems)
         if settings.backend not in ("local", "ray"):
             raise BenchError(f"--backend {settings.backend!r}: local or ray")
         if settings.backend == "ray" and settings.baselines_only:
