@@ -57,6 +57,10 @@ def test_a_bench_started_from_a_relative_file_resumes_from_another_folder(tmp_pa
     with pytest.raises(BenchError, match=r"--problems '@other.txt' \(the bench has "):
         Bench(BenchSettings(suite=str(SUITE), out=str(out), problems="@other.txt", **FAST), resume=True,
               given=frozenset({"problems"}))
+    shutil.copytree(SUITE, elsewhere / "partial")  # without one of the recorded keys: named as missing
+    (elsewhere / "partial" / "level2" / "1_LinearScale.py").unlink()
+    with pytest.raises(BenchError, match=r"lacks 1 of the bench's problems \(level2/1_LinearScale\)"):
+        Bench(BenchSettings(suite="partial", out=str(out), **FAST), resume=True, given=frozenset())
 
 
 def test_a_bench_that_recorded_the_file_path_resumes_with_the_keys_it_recorded(tmp_path, monkeypatch):

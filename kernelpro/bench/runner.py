@@ -139,12 +139,13 @@ class Bench:
                 settings = resumed_settings(recorded, settings, given)
         else:
             settings = settings.model_copy(update={"problems": pinned(settings.problems)})
-        self.entries = select(discover(Path(settings.suite)), settings.levels, settings.problems)
-        missing = sorted(registered - {entry.key for entry in self.entries})
+        suite = discover(Path(settings.suite))
+        missing = sorted(registered - {entry.key for entry in suite})
         if missing:
             raise BenchError(f"--resume: {settings.suite} lacks {len(missing)} of the bench's problems "
                              f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}); give the suite "
                              "folder the bench ran")
+        self.entries = select(suite, settings.levels, settings.problems)
         if extend_budget is not None and extend_budget != settings.searches.budget:
             settings = self._extend(settings, extend_budget)
         self.settings = settings
