@@ -115,7 +115,6 @@ def test_where_noise_takes_most_of_the_tolerance_a_rounding_failure_predicts_the
     assert not predictions.after_rounding_failures(tight, ("channels_last",))  # a setting's failure says nothing of sums
 
 
-
 def test_with_room_under_the_noise_a_rounding_failure_predicts_only_the_tight_settings():
     """level3/27_RegNet (H100): one ulp of noise took 27% of its tolerance, eager in channels-last 75%. Its
     triton_conv failed trial 3 on rounding (3.75% outside), then its channels_last the same way, while its cuda_kernels,
@@ -129,6 +128,7 @@ def test_with_room_under_the_noise_a_rounding_failure_predicts_only_the_tight_se
                                         "format took 75% of its tolerance")
     assert not predictions.after_rounding_failures(roomy, ("fuse_pointwise",))  # no failure of a reordering move
     assert not predictions.after_rounding_failures(sensitivity(0.0, used=0.27), ("triton_conv",))  # no tight setting
+
 
 def proposals(coder: OfflineCoder, request: CoderRequest) -> list[str]:
     moves: list[str] = []

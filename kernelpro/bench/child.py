@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from kernelpro.bench.suite import Entry, discover, select
+from kernelpro.bench.suite import Entry, select
 from kernelpro.errors import KernelproError
 from kernelpro.harness.process import exit_description
 from kernelpro.settings import BENCH_FLAGS, PER_COMMAND, WHERE, BenchSettings
@@ -62,15 +62,16 @@ def resumed_settings(saved: BenchSettings, asked: BenchSettings, given: frozense
 
 
 def recorded_selection(saved: BenchSettings, asked: BenchSettings, given: frozenset[str] | None,
-                       recorded: set[str]) -> tuple[BenchSettings, frozenset[str] | None]:
+                       recorded: set[str], suite: list[Entry]) -> tuple[BenchSettings, frozenset[str] | None]:
     """A resumed bench's saved settings with a selection recorded as a file ('@FILE', a path from where the bench
     started) replaced by the keys the bench `recorded`; and `given` without --problems where the spec given again
-    selects exactly those keys (the same file by another path, or the keys written out)."""
+    selects exactly those keys of `suite` (the problems of the suite folder the command names: the same file by
+    another path, or the keys written out)."""
     if saved.problems.startswith("@"):
         saved = saved.model_copy(update={"problems": ",".join(sorted(recorded))})
     if given and "problems" in given and asked.problems != saved.problems:
         levels = asked.levels if "levels" in given else saved.levels
-        if {entry.key for entry in select(discover(Path(asked.suite)), levels, asked.problems)} == recorded:
+        if {entry.key for entry in select(suite, levels, asked.problems)} == recorded:
             given = given - {"problems"}
     return saved, given
 

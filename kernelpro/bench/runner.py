@@ -131,15 +131,15 @@ class Bench:
         self.store = BenchStore(out) if resume else None
         self.out = out
         registered = {row["key"] for row in self.store.rows()} if resume else set()
+        suite = discover(Path(settings.suite))  # this command's folder, a resumed bench's too (resumed_settings)
         if resume:
             saved = self.store.get("settings")
             if saved:
-                recorded, given = recorded_selection(saved_settings(saved), settings, given, registered)
+                recorded, given = recorded_selection(saved_settings(saved), settings, given, registered, suite)
                 # the safety choice is this command's, never the saved one's
                 settings = resumed_settings(recorded, settings, given)
         else:
             settings = settings.model_copy(update={"problems": pinned(settings.problems)})
-        suite = discover(Path(settings.suite))
         missing = sorted(registered - {entry.key for entry in suite})
         if missing:
             raise BenchError(f"--resume: {settings.suite} lacks {len(missing)} of the bench's problems "
