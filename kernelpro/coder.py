@@ -71,7 +71,8 @@ class CoderProposal:
 class Coder(Protocol):
     """What the search asks for candidates. A coder may also have `start(root)` (called once before the
     reference is evaluated, to boot whatever it needs meanwhile; `root` is the root's request without what that
-    evaluation measures, to begin on, or None) and `close()` (called at the end)."""
+    evaluation measures, to begin on, or None), `ruled_out()` (the moves it never offered because it predicted that
+    they fail or lose: move -> why, kept in run.json) and `close()` (called at the end)."""
 
     name: str
 

@@ -275,6 +275,8 @@ def write_all(run, search: Search, baseline: dict, stopped: str, final,
         # coder could not answer (API errors after retries, max_tokens, refusals).
         "coder_usage": run.coder.usage.as_dict() if hasattr(getattr(run.coder, "usage", None), "as_dict") else None,
         "coder_failures": run.status.coder_failures,
+        # the moves the coder never offered because it predicted that they fail or lose (the offline coder's), and why
+        "moves_ruled_out": getattr(run.coder, "ruled_out", dict)(),
         "knowledge_base": {"path": str(run.kb.path), "recorded": run.kb_recorded} if run.kb is not None else None,
     }
     write_atomic(out / "run.json", json.dumps(document, indent=2))

@@ -74,6 +74,8 @@ def _summary_pairs(doc: dict) -> list[tuple[str, str]]:
     if doc.get("time_and_energy"):
         pairs.append(("time and energy", doc["time_and_energy"]))
     pairs.append(("verdicts", ", ".join(f"{k} {v}" for k, v in sorted(doc["verdicts"].items()))))
+    if doc.get("moves_ruled_out"):
+        pairs.append(("not offered", "; ".join(f"{move}: {why}" for move, why in doc["moves_ruled_out"].items())))
     if doc.get("evaluations_per_minute"):
         pairs.append(("throughput", f"{doc['evaluations_per_minute']:.1f} evaluations/min"
                                     + where_the_time_went(doc.get("time_split_s"), doc["wall_s"])))

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import built_once, default_sigint, in_process
+from kernelpro.bench.child import summarize_run
 from kernelpro.cli import main
 from kernelpro.coder import CoderProposal, default_coder
 from kernelpro.driver import SearchRun
@@ -192,6 +193,32 @@ def test_failed_candidates_get_repair_requests_with_the_reason(tmp_path):
     assert repairs and "BROKEN" in repairs[0].failure and repairs[0].parent_source == "BROKEN"
     refine = [r for r in coder.requests if r.kind == "refine"]
     assert refine and all(r.parent_state.get("n") for r in refine)
+
+
+class RulingCoder(ScriptedCoder):
+    """A test coder that predicted one move to fail and never offered it."""
+
+    def ruled_out(self):
+        return {"tf32_matmul": "predicted to fail: eager itself with TF32 puts 53.2% of its output outside"}
+
+
+def test_the_moves_a_coder_ruled_out_are_kept_in_run_json_and_named_in_the_report(tmp_path):
+    problem = DATA / "redundant.py"
+    settings = SearchSettings(problem=str(problem), out=str(tmp_path / "run"), budget=2, profile=False)
+    document = SearchRun(settings, evaluator=FakeHarness(),
+                         coder=RulingCoder(problem.read_text() + "\nModelNew = Model\n")).run()
+    assert document["moves_ruled_out"] == {"tf32_matmul": "predicted to fail: eager itself with TF32 puts 53.2% "
+                                                          "of its output outside"}
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["moves_ruled_out"] == document["moves_ruled_out"]
+    # a bench's record of the search (bench.db) keeps it too
+    assert summarize_run(tmp_path / "run")["moves_ruled_out"] == document["moves_ruled_out"]
+    assert ("| not offered | tf32_matmul: predicted to fail: eager itself with TF32 puts 53.2% of its output outside |"
+            in (tmp_path / "run" / "report.md").read_text())
+    # a coder without ruled_out (this one) keeps nothing
+    plain = SearchRun(SearchSettings(problem=str(problem), out=str(tmp_path / "plain"), budget=2, profile=False),
+                      evaluator=FakeHarness(),
+                      coder=ScriptedCoder(problem.read_text() + "\nModelNew = Model\n")).run()
+    assert plain["moves_ruled_out"] == {} and "not offered" not in (tmp_path / "plain" / "report.md").read_text()
 
 
 class StartedCoder(ScriptedCoder):

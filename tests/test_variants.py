@@ -78,9 +78,14 @@ def test_a_move_whose_setting_fails_eager_itself_is_not_offered_and_the_coder_sa
     try:
         while (proposal := coder.propose(replace(_request(facts), tried=tuple((m, "x") for m in proposed)))):
             proposed.append(proposal.move)
+        ruled_out = coder.ruled_out()  # what a run keeps in run.json and its report names
     finally:
         coder.close()
     assert "channels_last" in proposed and "tf32_matmul" not in proposed
+    assert list(ruled_out) == ["triton_conv", "tf32_matmul"]  # in MOVES' order, each with its rule's reason
+    assert ruled_out["tf32_matmul"].startswith("predicted to fail: eager itself with TF32 allowed in matmuls and "
+                                               "convolutions puts 53.2%")
+    assert ruled_out["triton_conv"].startswith("not offered at fp32: eager was not measured with its convolutions")
     only = OfflineCoder(moves="tf32_matmul")
     try:
         assert only.propose(_request(facts)) is None

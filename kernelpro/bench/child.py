@@ -93,7 +93,7 @@ def summarize_run(folder: Path) -> dict:
             "energy_j", "baseline_energy_j", "stopped", "coder", "strategy", "objective", "precision", "budget",
             "time_split_s", "final", "final_failure", "final_history", "model_mode", "kernelbench_speedup", "energy",
             "baseline_compile_correct", "launch_ranking", "launch_rankings", "search", "time_and_energy",
-            "device_wait_s", "device_since", "best_tolerance_used", "best_rechecked")
+            "device_wait_s", "device_since", "best_tolerance_used", "best_rechecked", "moves_ruled_out")
     return {k: run.get(k) for k in keep} | {
         "techniques": list(dict.fromkeys(techniques)),
         "tokens": (usage.get("input_tokens", 0) or 0) + (usage.get("output_tokens", 0) or 0) if usage else None,

@@ -106,6 +106,7 @@ class OfflineCoder:
         self._asking = False
         self._pending: tuple | None = None  # the key of an answer asked ahead (start's root) and not yet read
         self._root_skipped: dict[str, str] = {}  # the root answer's moves that do not apply, and why
+        self._ruled_out: dict[str, str] = {}  # moves that applied somewhere but were predicted to fail or lose, and why
         self._offered_once = False
         # (problem, tune: move) -> the launch configurations it proposed (kernel and configuration as JSON)
         self._tuned: dict[tuple[str, str], set[str]] = {}
@@ -126,6 +127,11 @@ class OfflineCoder:
         listed = "; ".join(f"{reason} ({count})" for reason, count in reasons.most_common(3))
         more = f"; {len(reasons) - 3} other reason{'s' if len(reasons) > 4 else ''}" if len(reasons) > 3 else ""
         return f"none of the offline coder's {len(self._root_skipped)} moves applies here: {listed}{more}"
+
+    def ruled_out(self) -> dict[str, str]:
+        """The moves that applied at a node but were never offered there because the reference's measurements (or this
+        run's rounding failures) predicted that they fail or lose: move -> the first reason given, in MOVES' order."""
+        return {move: self._ruled_out[move] for move in MOVES if move in self._ruled_out}
 
     def _spec(self, request: CoderRequest) -> tuple[tuple, dict]:
         """The cache key and the worker's question for the parent's applied moves."""
@@ -271,6 +277,11 @@ class OfflineCoder:
                    and self._allows(o["move"]) and not (o["move"] in losing_tunes and self._tuned_before(request, o))
                    and (not exact_only or o["move"] in exact) and o["move"] not in failing
                    and switches[o["move"]] not in lost_variants]
+        for option in answer["options"]:
+            why = failing.get(option["move"]) or (predictions.SENSITIVE_SKIP if exact_only and option["move"] not in exact
+                                                  else "")
+            if why:
+                self._ruled_out.setdefault(option["move"], why)
         if not request.parent_state.get("applied"):
             self._root_skipped = dict(answer.get("skipped", {}))
             if self.allowed is not None:  # the moves that apply but are not allowed are skipped too
