@@ -273,24 +273,20 @@ class OfflineCoder:
         lost_variants = {v for move in losing_tunes for v in switched.get(move, ())}
         pending_variants = {v for move in pending for v in switched.get(move, ())}
         switches = {o["move"]: _switch(answer, o) for o in answer["options"]}  # option -> the variant it switches to
+        # option -> why a prediction keeps it from being offered (a rule's reason wins over rounding sensitivity's)
+        predicted = {o["move"]: failing.get(o["move"]) or predictions.SENSITIVE_SKIP for o in answer["options"]
+                     if o["move"] in failing or (exact_only and o["move"] not in exact)}
+        for move, why in predicted.items():
+            self._ruled_out.setdefault(move, why)
         choices = [o for o in answer["options"] if o["move"] not in tried and o["move"] not in avoid
                    and self._allows(o["move"]) and not (o["move"] in losing_tunes and self._tuned_before(request, o))
-                   and (not exact_only or o["move"] in exact) and o["move"] not in failing
-                   and switches[o["move"]] not in lost_variants]
-        for option in answer["options"]:
-            why = failing.get(option["move"]) or (predictions.SENSITIVE_SKIP if exact_only and option["move"] not in exact
-                                                  else "")
-            if why:
-                self._ruled_out.setdefault(option["move"], why)
+                   and o["move"] not in predicted and switches[o["move"]] not in lost_variants]
         if not request.parent_state.get("applied"):
             self._root_skipped = dict(answer.get("skipped", {}))
             if self.allowed is not None:  # the moves that apply but are not allowed are skipped too
                 self._root_skipped |= {o["move"]: "not allowed (--moves)" for o in answer["options"]
                                        if not self._allows(o["move"])}
-            if exact_only:
-                self._root_skipped |= {o["move"]: predictions.SENSITIVE_SKIP for o in answer["options"]
-                                       if o["move"] not in exact}
-            self._root_skipped |= {o["move"]: failing[o["move"]] for o in answer["options"] if o["move"] in failing}
+            self._root_skipped |= predicted
         if not choices:
             return None
         # simplify_all offered here and not lost: the single rewrites it sweeps make a subset of its candidate, and
