@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from kernelpro import tradeoff
+from kernelpro.runstore import RunStore
 
 
 def row(node: int, speedup: float, energy_saving: float, spread: float = 0.01, verdict: str = "correct") -> dict:
@@ -71,6 +72,11 @@ def test_an_energy_search_reports_its_tradeoff_and_the_leaderboard_its_power(tmp
     said = stored["time_and_energy"] or ""
     assert re.fullmatch(r"the fastest kernel \(node \d+\) .*|the most frugal kernel \(node \d+\) takes [\d.]+% less "
                         r"energy per call than the fastest \(node \d+\), at [\d.]+x its time", said), said
+    store = RunStore(tmp_path / "run")
+    try:  # and it is the summary of the run's own evaluations, as recorded
+        assert said == tradeoff.summary(tradeoff.points(store.evaluations()))
+    finally:
+        store.close()
     page = (tmp_path / "run" / "report.html").read_text()
     assert 'id="tradeoff"' in page and "time and energy" in (tmp_path / "run" / "report.md").read_text()
     columns = energy_columns(stored)
