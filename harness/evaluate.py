@@ -238,6 +238,7 @@ class Evaluator:
             # facts read them from that record only)
             "describe": outcome.itself,
             "sensitivity": options.sensitivity, "variants": list(options.variants),
+            "candidate_trials": options.correct_trials,  # a candidate's trials (the reference's own may be none)
             "tolerance": options.effective_tolerance,
             # the torch.compile baseline's caches: read by any worker that compiles it, written back only from one
             # that ran no candidate code (harness/compilecache.py)

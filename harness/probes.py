@@ -1,5 +1,6 @@
 """The reference's probes, in its own evaluation's worker before any candidate code exists there: the reference
-built and fed again from trial 0's seed and run under a change, against trial 0's outputs. Predictions for the coder
+built and fed again from trial 0's seed and run under a change, against trial 0's outputs (a setting that comes out
+near the tolerance there, on every trial a candidate under it would face: `on_every_trial`). Predictions for the coder
 (`sensitivity` and `variants` in the reference's record), never verdicts: a probe that fails or finds no room says
 nothing, and the reference's evaluation goes on.
 
@@ -13,7 +14,7 @@ import time
 
 import torch
 
-from kernelpro.harness import variants
+from kernelpro.harness import recheck, variants
 from kernelpro.harness.compare import deviation
 from kernelpro.harness.errors import one_line
 from kernelpro.harness.modelio import flatten_outputs, set_seed, tensor_bytes
@@ -25,6 +26,9 @@ from kernelpro.harness.modelio import flatten_outputs, set_seed, tensor_bytes
 HELD_TWICE_BYTES = 1 << 30
 #: the calls of the reference a timed rerun times after its comparison's, under a setting and as it is
 TIMED_CALLS = 3
+#: the most seconds `on_every_trial` spends on one setting (two forwards a trial, at most 24 trials); past it the
+#: record stays trial 0's, well within the reference phase's limit (PhaseLimits.reference_s)
+EVERY_TRIAL_LIMIT_S = 30.0
 
 
 def sensitivity(job, problem, seed: int, outputs: list) -> dict | None:
@@ -61,7 +65,52 @@ def settings(job, problem, seed: int, outputs: list, names: list[str]) -> dict:
             call_ms = found[name].pop("call_ms", None)
             if as_is is not None and call_ms:
                 found[name]["speedup"] = as_is["call_ms"] / call_ms
+            if not found[name]["outside_fraction"] and found[name]["tolerance_used"] >= recheck.MARGINAL_SHARE:
+                found[name] |= on_every_trial(job, problem, seed, name, found[name])
     return found
+
+
+def on_every_trial(job, problem, seed: int, name: str, first: dict) -> dict:
+    """A setting under which eager stayed within the tolerance on trial 0 but took `recheck.MARGINAL_SHARE` of it or
+    more, compared on the other trials a candidate that is eager under the setting would face: the evaluation's and the
+    near-tolerance recheck's (`recheck.faced_seeds`), up to the first that leaves the tolerance. The fields to update
+    trial 0's record with: `trials` compared (the last the failing one, where one failed), and the largest difference
+    and share of the allowance seen; nothing where a trial could not be compared (memory), since the record then
+    predicts no more than trial 0 did, or where they take longer than EVERY_TRIAL_LIMIT_S."""
+    seeds = recheck.faced_seeds(seed, int(job.spec["candidate_trials"]), job.sizes.get("output_bytes", 0))[1:]
+    seen, began = dict(first), time.perf_counter()
+    for count, other in enumerate(seeds, start=2):
+        if time.perf_counter() - began > EVERY_TRIAL_LIMIT_S:
+            return {}
+        try:
+            outputs = _outputs(job, problem, other)
+            if outputs is None:
+                return {}
+            found = rerun(job, problem, other, outputs, functools.partial(variants.applied, name))
+            del outputs
+        except Exception:  # noqa: BLE001 - the reference's own evaluation must not fail on a probe
+            return {}
+        if found is None:
+            return {}
+        seen = {"max_abs_error": max(seen["max_abs_error"], found["max_abs_error"]),
+                "tolerance_used": max(seen["tolerance_used"], found["tolerance_used"]),
+                "outside_fraction": found["outside_fraction"], "trials": count}
+        if found["outside_fraction"]:
+            break
+    return seen
+
+
+def _outputs(job, problem, seed: int) -> list | None:
+    """The reference's outputs on the trial of `seed`, as its evaluation computes them; None where they and its
+    inputs are too large to hold twice on the CPU (as `rerun`)."""
+    if job.device.type == "cpu" and 2 * job.sizes.get("output_bytes", 0) + job.sizes["input_bytes"] > HELD_TWICE_BYTES:
+        return None
+    init_inputs, inputs = job.trial_values(seed)
+    model = job.build_model(problem.Model, seed, init_inputs)
+    with torch.no_grad():
+        set_seed(seed)
+        _, outputs = flatten_outputs(model(*inputs))
+    return outputs
 
 
 def rerun(job, problem, seed: int, outputs: list, change, timed: bool = False, compared: bool = True) -> dict | None:

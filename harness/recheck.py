@@ -33,6 +33,21 @@ CORRECTNESS_ONLY = {"measure_time": False, "kernelbench_timing": False, "measure
 EvaluateOnce = Callable[..., EvalResult]
 
 
+def rounds(seed: int, correct_trials: int, output_bytes: int) -> list[tuple[int, int]]:
+    """The recheck's rounds for an evaluation from `seed` with `correct_trials` trials whose reference outputs take
+    `output_bytes`: (the round's seed, its trials), each trial's seed the round's plus its index, as in an
+    evaluation."""
+    per_round = max(correct_trials, min(MARGINAL_TRIALS, MARGINAL_HELD_BYTES // max(1, output_bytes)))
+    return [(seed + SEED_STEP * round_, per_round) for round_ in range(1, -(-MARGINAL_TRIALS // per_round) + 1)]
+
+
+def faced_seeds(seed: int, correct_trials: int, output_bytes: int) -> list[int]:
+    """Every trial's seed that a candidate whose outputs used MARGINAL_SHARE of the tolerance or more faces: the
+    evaluation's own trials, then the recheck's (`rounds`)."""
+    return [seed + trial for trial in range(correct_trials)] + [
+        first + trial for first, trials in rounds(seed, correct_trials, output_bytes) for trial in range(trials)]
+
+
 def if_marginal(evaluate_once: EvaluateOnce, rechecked: dict, problem, options: EvalOptions,
                 result: EvalResult) -> EvalResult:
     """`result` as it stands where it is not correct or its outputs took less than MARGINAL_SHARE of the tolerance;
@@ -55,11 +70,10 @@ def if_marginal(evaluate_once: EvaluateOnce, rechecked: dict, problem, options: 
             "flags": result.flags + ["marginal_rechecked"],
             "reason": f"{result.reason} (rechecked on {trials} trials after {why}, the extra ones earlier)"})
     used, trials, spent = result.tolerance_used, result.correct_trials, 0.0
-    output_bytes = result.memory.output_bytes if result.memory else 0
-    per_round = max(options.correct_trials, min(MARGINAL_TRIALS, MARGINAL_HELD_BYTES // max(1, output_bytes)))
-    for round_ in range(1, -(-MARGINAL_TRIALS // per_round) + 1):
+    for seed, per_round in rounds(options.seed, options.correct_trials,
+                                  result.memory.output_bytes if result.memory else 0):
         again = evaluate_once(options.model_copy(update={
-            "seed": options.seed + SEED_STEP * round_, "correct_trials": per_round, **CORRECTNESS_ONLY}), keep=False)
+            "seed": seed, "correct_trials": per_round, **CORRECTNESS_ONLY}), keep=False)
         spent += again.wall_s
         # the record's time is the first evaluation's and the rounds', these under the phase `recheck`
         timed = {"wall_s": result.wall_s + spent, "phase_s": {**result.phase_s, "recheck": round(spent, 3)}}

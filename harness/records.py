@@ -254,6 +254,10 @@ class Sensitivity(_Record):
     tolerance_used: float | None = Field(None, description="the largest share of its element's allowance (atol + "
                                          "rtol x |expected|) that a finite difference takes: 1 at the tolerance, "
                                          "0.5 halfway; None where not measured")
+    trials: int = Field(1, description="a variant only: the trials it was compared on: 1, or where trial 0 took half "
+                        "of the tolerance or more, each trial a candidate under the setting would face (the "
+                        "evaluation's, then the near-tolerance recheck's) up to the first outside the tolerance; "
+                        "the other fields are then over those trials, outside_fraction the last one's")
     speedup: float | None = Field(None, description="a variant only: the median of a few calls of the reference as it "
                                   "is over the median of as many under the setting, right after the comparison's "
                                   "call (a rough, untimed-protocol measure of what the setting alone gains); above 1, "

@@ -79,6 +79,9 @@ class ProblemFacts:
     variant_margins: tuple[tuple[str, float], ...] = ()
     # eager's few calls as it is over as many under a variant (> 1: the setting alone makes it faster; a rough measure)
     variant_speedups: tuple[tuple[str, float], ...] = ()
+    # the trials eager was compared on under a variant, where more than trial 0: each a candidate under the setting
+    # would face, up to the first outside the tolerance (harness Sensitivity.trials)
+    variant_trials: tuple[tuple[str, int], ...] = ()
 
     def fails_under(self, variant: str) -> float:
         """The share of eager's own output outside the tolerance under this setting (0.0 where not measured)."""
@@ -97,8 +100,17 @@ class ProblemFacts:
         return dict(self.variant_speedups).get(variant, 1.0)
 
     def tight_under(self, variant: str) -> bool:
-        """Whether eager under this setting stayed within the tolerance with an element past ROOMY_BELOW of it."""
-        return not self.fails_under(variant) and dict(self.variant_margins).get(variant, 0.0) > ROOMY_BELOW
+        """Whether eager under this setting stayed within the tolerance with an element past ROOMY_BELOW of it, on
+        trial 0 alone: where it was compared on every trial a candidate under the setting would face and held, the
+        candidate's fate is measured (`held_under`), not guessed."""
+        return not self.fails_under(variant) and dict(self.variant_margins).get(variant, 0.0) > ROOMY_BELOW \
+            and not self.held_under(variant)
+
+    def held_under(self, variant: str) -> int:
+        """The trials eager under this setting held the tolerance on, where that was each trial a candidate under it
+        would face (its first came out near the tolerance); 0 where it was compared on trial 0 alone, or failed."""
+        trials = dict(self.variant_trials).get(variant, 1)
+        return trials if trials > 1 and not self.fails_under(variant) else 0
 
     @property
     def rounding_sensitive(self) -> bool:
@@ -182,7 +194,9 @@ def problem_facts(reference: dict) -> ProblemFacts | None:
                         variant_margins=tuple(sorted((name, float(found["tolerance_used"])) for name, found in
                                                      found_variants.items() if found.get("tolerance_used") is not None)),
                         variant_speedups=tuple(sorted((name, float(found["speedup"])) for name, found in
-                                                      found_variants.items() if found.get("speedup"))))
+                                                      found_variants.items() if found.get("speedup"))),
+                        variant_trials=tuple(sorted((name, int(found["trials"])) for name, found in
+                                                    found_variants.items() if (found.get("trials") or 1) > 1)))
 
 
 #: how the prompt names the reference's variants (harness/variants.py)
@@ -330,8 +344,12 @@ def problem_text(facts: ProblemFacts) -> str:
         if variant in errors:
             lines.append(f"- eager itself with {words} raises {errors[variant]}: a candidate that relies on that fails")
         elif fraction:
-            lines.append(f"- eager itself with {words} moves {fraction:.1%} of its output outside the tolerance: a "
-                         "candidate that relies on that cannot pass")
+            lines.append(f"- eager itself with {words} moves {fraction:.1%} of its output outside the tolerance"
+                         f"{on_trial(facts, variant)}: a candidate that relies on that cannot pass")
+        elif facts.held_under(variant):
+            lines.append(f"- eager itself with {words} stays within the tolerance on all {facts.held_under(variant)} "
+                         "trials a candidate that relies on that faces, though one element's difference takes "
+                         f"{dict(facts.variant_margins)[variant]:.0%} of it")
         elif facts.tight_under(variant):
             lines.append(f"- eager itself with {words} stays within the tolerance, but one element's difference takes "
                          f"{dict(facts.variant_margins)[variant]:.0%} of it: on other inputs a candidate that relies on "
@@ -345,6 +363,12 @@ def problem_text(facts: ProblemFacts) -> str:
                          "few untimed calls" + (": the setting alone pays" if gain > 1 and not facts.tight_under(variant)
                                                 else ""))
     return "\n".join(lines)
+
+
+def on_trial(facts: ProblemFacts, variant: str) -> str:
+    """Where eager under a setting left the tolerance on a later trial than the first: on which."""
+    trials = dict(facts.variant_trials).get(variant, 1)
+    return f" on trial {trials} of those a candidate faces (within it on the {trials - 1} before)" if trials > 1 else ""
 
 
 def failure_text(facts: FailureFacts) -> str:
