@@ -172,6 +172,12 @@ def test_while_one_move_that_sums_in_another_order_is_in_flight_near_the_toleran
     assert predictions.reordering_waits(sensitivity(0.002), {"triton_gemm"}) >= {"fuse_reductions", "cuda_kernels"}
     assert not predictions.reordering_waits(sensitivity(0.0), {"triton_gemm"})  # room to spare
     assert not predictions.reordering_waits(sensitivity(0.002), {"fuse_pointwise"})  # keeps eager's sums
+    tight = facts.problem_facts({"signature": {"inputs": [], "outputs": []}, "reference": {"median_ms": 1.0},
+                                 "variants": {"channels_last": {"outside_fraction": 0.0, "max_abs_error": 1e-4,
+                                                                "tolerance": 1e-4, "tolerance_used": 0.93}}})
+    # eager in channels-last at 93% of the tolerance on its one trial: the setting waits too, with room elsewhere
+    assert predictions.reordering_waits(tight, {"triton_gemm"}) == {"channels_last"}
+    assert not predictions.reordering_waits(tight, {"fuse_pointwise"})
     coder = OfflineCoder()
     try:
         order = proposals(coder, request)  # simplify_all, fold_constants, fuse_reductions, fuse_pointwise, ...

@@ -140,11 +140,13 @@ def near_rounding(facts: ProblemFacts | None) -> bool:
 
 
 def reordering_waits(facts: ProblemFacts | None, pending: set[str]) -> set[str]:
-    """The moves that sum in another order, where the reference is `near_rounding` and one of them is being evaluated
-    (`pending`): its verdict may rule them all out (`after_rounding_failures`), so the coder offers them after the
-    others meanwhile. With two candidates in flight, level3/8_ResNetBasicBlock's `cuda_kernels` was written while its
-    `fuse_reductions` was in flight; both failed on rounding (H200, 2026-12-06)."""
-    return set(REORDERING) if near_rounding(facts) and pending & REORDERING else set()
+    """The moves that a rounding failure of a move being evaluated (`pending`) that sums in another order would rule
+    out (`after_rounding_failures`): the other such moves where the reference is `near_rounding`, and the settings
+    under which eager itself came near the tolerance. The coder offers them after the others meanwhile. With two
+    candidates in flight, level3/8_ResNetBasicBlock's `cuda_kernels` was written while its `fuse_reductions` was in
+    flight, and both failed on rounding (H200, 2026-12-06); so was level3/13's `channels_last`, eager in channels-last
+    at 93% of the tolerance (H100, 2026-12-07)."""
+    return set(after_rounding_failures(facts, tuple(pending)))
 
 
 def exact_moves(facts: ProblemFacts | None) -> set[str]:
