@@ -26,9 +26,10 @@ from kernelpro.harness.modelio import flatten_outputs, set_seed, tensor_bytes
 HELD_TWICE_BYTES = 1 << 30
 #: the calls of the reference a timed rerun times after its comparison's, under a setting and as it is
 TIMED_CALLS = 3
-#: the most seconds `on_every_trial` spends on one setting (two forwards a trial, at most 24 trials); past it the
-#: record stays trial 0's, well within the reference phase's limit (PhaseLimits.reference_s)
-EVERY_TRIAL_LIMIT_S = 30.0
+#: the most seconds `on_every_trial` spends in one reference evaluation, all settings together (two forwards a trial,
+#: at most 24 trials a setting); past it a setting's record stays trial 0's. A probe is a prediction: it must cost
+#: little of a problem's time (a budget-8 search of a KernelBench problem takes about 30 s to 2 minutes of GPU time)
+EVERY_TRIAL_LIMIT_S = 10.0
 
 
 def sensitivity(job, problem, seed: int, outputs: list) -> dict | None:
@@ -52,7 +53,7 @@ def settings(job, problem, seed: int, outputs: list, names: list[str]) -> dict:
         as_is = rerun(job, problem, seed, outputs, variants.as_is, timed=True, compared=False)
     except Exception:  # noqa: BLE001 - nothing to time the settings against: they are compared, not timed
         as_is = None
-    found = {}
+    found, deadline = {}, time.perf_counter() + EVERY_TRIAL_LIMIT_S
     for name in names:
         try:
             found[name] = rerun(job, problem, seed, outputs, functools.partial(variants.applied, name),
@@ -66,21 +67,21 @@ def settings(job, problem, seed: int, outputs: list, names: list[str]) -> dict:
             if as_is is not None and call_ms:
                 found[name]["speedup"] = as_is["call_ms"] / call_ms
             if not found[name]["outside_fraction"] and found[name]["tolerance_used"] >= recheck.MARGINAL_SHARE:
-                found[name] |= on_every_trial(job, problem, seed, name, found[name])
+                found[name] |= on_every_trial(job, problem, seed, name, found[name], deadline)
     return found
 
 
-def on_every_trial(job, problem, seed: int, name: str, first: dict) -> dict:
+def on_every_trial(job, problem, seed: int, name: str, first: dict, deadline: float) -> dict:
     """A setting under which eager stayed within the tolerance on trial 0 but took `recheck.MARGINAL_SHARE` of it or
     more, compared on the other trials a candidate that is eager under the setting would face: the evaluation's and the
     near-tolerance recheck's (`recheck.faced_seeds`), up to the first that leaves the tolerance. The fields to update
     trial 0's record with: `trials` compared (the last the failing one, where one failed), and the largest difference
     and share of the allowance seen; nothing where a trial could not be compared (memory), since the record then
-    predicts no more than trial 0 did, or where they take longer than EVERY_TRIAL_LIMIT_S."""
+    predicts no more than trial 0 did, or where they run past `deadline` (time.perf_counter's)."""
     seeds = recheck.faced_seeds(seed, int(job.spec["candidate_trials"]), job.sizes.get("output_bytes", 0))[1:]
-    seen, began = dict(first), time.perf_counter()
+    seen = dict(first)
     for count, other in enumerate(seeds, start=2):
-        if time.perf_counter() - began > EVERY_TRIAL_LIMIT_S:
+        if time.perf_counter() > deadline:
             return {}
         try:
             outputs = _outputs(job, problem, other)

@@ -228,6 +228,43 @@ def test_a_setting_near_the_tolerance_is_compared_on_every_trial_a_candidate_und
     assert cpu_evaluator.evaluate(held, reference_candidate(held), more).variants["channels_last"].trials == 27
 
 
+def test_a_settings_further_trials_stop_at_the_deadline_and_leave_trial_0s_record(tmp_path):
+    """probes.on_every_trial on a stand-in for the worker's job: past its deadline it adds nothing (the record stays
+    trial 0's, so the setting counts as near the tolerance on one trial), before it every trial a candidate faces."""
+    import time
+
+    import torch
+    from kernelpro.harness import probes
+    from kernelpro.harness.modelio import build_model, flatten_outputs, set_seed
+
+    import importlib.util
+    source = (DATA / "problems" / "layout_crosses_tolerance.py").read_text()
+    (tmp_path / "near.py").write_text(source.replace("LIMIT = 0.5", "LIMIT = 2.0"))
+    spec = importlib.util.spec_from_file_location("near_on_every_trial", tmp_path / "near.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    class Job:  # what probes read of the worker's Job
+        device, spec = torch.device("cpu"), {"candidate_trials": 5, "tolerance": 1e-4}
+        sizes = {"input_bytes": 2048, "output_bytes": 2048}
+
+        def trial_values(self, seed):
+            set_seed(seed)
+            return [], module.get_inputs()
+
+        def build_model(self, cls, seed, init_inputs):
+            return build_model(cls, seed, init_inputs, self.device, torch.float32, "train")
+
+    job = Job()
+    _, inputs = job.trial_values(0)
+    set_seed(0)
+    _, outputs = flatten_outputs(job.build_model(module.Model, 0, [])(*inputs))
+    first = probes.settings(job, module, 0, outputs, ["channels_last"])["channels_last"]
+    assert first["trials"] == 25 and 0.69 < first["tolerance_used"] < 0.71
+    first.pop("trials")
+    assert probes.on_every_trial(job, module, 0, "channels_last", first, time.perf_counter() - 1) == {}
+
+
 def test_tf32_operands_rounds_each_convolutions_operands_to_nearest_and_leaves_depthwise_ones():
     """The variant behind triton_conv at fp32: to nearest with ties away (1 + 2^-11 is a tie, 1 + 2^-12 is not),
     a convolution's input and weight rounded so and cuDNN's TF32 off inside, a depthwise convolution untouched."""
