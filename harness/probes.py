@@ -106,12 +106,21 @@ def _outputs(job, problem, seed: int) -> list | None:
     inputs are too large to hold twice on the CPU (as `rerun`)."""
     if job.device.type == "cpu" and 2 * job.sizes.get("output_bytes", 0) + job.sizes["input_bytes"] > HELD_TWICE_BYTES:
         return None
-    init_inputs, inputs = job.trial_values(seed)
-    model = job.build_model(problem.Model, seed, init_inputs)
+    model, inputs = _trial(job, problem, seed)
     with torch.no_grad():
-        set_seed(seed)
-        _, outputs = flatten_outputs(model(*inputs))
-    return outputs
+        return _forward(model, inputs, seed)
+
+
+def _trial(job, problem, seed: int) -> tuple[object, list]:
+    """The reference model and its inputs, built and drawn from a trial's seed as its evaluation builds them."""
+    init_inputs, inputs = job.trial_values(seed)
+    return job.build_model(problem.Model, seed, init_inputs), inputs
+
+
+def _forward(model, inputs: list, seed: int) -> list:
+    """One call, its random draws from the trial's seed (as the evaluation calls it): the outputs, flattened."""
+    set_seed(seed)
+    return flatten_outputs(model(*inputs))[1]
 
 
 def rerun(job, problem, seed: int, outputs: list, change, timed: bool = False, compared: bool = True) -> dict | None:
@@ -123,11 +132,9 @@ def rerun(job, problem, seed: int, outputs: list, change, timed: bool = False, c
     if job.device.type == "cpu" and tensor_bytes(outputs) + job.sizes["input_bytes"] > HELD_TWICE_BYTES:
         return None
     try:
-        init_inputs, inputs = job.trial_values(seed)
-        model = job.build_model(problem.Model, seed, init_inputs)
+        model, inputs = _trial(job, problem, seed)
         with change(model, inputs) as (model, inputs), torch.no_grad():
-            set_seed(seed)
-            _, moved = flatten_outputs(model(*inputs))
+            moved = _forward(model, inputs, seed)
             found = deviation(outputs, moved, float(job.spec["tolerance"])) if compared else {}
             del moved
             if timed:
