@@ -89,7 +89,9 @@ def on_every_trial(job, problem, seed: int, name: str, first: dict, deadline: fl
                 return {}
             found = rerun(job, problem, other, outputs, functools.partial(variants.applied, name))
             del outputs
-        except Exception:  # noqa: BLE001 - the reference's own evaluation must not fail on a probe
+        except Exception as error:  # noqa: BLE001 - the reference's own evaluation must not fail on a probe
+            if isinstance(error, torch.OutOfMemoryError):
+                torch.cuda.empty_cache()  # what the failed trial held goes back to the evaluation
             return {}
         if found is None:
             return {}
