@@ -344,7 +344,7 @@ def problem_text(facts: ProblemFacts) -> str:
         if variant in errors:
             lines.append(f"- eager itself with {words} raises {errors[variant]}: a candidate that relies on that fails")
         elif fraction:
-            lines.append(f"- eager itself with {words} moves {fraction:.1%} of its output outside the tolerance"
+            lines.append(f"- eager itself with {words} moves {share(fraction)} of its output outside the tolerance"
                          f"{on_trial(facts, variant)}: a candidate that relies on that cannot pass")
         elif facts.held_under(variant):
             lines.append(f"- eager itself with {words} stays within the tolerance on all {facts.held_under(variant)} "
@@ -363,6 +363,12 @@ def problem_text(facts: ProblemFacts) -> str:
                          "few untimed calls" + (": the setting alone pays" if gain > 1 and not facts.tight_under(variant)
                                                 else ""))
     return "\n".join(lines)
+
+
+def share(fraction: float) -> str:
+    """A share of an output as a percentage, to one decimal, or two significant digits where that would read 0.0%
+    (a later trial that crossed the tolerance at a few elements)."""
+    return f"{fraction:.1%}" if fraction >= 0.001 else f"{fraction * 100:.2g}%"
 
 
 def on_trial(facts: ProblemFacts, variant: str) -> str:

@@ -199,6 +199,7 @@ def test_a_setting_near_the_tolerance_is_compared_on_every_trial_a_candidate_und
     predicted to fail, naming that trial."""
     import torch
     from kernelpro.harness.modelio import set_seed
+    from kernelpro.facts import share
     from kernelpro.harness.recheck import faced_seeds
     from kernelpro.offline.predictions import skipped
 
@@ -221,7 +222,7 @@ def test_a_setting_near_the_tolerance_is_compared_on_every_trial_a_candidate_und
     assert found.trials == crossed > 1 and found.outside_fraction > 0.9 and found.tolerance_used > 1.2
     facts = problem_facts(json.loads(result.model_dump_json()))
     assert skipped(facts, "fp32")["channels_last"] == (
-        f"predicted to fail: eager itself with channels-last memory format puts {found.outside_fraction:.1%} of its "
+        f"predicted to fail: eager itself with channels-last memory format puts {share(found.outside_fraction)} of its "
         f"output outside the tolerance on trial {crossed} of those a candidate faces (within it on the {crossed - 1} "
         "before)")
     more = OPTIONS.model_copy(update={"seed": seed, "variants": ("channels_last",), "correct_trials": 7})
@@ -327,6 +328,11 @@ def test_the_triton_convolution_is_offered_at_fp32_only_where_eager_matched_its_
                               "rounded to TF32 (to nearest) puts 25.0% of its output outside the tolerance" in why
     moves, why = proposed(facts_with(None))
     assert moves == [] and "eager was not measured with its convolutions" in why
+    # within the tolerance on trial 0 at 96% of it, outside on the 7th trial a candidate faces
+    later = facts_with({"outside_fraction": 0.0001, "max_abs_error": 1.2e-4, "tolerance": 1e-4, "trials": 7})
+    moves, why = proposed(later)
+    assert moves == [] and "rounded to TF32 (to nearest) puts 0.01% of its output outside the tolerance on trial 7 " \
+                           "of those a candidate faces (within it on the 6 before)" in why
     raised = facts_with({"outside_fraction": 1.0, "error": "RuntimeError: no TF32 rounding here", "tolerance": 1e-4})
     moves, why = proposed(raised)  # a variant that raised counts its whole output as outside: the error is the why
     assert moves == [] and why.count("triton_conv: predicted to fail: eager with its convolutions in float32 on "
