@@ -106,10 +106,15 @@ class ProblemFacts:
         return not self.fails_under(variant) and dict(self.variant_margins).get(variant, 0.0) > ROOMY_BELOW \
             and not self.held_under(variant)
 
+    def trials_under(self, variant: str) -> int:
+        """The trials eager under this setting was compared on: 1, or each a candidate under it would face up to the
+        first outside the tolerance (its first came out near the tolerance)."""
+        return dict(self.variant_trials).get(variant, 1)
+
     def held_under(self, variant: str) -> int:
         """The trials eager under this setting held the tolerance on, where that was each trial a candidate under it
         would face (its first came out near the tolerance); 0 where it was compared on trial 0 alone, or failed."""
-        trials = dict(self.variant_trials).get(variant, 1)
+        trials = self.trials_under(variant)
         return trials if trials > 1 and not self.fails_under(variant) else 0
 
     @property
@@ -344,8 +349,8 @@ def problem_text(facts: ProblemFacts) -> str:
         if variant in errors:
             lines.append(f"- eager itself with {words} raises {errors[variant]}: a candidate that relies on that fails")
         elif fraction:
-            lines.append(f"- eager itself with {words} moves {share(fraction)} of its output outside the tolerance"
-                         f"{on_trial(facts, variant)}: a candidate that relies on that cannot pass")
+            lines.append(f"- eager itself with {words} moves {outside_words(facts, variant)}: a candidate that relies "
+                         "on that cannot pass")
         elif facts.held_under(variant):
             lines.append(f"- eager itself with {words} stays within the tolerance on all {facts.held_under(variant)} "
                          "trials a candidate that relies on that faces, though one element's difference takes "
@@ -371,10 +376,12 @@ def share(fraction: float) -> str:
     return f"{fraction:.1%}" if fraction >= 0.001 else f"{fraction * 100:.2g}%"
 
 
-def on_trial(facts: ProblemFacts, variant: str) -> str:
-    """Where eager under a setting left the tolerance on a later trial than the first: on which."""
-    trials = dict(facts.variant_trials).get(variant, 1)
-    return f" on trial {trials} of those a candidate faces (within it on the {trials - 1} before)" if trials > 1 else ""
+def outside_words(facts: ProblemFacts, variant: str) -> str:
+    """How much of eager's output left the tolerance under a setting, and on which trial where that was a later one
+    than the first: the prompt's and the offline coder's reasons alike."""
+    trials = facts.trials_under(variant)
+    return f"{share(facts.fails_under(variant))} of its output outside the tolerance" + (
+        f" on trial {trials} of those a candidate faces (within it on the {trials - 1} before)" if trials > 1 else "")
 
 
 def failure_text(facts: FailureFacts) -> str:

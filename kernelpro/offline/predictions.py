@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from kernelpro.facts import VARIANT_GAIN, VARIANT_WORDS, ProblemFacts, on_trial, share
+from kernelpro.facts import VARIANT_GAIN, VARIANT_WORDS, ProblemFacts, outside_words
 from kernelpro.offline.moves import BIT_EXACT, MOVES, single_moves
 
 #: the moves that sum in another order than eager (`Move.reorders_sums`)
@@ -31,8 +31,7 @@ def failing_settings(facts: ProblemFacts | None, precision: str) -> dict[str, st
     errors = dict(facts.variant_errors)
     return {move.name: f"predicted to fail: eager itself with {VARIANT_WORDS.get(move.variant, move.variant)} " + (
         f"raises {errors[move.variant]}" if move.variant in errors else
-        f"puts {share(facts.fails_under(move.variant))} of its output outside the tolerance"
-        f"{on_trial(facts, move.variant)}")
+        f"puts {outside_words(facts, move.variant)}")
         for move in MOVES.values() if move.variant and facts.fails_under(move.variant)}
 
 
@@ -52,8 +51,7 @@ def unmatched_arithmetic(facts: ProblemFacts | None, precision: str) -> dict[str
         elif variant in dict(facts.variant_errors):  # (its whole output counted as outside)
             skipped[move.name] = f"predicted to fail: eager with {words} raises {dict(facts.variant_errors)[variant]}"
         else:
-            skipped[move.name] = (f"predicted to fail: eager with {words} puts {share(facts.fails_under(variant))} of "
-                                  f"its output outside the tolerance{on_trial(facts, variant)}")
+            skipped[move.name] = f"predicted to fail: eager with {words} puts {outside_words(facts, variant)}"
     return skipped
 
 
