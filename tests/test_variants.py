@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 from conftest import DATA
 from kernelpro.coder import CoderRequest
@@ -191,6 +192,14 @@ def test_the_probe_records_how_much_of_an_elements_allowance_its_largest_differe
 
 
 
+def _near_on_every_trial(folder) -> Path:
+    """layout_crosses_tolerance.py with its LIMIT above 1: in channels-last at 70% of the tolerance on every trial."""
+    path = folder / "near_on_every_trial.py"
+    path.write_text((DATA / "problems" / "layout_crosses_tolerance.py").read_text()
+                    .replace("LIMIT = 0.5", "LIMIT = 2.0"))
+    return path
+
+
 def test_a_setting_near_the_tolerance_is_compared_on_every_trial_a_candidate_under_it_would_face(cpu_evaluator,
                                                                                                    tmp_path):
     """Trial 0 alone says a candidate that is eager in channels-last passes with 70% of the tolerance used; such a
@@ -210,8 +219,7 @@ def test_a_setting_near_the_tolerance_is_compared_on_every_trial_a_candidate_und
     seed = next(s for s in range(100) if first_value(s) < 0.5)  # trial 0 within, at 70%
     options = OPTIONS.model_copy(update={"seed": seed, "variants": ("channels_last",)})
     crossing = load_problem(DATA / "problems" / "layout_crosses_tolerance.py")
-    (tmp_path / "near_on_every_trial.py").write_text(crossing.source.replace("LIMIT = 0.5", "LIMIT = 2.0"))
-    held = load_problem(tmp_path / "near_on_every_trial.py")
+    held = load_problem(_near_on_every_trial(tmp_path))
     found = cpu_evaluator.evaluate(held, reference_candidate(held), options).variants["channels_last"]
     assert found.outside_fraction == 0.0 and found.trials == 25 and 0.69 < found.tolerance_used < 0.71
     result = cpu_evaluator.evaluate(crossing, reference_candidate(crossing), options)
@@ -232,16 +240,14 @@ def test_a_setting_near_the_tolerance_is_compared_on_every_trial_a_candidate_und
 def test_a_settings_further_trials_stop_at_the_deadline_and_leave_trial_0s_record(tmp_path):
     """probes.on_every_trial on a stand-in for the worker's job: past its deadline it adds nothing (the record stays
     trial 0's, so the setting counts as near the tolerance on one trial), before it every trial a candidate faces."""
+    import importlib.util
     import time
 
     import torch
     from kernelpro.harness import probes
     from kernelpro.harness.modelio import build_model, flatten_outputs, set_seed
 
-    import importlib.util
-    source = (DATA / "problems" / "layout_crosses_tolerance.py").read_text()
-    (tmp_path / "near.py").write_text(source.replace("LIMIT = 0.5", "LIMIT = 2.0"))
-    spec = importlib.util.spec_from_file_location("near_on_every_trial", tmp_path / "near.py")
+    spec = importlib.util.spec_from_file_location("near_on_every_trial", _near_on_every_trial(tmp_path))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
 
