@@ -16,6 +16,7 @@ from conftest import kernelbench_file  # noqa: E402
 from kernelpro.harness import EvalOptions, Evaluator, load_problem  # noqa: E402
 from kernelpro.harness.problem import reference_candidate  # noqa: E402
 from kernelpro.harness.variants import VARIANTS  # noqa: E402
+from kernelpro.facts import ProblemFacts  # noqa: E402
 from kernelpro.offline import MOVES  # noqa: E402
 
 def _reference_evaluated(key: str, tmp_path, **options):
@@ -51,7 +52,7 @@ def test_the_sensitivity_probe_finds_efficientnets_chaos_behind_its_tf32_convolu
     assert result.ok and result.sensitivity.outside_fraction > 0.5
 
 
-def _first_move(key: str, result) -> tuple[str, set[str], object]:
+def _first_move(key: str, result) -> tuple[str, set[str], ProblemFacts]:
     """The offline coder's first move on KernelBench's problem `key` after its reference's evaluation `result`, the
     setting moves a measured gain puts first (`predictions.gaining_settings`), and the problem's facts."""
     from kernelpro.coder import CoderRequest
@@ -100,7 +101,7 @@ def test_a_setting_near_the_tolerance_on_trial_0_is_compared_on_every_trial_a_ca
     result = _reference_evaluated(key, tmp_path, variants=VARIANTS)
     found = result.variants["tf32"]
     print(key, found.model_dump())
-    assert result.ok and found.trials is not None and 1 <= found.trials <= 25
+    assert result.ok and 1 <= found.trials <= 25
     assert found.trials > 1 or found.outside_fraction > 0 or found.tolerance_used < MARGINAL_SHARE, found
     first, gaining, facts = _first_move(key, result)
     print("first move", first, "gaining", gaining, "held on", facts.held_under("tf32"))
