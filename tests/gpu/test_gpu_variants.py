@@ -13,10 +13,10 @@ pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 from conftest import kernelbench_file  # noqa: E402
+from kernelpro.facts import ProblemFacts  # noqa: E402
 from kernelpro.harness import EvalOptions, Evaluator, load_problem  # noqa: E402
 from kernelpro.harness.problem import reference_candidate  # noqa: E402
 from kernelpro.harness.variants import VARIANTS  # noqa: E402
-from kernelpro.facts import ProblemFacts  # noqa: E402
 from kernelpro.offline import MOVES  # noqa: E402
 
 def _reference_evaluated(key: str, tmp_path, **options):
