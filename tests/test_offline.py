@@ -639,6 +639,36 @@ def test_a_setting_under_which_eager_itself_ran_much_slower_is_not_offered():
             coder.close()
 
 
+@pytest.mark.parametrize("key, offered", [("level2/91_ConvTranspose2d_Softmax_BiasAdd_Scaling_Sigmoid", True),
+                                           ("level2/19_ConvTranspose2d_GELU_GroupNorm", False)])
+def test_a_slower_setting_is_offered_where_its_candidate_lays_out_a_reduction_anew(key, offered):
+    """KernelBench's level2/91 (a softmax over the channels) and level2/19 (a group norm) with eager measured at 0.90x
+    under channels-last (both about 0.91x on an H100, level2/91 0.907x on an H200): at the root the move's candidate
+    is eager with the setting, and it is not offered on either. Under fuse_reductions, level2/91's softmax is generated over NHWC order, its rows
+    contiguous, which eager's speed says nothing of, and the move is offered (it ran 1.65x as fast as its parent
+    there); level2/19's group norm keeps the channels in its rows and stays in the reference's order, and the
+    prediction holds (0.74x of its parent)."""
+    from conftest import kernelbench_file
+    from kernelpro.facts import problem_facts
+    path = kernelbench_file(key)
+    if path is None:
+        pytest.skip("no KernelBench folder here")
+    facts = problem_facts({"signature": {"inputs": [], "outputs": []}, "reference": {"median_ms": 8.2},
+                           "variants": {"channels_last": {"outside_fraction": 0.0, "tolerance": 1e-4,
+                                                          "speedup": 0.90}}})
+    coder = OfflineCoder(moves="channels_last")
+    try:
+        def proposed(applied):
+            proposal = coder.propose(request(path, device="cuda", problem_facts=facts, model_mode="train",
+                                             parent_state={"applied": applied}))
+            return proposal is not None and proposal.move == "channels_last"
+        assert not proposed([])
+        assert "predicted to lose: eager itself ran 0.90x as fast" in coder.ruled_out()["channels_last"]
+        assert proposed(["fuse_reductions"]) is offered
+    finally:
+        coder.close()
+
+
 def test_a_serving_worker_keeps_only_its_latest_problems_traced(tmp_path):
     """Searches served one after another by one worker: the oldest problem's compiler (and its rewritten graphs) is
     dropped once PROBLEMS_KEPT others are newer; one asked again becomes the latest."""

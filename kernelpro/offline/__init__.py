@@ -259,8 +259,10 @@ class OfflineCoder:
         # a reference whose output leaves the tolerance under one ulp of noise on every value: bit-exact moves only
         exact_only = request.problem_facts is not None and request.problem_facts.rounding_sensitive
         exact = predictions.exact_moves(request.problem_facts)  # what may pass where it is rounding-sensitive
-        # move -> why the reference's own measurements predict that it fails or loses (predictions.RULES)
-        failing = predictions.skipped(request.problem_facts, request.precision)
+        # move -> why the reference's own measurements predict that it fails or loses (predictions.RULES), less the
+        # options whose own kernels at this node overturn a prediction read from eager alone (OVERTURNED_BY)
+        failing = predictions.skipped(request.problem_facts, request.precision,
+                                      {o["move"]: o.get("kernels", []) for o in answer["options"]})
         # and, near the tolerance, the moves that sum in another order once one of them failed on rounding here
         failing |= predictions.after_rounding_failures(request.problem_facts, request.rounding_failures)
         gaining = predictions.gaining_settings(request.problem_facts)  # setting moves under which eager ran faster

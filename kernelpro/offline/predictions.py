@@ -4,7 +4,8 @@ The reference's evaluation measures its roofline floor, its sensitivity to one u
 setting a move changes (`kernelpro.facts.ProblemFacts`). From these, each rule of `RULES` names the moves that cannot
 pass or cannot win, with why; the coder offers none of them and lists them in its summary. `exact_moves` is what may
 still pass on a rounding-sensitive reference, and `gaining_settings` the setting moves whose gain eager already
-showed. Each rule takes the facts (None: not measured, where a rule names nothing or says so) and the precision.
+showed. Each rule takes the facts (None: not measured, where a rule names nothing or says so) and the precision;
+`OVERTURNED_BY` names what, in an option's own generated kernels at a node, overturns a rule read from eager alone.
 `after_rounding_failures` adds what the run's own failures show: near its tolerance, one candidate that summed in
 another order and failed on rounding predicts the same of the others.
 """
@@ -74,7 +75,7 @@ def slower_settings(facts: ProblemFacts | None, precision: str) -> dict[str, str
     """The setting moves (`Move.variant`) under whose setting eager itself ran at most SLOWER_BELOW times as fast,
     within the tolerance: a candidate that is eager with that setting loses (H100: level2/38, eager 0.67x in
     channels-last, the move 0.85x twice; level3/25_ShuffleNetUnit, eager 0.84x, the move 0.77x and 0.65x of its
-    parents)."""
+    parents). A candidate whose generated kernels the setting lays out anew is not eager with it (`OVERTURNED_BY`)."""
     if facts is None:
         return {}
     gains = {move: facts.gains_under(move.variant) for move in MOVES.values() if move.variant}
@@ -88,11 +89,31 @@ RULES: tuple[Callable[[ProblemFacts | None, str], dict[str, str]], ...] = (
     failing_settings, unmatched_arithmetic, outrun, slower_settings)
 
 
-def skipped(facts: ProblemFacts | None, precision: str) -> dict[str, str]:
-    """Every move a rule of `RULES` names: move -> why it is not offered."""
+def rows_over_nhwc(kernels: list[dict]) -> bool:
+    """Whether a candidate generates a reduction whose rows the channels-last layout makes contiguous (a row kernel
+    over NHWC order, `kernelpro.offline.codegen.layouts`: softmax over the channels, a norm over C, H and W)."""
+    return any(kernel["kind"] == "row" and kernel["features"].get("layout") == "nhwc" for kernel in kernels)
+
+
+#: What overturns a rule's prediction for one option, from the kernels that option generates at its node.
+#: `slower_settings` reads eager's speed under a setting, which says nothing of a generated reduction that the setting
+#: lays out anew (H100, 2026-12-07: level2/91, softmax over the channels, eager 0.91x with channels-last; the move
+#: under fuse_reductions, its softmax over NHWC, ran 1.65x as fast as its parent). Rows that keep the channels stay
+#: in the reference's order, and the prediction holds (level2/19's group norm, eager 0.91x too, the move 0.74x of its
+#: parent; level3/25's batch norms, 0.65x).
+OVERTURNED_BY: dict[Callable[[ProblemFacts | None, str], dict[str, str]], Callable[[list[dict]], bool]] = {
+    slower_settings: rows_over_nhwc}
+
+
+def skipped(facts: ProblemFacts | None, precision: str,
+            kernels: dict[str, list[dict]] | None = None) -> dict[str, str]:
+    """Every move a rule of `RULES` names, less the options whose generated kernels at this node (`kernels`: move ->
+    the option's kernels) overturn that rule's prediction (`OVERTURNED_BY`): move -> why it is not offered."""
     found: dict[str, str] = {}
     for rule in RULES:
-        found |= rule(facts, precision)
+        overturned = OVERTURNED_BY.get(rule)
+        found |= {move: why for move, why in rule(facts, precision).items()
+                  if not (overturned and kernels and overturned(kernels.get(move, [])))}
     return found
 
 
