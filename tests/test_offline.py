@@ -644,10 +644,10 @@ def test_a_setting_under_which_eager_itself_ran_much_slower_is_not_offered():
 def test_a_slower_setting_is_offered_where_its_candidate_lays_out_a_reduction_anew(key, offered):
     """KernelBench's level2/91 (a softmax over the channels) and level2/19 (a group norm) with eager measured at 0.90x
     under channels-last (both about 0.91x on an H100, level2/91 0.907x on an H200): at the root the move's candidate
-    is eager with the setting, and it is not offered on either. Under fuse_reductions, level2/91's softmax is generated over NHWC order, its rows
-    contiguous, which eager's speed says nothing of, and the move is offered (it ran 1.65x as fast as its parent
-    there); level2/19's group norm keeps the channels in its rows and stays in the reference's order, and the
-    prediction holds (0.74x of its parent)."""
+    is eager with the setting, and it is not offered on either. Under fuse_reductions, level2/91's softmax is
+    generated over NHWC order, its rows contiguous, which eager's speed says nothing of, and the move is offered (it
+    ran 1.65x as fast as its parent there); level2/19's group norm keeps the channels in its rows and stays in the
+    reference's order, and the prediction holds (0.74x of its parent)."""
     from conftest import kernelbench_file
     from kernelpro.facts import problem_facts
     path = kernelbench_file(key)
